@@ -1,0 +1,1 @@
+//! Fault injection (to be written).

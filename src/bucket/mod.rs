@@ -1,0 +1,250 @@
+//! The object-store abstraction: one trait, several backends.
+//!
+//! A [`Bucket`] is rooted at a destination (`file:///path` or `s3://bucket/prefix`); every key
+//! passed to it is relative to that root (`manifests/00000000000000000042.json`). Backends:
+//! [`fs::FsBucket`] (a local directory acting as a bucket, the embedded default),
+//! [`s3::S3Bucket`] (aws-sdk-s3), and the wrappers [`faults::FaultyBucket`] (fail, delay,
+//! "succeeded but the answer was lost", crash at request N) and [`retry::Retrying`] (the one
+//! retry layer). All of them pass one conformance suite (`tests/bucket_conformance.rs`).
+//!
+//! Semantics every backend gives, exactly as S3 does:
+//! - `put` with [`PutCondition::IfNoneMatch`] creates the object only if no object has the key;
+//!   otherwise [`BucketError::PreconditionFailed`]. With [`PutCondition::IfMatch`] it replaces
+//!   the object only if its current ETag is the one given; otherwise `PreconditionFailed` (also
+//!   when the object is missing).
+//! - A reader never sees half an object under its final name: a write is all or nothing.
+//! - `delete` is idempotent: deleting a missing key succeeds, unless `if_match` is given, in
+//!   which case a missing key or another ETag is `PreconditionFailed`.
+//! - `list` returns keys in lexicographic order, at most `max_keys` a page, with a token for the
+//!   next page.
+//! - ETags are opaque strings: pass them back unchanged.
+//!
+//! Errors are split into *determinate* (the request did not happen) and *indeterminate* (it may
+//! have: a timeout, a dropped connection). After an indeterminate write, re-read before acting;
+//! [`put_immutable`] does that for write-once objects.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub mod body;
+pub mod faults;
+pub mod fs;
+pub mod retry;
+pub mod s3;
+
+pub use body::Body;
+
+/// What a listing or a HEAD says about one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    pub key: String,
+    pub len: u64,
+    pub etag: String,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    pub objects: Vec<ObjectMeta>,
+    /// Pass back to get the next page; `None` on the last page.
+    pub next_token: Option<String>,
+}
+
+/// An object read whole.
+#[derive(Debug, Clone)]
+pub struct Object {
+    pub data: Bytes,
+    pub etag: String,
+}
+
+/// The precondition of a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutCondition {
+    /// Plain write (used only when conditional writes are turned off).
+    None,
+    /// `If-None-Match: *`: create only.
+    IfNoneMatch,
+    /// `If-Match: <etag>`: replace only that version.
+    IfMatch(String),
+}
+
+/// A bucket request that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BucketError {
+    #[error("{key}: no such object")]
+    NotFound { key: String },
+    #[error("{key}: precondition failed (another writer, or the object already exists)")]
+    PreconditionFailed { key: String },
+    /// Real S3 answers 409 ConditionalRequestConflict to racing conditional writes: retry.
+    #[error("{key}: conflicting conditional request; retry")]
+    Conflict { key: String },
+    /// A failure that may pass: throttling, 5xx, timeouts, dropped connections.
+    /// `indeterminate` means the request may have taken effect.
+    #[error("{op} {key}: {message}")]
+    Transient {
+        op: &'static str,
+        key: String,
+        message: String,
+        indeterminate: bool,
+    },
+    /// A failure that retrying cannot fix: bad credentials, no such bucket, a bad key.
+    #[error("{op} {key}: {message}")]
+    Permanent {
+        op: &'static str,
+        key: String,
+        message: String,
+    },
+    /// The operation was cancelled (shutdown, or the lease stopped holding).
+    #[error("cancelled")]
+    Cancelled,
+    /// Injected by [`faults::FaultyBucket`]: the process "died" at this request.
+    #[error("simulated crash at request {request}")]
+    Crashed { request: u64 },
+}
+
+impl BucketError {
+    /// Whether a retry may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            BucketError::Transient { .. } | BucketError::Conflict { .. }
+        )
+    }
+
+    /// Whether the failed request may nevertheless have taken effect.
+    pub fn is_indeterminate(&self) -> bool {
+        matches!(
+            self,
+            BucketError::Transient {
+                indeterminate: true,
+                ..
+            }
+        )
+    }
+}
+
+/// An object store rooted at one destination. See the module docs for the semantics.
+#[async_trait::async_trait]
+pub trait Bucket: Send + Sync + 'static {
+    /// The destination URL this bucket is rooted at, for messages.
+    fn url(&self) -> String;
+
+    /// Reads a whole object.
+    async fn get(&self, key: &str) -> Result<Object, BucketError>;
+
+    /// Reads bytes `range` of an object (a range past the end is cut at the end).
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError>;
+
+    /// The object's length and ETag, or `None` when there is no such object.
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError>;
+
+    /// Writes a whole object under `cond`; returns its new ETag. Large bodies go up in parts
+    /// (multipart on S3), still all or nothing under the final key.
+    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError>;
+
+    /// Deletes an object; see the module docs for `if_match`.
+    async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError>;
+
+    /// One page of the keys under `prefix`, in order.
+    async fn list(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> Result<ListPage, BucketError>;
+}
+
+/// A shared bucket handle.
+pub type DynBucket = Arc<dyn Bucket>;
+
+/// Every object under `prefix`, following pages.
+pub async fn list_all(bucket: &dyn Bucket, prefix: &str) -> Result<Vec<ObjectMeta>, BucketError> {
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let page = bucket.list(prefix, token, 1000).await?;
+        out.extend(page.objects);
+        match page.next_token {
+            Some(t) => token = Some(t),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// How [`put_immutable`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    /// This call created the object.
+    New(String),
+    /// The object was already there with the same content (a retry, or a crashed run's upload).
+    AlreadyThere(String),
+}
+
+/// Writes a write-once object: `If-None-Match: *`, and a 412 is accepted only when the object
+/// already there has exactly this content (a retry of our own upload, or an upload of an
+/// earlier run that crashed before recording it). Any other content is `PreconditionFailed`.
+pub async fn put_immutable(
+    bucket: &dyn Bucket,
+    key: &str,
+    body: Body,
+    cond: &PutCondition,
+) -> Result<Created, BucketError> {
+    let write_cond = match cond {
+        PutCondition::None => PutCondition::None,
+        _ => PutCondition::IfNoneMatch,
+    };
+    match bucket.put(key, body.clone(), write_cond).await {
+        Ok(etag) => Ok(Created::New(etag)),
+        Err(BucketError::PreconditionFailed { .. }) => {
+            let there = bucket.get(key).await?;
+            if body.same_content(&there.data).await? {
+                Ok(Created::AlreadyThere(there.etag))
+            } else {
+                Err(BucketError::PreconditionFailed {
+                    key: key.to_string(),
+                })
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Parses a destination URL and opens its bucket: `file:///abs/path` or `s3://bucket/prefix`.
+pub async fn open(url: &str) -> Result<DynBucket, OpenError> {
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(OpenError::BadUrl {
+                url: url.to_string(),
+                reason: "a file:// destination needs an absolute path (file:///path)".into(),
+            });
+        }
+        Ok(Arc::new(fs::FsBucket::open(std::path::Path::new(path))?))
+    } else if let Some(rest) = url.strip_prefix("s3://") {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(OpenError::BadUrl {
+                url: url.to_string(),
+                reason: "no bucket name after s3://".into(),
+            });
+        }
+        Ok(Arc::new(
+            s3::S3Bucket::from_env(bucket, prefix.trim_end_matches('/')).await?,
+        ))
+    } else {
+        Err(OpenError::BadUrl {
+            url: url.to_string(),
+            reason: "the destination must start with file:// or s3://".into(),
+        })
+    }
+}
+
+/// A destination that could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("bad destination {url}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("cannot open {url}: {reason}")]
+    Unavailable { url: String, reason: String },
+}

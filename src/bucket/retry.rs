@@ -1,0 +1,1 @@
+//! The one retry layer (to be written).

@@ -1,0 +1,13 @@
+//! mushroom-backup: continuous, crash-safe backup of database stores to an object store, with
+//! restore points that are proven restorable. See `DESIGN.md` in the project's shared folder
+//! and the module docs below, top to bottom:
+//!
+//! - [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
+//! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry).
+//! - [`manifest`]: restore points, object keys, LATEST.
+//! - [`wal_source`]: where the worker learns how much WAL is durable.
+//! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
+//! - [`restore`]: restore, `--at`, adopt, verify.
+
+pub mod bucket;
+pub mod store;

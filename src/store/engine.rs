@@ -1,0 +1,1 @@
+//! The reference engine (to be written).

@@ -1,0 +1,495 @@
+//! The store's on-disk formats: WAL files, snapshot files and the `wal.position` record.
+//!
+//! All integers are little-endian; CRC is CRC-32 (IEEE). These formats are shared with real
+//! database nodes (DESIGN.md section 2), so every decoder here treats its input as hostile:
+//! a short, corrupt or oversized input is an error naming what was wrong, never a panic.
+//!
+//! A WAL file is a 48-byte header followed by frames. A frame is one commit:
+//! `len` (u32), `crc` (u32, CRC of the `seq` bytes then the payload), `seq` (u64), payload.
+//! A torn or corrupt tail (short read, bad CRC, wrong seq) ends the log: everything before it
+//! counts, nothing after it. [`scan_frames`] reports where the valid prefix ends and why.
+
+use std::fmt;
+
+use uuid::Uuid;
+
+/// Magic of every WAL file (`wal.bin` and archives).
+pub const WAL_MAGIC: &[u8; 8] = b"MDBWAL01";
+/// Magic of a snapshot file.
+pub const SNAPSHOT_MAGIC: &[u8; 8] = b"MDBSNP01";
+/// Magic of the `wal.position` record.
+pub const POSITION_MAGIC: &[u8; 8] = b"MDBPOS01";
+/// Bytes of a WAL file header.
+pub const WAL_HEADER_LEN: usize = 48;
+/// Bytes of a frame header (`len`, `crc`, `seq`).
+pub const FRAME_HEADER_LEN: usize = 16;
+/// Bytes of a snapshot header.
+pub const SNAPSHOT_HEADER_LEN: usize = 60;
+/// Bytes of the trailing payload CRC of a snapshot.
+pub const SNAPSHOT_TRAILER_LEN: usize = 4;
+/// Bytes of a `wal.position` record.
+pub const POSITION_LEN: usize = 68;
+/// Largest frame payload a decoder accepts; a larger `len` is corruption, not a frame.
+pub const MAX_FRAME_PAYLOAD: u32 = 64 << 20;
+
+/// What was wrong with bytes that should have been one of the store's formats.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("{what}: too short ({have} bytes, need {need})")]
+    Truncated {
+        what: &'static str,
+        have: usize,
+        need: usize,
+    },
+    #[error("{what}: bad magic {found:?}")]
+    BadMagic { what: &'static str, found: String },
+    #[error("{what}: header CRC mismatch")]
+    HeaderCrc { what: &'static str },
+    #[error("{what}: payload CRC mismatch")]
+    PayloadCrc { what: &'static str },
+    #[error("{what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn uuid_at(b: &[u8], at: usize) -> Uuid {
+    Uuid::from_bytes(b[at..at + 16].try_into().expect("16 bytes"))
+}
+
+fn check_magic(what: &'static str, b: &[u8], magic: &[u8; 8]) -> Result<(), FormatError> {
+    if &b[..8] != magic {
+        return Err(FormatError::BadMagic {
+            what,
+            found: String::from_utf8_lossy(&b[..8]).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn need(what: &'static str, b: &[u8], need: usize) -> Result<(), FormatError> {
+    if b.len() < need {
+        return Err(FormatError::Truncated {
+            what,
+            have: b.len(),
+            need,
+        });
+    }
+    Ok(())
+}
+
+/// The header of a WAL file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalHeader {
+    /// New for every WAL file.
+    pub wal_id: Uuid,
+    /// Position in the chain; an archive keeps its number.
+    pub number: u64,
+    /// Commits before this file's first frame.
+    pub floor: u64,
+}
+
+impl WalHeader {
+    pub fn encode(&self) -> [u8; WAL_HEADER_LEN] {
+        let mut b = [0u8; WAL_HEADER_LEN];
+        b[..8].copy_from_slice(WAL_MAGIC);
+        b[8..24].copy_from_slice(self.wal_id.as_bytes());
+        b[24..32].copy_from_slice(&self.number.to_le_bytes());
+        b[32..40].copy_from_slice(&self.floor.to_le_bytes());
+        let crc = crc32fast::hash(&b[..40]);
+        b[40..44].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        const WHAT: &str = "WAL header";
+        need(WHAT, b, WAL_HEADER_LEN)?;
+        check_magic(WHAT, b, WAL_MAGIC)?;
+        if crc32fast::hash(&b[..40]) != u32_at(b, 40) {
+            return Err(FormatError::HeaderCrc { what: WHAT });
+        }
+        Ok(Self {
+            wal_id: uuid_at(b, 8),
+            number: u64_at(b, 24),
+            floor: u64_at(b, 32),
+        })
+    }
+}
+
+/// CRC of a frame: the `seq` bytes followed by the payload.
+pub fn frame_crc(seq: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&seq.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Appends one encoded frame to `out`.
+pub fn encode_frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
+    let len = u32::try_from(payload.len()).expect("frame payload fits in u32");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&frame_crc(seq, payload).to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Why a scan of frames stopped before the end of its input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TailStop {
+    /// Fewer bytes than a frame header or its payload.
+    Short,
+    /// The frame's CRC does not match.
+    BadCrc,
+    /// The frame's `seq` is not the expected next one.
+    WrongSeq { expected: u64, found: u64 },
+    /// The frame's `len` is over [`MAX_FRAME_PAYLOAD`].
+    Oversized { len: u32 },
+}
+
+impl fmt::Display for TailStop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TailStop::Short => write!(f, "short frame"),
+            TailStop::BadCrc => write!(f, "frame CRC mismatch"),
+            TailStop::WrongSeq { expected, found } => {
+                write!(f, "frame seq {found}, expected {expected}")
+            }
+            TailStop::Oversized { len } => write!(f, "frame length {len} over the limit"),
+        }
+    }
+}
+
+/// One valid frame found by [`scan_frames`]; offsets are into the scanned buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameSpan {
+    pub seq: u64,
+    /// Offset of the frame header.
+    pub start: usize,
+    /// Offset just past the payload.
+    pub end: usize,
+}
+
+impl FrameSpan {
+    pub fn payload<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+        &buf[self.start + FRAME_HEADER_LEN..self.end]
+    }
+}
+
+/// The valid frames at the start of a buffer of frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameScan {
+    pub frames: Vec<FrameSpan>,
+    /// Bytes of the buffer covered by valid frames (a frame boundary).
+    pub valid_len: usize,
+    /// Seq of the last valid frame, or `first_seq - 1` when there is none.
+    pub last_seq: u64,
+    /// Why the scan stopped early; `None` when every byte was a valid frame.
+    pub stop: Option<TailStop>,
+}
+
+/// Scans frames from the start of `buf`, the first expected to carry `first_seq`.
+pub fn scan_frames(buf: &[u8], first_seq: u64) -> FrameScan {
+    let mut frames = Vec::new();
+    let mut at = 0usize;
+    let mut expected = first_seq;
+    let stop = loop {
+        if at == buf.len() {
+            break None;
+        }
+        if buf.len() - at < FRAME_HEADER_LEN {
+            break Some(TailStop::Short);
+        }
+        let len = u32_at(buf, at);
+        if len > MAX_FRAME_PAYLOAD {
+            break Some(TailStop::Oversized { len });
+        }
+        let end = at + FRAME_HEADER_LEN + len as usize;
+        if end > buf.len() {
+            break Some(TailStop::Short);
+        }
+        let crc = u32_at(buf, at + 4);
+        let seq = u64_at(buf, at + 8);
+        if frame_crc(seq, &buf[at + FRAME_HEADER_LEN..end]) != crc {
+            break Some(TailStop::BadCrc);
+        }
+        if seq != expected {
+            break Some(TailStop::WrongSeq {
+                expected,
+                found: seq,
+            });
+        }
+        frames.push(FrameSpan {
+            seq,
+            start: at,
+            end,
+        });
+        expected += 1;
+        at = end;
+    };
+    FrameScan {
+        frames,
+        valid_len: at,
+        last_seq: expected - 1,
+        stop,
+    }
+}
+
+/// A whole WAL file scanned: its header and the valid frames after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalScan {
+    pub header: WalHeader,
+    /// Frames, with offsets into the whole file (header included).
+    pub frames: Vec<FrameSpan>,
+    /// Bytes of the file that count: header plus valid frames.
+    pub valid_len: u64,
+    /// Seq of the last valid frame, or `floor` when there is none.
+    pub last_seq: u64,
+    pub stop: Option<TailStop>,
+}
+
+/// Scans a whole WAL file held in memory. A bad header is an error; a bad tail is not.
+pub fn scan_wal(file: &[u8]) -> Result<WalScan, FormatError> {
+    let header = WalHeader::decode(file)?;
+    let scan = scan_frames(&file[WAL_HEADER_LEN..], header.floor + 1);
+    Ok(WalScan {
+        header,
+        frames: scan
+            .frames
+            .into_iter()
+            .map(|f| FrameSpan {
+                seq: f.seq,
+                start: f.start + WAL_HEADER_LEN,
+                end: f.end + WAL_HEADER_LEN,
+            })
+            .collect(),
+        valid_len: (WAL_HEADER_LEN + scan.valid_len) as u64,
+        last_seq: scan.last_seq,
+        stop: scan.stop,
+    })
+}
+
+/// The header of a snapshot file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    pub snapshot_id: Uuid,
+    /// Commits the snapshot holds.
+    pub commit_seq: u64,
+    /// The WAL this snapshot kept, whose frames with `seq <= commit_seq` it already holds.
+    pub kept_wal_id: Option<Uuid>,
+    pub payload_len: u64,
+}
+
+impl SnapshotHeader {
+    pub fn encode(&self) -> [u8; SNAPSHOT_HEADER_LEN] {
+        let mut b = [0u8; SNAPSHOT_HEADER_LEN];
+        b[..8].copy_from_slice(SNAPSHOT_MAGIC);
+        b[8..24].copy_from_slice(self.snapshot_id.as_bytes());
+        b[24..32].copy_from_slice(&self.commit_seq.to_le_bytes());
+        b[32..48].copy_from_slice(self.kept_wal_id.unwrap_or(Uuid::nil()).as_bytes());
+        b[48..56].copy_from_slice(&self.payload_len.to_le_bytes());
+        let crc = crc32fast::hash(&b[..56]);
+        b[56..60].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        const WHAT: &str = "snapshot header";
+        need(WHAT, b, SNAPSHOT_HEADER_LEN)?;
+        check_magic(WHAT, b, SNAPSHOT_MAGIC)?;
+        if crc32fast::hash(&b[..56]) != u32_at(b, 56) {
+            return Err(FormatError::HeaderCrc { what: WHAT });
+        }
+        let kept = uuid_at(b, 32);
+        Ok(Self {
+            snapshot_id: uuid_at(b, 8),
+            commit_seq: u64_at(b, 24),
+            kept_wal_id: (!kept.is_nil()).then_some(kept),
+            payload_len: u64_at(b, 48),
+        })
+    }
+
+    /// Length of the whole snapshot file this header describes.
+    pub fn file_len(&self) -> u64 {
+        SNAPSHOT_HEADER_LEN as u64 + self.payload_len + SNAPSHOT_TRAILER_LEN as u64
+    }
+}
+
+/// Encodes a whole snapshot file.
+pub fn encode_snapshot(
+    snapshot_id: Uuid,
+    commit_seq: u64,
+    kept_wal_id: Option<Uuid>,
+    payload: &[u8],
+) -> Vec<u8> {
+    let header = SnapshotHeader {
+        snapshot_id,
+        commit_seq,
+        kept_wal_id,
+        payload_len: payload.len() as u64,
+    };
+    let mut out = Vec::with_capacity(header.file_len() as usize);
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(payload);
+    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    out
+}
+
+/// Decodes a whole snapshot file, checking lengths and both CRCs; returns the header and payload.
+pub fn decode_snapshot(file: &[u8]) -> Result<(SnapshotHeader, &[u8]), FormatError> {
+    let header = SnapshotHeader::decode(file)?;
+    let want = header.file_len();
+    if file.len() as u64 != want {
+        return Err(FormatError::Invalid {
+            what: "snapshot",
+            detail: format!("file is {} bytes, header says {want}", file.len()),
+        });
+    }
+    let payload = &file[SNAPSHOT_HEADER_LEN..file.len() - SNAPSHOT_TRAILER_LEN];
+    if crc32fast::hash(payload) != u32_at(file, file.len() - SNAPSHOT_TRAILER_LEN) {
+        return Err(FormatError::PayloadCrc { what: "snapshot" });
+    }
+    Ok((header, payload))
+}
+
+/// A durable WAL position: how much of which `wal.bin`, beside which snapshot, is fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WalPosition {
+    pub snapshot_id: Option<Uuid>,
+    pub wal_id: Uuid,
+    pub wal_number: u64,
+    /// Bytes of `wal.bin` that are fsynced; always at a frame boundary.
+    pub durable_len: u64,
+    /// Commits durable in total.
+    pub commit_seq: u64,
+}
+
+impl WalPosition {
+    pub fn encode(&self) -> [u8; POSITION_LEN] {
+        let mut b = [0u8; POSITION_LEN];
+        b[..8].copy_from_slice(POSITION_MAGIC);
+        b[8..24].copy_from_slice(self.snapshot_id.unwrap_or(Uuid::nil()).as_bytes());
+        b[24..40].copy_from_slice(self.wal_id.as_bytes());
+        b[40..48].copy_from_slice(&self.wal_number.to_le_bytes());
+        b[48..56].copy_from_slice(&self.durable_len.to_le_bytes());
+        b[56..64].copy_from_slice(&self.commit_seq.to_le_bytes());
+        let crc = crc32fast::hash(&b[..64]);
+        b[64..68].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Self, FormatError> {
+        const WHAT: &str = "wal.position";
+        need(WHAT, b, POSITION_LEN)?;
+        check_magic(WHAT, b, POSITION_MAGIC)?;
+        if crc32fast::hash(&b[..64]) != u32_at(b, 64) {
+            return Err(FormatError::HeaderCrc { what: WHAT });
+        }
+        let snap = uuid_at(b, 8);
+        Ok(Self {
+            snapshot_id: (!snap.is_nil()).then_some(snap),
+            wal_id: uuid_at(b, 24),
+            wal_number: u64_at(b, 40),
+            durable_len: u64_at(b, 48),
+            commit_seq: u64_at(b, 56),
+        })
+    }
+}
+
+/// `snapshot.intent` while a snapshot is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotIntent {
+    pub snapshot_id: Uuid,
+    pub commit_seq: u64,
+}
+
+/// `backup.parent`: the restore point a store was booted from.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ParentRecord {
+    pub lineage: Uuid,
+    /// Key of the parent's manifest, relative to the prefix (`manifests/<seq>.json`).
+    pub manifest: String,
+    pub commit_seq: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wal_header_round_trips_and_rejects_corruption() {
+        let h = WalHeader {
+            wal_id: Uuid::from_u128(7),
+            number: 3,
+            floor: 99,
+        };
+        let mut b = h.encode();
+        assert_eq!(WalHeader::decode(&b).unwrap(), h);
+        b[30] ^= 1;
+        assert_eq!(
+            WalHeader::decode(&b),
+            Err(FormatError::HeaderCrc { what: "WAL header" })
+        );
+        assert!(matches!(
+            WalHeader::decode(&b[..10]),
+            Err(FormatError::Truncated { .. })
+        ));
+    }
+
+    #[test]
+    fn scan_stops_at_torn_tail() {
+        let mut buf = Vec::new();
+        for seq in 11..=13 {
+            encode_frame(seq, format!("commit {seq}").as_bytes(), &mut buf);
+        }
+        let full = buf.len();
+        encode_frame(14, b"torn", &mut buf);
+        buf.truncate(buf.len() - 2);
+        let scan = scan_frames(&buf, 11);
+        assert_eq!(scan.frames.len(), 3);
+        assert_eq!(scan.valid_len, full);
+        assert_eq!(scan.last_seq, 13);
+        assert_eq!(scan.stop, Some(TailStop::Short));
+        let scan = scan_frames(&buf[..full], 12);
+        assert_eq!(
+            scan.stop,
+            Some(TailStop::WrongSeq {
+                expected: 12,
+                found: 11
+            })
+        );
+        assert_eq!(scan.last_seq, 11);
+    }
+
+    #[test]
+    fn snapshot_round_trips_and_checks_payload() {
+        let mut file = encode_snapshot(Uuid::from_u128(1), 40, Some(Uuid::from_u128(2)), b"map");
+        let (h, p) = decode_snapshot(&file).unwrap();
+        assert_eq!(h.commit_seq, 40);
+        assert_eq!(h.kept_wal_id, Some(Uuid::from_u128(2)));
+        assert_eq!(p, b"map");
+        let n = file.len();
+        file[n - 6] ^= 0xff;
+        assert_eq!(
+            decode_snapshot(&file),
+            Err(FormatError::PayloadCrc { what: "snapshot" })
+        );
+    }
+
+    #[test]
+    fn position_round_trips() {
+        let p = WalPosition {
+            snapshot_id: None,
+            wal_id: Uuid::from_u128(5),
+            wal_number: 2,
+            durable_len: 4096,
+            commit_seq: 77,
+        };
+        assert_eq!(WalPosition::decode(&p.encode()).unwrap(), p);
+    }
+}
