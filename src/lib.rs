@@ -10,4 +10,5 @@
 //! - [`restore`]: restore, `--at`, adopt, verify.
 
 pub mod bucket;
+pub mod manifest;
 pub mod store;

@@ -1,0 +1,455 @@
+//! Restore points: the manifest format, the object keys under a prefix, LATEST and the
+//! GENERATION claim (DESIGN.md section 4).
+//!
+//! ```text
+//! LATEST                                        mutable, If-Match: names the newest restore point
+//! lease                                         mutable: the bucket lease
+//! manifests/<commit_seq:020>.json               one restore point; written once
+//! gen/<generation:010>/GENERATION               claims the generation number
+//! gen/<generation:010>/snapshot.bin             the generation's snapshot
+//! gen/<generation:010>/archive/<number:020>.wal archived WAL files
+//! gen/<generation:010>/wal/<start:020>-<end:020>.seg  bytes [start, end) of the generation's wal.bin
+//! gen/<generation:010>/side/<name>.<crc:08x>    a side file's content
+//! ```
+//!
+//! Invariants: every object a manifest names is immutable and exists before the manifest is
+//! written; LATEST is written only after its manifest; a manifest's `commit_seq` is
+//! `wal_floor + sum(frames)` of the entries it lists, checked by [`Manifest::decode`], so it
+//! is what the restored store reports. An entry may name an object of an earlier generation
+//! (a reused archive, segment, snapshot or side file); `lineage` and `generation` of an entry
+//! are those of the object's key.
+//!
+//! Beyond DESIGN.md's fields a manifest carries `wal_id` and `wal_number` (the `wal.bin` its
+//! segments rebuild) so that a worker resuming from the bucket can tell whether the store's
+//! files are still that generation's, and a snapshot entry carries `snapshot_id` and
+//! `commit_seq`, so that `restore --at` can pick a restore point from the manifest alone.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// The manifest format this code writes and reads.
+pub const FORMAT: u32 = 1;
+/// The key naming the newest restore point.
+pub const LATEST_KEY: &str = "LATEST";
+/// The bucket lease's key.
+pub const LEASE_KEY: &str = "lease";
+/// Where manifests live.
+pub const MANIFESTS_PREFIX: &str = "manifests/";
+/// Where generations live.
+pub const GEN_PREFIX: &str = "gen/";
+
+pub fn manifest_key(commit_seq: u64) -> String {
+    format!("{MANIFESTS_PREFIX}{commit_seq:020}.json")
+}
+
+/// The commit count a manifest key names, if it is one.
+pub fn parse_manifest_key(key: &str) -> Option<u64> {
+    let n = key.strip_prefix(MANIFESTS_PREFIX)?.strip_suffix(".json")?;
+    (n.len() == 20).then(|| n.parse().ok()).flatten()
+}
+
+pub fn generation_prefix(generation: u64) -> String {
+    format!("{GEN_PREFIX}{generation:010}/")
+}
+
+pub fn generation_key(generation: u64) -> String {
+    format!("{}GENERATION", generation_prefix(generation))
+}
+
+pub fn snapshot_key(generation: u64) -> String {
+    format!("{}snapshot.bin", generation_prefix(generation))
+}
+
+pub fn archive_key(generation: u64, number: u64) -> String {
+    format!("{}archive/{number:020}.wal", generation_prefix(generation))
+}
+
+pub fn segments_prefix(generation: u64) -> String {
+    format!("{}wal/", generation_prefix(generation))
+}
+
+pub fn segment_key(generation: u64, start: u64, end: u64) -> String {
+    format!("{}{start:020}-{end:020}.seg", segments_prefix(generation))
+}
+
+pub fn side_key(generation: u64, name: &str, crc: u32) -> String {
+    format!("{}side/{name}.{crc:08x}", generation_prefix(generation))
+}
+
+/// The generation number of any key under `gen/`.
+pub fn parse_generation(key: &str) -> Option<u64> {
+    let rest = key.strip_prefix(GEN_PREFIX)?;
+    let (n, _) = rest.split_once('/')?;
+    (n.len() == 10).then(|| n.parse().ok()).flatten()
+}
+
+/// `(start, end)` of a segment key of `generation`.
+pub fn parse_segment_key(generation: u64, key: &str) -> Option<(u64, u64)> {
+    let rest = key
+        .strip_prefix(&segments_prefix(generation))?
+        .strip_suffix(".seg")?;
+    let (a, b) = rest.split_once('-')?;
+    if a.len() != 20 || b.len() != 20 {
+        return None;
+    }
+    let (start, end) = (a.parse().ok()?, b.parse().ok()?);
+    (start < end).then_some((start, end))
+}
+
+/// One object a manifest names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectEntry {
+    pub key: String,
+    pub len: u64,
+    pub crc: u32,
+    pub lineage: Uuid,
+    pub generation: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotEntry {
+    #[serde(flatten)]
+    pub object: ObjectEntry,
+    pub snapshot_id: Uuid,
+    pub commit_seq: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveEntry {
+    #[serde(flatten)]
+    pub object: ObjectEntry,
+    pub number: u64,
+    pub frames: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentEntry {
+    #[serde(flatten)]
+    pub object: ObjectEntry,
+    pub start: u64,
+    pub end: u64,
+    pub frames: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SideFileEntry {
+    #[serde(flatten)]
+    pub object: ObjectEntry,
+    pub name: String,
+}
+
+/// The restore point a manifest's lineage was adopted from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRef {
+    pub lineage: Uuid,
+    pub manifest: String,
+}
+
+/// One restore point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    pub lineage: Uuid,
+    pub generation: u64,
+    pub commit_seq: u64,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    pub wal_floor: u64,
+    pub wal_id: Uuid,
+    pub wal_number: u64,
+    pub snapshot: Option<SnapshotEntry>,
+    pub archives: Vec<ArchiveEntry>,
+    pub segments: Vec<SegmentEntry>,
+    pub side_files: Vec<SideFileEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+}
+
+/// Bytes that are not a valid manifest.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{key}: not a manifest: {detail}")]
+    Parse { key: String, detail: String },
+    #[error("{key}: format {found}, this build reads format {FORMAT}")]
+    Format { key: String, found: u32 },
+    #[error("{key}: {detail}")]
+    Inconsistent { key: String, detail: String },
+}
+
+impl Manifest {
+    /// `wal_floor + sum(frames of archives and segments)`: what a restore reports.
+    pub fn computed_commit_seq(&self) -> Option<u64> {
+        self.archives
+            .iter()
+            .map(|a| a.frames)
+            .chain(self.segments.iter().map(|s| s.frames))
+            .try_fold(self.wal_floor, |acc, f| acc.checked_add(f))
+    }
+
+    /// The key this manifest is stored under.
+    pub fn key(&self) -> String {
+        manifest_key(self.commit_seq)
+    }
+
+    /// Every object the manifest names.
+    pub fn objects(&self) -> impl Iterator<Item = &ObjectEntry> {
+        self.snapshot
+            .iter()
+            .map(|s| &s.object)
+            .chain(self.archives.iter().map(|a| &a.object))
+            .chain(self.segments.iter().map(|s| &s.object))
+            .chain(self.side_files.iter().map(|s| &s.object))
+    }
+
+    /// The end offset of the last segment (0 when none): where the next segment starts.
+    pub fn segments_end(&self) -> u64 {
+        self.segments.last().map_or(0, |s| s.end)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("manifest serializes");
+        v.push(b'\n');
+        v
+    }
+
+    /// Parses and checks a manifest stored under `key`: the format, that `commit_seq` adds up,
+    /// that it matches the key, and that archives and segments are contiguous.
+    pub fn decode(key: &str, bytes: &[u8]) -> Result<Manifest, ManifestError> {
+        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| ManifestError::Parse {
+            key: key.to_string(),
+            detail: e.to_string(),
+        })?;
+        if m.format != FORMAT {
+            return Err(ManifestError::Format {
+                key: key.to_string(),
+                found: m.format,
+            });
+        }
+        m.check(key)?;
+        Ok(m)
+    }
+
+    /// The structural checks of [`Manifest::decode`], on a manifest in memory.
+    pub fn check(&self, key: &str) -> Result<(), ManifestError> {
+        let bad = |detail: String| ManifestError::Inconsistent {
+            key: key.to_string(),
+            detail,
+        };
+        match self.computed_commit_seq() {
+            Some(n) if n == self.commit_seq => {}
+            Some(n) => {
+                return Err(bad(format!(
+                    "commit_seq {} but floor and frames add up to {n}",
+                    self.commit_seq
+                )));
+            }
+            None => return Err(bad("frame counts overflow".into())),
+        }
+        if parse_manifest_key(key).is_some_and(|n| n != self.commit_seq) {
+            return Err(bad(format!(
+                "key names a different commit_seq than {}",
+                self.commit_seq
+            )));
+        }
+        if let Some(s) = &self.snapshot {
+            if self.wal_floor > s.commit_seq {
+                return Err(bad(format!(
+                    "wal_floor {} above the snapshot's commit_seq {}",
+                    self.wal_floor, s.commit_seq
+                )));
+            }
+            if s.commit_seq > self.commit_seq {
+                return Err(bad("snapshot holds more commits than the manifest".into()));
+            }
+        } else if self.wal_floor != 0 {
+            return Err(bad(format!(
+                "wal_floor {} with no snapshot",
+                self.wal_floor
+            )));
+        }
+        for w in self.archives.windows(2) {
+            if w[1].number != w[0].number + 1 {
+                return Err(bad(format!(
+                    "archives {} and {} are not consecutive",
+                    w[0].number, w[1].number
+                )));
+            }
+        }
+        if let Some(last) = self.archives.last() {
+            if last.number + 1 != self.wal_number {
+                return Err(bad(format!(
+                    "last archive {} does not precede wal.bin number {}",
+                    last.number, self.wal_number
+                )));
+            }
+        }
+        let mut end = 0;
+        for s in &self.segments {
+            if s.start != end || s.end <= s.start || s.object.len != s.end - s.start {
+                return Err(bad(format!(
+                    "segment {} is not contiguous ({}..{} after {end})",
+                    s.object.key, s.start, s.end
+                )));
+            }
+            end = s.end;
+        }
+        if self.segments.is_empty() {
+            return Err(bad(
+                "no WAL segment (a restore point always holds wal.bin's header)".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What LATEST holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Latest {
+    pub manifest: String,
+    pub commit_seq: u64,
+    pub lineage: Uuid,
+}
+
+impl Latest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).expect("LATEST serializes");
+        v.push(b'\n');
+        v
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Latest, ManifestError> {
+        serde_json::from_slice(bytes).map_err(|e| ManifestError::Parse {
+            key: LATEST_KEY.to_string(),
+            detail: e.to_string(),
+        })
+    }
+}
+
+/// What a GENERATION object holds: who claimed the number, for which files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationClaim {
+    pub lineage: Uuid,
+    pub generation: u64,
+    pub snapshot_id: Option<Uuid>,
+    pub wal_id: Uuid,
+    pub wal_number: u64,
+    /// RFC 3339, UTC: retention deletes a claim left by a crashed run only after a grace period.
+    pub created_at: String,
+}
+
+impl GenerationClaim {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec(self).expect("claim serializes");
+        v.push(b'\n');
+        v
+    }
+
+    pub fn decode(key: &str, bytes: &[u8]) -> Result<GenerationClaim, ManifestError> {
+        serde_json::from_slice(bytes).map_err(|e| ManifestError::Parse {
+            key: key.to_string(),
+            detail: e.to_string(),
+        })
+    }
+}
+
+/// Now, as RFC 3339 UTC.
+pub fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("formats")
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time, if it parses.
+pub fn parse_time_ms(s: &str) -> Option<i64> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
+    Some((t.unix_timestamp_nanos() / 1_000_000) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(key: &str, len: u64) -> ObjectEntry {
+        ObjectEntry {
+            key: key.into(),
+            len,
+            crc: 1,
+            lineage: Uuid::from_u128(9),
+            generation: 1,
+        }
+    }
+
+    fn sample() -> Manifest {
+        Manifest {
+            format: FORMAT,
+            lineage: Uuid::from_u128(9),
+            generation: 1,
+            commit_seq: 15,
+            created_at: now_rfc3339(),
+            wal_floor: 0,
+            wal_id: Uuid::from_u128(3),
+            wal_number: 2,
+            snapshot: None,
+            archives: vec![ArchiveEntry {
+                object: entry(&archive_key(1, 1), 100),
+                number: 1,
+                frames: 10,
+            }],
+            segments: vec![
+                SegmentEntry {
+                    object: entry(&segment_key(1, 0, 60), 60),
+                    start: 0,
+                    end: 60,
+                    frames: 2,
+                },
+                SegmentEntry {
+                    object: entry(&segment_key(1, 60, 90), 30),
+                    start: 60,
+                    end: 90,
+                    frames: 3,
+                },
+            ],
+            side_files: vec![],
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_checks_commit_seq() {
+        let m = sample();
+        let key = m.key();
+        assert_eq!(Manifest::decode(&key, &m.encode()).unwrap(), m);
+        let mut bad = m.clone();
+        bad.commit_seq = 16;
+        let e = Manifest::decode(&manifest_key(16), &bad.encode()).unwrap_err();
+        assert!(e.to_string().contains("add up to 15"), "{e}");
+        assert!(matches!(
+            Manifest::decode(&key, b"{\"format\": 1"),
+            Err(ManifestError::Parse { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_gaps() {
+        let mut m = sample();
+        m.segments[1].start = 61;
+        assert!(
+            m.check(&m.key())
+                .unwrap_err()
+                .to_string()
+                .contains("not contiguous")
+        );
+    }
+
+    #[test]
+    fn keys_parse_back() {
+        assert_eq!(parse_manifest_key(&manifest_key(42)), Some(42));
+        assert_eq!(parse_generation(&segment_key(7, 0, 5)), Some(7));
+        assert_eq!(
+            parse_segment_key(7, &segment_key(7, 10, 50)),
+            Some((10, 50))
+        );
+        assert_eq!(parse_segment_key(7, &segment_key(8, 10, 50)), None);
+        assert_eq!(parse_manifest_key("manifests/x.json"), None);
+    }
+}

@@ -1,0 +1,328 @@
+//! [`DiskState`]: one look at a store directory, and the names of the store's files.
+//!
+//! The worker never trusts a single read of a directory another process writes. Every read of
+//! store data is bracketed by two looks, and kept only if [`DiskState::unchanged_until`] holds
+//! between them: neither `snapshot.bin` nor `wal.bin` was replaced (same id and inode), no
+//! snapshot was in flight (`snapshot.intent` empty) at either look, and `wal.bin` did not
+//! shrink. A WAL file only grows in place; snapshots and new WAL files arrive by rename, so an
+//! open descriptor keeps reading the file it opened.
+//!
+//! A look reads only file metadata and the fixed-size headers of `snapshot.bin` and `wal.bin`.
+//! It writes nothing. The one file the backup side ever writes into a store directory is
+//! `backup.lineage`, once ([`write_lineage`]), by write-temp-fsync-rename.
+
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use super::format::{
+    FormatError, ParentRecord, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader,
+};
+
+/// The live WAL.
+pub const WAL_FILE: &str = "wal.bin";
+/// The newest snapshot.
+pub const SNAPSHOT_FILE: &str = "snapshot.bin";
+/// Non-empty only while a snapshot is in flight.
+pub const INTENT_FILE: &str = "snapshot.intent";
+/// Closed WAL files, `archive/<number:020>.wal`.
+pub const ARCHIVE_DIR: &str = "archive";
+/// The engine's small metadata.
+pub const META_FILE: &str = "store.meta";
+/// Held (flock) by the engine while it has the store open.
+pub const LOCK_FILE: &str = "store.lock";
+/// The engine's last durable position.
+pub const POSITION_FILE: &str = "wal.position";
+/// The store's lineage id, written once by the first backup.
+pub const LINEAGE_FILE: &str = "backup.lineage";
+/// The restore point a store restored on boot came from.
+pub const PARENT_FILE: &str = "backup.parent";
+
+/// The store's small files that travel with every restore point, when present.
+pub const SIDE_FILES: &[&str] = &[META_FILE, LINEAGE_FILE];
+
+/// The file name of archive `number`.
+pub fn archive_name(number: u64) -> String {
+    format!("{number:020}.wal")
+}
+
+/// What could not be looked at.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Format { path: PathBuf, source: FormatError },
+    #[error("{path}: {detail}")]
+    Invalid { path: PathBuf, detail: String },
+    #[error("{dir}: not a store (no {WAL_FILE})")]
+    NotAStore { dir: PathBuf },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DiskError + '_ {
+    move |source| DiskError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// `snapshot.bin` as one look saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotState {
+    pub header: SnapshotHeader,
+    pub len: u64,
+    pub inode: u64,
+}
+
+/// `wal.bin` as one look saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalState {
+    pub header: WalHeader,
+    pub len: u64,
+    pub inode: u64,
+}
+
+/// One archive file as one look saw it (its header is read when it is shipped).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveState {
+    pub number: u64,
+    pub len: u64,
+    pub path: PathBuf,
+}
+
+/// One look at a store directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskState {
+    pub dir: PathBuf,
+    pub snapshot: Option<SnapshotState>,
+    pub wal: WalState,
+    /// `snapshot.intent` holds something: a snapshot is between writing and replacing wal.bin.
+    pub intent: bool,
+    /// Archives in ascending number.
+    pub archives: Vec<ArchiveState>,
+}
+
+fn read_header(path: &Path, len: usize) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, DiskError> {
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let meta = f.metadata().map_err(io_err(path))?;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match f.read(&mut buf[got..]).map_err(io_err(path))? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    buf.truncate(got);
+    Ok(Some((buf, meta)))
+}
+
+impl DiskState {
+    /// Looks at `dir` (blocking: call from the blocking pool).
+    pub fn look(dir: &Path) -> Result<DiskState, DiskError> {
+        let wal_path = dir.join(WAL_FILE);
+        let Some((buf, meta)) = read_header(&wal_path, WAL_HEADER_LEN)? else {
+            return Err(DiskError::NotAStore {
+                dir: dir.to_path_buf(),
+            });
+        };
+        let header = WalHeader::decode(&buf).map_err(|source| DiskError::Format {
+            path: wal_path.clone(),
+            source,
+        })?;
+        let wal = WalState {
+            header,
+            len: meta.len(),
+            inode: meta.ino(),
+        };
+
+        let snap_path = dir.join(SNAPSHOT_FILE);
+        let snapshot = match read_header(&snap_path, SNAPSHOT_HEADER_LEN)? {
+            None => None,
+            Some((buf, meta)) => {
+                let header = SnapshotHeader::decode(&buf).map_err(|source| DiskError::Format {
+                    path: snap_path.clone(),
+                    source,
+                })?;
+                if header.file_len() != meta.len() {
+                    return Err(DiskError::Invalid {
+                        path: snap_path,
+                        detail: format!("{} bytes, header says {}", meta.len(), header.file_len()),
+                    });
+                }
+                Some(SnapshotState {
+                    header,
+                    len: meta.len(),
+                    inode: meta.ino(),
+                })
+            }
+        };
+
+        let intent_path = dir.join(INTENT_FILE);
+        let intent = match std::fs::metadata(&intent_path) {
+            Ok(m) => m.len() > 0,
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(e) => return Err(io_err(&intent_path)(e)),
+        };
+
+        let archive_dir = dir.join(ARCHIVE_DIR);
+        let mut archives = Vec::new();
+        match std::fs::read_dir(&archive_dir) {
+            Ok(entries) => {
+                for entry in entries {
+                    let entry = entry.map_err(io_err(&archive_dir))?;
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    let Some(num) = name.strip_suffix(".wal") else {
+                        continue;
+                    };
+                    let Ok(number) = num.parse::<u64>() else {
+                        continue;
+                    };
+                    if num.len() != 20 {
+                        continue;
+                    }
+                    let path = entry.path();
+                    let meta = entry.metadata().map_err(io_err(&path))?;
+                    archives.push(ArchiveState {
+                        number,
+                        len: meta.len(),
+                        path,
+                    });
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&archive_dir)(e)),
+        }
+        archives.sort_by_key(|a| a.number);
+
+        Ok(DiskState {
+            dir: dir.to_path_buf(),
+            snapshot,
+            wal,
+            intent,
+            archives,
+        })
+    }
+
+    /// Looks at `dir` on the blocking pool.
+    pub async fn look_async(dir: &Path) -> Result<DiskState, DiskError> {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || DiskState::look(&dir))
+            .await
+            .map_err(|e| DiskError::Invalid {
+                path: PathBuf::new(),
+                detail: format!("look task failed: {e}"),
+            })?
+    }
+
+    /// The snapshot id, if there is a snapshot.
+    pub fn snapshot_id(&self) -> Option<Uuid> {
+        self.snapshot.map(|s| s.header.snapshot_id)
+    }
+
+    /// Whether a read made between `self` and `later` (a second look) saw one consistent
+    /// state: the same snapshot and WAL files, no snapshot in flight, and a WAL that did not
+    /// shrink.
+    pub fn unchanged_until(&self, later: &DiskState) -> bool {
+        let same_snapshot = match (&self.snapshot, &later.snapshot) {
+            (None, None) => true,
+            (Some(a), Some(b)) => {
+                a.header.snapshot_id == b.header.snapshot_id && a.inode == b.inode
+            }
+            _ => false,
+        };
+        same_snapshot
+            && !self.intent
+            && !later.intent
+            && self.wal.header.wal_id == later.wal.header.wal_id
+            && self.wal.inode == later.wal.inode
+            && later.wal.len >= self.wal.len
+    }
+}
+
+/// The store's lineage, if it has one.
+pub fn read_lineage(dir: &Path) -> Result<Option<Uuid>, DiskError> {
+    let path = dir.join(LINEAGE_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Uuid::parse_str(text.trim())
+            .map(Some)
+            .map_err(|e| DiskError::Invalid {
+                path,
+                detail: format!("not a lineage id: {e}"),
+            }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}
+
+/// Writes `backup.lineage` (temp file, fsync, rename, fsync the directory).
+pub fn write_lineage(dir: &Path, lineage: Uuid) -> Result<(), DiskError> {
+    write_file_durably(dir, LINEAGE_FILE, format!("{lineage}\n").as_bytes())
+}
+
+/// The parent record of a store restored on boot, if it has one.
+pub fn read_parent(dir: &Path) -> Result<Option<ParentRecord>, DiskError> {
+    let path = dir.join(PARENT_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| DiskError::Invalid {
+                path,
+                detail: format!("not a parent record: {e}"),
+            }),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(&path)(e)),
+    }
+}
+
+/// Writes `name` in `dir` so that a crash leaves either the old file or the whole new one.
+pub fn write_file_durably(dir: &Path, name: &str, data: &[u8]) -> Result<(), DiskError> {
+    use std::io::Write;
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    f.write_all(data).map_err(io_err(&tmp))?;
+    f.sync_all().map_err(io_err(&tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    sync_dir(dir)
+}
+
+/// fsyncs a directory, so that renames and creations in it are durable.
+pub fn sync_dir(dir: &Path) -> Result<(), DiskError> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_err(dir))
+}
+
+/// Whether some process holds `store.lock` (an engine has the store open).
+pub fn lock_is_held(dir: &Path) -> Result<bool, DiskError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err(&path)(e)),
+    };
+    // SAFETY: flock on a descriptor we own; released when `f` is dropped.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(false);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(true)
+    } else {
+        Err(io_err(&path)(err))
+    }
+}
