@@ -12,3 +12,5 @@
 pub mod bucket;
 pub mod manifest;
 pub mod store;
+pub mod wal_source;
+pub mod worker;

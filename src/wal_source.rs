@@ -1,0 +1,279 @@
+//! [`WalSource`]: where the worker learns how much of the WAL is durable (DESIGN.md section 3).
+//!
+//! A source returns a [`WalPosition`]: which `snapshot.bin` and `wal.bin` the engine's state is
+//! on, how many bytes of `wal.bin` are fsynced (always at a frame boundary) and how many
+//! commits are durable. **No source ever reports bytes that are not fsynced**: a backup ahead
+//! of its store would make the store look rewound after a crash.
+//!
+//! Sources here:
+//! - [`FileSource`]: reads the `wal.position` record the engine rewrites after each group
+//!   fsync (never ahead of what is durable). A torn read (bad CRC) is read again.
+//! - [`OfflineSource`]: for a store whose `store.lock` nobody holds: fsyncs `wal.bin` itself
+//!   (allowed on a read-only descriptor) and takes its valid frames as durable. It scans only
+//!   the bytes added since its last call.
+//! - [`LocalSource`]: the file source while an engine holds `store.lock`, the offline source
+//!   otherwise (the standalone `backup` command).
+//! - [`InProcessSource`]: a closure over an embedded engine's position handle.
+//!
+//! The streamed source (a node's `ReportPosition` stream) lives with the gRPC service.
+//! [`WalSource::request_refresh`] is the worker's catch-up request, sent when the files on disk
+//! show a snapshot or WAL the source has not reported; sources that read the disk themselves
+//! ignore it.
+
+use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
+use crate::store::format::{
+    FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
+};
+
+/// Why no position could be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Format { path: PathBuf, source: FormatError },
+    #[error(transparent)]
+    Disk(#[from] disk::DiskError),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Where the worker learns how much of the WAL is durable.
+#[async_trait::async_trait]
+pub trait WalSource: Send + Sync + 'static {
+    /// The durable position. Takes no engine lock.
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError>;
+
+    /// Asks the engine to catch up with files on disk it has not reported (a new snapshot or
+    /// WAL written by another process). The default does nothing.
+    fn request_refresh(&self) {}
+
+    /// A short name for health and logs.
+    fn kind(&self) -> &'static str;
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
+    move |source| SourceError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads `wal.position`.
+pub struct FileSource {
+    dir: PathBuf,
+}
+
+impl FileSource {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    fn read(dir: &Path) -> Result<WalPosition, SourceError> {
+        let path = dir.join(POSITION_FILE);
+        let mut last = None;
+        // The record is rewritten in place: a read racing a rewrite sees a bad CRC; read again.
+        for _ in 0..20 {
+            let bytes = std::fs::read(&path).map_err(io(&path))?;
+            match WalPosition::decode(&bytes[..bytes.len().min(POSITION_LEN)]) {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Err(SourceError::Format {
+            path,
+            source: last.expect("at least one attempt"),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl WalSource for FileSource {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        let dir = self.dir.clone();
+        blocking(move || FileSource::read(&dir)).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "file"
+    }
+}
+
+/// What the offline source learnt from its last scan of one `wal.bin`.
+#[derive(Debug, Clone, Copy)]
+struct Scanned {
+    wal_id: Uuid,
+    inode: u64,
+    valid_len: u64,
+    last_seq: u64,
+}
+
+/// Reads the store itself, for a store nobody has open. Clones share what was scanned.
+#[derive(Clone)]
+pub struct OfflineSource {
+    dir: PathBuf,
+    scanned: Arc<Mutex<Option<Scanned>>>,
+}
+
+impl OfflineSource {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            scanned: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    fn read(&self) -> Result<WalPosition, SourceError> {
+        use std::os::unix::fs::MetadataExt;
+        let path = self.dir.join(WAL_FILE);
+        let mut f = std::fs::File::open(&path).map_err(io(&path))?;
+        // Whatever is in the file now becomes durable: fsync it before trusting any of it.
+        f.sync_all().map_err(io(&path))?;
+        let meta = f.metadata().map_err(io(&path))?;
+        let mut head = [0u8; WAL_HEADER_LEN];
+        f.read_exact(&mut head).map_err(io(&path))?;
+        let header = WalHeader::decode(&head).map_err(|source| SourceError::Format {
+            path: path.clone(),
+            source,
+        })?;
+        let prev = *self.scanned.lock().expect("not poisoned");
+        let (mut at, mut last_seq) = match prev {
+            Some(s)
+                if s.wal_id == header.wal_id
+                    && s.inode == meta.ino()
+                    && s.valid_len <= meta.len() =>
+            {
+                (s.valid_len, s.last_seq)
+            }
+            _ => (WAL_HEADER_LEN as u64, header.floor),
+        };
+        if at < meta.len() {
+            f.seek(SeekFrom::Start(at)).map_err(io(&path))?;
+            let mut rest = Vec::with_capacity((meta.len() - at) as usize);
+            f.read_to_end(&mut rest).map_err(io(&path))?;
+            let scan = scan_frames(&rest, last_seq + 1);
+            at += scan.valid_len as u64;
+            last_seq = scan.last_seq;
+        }
+        *self.scanned.lock().expect("not poisoned") = Some(Scanned {
+            wal_id: header.wal_id,
+            inode: meta.ino(),
+            valid_len: at,
+            last_seq,
+        });
+        let snapshot_id = read_snapshot_id(&self.dir)?;
+        Ok(WalPosition {
+            snapshot_id,
+            wal_id: header.wal_id,
+            wal_number: header.number,
+            durable_len: at,
+            commit_seq: last_seq,
+        })
+    }
+}
+
+fn read_snapshot_id(dir: &Path) -> Result<Option<Uuid>, SourceError> {
+    let path = dir.join(disk::SNAPSHOT_FILE);
+    let mut f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let mut buf = [0u8; crate::store::format::SNAPSHOT_HEADER_LEN];
+    f.read_exact(&mut buf).map_err(io(&path))?;
+    let h = SnapshotHeader::decode(&buf).map_err(|source| SourceError::Format { path, source })?;
+    Ok(Some(h.snapshot_id))
+}
+
+#[async_trait::async_trait]
+impl WalSource for OfflineSource {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        let me = self.clone();
+        blocking(move || me.read()).await
+    }
+
+    fn kind(&self) -> &'static str {
+        "offline"
+    }
+}
+
+/// The file source while an engine holds `store.lock`, the offline source otherwise.
+pub struct LocalSource {
+    dir: PathBuf,
+    file: FileSource,
+    offline: OfflineSource,
+}
+
+impl LocalSource {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        Self {
+            file: FileSource::new(dir.clone()),
+            offline: OfflineSource::new(dir.clone()),
+            dir,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WalSource for LocalSource {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        let dir = self.dir.clone();
+        if blocking(move || Ok(disk::lock_is_held(&dir)?)).await? {
+            self.file.durable_wal_position().await
+        } else {
+            self.offline.durable_wal_position().await
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "local"
+    }
+}
+
+/// A position read from an embedded engine.
+pub struct InProcessSource {
+    read: Arc<dyn Fn() -> WalPosition + Send + Sync>,
+}
+
+impl InProcessSource {
+    pub fn new(read: impl Fn() -> WalPosition + Send + Sync + 'static) -> Self {
+        Self {
+            read: Arc::new(read),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl WalSource for InProcessSource {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        Ok((self.read)())
+    }
+
+    fn kind(&self) -> &'static str {
+        "in-process"
+    }
+}
+
+/// Whether a position names the snapshot and WAL file a look saw on disk.
+pub fn names_disk(pos: &WalPosition, disk: &DiskState) -> bool {
+    pos.snapshot_id == disk.snapshot_id() && pos.wal_id == disk.wal.header.wal_id
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SourceError> + Send + 'static,
+) -> Result<T, SourceError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| SourceError::Unavailable(format!("position read task failed: {e}")))?
+}

@@ -1,0 +1,272 @@
+//! The lineage decision: may this store back up to this prefix, and as which lineage?
+//!
+//! A prefix holds the backups of one store lineage. The first backup of a store gives it a
+//! random lineage id (`backup.lineage`, a side file, so a store restored from the prefix
+//! carries it on). The worker refuses the prefix — uploads nothing, deletes nothing, reports
+//! the reason — when its newest restore point is another lineage's, when the store has no
+//! lineage but the prefix has restore points, or when the store holds fewer commits than that
+//! restore point (it was restored from an older backup, or rewound).
+//!
+//! One exception: a store restored on boot has a lineage of its own and a parent record
+//! (`backup.parent`) naming the lineage and manifest it came from. While LATEST names exactly
+//! that manifest, the store adopts the prefix. Once LATEST has moved on, the parent record no
+//! longer matches and the store is refused like any other lineage.
+//!
+//! This module is a pure function of what the store and the prefix hold, so every case is a
+//! unit test.
+
+use uuid::Uuid;
+
+use crate::manifest::{Latest, Manifest, ParentRef};
+use crate::store::format::ParentRecord;
+
+/// What the worker may do with the prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Back up as `lineage`; `write_lineage` when the store has no `backup.lineage` yet.
+    Proceed {
+        lineage: Uuid,
+        write_lineage: bool,
+        parent: Option<ParentRef>,
+    },
+    /// Touch nothing; the reason is for the operator.
+    Refuse(String),
+}
+
+/// What the prefix's newest restore point is.
+pub struct NewestRestorePoint<'a> {
+    pub key: &'a str,
+    pub manifest: &'a Manifest,
+    /// What LATEST holds, when it exists.
+    pub latest: Option<&'a Latest>,
+}
+
+/// Decides, from the store's lineage and parent record, its durable commit count and the
+/// prefix's newest restore point.
+pub fn decide(
+    store_lineage: Option<Uuid>,
+    parent: Option<&ParentRecord>,
+    store_commit_seq: u64,
+    newest: Option<NewestRestorePoint<'_>>,
+    new_lineage: impl FnOnce() -> Uuid,
+) -> Decision {
+    let Some(newest) = newest else {
+        return match store_lineage {
+            Some(lineage) => Decision::Proceed {
+                lineage,
+                write_lineage: false,
+                parent: None,
+            },
+            None => Decision::Proceed {
+                lineage: new_lineage(),
+                write_lineage: true,
+                parent: None,
+            },
+        };
+    };
+    let m = newest.manifest;
+    let Some(lineage) = store_lineage else {
+        return Decision::Refuse(format!(
+            "the store has no backup.lineage but the prefix has restore points \
+             (newest {} of lineage {}, {} commits): it is another store's prefix",
+            newest.key, m.lineage, m.commit_seq
+        ));
+    };
+    if lineage == m.lineage {
+        if store_commit_seq < m.commit_seq {
+            return Decision::Refuse(format!(
+                "the store holds fewer commits than the newest restore point ({store_commit_seq} < {} in {}): \
+                 it was restored from an older backup or rewound; back it up to a new prefix",
+                m.commit_seq, newest.key
+            ));
+        }
+        return Decision::Proceed {
+            lineage,
+            write_lineage: false,
+            parent: None,
+        };
+    }
+    if let Some(p) = parent {
+        let latest_names_parent = newest
+            .latest
+            .is_some_and(|l| l.manifest == p.manifest && l.lineage == p.lineage);
+        if p.lineage == m.lineage && p.manifest == newest.key && latest_names_parent {
+            return Decision::Proceed {
+                lineage,
+                write_lineage: false,
+                parent: Some(ParentRef {
+                    lineage: p.lineage,
+                    manifest: p.manifest.clone(),
+                }),
+            };
+        }
+        return Decision::Refuse(format!(
+            "the newest restore point {} belongs to lineage {}, not this store's {lineage}; \
+             the store was restored from {} of lineage {}, but LATEST has moved on since \
+             (another instance writes to this prefix)",
+            newest.key, m.lineage, p.manifest, p.lineage
+        ));
+    }
+    Decision::Refuse(format!(
+        "the newest restore point {} belongs to lineage {}, not this store's {lineage}: \
+         it is another store's prefix",
+        newest.key, m.lineage
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{FORMAT, ObjectEntry, SegmentEntry, manifest_key, segment_key};
+
+    fn manifest(lineage: u128, commit_seq: u64) -> Manifest {
+        Manifest {
+            format: FORMAT,
+            lineage: Uuid::from_u128(lineage),
+            generation: 1,
+            commit_seq,
+            created_at: String::new(),
+            wal_floor: 0,
+            wal_id: Uuid::from_u128(77),
+            wal_number: 1,
+            snapshot: None,
+            archives: vec![],
+            segments: vec![SegmentEntry {
+                object: ObjectEntry {
+                    key: segment_key(1, 0, 10),
+                    len: 10,
+                    crc: 0,
+                    lineage: Uuid::from_u128(lineage),
+                    generation: 1,
+                },
+                start: 0,
+                end: 10,
+                frames: commit_seq,
+            }],
+            side_files: vec![],
+            parent: None,
+        }
+    }
+
+    fn latest(m: &Manifest) -> Latest {
+        Latest {
+            manifest: m.key(),
+            commit_seq: m.commit_seq,
+            lineage: m.lineage,
+        }
+    }
+
+    fn newest<'a>(key: &'a str, m: &'a Manifest, l: &'a Latest) -> Option<NewestRestorePoint<'a>> {
+        Some(NewestRestorePoint {
+            key,
+            manifest: m,
+            latest: Some(l),
+        })
+    }
+
+    #[test]
+    fn empty_prefix_gives_a_new_lineage_once() {
+        let d = decide(None, None, 5, None, || Uuid::from_u128(1));
+        assert_eq!(
+            d,
+            Decision::Proceed {
+                lineage: Uuid::from_u128(1),
+                write_lineage: true,
+                parent: None
+            }
+        );
+        let d = decide(Some(Uuid::from_u128(2)), None, 5, None, || unreachable!());
+        assert!(matches!(
+            d,
+            Decision::Proceed {
+                write_lineage: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn refusals_name_their_cause() {
+        let m = manifest(1, 100);
+        let (key, l) = (manifest_key(100), latest(&m));
+        let Decision::Refuse(r) = decide(
+            Some(Uuid::from_u128(1)),
+            None,
+            99,
+            newest(&key, &m, &l),
+            Uuid::new_v4,
+        ) else {
+            panic!("not refused")
+        };
+        assert!(
+            r.contains("fewer commits than the newest restore point"),
+            "{r}"
+        );
+        let Decision::Refuse(r) = decide(None, None, 500, newest(&key, &m, &l), Uuid::new_v4)
+        else {
+            panic!("not refused")
+        };
+        assert!(r.contains("no backup.lineage"), "{r}");
+        let Decision::Refuse(r) = decide(
+            Some(Uuid::from_u128(2)),
+            None,
+            500,
+            newest(&key, &m, &l),
+            Uuid::new_v4,
+        ) else {
+            panic!("not refused")
+        };
+        assert!(r.contains("belongs to lineage"), "{r}");
+        assert!(matches!(
+            decide(
+                Some(Uuid::from_u128(1)),
+                None,
+                100,
+                newest(&key, &m, &l),
+                Uuid::new_v4
+            ),
+            Decision::Proceed { .. }
+        ));
+    }
+
+    #[test]
+    fn adoption_only_while_latest_names_the_parent() {
+        let m = manifest(1, 100);
+        let (key, l) = (manifest_key(100), latest(&m));
+        let parent = ParentRecord {
+            lineage: Uuid::from_u128(1),
+            manifest: key.clone(),
+            commit_seq: 100,
+        };
+        let d = decide(
+            Some(Uuid::from_u128(2)),
+            Some(&parent),
+            100,
+            newest(&key, &m, &l),
+            Uuid::new_v4,
+        );
+        assert!(
+            matches!(
+                d,
+                Decision::Proceed {
+                    parent: Some(_),
+                    ..
+                }
+            ),
+            "{d:?}"
+        );
+        let moved = manifest(1, 150);
+        let (key2, l2) = (manifest_key(150), latest(&moved));
+        let d = decide(
+            Some(Uuid::from_u128(2)),
+            Some(&parent),
+            100,
+            newest(&key2, &moved, &l2),
+            Uuid::new_v4,
+        );
+        assert!(
+            matches!(d, Decision::Refuse(ref r) if r.contains("LATEST has moved on")),
+            "{d:?}"
+        );
+    }
+}

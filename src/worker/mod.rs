@@ -1,0 +1,455 @@
+//! The backup worker: ships WAL segments, snapshots, archives and side files, and writes the
+//! manifests that name consistent restore points.
+//!
+//! # What it reads, and what it never touches
+//!
+//! It reads the store's files through ordinary OS reads on Tokio's blocking pool, and one
+//! value from the engine: [`WalSource::durable_wal_position`], which says how much of
+//! `wal.bin` is fsynced, in which generation, and which `snapshot.bin` and `wal.bin` files the
+//! engine's state is on. Reading it takes no engine lock, so it cannot slow a write. When the
+//! files on disk show a snapshot or WAL the engine has not reported, the worker asks the source
+//! to catch up ([`WalSource::request_refresh`]) and defers. It writes one file into the store
+//! directory, once: `backup.lineage`, on the first backup of a store (see [`lineage`]).
+//!
+//! # Consistency
+//!
+//! A restore point is a snapshot plus the WAL that starts beside it, and which ones those are
+//! comes from the files on disk:
+//! - Nothing is read while `snapshot.intent` holds anything: the step is deferred, not failed.
+//! - Every read is bracketed by two looks at the directory, and kept only if
+//!   [`DiskState::unchanged_until`] holds between them.
+//! - A restore point is built only when the position names the snapshot and WAL file on disk;
+//!   a new generation starts whenever either changes.
+//! - A manifest's `commit_seq` is computed from the objects it lists, so it is what the
+//!   restored store reports, by construction.
+//!
+//! # Objects and ordering
+//!
+//! Every object a manifest names is immutable (see [`crate::manifest`]); a manifest is written
+//! only after every object it names exists, and LATEST only after its manifest. Retention
+//! deletes only what no retained manifest names. So at any point — a crash between any two
+//! requests included — every manifest in the bucket verifies, and LATEST names one of them.
+//!
+//! # Writes the bucket can refuse
+//!
+//! Immutable objects (GENERATION, segments, side files, snapshots, archives) are written with
+//! `If-None-Match: *`; an object already there is accepted only with the same content (a retry,
+//! or a crashed run's upload). Snapshots and archives are checked absent first (HEAD), so a
+//! large upload is not wasted. Manifests are written with `If-None-Match: *`; LATEST with
+//! `If-Match` on the ETag this worker last wrote or read. A refusal of GENERATION, a manifest
+//! or LATEST means another writer is active: the step fails with
+//! [`WorkerError::ConcurrentWriter`] and the worker forgets its view of the bucket, so its next
+//! step starts afresh from the bucket's state. With conditional writes off (object stores
+//! without conditional PUT) every write is plain.
+//!
+//! # Resume
+//!
+//! No local state besides `backup.lineage`: a worker (re)starting reads LATEST, the newest
+//! manifest, and the generations listed under `gen/`, and continues the newest generation of
+//! its lineage when the store's files are still that generation's (checking the local WAL
+//! bytes against the last shipped segment, so a store that diverged is refused rather than
+//! spliced), or starts a new one past every generation in the prefix. This is the only time the
+//! worker lists the bucket, besides retention.
+//!
+//! [`BackupWorker::run_once`] and [`BackupWorker::step`] take no lease: they are for tests and
+//! for callers that hold one themselves.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::store::disk::{DiskError, DiskState};
+use crate::wal_source::{SourceError, WalSource, names_disk};
+
+mod generation;
+pub mod lineage;
+mod restore_point;
+pub mod retention;
+mod segment;
+mod view;
+
+pub use retention::RetentionPolicy;
+
+/// First retry delay after a failure; doubles per failure up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Consecutive failed steps after which the worker reports itself unhealthy.
+pub const UNHEALTHY_AFTER_FAILURES: u32 = 5;
+/// The shortest lag that makes the worker unhealthy: durable data unshipped for longer than
+/// `max(MIN_UNHEALTHY_LAG, 10 × wal_interval)`.
+pub const MIN_UNHEALTHY_LAG: Duration = Duration::from_secs(30);
+/// The largest segment one step ships; a longer unshipped stretch goes up in several.
+pub const MAX_SEGMENT_BYTES: u64 = 32 << 20;
+
+/// How the worker paces itself.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// How often a follower ships the durable WAL.
+    pub wal_interval: Duration,
+    /// How often a restore point is written while commits arrive.
+    pub restore_point_interval: Duration,
+    /// How often retention runs.
+    pub retention_interval: Duration,
+    pub retention: RetentionPolicy,
+    /// Conditional writes (`If-None-Match`, `If-Match`); off only for object stores without them.
+    pub conditional_writes: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            wal_interval: Duration::from_secs(1),
+            restore_point_interval: Duration::from_secs(60),
+            retention_interval: Duration::from_secs(3600),
+            retention: RetentionPolicy::default(),
+            conditional_writes: true,
+        }
+    }
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Bucket(#[from] BucketError),
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    #[error("WAL source: {0}")]
+    Source(#[from] SourceError),
+    /// The prefix is refused (lineage): nothing was uploaded or deleted.
+    #[error("prefix refused: {reason}")]
+    Refused { reason: String },
+    #[error("corrupt archive {path}: {detail}; no restore point is written over it")]
+    CorruptArchive { path: PathBuf, detail: String },
+    #[error("store {dir}: {detail}")]
+    Store { dir: PathBuf, detail: String },
+    #[error("another writer is active on this prefix ({key} was refused); starting over")]
+    ConcurrentWriter { key: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("bucket content {key}: {detail}")]
+    BadBucket { key: String, detail: String },
+    #[error("the store stayed busy ({0}) for too long")]
+    Busy(DeferReason),
+}
+
+impl WorkerError {
+    /// A refusal stays until an operator acts: retrying it quickly is pointless.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, WorkerError::Refused { .. })
+    }
+}
+
+/// Why a step did nothing this time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeferReason {
+    /// `snapshot.intent` holds something.
+    SnapshotInFlight,
+    /// The position does not name the files on disk; a refresh was requested.
+    CatchUp,
+    /// The files changed under a read; it will be done again.
+    Changed,
+}
+
+impl std::fmt::Display for DeferReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeferReason::SnapshotInFlight => "a snapshot is in flight",
+            DeferReason::CatchUp => "the WAL source has not caught up with the files on disk",
+            DeferReason::Changed => "the store's files changed during a read",
+        })
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepOutcome {
+    /// Read the bucket's state (first step, or after a refusal of a write).
+    Resumed {
+        lineage: uuid::Uuid,
+        generation: Option<u64>,
+    },
+    Deferred(DeferReason),
+    /// Claimed a generation and uploaded its snapshot, archives and side files.
+    NewGeneration {
+        generation: u64,
+        uploaded: u64,
+        reused: u64,
+    },
+    /// Shipped one WAL segment.
+    Shipped {
+        key: String,
+        bytes: u64,
+        frames: u64,
+    },
+    /// Wrote a manifest (or found it written) and moved LATEST.
+    RestorePoint {
+        key: String,
+        commit_seq: u64,
+    },
+    /// Ran retention.
+    Retention {
+        deleted: u64,
+    },
+    /// Nothing to do.
+    Idle,
+}
+
+/// The worker's counters, shared with whoever reports them.
+#[derive(Debug, Default)]
+pub struct BackupCounters {
+    pub bytes_shipped: AtomicU64,
+    pub objects_shipped: AtomicU64,
+    pub objects_reused: AtomicU64,
+    pub segments_shipped: AtomicU64,
+    pub restore_points: AtomicU64,
+    pub generations: AtomicU64,
+    pub objects_deleted: AtomicU64,
+    pub failures: AtomicU64,
+    /// Commits durable in the store, as last read from the source.
+    pub durable_commit_seq: AtomicU64,
+    /// Commits shipped (in segments).
+    pub shipped_commit_seq: AtomicU64,
+    /// Commits in the newest restore point this worker wrote or found.
+    pub restore_point_commit_seq: AtomicU64,
+}
+
+impl BackupCounters {
+    fn add(field: &AtomicU64, n: u64) {
+        field.fetch_add(n, Ordering::Relaxed);
+    }
+    fn set(field: &AtomicU64, n: u64) {
+        field.store(n, Ordering::Relaxed);
+    }
+}
+
+/// The backup worker of one store directory and one prefix.
+pub struct BackupWorker {
+    dir: PathBuf,
+    bucket: DynBucket,
+    source: Arc<dyn WalSource>,
+    config: WorkerConfig,
+    counters: Arc<BackupCounters>,
+    /// What this worker knows of the prefix; `None` until resumed, and after a refusal.
+    view: Option<view::View>,
+    last_restore_point: Option<tokio::time::Instant>,
+    last_retention: Option<tokio::time::Instant>,
+    restore_point_requested: bool,
+    retention_requested: bool,
+}
+
+impl BackupWorker {
+    pub fn new(
+        dir: impl Into<PathBuf>,
+        bucket: DynBucket,
+        source: Arc<dyn WalSource>,
+        config: WorkerConfig,
+    ) -> Self {
+        Self {
+            dir: dir.into(),
+            bucket,
+            source,
+            config,
+            counters: Arc::default(),
+            view: None,
+            last_restore_point: None,
+            last_retention: None,
+            restore_point_requested: false,
+            retention_requested: false,
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn counters(&self) -> Arc<BackupCounters> {
+        self.counters.clone()
+    }
+
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Asks for a restore point at the next step that has commits past the newest one.
+    pub fn request_restore_point(&mut self) {
+        self.restore_point_requested = true;
+    }
+
+    /// Asks for retention at the next step.
+    pub fn request_retention(&mut self) {
+        self.retention_requested = true;
+    }
+
+    /// Forgets the view of the bucket: the next step resumes from the bucket's state.
+    pub fn forget_view(&mut self) {
+        self.view = None;
+    }
+
+    fn cond_create(&self) -> PutCondition {
+        if self.config.conditional_writes {
+            PutCondition::IfNoneMatch
+        } else {
+            PutCondition::None
+        }
+    }
+
+    /// Does one unit of work.
+    pub async fn step(&mut self) -> Result<StepOutcome, WorkerError> {
+        let result = self.step_inner().await;
+        match &result {
+            Err(WorkerError::ConcurrentWriter { .. }) => {
+                self.view = None;
+                BackupCounters::add(&self.counters.failures, 1);
+            }
+            Err(_) => BackupCounters::add(&self.counters.failures, 1),
+            Ok(_) => {}
+        }
+        result
+    }
+
+    async fn step_inner(&mut self) -> Result<StepOutcome, WorkerError> {
+        let disk = DiskState::look_async(&self.dir).await?;
+        if disk.intent {
+            return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
+        }
+        let pos = self.source.durable_wal_position().await?;
+        BackupCounters::set(&self.counters.durable_commit_seq, pos.commit_seq);
+        if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
+            self.source.request_refresh();
+            return Ok(StepOutcome::Deferred(DeferReason::CatchUp));
+        }
+
+        let Some(view) = self.view.as_mut() else {
+            let view = view::View::resume(self, &disk, &pos).await?;
+            let outcome = StepOutcome::Resumed {
+                lineage: view.lineage,
+                generation: view.current.as_ref().map(|g| g.number),
+            };
+            if let Some(g) = &view.current {
+                BackupCounters::set(&self.counters.shipped_commit_seq, g.shipped_seq());
+            }
+            if let Some(m) = &view.newest_own {
+                BackupCounters::set(&self.counters.restore_point_commit_seq, m.commit_seq);
+            }
+            self.view = Some(view);
+            return Ok(outcome);
+        };
+
+        let same_generation = view
+            .current
+            .as_ref()
+            .is_some_and(|g| g.snapshot_id == pos.snapshot_id && g.wal_id == pos.wal_id);
+        if !same_generation {
+            return generation::start(self, &disk, &pos).await;
+        }
+        let current = view.current.as_ref().expect("checked above");
+        if pos.durable_len > current.shipped_end {
+            return segment::ship(self, &disk, &pos).await;
+        }
+        if pos.durable_len < current.shipped_end {
+            return Err(WorkerError::Store {
+                dir: self.dir.clone(),
+                detail: format!(
+                    "wal.bin's durable length {} is below what was already shipped ({}): the store was rewound",
+                    pos.durable_len, current.shipped_end
+                ),
+            });
+        }
+        if self.restore_point_due() {
+            if let Some(outcome) = restore_point::write(self).await? {
+                return Ok(outcome);
+            }
+        }
+        if self.retention_due() {
+            return retention::run(self).await;
+        }
+        Ok(StepOutcome::Idle)
+    }
+
+    fn restore_point_due(&self) -> bool {
+        let Some(view) = &self.view else { return false };
+        let Some(current) = &view.current else {
+            return false;
+        };
+        let newest = view.newest_own.as_ref().map(|m| m.commit_seq);
+        let fresh_generation = newest.is_none()
+            || view
+                .newest_own
+                .as_ref()
+                .is_some_and(|m| m.generation != current.number);
+        if current.segments.is_empty() || newest == Some(current.shipped_seq()) {
+            return false;
+        }
+        if view.skip_restore_point_at == Some(current.shipped_seq()) {
+            return false;
+        }
+        self.restore_point_requested
+            || fresh_generation
+            || self
+                .last_restore_point
+                .is_none_or(|t| t.elapsed() >= self.config.restore_point_interval)
+    }
+
+    fn retention_due(&self) -> bool {
+        self.retention_requested
+            || self
+                .last_retention
+                .is_none_or(|t| t.elapsed() >= self.config.retention_interval)
+    }
+
+    /// Steps until nothing is left: everything durable shipped, a restore point written for
+    /// it, and retention run. Defers (a snapshot in flight, a source catching up) are waited
+    /// out for a few seconds.
+    pub async fn run_once(&mut self) -> Result<RunReport, WorkerError> {
+        self.restore_point_requested = true;
+        self.retention_requested = true;
+        let mut report = RunReport::default();
+        let mut deferred = 0u32;
+        loop {
+            match self.step().await? {
+                StepOutcome::Idle => break,
+                StepOutcome::Deferred(reason) => {
+                    deferred += 1;
+                    if deferred > 100 {
+                        return Err(WorkerError::Busy(reason));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                outcome => report.record(&outcome),
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// What [`BackupWorker::run_once`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RunReport {
+    pub generations: u64,
+    pub segments: u64,
+    pub bytes: u64,
+    pub restore_point: Option<u64>,
+    pub deleted: u64,
+}
+
+impl RunReport {
+    fn record(&mut self, outcome: &StepOutcome) {
+        match outcome {
+            StepOutcome::NewGeneration { .. } => self.generations += 1,
+            StepOutcome::Shipped { bytes, .. } => {
+                self.segments += 1;
+                self.bytes += bytes;
+            }
+            StepOutcome::RestorePoint { commit_seq, .. } => self.restore_point = Some(*commit_seq),
+            StepOutcome::Retention { deleted } => self.deleted += deleted,
+            _ => {}
+        }
+    }
+}

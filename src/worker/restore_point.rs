@@ -1,0 +1,79 @@
+//! Writing a restore point: the manifest, then LATEST.
+//!
+//! The manifest is written with `If-None-Match: *`. A key that already exists is not rewritten:
+//! if it is this lineage's (a crashed run wrote it before moving LATEST) it names the same
+//! commits of the same history, and LATEST moves to it; if it is the adopted parent's (a store
+//! restored on boot, before its first commit) it is left alone and no restore point is written
+//! until the next commit. Any other owner is another writer. LATEST is written with `If-Match`
+//! on the ETag last written or read; a refusal is another writer too. A crash between the two
+//! writes leaves a manifest LATEST does not name yet, which is still a valid restore point.
+
+use super::{BackupCounters, BackupWorker, StepOutcome, WorkerError};
+use crate::bucket::{Body, BucketError, PutCondition};
+use crate::manifest::{LATEST_KEY, Latest, Manifest};
+
+/// Writes a restore point for everything shipped; `None` when there is nothing to write.
+pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, WorkerError> {
+    let cond = w.cond_create();
+    let conditional = w.config.conditional_writes;
+    let bucket = w.bucket.clone();
+    let view = w.view.as_mut().expect("resumed");
+    let g = view.current.as_ref().expect("generation started");
+    let m = g.manifest(view.lineage, view.parent.clone());
+    let key = m.key();
+    debug_assert!(m.check(&key).is_ok(), "{:?}", m.check(&key));
+
+    match bucket.put(&key, Body::from(m.encode()), cond).await {
+        Ok(_) => {}
+        Err(BucketError::PreconditionFailed { .. }) => {
+            let there = bucket.get(&key).await?;
+            match Manifest::decode(&key, &there.data) {
+                Ok(existing) if existing.lineage == view.lineage => {}
+                Ok(existing)
+                    if view
+                        .parent
+                        .as_ref()
+                        .is_some_and(|p| p.lineage == existing.lineage && p.manifest == key) =>
+                {
+                    view.skip_restore_point_at = Some(m.commit_seq);
+                    return Ok(None);
+                }
+                _ => return Err(WorkerError::ConcurrentWriter { key }),
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+
+    let latest = Latest {
+        manifest: key.clone(),
+        commit_seq: m.commit_seq,
+        lineage: view.lineage,
+    };
+    let latest_cond = match (&view.latest, conditional) {
+        (_, false) => PutCondition::None,
+        (Some((_, etag)), true) => PutCondition::IfMatch(etag.clone()),
+        (None, true) => PutCondition::IfNoneMatch,
+    };
+    let etag = match bucket
+        .put(LATEST_KEY, Body::from(latest.encode()), latest_cond)
+        .await
+    {
+        Ok(etag) => etag,
+        Err(BucketError::PreconditionFailed { .. }) => {
+            return Err(WorkerError::ConcurrentWriter {
+                key: LATEST_KEY.into(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    view.latest = Some((latest, etag));
+    view.manifests.insert(key.clone(), Some(m.clone()));
+    let commit_seq = m.commit_seq;
+    view.newest_own = Some(m);
+    w.last_restore_point = Some(tokio::time::Instant::now());
+    w.restore_point_requested = false;
+    BackupCounters::add(&w.counters.restore_points, 1);
+    BackupCounters::set(&w.counters.restore_point_commit_seq, commit_seq);
+    tracing::info!(%key, commit_seq, "wrote a restore point");
+    Ok(Some(StepOutcome::RestorePoint { key, commit_seq }))
+}

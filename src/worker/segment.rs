@@ -1,0 +1,128 @@
+//! Shipping `wal.bin` from the shipped end to the durable length as one segment.
+//!
+//! The read is bracketed by two looks ([`DiskState::unchanged_until`]) and kept only if neither
+//! the snapshot, the WAL file nor the intent changed and the WAL did not shrink. The bytes must
+//! parse as whole frames continuing the shipped commits (the first segment of a WAL starts with
+//! its header): a source that reports a length off a frame boundary, or bytes that do not
+//! parse below the durable length, fail the step rather than ship something a restore would
+//! cut. A segment is written with `If-None-Match: *`; a crash after the PUT leaves a segment no
+//! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
+//! removes.
+
+use super::generation::upload;
+use super::view::read_wal_range;
+use super::{
+    BackupCounters, BackupWorker, DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError,
+};
+use crate::bucket::Body;
+use crate::manifest::{self, ObjectEntry, SegmentEntry};
+use crate::store::disk::DiskState;
+use crate::store::format::{WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames};
+
+pub(super) async fn ship(
+    w: &mut BackupWorker,
+    disk: &DiskState,
+    pos: &WalPosition,
+) -> Result<StepOutcome, WorkerError> {
+    let (start, first_seq, number, wal_id) = {
+        let g = w
+            .view
+            .as_ref()
+            .and_then(|v| v.current.as_ref())
+            .expect("generation started");
+        (g.shipped_end, g.shipped_seq() + 1, g.number, g.wal_id)
+    };
+    let capped = pos.durable_len - start > MAX_SEGMENT_BYTES;
+    let end = if capped {
+        start + MAX_SEGMENT_BYTES
+    } else {
+        pos.durable_len
+    };
+    let Some(bytes) = read_wal_range(w, disk, start, end).await? else {
+        return Ok(StepOutcome::Deferred(DeferReason::Changed));
+    };
+    let after = DiskState::look_async(&w.dir).await?;
+    if !disk.unchanged_until(&after) {
+        return Ok(StepOutcome::Deferred(DeferReason::Changed));
+    }
+
+    let header_len = if start == 0 { WAL_HEADER_LEN } else { 0 };
+    if start == 0 {
+        let h = WalHeader::decode(&bytes).map_err(|e| WorkerError::Store {
+            dir: w.dir.clone(),
+            detail: format!("wal.bin: {e}"),
+        })?;
+        if h.wal_id != wal_id {
+            return Ok(StepOutcome::Deferred(DeferReason::Changed));
+        }
+    }
+    let scan = scan_frames(&bytes[header_len..], first_seq);
+    let valid = header_len + scan.valid_len;
+    let keep = if valid == bytes.len() {
+        bytes
+    } else if capped && scan.valid_len > 0 {
+        bytes.slice(..valid)
+    } else {
+        return Err(WorkerError::Store {
+            dir: w.dir.clone(),
+            detail: format!(
+                "wal.bin bytes {start}..{end} below the durable position do not parse as whole frames \
+                 ({} after {} valid bytes): the WAL source reported a position that is not durable frames",
+                scan.stop
+                    .map_or_else(|| "short".to_string(), |s| s.to_string()),
+                valid
+            ),
+        });
+    };
+    let end = start + keep.len() as u64;
+    let frames = scan
+        .frames
+        .iter()
+        .take_while(|f| (header_len + f.end) as u64 <= keep.len() as u64)
+        .count() as u64;
+    if end == pos.durable_len && first_seq - 1 + frames != pos.commit_seq {
+        return Err(WorkerError::Store {
+            dir: w.dir.clone(),
+            detail: format!(
+                "the WAL source says {} commits are durable but wal.bin's frames reach {}",
+                pos.commit_seq,
+                first_seq - 1 + frames
+            ),
+        });
+    }
+
+    let key = manifest::segment_key(number, start, end);
+    let crc = crc32fast::hash(&keep);
+    let len = keep.len() as u64;
+    let cond = w.cond_create();
+    upload(&w.bucket, &key, Body::Bytes(keep), &cond, false).await?;
+
+    let lineage = w.view.as_ref().expect("resumed").lineage;
+    let g = w
+        .view
+        .as_mut()
+        .and_then(|v| v.current.as_mut())
+        .expect("generation started");
+    g.segments.push(SegmentEntry {
+        object: ObjectEntry {
+            key: key.clone(),
+            len,
+            crc,
+            lineage,
+            generation: number,
+        },
+        start,
+        end,
+        frames,
+    });
+    g.shipped_end = end;
+    BackupCounters::set(&w.counters.shipped_commit_seq, g.shipped_seq());
+    BackupCounters::add(&w.counters.segments_shipped, 1);
+    BackupCounters::add(&w.counters.objects_shipped, 1);
+    BackupCounters::add(&w.counters.bytes_shipped, len);
+    Ok(StepOutcome::Shipped {
+        key,
+        bytes: len,
+        frames,
+    })
+}

@@ -1,0 +1,402 @@
+//! What the worker knows of its prefix, and how it learns it again from the bucket (resume).
+//!
+//! The view is rebuilt from the bucket whenever the worker starts, and again after any write
+//! the bucket refused: the worker keeps no state of its own besides `backup.lineage`.
+//! Manifests and GENERATION claims are immutable, so the ones read are cached for as long as
+//! the view lives.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use uuid::Uuid;
+
+use super::lineage::{self, Decision, NewestRestorePoint};
+use super::{BackupWorker, WorkerError};
+use crate::bucket::{self, BucketError, DynBucket};
+use crate::manifest::{
+    self, ArchiveEntry, GenerationClaim, LATEST_KEY, Latest, Manifest, ParentRef, SegmentEntry,
+    SideFileEntry, SnapshotEntry,
+};
+use crate::store::disk::{self, DiskState};
+use crate::store::format::{WAL_HEADER_LEN, WalPosition, scan_frames};
+
+/// The generation this worker is shipping.
+#[derive(Debug, Clone)]
+pub(super) struct Generation {
+    pub number: u64,
+    pub snapshot_id: Option<Uuid>,
+    pub wal_id: Uuid,
+    pub wal_number: u64,
+    /// The floor in `wal.bin`'s header.
+    pub wal_header_floor: u64,
+    /// The floor of the first WAL file listed (first archive, else `wal.bin`).
+    pub wal_floor: u64,
+    pub snapshot: Option<SnapshotEntry>,
+    pub archives: Vec<ArchiveEntry>,
+    pub side_files: Vec<SideFileEntry>,
+    pub segments: Vec<SegmentEntry>,
+    /// Bytes of `wal.bin` shipped in segments.
+    pub shipped_end: u64,
+}
+
+impl Generation {
+    /// Commits the shipped segments reach.
+    pub fn shipped_seq(&self) -> u64 {
+        self.wal_header_floor + self.segments.iter().map(|s| s.frames).sum::<u64>()
+    }
+
+    pub fn manifest(&self, lineage: Uuid, parent: Option<ParentRef>) -> Manifest {
+        let mut m = Manifest {
+            format: manifest::FORMAT,
+            lineage,
+            generation: self.number,
+            commit_seq: 0,
+            created_at: manifest::now_rfc3339(),
+            wal_floor: self.wal_floor,
+            wal_id: self.wal_id,
+            wal_number: self.wal_number,
+            snapshot: self.snapshot.clone(),
+            archives: self.archives.clone(),
+            segments: self.segments.clone(),
+            side_files: self.side_files.clone(),
+            parent,
+        };
+        m.commit_seq = m.computed_commit_seq().expect("frame counts fit in u64");
+        m
+    }
+
+    fn from_manifest(m: &Manifest) -> Generation {
+        Generation {
+            number: m.generation,
+            snapshot_id: m.snapshot.as_ref().map(|s| s.snapshot_id),
+            wal_id: m.wal_id,
+            wal_number: m.wal_number,
+            wal_header_floor: m.wal_floor + m.archives.iter().map(|a| a.frames).sum::<u64>(),
+            wal_floor: m.wal_floor,
+            snapshot: m.snapshot.clone(),
+            archives: m.archives.clone(),
+            side_files: m.side_files.clone(),
+            segments: m.segments.clone(),
+            shipped_end: m.segments_end(),
+        }
+    }
+}
+
+/// What the worker knows of its prefix.
+pub(super) struct View {
+    pub lineage: Uuid,
+    /// Set while adopting a parent's prefix: named in this lineage's manifests.
+    pub parent: Option<ParentRef>,
+    /// LATEST's content and ETag as last written or read.
+    pub latest: Option<(Latest, String)>,
+    /// The highest generation number in the prefix, any lineage.
+    pub max_generation: u64,
+    pub current: Option<Generation>,
+    /// The newest manifest of this lineage that LATEST named or this worker wrote.
+    pub newest_own: Option<Manifest>,
+    /// A commit count whose manifest key belongs to the adopted parent: not rewritten.
+    pub skip_restore_point_at: Option<u64>,
+    /// Manifests read so far (`None`: junk).
+    pub manifests: HashMap<String, Option<Manifest>>,
+    /// GENERATION claims read so far (`None`: junk or missing).
+    pub claims: HashMap<u64, Option<GenerationClaim>>,
+}
+
+async fn get_opt(
+    bucket: &DynBucket,
+    key: &str,
+) -> Result<Option<crate::bucket::Object>, WorkerError> {
+    match bucket.get(key).await {
+        Ok(o) => Ok(Some(o)),
+        Err(BucketError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl View {
+    /// Reads the prefix's state and decides, with the store's lineage, whether and how to go on.
+    pub async fn resume(
+        w: &BackupWorker,
+        disk: &DiskState,
+        pos: &WalPosition,
+    ) -> Result<View, WorkerError> {
+        let bucket = &w.bucket;
+        let latest = match get_opt(bucket, LATEST_KEY).await? {
+            None => None,
+            Some(o) => {
+                let l = Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
+                    key: LATEST_KEY.into(),
+                    detail: e.to_string(),
+                })?;
+                Some((l, o.etag))
+            }
+        };
+        let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
+        let newest = match &latest {
+            Some((l, _)) => {
+                let Some(o) = get_opt(bucket, &l.manifest).await? else {
+                    return Err(WorkerError::BadBucket {
+                        key: LATEST_KEY.into(),
+                        detail: format!("names {}, which does not exist", l.manifest),
+                    });
+                };
+                let m =
+                    Manifest::decode(&l.manifest, &o.data).map_err(|e| WorkerError::BadBucket {
+                        key: l.manifest.clone(),
+                        detail: format!("LATEST names an invalid manifest: {e}"),
+                    })?;
+                manifests.insert(l.manifest.clone(), Some(m.clone()));
+                Some((l.manifest.clone(), m))
+            }
+            None => {
+                // No LATEST: a crash after the first manifest, or an empty prefix.
+                let mut keys: Vec<(u64, String)> =
+                    bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX)
+                        .await?
+                        .into_iter()
+                        .filter_map(|o| manifest::parse_manifest_key(&o.key).map(|n| (n, o.key)))
+                        .collect();
+                keys.sort();
+                let mut found = None;
+                for (_, key) in keys.into_iter().rev() {
+                    let Some(o) = get_opt(bucket, &key).await? else {
+                        continue;
+                    };
+                    match Manifest::decode(&key, &o.data) {
+                        Ok(m) => {
+                            manifests.insert(key.clone(), Some(m.clone()));
+                            found = Some((key, m));
+                            break;
+                        }
+                        Err(e) => {
+                            tracing::warn!(%key, error = %e, "skipping an invalid manifest");
+                            manifests.insert(key, None);
+                        }
+                    }
+                }
+                found
+            }
+        };
+
+        let dir = w.dir.clone();
+        let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
+            Ok::<_, disk::DiskError>((disk::read_lineage(&dir)?, disk::read_parent(&dir)?))
+        })
+        .await
+        .map_err(|e| WorkerError::Store {
+            dir: w.dir.clone(),
+            detail: e.to_string(),
+        })??;
+
+        let decision = lineage::decide(
+            store_lineage,
+            parent.as_ref(),
+            pos.commit_seq,
+            newest.as_ref().map(|(key, m)| NewestRestorePoint {
+                key,
+                manifest: m,
+                latest: latest.as_ref().map(|(l, _)| l),
+            }),
+            Uuid::new_v4,
+        );
+        let (lineage, write_lineage, parent_ref) = match decision {
+            Decision::Refuse(reason) => return Err(WorkerError::Refused { reason }),
+            Decision::Proceed {
+                lineage,
+                write_lineage,
+                parent,
+            } => (lineage, write_lineage, parent),
+        };
+
+        // Every generation in the prefix, any lineage, and this lineage's segment keys.
+        let mut max_generation = 0;
+        let mut segment_keys: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
+        for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
+            let Some(g) = manifest::parse_generation(&o.key) else {
+                continue;
+            };
+            max_generation = max_generation.max(g);
+            if let Some((s, e)) = manifest::parse_segment_key(g, &o.key) {
+                segment_keys.entry(g).or_default().push((s, e, o.key));
+            }
+        }
+
+        let newest_own = newest.filter(|(_, m)| m.lineage == lineage).map(|(_, m)| m);
+        let skip_restore_point_at = parent_ref
+            .as_ref()
+            .and_then(|p| manifest::parse_manifest_key(&p.manifest));
+        let mut current = None;
+        if let Some(m) = &newest_own {
+            if m.wal_id == pos.wal_id
+                && m.snapshot.as_ref().map(|s| s.snapshot_id) == pos.snapshot_id
+            {
+                let mut g = Generation::from_manifest(m);
+                check_not_diverged(w, disk, pos, &g).await?;
+                extend_with_shipped_segments(
+                    w,
+                    pos,
+                    &mut g,
+                    lineage,
+                    segment_keys.remove(&m.generation).unwrap_or_default(),
+                )
+                .await?;
+                current = Some(g);
+            }
+        }
+
+        if write_lineage {
+            let dir = w.dir.clone();
+            tokio::task::spawn_blocking(move || disk::write_lineage(&dir, lineage))
+                .await
+                .map_err(|e| WorkerError::Store {
+                    dir: w.dir.clone(),
+                    detail: e.to_string(),
+                })??;
+        }
+        Ok(View {
+            lineage,
+            parent: parent_ref,
+            latest,
+            max_generation,
+            current,
+            newest_own,
+            skip_restore_point_at,
+            manifests,
+            claims: HashMap::new(),
+        })
+    }
+}
+
+/// Reads bytes `[start, end)` of `wal.bin` (blocking pool).
+pub(super) async fn read_wal_range(
+    w: &BackupWorker,
+    disk: &DiskState,
+    start: u64,
+    end: u64,
+) -> Result<Option<Bytes>, WorkerError> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let path = w.dir.join(disk::WAL_FILE);
+    let inode = disk.wal.inode;
+    tokio::task::spawn_blocking(move || {
+        let f = std::fs::File::open(&path)?;
+        if f.metadata()?.ino() != inode {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; (end - start) as usize];
+        f.read_exact_at(&mut buf, start)?;
+        Ok(Some(Bytes::from(buf)))
+    })
+    .await
+    .map_err(|e| WorkerError::Store {
+        dir: w.dir.clone(),
+        detail: e.to_string(),
+    })?
+    .map_err(|source: std::io::Error| WorkerError::Io {
+        path: w.dir.join(disk::WAL_FILE),
+        source,
+    })
+}
+
+/// Refuses a store whose `wal.bin` no longer holds what the prefix shipped of it (a store
+/// restored from an older backup and written to since, say): continuing would splice two
+/// histories.
+async fn check_not_diverged(
+    w: &BackupWorker,
+    disk: &DiskState,
+    pos: &WalPosition,
+    g: &Generation,
+) -> Result<(), WorkerError> {
+    let Some(last) = g.segments.last() else {
+        return Ok(());
+    };
+    let diverged = if pos.durable_len < last.end {
+        true
+    } else {
+        match read_wal_range(w, disk, last.start, last.end).await? {
+            Some(local) => crc32fast::hash(&local) != last.object.crc,
+            None => false,
+        }
+    };
+    if diverged {
+        return Err(WorkerError::Refused {
+            reason: format!(
+                "the store's wal.bin no longer matches what {} holds of it: the store diverged from \
+                 this prefix (restored from an older backup and written to since?); back it up to a new prefix",
+                last.object.key
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Takes on the segments shipped after the newest manifest (by a run that stopped before its
+/// next restore point), as long as they match the local WAL byte for byte.
+async fn extend_with_shipped_segments(
+    w: &BackupWorker,
+    pos: &WalPosition,
+    g: &mut Generation,
+    lineage: Uuid,
+    mut keys: Vec<(u64, u64, String)>,
+) -> Result<(), WorkerError> {
+    keys.sort();
+    let disk = DiskState::look_async(&w.dir).await?;
+    loop {
+        let Some((start, end, key)) = keys
+            .iter()
+            .filter(|(s, e, _)| *s == g.shipped_end && *e <= pos.durable_len)
+            .max_by_key(|(_, e, _)| *e)
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let Some(o) = get_opt(&w.bucket, &key).await? else {
+            return Ok(());
+        };
+        let Some(local) = read_wal_range(w, &disk, start, end).await? else {
+            return Ok(());
+        };
+        if o.data != local {
+            return Ok(());
+        }
+        let body = if start == 0 {
+            &local[WAL_HEADER_LEN.min(local.len())..]
+        } else {
+            &local[..]
+        };
+        let scan = scan_frames(body, g.shipped_seq() + 1);
+        if scan.stop.is_some() || (start == 0 && local.len() < WAL_HEADER_LEN) {
+            return Ok(());
+        }
+        g.segments.push(SegmentEntry {
+            object: manifest::ObjectEntry {
+                key,
+                len: end - start,
+                crc: crc32fast::hash(&local),
+                lineage,
+                generation: g.number,
+            },
+            start,
+            end,
+            frames: scan.frames.len() as u64,
+        });
+        g.shipped_end = end;
+    }
+}
+
+/// Reads a GENERATION claim, cached.
+pub(super) async fn claim(
+    bucket: &DynBucket,
+    claims: &mut HashMap<u64, Option<GenerationClaim>>,
+    generation: u64,
+) -> Result<Option<GenerationClaim>, WorkerError> {
+    if let Some(c) = claims.get(&generation) {
+        return Ok(c.clone());
+    }
+    let key = manifest::generation_key(generation);
+    let c = match get_opt(bucket, &key).await? {
+        Some(o) => GenerationClaim::decode(&key, &o.data).ok(),
+        None => None,
+    };
+    claims.insert(generation, c.clone());
+    Ok(c)
+}
