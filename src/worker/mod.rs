@@ -63,6 +63,7 @@ use crate::bucket::{BucketError, DynBucket, PutCondition};
 use crate::store::disk::{DiskError, DiskState};
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
+mod follow;
 mod generation;
 pub mod lineage;
 mod restore_point;

@@ -1,0 +1,97 @@
+//! Command-line commands. Each parses its arguments, calls the library and prints; every
+//! failure exits non-zero with a one-line reason on stderr.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod backup;
+mod inspect;
+mod settings;
+mod store;
+
+/// Continuous, crash-safe backup of database stores to S3 or a local directory.
+#[derive(Parser)]
+#[command(name = "mushroom-backup", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The reference engine: write and digest stores (tests, demos, restore checks).
+    #[command(subcommand)]
+    Store(store::StoreCommand),
+    /// Back up a store directory to a destination, once or following it.
+    Backup(backup::BackupArgs),
+    /// Restore a store from a destination into an empty directory.
+    Restore(inspect::RestoreArgs),
+    /// Check every restore point of a destination.
+    Verify(inspect::VerifyArgs),
+    /// List the restore points of a destination.
+    Ls(inspect::LsArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Store(cmd) => store::run(cmd).await,
+            Command::Backup(args) => backup::run(args).await,
+            Command::Restore(args) => inspect::restore(args).await,
+            Command::Verify(args) => inspect::verify(args).await,
+            Command::Ls(args) => inspect::ls(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("MUSHROOMDB_BACKUP_LOG")
+        .or_else(|_| EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| EnvFilter::new("warn,mushroom_backup=info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// A cancellation token cancelled by the first SIGINT or SIGTERM.
+pub fn shutdown_token() -> tokio_util::sync::CancellationToken {
+    let token = tokio_util::sync::CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        t.cancel();
+    });
+    token
+}
