@@ -285,7 +285,9 @@ impl Engine {
             {
                 e.snapshot_steps()?;
             }
-            if e.opts.rotate_bytes > 0 && e.durable_len > e.opts.rotate_bytes {
+            // An empty wal.bin is never rotated, whatever `rotate_bytes` is.
+            let has_frames = e.durable_len > WAL_HEADER_LEN as u64;
+            if e.opts.rotate_bytes > 0 && e.durable_len > e.opts.rotate_bytes && has_frames {
                 e.rotate_steps()?;
             }
             Ok(e.position())
