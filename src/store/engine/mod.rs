@@ -85,7 +85,8 @@ pub use recover::{
     ArchiveInfo, IntentState, Recovery, StoreDigest, StoreImage, digest, digest_map, read_store,
 };
 pub use workload::{
-    SplitMix64, WriteOptions, WriteReport, expected_map, workload_ops, write_commits,
+    KEY_SPACE, SplitMix64, WORKLOAD_GROUP, WriteOptions, WriteReport, expected_map, workload_ops,
+    write_commits,
 };
 
 use crate::store::format::{
