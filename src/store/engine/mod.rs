@@ -85,7 +85,8 @@ pub use recover::{
     ArchiveInfo, IntentState, Recovery, StoreDigest, StoreImage, digest, digest_map, read_store,
 };
 pub use workload::{
-    SplitMix64, WriteOptions, WriteReport, expected_map, workload_ops, write_commits,
+    KEY_SPACE, SplitMix64, WORKLOAD_GROUP, WriteOptions, WriteReport, expected_map, workload_ops,
+    write_commits,
 };
 
 use crate::store::format::{
@@ -285,7 +286,9 @@ impl Engine {
             {
                 e.snapshot_steps()?;
             }
-            if e.opts.rotate_bytes > 0 && e.durable_len > e.opts.rotate_bytes {
+            // An empty wal.bin is never rotated, whatever `rotate_bytes` is.
+            let has_frames = e.durable_len > WAL_HEADER_LEN as u64;
+            if e.opts.rotate_bytes > 0 && e.durable_len > e.opts.rotate_bytes && has_frames {
                 e.rotate_steps()?;
             }
             Ok(e.position())

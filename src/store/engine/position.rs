@@ -27,8 +27,8 @@ impl PositionHandle {
         *self.rx.borrow()
     }
 
-    /// Waits until the position changes after the last one this handle saw (through `get`
-    /// does not count; through `changed` does) and returns it; `None` once the engine is gone.
+    /// Waits for a position this handle has not yet returned from `changed` (values read
+    /// with [`get`](Self::get) do not count) and returns it; `None` once the engine is gone.
     pub async fn changed(&mut self) -> Option<WalPosition> {
         self.rx.changed().await.ok()?;
         Some(*self.rx.borrow_and_update())

@@ -1,7 +1,7 @@
 //! Recovery as a pure reading of the files: [`read_store`] builds a [`StoreImage`] — the map,
 //! the commit count, the WAL chain — and the list of [`Recovery`] steps that `Engine::open`
 //! would apply, without taking a lock or writing anything. `Engine::open` applies the steps
-//! with [`repair`] and reads again, so the engine and the read-only readers share one
+//! with `repair` and reads again, so the engine and the read-only readers share one
 //! definition of what a store holds.
 //!
 //! The reading, in order:
@@ -65,7 +65,7 @@ pub enum IntentState {
 }
 
 /// One step `Engine::open` takes to bring the files to a clean state; listed by
-/// [`read_store`], applied in order by [`repair`].
+/// [`read_store`], applied in order by `Engine::open`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Recovery {
     /// Remove a `*.tmp` left by an interrupted atomic write.

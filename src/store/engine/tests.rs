@@ -141,6 +141,29 @@ fn position_handle_follows_syncs_and_outlives_the_engine() {
 }
 
 #[test]
+fn engine_and_handle_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Engine>();
+    send_sync::<PositionHandle>();
+}
+
+#[test]
+fn tiny_rotate_bytes_never_rotates_an_empty_wal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = EngineOptions {
+        rotate_bytes: 1,
+        ..opts(1)
+    };
+    let mut e = Engine::open(tmp.path(), o).unwrap();
+    e.commit(&ops(1)).unwrap();
+    assert_eq!(archive_count(tmp.path()), 1);
+    e.sync().unwrap();
+    e.sync().unwrap();
+    assert_eq!(archive_count(tmp.path()), 1);
+    assert_eq!(e.position().wal_number, 2);
+}
+
+#[test]
 fn store_lock_refuses_a_second_open() {
     let tmp = tempfile::tempdir().unwrap();
     let e = Engine::open(tmp.path(), opts(1)).unwrap();
@@ -622,4 +645,25 @@ fn write_commits_stops_cleanly_on_the_flag() {
         write_commits(tmp.path(), &bad),
         Err(EngineError::InvalidOptions(_))
     ));
+}
+
+#[test]
+fn a_torn_intent_rolls_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut model = KvMap::new();
+    let mut e = Engine::open(dir, opts(1)).unwrap();
+    commit_range(&mut e, &mut model, 1, 12);
+    drop(e);
+    fs::write(dir.join("snapshot.intent"), b"{\"snapshot_id\":\"0f").unwrap();
+    fs::write(dir.join("snapshot.bin.tmp"), b"MDBSNP01 half").unwrap();
+    let image = read_store(dir).unwrap();
+    assert_eq!(image.intent, IntentState::Incomplete(None));
+    assert_eq!(image.map, model);
+    let e = Engine::open(dir, opts(1)).unwrap();
+    assert_eq!(e.map(), &model);
+    assert_eq!(e.position().snapshot_id, None);
+    assert_eq!(fs::read(dir.join("snapshot.intent")).unwrap(), b"");
+    assert!(!dir.join("snapshot.bin.tmp").exists());
+    assert!(!dir.join("snapshot.bin").exists());
 }
