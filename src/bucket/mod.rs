@@ -211,8 +211,29 @@ pub async fn put_immutable(
     }
 }
 
-/// Parses a destination URL and opens its bucket: `file:///abs/path` or `s3://bucket/prefix`.
+/// Parses a destination URL and opens its bucket behind the one retry layer:
+/// `file:///abs/path` or `s3://bucket/prefix`.
 pub async fn open(url: &str) -> Result<DynBucket, OpenError> {
+    open_with(
+        url,
+        retry::RetryPolicy::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+}
+
+/// [`open`] with a retry policy and a token that cancels every request and retry sleep.
+pub async fn open_with(
+    url: &str,
+    policy: retry::RetryPolicy,
+    cancel: tokio_util::sync::CancellationToken,
+) -> Result<DynBucket, OpenError> {
+    let raw = open_raw(url).await?;
+    Ok(Arc::new(retry::Retrying::new(raw, policy, cancel)))
+}
+
+/// Opens a destination's backend with no retry layer (tests, and wrappers of their own).
+pub async fn open_raw(url: &str) -> Result<DynBucket, OpenError> {
     if let Some(path) = url.strip_prefix("file://") {
         if !path.starts_with('/') {
             return Err(OpenError::BadUrl {

@@ -227,9 +227,9 @@ impl View {
             .and_then(|p| manifest::parse_manifest_key(&p.manifest));
         let mut current = None;
         if let Some(m) = &newest_own {
-            if m.wal_id == pos.wal_id
-                && m.snapshot.as_ref().map(|s| s.snapshot_id) == pos.snapshot_id
-            {
+            // The same wal.bin: continue its segments (a new snapshot that kept the WAL starts
+            // a new generation at the next step, which carries them over).
+            if m.wal_id == pos.wal_id {
                 let mut g = Generation::from_manifest(m);
                 check_not_diverged(w, disk, pos, &g).await?;
                 extend_with_shipped_segments(

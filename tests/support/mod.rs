@@ -4,3 +4,4 @@
 #![allow(dead_code)]
 
 pub mod s3;
+pub mod store;

@@ -1,0 +1,99 @@
+//! Stores and local buckets for tests: the reference engine's deterministic workload, a fast
+//! worker configuration, and a byte-for-byte picture of a bucket directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mushroom_backup::bucket::DynBucket;
+use mushroom_backup::bucket::fs::FsBucket;
+use mushroom_backup::store::engine::{self, StoreDigest, WriteOptions};
+use mushroom_backup::wal_source::LocalSource;
+use mushroom_backup::worker::{BackupWorker, RetentionPolicy, WorkerConfig};
+
+/// Appends `commits` workload commits (seed 1) to the store in `dir`.
+pub fn write(dir: &Path, commits: u64, snapshot_every: u64, rotate_bytes: u64) -> StoreDigest {
+    write_with(
+        dir,
+        WriteOptions {
+            commits,
+            snapshot_every,
+            rotate_bytes,
+            seed: 1,
+            ..WriteOptions::default()
+        },
+    )
+}
+
+pub fn write_with(dir: &Path, opts: WriteOptions) -> StoreDigest {
+    engine::write_commits(dir, &opts)
+        .expect("write commits")
+        .digest
+}
+
+pub fn digest(dir: &Path) -> StoreDigest {
+    engine::digest(dir).expect("digest")
+}
+
+/// A worker configuration that keeps everything and never waits.
+pub fn config() -> WorkerConfig {
+    WorkerConfig {
+        wal_interval: Duration::from_millis(10),
+        restore_point_interval: Duration::from_millis(0),
+        retention_interval: Duration::from_secs(3600),
+        retention: RetentionPolicy {
+            keep_for: Duration::from_secs(3600),
+            keep_generations: 100,
+            orphan_grace: Duration::from_secs(3600),
+        },
+        conditional_writes: true,
+    }
+}
+
+pub fn fs_bucket(root: &Path) -> DynBucket {
+    Arc::new(FsBucket::open(root).expect("open fs bucket"))
+}
+
+pub fn worker(dir: &Path, bucket: DynBucket, config: WorkerConfig) -> BackupWorker {
+    BackupWorker::new(dir, bucket, Arc::new(LocalSource::new(dir)), config)
+}
+
+/// Every file under `root` (but the bucket's own `.lock` and `.tmp`) with its bytes.
+pub fn tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries {
+            let e = e.expect("dir entry");
+            let p = e.path();
+            let rel = p.strip_prefix(root).expect("under root").to_path_buf();
+            if rel == Path::new(".lock") || rel.starts_with(".tmp") {
+                continue;
+            }
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+/// Copies a store directory (a stand-in for "the same store at an earlier moment").
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let e = e.expect("entry");
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).expect("copy");
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! The backup worker against a local-directory bucket: lineage refusals that leave the bucket
+//! byte-for-byte unchanged, corrupt archives refused by name, a WAL source behind the disk,
+//! resume, segment reuse and retention.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mushroom_backup::bucket::{self, Bucket};
+use mushroom_backup::manifest::{self, Latest, Manifest};
+use mushroom_backup::store::disk;
+use mushroom_backup::store::engine::WriteOptions;
+use mushroom_backup::store::format::{ParentRecord, WalPosition};
+use mushroom_backup::wal_source::{SourceError, WalSource};
+use mushroom_backup::worker::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use support::store::{config, copy_dir, fs_bucket, tree, worker, write, write_with};
+
+async fn latest(b: &dyn Bucket) -> (Latest, Manifest) {
+    let l = Latest::decode(&b.get(manifest::LATEST_KEY).await.unwrap().data).unwrap();
+    let m = Manifest::decode(&l.manifest, &b.get(&l.manifest).await.unwrap().data).unwrap();
+    (l, m)
+}
+
+fn refusal(e: WorkerError) -> String {
+    match e {
+        WorkerError::Refused { reason } => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_older_copy_of_the_store_is_refused_and_the_bucket_is_unchanged() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, old, root) = (t.path().join("s"), t.path().join("old"), t.path().join("b"));
+    write(&store, 1000, 300, 16 << 10);
+    worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    copy_dir(&store, &old);
+    write(&store, 500, 300, 16 << 10);
+    worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+
+    let before = tree(&root);
+    let old_before = tree(&old);
+    let e = worker(&old, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap_err();
+    let reason = refusal(e);
+    assert!(
+        reason.contains("fewer commits than the newest restore point"),
+        "{reason}"
+    );
+    assert_eq!(tree(&root), before, "a refused backup changed the bucket");
+    assert_eq!(tree(&old), old_before, "a refused backup changed the store");
+}
+
+#[tokio::test]
+async fn a_store_without_lineage_is_refused_on_a_used_prefix() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b, root) = (t.path().join("a"), t.path().join("b"), t.path().join("bk"));
+    write(&a, 200, 0, 0);
+    worker(&a, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    write(&b, 300, 0, 0);
+    let before = tree(&root);
+    let reason = refusal(
+        worker(&b, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap_err(),
+    );
+    assert!(reason.contains("no backup.lineage"), "{reason}");
+    assert_eq!(tree(&root), before);
+    assert!(
+        !b.join(disk::LINEAGE_FILE).exists(),
+        "a refused store was given a lineage"
+    );
+
+    // A store of another lineage (backed up elsewhere first) is refused too.
+    worker(&b, fs_bucket(&t.path().join("elsewhere")), config())
+        .run_once()
+        .await
+        .unwrap();
+    let reason = refusal(
+        worker(&b, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap_err(),
+    );
+    assert!(reason.contains("belongs to lineage"), "{reason}");
+    assert_eq!(tree(&root), before);
+}
+
+#[tokio::test]
+async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let (parent, child, root) = (t.path().join("p"), t.path().join("c"), t.path().join("b"));
+    write(&parent, 800, 250, 8 << 10);
+    worker(&parent, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    let parent_objects = tree(&root);
+    let b = fs_bucket(&root);
+    let (l, pm) = latest(b.as_ref()).await;
+
+    // What a boot restore leaves: the parent's files, a new lineage and a parent record.
+    copy_dir(&parent, &child);
+    disk::write_lineage(&child, uuid::Uuid::new_v4()).unwrap();
+    let record = ParentRecord {
+        lineage: pm.lineage,
+        manifest: l.manifest.clone(),
+        commit_seq: pm.commit_seq,
+    };
+    disk::write_file_durably(
+        &child,
+        disk::PARENT_FILE,
+        &serde_json::to_vec(&record).unwrap(),
+    )
+    .unwrap();
+
+    // Before its first commit the adopted store writes no restore point over the parent's key.
+    worker(&child, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(
+        latest(b.as_ref()).await.0,
+        l,
+        "LATEST moved without a new commit"
+    );
+    write(&child, 300, 250, 8 << 10);
+    worker(&child, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+
+    let after = tree(&root);
+    for (path, bytes) in &parent_objects {
+        if path.as_os_str() == manifest::LATEST_KEY {
+            continue;
+        }
+        assert_eq!(
+            after.get(path),
+            Some(bytes),
+            "parent object {} was changed or deleted",
+            path.display()
+        );
+    }
+    let (l2, cm) = latest(b.as_ref()).await;
+    assert_ne!(cm.lineage, pm.lineage);
+    assert_eq!(cm.commit_seq, 1100);
+    assert!(cm.generation > pm.generation);
+    assert_eq!(
+        cm.parent.as_ref().map(|p| p.manifest.clone()),
+        Some(l.manifest.clone())
+    );
+    assert_eq!(l2.manifest, manifest::manifest_key(1100));
+
+    write(&parent, 500, 250, 8 << 10);
+    let before = tree(&root);
+    let reason = refusal(
+        worker(&parent, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap_err(),
+    );
+    assert!(reason.contains("belongs to lineage"), "{reason}");
+    assert_eq!(tree(&root), before);
+}
+
+#[tokio::test]
+async fn a_corrupt_archive_is_refused_by_name_and_nothing_is_written() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 600, 0, 4 << 10);
+    let archives: Vec<_> = std::fs::read_dir(store.join(disk::ARCHIVE_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let victim = archives.iter().max().unwrap().clone();
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&victim, bytes).unwrap();
+
+    let e = worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap_err();
+    match &e {
+        WorkerError::CorruptArchive { path, .. } => assert_eq!(path, &victim),
+        other => panic!("expected a corrupt archive, got {other:?}"),
+    }
+    assert!(
+        e.to_string()
+            .contains(victim.file_name().unwrap().to_str().unwrap()),
+        "{e}"
+    );
+    let written = tree(&root);
+    assert!(
+        !written
+            .keys()
+            .any(|k| k.starts_with("manifests") || k.as_os_str() == "LATEST"),
+        "a restore point was written over a corrupt archive: {:?}",
+        written.keys().collect::<Vec<_>>()
+    );
+}
+
+/// A source stuck on an old position, counting catch-up requests.
+struct Stale {
+    pos: WalPosition,
+    refreshes: Arc<AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl WalSource for Stale {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        Ok(self.pos)
+    }
+    fn request_refresh(&self) {
+        self.refreshes.fetch_add(1, Ordering::SeqCst);
+    }
+    fn kind(&self) -> &'static str {
+        "stale"
+    }
+}
+
+#[tokio::test]
+async fn a_source_behind_the_disk_gets_a_refresh_and_nothing_ships() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let old = write(&store, 100, 0, 0);
+    let old_pos = mushroom_backup::store::engine::read_store(&store).unwrap();
+    let stale = WalPosition {
+        snapshot_id: None,
+        wal_id: old_pos.wal.unwrap().wal_id,
+        wal_number: 1,
+        durable_len: old_pos.wal_valid_len,
+        commit_seq: old.commit_seq,
+    };
+    // The engine snapshots (new snapshot and wal.bin on disk); the source has not seen it.
+    write(&store, 50, 120, 0);
+    let refreshes = Arc::new(AtomicU64::new(0));
+    let source = Arc::new(Stale {
+        pos: stale,
+        refreshes: refreshes.clone(),
+    });
+    let mut w = BackupWorker::new(&store, fs_bucket(&root), source, config());
+    for _ in 0..3 {
+        assert_eq!(
+            w.step().await.unwrap(),
+            StepOutcome::Deferred(DeferReason::CatchUp)
+        );
+    }
+    assert_eq!(refreshes.load(Ordering::SeqCst), 3);
+    assert!(
+        tree(&root).is_empty(),
+        "a source behind the disk let something ship"
+    );
+}
+
+#[tokio::test]
+async fn a_restarted_worker_resumes_its_generation_and_ships_only_new_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 400, 0, 0);
+    worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    let before = tree(&root);
+
+    // Nothing new: a second run writes nothing at all.
+    let r = worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!((r.generations, r.segments, r.restore_point), (0, 0, None));
+    assert_eq!(tree(&root), before);
+
+    write(&store, 100, 0, 0);
+    let mut w = worker(&store, fs_bucket(&root), config());
+    let r = w.run_once().await.unwrap();
+    assert_eq!(
+        (r.generations, r.segments, r.restore_point),
+        (0, 1, Some(500))
+    );
+    let (_, m) = latest(fs_bucket(&root).as_ref()).await;
+    assert_eq!(m.generation, 1);
+    assert_eq!(m.segments.len(), 2, "{:?}", m.segments);
+}
+
+#[tokio::test]
+async fn segments_shipped_after_the_last_restore_point_are_taken_on_after_a_restart() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 300, 0, 0);
+    let mut w = worker(&store, fs_bucket(&root), config());
+    w.run_once().await.unwrap();
+    write(&store, 50, 0, 0);
+    // Ship one segment without a restore point (the process then "dies").
+    let mut cfg = config();
+    cfg.restore_point_interval = std::time::Duration::from_secs(3600);
+    let mut w = worker(&store, fs_bucket(&root), cfg.clone());
+    assert!(matches!(
+        w.step().await.unwrap(),
+        StepOutcome::Resumed { .. }
+    ));
+    assert!(matches!(
+        w.step().await.unwrap(),
+        StepOutcome::Shipped { .. }
+    ));
+    drop(w);
+    let mut w = worker(&store, fs_bucket(&root), cfg);
+    assert!(matches!(
+        w.step().await.unwrap(),
+        StepOutcome::Resumed {
+            generation: Some(1),
+            ..
+        }
+    ));
+    w.request_restore_point();
+    match w.step().await.unwrap() {
+        StepOutcome::RestorePoint { commit_seq, .. } => assert_eq!(commit_seq, 350),
+        other => panic!("expected a restore point, got {other:?}"),
+    }
+    let (_, m) = latest(fs_bucket(&root).as_ref()).await;
+    assert_eq!(m.segments.len(), 2);
+}
+
+#[tokio::test]
+async fn a_snapshot_that_keeps_its_wal_reuses_the_shipped_segments() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let opts = |commits, snapshot_every| WriteOptions {
+        commits,
+        snapshot_every,
+        keep_wal_on_snapshot: true,
+        seed: 3,
+        ..WriteOptions::default()
+    };
+    write_with(&store, opts(300, 0));
+    worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    let (_, first) = latest(fs_bucket(&root).as_ref()).await;
+    write_with(&store, opts(100, 350));
+    worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    let (_, second) = latest(fs_bucket(&root).as_ref()).await;
+    assert!(second.snapshot.is_some());
+    assert!(second.generation > first.generation);
+    assert_eq!(
+        second.segments[0], first.segments[0],
+        "the first segment was not reused"
+    );
+    assert_eq!(second.commit_seq, 400);
+}
+
+#[tokio::test]
+async fn retention_keeps_the_newest_generations_and_deletes_only_unnamed_objects() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let mut cfg = config();
+    cfg.retention.keep_for = std::time::Duration::ZERO;
+    cfg.retention.keep_generations = 1;
+    cfg.retention.orphan_grace = std::time::Duration::ZERO;
+    for _ in 0..4 {
+        write(&store, 200, 150, 0);
+        worker(&store, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap();
+    }
+    let b = fs_bucket(&root);
+    let all = bucket::list_all(b.as_ref(), manifest::MANIFESTS_PREFIX)
+        .await
+        .unwrap();
+    assert!(all.len() >= 4, "{all:?}");
+    let r = worker(&store, fs_bucket(&root), cfg)
+        .run_once()
+        .await
+        .unwrap();
+    assert!(r.deleted > 0);
+    let left = bucket::list_all(b.as_ref(), manifest::MANIFESTS_PREFIX)
+        .await
+        .unwrap();
+    let (l, newest) = latest(b.as_ref()).await;
+    assert!(left.iter().any(|o| o.key == l.manifest));
+    for o in &left {
+        let m = Manifest::decode(&o.key, &b.get(&o.key).await.unwrap().data).unwrap();
+        assert_eq!(
+            m.generation, newest.generation,
+            "{} of an old generation was kept",
+            o.key
+        );
+        for obj in m.objects() {
+            let meta = b.head(&obj.key).await.unwrap();
+            assert_eq!(
+                meta.map(|m| m.len),
+                Some(obj.len),
+                "{} named by {} is gone",
+                obj.key,
+                o.key
+            );
+        }
+    }
+    let gens: std::collections::BTreeSet<u64> = bucket::list_all(b.as_ref(), manifest::GEN_PREFIX)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|o| manifest::parse_generation(&o.key))
+        .collect();
+    assert!(gens.len() < 4, "old generations were not deleted: {gens:?}");
+}
