@@ -7,8 +7,11 @@
 //! - [`manifest`]: restore points, object keys, LATEST.
 //! - [`wal_source`]: where the worker learns how much WAL is durable.
 //! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
-//! - [`restore`]: restore, `--at`, adopt, verify.
+//! - [`restore`]: restore, `--at`, adopt (boot restore).
+//! - [`verify`]: verify every restore point in a bucket; list restore points.
 
 pub mod bucket;
 pub mod manifest;
+pub mod restore;
 pub mod store;
+pub mod verify;

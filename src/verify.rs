@@ -1,0 +1,1 @@
+//! Verifying restore points (being written).
