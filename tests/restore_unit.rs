@@ -15,6 +15,7 @@ use mushroom_backup::store::disk::{
     read_parent,
 };
 use mushroom_backup::store::format::{WAL_HEADER_LEN, WalHeader, encode_frame, encode_snapshot};
+use mushroom_backup::verify::{VerifyOptions, list_restore_points, restore_points_text, verify};
 use uuid::Uuid;
 
 /// A WAL file: its bytes, and the end offset after each number of frames (`ends[0]` is the
@@ -721,4 +722,266 @@ async fn hostile_side_file_names_are_refused() {
     assert!(e.to_string().contains("not a plain file name"), "{e}");
     assert!(!fx.work.join("escaped").exists());
     assert_eq!(fx.work_entries(), Vec::<String>::new());
+}
+
+/// A bucket that counts GETs per key.
+struct Counting {
+    inner: FsBucket,
+    gets: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+#[async_trait::async_trait]
+impl Bucket for Counting {
+    fn url(&self) -> String {
+        self.inner.url()
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<mushroom_backup::bucket::Object, mushroom_backup::bucket::BucketError> {
+        *self
+            .gets
+            .lock()
+            .unwrap()
+            .entry(key.to_string())
+            .or_default() += 1;
+        self.inner.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, mushroom_backup::bucket::BucketError> {
+        self.inner.get_range(key, range).await
+    }
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<Option<mushroom_backup::bucket::ObjectMeta>, mushroom_backup::bucket::BucketError>
+    {
+        self.inner.head(key).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: mushroom_backup::bucket::Body,
+        cond: PutCondition,
+    ) -> Result<String, mushroom_backup::bucket::BucketError> {
+        self.inner.put(key, body, cond).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(), mushroom_backup::bucket::BucketError> {
+        self.inner.delete(key, if_match).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> Result<mushroom_backup::bucket::ListPage, mushroom_backup::bucket::BucketError> {
+        self.inner.list(prefix, token, max_keys).await
+    }
+}
+
+#[tokio::test]
+async fn verify_passes_on_good_data_and_fetches_shared_objects_once() {
+    let fx = Fx::new();
+    let (_, _, ms) = two_generations(&fx).await;
+    let counting = Counting {
+        inner: fx.bucket.clone(),
+        gets: Default::default(),
+    };
+    let report = verify(&counting, &VerifyOptions::default()).await.unwrap();
+    assert!(report.ok, "{report}");
+    assert_eq!(report.manifests.len(), 3);
+    assert!(
+        report
+            .manifests
+            .iter()
+            .all(|m| m.ok && m.problems.is_empty())
+    );
+    let latest = report.latest.as_ref().unwrap();
+    assert!(latest.ok);
+    assert_eq!(latest.manifest.as_deref(), Some(ms[2].key().as_str()));
+    // Archive 1 and segment 0 of generation 1 are named by two manifests: fetched once.
+    let gets = counting.gets.lock().unwrap();
+    assert!(gets.values().all(|n| *n == 1), "{gets:?}");
+    assert_eq!(gets[&ms[0].archives[0].object.key], 1);
+    let text = report.to_string();
+    assert!(text.ends_with("all 3 restore points verify"), "{text}");
+    assert_eq!(text.lines().count(), 5);
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["ok"], true);
+    assert_eq!(json["manifests"][2]["commit_seq"], 40);
+}
+
+#[tokio::test]
+async fn verify_names_a_flipped_or_missing_object() {
+    let fx = Fx::new();
+    let (_, _, ms) = two_generations(&fx).await;
+    let keys: std::collections::BTreeSet<String> = ms
+        .iter()
+        .flat_map(|m| m.objects().map(|o| o.key.clone()))
+        .collect();
+    for key in &keys {
+        let path = fx.object_path(key);
+        let good = read(&path);
+        let mut bad = good.clone();
+        let i = bad.len() / 2;
+        bad[i] ^= 0x10;
+        for (how, content) in [("CRC mismatch", Some(bad)), ("missing", None)] {
+            match &content {
+                Some(b) => std::fs::write(&path, b).unwrap(),
+                None => std::fs::remove_file(&path).unwrap(),
+            }
+            let report = verify(&fx.bucket, &VerifyOptions::default()).await.unwrap();
+            assert!(!report.ok, "{key}");
+            for (m, check) in ms.iter().zip(&report.manifests) {
+                let names = m.objects().any(|o| &o.key == key);
+                assert_eq!(check.ok, !names, "{key}: {check}");
+                if names {
+                    assert_eq!(check.problems.len(), 1, "{check}");
+                    assert!(
+                        check.problems[0].starts_with(&format!("{key}: {how}")),
+                        "{check}"
+                    );
+                }
+            }
+            // LATEST names generation 2's manifest: it fails exactly when that one does.
+            assert_eq!(report.latest.as_ref().unwrap().ok, report.manifests[2].ok);
+            assert!(
+                report
+                    .to_string()
+                    .contains(&format!("FAIL  {}", ms[0].key()))
+                    || !ms[0].objects().any(|o| &o.key == key)
+            );
+        }
+        std::fs::write(&path, &good).unwrap();
+    }
+    assert!(
+        verify(&fx.bucket, &VerifyOptions::default())
+            .await
+            .unwrap()
+            .ok
+    );
+}
+
+#[tokio::test]
+async fn verify_reports_junk_and_content_the_manifest_does_not_describe() {
+    let fx = Fx::new();
+    let (g, mut m) = standard(&fx).await;
+    // Junk under manifests/, and LATEST naming it.
+    fx.bucket
+        .put(
+            &manifest_key(7),
+            b"\x00junk".to_vec().into(),
+            PutCondition::None,
+        )
+        .await
+        .unwrap();
+    fx.bucket
+        .put(
+            "manifests/notes.txt",
+            b"hi".to_vec().into(),
+            PutCondition::None,
+        )
+        .await
+        .unwrap();
+    // A manifest whose objects are intact but whose counts lie (sums still agree).
+    m.archives[0].frames -= 1;
+    m.segments[0].frames += 1;
+    m.commit_seq = 45;
+    let lie = manifest_key(45);
+    fx.bucket
+        .put(&lie, m.encode().into(), PutCondition::None)
+        .await
+        .unwrap();
+    let latest = Latest {
+        manifest: manifest_key(7),
+        commit_seq: 7,
+        lineage: fx.lineage,
+    };
+    fx.bucket
+        .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
+        .await
+        .unwrap();
+    let report = verify(&fx.bucket, &VerifyOptions::default()).await.unwrap();
+    assert!(!report.ok);
+    let by_key = |k: &str| report.manifests.iter().find(|c| c.key == k).unwrap();
+    let junk = by_key(&manifest_key(7));
+    assert!(!junk.ok);
+    assert_eq!(junk.commit_seq, Some(7));
+    assert!(junk.problems[0].contains("not a manifest"), "{junk}");
+    assert!(!by_key("manifests/notes.txt").ok);
+    let lying = by_key(&lie);
+    let text = lying.to_string();
+    assert!(
+        text.contains(&format!(
+            "{}: 10 valid frames, the manifest says 9",
+            m.archives[0].object.key
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{}: floor 20, expected 19",
+            m.archives[1].object.key
+        )),
+        "{text}"
+    );
+    let l = report.latest.as_ref().unwrap();
+    assert!(!l.ok && l.problems[0].contains("does not verify"), "{l}");
+
+    // ls lists all of them, junk with its error, and which one LATEST names.
+    let points = list_restore_points(&fx.bucket).await.unwrap();
+    assert_eq!(points.len(), 3);
+    assert_eq!(points[0].key, manifest_key(7));
+    assert!(points[0].is_latest && points[0].error.is_some());
+    assert_eq!(points[1].key, lie);
+    assert!(points[1].error.is_none() && !points[1].is_latest);
+    assert_eq!(points[1].bytes, Some(m.objects().map(|o| o.len).sum()));
+    assert!(points[2].error.as_deref() == Some("not a manifest key"));
+    let text = restore_points_text(&points);
+    assert_eq!(text.lines().count(), 3);
+    assert!(text.contains("INVALID"), "{text}");
+    drop(g);
+}
+
+#[tokio::test]
+async fn verify_checks_wal_identity_and_segment_chain() {
+    let fx = Fx::new();
+    let (g, m) = standard(&fx).await;
+    // The first segment of another WAL file (other id) swapped in, honestly described.
+    let mut other = m.clone();
+    let foreign = wal(g.wal.number, g.wal.floor, 8, 40);
+    other.segments[0].object = fx
+        .put(
+            "gen/0000000001/wal/foreign.seg",
+            &foreign.bytes[..foreign.ends[8]],
+        )
+        .await;
+    other.segments[0].end = foreign.ends[8] as u64;
+    other.segments[1].start = foreign.ends[8] as u64;
+    // The second segment of a later offset: its frames start at the wrong commit.
+    let late = &g.wal.bytes[g.wal.ends[9]..g.wal.ends[16]];
+    other.segments[1].object = fx.put("gen/0000000001/wal/late.seg", late).await;
+    other.segments[1].end = other.segments[1].start + late.len() as u64;
+    let report = {
+        fx.bucket
+            .put(&m.key(), other.encode().into(), PutCondition::None)
+            .await
+            .unwrap();
+        verify(&fx.bucket, &VerifyOptions::default()).await.unwrap()
+    };
+    let c = &report.manifests[0];
+    assert!(!c.ok);
+    let text = c.problems.join("\n");
+    assert!(text.contains("foreign.seg: WAL id"), "{text}");
+    assert!(
+        text.contains("late.seg: starts at commit 40, expected 39"),
+        "{text}"
+    );
 }
