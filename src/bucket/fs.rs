@@ -586,7 +586,7 @@ fn walk(
 
 /// Refuses keys that could escape the root, collide with the bucket's own files or name one
 /// file in two ways.
-fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> {
+pub(super) fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> {
     let why = if key.is_empty() {
         "the key is empty"
     } else if key.starts_with('/') {

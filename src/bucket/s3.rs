@@ -1,52 +1,416 @@
-//! S3 through aws-sdk-s3 (to be written).
-use super::OpenError;
+//! S3 (and S3-compatible stores) through aws-sdk-s3: `s3://bucket/prefix`.
+//!
+//! Every key is joined onto the prefix (`prefix/key`); listings strip it off again. The client's
+//! own retries are **off**: [`super::retry::Retrying`] is the one retry layer, and each request
+//! here is exactly one attempt, bounded by the connect and attempt timeouts of [`S3Options`].
+//!
+//! Writes are all or nothing under the final key, as S3 gives them: a body up to
+//! [`S3Options::part_size`] is one `PutObject`; a larger one is a multipart upload (see
+//! [`multipart`]) whose parts go up a few at a time and which becomes visible only at
+//! `CompleteMultipartUpload`, carrying the write's condition (`If-None-Match: *` or `If-Match`).
+//! A multipart upload that fails is aborted; one whose process dies is left to the bucket's
+//! `AbortIncompleteMultipartUpload` lifecycle rule (it is never visible as an object).
+//!
+//! # Errors
+//! 404/`NoSuchKey` is `NotFound`; 412 is `PreconditionFailed` (matched on the HTTP status: no
+//! error type has such a variant, and a HEAD's 412 has no code); 409 is `Conflict`;
+//! 503/`SlowDown`/throttling is `Transient` and determinate (S3 did not do it); 500/502/504,
+//! timeouts and connection trouble are `Transient`, indeterminate for writes (they may have
+//! happened) and determinate for reads; anything else (400, 403, no such bucket) is `Permanent`.
 
-pub struct S3Bucket;
+use std::ops::Range;
+use std::time::Duration;
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+
+use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
+
+mod multipart;
+
+/// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
+pub const PATH_STYLE_ENV: &str = "MUSHROOMDB_BACKUP_S3_PATH_STYLE";
+/// Set to `when_required` to send request checksums only where S3 requires them (for
+/// S3-compatible stores that refuse the SDK's default checksums).
+pub const CHECKSUMS_ENV: &str = "MUSHROOMDB_BACKUP_S3_CHECKSUMS";
+/// S3's smallest part size (except the last part).
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+
+/// How [`S3Bucket`] talks to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Options {
+    /// Bodies larger than this go up as multipart uploads of parts this size (at least
+    /// [`MIN_PART_SIZE`]; smaller values are raised to it).
+    pub part_size: u64,
+    /// Parts in flight at once per upload.
+    pub upload_concurrency: usize,
+    /// Send request checksums only when an operation requires them
+    /// (`RequestChecksumCalculation::WhenRequired`).
+    pub checksums_when_required: bool,
+    pub connect_timeout: Duration,
+    /// The longest one request (one attempt) may take until its response starts.
+    pub attempt_timeout: Duration,
+    /// The longest a response may go without sending data.
+    pub read_timeout: Duration,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            part_size: 8 << 20,
+            upload_concurrency: 4,
+            checksums_when_required: false,
+            connect_timeout: Duration::from_secs(10),
+            attempt_timeout: Duration::from_secs(120),
+            read_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A bucket on S3, rooted at `s3://bucket/prefix`; see the module docs.
+#[derive(Clone)]
+pub struct S3Bucket {
+    client: Client,
+    bucket: String,
+    /// No leading or trailing `/`; empty for the bucket's root.
+    prefix: String,
+    options: S3Options,
+}
 
 impl S3Bucket {
-    pub async fn from_env(bucket: &str, prefix: &str) -> Result<Self, OpenError> {
-        Err(OpenError::Unavailable {
-            url: format!("s3://{bucket}/{prefix}"),
-            reason: "not implemented yet".into(),
-        })
+    /// Opens `s3://bucket/prefix` with the standard AWS environment: the credentials chain,
+    /// `AWS_REGION`, `AWS_ENDPOINT_URL` (with which path-style addressing is used unless
+    /// `MUSHROOMDB_BACKUP_S3_PATH_STYLE=false`).
+    pub async fn from_env(bucket: &str, prefix: &str) -> Result<S3Bucket, OpenError> {
+        let url = format!("s3://{bucket}/{prefix}");
+        let sdk = aws_config::defaults(BehaviorVersion::latest())
+            .retry_config(RetryConfig::disabled())
+            .load()
+            .await;
+        if sdk.region().is_none() {
+            return Err(OpenError::Unavailable {
+                url,
+                reason: "no AWS region configured: set AWS_REGION".into(),
+            });
+        }
+        let path_style = sdk.endpoint_url().is_some()
+            && !std::env::var(PATH_STYLE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("false"));
+        let options = S3Options {
+            checksums_when_required: std::env::var(CHECKSUMS_ENV)
+                .is_ok_and(|v| v.eq_ignore_ascii_case("when_required")),
+            ..S3Options::default()
+        };
+        let conf = aws_sdk_s3::config::Builder::from(&sdk)
+            .force_path_style(path_style)
+            .build();
+        Ok(Self::new(Client::from_conf(conf), bucket, prefix, options))
+    }
+
+    /// Wraps `client`, overriding its retry (off), timeout and checksum settings from `options`.
+    pub fn new(client: Client, bucket: &str, prefix: &str, options: S3Options) -> S3Bucket {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(options.connect_timeout)
+            .read_timeout(options.read_timeout)
+            .operation_attempt_timeout(options.attempt_timeout)
+            .build();
+        let mut conf = client
+            .config()
+            .to_builder()
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts);
+        if options.checksums_when_required {
+            conf = conf.request_checksum_calculation(RequestChecksumCalculation::WhenRequired);
+        }
+        S3Bucket {
+            client: Client::from_conf(conf.build()),
+            bucket: bucket.to_string(),
+            prefix: prefix.trim_matches('/').to_string(),
+            options: S3Options {
+                part_size: options.part_size.max(MIN_PART_SIZE),
+                upload_concurrency: options.upload_concurrency.max(1),
+                ..options
+            },
+        }
+    }
+
+    /// The key in the S3 bucket of our key `key`.
+    fn full_key(&self, key: &str) -> String {
+        if self.prefix.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}/{key}", self.prefix)
+        }
+    }
+
+    async fn put_one(
+        &self,
+        key: &str,
+        body: &Body,
+        cond: &PutCondition,
+    ) -> Result<String, BucketError> {
+        let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
+        let mut req = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .body(ByteStream::from(data));
+        req = match cond {
+            PutCondition::None => req,
+            PutCondition::IfNoneMatch => req.if_none_match("*"),
+            PutCondition::IfMatch(etag) => req.if_match(etag),
+        };
+        let out = req.send().await.map_err(|e| map_put_error(key, cond, e))?;
+        etag_of(out.e_tag(), "put", key)
     }
 }
 
 #[async_trait::async_trait]
 impl super::Bucket for S3Bucket {
     fn url(&self) -> String {
-        todo!()
+        format!("s3://{}/{}", self.bucket, self.prefix)
     }
-    async fn get(&self, _: &str) -> Result<super::Object, super::BucketError> {
-        todo!()
+
+    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+        super::fs::check_key("get", key)?;
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .send()
+            .await
+            .map_err(|e| map_error("get", key, false, e))?;
+        let etag = etag_of(out.e_tag(), "get", key)?;
+        let data = read_body(out.body, "get", key).await?;
+        Ok(Object { data, etag })
     }
-    async fn get_range(
-        &self,
-        _: &str,
-        _: std::ops::Range<u64>,
-    ) -> Result<bytes::Bytes, super::BucketError> {
-        todo!()
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
+        super::fs::check_key("get_range", key)?;
+        if range.start >= range.end {
+            // No bytes to ask for, but a missing object is still an error.
+            return match self.head(key).await? {
+                Some(_) => Ok(Bytes::new()),
+                None => Err(BucketError::NotFound {
+                    key: key.to_string(),
+                }),
+            };
+        }
+        let sent = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .range(format!("bytes={}-{}", range.start, range.end - 1))
+            .send()
+            .await;
+        match sent {
+            Ok(out) => read_body(out.body, "get_range", key).await,
+            // 416: the range starts at or past the end (or the object is empty).
+            Err(SdkError::ServiceError(e)) if e.raw().status().as_u16() == 416 => Ok(Bytes::new()),
+            Err(e) => Err(map_error("get_range", key, false, e)),
+        }
     }
-    async fn head(&self, _: &str) -> Result<Option<super::ObjectMeta>, super::BucketError> {
-        todo!()
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
+        super::fs::check_key("head", key)?;
+        let sent = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .send()
+            .await;
+        match sent.map_err(|e| map_error("head", key, false, e)) {
+            Ok(out) => Ok(Some(ObjectMeta {
+                key: key.to_string(),
+                len: out.content_length().unwrap_or(0).max(0) as u64,
+                etag: etag_of(out.e_tag(), "head", key)?,
+            })),
+            Err(BucketError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
-    async fn put(
-        &self,
-        _: &str,
-        _: super::Body,
-        _: super::PutCondition,
-    ) -> Result<String, super::BucketError> {
-        todo!()
+
+    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+        super::fs::check_key("put", key)?;
+        if body.len() > self.options.part_size {
+            multipart::put(self, key, &body, &cond).await
+        } else {
+            self.put_one(key, &body, &cond).await
+        }
     }
-    async fn delete(&self, _: &str, _: Option<&str>) -> Result<(), super::BucketError> {
-        todo!()
+
+    async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
+        super::fs::check_key("delete", key)?;
+        let mut req = self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key));
+        if let Some(etag) = if_match {
+            req = req.if_match(etag);
+        }
+        match req
+            .send()
+            .await
+            .map_err(|e| map_error("delete", key, true, e))
+        {
+            Ok(_) => Ok(()),
+            // A conditional delete of a missing object fails its precondition.
+            Err(BucketError::NotFound { .. }) if if_match.is_some() => {
+                Err(BucketError::PreconditionFailed {
+                    key: key.to_string(),
+                })
+            }
+            Err(BucketError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
+
     async fn list(
         &self,
-        _: &str,
-        _: Option<String>,
-        _: usize,
-    ) -> Result<super::ListPage, super::BucketError> {
-        todo!()
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> Result<ListPage, BucketError> {
+        let root = self.full_key("");
+        let mut req = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(format!("{root}{prefix}"))
+            .max_keys(max_keys.clamp(1, 1000) as i32);
+        if let Some(token) = &token {
+            req = req.start_after(format!("{root}{token}"));
+        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| map_error("list", prefix, false, e))?;
+        let mut objects = Vec::with_capacity(out.contents().len());
+        for o in out.contents() {
+            let Some(key) = o.key().and_then(|k| k.strip_prefix(&root)) else {
+                continue;
+            };
+            objects.push(ObjectMeta {
+                key: key.to_string(),
+                len: o.size().unwrap_or(0).max(0) as u64,
+                etag: etag_of(o.e_tag(), "list", key)?,
+            });
+        }
+        let next_token = match out.is_truncated() {
+            Some(true) => objects.last().map(|o| o.key.clone()),
+            _ => None,
+        };
+        Ok(ListPage {
+            objects,
+            next_token,
+        })
+    }
+}
+
+async fn read_body(body: ByteStream, op: &'static str, key: &str) -> Result<Bytes, BucketError> {
+    match body.collect().await {
+        Ok(data) => Ok(data.into_bytes()),
+        Err(e) => Err(BucketError::Transient {
+            op,
+            key: key.to_string(),
+            message: format!(
+                "reading the response: {}",
+                aws_sdk_s3::error::DisplayErrorContext(&e)
+            ),
+            indeterminate: false,
+        }),
+    }
+}
+
+fn etag_of(etag: Option<&str>, op: &'static str, key: &str) -> Result<String, BucketError> {
+    etag.map(str::to_string)
+        .ok_or_else(|| BucketError::Permanent {
+            op,
+            key: key.to_string(),
+            message: "the store answered without an ETag".into(),
+        })
+}
+
+/// Puts our key on an error that came from reading a body.
+fn with_key(e: BucketError, key: &str) -> BucketError {
+    match e {
+        BucketError::Permanent { op, message, .. } => BucketError::Permanent {
+            op,
+            key: key.to_string(),
+            message,
+        },
+        e => e,
+    }
+}
+
+/// Maps the error of a request that writes an object under `cond`.
+fn map_put_error<E>(key: &str, cond: &PutCondition, e: SdkError<E>) -> BucketError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match map_error("put", key, true, e) {
+        // S3 answers an If-Match on a missing object with 404: its precondition failed.
+        BucketError::NotFound { key } if matches!(cond, PutCondition::IfMatch(_)) => {
+            BucketError::PreconditionFailed { key }
+        }
+        BucketError::NotFound { key } => BucketError::Permanent {
+            op: "put",
+            key,
+            message: "404 on a write".into(),
+        },
+        e => e,
+    }
+}
+
+/// Maps an SDK error; `write` says whether the request may change the bucket.
+fn map_error<E>(op: &'static str, key: &str, write: bool, e: SdkError<E>) -> BucketError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let key = key.to_string();
+    let message = aws_sdk_s3::error::DisplayErrorContext(&e).to_string();
+    let transient = |indeterminate| BucketError::Transient {
+        op,
+        key: key.clone(),
+        message: message.clone(),
+        indeterminate,
+    };
+    let service = match &e {
+        SdkError::ServiceError(service) => service,
+        SdkError::ConstructionFailure(_) => {
+            return BucketError::Permanent { op, key, message };
+        }
+        // Timeouts, connection errors, unparseable responses: the request may have happened.
+        _ => return transient(write),
+    };
+    let status = service.raw().status().as_u16();
+    match (status, service.err().code()) {
+        (_, Some("NoSuchBucket")) => BucketError::Permanent { op, key, message },
+        (404, _) | (_, Some("NoSuchKey")) => BucketError::NotFound { key },
+        (412, _) => BucketError::PreconditionFailed { key },
+        (409, _) | (_, Some("ConditionalRequestConflict")) => BucketError::Conflict { key },
+        (429 | 503, _)
+        | (
+            _,
+            Some(
+                "SlowDown"
+                | "Throttling"
+                | "ThrottlingException"
+                | "RequestLimitExceeded"
+                | "TooManyRequests"
+                | "ServiceUnavailable",
+            ),
+        ) => transient(false),
+        (500 | 502 | 504, _) | (_, Some("InternalError" | "RequestTimeout")) => transient(write),
+        _ => BucketError::Permanent { op, key, message },
     }
 }

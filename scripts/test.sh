@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# THE test command (the README and .ci/run call it). Installs moto's S3 server into a project-local
+# virtualenv (.venv) if needed, starts one moto_server on a free loopback port for the whole run,
+# and runs the test suite with nextest. Arguments go to `cargo nextest run`, e.g.
+#   bash scripts/test.sh --test bucket_conformance
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MOTO_VERSION=5.2.5
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python - "$MOTO_VERSION" <<'PY' 2>/dev/null
+import importlib.metadata, sys
+import moto.server  # the [server] extra is there too
+sys.exit(importlib.metadata.version("moto") != sys.argv[1])
+PY
+then
+    echo "test.sh: installing moto[server]==$MOTO_VERSION into .venv" >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+fi
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mushroom-backup/target}"
+
+PORT=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+MOTO_LOG=$(mktemp -t moto.XXXXXX.log)
+.venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$MOTO_LOG" 2>&1 &
+MOTO_PID=$!
+cleanup() {
+    kill "$MOTO_PID" 2>/dev/null || true
+    wait "$MOTO_PID" 2>/dev/null || true
+    rm -f "$MOTO_LOG"
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 600); do
+    if ! kill -0 "$MOTO_PID" 2>/dev/null; then
+        echo "test.sh: moto_server exited; its log:" >&2
+        cat "$MOTO_LOG" >&2
+        exit 1
+    fi
+    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+        break
+    fi
+    sleep 0.1
+done
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+    echo "test.sh: moto_server did not answer on port $PORT within 60 s; its log:" >&2
+    cat "$MOTO_LOG" >&2
+    exit 1
+fi
+export MUSHROOM_TEST_S3_ENDPOINT="http://127.0.0.1:$PORT"
+
+# Under CI, a hung test is killed instead of eating the run's time (see .config/nextest.toml).
+if [ "${CI:-}" = true ]; then
+    export NEXTEST_PROFILE="${NEXTEST_PROFILE:-ci}"
+fi
+cargo nextest run --no-fail-fast "$@"

@@ -1,0 +1,228 @@
+//! Multipart uploads: how a body larger than a part goes up, still all or nothing.
+//!
+//! `CreateMultipartUpload`, then the parts (each read from the [`Body`] when its turn comes,
+//! at most [`S3Options::upload_concurrency`](super::S3Options) in flight), then
+//! `CompleteMultipartUpload` carrying the write's condition. Only the completion makes an object
+//! visible, so only its failure is indeterminate; any failure aborts the upload, and so does
+//! dropping the future (the abort is then spawned). A process that dies mid-upload leaves an
+//! incomplete upload: invisible, billed until the bucket's lifecycle rule aborts it.
+//!
+//! A condition that already fails is refused before any part goes up (a HEAD first).
+//!
+//! With checksums on (the default), the upload is created with CRC32, every part carries its
+//! CRC32, and the completion lists them, as S3 requires of uploads created with a checksum.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use futures::{StreamExt, TryStreamExt};
+
+use super::{S3Bucket, etag_of, map_error, map_put_error, with_key};
+use crate::bucket::{Body, Bucket, BucketError, PutCondition};
+
+/// S3's limit on the parts of one upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// Writes `body` to `key` under `cond` as a multipart upload; returns the object's ETag.
+pub(super) async fn put(
+    b: &S3Bucket,
+    key: &str,
+    body: &Body,
+    cond: &PutCondition,
+) -> Result<String, BucketError> {
+    let part_size = b.options.part_size;
+    let parts = body.len().div_ceil(part_size);
+    if parts > MAX_PARTS {
+        return Err(BucketError::Permanent {
+            op: "put",
+            key: key.to_string(),
+            message: format!(
+                "{} bytes need more than {MAX_PARTS} parts of {part_size}",
+                body.len()
+            ),
+        });
+    }
+    check_early(b, key, cond).await?;
+    let full_key = b.full_key(key);
+    let checksums = !b.options.checksums_when_required;
+    let mut create = b
+        .client
+        .create_multipart_upload()
+        .bucket(&b.bucket)
+        .key(&full_key);
+    if checksums {
+        create = create.checksum_algorithm(ChecksumAlgorithm::Crc32);
+    }
+    // An upload that is never completed is never visible: a failure here is determinate.
+    let created = create
+        .send()
+        .await
+        .map_err(|e| map_error("put", key, false, e))?;
+    let upload_id = created
+        .upload_id()
+        .ok_or_else(|| BucketError::Permanent {
+            op: "put",
+            key: key.to_string(),
+            message: "CreateMultipartUpload answered without an upload id".into(),
+        })?
+        .to_string();
+    let mut upload = Upload {
+        client: b.client.clone(),
+        bucket: b.bucket.clone(),
+        full_key,
+        upload_id: Some(upload_id),
+    };
+    let result = upload.run(b, key, body, cond, parts, checksums).await;
+    match result {
+        Ok(etag) => {
+            upload.upload_id = None;
+            Ok(etag)
+        }
+        Err(e) => {
+            upload.abort().await;
+            Err(e)
+        }
+    }
+}
+
+/// Fails before any part is uploaded when the condition already fails (a large body is not
+/// sent in vain). The completion still carries the condition: that is the atomic check. (moto
+/// 5.2.5 ignores `If-Match` on `CompleteMultipartUpload`, so there only this check holds.)
+async fn check_early(b: &S3Bucket, key: &str, cond: &PutCondition) -> Result<(), BucketError> {
+    let holds = match cond {
+        PutCondition::None => return Ok(()),
+        PutCondition::IfNoneMatch => b.head(key).await?.is_none(),
+        PutCondition::IfMatch(etag) => b.head(key).await?.is_some_and(|m| m.etag == *etag),
+    };
+    match holds {
+        true => Ok(()),
+        false => Err(BucketError::PreconditionFailed {
+            key: key.to_string(),
+        }),
+    }
+}
+
+/// A multipart upload in progress; aborted when dropped unless completed.
+struct Upload {
+    client: Client,
+    bucket: String,
+    full_key: String,
+    /// `None` once completed or aborted.
+    upload_id: Option<String>,
+}
+
+impl Upload {
+    fn id(&self) -> &str {
+        self.upload_id.as_deref().unwrap_or_default()
+    }
+
+    async fn run(
+        &self,
+        b: &S3Bucket,
+        key: &str,
+        body: &Body,
+        cond: &PutCondition,
+        parts: u64,
+        checksums: bool,
+    ) -> Result<String, BucketError> {
+        let part_size = b.options.part_size;
+        let completed: Vec<CompletedPart> = futures::stream::iter(0..parts)
+            .map(|i| async move {
+                let at = i * part_size;
+                let data = body
+                    .read(at, part_size.min(body.len() - at))
+                    .await
+                    .map_err(|e| with_key(e, key))?;
+                let number = (i + 1) as i32;
+                let mut req = self
+                    .client
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(&self.full_key)
+                    .upload_id(self.id())
+                    .part_number(number)
+                    .body(ByteStream::from(data));
+                if checksums {
+                    req = req.checksum_algorithm(ChecksumAlgorithm::Crc32);
+                }
+                let out = req
+                    .send()
+                    .await
+                    .map_err(|e| map_error("put", key, false, e))?;
+                Ok::<_, BucketError>(
+                    CompletedPart::builder()
+                        .part_number(number)
+                        .e_tag(etag_of(out.e_tag(), "put", key)?)
+                        .set_checksum_crc32(out.checksum_crc32().map(str::to_string))
+                        .build(),
+                )
+            })
+            .buffered(b.options.upload_concurrency)
+            .try_collect()
+            .await?;
+        let mut complete = self
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&self.full_key)
+            .upload_id(self.id())
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(completed))
+                    .build(),
+            );
+        complete = match cond {
+            PutCondition::None => complete,
+            PutCondition::IfNoneMatch => complete.if_none_match("*"),
+            PutCondition::IfMatch(etag) => complete.if_match(etag),
+        };
+        let out = complete
+            .send()
+            .await
+            .map_err(|e| map_put_error(key, cond, e))?;
+        etag_of(out.e_tag(), "put", key)
+    }
+
+    /// Aborts the upload (best effort: the lifecycle rule is the backstop).
+    async fn abort(&mut self) {
+        let Some(upload_id) = self.upload_id.take() else {
+            return;
+        };
+        abort(&self.client, &self.bucket, &self.full_key, &upload_id).await;
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        let Some(upload_id) = self.upload_id.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (client, bucket, full_key) = (
+            self.client.clone(),
+            self.bucket.clone(),
+            self.full_key.clone(),
+        );
+        runtime.spawn(async move { abort(&client, &bucket, &full_key, &upload_id).await });
+    }
+}
+
+async fn abort(client: &Client, bucket: &str, full_key: &str, upload_id: &str) {
+    let sent = client
+        .abort_multipart_upload()
+        .bucket(bucket)
+        .key(full_key)
+        .upload_id(upload_id)
+        .send()
+        .await;
+    if let Err(e) = sent {
+        tracing::warn!(
+            bucket,
+            key = full_key,
+            "cannot abort a multipart upload (the lifecycle rule will): {}",
+            aws_sdk_s3::error::DisplayErrorContext(&e)
+        );
+    }
+}

@@ -1,0 +1,758 @@
+//! One conformance suite for every bucket: the local directory, S3 (on moto), the fault
+//! wrapper, and the retry layer over a lossy fault wrapper (which passes only if the retry
+//! layer reads its indeterminate failures right). Then focused tests of the wrappers.
+
+mod support;
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use mushroom_backup::bucket::faults::{
+    CrashKind, Fault, FaultPlan, FaultyBucket, LogEntry, Op, SeededFaults,
+};
+use mushroom_backup::bucket::fs::FsBucket;
+use mushroom_backup::bucket::retry::{RetryPolicy, Retrying};
+use mushroom_backup::bucket::{
+    Body, Bucket, BucketError, Created, DynBucket, PutCondition, list_all, put_immutable,
+};
+use tokio_util::sync::CancellationToken;
+
+/// Every backend must pass this, whatever it wraps.
+async fn conformance(b: DynBucket) {
+    eprintln!("conformance of {}", b.url());
+    put_get_head(&*b).await;
+    create_only(&*b).await;
+    compare_and_swap(&*b).await;
+    deletes(&*b).await;
+    listing(&*b).await;
+    ranges(&*b).await;
+    large_file_body(&*b).await;
+    immutable(&*b).await;
+    bad_keys(&*b).await;
+    racing_cas(b).await;
+}
+
+fn body(s: impl Into<String>) -> Body {
+    Body::from(Bytes::from(s.into()))
+}
+
+fn is_precondition_failed<T: std::fmt::Debug>(r: &Result<T, BucketError>) -> bool {
+    matches!(r, Err(BucketError::PreconditionFailed { .. }))
+}
+
+async fn put_get_head(b: &dyn Bucket) {
+    let e1 = b
+        .put("basic/a", body("hello"), PutCondition::None)
+        .await
+        .unwrap();
+    let got = b.get("basic/a").await.unwrap();
+    assert_eq!((&got.data[..], &got.etag), (&b"hello"[..], &e1));
+    let meta = b.head("basic/a").await.unwrap().expect("head of an object");
+    assert_eq!(
+        (meta.key.as_str(), meta.len, &meta.etag),
+        ("basic/a", 5, &e1)
+    );
+
+    let e2 = b
+        .put("basic/a", body("hello, again"), PutCondition::None)
+        .await
+        .unwrap();
+    assert_ne!(e1, e2, "new content, same ETag");
+    assert_eq!(&b.get("basic/a").await.unwrap().data[..], b"hello, again");
+
+    let empty = b
+        .put("basic/empty", body(""), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let got = b.get("basic/empty").await.unwrap();
+    assert!(got.data.is_empty());
+    assert_eq!(got.etag, empty);
+    assert_eq!(b.head("basic/empty").await.unwrap().unwrap().len, 0);
+
+    assert!(b.head("basic/missing").await.unwrap().is_none());
+    assert!(matches!(
+        b.get("basic/missing").await,
+        Err(BucketError::NotFound { .. })
+    ));
+}
+
+async fn create_only(b: &dyn Bucket) {
+    let etag = b
+        .put("create/x", body("first"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let again = b
+        .put("create/x", body("second"), PutCondition::IfNoneMatch)
+        .await;
+    assert!(is_precondition_failed(&again), "{again:?}");
+    let got = b.get("create/x").await.unwrap();
+    assert_eq!((&got.data[..], got.etag), (&b"first"[..], etag));
+}
+
+async fn compare_and_swap(b: &dyn Bucket) {
+    let e1 = b
+        .put("cas/x", body("v1"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let e2 = b
+        .put("cas/x", body("v2"), PutCondition::IfMatch(e1.clone()))
+        .await
+        .unwrap();
+    let stale = b.put("cas/x", body("v3"), PutCondition::IfMatch(e1)).await;
+    assert!(is_precondition_failed(&stale), "{stale:?}");
+    let got = b.get("cas/x").await.unwrap();
+    assert_eq!((&got.data[..], got.etag), (&b"v2"[..], e2.clone()));
+
+    let missing = b
+        .put("cas/missing", body("v1"), PutCondition::IfMatch(e2))
+        .await;
+    assert!(is_precondition_failed(&missing), "{missing:?}");
+    assert!(b.head("cas/missing").await.unwrap().is_none());
+}
+
+async fn deletes(b: &dyn Bucket) {
+    b.delete("del/never-was", None).await.unwrap();
+    b.put("del/a", body("a"), PutCondition::None).await.unwrap();
+    b.delete("del/a", None).await.unwrap();
+    assert!(b.head("del/a").await.unwrap().is_none());
+    b.delete("del/a", None).await.unwrap();
+
+    let etag = b.put("del/b", body("b"), PutCondition::None).await.unwrap();
+    let other = b.put("del/c", body("c"), PutCondition::None).await.unwrap();
+    let wrong = b.delete("del/b", Some(&other)).await;
+    assert!(is_precondition_failed(&wrong), "{wrong:?}");
+    assert!(b.head("del/b").await.unwrap().is_some());
+    b.delete("del/b", Some(&etag)).await.unwrap();
+    assert!(b.head("del/b").await.unwrap().is_none());
+    let gone = b.delete("del/b", Some(&etag)).await;
+    assert!(is_precondition_failed(&gone), "{gone:?}");
+}
+
+async fn listing(b: &dyn Bucket) {
+    let mut keys: Vec<String> = (0..23).map(|i| format!("list/k{i:03}")).collect();
+    // '-' < '/' < '0': a directory's keys sort between its neighbours' on every backend.
+    for key in [
+        "list/sub/x",
+        "list/sub-a",
+        "list/sub0",
+        "list/k00",
+        "list/a-b",
+    ] {
+        keys.push(key.into());
+    }
+    for key in &keys {
+        b.put(key, body(key.clone()), PutCondition::None)
+            .await
+            .unwrap();
+    }
+    b.put("listx", body("outside"), PutCondition::None)
+        .await
+        .unwrap();
+    b.put("lisT/upper", body("outside"), PutCondition::None)
+        .await
+        .unwrap();
+    keys.sort();
+
+    let all = list_all(b, "list/").await.unwrap();
+    let listed: Vec<&str> = all.iter().map(|o| o.key.as_str()).collect();
+    assert_eq!(listed, keys, "list_all order");
+    for o in &all {
+        let meta = b.head(&o.key).await.unwrap().unwrap();
+        assert_eq!(&meta, o, "listing and head disagree");
+    }
+
+    let (mut paged, mut token, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let page = b.list("list/", token, 7).await.unwrap();
+        assert!(
+            page.objects.len() <= 7,
+            "{} keys in a page",
+            page.objects.len()
+        );
+        pages += 1;
+        paged.extend(page.objects.into_iter().map(|o| o.key));
+        match page.next_token {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+        assert!(pages < 100, "pagination does not end");
+    }
+    assert_eq!(paged, keys, "pages");
+    assert!(
+        pages >= 4,
+        "only {pages} pages of at most 7 for {} keys",
+        keys.len()
+    );
+
+    let partial = list_all(b, "list/k01").await.unwrap();
+    let partial: Vec<&str> = partial.iter().map(|o| o.key.as_str()).collect();
+    let expect: Vec<&str> = (10..20).map(|i| keys[i + 2].as_str()).collect();
+    assert!(
+        expect.iter().all(|k| k.starts_with("list/k01")),
+        "{expect:?}"
+    );
+    assert_eq!(partial, expect, "partial-segment prefix");
+    assert!(list_all(b, "nothing/").await.unwrap().is_empty());
+}
+
+async fn ranges(b: &dyn Bucket) {
+    let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    b.put("range/x", Body::from(data.clone()), PutCondition::None)
+        .await
+        .unwrap();
+    let cases = [
+        (10..20, 10..20),
+        (0..1000, 0..1000),
+        (990..1010, 990..1000),
+        (999..5000, 999..1000),
+        (1000..1100, 0..0),
+        (2000..3000, 0..0),
+        (5..5, 0..0),
+    ];
+    for (asked, want) in cases {
+        let got = b.get_range("range/x", asked.clone()).await.unwrap();
+        let want = &data[want.start as usize..want.end as usize];
+        assert_eq!(&got[..], want, "range {asked:?}");
+    }
+    let missing = b.get_range("range/missing", 0..10).await;
+    assert!(
+        matches!(missing, Err(BucketError::NotFound { .. })),
+        "{missing:?}"
+    );
+}
+
+/// Big enough to be three parts of 5 MiB on S3 (the suite's S3 bucket uses that part size).
+const LARGE: usize = 11 << 20;
+
+/// A body that is a range of a file, starting `offset` bytes in.
+fn file_body(seed: u8, offset: usize) -> (Body, Vec<u8>) {
+    let content: Vec<u8> = (0..LARGE)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect();
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(&vec![0xEE; offset]).unwrap();
+    file.write_all(&content).unwrap();
+    file.write_all(b"trailing bytes not in the body").unwrap();
+    let body = Body::File {
+        file: Arc::new(file),
+        offset: offset as u64,
+        len: LARGE as u64,
+    };
+    (body, content)
+}
+
+async fn large_file_body(b: &dyn Bucket) {
+    let (first, content) = file_body(1, 3);
+    let etag = b
+        .put("large/x", first.clone(), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let meta = b.head("large/x").await.unwrap().unwrap();
+    assert_eq!((meta.len, &meta.etag), (LARGE as u64, &etag));
+    let got = b.get("large/x").await.unwrap();
+    assert!(got.data[..] == content[..], "large object content differs");
+    let boundary = (5 << 20) - 10..(5 << 20) + 10;
+    let got = b.get_range("large/x", boundary.clone()).await.unwrap();
+    assert_eq!(
+        &got[..],
+        &content[boundary.start as usize..boundary.end as usize]
+    );
+
+    let (second, content2) = file_body(2, 0);
+    let again = b
+        .put("large/x", second.clone(), PutCondition::IfNoneMatch)
+        .await;
+    assert!(is_precondition_failed(&again), "{again:?}");
+    let stale = b
+        .put(
+            "large/x",
+            second.clone(),
+            PutCondition::IfMatch("\"nope\"".into()),
+        )
+        .await;
+    assert!(is_precondition_failed(&stale), "{stale:?}");
+    let etag2 = b
+        .put("large/x", second, PutCondition::IfMatch(etag))
+        .await
+        .unwrap();
+    let got = b.get("large/x").await.unwrap();
+    assert!(
+        got.data[..] == content2[..],
+        "replaced large object differs"
+    );
+    assert_eq!(got.etag, etag2);
+}
+
+async fn immutable(b: &dyn Bucket) {
+    let cond = PutCondition::IfNoneMatch;
+    let first = put_immutable(b, "imm/x", body("same"), &cond)
+        .await
+        .unwrap();
+    let Created::New(etag) = first else {
+        panic!("first write reported {first:?}");
+    };
+    // Through a retry layer a lost answer makes the repeat look new; the ETag must not change.
+    match put_immutable(b, "imm/x", body("same"), &cond)
+        .await
+        .unwrap()
+    {
+        Created::AlreadyThere(e) | Created::New(e) => assert_eq!(e, etag),
+    }
+    let other = put_immutable(b, "imm/x", body("different"), &cond).await;
+    assert!(is_precondition_failed(&other), "{other:?}");
+    assert_eq!(&b.get("imm/x").await.unwrap().data[..], b"same");
+}
+
+async fn bad_keys(b: &dyn Bucket) {
+    for key in ["", "/abs", "../up", "a/../b", "a//b", ".hidden"] {
+        let r = b.put(key, body("x"), PutCondition::None).await;
+        assert!(
+            matches!(r, Err(BucketError::Permanent { .. })),
+            "{key:?}: {r:?}"
+        );
+        let r = b.get(key).await;
+        assert!(
+            matches!(r, Err(BucketError::Permanent { .. })),
+            "{key:?}: {r:?}"
+        );
+    }
+}
+
+/// Tasks racing `If-Match` on one key: exactly one wins each round.
+async fn racing_cas(b: DynBucket) {
+    const TASKS: usize = 8;
+    let mut etag = b
+        .put("race/k", body("start"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    for round in 0..5 {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let (b, etag) = (b.clone(), etag.clone());
+                tokio::spawn(async move {
+                    let content = format!("round {round} task {t}");
+                    let r = b
+                        .put("race/k", body(content), PutCondition::IfMatch(etag))
+                        .await;
+                    (t, r)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (t, Ok(e)) => winners.push((t, e)),
+                (_, r) => assert!(is_precondition_failed(&r), "round {round}: {r:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        let (t, won) = winners.pop().unwrap();
+        let got = b.get("race/k").await.unwrap();
+        assert_eq!(got.data, format!("round {round} task {t}").as_bytes());
+        assert_eq!(got.etag, won);
+        etag = won;
+    }
+}
+
+fn fs_bucket() -> (tempfile::TempDir, Arc<FsBucket>) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = Arc::new(FsBucket::open(dir.path()).unwrap());
+    (dir, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_bucket_conforms() {
+    let (_dir, b) = fs_bucket();
+    conformance(b.clone()).await;
+    // Strict on a bucket without a retry layer: a repeat is recognised as already there.
+    let cond = PutCondition::IfNoneMatch;
+    let again = put_immutable(&*b, "imm/x", body("same"), &cond).await;
+    assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_bucket_conforms() {
+    let Some(b) = support::s3::bucket_with_part_size("conformance", 5 << 20).await else {
+        return;
+    };
+    conformance(b.clone()).await;
+    let again = put_immutable(&*b, "imm/x", body("same"), &PutCondition::IfNoneMatch).await;
+    assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faulty_bucket_without_faults_conforms() {
+    let (_dir, fs) = fs_bucket();
+    let b = Arc::new(FaultyBucket::new(fs, FaultPlan::none()));
+    conformance(b.clone()).await;
+    assert!(b.requests() > 100, "only {} requests counted", b.requests());
+    assert!(b.log().iter().all(|e| e.fault == Fault::Pass));
+}
+
+fn fast_retries() -> RetryPolicy {
+    RetryPolicy {
+        first_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(8),
+        max_attempts: 12,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_over_lossy_faults_conforms() {
+    let seed = 0x5eed_0001;
+    eprintln!("fault seed {seed:#x}");
+    let faults = SeededFaults {
+        fail: 0.15,
+        lose_answer: 0.15,
+        conflict: 0.05,
+        ..SeededFaults::default()
+    };
+    let (_dir, fs) = fs_bucket();
+    let faulty = Arc::new(FaultyBucket::new(fs, FaultPlan::seeded(seed, faults)));
+    let cancel = CancellationToken::new();
+    let b = Arc::new(Retrying::new(faulty.clone(), fast_retries(), cancel));
+    conformance(b).await;
+    let log = faulty.log();
+    let count = |f: Fault| log.iter().filter(|e| e.fault == f).count();
+    let lost_writes = log
+        .iter()
+        .filter(|e| e.fault == Fault::LoseAnswer && e.op.is_write())
+        .count();
+    eprintln!(
+        "{} requests: {} failed, {} answers lost ({lost_writes} of writes), {} conflicts",
+        log.len(),
+        count(Fault::Fail),
+        count(Fault::LoseAnswer),
+        count(Fault::Conflict)
+    );
+    assert!(count(Fault::Fail) > 10 && lost_writes > 10 && count(Fault::Conflict) > 0);
+}
+
+/// A fixed sequential workload: same plan and workload, same log.
+async fn seeded_log(seed: u64) -> Vec<LogEntry> {
+    let (_dir, fs) = fs_bucket();
+    let faults = SeededFaults {
+        fail: 0.2,
+        lose_answer: 0.2,
+        delay: 0.2,
+        max_delay: Duration::from_millis(3),
+        conflict: 0.2,
+    };
+    let b = FaultyBucket::new(fs, FaultPlan::seeded(seed, faults));
+    for i in 0..60 {
+        let key = format!("k{}", i % 7);
+        let _ = b
+            .put(&key, body(format!("{i}")), PutCondition::IfNoneMatch)
+            .await;
+        let _ = b.head(&key).await;
+        if i % 5 == 0 {
+            let _ = b.delete(&key, None).await;
+        }
+    }
+    b.log()
+}
+
+#[tokio::test]
+async fn seeded_faults_replay_from_the_seed() {
+    let (a, again, other) = (
+        seeded_log(42).await,
+        seeded_log(42).await,
+        seeded_log(43).await,
+    );
+    assert_eq!(a, again, "same seed, different faults");
+    assert_ne!(a, other, "different seeds, same faults");
+    for f in [Fault::Fail, Fault::LoseAnswer, Fault::Conflict] {
+        assert!(a.iter().any(|e| e.fault == f), "no {f:?} injected");
+    }
+    assert!(a.iter().any(|e| matches!(e.fault, Fault::Delay(_))));
+    let conflicts_on_reads = a
+        .iter()
+        .any(|e| e.fault == Fault::Conflict && e.op == Op::Head);
+    assert!(!conflicts_on_reads, "conflicts are for conditional writes");
+}
+
+#[tokio::test]
+async fn crash_before_and_after() {
+    for kind in [CrashKind::Before, CrashKind::After] {
+        let (_dir, fs) = fs_bucket();
+        let b = FaultyBucket::new(fs.clone(), FaultPlan::crash_at(2, kind));
+        b.put("a", body("a"), PutCondition::None).await.unwrap();
+        let r = b.put("b", body("b"), PutCondition::None).await;
+        assert!(
+            matches!(r, Err(BucketError::Crashed { request: 2 })),
+            "{r:?}"
+        );
+        assert!(b.has_crashed());
+        let r = b.head("a").await;
+        assert!(
+            matches!(r, Err(BucketError::Crashed { request: 2 })),
+            "{r:?}"
+        );
+        let r = b.put("c", body("c"), PutCondition::None).await;
+        assert!(matches!(r, Err(BucketError::Crashed { .. })), "{r:?}");
+        assert_eq!(b.requests(), 4);
+        assert!(fs.head("a").await.unwrap().is_some());
+        assert_eq!(
+            fs.head("b").await.unwrap().is_some(),
+            kind == CrashKind::After,
+            "{kind:?}"
+        );
+        assert!(
+            fs.head("c").await.unwrap().is_none(),
+            "a request after the crash happened"
+        );
+    }
+}
+
+#[tokio::test]
+async fn crash_at_a_write_counts_only_writes() {
+    let (_dir, fs) = fs_bucket();
+    let b = FaultyBucket::new(
+        fs.clone(),
+        FaultPlan::crash_at(2, CrashKind::After).writes_only(),
+    );
+    for key in ["w1", "w2"] {
+        assert!(b.head(key).await.unwrap().is_none());
+        let _ = b.put(key, body(key), PutCondition::IfNoneMatch).await;
+    }
+    assert!(b.has_crashed());
+    assert_eq!((b.requests(), b.writes()), (4, 2));
+    assert!(
+        fs.head("w2").await.unwrap().is_some(),
+        "crash After: the write happened"
+    );
+    let crashed: Vec<u64> = b
+        .log()
+        .iter()
+        .filter(|e| matches!(e.fault, Fault::Crash(_)))
+        .map(|e| e.request)
+        .collect();
+    assert_eq!(crashed, [4]);
+}
+
+/// A retry layer over a fault wrapper whose plan is `f` (of the request number), over fs.
+fn retrying(
+    f: impl Fn(u64) -> Fault + Send + Sync + 'static,
+) -> (tempfile::TempDir, Arc<FaultyBucket>, Retrying) {
+    let (dir, fs) = fs_bucket();
+    let faulty = Arc::new(FaultyBucket::new(
+        fs,
+        FaultPlan::custom(move |r| f(r.number)),
+    ));
+    let r = Retrying::new(faulty.clone(), fast_retries(), CancellationToken::new());
+    (dir, faulty, r)
+}
+
+#[tokio::test]
+async fn retrying_never_retries_what_cannot_pass() {
+    let (_dir, faulty, b) = retrying(|_| Fault::Pass);
+    let r = b.put("../bad", body("x"), PutCondition::None).await;
+    assert!(matches!(r, Err(BucketError::Permanent { .. })), "{r:?}");
+    assert_eq!(faulty.requests(), 1, "a permanent error was retried");
+    b.put("k", body("x"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let r = b.put("k", body("y"), PutCondition::IfNoneMatch).await;
+    assert!(is_precondition_failed(&r), "{r:?}");
+    assert!(matches!(
+        b.get("nope").await,
+        Err(BucketError::NotFound { .. })
+    ));
+    assert_eq!(faulty.requests(), 4, "a 412 or 404 was retried");
+
+    let (_dir, faulty, b) = retrying(|n| if n <= 2 { Fault::Fail } else { Fault::Pass });
+    b.put("k", body("x"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    assert_eq!(faulty.requests(), 3);
+
+    let (_dir, faulty, b) = retrying(|n| {
+        if n == 1 {
+            Fault::LoseAnswer
+        } else {
+            Fault::Fail
+        }
+    });
+    let r = b.put("k", body("x"), PutCondition::IfNoneMatch).await;
+    assert!(r.as_ref().is_err_and(|e| e.is_indeterminate()), "{r:?}");
+    assert_eq!(faulty.requests(), u64::from(fast_retries().max_attempts));
+}
+
+#[tokio::test]
+async fn retrying_reads_its_own_lost_writes() {
+    let (_dir, _, b) = retrying(|n| {
+        if n == 1 {
+            Fault::LoseAnswer
+        } else {
+            Fault::Pass
+        }
+    });
+    let etag = b
+        .put("k", body("mine"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    assert_eq!(b.head("k").await.unwrap().unwrap().etag, etag);
+
+    // A lost answer, then someone else's object: a real conflict.
+    let (_dir, faulty, b) = retrying(|n| {
+        if n == 2 {
+            Fault::LoseAnswer
+        } else {
+            Fault::Pass
+        }
+    });
+    b.put("k", body("theirs"), PutCondition::None)
+        .await
+        .unwrap();
+    let r = b.put("k", body("mine"), PutCondition::IfNoneMatch).await;
+    assert!(
+        is_precondition_failed(&r),
+        "{r:?} after {} requests",
+        faulty.requests()
+    );
+
+    let (_dir, _, b) = retrying(|n| {
+        if n == 2 {
+            Fault::LoseAnswer
+        } else {
+            Fault::Pass
+        }
+    });
+    let etag = b.put("d", body("x"), PutCondition::None).await.unwrap();
+    b.delete("d", Some(&etag)).await.unwrap();
+    assert!(b.head("d").await.unwrap().is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn retrying_honours_cancellation() {
+    let (_dir, fs) = fs_bucket();
+    let faulty = Arc::new(FaultyBucket::new(fs, FaultPlan::custom(|_| Fault::Fail)));
+    let policy = RetryPolicy {
+        first_delay: Duration::from_secs(1),
+        max_delay: Duration::from_secs(60),
+        max_attempts: 1000,
+    };
+    let cancel = CancellationToken::new();
+    let b = Arc::new(Retrying::new(faulty.clone(), policy, cancel.clone()));
+    let task = tokio::spawn({
+        let b = b.clone();
+        async move { b.get("k").await }
+    });
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let before = faulty.requests();
+    assert!(
+        (3..=5).contains(&before),
+        "{before} attempts in 10 s of 1, 2, 4... s backoff"
+    );
+    cancel.cancel();
+    let r = tokio::time::timeout(Duration::from_millis(1), task).await;
+    let r = r.expect("cancellation did not end the backoff").unwrap();
+    assert!(matches!(r, Err(BucketError::Cancelled)), "{r:?}");
+    assert_eq!(faulty.requests(), before);
+    assert!(matches!(b.head("k").await, Err(BucketError::Cancelled)));
+    assert_eq!(
+        faulty.requests(),
+        before,
+        "a request started after cancellation"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_fs_buckets_on_one_dir_race_creates() {
+    let dir = tempfile::tempdir().unwrap();
+    let buckets: Vec<DynBucket> = (0..2)
+        .map(|_| Arc::new(FsBucket::open(dir.path()).unwrap()) as DynBucket)
+        .collect();
+    for key in 0..20 {
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let b = buckets[t % 2].clone();
+                tokio::spawn(async move {
+                    let key = format!("k{key}");
+                    let r = b.put(&key, body(format!("{t}")), PutCondition::IfNoneMatch);
+                    (t, r.await)
+                })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (t, Ok(_)) => won.push(t),
+                (_, r) => assert!(is_precondition_failed(&r), "{r:?}"),
+            }
+        }
+        assert_eq!(won.len(), 1, "key {key}: winners {won:?}");
+        let got = buckets[1].get(&format!("k{key}")).await.unwrap();
+        assert_eq!(got.data, won[0].to_string().as_bytes());
+    }
+}
+
+/// Where the child processes of `fs_buckets_in_two_processes_count_without_lost_updates` work.
+const CHILD_DIR_ENV: &str = "MUSHROOM_TEST_FS_CAS_CHILD_DIR";
+const INCREMENTS: u64 = 150;
+
+/// A compare-and-swap counter: read, increment, `If-Match`; again on a 412.
+async fn increment(b: &dyn Bucket) {
+    loop {
+        let now = b.get("counter").await.unwrap();
+        let n: u64 = std::str::from_utf8(&now.data).unwrap().parse().unwrap();
+        match b
+            .put(
+                "counter",
+                body((n + 1).to_string()),
+                PutCondition::IfMatch(now.etag),
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(BucketError::PreconditionFailed { .. }) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Run as a child process by the test below; does nothing when run as a test of its own.
+#[tokio::test]
+async fn fs_cas_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR_ENV) else {
+        return;
+    };
+    let b = FsBucket::open(std::path::Path::new(&dir)).unwrap();
+    for _ in 0..INCREMENTS {
+        increment(&b).await;
+    }
+}
+
+#[tokio::test]
+async fn fs_buckets_in_two_processes_count_without_lost_updates() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = FsBucket::open(dir.path()).unwrap();
+    b.put("counter", body("0"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--exact", "fs_cas_child", "--nocapture", "--test-threads=1"])
+                .env(CHILD_DIR_ENV, dir.path())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for _ in 0..INCREMENTS {
+        increment(&b).await;
+    }
+    for mut child in children {
+        assert!(child.wait().unwrap().success(), "a child process failed");
+    }
+    let total = b.get("counter").await.unwrap();
+    assert_eq!(
+        total.data,
+        (3 * INCREMENTS).to_string().as_bytes(),
+        "lost updates"
+    );
+}

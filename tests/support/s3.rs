@@ -1,0 +1,163 @@
+//! An S3 endpoint for tests, and fresh buckets on it.
+//!
+//! [`endpoint`] is, in order: `MUSHROOM_TEST_S3_ENDPOINT` (what `scripts/test.sh` sets); else
+//! a `moto_server` from the crate's `.venv`, started once per test process on a free loopback
+//! port and killed with the process; else, under `CI=true`, a panic (a missing S3 must fail CI,
+//! never skip); else `None`, with a line saying the test is skipped.
+
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use mushroom_backup::bucket::DynBucket;
+use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
+
+/// The variable naming an S3 endpoint already running.
+pub const ENDPOINT_ENV: &str = "MUSHROOM_TEST_S3_ENDPOINT";
+/// How long a freshly started moto may take to answer.
+const STARTUP: Duration = Duration::from_secs(60);
+
+/// The S3 endpoint URL for tests, or `None` (after printing why) when there is none.
+pub fn endpoint() -> Option<String> {
+    if let Ok(url) = std::env::var(ENDPOINT_ENV) {
+        return Some(url);
+    }
+    let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+    if moto.exists() {
+        static SPAWNED: OnceLock<String> = OnceLock::new();
+        return Some(SPAWNED.get_or_init(|| spawn_moto(&moto)).clone());
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("S3 tests need moto: run scripts/test.sh (or set {ENDPOINT_ENV})");
+    }
+    eprintln!("SKIP: no S3 endpoint (run scripts/test.sh, or set {ENDPOINT_ENV})");
+    None
+}
+
+/// A moto server child, killed when dropped.
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts moto on a free port and waits until it answers; returns its URL.
+///
+/// The child is spawned from a thread that lives as long as the process, because
+/// `PR_SET_PDEATHSIG` fires when the spawning *thread* exits: so moto dies with the process.
+fn spawn_moto(moto: &Path) -> String {
+    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("pick a free port")
+        .port();
+    let moto = moto.to_path_buf();
+    let shown = moto.display().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&moto);
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map(Moto);
+        let ok = child.is_ok();
+        tx.send(child.map(|_| ()).map_err(|e| e.to_string()))
+            .expect("the test waits for moto");
+        if ok {
+            // Keep the thread (and so the child's parent-death signal) until the process ends.
+            loop {
+                std::thread::park();
+            }
+        }
+    });
+    if let Err(e) = rx.recv().expect("the moto thread answers") {
+        panic!("cannot start {shown}: {e}");
+    }
+    let deadline = Instant::now() + STARTUP;
+    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "moto_server did not answer on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    format!("http://127.0.0.1:{port}")
+}
+
+/// A client for the test endpoint: explicit region, dummy credentials, path-style.
+pub fn client(endpoint: &str) -> Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    Client::from_conf(conf)
+}
+
+/// A fresh, uniquely named bucket on the test endpoint (default options), rooted at a prefix.
+pub async fn bucket(name_hint: &str) -> Option<DynBucket> {
+    Some(Arc::new(s3_bucket(name_hint, S3Options::default()).await?))
+}
+
+/// Like [`bucket`], with the given part size (at least 5 MiB) for multipart uploads.
+pub async fn bucket_with_part_size(name_hint: &str, part_size: u64) -> Option<DynBucket> {
+    let options = S3Options {
+        part_size,
+        ..S3Options::default()
+    };
+    Some(Arc::new(s3_bucket(name_hint, options).await?))
+}
+
+/// A fresh bucket on the test endpoint as an [`S3Bucket`], rooted at the prefix `root`.
+pub async fn s3_bucket(name_hint: &str, options: S3Options) -> Option<S3Bucket> {
+    let endpoint = endpoint()?;
+    let client = client(&endpoint);
+    let name = unique_bucket_name(name_hint);
+    client
+        .create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create bucket {name} at {endpoint}: {e:?}"));
+    Some(S3Bucket::new(client, &name, "root", options))
+}
+
+/// A valid DNS bucket name from the hint, unique in this process and across processes.
+fn unique_bucket_name(hint: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let mut clean: String = hint
+        .chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    clean.truncate(30);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "t-{}-{}-{n}-{nanos:x}",
+        clean.trim_matches('-'),
+        std::process::id()
+    )
+}
