@@ -114,10 +114,18 @@ impl WalHeader {
         if crc32fast::hash(&b[..40]) != u32_at(b, 40) {
             return Err(FormatError::HeaderCrc { what: WHAT });
         }
+        let floor = u64_at(b, 32);
+        if floor == u64::MAX {
+            // The first frame would carry seq `floor + 1`, which does not exist.
+            return Err(FormatError::Invalid {
+                what: WHAT,
+                detail: format!("floor {floor} leaves no seq for a frame"),
+            });
+        }
         Ok(Self {
             wal_id: uuid_at(b, 8),
             number: u64_at(b, 24),
-            floor: u64_at(b, 32),
+            floor,
         })
     }
 }
@@ -187,7 +195,7 @@ pub struct FrameScan {
     pub frames: Vec<FrameSpan>,
     /// Bytes of the buffer covered by valid frames (a frame boundary).
     pub valid_len: usize,
-    /// Seq of the last valid frame, or `first_seq - 1` when there is none.
+    /// Seq of the last valid frame, or `first_seq - 1` (wrapping) when there is none.
     pub last_seq: u64,
     /// Why the scan stopped early; `None` when every byte was a valid frame.
     pub stop: Option<TailStop>,
@@ -197,7 +205,9 @@ pub struct FrameScan {
 pub fn scan_frames(buf: &[u8], first_seq: u64) -> FrameScan {
     let mut frames = Vec::new();
     let mut at = 0usize;
-    let mut expected = first_seq;
+    // `None` once a frame with seq `u64::MAX` was taken: nothing can follow it.
+    let mut expected = Some(first_seq);
+    let mut last_seq = first_seq.wrapping_sub(1);
     let stop = loop {
         if at == buf.len() {
             break None;
@@ -218,9 +228,9 @@ pub fn scan_frames(buf: &[u8], first_seq: u64) -> FrameScan {
         if frame_crc(seq, &buf[at + FRAME_HEADER_LEN..end]) != crc {
             break Some(TailStop::BadCrc);
         }
-        if seq != expected {
+        if expected != Some(seq) {
             break Some(TailStop::WrongSeq {
-                expected,
+                expected: expected.unwrap_or(u64::MAX),
                 found: seq,
             });
         }
@@ -229,13 +239,14 @@ pub fn scan_frames(buf: &[u8], first_seq: u64) -> FrameScan {
             start: at,
             end,
         });
-        expected += 1;
+        last_seq = seq;
+        expected = seq.checked_add(1);
         at = end;
     };
     FrameScan {
         frames,
         valid_len: at,
-        last_seq: expected - 1,
+        last_seq,
         stop,
     }
 }
@@ -256,6 +267,7 @@ pub struct WalScan {
 /// Scans a whole WAL file held in memory. A bad header is an error; a bad tail is not.
 pub fn scan_wal(file: &[u8]) -> Result<WalScan, FormatError> {
     let header = WalHeader::decode(file)?;
+    // `decode` rejects `floor == u64::MAX`, so this cannot overflow.
     let scan = scan_frames(&file[WAL_HEADER_LEN..], header.floor + 1);
     Ok(WalScan {
         header,
@@ -315,8 +327,11 @@ impl SnapshotHeader {
     }
 
     /// Length of the whole snapshot file this header describes.
+    ///
+    /// Saturates instead of overflowing: a hostile `payload_len` near `u64::MAX` must make
+    /// [`decode_snapshot`] fail its length check, not panic.
     pub fn file_len(&self) -> u64 {
-        SNAPSHOT_HEADER_LEN as u64 + self.payload_len + SNAPSHOT_TRAILER_LEN as u64
+        (SNAPSHOT_HEADER_LEN as u64 + SNAPSHOT_TRAILER_LEN as u64).saturating_add(self.payload_len)
     }
 }
 
@@ -479,6 +494,41 @@ mod tests {
             decode_snapshot(&file),
             Err(FormatError::PayloadCrc { what: "snapshot" })
         );
+    }
+
+    #[test]
+    fn extreme_seqs_and_lengths_are_errors_not_panics() {
+        let h = WalHeader {
+            wal_id: Uuid::from_u128(1),
+            number: 1,
+            floor: u64::MAX,
+        };
+        assert!(matches!(
+            WalHeader::decode(&h.encode()),
+            Err(FormatError::Invalid { .. })
+        ));
+        assert!(scan_wal(&h.encode()).is_err());
+        // first_seq 0 with no frames, and a frame at u64::MAX followed by another.
+        assert_eq!(scan_frames(&[], 0).last_seq, u64::MAX);
+        let mut buf = Vec::new();
+        encode_frame(u64::MAX, b"last", &mut buf);
+        encode_frame(0, b"wrapped", &mut buf);
+        let scan = scan_frames(&buf, u64::MAX);
+        assert_eq!(scan.frames.len(), 1);
+        assert_eq!(scan.last_seq, u64::MAX);
+        assert!(matches!(scan.stop, Some(TailStop::WrongSeq { .. })));
+        // A snapshot header claiming an enormous payload.
+        let header = SnapshotHeader {
+            snapshot_id: Uuid::from_u128(1),
+            commit_seq: 1,
+            kept_wal_id: None,
+            payload_len: u64::MAX - 10,
+        };
+        assert_eq!(header.file_len(), u64::MAX);
+        assert!(matches!(
+            decode_snapshot(&header.encode()),
+            Err(FormatError::Invalid { .. })
+        ));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The store: the on-disk state of one database node (DESIGN.md section 2).
 //!
-//! - [`format`]: WAL, snapshot and position encodings.
+//! - [`format`](mod@format): WAL, snapshot and position encodings.
 //! - [`disk`]: [`disk::DiskState`], one look at a store directory, and the file names.
-//! - [`engine`]: the reference engine, a key-value map that writes exactly this format.
+//! - [`engine`]: the reference engine, a key-value map that writes exactly this format:
+//!   [`engine::codec`] (commit and snapshot payloads), [`engine::recover`] (recovery as a
+//!   read-only reading: `read_store`, `digest`), the position handle, and the deterministic
+//!   `store write` workload.
 
 pub mod disk;
 pub mod engine;

@@ -1,1 +1,0 @@
-//! The reference engine (to be written).
