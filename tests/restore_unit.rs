@@ -985,3 +985,211 @@ async fn verify_checks_wal_identity_and_segment_chain() {
         "{text}"
     );
 }
+
+/// Ships a store the reference engine wrote as generation `generation`: its snapshot, every
+/// archive, store.meta and a lineage, and wal.bin as three segments at frame boundaries of
+/// which the manifest names the first two. Returns the manifest.
+async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
+    use mushroom_backup::manifest::GEN_PREFIX;
+    use mushroom_backup::store::format::{decode_snapshot, scan_wal};
+    assert!(GEN_PREFIX.starts_with("gen"));
+    let snapshot = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+        Ok(bytes) => {
+            let (h, _) = decode_snapshot(&bytes).unwrap();
+            Some(SnapshotEntry {
+                object: fx.put(&snapshot_key(generation), &bytes).await,
+                snapshot_id: h.snapshot_id,
+                commit_seq: h.commit_seq,
+            })
+        }
+        Err(_) => None,
+    };
+    let mut names: Vec<_> = std::fs::read_dir(dir.join(ARCHIVE_DIR))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let mut archives = Vec::new();
+    let mut wal_floor = None;
+    for path in names {
+        let bytes = read(&path);
+        let scan = scan_wal(&bytes).unwrap();
+        wal_floor.get_or_insert(scan.header.floor);
+        archives.push(ArchiveEntry {
+            object: fx
+                .put(&archive_key(generation, scan.header.number), &bytes)
+                .await,
+            number: scan.header.number,
+            frames: scan.frames.len() as u64,
+        });
+    }
+    let wal_bytes = read(&dir.join(WAL_FILE));
+    let scan = scan_wal(&wal_bytes).unwrap();
+    let wal_floor = wal_floor.unwrap_or(scan.header.floor);
+    let n = scan.frames.len();
+    assert!(
+        n >= 3,
+        "wal.bin needs frames to cut: {n} frames, floor {}, {:?}",
+        scan.header.floor,
+        std::fs::read_dir(dir.join(ARCHIVE_DIR)).map(|d| d.count())
+    );
+    let cuts = [
+        0,
+        scan.frames[n / 3].end,
+        scan.frames[2 * n / 3].end,
+        wal_bytes.len(),
+    ];
+    let mut segments = Vec::new();
+    for w in cuts.windows(2) {
+        let frames = scan
+            .frames
+            .iter()
+            .filter(|f| f.end > w[0] && f.end <= w[1])
+            .count() as u64;
+        segments.push(SegmentEntry {
+            object: fx
+                .put(
+                    &segment_key(generation, w[0] as u64, w[1] as u64),
+                    &wal_bytes[w[0]..w[1]],
+                )
+                .await,
+            start: w[0] as u64,
+            end: w[1] as u64,
+            frames,
+        });
+    }
+    segments.pop(); // shipped after the manifest
+    let mut side_files = Vec::new();
+    let lineage = format!("{}\n", fx.lineage).into_bytes();
+    for (name, bytes) in [
+        (META_FILE, read(&dir.join(META_FILE))),
+        (LINEAGE_FILE, lineage),
+    ] {
+        side_files.push(SideFileEntry {
+            object: fx
+                .put(&side_key(generation, name, crc32fast::hash(&bytes)), &bytes)
+                .await,
+            name: name.to_string(),
+        });
+    }
+    let frames: u64 = archives.iter().map(|a| a.frames).sum::<u64>()
+        + segments.iter().map(|s| s.frames).sum::<u64>();
+    let m = Manifest {
+        format: FORMAT,
+        lineage: fx.lineage,
+        generation,
+        commit_seq: wal_floor + frames,
+        created_at: now_rfc3339(),
+        wal_floor,
+        wal_id: scan.header.wal_id,
+        wal_number: scan.header.number,
+        snapshot,
+        archives,
+        segments,
+        side_files,
+        parent: None,
+    };
+    Manifest::decode(&m.key(), &m.encode()).unwrap();
+    fx.bucket
+        .put(&m.key(), m.encode().into(), PutCondition::None)
+        .await
+        .unwrap();
+    let latest = Latest {
+        manifest: m.key(),
+        commit_seq: m.commit_seq,
+        lineage: m.lineage,
+    };
+    fx.bucket
+        .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
+        .await
+        .unwrap();
+    m
+}
+
+#[tokio::test]
+async fn a_store_the_engine_wrote_restores_to_the_same_digest_at_any_commit() {
+    use mushroom_backup::store::engine::{
+        WriteOptions, digest, digest_map, expected_map, write_commits,
+    };
+    let fx = Fx::new();
+    let src = fx._tmp.path().join("source");
+    let w = WriteOptions {
+        commits: 700,
+        value_size: 24,
+        snapshot_every: 250,
+        rotate_bytes: 2 << 10,
+        seed: 11,
+        ..WriteOptions::default()
+    };
+    write_commits(&src, &w).unwrap();
+    // Then 40 commits into a wal.bin that does not rotate.
+    let tail = WriteOptions {
+        commits: 40,
+        rotate_bytes: 0,
+        snapshot_every: 0,
+        ..w.clone()
+    };
+    let written = write_commits(&src, &tail).unwrap();
+    assert_eq!(written.last_seq, 740);
+    let m = ship_store(&fx, &src, 1).await;
+    let snap = m.snapshot.as_ref().unwrap().commit_seq;
+    assert!(!m.archives.is_empty(), "the workload rotated");
+    assert!(m.commit_seq < 740, "the last segment extends the manifest");
+
+    let to = fx.target("latest");
+    let r = restore(&fx.bucket, &to, &opts()).await.unwrap();
+    assert_eq!(r.commit_seq, 740);
+    assert_eq!(r.extended_segments, 1);
+    assert_eq!(digest(&to).unwrap(), written.digest);
+    assert!(
+        verify(&fx.bucket, &VerifyOptions::default())
+            .await
+            .unwrap()
+            .ok
+    );
+
+    // Every reachable commit from the snapshot on: the first archive, the last one, wal.bin
+    // inside the manifest and past it.
+    let first_archive_end = snap.max(m.wal_floor) + m.archives[0].frames;
+    for at in [
+        snap,
+        snap + 1,
+        first_archive_end,
+        m.commit_seq - 1,
+        m.commit_seq,
+        650,
+        700,
+    ] {
+        let to = fx.target(&format!("at{at}"));
+        let r = restore(
+            &fx.bucket,
+            &to,
+            &RestoreOptions {
+                at: Some(at),
+                ..opts()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.commit_seq, at);
+        let d = digest(&to).unwrap();
+        assert_eq!(d.commit_seq, at);
+        assert_eq!(d.digest, digest_map(&expected_map(11, 24, at)), "at {at}");
+    }
+    let e = restore(
+        &fx.bucket,
+        &fx.target("early"),
+        &RestoreOptions {
+            at: Some(snap - 1),
+            ..opts()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "no restore point reaches commit {} (reachable: {snap}..=740)",
+            snap - 1
+        )
+    );
+}

@@ -27,7 +27,10 @@
 //! - Before the rename, every file and directory is fsynced and the staged store is read back
 //!   with the format's own reader ([`stage::read_back`]: snapshot CRCs, archive numbers and
 //!   floors chaining, `wal.bin`'s header). It must report the expected `commit_seq`, and
-//!   `wal.bin` must be the manifest's `wal_id`/`wal_number`. The read-back runs on the
+//!   `wal.bin` must be the manifest's `wal_id`/`wal_number`. When `store.meta` says the
+//!   reference engine wrote the store, the engine's reading (`store::engine::read_store`,
+//!   every commit decoded) must agree as well; other engines' payloads are not interpreted.
+//!   The read-back runs on the
 //!   temporary directory, so a mismatch never leaves a target behind.
 //! - All or nothing: the target appears (or an existing empty target is replaced) by one
 //!   `rename`, then the parent directory is fsynced. On any error, and when the restore's

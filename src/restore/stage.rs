@@ -30,6 +30,7 @@ use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
     WAL_FILE, archive_name, sync_dir, write_file_durably,
 };
+use crate::store::engine::ENGINE_NAME;
 use crate::store::format::{ParentRecord, WAL_HEADER_LEN, decode_snapshot, scan_wal};
 
 /// The lock file inside a temporary restore directory.
@@ -602,6 +603,17 @@ pub fn read_back(dir: &Path) -> Result<ReadBack, String> {
     })
 }
 
+/// Whether `store.meta` says the reference engine wrote the store: then its payloads are
+/// known, and the engine's own reading ([`crate::store::engine::read_store`]: every commit
+/// decoded and applied) is required to agree too. Stores of other engines get the format's
+/// reading only: their payloads are their business.
+fn is_reference_engine_store(dir: &Path) -> bool {
+    fs::read(dir.join(crate::store::disk::META_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("engine").and_then(|e| e.as_str()) == Some(ENGINE_NAME))
+}
+
 /// Cuts `wal.bin` after frame `seq = n`.
 fn cut_wal(dir: &Path, n: u64) -> Result<(), RestoreError> {
     let path = dir.join(WAL_FILE);
@@ -669,6 +681,21 @@ pub(crate) fn finish(
         dir: dir.to_path_buf(),
         detail,
     })?;
+    if is_reference_engine_store(dir) {
+        let image = crate::store::engine::read_store(dir).map_err(|e| RestoreError::ReadBack {
+            dir: dir.to_path_buf(),
+            detail: format!("the reference engine cannot read it: {e}"),
+        })?;
+        if image.commit_seq != plan.commit_seq {
+            return Err(RestoreError::ReadBack {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "the reference engine reads commit {}, expected {}",
+                    image.commit_seq, plan.commit_seq
+                ),
+            });
+        }
+    }
     let (want_id, want_number) = layout.live_wal;
     if back.commit_seq != plan.commit_seq
         || want_id.is_some_and(|id| id != back.wal_id)
