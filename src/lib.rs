@@ -7,10 +7,12 @@
 //! - [`manifest`]: restore points, object keys, LATEST.
 //! - [`wal_source`]: where the worker learns how much WAL is durable.
 //! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
-//! - [`restore`]: restore, `--at`, adopt, verify.
+//! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.
 
 pub mod bucket;
 pub mod manifest;
+pub mod restore;
 pub mod store;
+pub mod verify;
 pub mod wal_source;
 pub mod worker;

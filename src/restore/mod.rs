@@ -1,0 +1,329 @@
+//! Restore: rebuilding a store directory from a bucket (DESIGN.md section 6).
+//!
+//! [`restore`] chooses a restore point ([`plan`]), downloads it into a temporary directory
+//! beside the target and renames it into place ([`stage`]).
+//!
+//! # What is restored
+//! - By default, the manifest LATEST names (if LATEST is missing, unreadable or names a
+//!   missing or invalid manifest: the newest valid manifest under `manifests/`, with a
+//!   warning), **extended** by the segments of its generation shipped after it: starting at the
+//!   manifest's last segment end, each next segment must start exactly where the previous one
+//!   ended, be as long as its key says and hold whole frames with valid CRCs whose seqs continue
+//!   the chain. The first gap or invalid segment ends the extension (where several segments
+//!   start at one offset, the longest valid one is taken). So the restore holds the newest
+//!   commit shipped, not just the newest restore point. `restore_point_only` turns this off.
+//! - With `at: Some(N)`: a restore point whose snapshot holds at most N commits and whose WAL,
+//!   with later segments of its generation, reaches N; the one whose snapshot is nearest below
+//!   N (least to download), and among those one whose manifest reaches N without segments. The
+//!   WAL is cut right after frame `seq = N`; if N falls in an archive, that archive becomes
+//!   `wal.bin` (cut) and later WAL files are not downloaded. An N that no restore point reaches
+//!   is refused with the reachable ranges.
+//!
+//! # Guarantees
+//! - Every object is checked against its manifest entry (length and CRC-32); segments past the
+//!   manifest against the CRCs of their frames, and then against the CRC of the bytes so
+//!   checked. Side file names must be plain file names (a hostile manifest cannot write
+//!   outside the store).
+//! - Before the rename, every file and directory is fsynced and the staged store is read back
+//!   with the format's own reader ([`stage::read_back`]: snapshot CRCs, archive numbers and
+//!   floors chaining, `wal.bin`'s header). It must report the expected `commit_seq`, and
+//!   `wal.bin` must be the manifest's `wal_id`/`wal_number`. When `store.meta` says the
+//!   reference engine wrote the store, the engine's reading (`store::engine::read_store`,
+//!   every commit decoded) must agree as well; other engines' payloads are not interpreted.
+//!   The read-back runs on the
+//!   temporary directory, so a mismatch never leaves a target behind.
+//! - All or nothing: the target appears (or an existing empty target is replaced) by one
+//!   `rename`, then the parent directory is fsynced. On any error, and when the restore's
+//!   future is dropped, the temporary directory is removed and the target is as it was: absent,
+//!   or an empty directory. A non-empty target is refused before anything is downloaded (and
+//!   again by the rename, should it fill up meanwhile).
+//! - Boot restore (`adopt`): a new random `backup.lineage` and a `backup.parent` record naming
+//!   the restore point are written into the staged store before the rename, so the backup
+//!   worker adopts the prefix (DESIGN.md section 5).
+//!
+//! # Crash story
+//! A process that dies mid-restore leaves only its temporary directory
+//! `.<target name>.restore-<uuid>` beside the target, never a partial target. The next restore
+//! into the same target removes it (unless a restore still running holds its lock); deleting it
+//! by hand is always safe.
+//!
+//! # Limits
+//! The `--at` cut and the read-back read one WAL file at a time into memory. A target that is
+//! a mount point cannot be replaced by a rename and is refused: restore into a directory
+//! inside it.
+
+use std::fmt;
+use std::io::IsTerminal;
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::bucket::{Bucket, BucketError};
+use crate::manifest::ManifestError;
+use crate::store::disk::DiskError;
+use crate::store::format::ParentRecord;
+
+pub mod plan;
+pub mod stage;
+
+pub use stage::{ReadBack, read_back, side_file_name_problem};
+
+/// How to restore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RestoreOptions {
+    /// Restore exactly to commit N (see the module docs).
+    pub at: Option<u64>,
+    /// Stop at the restore point: do not extend it by later segments.
+    pub restore_point_only: bool,
+    /// Boot restore: write a new `backup.lineage` and a `backup.parent`.
+    pub adopt: bool,
+    /// Requests in flight at once.
+    pub parallelism: usize,
+    /// Show a progress bar (only when stderr is a terminal).
+    pub progress: bool,
+}
+
+impl Default for RestoreOptions {
+    fn default() -> Self {
+        RestoreOptions {
+            at: None,
+            restore_point_only: false,
+            adopt: false,
+            parallelism: 8,
+            progress: false,
+        }
+    }
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestoreReport {
+    /// Commits the restored store holds (read back from it).
+    pub commit_seq: u64,
+    /// The manifest restored from.
+    pub manifest_key: String,
+    /// The manifest's lineage and generation.
+    pub lineage: Uuid,
+    pub generation: u64,
+    /// Objects downloaded, and their bytes.
+    pub objects: usize,
+    pub bytes: u64,
+    /// Segments past the manifest that extended it.
+    pub extended_segments: usize,
+    /// With `adopt`: the parent record written (`backup.parent`).
+    pub parent: Option<ParentRecord>,
+    /// With `adopt`: the new lineage written (`backup.lineage`).
+    pub new_lineage: Option<Uuid>,
+    /// Things an operator should know (a fallback from a bad LATEST, unused segments).
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Display for RestoreReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "restored commit {} from {} (lineage {}, generation {}",
+            self.commit_seq, self.manifest_key, self.lineage, self.generation
+        )?;
+        if self.extended_segments > 0 {
+            write!(f, ", extended by {} segments", self.extended_segments)?;
+        }
+        write!(f, "): {} objects, {} bytes", self.objects, self.bytes)?;
+        if let Some(l) = self.new_lineage {
+            write!(f, "; adopted as lineage {l}")?;
+        }
+        for w in &self.warnings {
+            write!(f, "\nwarning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Ranges of commits that `--at` can reach, merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reachable(pub Vec<RangeInclusive<u64>>);
+
+impl Reachable {
+    /// Sorts and merges overlapping or adjacent ranges.
+    pub fn merge(mut ranges: Vec<RangeInclusive<u64>>) -> Reachable {
+        ranges.sort_by_key(|r| (*r.start(), *r.end()));
+        let mut out: Vec<RangeInclusive<u64>> = Vec::new();
+        for r in ranges {
+            match out.last_mut() {
+                Some(last) if *r.start() <= last.end().saturating_add(1) => {
+                    if r.end() > last.end() {
+                        *last = *last.start()..=*r.end();
+                    }
+                }
+                _ => out.push(r),
+            }
+        }
+        Reachable(out)
+    }
+}
+
+impl fmt::Display for Reachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "none");
+        }
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{}..={}", r.start(), r.end())?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a restore failed. No target is left behind whatever the error.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("target {} is not empty", path.display())]
+    TargetNotEmpty { path: PathBuf },
+    #[error("target {}: {detail}", path.display())]
+    BadTarget { path: PathBuf, detail: String },
+    #[error("no restore point in {url}: {detail}")]
+    NoRestorePoint { url: String, detail: String },
+    #[error("no restore point reaches commit {at} (reachable: {reachable})")]
+    Unreachable { at: u64, reachable: Reachable },
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("{key}: CRC mismatch (expected {expected:08x}, got {got:08x})")]
+    CrcMismatch {
+        key: String,
+        expected: u32,
+        got: u32,
+    },
+    /// An object that is not what its manifest entry says (length, name, content).
+    #[error("{key}: {detail}")]
+    BadObject { key: String, detail: String },
+    #[error(transparent)]
+    Bucket(#[from] BucketError),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Disk(#[from] DiskError),
+    /// The staged store does not read back as expected.
+    #[error("read-back of {}: {detail}", dir.display())]
+    ReadBack { dir: PathBuf, detail: String },
+}
+
+/// Restores a store from `bucket` into `target` (see the module docs for what is restored and
+/// what is guaranteed).
+pub async fn restore(
+    bucket: &dyn Bucket,
+    target: &Path,
+    opts: &RestoreOptions,
+) -> Result<RestoreReport, RestoreError> {
+    let parallelism = opts.parallelism.max(1);
+    // Refuse a bad target before downloading anything.
+    let t = target.to_path_buf();
+    let target = tokio::task::spawn_blocking(move || stage::resolve_target(&t))
+        .await
+        .map_err(|e| RestoreError::BadTarget {
+            path: target.to_path_buf(),
+            detail: format!("check failed: {e}"),
+        })??;
+
+    let plan = plan::choose(bucket, opts).await?;
+    let layout = stage::layout(&plan)?;
+    let parent = opts.adopt.then(|| ParentRecord {
+        lineage: plan.manifest.lineage,
+        manifest: plan.manifest_key.clone(),
+        commit_seq: plan.manifest.commit_seq,
+    });
+    let new_lineage = opts.adopt.then(Uuid::new_v4);
+    tracing::info!(
+        manifest = %plan.manifest_key,
+        commit_seq = plan.commit_seq,
+        objects = layout.objects(),
+        bytes = layout.bytes(),
+        "restoring into {}",
+        target.path.display()
+    );
+
+    let t = target.clone();
+    let temp = tokio::task::spawn_blocking(move || {
+        // Resolve again: the target may have changed while the plan was made.
+        stage::resolve_target(&t.path)?;
+        stage::create_temp(&t)
+    })
+    .await
+    .map_err(|e| RestoreError::BadTarget {
+        path: target.path.clone(),
+        detail: format!("staging failed: {e}"),
+    })??;
+
+    let progress = progress_bar(opts.progress, layout.bytes());
+    let files = stage::download(
+        bucket,
+        temp.path(),
+        &layout,
+        &plan.cached,
+        parallelism,
+        &progress,
+    )
+    .await;
+    progress.finish_and_clear();
+    let files = files?;
+
+    let extended_segments = layout_extension_count(&plan);
+    let report = RestoreReport {
+        commit_seq: plan.commit_seq,
+        manifest_key: plan.manifest_key.clone(),
+        lineage: plan.manifest.lineage,
+        generation: plan.manifest.generation,
+        objects: layout.objects(),
+        bytes: layout.bytes(),
+        extended_segments,
+        parent: parent.clone(),
+        new_lineage,
+        warnings: plan.warnings.clone(),
+    };
+    let dest = target.clone();
+    tokio::task::spawn_blocking(move || {
+        let adopt = new_lineage.zip(parent.as_ref());
+        stage::finish(temp.path(), files, &layout, &plan, adopt)?;
+        temp.into_place(&dest)
+    })
+    .await
+    .map_err(|e| RestoreError::BadTarget {
+        path: target.path.clone(),
+        detail: format!("finishing failed: {e}"),
+    })??;
+    tracing::info!("{report}");
+    Ok(report)
+}
+
+/// Extension segments the restore uses (with `--at`, only those up to N).
+fn layout_extension_count(plan: &plan::Plan) -> usize {
+    let mut seq = plan.manifest.commit_seq;
+    let mut n = 0;
+    for s in &plan.extension {
+        if plan.cut.is_some_and(|cut| seq >= cut) {
+            break;
+        }
+        seq += s.frames;
+        n += 1;
+    }
+    n
+}
+
+fn progress_bar(wanted: bool, total: u64) -> ProgressBar {
+    if !wanted || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let style = ProgressStyle::with_template(
+        "restoring [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    ProgressBar::new(total).with_style(style.progress_chars("=> "))
+}

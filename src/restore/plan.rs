@@ -1,0 +1,426 @@
+//! Choosing what to restore: the restore point, the segments of its generation that extend it,
+//! and for `--at N` the restore point that reaches N with the least to download.
+//!
+//! Everything here only reads the bucket. Segments past a manifest have no manifest entry to
+//! check them against, so each is downloaded once here and checked frame by frame (length from
+//! its key, every frame's CRC, seqs continuing the chain); its CRC is then recorded so that the
+//! download into the store is checked like any other object. Up to [`EXTENSION_CACHE_BYTES`]
+//! of those bytes are kept in memory and not downloaded a second time.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::Bytes;
+use futures::StreamExt;
+
+use super::{Reachable, RestoreError, RestoreOptions};
+use crate::bucket::{Bucket, BucketError, list_all};
+use crate::manifest::{
+    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, SegmentEntry, parse_segment_key,
+    segments_prefix,
+};
+use crate::store::format::scan_frames;
+
+/// Bytes of validated extension segments kept in memory for the download that follows.
+pub const EXTENSION_CACHE_BYTES: u64 = 64 << 20;
+
+/// What a restore will download and what the restored store must report.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    pub manifest: Manifest,
+    pub manifest_key: String,
+    /// Segments of the manifest's generation past its last segment, checked, in order.
+    pub extension: Vec<SegmentEntry>,
+    /// Bytes of extension segments kept from their check, by key.
+    pub cached: HashMap<String, Bytes>,
+    /// The commit the restored store reports.
+    pub commit_seq: u64,
+    /// `Some(N)` for `--at N`: the WAL is cut after frame `seq = N`.
+    pub cut: Option<u64>,
+    pub warnings: Vec<String>,
+}
+
+/// Chooses the restore point for `opts` (see the module docs of [`super`]).
+pub(crate) async fn choose(
+    bucket: &dyn Bucket,
+    opts: &RestoreOptions,
+) -> Result<Plan, RestoreError> {
+    let parallelism = opts.parallelism.max(1);
+    match opts.at {
+        None => {
+            let mut warnings = Vec::new();
+            let (manifest_key, manifest) = latest_restore_point(bucket, &mut warnings).await?;
+            let ext = if opts.restore_point_only {
+                Extension::none(&manifest)
+            } else {
+                extend(bucket, &manifest, None, parallelism).await?
+            };
+            warnings.extend(ext.warnings);
+            Ok(Plan {
+                commit_seq: ext.reach,
+                manifest,
+                manifest_key,
+                extension: ext.segments,
+                cached: ext.cached,
+                cut: None,
+                warnings,
+            })
+        }
+        Some(n) => choose_at(bucket, n, opts.restore_point_only, parallelism).await,
+    }
+}
+
+/// Fetches and decodes one manifest: `Ok(Err(why))` when it is missing or not valid.
+async fn load_manifest(
+    bucket: &dyn Bucket,
+    key: &str,
+) -> Result<Result<Manifest, String>, RestoreError> {
+    match bucket.get(key).await {
+        Ok(obj) => Ok(Manifest::decode(key, &obj.data).map_err(|e| e.to_string())),
+        Err(BucketError::NotFound { .. }) => Ok(Err(format!("{key}: no such object"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The manifest LATEST names; if LATEST is missing or names a missing or bad manifest, the
+/// newest valid manifest under `manifests/`, with a warning saying so.
+async fn latest_restore_point(
+    bucket: &dyn Bucket,
+    warnings: &mut Vec<String>,
+) -> Result<(String, Manifest), RestoreError> {
+    let why = match bucket.get(LATEST_KEY).await {
+        Ok(obj) => match Latest::decode(&obj.data) {
+            Ok(latest) => match load_manifest(bucket, &latest.manifest).await? {
+                Ok(m) if m.commit_seq == latest.commit_seq && m.lineage == latest.lineage => {
+                    return Ok((latest.manifest, m));
+                }
+                Ok(m) => format!(
+                    "{LATEST_KEY} says commit {} of lineage {}, but {} holds commit {} of lineage {}",
+                    latest.commit_seq, latest.lineage, latest.manifest, m.commit_seq, m.lineage
+                ),
+                Err(why) => format!("{LATEST_KEY} names a manifest that is not valid: {why}"),
+            },
+            Err(e) => e.to_string(),
+        },
+        Err(BucketError::NotFound { .. }) => format!("there is no {LATEST_KEY}"),
+        Err(e) => return Err(e.into()),
+    };
+    let mut keys: Vec<String> = list_all(bucket, MANIFESTS_PREFIX)
+        .await?
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    keys.sort();
+    let mut skipped = Vec::new();
+    for key in keys.iter().rev() {
+        match load_manifest(bucket, key).await? {
+            Ok(m) => {
+                let mut w = format!("{why}; restoring the newest valid manifest, {key}");
+                if !skipped.is_empty() {
+                    w.push_str(&format!(
+                        " (skipped newer, not valid: {})",
+                        skipped.join("; ")
+                    ));
+                }
+                tracing::warn!("{w}");
+                warnings.push(w);
+                return Ok((key.clone(), m));
+            }
+            Err(e) => skipped.push(e),
+        }
+    }
+    Err(RestoreError::NoRestorePoint {
+        url: bucket.url(),
+        detail: if skipped.is_empty() {
+            why
+        } else {
+            format!("{why}; no valid manifest: {}", skipped.join("; "))
+        },
+    })
+}
+
+/// Every valid manifest under `manifests/` (invalid ones become warnings).
+async fn all_manifests(
+    bucket: &dyn Bucket,
+    parallelism: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(String, Manifest)>, RestoreError> {
+    let keys: Vec<String> = list_all(bucket, MANIFESTS_PREFIX)
+        .await?
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    let loaded: Vec<_> = futures::stream::iter(keys)
+        .map(|key| async move { (load_manifest(bucket, &key).await, key) })
+        .buffered(parallelism)
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for (result, key) in loaded {
+        match result? {
+            Ok(m) => out.push((key, m)),
+            Err(why) => {
+                let w = format!("skipping a manifest that is not valid: {why}");
+                tracing::warn!("{w}");
+                warnings.push(w);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn snapshot_seq(m: &Manifest) -> u64 {
+    m.snapshot.as_ref().map_or(0, |s| s.commit_seq)
+}
+
+/// `--at n`: among the restore points whose snapshot holds at most `n` commits, the one with
+/// the snapshot nearest below `n` whose WAL (with later segments of its generation) reaches
+/// `n`; among those, one whose manifest already reaches `n` (the smallest), else the newest
+/// generation whose segments do.
+async fn choose_at(
+    bucket: &dyn Bucket,
+    n: u64,
+    restore_point_only: bool,
+    parallelism: usize,
+) -> Result<Plan, RestoreError> {
+    let mut warnings = Vec::new();
+    let all = all_manifests(bucket, parallelism, &mut warnings).await?;
+    let mut by_snapshot: BTreeMap<u64, Vec<&(String, Manifest)>> = BTreeMap::new();
+    for entry in &all {
+        by_snapshot
+            .entry(snapshot_seq(&entry.1))
+            .or_default()
+            .push(entry);
+    }
+    let plan = |(key, m): &(String, Manifest), ext: Extension, mut warnings: Vec<String>| {
+        warnings.extend(ext.warnings);
+        Plan {
+            manifest: m.clone(),
+            manifest_key: key.clone(),
+            extension: ext.segments,
+            cached: ext.cached,
+            commit_seq: n,
+            cut: Some(n),
+            warnings,
+        }
+    };
+    // Full reach of each generation's newest manifest, as far as it was computed.
+    let mut reach: HashMap<u64, u64> = HashMap::new();
+    for (_, group) in by_snapshot.range(..=n).rev() {
+        if let Some(best) = group
+            .iter()
+            .filter(|(_, m)| m.commit_seq >= n)
+            .min_by_key(|(_, m)| m.commit_seq)
+        {
+            return Ok(plan(best, Extension::none(&best.1), warnings));
+        }
+        if restore_point_only {
+            continue;
+        }
+        for newest in newest_per_generation(group).into_values().rev() {
+            let ext = extend(bucket, &newest.1, Some(n), parallelism).await?;
+            if ext.reach >= n {
+                return Ok(plan(newest, ext, warnings));
+            }
+            reach.insert(newest.1.generation, ext.reach);
+        }
+    }
+    // Unreachable: name what is reachable.
+    let mut ranges = Vec::new();
+    let mut generations: BTreeMap<u64, Vec<&(String, Manifest)>> = BTreeMap::new();
+    for entry in &all {
+        generations
+            .entry(entry.1.generation)
+            .or_default()
+            .push(entry);
+    }
+    for (generation, entries) in &generations {
+        let low = entries
+            .iter()
+            .map(|e| snapshot_seq(&e.1))
+            .min()
+            .unwrap_or(0);
+        let newest = entries
+            .iter()
+            .max_by_key(|e| e.1.commit_seq)
+            .expect("a group is never empty");
+        let high = match reach.get(generation) {
+            Some(r) => *r,
+            None if restore_point_only => newest.1.commit_seq,
+            None => extend(bucket, &newest.1, None, parallelism).await?.reach,
+        };
+        ranges.push(low..=high);
+    }
+    Err(RestoreError::Unreachable {
+        at: n,
+        reachable: Reachable::merge(ranges),
+    })
+}
+
+/// The newest manifest of each generation in `group`, by generation.
+fn newest_per_generation<'a>(
+    group: &[&'a (String, Manifest)],
+) -> BTreeMap<u64, &'a (String, Manifest)> {
+    let mut newest: BTreeMap<u64, &(String, Manifest)> = BTreeMap::new();
+    for &entry in group {
+        let slot = newest.entry(entry.1.generation).or_insert(entry);
+        if entry.1.commit_seq > slot.1.commit_seq {
+            *slot = entry;
+        }
+    }
+    newest
+}
+
+/// The segments that extend a manifest, and the commit they reach.
+#[derive(Debug, Default)]
+pub(crate) struct Extension {
+    pub segments: Vec<SegmentEntry>,
+    pub cached: HashMap<String, Bytes>,
+    /// The commit the manifest's WAL reaches with these segments.
+    pub reach: u64,
+    pub warnings: Vec<String>,
+}
+
+impl Extension {
+    fn none(m: &Manifest) -> Extension {
+        Extension {
+            reach: m.commit_seq,
+            ..Extension::default()
+        }
+    }
+}
+
+/// A segment key past the manifest: `(end, key)` grouped by start.
+type Candidates = BTreeMap<u64, Vec<(u64, String)>>;
+
+/// Follows the segments of `m`'s generation from `m.segments_end()`: each must start where the
+/// last one ended and hold whole, valid frames continuing the seq. Stops at the first gap, at
+/// an invalid segment with no valid alternative, or once `limit` is reached. Where several
+/// start at one offset the longest valid one is taken.
+pub(crate) async fn extend(
+    bucket: &dyn Bucket,
+    m: &Manifest,
+    limit: Option<u64>,
+    parallelism: usize,
+) -> Result<Extension, RestoreError> {
+    let mut ext = Extension::none(m);
+    let mut candidates: Candidates = BTreeMap::new();
+    for obj in list_all(bucket, &segments_prefix(m.generation)).await? {
+        let Some((start, end)) = parse_segment_key(m.generation, &obj.key) else {
+            continue;
+        };
+        if start < m.segments_end() {
+            continue;
+        }
+        if obj.len != end - start {
+            ext.warnings.push(format!(
+                "{}: {} bytes, its key says {}; not used",
+                obj.key,
+                obj.len,
+                end - start
+            ));
+            continue;
+        }
+        candidates.entry(start).or_default().push((end, obj.key));
+    }
+    for list in candidates.values_mut() {
+        list.sort_by_key(|c| std::cmp::Reverse(c.0));
+    }
+    let mut pos = m.segments_end();
+    let mut rejected: HashSet<String> = HashSet::new();
+    let mut cached_bytes = 0u64;
+    'chain: loop {
+        if limit.is_some_and(|n| ext.reach >= n) {
+            break;
+        }
+        // The longest not-yet-rejected candidate at each offset, following ends.
+        let mut chain = Vec::new();
+        let mut at = pos;
+        while let Some((end, key)) = candidates
+            .get(&at)
+            .and_then(|l| l.iter().find(|(_, k)| !rejected.contains(k)))
+        {
+            chain.push((at, *end, key.clone()));
+            at = *end;
+        }
+        if chain.is_empty() {
+            break;
+        }
+        let mut fetched = futures::stream::iter(chain)
+            .map(|(start, end, key)| async move {
+                let got = bucket.get(&key).await;
+                (start, end, key, got)
+            })
+            .buffered(parallelism);
+        while let Some((start, end, key, got)) = fetched.next().await {
+            let data = match got {
+                Ok(obj) => obj.data,
+                // Listed, then gone (retention): treat as absent.
+                Err(BucketError::NotFound { .. }) => {
+                    rejected.insert(key);
+                    continue 'chain;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            match check_frames(&data, end - start, ext.reach + 1) {
+                Ok(frames) => {
+                    let crc = crc32fast::hash(&data);
+                    ext.reach += frames;
+                    if cached_bytes + data.len() as u64 <= EXTENSION_CACHE_BYTES {
+                        cached_bytes += data.len() as u64;
+                        ext.cached.insert(key.clone(), data.clone());
+                    }
+                    ext.segments.push(SegmentEntry {
+                        object: ObjectEntry {
+                            key,
+                            len: data.len() as u64,
+                            crc,
+                            lineage: m.lineage,
+                            generation: m.generation,
+                        },
+                        start,
+                        end,
+                        frames,
+                    });
+                    pos = end;
+                    if limit.is_some_and(|n| ext.reach >= n) {
+                        break 'chain;
+                    }
+                }
+                Err(why) => {
+                    let w = format!("{key}: {why}; not used");
+                    tracing::warn!("{w}");
+                    ext.warnings.push(w);
+                    rejected.insert(key);
+                    continue 'chain;
+                }
+            }
+        }
+    }
+    let unused = candidates.range(pos + 1..).next().map(|(start, _)| *start);
+    if let (Some(start), None) = (unused, limit) {
+        let w = format!(
+            "segments of generation {} stop at offset {pos} (commit {}); later segments from \
+             offset {start} do not continue them and are not used",
+            m.generation, ext.reach
+        );
+        tracing::warn!("{w}");
+        ext.warnings.push(w);
+    }
+    Ok(ext)
+}
+
+/// Checks that `data` is `len` bytes of whole, valid frames starting at `first_seq`; returns
+/// the number of frames.
+pub(crate) fn check_frames(data: &[u8], len: u64, first_seq: u64) -> Result<u64, String> {
+    if data.len() as u64 != len {
+        return Err(format!("{} bytes, expected {len}", data.len()));
+    }
+    let scan = scan_frames(data, first_seq);
+    if let Some(stop) = scan.stop {
+        return Err(format!("{stop} at byte {}", scan.valid_len));
+    }
+    if scan.frames.is_empty() {
+        return Err("no frames".into());
+    }
+    Ok(scan.frames.len() as u64)
+}

@@ -1,0 +1,714 @@
+//! Staging a restore: the temporary directory beside the target, the parallel download into
+//! it, the `--at` cut, the read-back, and the rename into place.
+//!
+//! The temporary directory is `.<name>.restore-<uuid>` in the target's parent (same file
+//! system, so the final rename is atomic). It holds `.restore.lock`, `flock`ed for as long as
+//! its restore runs, so that the clean-up of leftovers ([`remove_stale`], run by every restore
+//! into the same target) never removes the directory of a restore that is still running. The
+//! lock file is removed just before the rename; the lock itself is released when the restore
+//! ends.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File};
+use std::io::ErrorKind;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use indicatif::ProgressBar;
+use uuid::Uuid;
+
+use super::RestoreError;
+use super::plan::Plan;
+use crate::bucket::Bucket;
+use crate::manifest::ObjectEntry;
+use crate::store::disk::{
+    ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
+    WAL_FILE, archive_name, sync_dir, write_file_durably,
+};
+use crate::store::engine::ENGINE_NAME;
+use crate::store::format::{ParentRecord, WAL_HEADER_LEN, decode_snapshot, scan_wal};
+
+/// The lock file inside a temporary restore directory.
+const LOCK_NAME: &str = ".restore.lock";
+/// Objects larger than this are fetched by ranged GETs of this size, in parallel.
+pub const RANGE_CHUNK: u64 = 8 << 20;
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
+    move |source| RestoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Runs blocking file-system work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
+) -> Result<T, RestoreError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RestoreError::Io {
+            path: PathBuf::new(),
+            source: std::io::Error::other(format!("blocking task failed: {e}")),
+        })?
+}
+
+/// The target directory, resolved: absolute, symlinks followed.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub path: PathBuf,
+    pub parent: PathBuf,
+    pub name: String,
+}
+
+/// Resolves `target` and refuses a target that exists and is not an empty directory on the
+/// same file system as its parent. Blocking; cheap.
+pub(crate) fn resolve_target(target: &Path) -> Result<Target, RestoreError> {
+    let bad = |detail: &str| RestoreError::BadTarget {
+        path: target.to_path_buf(),
+        detail: detail.to_string(),
+    };
+    let abs = if target.is_absolute() {
+        target.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(io(target))?.join(target)
+    };
+    let path = match fs::symlink_metadata(&abs) {
+        Ok(_) => fs::canonicalize(&abs).map_err(io(&abs))?,
+        Err(e) if e.kind() == ErrorKind::NotFound => abs,
+        Err(e) => return Err(io(&abs)(e)),
+    };
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str()))
+    else {
+        return Err(bad("needs a directory name (not `/`, `.` or `..`)"));
+    };
+    let resolved = Target {
+        parent: parent.to_path_buf(),
+        name: name.to_string(),
+        path: path.clone(),
+    };
+    let meta = match fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(resolved),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(bad("exists and is not a directory"));
+    }
+    if fs::read_dir(&path).map_err(io(&path))?.next().is_some() {
+        return Err(RestoreError::TargetNotEmpty { path });
+    }
+    let parent_meta = fs::metadata(parent).map_err(io(parent))?;
+    if parent_meta.dev() != meta.dev() {
+        return Err(bad(
+            "is a mount point, which cannot be replaced atomically; restore into a new \
+             directory inside it",
+        ));
+    }
+    Ok(resolved)
+}
+
+/// The temporary directory of one restore. Dropping it (any failure, a panic, or the restore's
+/// future being dropped) removes it; [`TempDir::into_place`] disarms it.
+pub(crate) struct TempDir {
+    path: PathBuf,
+    armed: bool,
+    /// Held for as long as the restore runs.
+    _lock: File,
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if self.armed
+            && let Err(e) = fs::remove_dir_all(&self.path)
+        {
+            tracing::warn!("cannot remove {}: {e}", self.path.display());
+        }
+    }
+}
+
+fn temp_prefix(name: &str) -> String {
+    format!(".{name}.restore-")
+}
+
+/// Removes temporary directories that earlier restores into this target left behind (they
+/// crashed), skipping those whose restore still holds the lock.
+pub(crate) fn remove_stale(target: &Target) -> Result<(), RestoreError> {
+    let prefix = temp_prefix(&target.name);
+    let entries = match fs::read_dir(&target.parent) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(&target.parent)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(&target.parent))?;
+        if !entry.file_name().to_string_lossy().starts_with(&prefix) {
+            continue;
+        }
+        let dir = entry.path();
+        if let Ok(lock) = File::open(dir.join(LOCK_NAME)) {
+            // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
+            let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if r != 0 {
+                tracing::info!("{} belongs to a restore in progress", dir.display());
+                continue;
+            }
+        }
+        tracing::info!("removing {}, left by an interrupted restore", dir.display());
+        fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    Ok(())
+}
+
+/// Creates the temporary directory beside `target`, with the target's permissions if it exists.
+pub(crate) fn create_temp(target: &Target) -> Result<TempDir, RestoreError> {
+    fs::create_dir_all(&target.parent).map_err(io(&target.parent))?;
+    remove_stale(target)?;
+    let path = target
+        .parent
+        .join(format!("{}{}", temp_prefix(&target.name), Uuid::new_v4()));
+    fs::create_dir(&path).map_err(io(&path))?;
+    let lock_path = path.join(LOCK_NAME);
+    let lock = match File::create(&lock_path) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&path);
+            return Err(io(&lock_path)(e));
+        }
+    };
+    // SAFETY: flock on a descriptor we own; a fresh file nobody else can hold yet.
+    unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let temp = TempDir {
+        path,
+        armed: true,
+        _lock: lock,
+    };
+    if let Ok(meta) = fs::metadata(&target.path) {
+        let mode = fs::Permissions::from_mode(meta.permissions().mode());
+        fs::set_permissions(&temp.path, mode).map_err(io(&temp.path))?;
+    }
+    Ok(temp)
+}
+
+impl TempDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the directory over the target (replacing it if it is an empty directory) and
+    /// makes the rename durable.
+    pub fn into_place(mut self, target: &Target) -> Result<(), RestoreError> {
+        let lock = self.path.join(LOCK_NAME);
+        fs::remove_file(&lock).map_err(io(&lock))?;
+        sync_dir(&self.path)?;
+        match fs::rename(&self.path, &target.path) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::DirectoryNotEmpty | ErrorKind::AlreadyExists
+                ) =>
+            {
+                return Err(RestoreError::TargetNotEmpty {
+                    path: target.path.clone(),
+                });
+            }
+            Err(e) => return Err(io(&target.path)(e)),
+        }
+        self.armed = false;
+        sync_dir(&target.parent)?;
+        Ok(())
+    }
+}
+
+/// One object and where its bytes go.
+#[derive(Debug, Clone)]
+struct Piece {
+    key: String,
+    len: u64,
+    crc: u32,
+    /// Index into [`Layout::files`].
+    file: usize,
+    /// Where the object's first byte goes in that file.
+    offset: u64,
+}
+
+/// The files of the restored store and the objects that fill them.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    /// Paths relative to the store directory.
+    files: Vec<PathBuf>,
+    pieces: Vec<Piece>,
+    has_archives: bool,
+    /// `(wal_id, number)` the restored `wal.bin` must carry; the id is `None` when `--at`
+    /// makes an archive the live WAL.
+    live_wal: (Option<Uuid>, u64),
+}
+
+impl Layout {
+    pub fn objects(&self) -> usize {
+        self.pieces.len()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.pieces.iter().map(|p| p.len).sum()
+    }
+}
+
+/// Why a side file's name cannot be restored as given, if it cannot: it must be a plain file
+/// name, not hidden, and not one of the files the restore itself rebuilds or the engine owns.
+pub fn side_file_name_problem(name: &str) -> Option<String> {
+    const RESERVED: &[&str] = &[
+        WAL_FILE,
+        SNAPSHOT_FILE,
+        ARCHIVE_DIR,
+        INTENT_FILE,
+        LOCK_FILE,
+        POSITION_FILE,
+    ];
+    if name.is_empty() || name.contains(['/', '\0']) || name.starts_with('.') {
+        Some(format!("side file name {name:?} is not a plain file name"))
+    } else if RESERVED.contains(&name) {
+        Some(format!(
+            "side file name {name:?} is reserved for the store's own files"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Where each object of `plan` goes. With a cut at N, only the WAL files up to the one holding
+/// frame N are downloaded: an archive holding N becomes `wal.bin` (later archives and segments
+/// are not needed), otherwise segments after the one holding N are left out.
+pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
+    let m = &plan.manifest;
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut pieces = Vec::new();
+    let mut add = |rel: PathBuf, object: &ObjectEntry, offset: u64| {
+        let file = match files.iter().position(|f| *f == rel) {
+            Some(i) => i,
+            None => {
+                files.push(rel);
+                files.len() - 1
+            }
+        };
+        pieces.push(Piece {
+            key: object.key.clone(),
+            len: object.len,
+            crc: object.crc,
+            file,
+            offset,
+        });
+    };
+    if let Some(s) = &m.snapshot {
+        add(SNAPSHOT_FILE.into(), &s.object, 0);
+    }
+    let mut floor = m.wal_floor;
+    let mut live_wal = None;
+    let mut has_archives = false;
+    for a in &m.archives {
+        let last = floor + a.frames;
+        if plan.cut.is_some_and(|n| last >= n) {
+            add(WAL_FILE.into(), &a.object, 0);
+            live_wal = Some((None, a.number));
+            break;
+        }
+        add(
+            Path::new(ARCHIVE_DIR).join(archive_name(a.number)),
+            &a.object,
+            0,
+        );
+        has_archives = true;
+        floor = last;
+    }
+    let live_wal = match live_wal {
+        Some(w) => w,
+        None => {
+            let mut seq = floor;
+            for (i, s) in m.segments.iter().chain(&plan.extension).enumerate() {
+                if i > 0 && plan.cut.is_some_and(|n| seq >= n) {
+                    break;
+                }
+                add(WAL_FILE.into(), &s.object, s.start);
+                seq += s.frames;
+            }
+            (Some(m.wal_id), m.wal_number)
+        }
+    };
+    let mut names = HashSet::new();
+    for side in &m.side_files {
+        if let Some(problem) = side_file_name_problem(&side.name) {
+            return Err(RestoreError::BadObject {
+                key: side.object.key.clone(),
+                detail: problem,
+            });
+        }
+        if !names.insert(side.name.as_str()) {
+            return Err(RestoreError::BadObject {
+                key: side.object.key.clone(),
+                detail: format!("side file {:?} is listed twice", side.name),
+            });
+        }
+        add(side.name.clone().into(), &side.object, 0);
+    }
+    Ok(Layout {
+        files,
+        pieces,
+        has_archives,
+        live_wal,
+    })
+}
+
+/// One GET: a whole object, or one range of a large one.
+#[derive(Debug, Clone)]
+struct Chunk {
+    piece: usize,
+    index: usize,
+    range: Range<u64>,
+    whole: bool,
+}
+
+/// Downloads every piece of `layout` into `dir` with at most `parallelism` requests in flight,
+/// checking each object's length and CRC. Returns the open files (not yet fsynced).
+pub(crate) async fn download(
+    bucket: &dyn Bucket,
+    dir: &Path,
+    layout: &Layout,
+    cached: &HashMap<String, Bytes>,
+    parallelism: usize,
+    progress: &ProgressBar,
+) -> Result<Vec<Arc<File>>, RestoreError> {
+    let dir = dir.to_path_buf();
+    let rels = layout.files.clone();
+    let has_archives = layout.has_archives;
+    let files: Vec<Arc<File>> = blocking(move || {
+        if has_archives {
+            let a = dir.join(ARCHIVE_DIR);
+            fs::create_dir(&a).map_err(io(&a))?;
+        }
+        rels.iter()
+            .map(|rel| {
+                let p = dir.join(rel);
+                File::create(&p).map(Arc::new).map_err(io(&p))
+            })
+            .collect()
+    })
+    .await?;
+
+    let mut chunks = Vec::new();
+    for (p, piece) in layout.pieces.iter().enumerate() {
+        if piece.len <= RANGE_CHUNK || cached.contains_key(&piece.key) {
+            chunks.push(Chunk {
+                piece: p,
+                index: 0,
+                range: 0..piece.len,
+                whole: true,
+            });
+            continue;
+        }
+        let mut start = 0;
+        while start < piece.len {
+            let end = (start + RANGE_CHUNK).min(piece.len);
+            chunks.push(Chunk {
+                piece: p,
+                index: 0,
+                range: start..end,
+                whole: false,
+            });
+            start = end;
+        }
+    }
+    // Chunk indexes within their piece, and how many each piece has.
+    let mut remaining = vec![0usize; layout.pieces.len()];
+    for c in &mut chunks {
+        c.index = remaining[c.piece];
+        remaining[c.piece] += 1;
+    }
+    let mut hashers: Vec<Vec<Option<crc32fast::Hasher>>> =
+        remaining.iter().map(|n| vec![None; *n]).collect();
+
+    let mut fetches = futures::stream::iter(chunks)
+        .map(|c| {
+            let piece = &layout.pieces[c.piece];
+            let file = files[piece.file].clone();
+            let cached = cached.get(&piece.key).cloned();
+            async move {
+                let hasher = fetch_chunk(bucket, piece, &c, cached, file).await?;
+                Ok::<_, RestoreError>((c, hasher))
+            }
+        })
+        .buffer_unordered(parallelism.max(1));
+    while let Some(done) = fetches.next().await {
+        let (c, hasher) = done?;
+        progress.inc(c.range.end - c.range.start);
+        hashers[c.piece][c.index] = Some(hasher);
+        remaining[c.piece] -= 1;
+        if remaining[c.piece] == 0 {
+            let mut whole = crc32fast::Hasher::new();
+            for h in hashers[c.piece].drain(..).flatten() {
+                whole.combine(&h);
+            }
+            let piece = &layout.pieces[c.piece];
+            let got = whole.finalize();
+            if got != piece.crc {
+                return Err(RestoreError::CrcMismatch {
+                    key: piece.key.clone(),
+                    expected: piece.crc,
+                    got,
+                });
+            }
+        }
+    }
+    drop(fetches);
+    Ok(files)
+}
+
+/// Fetches one chunk, checks its length, writes it at its offset; returns its CRC state.
+async fn fetch_chunk(
+    bucket: &dyn Bucket,
+    piece: &Piece,
+    c: &Chunk,
+    cached: Option<Bytes>,
+    file: Arc<File>,
+) -> Result<crc32fast::Hasher, RestoreError> {
+    let data = match cached {
+        Some(b) => b,
+        None if c.whole => bucket.get(&piece.key).await?.data,
+        None => {
+            // The last range asks for one byte more, to notice an object longer than stated.
+            let end = if c.range.end == piece.len {
+                piece.len + 1
+            } else {
+                c.range.end
+            };
+            bucket.get_range(&piece.key, c.range.start..end).await?
+        }
+    };
+    let want = c.range.end - c.range.start;
+    let got = data.len() as u64;
+    if got != want {
+        let detail = if got > want {
+            format!("longer than the {} bytes the manifest states", piece.len)
+        } else {
+            format!(
+                "{} bytes, the manifest states {}",
+                c.range.start + got,
+                piece.len
+            )
+        };
+        return Err(RestoreError::BadObject {
+            key: piece.key.clone(),
+            detail,
+        });
+    }
+    let offset = piece.offset + c.range.start;
+    blocking(move || {
+        file.write_all_at(&data, offset)
+            .map_err(|source| RestoreError::Io {
+                path: PathBuf::from(format!("(file at offset {offset})")),
+                source,
+            })?;
+        let mut h = crc32fast::Hasher::new();
+        h.update(&data);
+        Ok(h)
+    })
+    .await
+}
+
+/// What a store directory holds according to the format's own reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadBack {
+    /// Commits the store holds: the snapshot's, or the last valid frame's if later.
+    pub commit_seq: u64,
+    pub wal_id: Uuid,
+    pub wal_number: u64,
+}
+
+/// Reads a store directory with the format's reader: the snapshot (both CRCs), the archives
+/// (consecutive numbers, floors chaining) and `wal.bin` (its floor continuing the chain).
+/// Frame payloads are the engine's business and are not interpreted.
+pub fn read_back(dir: &Path) -> Result<ReadBack, String> {
+    let read = |p: &Path| fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    let snap_path = dir.join(SNAPSHOT_FILE);
+    let snapshot_seq = match fs::symlink_metadata(&snap_path) {
+        Ok(_) => {
+            let bytes = read(&snap_path)?;
+            let (header, _) =
+                decode_snapshot(&bytes).map_err(|e| format!("{SNAPSHOT_FILE}: {e}"))?;
+            Some(header.commit_seq)
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("{}: {e}", snap_path.display())),
+    };
+    let mut archives = Vec::new();
+    match fs::read_dir(dir.join(ARCHIVE_DIR)) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("{ARCHIVE_DIR}: {e}"))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let number = name
+                    .strip_suffix(".wal")
+                    .filter(|n| n.len() == 20)
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| format!("{ARCHIVE_DIR}/{name}: not an archive name"))?;
+                archives.push((number, entry.path()));
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{ARCHIVE_DIR}: {e}")),
+    }
+    archives.sort();
+    // The commit the next WAL file must start after, once known.
+    let mut next: Option<(u64, u64)> = None; // (number, floor)
+    let mut check = |what: &str, bytes: &[u8], number: Option<u64>| -> Result<_, String> {
+        let scan = scan_wal(bytes).map_err(|e| format!("{what}: {e}"))?;
+        if number.is_some_and(|n| n != scan.header.number) {
+            return Err(format!("{what}: header says number {}", scan.header.number));
+        }
+        match next {
+            Some((n, floor)) => {
+                if scan.header.number != n || scan.header.floor != floor {
+                    return Err(format!(
+                        "{what}: number {} floor {}, expected number {n} floor {floor}",
+                        scan.header.number, scan.header.floor
+                    ));
+                }
+            }
+            None => {
+                if scan.header.floor > snapshot_seq.unwrap_or(0) {
+                    return Err(format!(
+                        "{what}: floor {} above the snapshot's {} commits",
+                        scan.header.floor,
+                        snapshot_seq.unwrap_or(0)
+                    ));
+                }
+            }
+        }
+        next = Some((scan.header.number + 1, scan.last_seq));
+        Ok(scan)
+    };
+    for (number, path) in &archives {
+        let what = format!("{ARCHIVE_DIR}/{}", archive_name(*number));
+        check(&what, &read(path)?, Some(*number))?;
+    }
+    let wal = check(WAL_FILE, &read(&dir.join(WAL_FILE))?, None)?;
+    Ok(ReadBack {
+        commit_seq: wal.last_seq.max(snapshot_seq.unwrap_or(0)),
+        wal_id: wal.header.wal_id,
+        wal_number: wal.header.number,
+    })
+}
+
+/// Whether `store.meta` says the reference engine wrote the store: then its payloads are
+/// known, and the engine's own reading ([`crate::store::engine::read_store`]: every commit
+/// decoded and applied) is required to agree too. Stores of other engines get the format's
+/// reading only: their payloads are their business.
+fn is_reference_engine_store(dir: &Path) -> bool {
+    fs::read(dir.join(crate::store::disk::META_FILE))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("engine").and_then(|e| e.as_str()) == Some(ENGINE_NAME))
+}
+
+/// Cuts `wal.bin` after frame `seq = n`.
+fn cut_wal(dir: &Path, n: u64) -> Result<(), RestoreError> {
+    let path = dir.join(WAL_FILE);
+    let bytes = fs::read(&path).map_err(io(&path))?;
+    let bad = |detail: String| RestoreError::ReadBack {
+        dir: dir.to_path_buf(),
+        detail,
+    };
+    let scan = scan_wal(&bytes).map_err(|e| bad(format!("{WAL_FILE}: {e}")))?;
+    let end = if scan.header.floor == n {
+        WAL_HEADER_LEN as u64
+    } else {
+        match scan.frames.iter().find(|f| f.seq == n) {
+            Some(f) => f.end as u64,
+            None => {
+                return Err(bad(format!(
+                    "{WAL_FILE} holds commits {}..={}, not {n}",
+                    scan.header.floor + 1,
+                    scan.last_seq
+                )));
+            }
+        }
+    };
+    if end < bytes.len() as u64 {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        f.set_len(end).map_err(io(&path))?;
+        f.sync_all().map_err(io(&path))?;
+    }
+    Ok(())
+}
+
+/// After the download: fsyncs every file, cuts the WAL for `--at`, writes the adoption files,
+/// fsyncs the directories, and reads the store back: it must report `plan.commit_seq` and the
+/// expected `wal.bin`. Blocking.
+pub(crate) fn finish(
+    dir: &Path,
+    files: Vec<Arc<File>>,
+    layout: &Layout,
+    plan: &Plan,
+    adopt: Option<(Uuid, &ParentRecord)>,
+) -> Result<ReadBack, RestoreError> {
+    for (f, rel) in files.iter().zip(&layout.files) {
+        f.sync_all().map_err(io(&dir.join(rel)))?;
+    }
+    drop(files);
+    if let Some(n) = plan.cut {
+        cut_wal(dir, n)?;
+    }
+    if let Some((lineage, parent)) = adopt {
+        write_file_durably(dir, LINEAGE_FILE, format!("{lineage}\n").as_bytes())?;
+        let json = serde_json::to_vec(parent).map_err(|e| RestoreError::Io {
+            path: dir.join(PARENT_FILE),
+            source: std::io::Error::other(e),
+        })?;
+        write_file_durably(dir, PARENT_FILE, &json)?;
+    }
+    if layout.has_archives {
+        sync_dir(&dir.join(ARCHIVE_DIR))?;
+    }
+    sync_dir(dir)?;
+    let back = read_back(dir).map_err(|detail| RestoreError::ReadBack {
+        dir: dir.to_path_buf(),
+        detail,
+    })?;
+    if is_reference_engine_store(dir) {
+        let image = crate::store::engine::read_store(dir).map_err(|e| RestoreError::ReadBack {
+            dir: dir.to_path_buf(),
+            detail: format!("the reference engine cannot read it: {e}"),
+        })?;
+        if image.commit_seq != plan.commit_seq {
+            return Err(RestoreError::ReadBack {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "the reference engine reads commit {}, expected {}",
+                    image.commit_seq, plan.commit_seq
+                ),
+            });
+        }
+    }
+    let (want_id, want_number) = layout.live_wal;
+    if back.commit_seq != plan.commit_seq
+        || want_id.is_some_and(|id| id != back.wal_id)
+        || back.wal_number != want_number
+    {
+        return Err(RestoreError::ReadBack {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "the restored store reports commit {} in {WAL_FILE} {} number {}, expected \
+                 commit {} in number {want_number}",
+                back.commit_seq, back.wal_id, back.wal_number, plan.commit_seq
+            ),
+        });
+    }
+    Ok(back)
+}

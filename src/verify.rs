@@ -1,0 +1,699 @@
+//! Proving what is in a bucket can be restored: [`verify`] checks every restore point,
+//! [`list_restore_points`] lists them (`verify` and `ls`, DESIGN.md section 6).
+//!
+//! [`verify`] reads only. For every key under `manifests/` it checks:
+//! - the manifest parses and is consistent ([`Manifest::decode`]: format, `commit_seq` adding
+//!   up to `wal_floor + frames`, the key, contiguous segments, consecutive archives);
+//! - every object it names exists with the stated length and CRC, under a key of the stated
+//!   generation;
+//! - the snapshot decodes (header and payload CRCs) and its id and `commit_seq` are the entry's;
+//! - the archives are WAL files with the stated numbers and frame counts whose floors chain
+//!   (`wal_floor`, then each floor plus its frames);
+//! - the segments rebuild a `wal.bin` whose header is the manifest's `wal_id`/`wal_number` with
+//!   the floor the archives end at, and that parses whole with the stated frames. Segments end
+//!   at frame boundaries (a durable length always is one, DESIGN.md section 3), so each is
+//!   checked on its own: whole frames, seqs continuing the previous segment's;
+//! - side file names are plain file names a restore can write;
+//! - LATEST, if there is one, names an existing manifest that verifies, with its commit_seq and
+//!   lineage. A missing LATEST is not a problem: a crash between the first manifest and its
+//!   LATEST leaves exactly that.
+//!
+//! Bad content is reported as problems, never an error or a panic. A [`VerifyError`] means the
+//! bucket could not be read (listing, throttling, timeouts): nothing can be said then.
+//! An object named by several manifests is downloaded and checked once. Fetches run with at
+//! most [`VerifyOptions::parallelism`] in flight, each object held in memory while it is
+//! checked.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use futures::StreamExt;
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::bucket::{Bucket, BucketError, list_all};
+use crate::manifest::{
+    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation,
+    parse_manifest_key,
+};
+use crate::restore::side_file_name_problem;
+use crate::store::format::{
+    FRAME_HEADER_LEN, SnapshotHeader, WalHeader, decode_snapshot, scan_frames, scan_wal,
+};
+
+/// Manifests fetched at once by [`list_restore_points`].
+const LIST_PARALLELISM: usize = 8;
+
+/// How to verify.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Requests in flight at once.
+    pub parallelism: usize,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        VerifyOptions { parallelism: 8 }
+    }
+}
+
+/// The bucket could not be read well enough to verify it.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("cannot verify {url}: {source}")]
+    Bucket { url: String, source: BucketError },
+}
+
+/// One manifest's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestCheck {
+    pub key: String,
+    /// From the manifest, or from its key when it does not parse.
+    pub commit_seq: Option<u64>,
+    pub lineage: Option<Uuid>,
+    pub generation: Option<u64>,
+    pub ok: bool,
+    /// Each names the object or field and what is wrong with it.
+    pub problems: Vec<String>,
+}
+
+/// LATEST's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LatestCheck {
+    /// The manifest LATEST names, when LATEST parses.
+    pub manifest: Option<String>,
+    pub commit_seq: Option<u64>,
+    pub ok: bool,
+    pub problems: Vec<String>,
+}
+
+/// Everything [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    /// Every key under `manifests/`, in key order.
+    pub manifests: Vec<ManifestCheck>,
+    /// `None` when there is no LATEST.
+    pub latest: Option<LatestCheck>,
+    /// Every manifest and LATEST verify.
+    pub ok: bool,
+}
+
+fn verdict(f: &mut fmt::Formatter<'_>, ok: bool) -> fmt::Result {
+    f.write_str(if ok { "ok  " } else { "FAIL" })
+}
+
+impl fmt::Display for ManifestCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        verdict(f, self.ok)?;
+        write!(f, "  {}", self.key)?;
+        if let Some(c) = self.commit_seq {
+            write!(f, "  commit {c}")?;
+        }
+        if let Some(g) = self.generation {
+            write!(f, "  generation {g}")?;
+        }
+        if let Some(l) = self.lineage {
+            write!(f, "  lineage {l}")?;
+        }
+        if !self.problems.is_empty() {
+            write!(f, ": {}", self.problems.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for LatestCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        verdict(f, self.ok)?;
+        write!(f, "  {LATEST_KEY}")?;
+        if let Some(m) = &self.manifest {
+            write!(f, " -> {m}")?;
+        }
+        if !self.problems.is_empty() {
+            write!(f, ": {}", self.problems.join("; "))?;
+        }
+        Ok(())
+    }
+}
+
+/// One line per manifest, one for LATEST, and a summary line.
+impl fmt::Display for VerifyReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for m in &self.manifests {
+            writeln!(f, "{m}")?;
+        }
+        match &self.latest {
+            Some(l) => writeln!(f, "{l}")?,
+            None => writeln!(f, "      {LATEST_KEY}: none")?,
+        }
+        let bad = self.manifests.iter().filter(|m| !m.ok).count();
+        match (self.manifests.len(), bad, self.ok) {
+            (0, _, _) => write!(f, "no restore points"),
+            (n, 0, true) => write!(f, "all {n} restore points verify"),
+            (n, 0, false) => write!(f, "{n} restore points verify; {LATEST_KEY} does not"),
+            (n, bad, _) => write!(f, "{bad} of {n} restore points FAIL"),
+        }
+    }
+}
+
+/// How a manifest uses an object, which says how to parse it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Role {
+    Snapshot,
+    /// A whole WAL file (an archive) or the first segment of one (header, then frames).
+    Wal,
+    /// A later segment: frames only.
+    Frames,
+    /// A side file: content not interpreted.
+    Opaque,
+}
+
+/// A WAL file or its first segment, parsed.
+#[derive(Debug, Clone)]
+struct WalFacts {
+    header: WalHeader,
+    frames: u64,
+    /// Why the frames stop before the end, at which byte.
+    stop: Option<String>,
+}
+
+/// A later segment, parsed.
+#[derive(Debug, Clone)]
+struct FrameFacts {
+    /// The seq the first frame header carries (when there are enough bytes for one).
+    first_seq: Option<u64>,
+    frames: u64,
+    stop: Option<String>,
+}
+
+/// What one download of an object showed, for every role manifests use it in.
+#[derive(Debug, Clone)]
+struct Facts {
+    len: u64,
+    crc: u32,
+    snapshot: Option<Result<SnapshotHeader, String>>,
+    wal: Option<Result<WalFacts, String>>,
+    frames: Option<FrameFacts>,
+}
+
+#[derive(Debug, Clone)]
+enum Fetched {
+    Missing,
+    /// A permanent error for this key (a key the bucket refuses, access denied).
+    Unreadable(String),
+    Got(Facts),
+}
+
+fn facts_of(data: &[u8], roles: &BTreeSet<Role>) -> Facts {
+    let mut facts = Facts {
+        len: data.len() as u64,
+        crc: crc32fast::hash(data),
+        snapshot: None,
+        wal: None,
+        frames: None,
+    };
+    for role in roles {
+        match role {
+            Role::Snapshot => {
+                facts.snapshot = Some(
+                    decode_snapshot(data)
+                        .map(|(h, _)| h)
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            Role::Wal => {
+                facts.wal = Some(
+                    scan_wal(data)
+                        .map(|s| WalFacts {
+                            header: s.header,
+                            frames: s.frames.len() as u64,
+                            stop: s.stop.map(|why| format!("{why} at byte {}", s.valid_len)),
+                        })
+                        .map_err(|e| e.to_string()),
+                );
+            }
+            Role::Frames => {
+                let first_seq = (data.len() >= FRAME_HEADER_LEN)
+                    .then(|| u64::from_le_bytes(data[8..16].try_into().expect("8 bytes")));
+                let scan = scan_frames(data, first_seq.unwrap_or(0));
+                facts.frames = Some(FrameFacts {
+                    first_seq,
+                    frames: scan.frames.len() as u64,
+                    stop: scan
+                        .stop
+                        .map(|why| format!("{why} at byte {}", scan.valid_len)),
+                });
+            }
+            Role::Opaque => {}
+        }
+    }
+    facts
+}
+
+/// Downloads `key` and works out its facts (on the blocking pool: CRCs and frame scans).
+async fn fetch_facts(
+    bucket: &dyn Bucket,
+    key: &str,
+    roles: BTreeSet<Role>,
+) -> Result<Fetched, VerifyError> {
+    match bucket.get(key).await {
+        Ok(obj) => {
+            let facts = tokio::task::spawn_blocking(move || facts_of(&obj.data, &roles))
+                .await
+                .map_err(|e| VerifyError::Bucket {
+                    url: bucket.url(),
+                    source: BucketError::Permanent {
+                        op: "check",
+                        key: key.to_string(),
+                        message: format!("check task failed: {e}"),
+                    },
+                })?;
+            Ok(Fetched::Got(facts))
+        }
+        Err(BucketError::NotFound { .. }) => Ok(Fetched::Missing),
+        Err(e @ BucketError::Permanent { .. }) => Ok(Fetched::Unreadable(e.to_string())),
+        Err(source) => Err(VerifyError::Bucket {
+            url: bucket.url(),
+            source,
+        }),
+    }
+}
+
+fn bucket_err(bucket: &dyn Bucket) -> impl FnOnce(BucketError) -> VerifyError + '_ {
+    move |source| VerifyError::Bucket {
+        url: bucket.url(),
+        source,
+    }
+}
+
+/// A manifest key's content: parsed, or why not.
+type Loaded = (String, Result<Manifest, String>);
+
+/// Every key under `manifests/`, fetched and decoded, in key order.
+async fn load_manifests(
+    bucket: &dyn Bucket,
+    parallelism: usize,
+) -> Result<Vec<Loaded>, VerifyError> {
+    let mut keys: Vec<String> = list_all(bucket, MANIFESTS_PREFIX)
+        .await
+        .map_err(bucket_err(bucket))?
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    keys.sort();
+    let loaded: Vec<Result<Loaded, VerifyError>> = futures::stream::iter(keys)
+        .map(|key| async move {
+            if parse_manifest_key(&key).is_none() {
+                return Ok((key, Err("not a manifest key".to_string())));
+            }
+            let result = match bucket.get(&key).await {
+                Ok(obj) => Manifest::decode(&key, &obj.data).map_err(|e| e.to_string()),
+                Err(BucketError::NotFound { .. }) => Err("listed, then gone".to_string()),
+                Err(e @ BucketError::Permanent { .. }) => Err(e.to_string()),
+                Err(e) => return Err(bucket_err(bucket)(e)),
+            };
+            Ok((key, result))
+        })
+        .buffered(parallelism.max(1))
+        .collect()
+        .await;
+    loaded.into_iter().collect()
+}
+
+/// The roles each object key is used in by `manifests`.
+fn roles_by_key(manifests: &[Loaded]) -> BTreeMap<String, BTreeSet<Role>> {
+    let mut roles: BTreeMap<String, BTreeSet<Role>> = BTreeMap::new();
+    let mut add = |e: &ObjectEntry, r: Role| {
+        roles.entry(e.key.clone()).or_default().insert(r);
+    };
+    for (_, m) in manifests {
+        let Ok(m) = m else { continue };
+        if let Some(s) = &m.snapshot {
+            add(&s.object, Role::Snapshot);
+        }
+        for a in &m.archives {
+            add(&a.object, Role::Wal);
+        }
+        for s in &m.segments {
+            add(
+                &s.object,
+                if s.start == 0 {
+                    Role::Wal
+                } else {
+                    Role::Frames
+                },
+            );
+        }
+        for s in &m.side_files {
+            add(&s.object, Role::Opaque);
+        }
+    }
+    roles
+}
+
+/// Checks every restore point in `bucket` (see the module docs).
+pub async fn verify(
+    bucket: &dyn Bucket,
+    opts: &VerifyOptions,
+) -> Result<VerifyReport, VerifyError> {
+    let parallelism = opts.parallelism.max(1);
+    let manifests = load_manifests(bucket, parallelism).await?;
+    let fetched: Vec<Result<(String, Fetched), VerifyError>> =
+        futures::stream::iter(roles_by_key(&manifests))
+            .map(|(key, roles)| async move {
+                let f = fetch_facts(bucket, &key, roles).await?;
+                Ok((key, f))
+            })
+            .buffer_unordered(parallelism)
+            .collect()
+            .await;
+    let facts: HashMap<String, Fetched> = fetched.into_iter().collect::<Result<_, _>>()?;
+
+    let checks: Vec<ManifestCheck> = manifests
+        .iter()
+        .map(|(key, m)| match m {
+            Ok(m) => {
+                let problems = check_manifest(m, &facts);
+                ManifestCheck {
+                    key: key.clone(),
+                    commit_seq: Some(m.commit_seq),
+                    lineage: Some(m.lineage),
+                    generation: Some(m.generation),
+                    ok: problems.is_empty(),
+                    problems,
+                }
+            }
+            Err(why) => ManifestCheck {
+                key: key.clone(),
+                commit_seq: parse_manifest_key(key),
+                lineage: None,
+                generation: None,
+                ok: false,
+                problems: vec![why.clone()],
+            },
+        })
+        .collect();
+    let latest = check_latest(bucket, &checks).await?;
+    let ok = checks.iter().all(|c| c.ok) && latest.as_ref().is_none_or(|l| l.ok);
+    Ok(VerifyReport {
+        manifests: checks,
+        latest,
+        ok,
+    })
+}
+
+/// LATEST must name a manifest that verifies, with its commit_seq and lineage.
+async fn check_latest(
+    bucket: &dyn Bucket,
+    checks: &[ManifestCheck],
+) -> Result<Option<LatestCheck>, VerifyError> {
+    let data = match bucket.get(LATEST_KEY).await {
+        Ok(obj) => obj.data,
+        Err(BucketError::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(bucket_err(bucket)(e)),
+    };
+    let latest = match Latest::decode(&data) {
+        Ok(l) => l,
+        Err(e) => {
+            return Ok(Some(LatestCheck {
+                manifest: None,
+                commit_seq: None,
+                ok: false,
+                problems: vec![e.to_string()],
+            }));
+        }
+    };
+    let mut problems = Vec::new();
+    match checks.iter().find(|c| c.key == latest.manifest) {
+        None => problems.push(format!("names {}, which does not exist", latest.manifest)),
+        Some(c) if !c.ok => {
+            problems.push(format!("names {}, which does not verify", latest.manifest))
+        }
+        Some(c) => {
+            if c.commit_seq != Some(latest.commit_seq) || c.lineage != Some(latest.lineage) {
+                problems.push(format!(
+                    "says commit {} of lineage {}; the manifest holds commit {} of lineage {}",
+                    latest.commit_seq,
+                    latest.lineage,
+                    c.commit_seq.unwrap_or_default(),
+                    c.lineage.unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Ok(Some(LatestCheck {
+        manifest: Some(latest.manifest),
+        commit_seq: Some(latest.commit_seq),
+        ok: problems.is_empty(),
+        problems,
+    }))
+}
+
+/// Every problem of one decoded manifest, given the facts of the objects it names.
+fn check_manifest(m: &Manifest, facts: &HashMap<String, Fetched>) -> Vec<String> {
+    let mut problems = Vec::new();
+    // The facts of an object whose length and CRC are as stated (else the problems, and None:
+    // parsing bytes known to be wrong would only add noise).
+    let object = |e: &ObjectEntry, problems: &mut Vec<String>| -> Option<Facts> {
+        let key = &e.key;
+        if parse_generation(key) != Some(e.generation) {
+            problems.push(format!(
+                "{key}: the entry says generation {}, the key does not",
+                e.generation
+            ));
+        }
+        match facts.get(key) {
+            None | Some(Fetched::Missing) => {
+                problems.push(format!("{key}: missing"));
+                None
+            }
+            Some(Fetched::Unreadable(why)) => {
+                problems.push(format!("{key}: cannot be read: {why}"));
+                None
+            }
+            Some(Fetched::Got(f)) => {
+                if f.len != e.len {
+                    problems.push(format!(
+                        "{key}: {} bytes, the manifest says {}",
+                        f.len, e.len
+                    ));
+                    None
+                } else if f.crc != e.crc {
+                    problems.push(format!(
+                        "{key}: CRC mismatch (expected {:08x}, got {:08x})",
+                        e.crc, f.crc
+                    ));
+                    None
+                } else {
+                    Some(f.clone())
+                }
+            }
+        }
+    };
+
+    if let Some(s) = &m.snapshot
+        && let Some(f) = object(&s.object, &mut problems)
+    {
+        let key = &s.object.key;
+        match f.snapshot {
+            Some(Ok(h)) => {
+                if h.snapshot_id != s.snapshot_id {
+                    problems.push(format!(
+                        "{key}: snapshot {}, the manifest says {}",
+                        h.snapshot_id, s.snapshot_id
+                    ));
+                }
+                if h.commit_seq != s.commit_seq {
+                    problems.push(format!(
+                        "{key}: holds {} commits, the manifest says {}",
+                        h.commit_seq, s.commit_seq
+                    ));
+                }
+            }
+            Some(Err(e)) => problems.push(format!("{key}: {e}")),
+            None => {}
+        }
+    }
+
+    // WAL files: archives, then wal.bin rebuilt from segments; floors chain.
+    let mut floor = m.wal_floor;
+    let check_wal = |key: &str,
+                     w: &Result<WalFacts, String>,
+                     number: u64,
+                     floor: u64,
+                     frames: u64,
+                     problems: &mut Vec<String>| {
+        match w {
+            Err(e) => problems.push(format!("{key}: {e}")),
+            Ok(w) => {
+                if w.header.number != number {
+                    problems.push(format!(
+                        "{key}: WAL number {}, expected {number}",
+                        w.header.number
+                    ));
+                }
+                if w.header.floor != floor {
+                    problems.push(format!(
+                        "{key}: floor {}, expected {floor} (floors must chain)",
+                        w.header.floor
+                    ));
+                }
+                if w.frames != frames {
+                    problems.push(format!(
+                        "{key}: {} valid frames, the manifest says {frames}",
+                        w.frames
+                    ));
+                }
+            }
+        }
+    };
+    for a in &m.archives {
+        if let Some(Facts { wal: Some(w), .. }) = object(&a.object, &mut problems) {
+            check_wal(&a.object.key, &w, a.number, floor, a.frames, &mut problems);
+        }
+        floor += a.frames;
+    }
+    let mut seq = floor;
+    for s in &m.segments {
+        let key = &s.object.key;
+        let Some(f) = object(&s.object, &mut problems) else {
+            seq += s.frames;
+            continue;
+        };
+        if s.start == 0 {
+            if let Some(w) = &f.wal {
+                check_wal(key, w, m.wal_number, floor, s.frames, &mut problems);
+                if let Ok(w) = w {
+                    if w.header.wal_id != m.wal_id {
+                        problems.push(format!(
+                            "{key}: WAL id {}, the manifest's wal.bin is {}",
+                            w.header.wal_id, m.wal_id
+                        ));
+                    }
+                    if let Some(stop) = &w.stop {
+                        problems.push(format!("{key}: {stop}: wal.bin does not parse whole"));
+                    }
+                }
+            }
+        } else if let Some(fr) = &f.frames {
+            if let Some(stop) = &fr.stop {
+                problems.push(format!("{key}: {stop}: wal.bin does not parse whole"));
+            }
+            if fr.frames > 0 && fr.first_seq != Some(seq + 1) {
+                problems.push(format!(
+                    "{key}: starts at commit {}, expected {}",
+                    fr.first_seq.unwrap_or_default(),
+                    seq + 1
+                ));
+            } else if fr.frames != s.frames {
+                problems.push(format!(
+                    "{key}: {} valid frames, the manifest says {}",
+                    fr.frames, s.frames
+                ));
+            }
+        }
+        seq += s.frames;
+    }
+
+    for side in &m.side_files {
+        if let Some(p) = side_file_name_problem(&side.name) {
+            problems.push(format!("{}: {p}", side.object.key));
+        }
+        object(&side.object, &mut problems);
+    }
+    problems
+}
+
+/// One restore point as `ls` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RestorePointInfo {
+    pub key: String,
+    /// From the manifest, or from its key when it does not parse.
+    pub commit_seq: Option<u64>,
+    pub lineage: Option<Uuid>,
+    pub generation: Option<u64>,
+    pub created_at: Option<String>,
+    /// Bytes of the objects the manifest names.
+    pub bytes: Option<u64>,
+    /// LATEST names it.
+    pub is_latest: bool,
+    /// Why the manifest is not valid, when it is not.
+    pub error: Option<String>,
+}
+
+impl fmt::Display for RestorePointInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.key)?;
+        if let Some(c) = self.commit_seq {
+            write!(f, "  commit {c}")?;
+        }
+        if let Some(e) = &self.error {
+            return write!(f, "  INVALID: {e}");
+        }
+        if let Some(g) = self.generation {
+            write!(f, "  generation {g}")?;
+        }
+        if let Some(l) = self.lineage {
+            write!(f, "  lineage {l}")?;
+        }
+        if let Some(t) = &self.created_at {
+            write!(f, "  {t}")?;
+        }
+        if let Some(b) = self.bytes {
+            write!(f, "  {b} bytes")?;
+        }
+        if self.is_latest {
+            write!(f, "  (LATEST)")?;
+        }
+        Ok(())
+    }
+}
+
+/// One line per restore point, for `ls` without `--json`.
+pub fn restore_points_text(points: &[RestorePointInfo]) -> String {
+    if points.is_empty() {
+        return "no restore points\n".to_string();
+    }
+    points.iter().map(|p| format!("{p}\n")).collect()
+}
+
+/// Every key under `manifests/`, in key order, with what its manifest says (or why it is not
+/// valid). Reads the manifests and LATEST only, none of the objects they name.
+pub async fn list_restore_points(
+    bucket: &dyn Bucket,
+) -> Result<Vec<RestorePointInfo>, VerifyError> {
+    let latest = match bucket.get(LATEST_KEY).await {
+        Ok(obj) => Latest::decode(&obj.data).ok().map(|l| l.manifest),
+        Err(BucketError::NotFound { .. }) => None,
+        Err(e) => return Err(bucket_err(bucket)(e)),
+    };
+    Ok(load_manifests(bucket, LIST_PARALLELISM)
+        .await?
+        .into_iter()
+        .map(|(key, m)| {
+            let is_latest = latest.as_deref() == Some(key.as_str());
+            match m {
+                Ok(m) => RestorePointInfo {
+                    commit_seq: Some(m.commit_seq),
+                    lineage: Some(m.lineage),
+                    generation: Some(m.generation),
+                    created_at: Some(m.created_at.clone()),
+                    bytes: Some(m.objects().map(|o| o.len).sum()),
+                    is_latest,
+                    error: None,
+                    key,
+                },
+                Err(e) => RestorePointInfo {
+                    commit_seq: parse_manifest_key(&key),
+                    lineage: None,
+                    generation: None,
+                    created_at: None,
+                    bytes: None,
+                    is_latest,
+                    error: Some(e),
+                    key,
+                },
+            }
+        })
+        .collect())
+}
