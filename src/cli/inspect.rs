@@ -86,7 +86,7 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print!("{report}");
+        println!("{report}");
     }
     if report.ok {
         Ok(ExitCode::SUCCESS)
