@@ -1,22 +1,21 @@
 //! One conformance suite for every bucket: the local directory, S3 (on moto), the fault
 //! wrapper, and the retry layer over a lossy fault wrapper (which passes only if the retry
-//! layer reads its indeterminate failures right). Then focused tests of the wrappers.
+//! layer reads its indeterminate failures right). Then races on one directory from two
+//! buckets and two processes, and opening S3 from the environment. The wrappers' own behaviour
+//! is tested in `bucket_wrappers.rs`.
 
 mod support;
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::Bytes;
-use mushroom_backup::bucket::faults::{
-    CrashKind, Fault, FaultPlan, FaultyBucket, LogEntry, Op, SeededFaults,
-};
+use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, SeededFaults};
 use mushroom_backup::bucket::fs::FsBucket;
-use mushroom_backup::bucket::retry::{RetryPolicy, Retrying};
+use mushroom_backup::bucket::retry::Retrying;
 use mushroom_backup::bucket::{
     Body, Bucket, BucketError, Created, DynBucket, PutCondition, list_all, put_immutable,
 };
+use support::{body, fast_retries, fs_bucket, is_precondition_failed};
 use tokio_util::sync::CancellationToken;
 
 /// Every backend must pass this, whatever it wraps.
@@ -32,14 +31,6 @@ async fn conformance(b: DynBucket) {
     immutable(&*b).await;
     bad_keys(&*b).await;
     racing_cas(b).await;
-}
-
-fn body(s: impl Into<String>) -> Body {
-    Body::from(Bytes::from(s.into()))
-}
-
-fn is_precondition_failed<T: std::fmt::Debug>(r: &Result<T, BucketError>) -> bool {
-    matches!(r, Err(BucketError::PreconditionFailed { .. }))
 }
 
 async fn put_get_head(b: &dyn Bucket) {
@@ -356,12 +347,6 @@ async fn racing_cas(b: DynBucket) {
     }
 }
 
-fn fs_bucket() -> (tempfile::TempDir, Arc<FsBucket>) {
-    let dir = tempfile::tempdir().unwrap();
-    let b = Arc::new(FsBucket::open(dir.path()).unwrap());
-    (dir, b)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fs_bucket_conforms() {
     let (_dir, b) = fs_bucket();
@@ -389,14 +374,6 @@ async fn faulty_bucket_without_faults_conforms() {
     conformance(b.clone()).await;
     assert!(b.requests() > 100, "only {} requests counted", b.requests());
     assert!(b.log().iter().all(|e| e.fault == Fault::Pass));
-}
-
-fn fast_retries() -> RetryPolicy {
-    RetryPolicy {
-        first_delay: Duration::from_millis(1),
-        max_delay: Duration::from_millis(8),
-        max_attempts: 12,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,235 +405,6 @@ async fn retrying_over_lossy_faults_conforms() {
         count(Fault::Conflict)
     );
     assert!(count(Fault::Fail) > 10 && lost_writes > 10 && count(Fault::Conflict) > 0);
-}
-
-/// A fixed sequential workload: same plan and workload, same log.
-async fn seeded_log(seed: u64) -> Vec<LogEntry> {
-    let (_dir, fs) = fs_bucket();
-    let faults = SeededFaults {
-        fail: 0.2,
-        lose_answer: 0.2,
-        delay: 0.2,
-        max_delay: Duration::from_millis(3),
-        conflict: 0.2,
-    };
-    let b = FaultyBucket::new(fs, FaultPlan::seeded(seed, faults));
-    for i in 0..60 {
-        let key = format!("k{}", i % 7);
-        let _ = b
-            .put(&key, body(format!("{i}")), PutCondition::IfNoneMatch)
-            .await;
-        let _ = b.head(&key).await;
-        if i % 5 == 0 {
-            let _ = b.delete(&key, None).await;
-        }
-    }
-    b.log()
-}
-
-#[tokio::test]
-async fn seeded_faults_replay_from_the_seed() {
-    let (a, again, other) = (
-        seeded_log(42).await,
-        seeded_log(42).await,
-        seeded_log(43).await,
-    );
-    assert_eq!(a, again, "same seed, different faults");
-    assert_ne!(a, other, "different seeds, same faults");
-    for f in [Fault::Fail, Fault::LoseAnswer, Fault::Conflict] {
-        assert!(a.iter().any(|e| e.fault == f), "no {f:?} injected");
-    }
-    assert!(a.iter().any(|e| matches!(e.fault, Fault::Delay(_))));
-    let conflicts_on_reads = a
-        .iter()
-        .any(|e| e.fault == Fault::Conflict && e.op == Op::Head);
-    assert!(!conflicts_on_reads, "conflicts are for conditional writes");
-}
-
-#[tokio::test]
-async fn crash_before_and_after() {
-    for kind in [CrashKind::Before, CrashKind::After] {
-        let (_dir, fs) = fs_bucket();
-        let b = FaultyBucket::new(fs.clone(), FaultPlan::crash_at(2, kind));
-        b.put("a", body("a"), PutCondition::None).await.unwrap();
-        let r = b.put("b", body("b"), PutCondition::None).await;
-        assert!(
-            matches!(r, Err(BucketError::Crashed { request: 2 })),
-            "{r:?}"
-        );
-        assert!(b.has_crashed());
-        let r = b.head("a").await;
-        assert!(
-            matches!(r, Err(BucketError::Crashed { request: 2 })),
-            "{r:?}"
-        );
-        let r = b.put("c", body("c"), PutCondition::None).await;
-        assert!(matches!(r, Err(BucketError::Crashed { .. })), "{r:?}");
-        assert_eq!(b.requests(), 4);
-        assert!(fs.head("a").await.unwrap().is_some());
-        assert_eq!(
-            fs.head("b").await.unwrap().is_some(),
-            kind == CrashKind::After,
-            "{kind:?}"
-        );
-        assert!(
-            fs.head("c").await.unwrap().is_none(),
-            "a request after the crash happened"
-        );
-    }
-}
-
-#[tokio::test]
-async fn crash_at_a_write_counts_only_writes() {
-    let (_dir, fs) = fs_bucket();
-    let b = FaultyBucket::new(
-        fs.clone(),
-        FaultPlan::crash_at(2, CrashKind::After).writes_only(),
-    );
-    for key in ["w1", "w2"] {
-        assert!(b.head(key).await.unwrap().is_none());
-        let _ = b.put(key, body(key), PutCondition::IfNoneMatch).await;
-    }
-    assert!(b.has_crashed());
-    assert_eq!((b.requests(), b.writes()), (4, 2));
-    assert!(
-        fs.head("w2").await.unwrap().is_some(),
-        "crash After: the write happened"
-    );
-    let crashed: Vec<u64> = b
-        .log()
-        .iter()
-        .filter(|e| matches!(e.fault, Fault::Crash(_)))
-        .map(|e| e.request)
-        .collect();
-    assert_eq!(crashed, [4]);
-}
-
-/// A retry layer over a fault wrapper whose plan is `f` (of the request number), over fs.
-fn retrying(
-    f: impl Fn(u64) -> Fault + Send + Sync + 'static,
-) -> (tempfile::TempDir, Arc<FaultyBucket>, Retrying) {
-    let (dir, fs) = fs_bucket();
-    let faulty = Arc::new(FaultyBucket::new(
-        fs,
-        FaultPlan::custom(move |r| f(r.number)),
-    ));
-    let r = Retrying::new(faulty.clone(), fast_retries(), CancellationToken::new());
-    (dir, faulty, r)
-}
-
-#[tokio::test]
-async fn retrying_never_retries_what_cannot_pass() {
-    let (_dir, faulty, b) = retrying(|_| Fault::Pass);
-    let r = b.put("../bad", body("x"), PutCondition::None).await;
-    assert!(matches!(r, Err(BucketError::Permanent { .. })), "{r:?}");
-    assert_eq!(faulty.requests(), 1, "a permanent error was retried");
-    b.put("k", body("x"), PutCondition::IfNoneMatch)
-        .await
-        .unwrap();
-    let r = b.put("k", body("y"), PutCondition::IfNoneMatch).await;
-    assert!(is_precondition_failed(&r), "{r:?}");
-    assert!(matches!(
-        b.get("nope").await,
-        Err(BucketError::NotFound { .. })
-    ));
-    assert_eq!(faulty.requests(), 4, "a 412 or 404 was retried");
-
-    let (_dir, faulty, b) = retrying(|n| if n <= 2 { Fault::Fail } else { Fault::Pass });
-    b.put("k", body("x"), PutCondition::IfNoneMatch)
-        .await
-        .unwrap();
-    assert_eq!(faulty.requests(), 3);
-
-    let (_dir, faulty, b) = retrying(|n| {
-        if n == 1 {
-            Fault::LoseAnswer
-        } else {
-            Fault::Fail
-        }
-    });
-    let r = b.put("k", body("x"), PutCondition::IfNoneMatch).await;
-    assert!(r.as_ref().is_err_and(|e| e.is_indeterminate()), "{r:?}");
-    assert_eq!(faulty.requests(), u64::from(fast_retries().max_attempts));
-}
-
-#[tokio::test]
-async fn retrying_reads_its_own_lost_writes() {
-    let (_dir, _, b) = retrying(|n| {
-        if n == 1 {
-            Fault::LoseAnswer
-        } else {
-            Fault::Pass
-        }
-    });
-    let etag = b
-        .put("k", body("mine"), PutCondition::IfNoneMatch)
-        .await
-        .unwrap();
-    assert_eq!(b.head("k").await.unwrap().unwrap().etag, etag);
-
-    // A lost answer, then someone else's object: a real conflict.
-    let (_dir, faulty, b) = retrying(|n| {
-        if n == 2 {
-            Fault::LoseAnswer
-        } else {
-            Fault::Pass
-        }
-    });
-    b.put("k", body("theirs"), PutCondition::None)
-        .await
-        .unwrap();
-    let r = b.put("k", body("mine"), PutCondition::IfNoneMatch).await;
-    assert!(
-        is_precondition_failed(&r),
-        "{r:?} after {} requests",
-        faulty.requests()
-    );
-
-    let (_dir, _, b) = retrying(|n| {
-        if n == 2 {
-            Fault::LoseAnswer
-        } else {
-            Fault::Pass
-        }
-    });
-    let etag = b.put("d", body("x"), PutCondition::None).await.unwrap();
-    b.delete("d", Some(&etag)).await.unwrap();
-    assert!(b.head("d").await.unwrap().is_none());
-}
-
-#[tokio::test(start_paused = true)]
-async fn retrying_honours_cancellation() {
-    let (_dir, fs) = fs_bucket();
-    let faulty = Arc::new(FaultyBucket::new(fs, FaultPlan::custom(|_| Fault::Fail)));
-    let policy = RetryPolicy {
-        first_delay: Duration::from_secs(1),
-        max_delay: Duration::from_secs(60),
-        max_attempts: 1000,
-    };
-    let cancel = CancellationToken::new();
-    let b = Arc::new(Retrying::new(faulty.clone(), policy, cancel.clone()));
-    let task = tokio::spawn({
-        let b = b.clone();
-        async move { b.get("k").await }
-    });
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    let before = faulty.requests();
-    assert!(
-        (3..=5).contains(&before),
-        "{before} attempts in 10 s of 1, 2, 4... s backoff"
-    );
-    cancel.cancel();
-    let r = tokio::time::timeout(Duration::from_millis(1), task).await;
-    let r = r.expect("cancellation did not end the backoff").unwrap();
-    assert!(matches!(r, Err(BucketError::Cancelled)), "{r:?}");
-    assert_eq!(faulty.requests(), before);
-    assert!(matches!(b.head("k").await, Err(BucketError::Cancelled)));
-    assert_eq!(
-        faulty.requests(),
-        before,
-        "a request started after cancellation"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,4 +503,65 @@ async fn fs_buckets_in_two_processes_count_without_lost_updates() {
         (3 * INCREMENTS).to_string().as_bytes(),
         "lost updates"
     );
+}
+
+/// The destination URL for `s3_open_from_the_environment`'s child process.
+const CHILD_S3_URL_ENV: &str = "MUSHROOM_TEST_S3_OPEN_CHILD_URL";
+
+/// Run as a child process by the test below, with the AWS environment set.
+#[tokio::test]
+async fn s3_open_child() {
+    let Ok(url) = std::env::var(CHILD_S3_URL_ENV) else {
+        return;
+    };
+    let b = mushroom_backup::bucket::open(&url).await.unwrap();
+    assert_eq!(b.url(), url);
+    let etag = b
+        .put("k", body("v"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    assert_eq!(b.get("k").await.unwrap().etag, etag);
+    let listed = list_all(&*b, "").await.unwrap();
+    assert_eq!(
+        listed.iter().map(|o| o.key.as_str()).collect::<Vec<_>>(),
+        ["k"]
+    );
+}
+
+/// `bucket::open("s3://...")` with the standard AWS environment variables (path-style, since an
+/// endpoint URL is set); the object lands under the prefix.
+#[tokio::test]
+async fn s3_open_from_the_environment() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let name = support::s3::create_bucket(&endpoint, "from-env").await;
+    let url = format!("s3://{name}/some/prefix");
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "s3_open_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_S3_URL_ENV, &url)
+        .env("AWS_ENDPOINT_URL", &endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_CONFIG_FILE", "/nonexistent")
+        .env("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+        .status()
+        .unwrap();
+    assert!(status.success(), "the child process failed");
+    let client = support::s3::client(&endpoint);
+    let head = client
+        .head_object()
+        .bucket(&name)
+        .key("some/prefix/k")
+        .send()
+        .await;
+    assert!(head.is_ok(), "the object is not under the prefix: {head:?}");
 }

@@ -77,14 +77,17 @@ fn spawn_moto(moto: &Path) -> String {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map(Moto);
-        let ok = child.is_ok();
-        tx.send(child.map(|_| ()).map_err(|e| e.to_string()))
-            .expect("the test waits for moto");
-        if ok {
-            // Keep the thread (and so the child's parent-death signal) until the process ends.
-            loop {
-                std::thread::park();
+        match cmd.spawn() {
+            Ok(child) => {
+                let _moto = Moto(child);
+                let _ = tx.send(Ok(()));
+                // Keep the thread (and so the child's parent-death signal) as long as the process.
+                loop {
+                    std::thread::park();
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
             }
         }
     });
@@ -131,15 +134,20 @@ pub async fn bucket_with_part_size(name_hint: &str, part_size: u64) -> Option<Dy
 /// A fresh bucket on the test endpoint as an [`S3Bucket`], rooted at the prefix `root`.
 pub async fn s3_bucket(name_hint: &str, options: S3Options) -> Option<S3Bucket> {
     let endpoint = endpoint()?;
-    let client = client(&endpoint);
+    let name = create_bucket(&endpoint, name_hint).await;
+    Some(S3Bucket::new(client(&endpoint), &name, "root", options))
+}
+
+/// Creates a fresh, uniquely named bucket on `endpoint`; returns its name.
+pub async fn create_bucket(endpoint: &str, name_hint: &str) -> String {
     let name = unique_bucket_name(name_hint);
-    client
+    client(endpoint)
         .create_bucket()
         .bucket(&name)
         .send()
         .await
         .unwrap_or_else(|e| panic!("create bucket {name} at {endpoint}: {e:?}"));
-    Some(S3Bucket::new(client, &name, "root", options))
+    name
 }
 
 /// A valid DNS bucket name from the hint, unique in this process and across processes.
