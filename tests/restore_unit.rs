@@ -1193,3 +1193,22 @@ async fn a_store_the_engine_wrote_restores_to_the_same_digest_at_any_commit() {
         )
     );
 }
+
+#[tokio::test]
+async fn the_next_restore_removes_what_a_crashed_one_left() {
+    let fx = Fx::new();
+    standard(&fx).await;
+    // A crashed restore into "store" (its lock file released), and one into another target.
+    let crashed = fx
+        .work
+        .join(".store.restore-0b0e8a55-0000-4000-8000-000000000000");
+    std::fs::create_dir_all(crashed.join(ARCHIVE_DIR)).unwrap();
+    std::fs::write(crashed.join(".restore.lock"), b"").unwrap();
+    std::fs::write(crashed.join(WAL_FILE), b"half").unwrap();
+    let other = fx.work.join(".other.restore-1");
+    std::fs::create_dir(&other).unwrap();
+    restore(&fx.bucket, &fx.target("store"), &opts())
+        .await
+        .unwrap();
+    assert_eq!(fx.work_entries(), [".other.restore-1", "store"]);
+}

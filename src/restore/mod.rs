@@ -25,7 +25,7 @@
 //!   checked. Side file names must be plain file names (a hostile manifest cannot write
 //!   outside the store).
 //! - Before the rename, every file and directory is fsynced and the staged store is read back
-//!   with the format's own reader ([`stage::read_back`]: snapshot CRCs, archive numbers and
+//!   with the format's own reader ([`readback::read_back`]: snapshot CRCs, archive numbers and
 //!   floors chaining, `wal.bin`'s header). It must report the expected `commit_seq`, and
 //!   `wal.bin` must be the manifest's `wal_id`/`wal_number`. When `store.meta` says the
 //!   reference engine wrote the store, the engine's reading (`store::engine::read_store`,
@@ -67,9 +67,11 @@ use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
 pub mod plan;
+pub mod readback;
 pub mod stage;
 
-pub use stage::{ReadBack, read_back, side_file_name_problem};
+pub use readback::{ReadBack, read_back};
+pub use stage::side_file_name_problem;
 
 /// How to restore.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //!
 //! The temporary directory is `.<name>.restore-<uuid>` in the target's parent (same file
 //! system, so the final rename is atomic). It holds `.restore.lock`, `flock`ed for as long as
-//! its restore runs, so that the clean-up of leftovers ([`remove_stale`], run by every restore
+//! its restore runs, so that the clean-up of leftovers (`remove_stale`, run by every restore
 //! into the same target) never removes the directory of a restore that is still running. The
 //! lock file is removed just before the rename; the lock itself is released when the restore
 //! ends.
@@ -24,14 +24,14 @@ use uuid::Uuid;
 
 use super::RestoreError;
 use super::plan::Plan;
+use super::readback::{ReadBack, is_reference_engine_store, read_back};
 use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
     WAL_FILE, archive_name, sync_dir, write_file_durably,
 };
-use crate::store::engine::ENGINE_NAME;
-use crate::store::format::{ParentRecord, WAL_HEADER_LEN, decode_snapshot, scan_wal};
+use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
 
 /// The lock file inside a temporary restore directory.
 const LOCK_NAME: &str = ".restore.lock";
@@ -517,101 +517,6 @@ async fn fetch_chunk(
         Ok(h)
     })
     .await
-}
-
-/// What a store directory holds according to the format's own reader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadBack {
-    /// Commits the store holds: the snapshot's, or the last valid frame's if later.
-    pub commit_seq: u64,
-    pub wal_id: Uuid,
-    pub wal_number: u64,
-}
-
-/// Reads a store directory with the format's reader: the snapshot (both CRCs), the archives
-/// (consecutive numbers, floors chaining) and `wal.bin` (its floor continuing the chain).
-/// Frame payloads are the engine's business and are not interpreted.
-pub fn read_back(dir: &Path) -> Result<ReadBack, String> {
-    let read = |p: &Path| fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
-    let snap_path = dir.join(SNAPSHOT_FILE);
-    let snapshot_seq = match fs::symlink_metadata(&snap_path) {
-        Ok(_) => {
-            let bytes = read(&snap_path)?;
-            let (header, _) =
-                decode_snapshot(&bytes).map_err(|e| format!("{SNAPSHOT_FILE}: {e}"))?;
-            Some(header.commit_seq)
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("{}: {e}", snap_path.display())),
-    };
-    let mut archives = Vec::new();
-    match fs::read_dir(dir.join(ARCHIVE_DIR)) {
-        Ok(entries) => {
-            for entry in entries {
-                let entry = entry.map_err(|e| format!("{ARCHIVE_DIR}: {e}"))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let number = name
-                    .strip_suffix(".wal")
-                    .filter(|n| n.len() == 20)
-                    .and_then(|n| n.parse::<u64>().ok())
-                    .ok_or_else(|| format!("{ARCHIVE_DIR}/{name}: not an archive name"))?;
-                archives.push((number, entry.path()));
-            }
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{ARCHIVE_DIR}: {e}")),
-    }
-    archives.sort();
-    // The commit the next WAL file must start after, once known.
-    let mut next: Option<(u64, u64)> = None; // (number, floor)
-    let mut check = |what: &str, bytes: &[u8], number: Option<u64>| -> Result<_, String> {
-        let scan = scan_wal(bytes).map_err(|e| format!("{what}: {e}"))?;
-        if number.is_some_and(|n| n != scan.header.number) {
-            return Err(format!("{what}: header says number {}", scan.header.number));
-        }
-        match next {
-            Some((n, floor)) => {
-                if scan.header.number != n || scan.header.floor != floor {
-                    return Err(format!(
-                        "{what}: number {} floor {}, expected number {n} floor {floor}",
-                        scan.header.number, scan.header.floor
-                    ));
-                }
-            }
-            None => {
-                if scan.header.floor > snapshot_seq.unwrap_or(0) {
-                    return Err(format!(
-                        "{what}: floor {} above the snapshot's {} commits",
-                        scan.header.floor,
-                        snapshot_seq.unwrap_or(0)
-                    ));
-                }
-            }
-        }
-        next = Some((scan.header.number + 1, scan.last_seq));
-        Ok(scan)
-    };
-    for (number, path) in &archives {
-        let what = format!("{ARCHIVE_DIR}/{}", archive_name(*number));
-        check(&what, &read(path)?, Some(*number))?;
-    }
-    let wal = check(WAL_FILE, &read(&dir.join(WAL_FILE))?, None)?;
-    Ok(ReadBack {
-        commit_seq: wal.last_seq.max(snapshot_seq.unwrap_or(0)),
-        wal_id: wal.header.wal_id,
-        wal_number: wal.header.number,
-    })
-}
-
-/// Whether `store.meta` says the reference engine wrote the store: then its payloads are
-/// known, and the engine's own reading ([`crate::store::engine::read_store`]: every commit
-/// decoded and applied) is required to agree too. Stores of other engines get the format's
-/// reading only: their payloads are their business.
-fn is_reference_engine_store(dir: &Path) -> bool {
-    fs::read(dir.join(crate::store::disk::META_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v.get("engine").and_then(|e| e.as_str()) == Some(ENGINE_NAME))
 }
 
 /// Cuts `wal.bin` after frame `seq = n`.
