@@ -275,13 +275,13 @@ impl Manifest {
                 )));
             }
         }
-        if let Some(last) = self.archives.last() {
-            if last.number + 1 != self.wal_number {
-                return Err(bad(format!(
-                    "last archive {} does not precede wal.bin number {}",
-                    last.number, self.wal_number
-                )));
-            }
+        if let Some(last) = self.archives.last()
+            && last.number + 1 != self.wal_number
+        {
+            return Err(bad(format!(
+                "last archive {} does not precede wal.bin number {}",
+                last.number, self.wal_number
+            )));
         }
         let mut end = 0;
         for s in &self.segments {

@@ -169,17 +169,17 @@ fn read_local(dir: &Path, disk: &DiskState) -> Result<Option<LocalGeneration>, W
         expect_number = Some(h.number + 1);
         expect_floor = Some(scan.last_seq);
     }
-    if let Some(n) = expect_number {
-        if n != wal.number {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "archives end at {} but wal.bin is number {}",
-                    n - 1,
-                    wal.number
-                ),
-            });
-        }
+    if let Some(n) = expect_number
+        && n != wal.number
+    {
+        return Err(WorkerError::Store {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "archives end at {} but wal.bin is number {}",
+                n - 1,
+                wal.number
+            ),
+        });
     }
     let wal_floor = needed.first().map_or(wal.floor, |&i| headers[i].floor);
     match snap_seq {
@@ -238,12 +238,12 @@ pub(super) async fn upload(
     cond: &PutCondition,
     check_absent_first: bool,
 ) -> Result<Created, WorkerError> {
-    if check_absent_first && *cond != PutCondition::None {
-        if let Some(meta) = bucket.head(key).await? {
-            if meta.len != body.len() {
-                return Err(WorkerError::ConcurrentWriter { key: key.into() });
-            }
-        }
+    if check_absent_first
+        && *cond != PutCondition::None
+        && let Some(meta) = bucket.head(key).await?
+        && meta.len != body.len()
+    {
+        return Err(WorkerError::ConcurrentWriter { key: key.into() });
     }
     match bucket::put_immutable(bucket.as_ref(), key, body, cond).await {
         Ok(c) => Ok(c),

@@ -91,6 +91,14 @@ pub fn decide(
             .latest
             .is_some_and(|l| l.manifest == p.manifest && l.lineage == p.lineage);
         if p.lineage == m.lineage && p.manifest == newest.key && latest_names_parent {
+            if store_commit_seq < m.commit_seq {
+                // Restored with `--at` below the parent's restore point: its next restore
+                // points would land on keys the parent already holds.
+                return Decision::Refuse(format!(
+                    "the store was restored to commit {store_commit_seq}, below its parent's restore point                      {} ({} commits): an adopted store must start at its parent's newest restore point;                      restore it without --at, or back it up to a new prefix",
+                    newest.key, m.commit_seq
+                ));
+            }
             return Decision::Proceed {
                 lineage,
                 write_lineage: false,
@@ -253,6 +261,17 @@ mod tests {
                     ..
                 }
             ),
+            "{d:?}"
+        );
+        let d = decide(
+            Some(Uuid::from_u128(2)),
+            Some(&parent),
+            90,
+            newest(&key, &m, &l),
+            Uuid::new_v4,
+        );
+        assert!(
+            matches!(d, Decision::Refuse(ref r) if r.contains("below its parent's restore point")),
             "{d:?}"
         );
         let moved = manifest(1, 150);

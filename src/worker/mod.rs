@@ -363,10 +363,10 @@ impl BackupWorker {
                 ),
             });
         }
-        if self.restore_point_due() {
-            if let Some(outcome) = restore_point::write(self).await? {
-                return Ok(outcome);
-            }
+        if self.restore_point_due()
+            && let Some(outcome) = restore_point::write(self).await?
+        {
+            return Ok(outcome);
         }
         if self.retention_due() {
             return retention::run(self).await;
