@@ -19,7 +19,7 @@ pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, W
     let bucket = w.bucket.clone();
     let view = w.view.as_mut().expect("resumed");
     let g = view.current.as_ref().expect("generation started");
-    let m = g.manifest(view.lineage, view.parent.clone());
+    let mut m = g.manifest(view.lineage, view.parent.clone());
     let key = m.key();
     debug_assert!(m.check(&key).is_ok(), "{:?}", m.check(&key));
 
@@ -28,7 +28,10 @@ pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, W
         Err(BucketError::PreconditionFailed { .. }) => {
             let there = bucket.get(&key).await?;
             match Manifest::decode(&key, &there.data) {
-                Ok(existing) if existing.lineage == view.lineage => {}
+                // Written by an earlier run of this lineage (it crashed before LATEST): the
+                // same commits of the same history. What the bucket holds is the restore
+                // point from now on, so retention keeps what *it* names.
+                Ok(existing) if existing.lineage == view.lineage => m = existing,
                 Ok(existing)
                     if view
                         .parent
