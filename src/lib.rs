@@ -10,6 +10,8 @@
 //! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.
 
 pub mod bucket;
+pub mod health;
+pub mod lease;
 pub mod manifest;
 pub mod restore;
 pub mod store;

@@ -29,8 +29,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub mod body;
+pub mod counting;
 pub mod faults;
 pub mod fs;
+pub mod mem;
 pub mod retry;
 pub mod s3;
 

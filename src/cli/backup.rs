@@ -7,9 +7,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 
+use std::sync::atomic::Ordering;
+
 use mushroom_backup::bucket;
+use mushroom_backup::health::WorkerState;
+use mushroom_backup::lease::LeaseConfig;
 use mushroom_backup::wal_source::LocalSource;
-use mushroom_backup::worker::BackupWorker;
+use mushroom_backup::worker::{BackupCounters, BackupWorker};
 
 use super::settings::WorkerSettings;
 
@@ -40,24 +44,81 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::open(&a.to).await?;
     let source = Arc::new(LocalSource::new(a.store.clone()));
     let mut worker = BackupWorker::new(a.store.clone(), bucket, source, config);
-    let report = if a.once {
-        worker.run_once().await
-    } else {
-        let token = super::shutdown_token();
-        worker.follow(token).await
+    if !a.once {
+        return follow(worker, &a).await;
     }
-    .with_context(|| format!("backup of {} to {}", a.store.display(), a.to))?;
-    let counters = worker.counters();
-    println!(
-        "{}",
-        serde_json::json!({
-            "restore_point_commit_seq": counters.restore_point_commit_seq.load(std::sync::atomic::Ordering::Relaxed),
-            "shipped_commit_seq": counters.shipped_commit_seq.load(std::sync::atomic::Ordering::Relaxed),
-            "bytes_shipped": counters.bytes_shipped.load(std::sync::atomic::Ordering::Relaxed),
-            "objects_shipped": counters.objects_shipped.load(std::sync::atomic::Ordering::Relaxed),
-            "objects_reused": counters.objects_reused.load(std::sync::atomic::Ordering::Relaxed),
-            "deleted": report.deleted,
-        })
-    );
+    let report = worker
+        .run_once()
+        .await
+        .with_context(|| format!("backup of {} to {}", a.store.display(), a.to))?;
+    println!("{}", summary(&worker.counters(), report.deleted));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The one JSON line a backup prints on stdout when it ends.
+fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
+    serde_json::json!({
+        "restore_point_commit_seq": c.restore_point_commit_seq.load(Ordering::Relaxed),
+        "shipped_commit_seq": c.shipped_commit_seq.load(Ordering::Relaxed),
+        "bytes_shipped": c.bytes_shipped.load(Ordering::Relaxed),
+        "objects_shipped": c.objects_shipped.load(Ordering::Relaxed),
+        "objects_reused": c.objects_reused.load(Ordering::Relaxed),
+        "restore_points": c.restore_points.load(Ordering::Relaxed),
+        "lease_acquisitions": c.lease_acquisitions.load(Ordering::Relaxed),
+        "deleted": deleted,
+    })
+}
+
+/// Follows the store under the bucket lease until SIGINT/SIGTERM, logging every change of
+/// health on stderr, then flushes a last restore point, releases the lease and exits 0.
+async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode> {
+    let mut lease = LeaseConfig::from_env(a.store.display().to_string())?;
+    lease.conditional = lease.conditional && a.settings.conditional == "on";
+    let shutdown = super::shutdown_token();
+    let handle = worker.spawn(lease, shutdown.clone());
+    let mut health = handle.watch_health();
+    let counters = handle.counters();
+    let log = tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            let h = health.borrow_and_update().clone();
+            let state = (
+                h.healthy,
+                h.reason.clone(),
+                h.lease_holder.clone(),
+                h.lease_held,
+            );
+            if last.as_ref() == Some(&state) {
+                if health.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            last = Some(state);
+            let line = serde_json::json!({
+                "healthy": h.healthy,
+                "reason": h.reason,
+                "lease_holder": h.lease_holder,
+                "lease_held": h.lease_held,
+                "durable_commit_seq": h.durable_commit_seq,
+                "shipped_commit_seq": h.shipped_commit_seq,
+                "restore_point_commit_seq": h.restore_point_commit_seq,
+                "objects_shipped": counters.objects_shipped.load(Ordering::Relaxed),
+                "notes": h.notes,
+            });
+            eprintln!("health {line}");
+            if health.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    let counters = handle.counters();
+    let ended = handle.wait().await;
+    log.abort();
+    println!("{}", summary(&counters, 0));
+    match ended {
+        WorkerState::Exited(_) => Ok(ExitCode::SUCCESS),
+        WorkerState::Panicked(msg) => anyhow::bail!("the backup worker panicked: {msg}"),
+        WorkerState::Running => Ok(ExitCode::SUCCESS),
+    }
 }

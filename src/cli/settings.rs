@@ -67,6 +67,7 @@ impl WorkerSettings {
                 orphan_grace: Duration::from_millis(self.orphan_grace_ms),
             },
             conditional_writes: self.conditional == "on",
+            ..WorkerConfig::default()
         })
     }
 }

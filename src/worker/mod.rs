@@ -63,15 +63,16 @@ use crate::bucket::{BucketError, DynBucket, PutCondition};
 use crate::store::disk::{DiskError, DiskState};
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
-mod follow;
 mod generation;
 pub mod lineage;
 mod restore_point;
 pub mod retention;
 mod segment;
+mod spawn;
 mod view;
 
 pub use retention::RetentionPolicy;
+pub use spawn::{BackupHandle, BackupTrigger};
 
 /// First retry delay after a failure; doubles per failure up to [`MAX_BACKOFF`].
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -97,6 +98,15 @@ pub struct WorkerConfig {
     pub retention: RetentionPolicy,
     /// Conditional writes (`If-None-Match`, `If-Match`); off only for object stores without them.
     pub conditional_writes: bool,
+    /// Durable data unshipped for longer than `max(this, 10 × wal_interval)` is unhealthy.
+    pub min_unhealthy_lag: Duration,
+    /// Retry delays after a failed step: the first, doubling up to the longest.
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+    /// How long the last flush at shutdown may take.
+    pub flush_timeout: Duration,
+    /// How often a refused prefix is checked again (without holding the lease meanwhile).
+    pub refused_retry: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -107,6 +117,11 @@ impl Default for WorkerConfig {
             retention_interval: Duration::from_secs(3600),
             retention: RetentionPolicy::default(),
             conditional_writes: true,
+            min_unhealthy_lag: MIN_UNHEALTHY_LAG,
+            first_backoff: FIRST_BACKOFF,
+            max_backoff: MAX_BACKOFF,
+            flush_timeout: Duration::from_secs(20),
+            refused_retry: MAX_BACKOFF,
         }
     }
 }
@@ -219,13 +234,17 @@ pub struct BackupCounters {
     pub shipped_commit_seq: AtomicU64,
     /// Commits in the newest restore point this worker wrote or found.
     pub restore_point_commit_seq: AtomicU64,
+    /// Times the bucket lease was acquired (the first time, and every takeover after).
+    pub lease_acquisitions: AtomicU64,
+    /// Times the lease was lost or dropped (taken over, expired, or a write refused).
+    pub lease_losses: AtomicU64,
 }
 
 impl BackupCounters {
-    fn add(field: &AtomicU64, n: u64) {
+    pub(crate) fn add(field: &AtomicU64, n: u64) {
         field.fetch_add(n, Ordering::Relaxed);
     }
-    fn set(field: &AtomicU64, n: u64) {
+    pub(crate) fn set(field: &AtomicU64, n: u64) {
         field.store(n, Ordering::Relaxed);
     }
 }

@@ -48,6 +48,9 @@ pub fn config() -> WorkerConfig {
             orphan_grace: Duration::from_secs(3600),
         },
         conditional_writes: true,
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        ..WorkerConfig::default()
     }
 }
 

@@ -1,0 +1,312 @@
+//! Health of one store's backup (DESIGN.md section 7), kept by the runner, never by the
+//! worker: a dead or stuck worker can never report itself healthy.
+//!
+//! The runner (see [`crate::worker::BackupHandle`]) records what it sees in a
+//! [`RunnerStatus`] — the lease's state, consecutive failed steps and the last error, a
+//! refusal of the prefix, how the worker task ended. A supervisor task beside it re-evaluates
+//! [`StoreHealth`] every `wal_interval`, whatever the worker is doing: it reads the durable
+//! position from the WAL source itself, so data left unshipped by a stuck worker shows as lag.
+//!
+//! Unhealthy, each with its reason, in this order of precedence:
+//! 1. the worker task exited or panicked;
+//! 2. the prefix is refused (lineage), naming the cause;
+//! 3. another instance holds the bucket lease, naming the holder;
+//! 4. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
+//!    consecutive failed steps, naming the last error;
+//! 5. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
+//! 6. not holding the lease yet (starting) or any more (lost, or released after a refused write).
+//!
+//! Conditional writes being off is not unhealthy, but health says so in `notes`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::lease::LeaseState;
+
+/// How the worker task ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "detail")]
+pub enum WorkerState {
+    Running,
+    /// It returned: shut down, or gave up.
+    Exited(String),
+    /// It panicked, with the panic's message.
+    Panicked(String),
+}
+
+/// What the runner records for the supervisor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerStatus {
+    pub worker: WorkerState,
+    /// `None` before the first acquisition attempt.
+    pub lease: Option<LeaseState>,
+    pub conditional_writes: bool,
+    pub refused: Option<String>,
+    pub consecutive_failures: u32,
+    pub last_error: Option<String>,
+}
+
+impl Default for RunnerStatus {
+    fn default() -> Self {
+        Self {
+            worker: WorkerState::Running,
+            lease: None,
+            conditional_writes: true,
+            refused: None,
+            consecutive_failures: 0,
+            last_error: None,
+        }
+    }
+}
+
+/// The thresholds of health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthPolicy {
+    pub wal_interval: Duration,
+    pub min_unhealthy_lag: Duration,
+    pub unhealthy_after_failures: u32,
+}
+
+impl HealthPolicy {
+    /// Durable data unshipped for longer than this is unhealthy.
+    pub fn max_lag(&self) -> Duration {
+        self.min_unhealthy_lag.max(self.wal_interval * 10)
+    }
+}
+
+/// One store's health, as dashboards and alerts read it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoreHealth {
+    pub healthy: bool,
+    /// Why it is unhealthy (the most important reason); empty when healthy.
+    pub reason: String,
+    /// Every reason that holds, most important first.
+    pub reasons: Vec<String>,
+    /// Facts an operator should know that are not unhealthy (conditional writes off).
+    pub notes: Vec<String>,
+    pub durable_commit_seq: u64,
+    pub shipped_commit_seq: u64,
+    pub restore_point_commit_seq: u64,
+    /// How long durable data has been waiting to be shipped (0 when all is shipped).
+    pub lag_seconds: f64,
+    /// Who holds the bucket lease, as `holder@host` (empty when unknown).
+    pub lease_holder: String,
+    /// Whether this instance holds the lease.
+    pub lease_held: bool,
+    pub consecutive_failures: u32,
+    pub last_error: Option<String>,
+    pub worker: WorkerState,
+}
+
+impl StoreHealth {
+    /// The same health but for what changes on every tick (the lag's exact value).
+    pub fn same_state(&self, other: &StoreHealth) -> bool {
+        let strip = |h: &StoreHealth| {
+            let mut h = h.clone();
+            h.lag_seconds = h.lag_seconds.floor();
+            h
+        };
+        strip(self) == strip(other)
+    }
+}
+
+/// What the supervisor measured this tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Progress {
+    pub durable_commit_seq: u64,
+    pub shipped_commit_seq: u64,
+    pub restore_point_commit_seq: u64,
+    /// How long durable commits have been unshipped (zero when none are).
+    pub unshipped_for: Duration,
+}
+
+/// Evaluates health: a pure function of what the runner recorded and what was measured.
+pub fn evaluate(
+    status: &RunnerStatus,
+    progress: Progress,
+    policy: &HealthPolicy,
+    own_holder: &str,
+) -> StoreHealth {
+    let mut reasons = Vec::new();
+    match &status.worker {
+        WorkerState::Running => {}
+        WorkerState::Exited(why) => reasons.push(format!("the backup worker exited: {why}")),
+        WorkerState::Panicked(msg) => reasons.push(format!("the backup worker panicked: {msg}")),
+    }
+    if let Some(r) = &status.refused {
+        reasons.push(format!("prefix refused: {r}"));
+    }
+    let (lease_holder, lease_held) = match &status.lease {
+        Some(LeaseState::Holding) => (own_holder.to_string(), true),
+        Some(LeaseState::HeldElsewhere {
+            holder,
+            host,
+            store,
+        }) => {
+            reasons.push(format!(
+                "the bucket lease is held by another instance ({holder} on {host}, store {store}); \
+                 this one uploads nothing until it is released or goes stale"
+            ));
+            (format!("{holder}@{host}"), false)
+        }
+        Some(LeaseState::Lost { reason }) => {
+            reasons.push(format!(
+                "the bucket lease was lost ({reason:?}); acquiring it again"
+            ));
+            (String::new(), false)
+        }
+        Some(LeaseState::Released) => {
+            if status.worker == WorkerState::Running {
+                reasons.push("the bucket lease is released; acquiring it again".to_string());
+            }
+            (String::new(), false)
+        }
+        None => {
+            reasons.push("starting: the bucket lease is not acquired yet".to_string());
+            (String::new(), false)
+        }
+    };
+    if status.consecutive_failures >= policy.unhealthy_after_failures {
+        reasons.push(format!(
+            "{} consecutive backup steps failed; last: {}",
+            status.consecutive_failures,
+            status.last_error.as_deref().unwrap_or("unknown")
+        ));
+    }
+    if progress.unshipped_for > policy.max_lag() {
+        reasons.push(format!(
+            "durable commits {}..={} unshipped for {:.0} s (limit {:.0} s)",
+            progress.shipped_commit_seq + 1,
+            progress.durable_commit_seq,
+            progress.unshipped_for.as_secs_f64(),
+            policy.max_lag().as_secs_f64()
+        ));
+    }
+    let mut notes = Vec::new();
+    if !status.conditional_writes {
+        notes.push(
+            "conditional writes are off (MUSHROOMDB_BACKUP_LEASE_CONDITIONAL=off): the lease is best effort \
+             and nothing fences a second writer"
+                .to_string(),
+        );
+    }
+    StoreHealth {
+        healthy: reasons.is_empty(),
+        reason: reasons.first().cloned().unwrap_or_default(),
+        reasons,
+        notes,
+        durable_commit_seq: progress.durable_commit_seq,
+        shipped_commit_seq: progress.shipped_commit_seq,
+        restore_point_commit_seq: progress.restore_point_commit_seq,
+        lag_seconds: progress.unshipped_for.as_secs_f64(),
+        lease_holder,
+        lease_held,
+        consecutive_failures: status.consecutive_failures,
+        last_error: status.last_error.clone(),
+        worker: status.worker.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> HealthPolicy {
+        HealthPolicy {
+            wal_interval: Duration::from_secs(1),
+            min_unhealthy_lag: Duration::from_secs(30),
+            unhealthy_after_failures: 5,
+        }
+    }
+
+    fn holding() -> RunnerStatus {
+        RunnerStatus {
+            lease: Some(LeaseState::Holding),
+            ..RunnerStatus::default()
+        }
+    }
+
+    #[test]
+    fn healthy_when_holding_and_caught_up() {
+        let h = evaluate(&holding(), Progress::default(), &policy(), "me");
+        assert!(h.healthy, "{h:?}");
+        assert!(h.lease_held);
+        assert_eq!(h.reason, "");
+    }
+
+    #[test]
+    fn every_cause_has_its_reason() {
+        let p = policy();
+        let mut s = holding();
+        s.worker = WorkerState::Panicked("boom".into());
+        assert!(
+            evaluate(&s, Progress::default(), &p, "me")
+                .reason
+                .contains("panicked: boom")
+        );
+        s.worker = WorkerState::Exited("shut down".into());
+        assert!(
+            evaluate(&s, Progress::default(), &p, "me")
+                .reason
+                .contains("exited: shut down")
+        );
+
+        let mut s = holding();
+        s.refused = Some("fewer commits than the newest restore point".into());
+        assert!(
+            evaluate(&s, Progress::default(), &p, "me")
+                .reason
+                .contains("fewer commits")
+        );
+
+        let s = RunnerStatus {
+            lease: Some(LeaseState::HeldElsewhere {
+                holder: "abc".into(),
+                host: "db7".into(),
+                store: "s1".into(),
+            }),
+            ..RunnerStatus::default()
+        };
+        let h = evaluate(&s, Progress::default(), &p, "me");
+        assert!(!h.healthy && h.reason.contains("abc on db7"), "{h:?}");
+        assert_eq!(h.lease_holder, "abc@db7");
+
+        let mut s = holding();
+        s.consecutive_failures = 4;
+        s.last_error = Some("503 SlowDown".into());
+        assert!(evaluate(&s, Progress::default(), &p, "me").healthy);
+        s.consecutive_failures = 5;
+        assert!(
+            evaluate(&s, Progress::default(), &p, "me")
+                .reason
+                .contains("503 SlowDown")
+        );
+
+        let lagging = Progress {
+            durable_commit_seq: 90,
+            shipped_commit_seq: 40,
+            restore_point_commit_seq: 40,
+            unshipped_for: Duration::from_secs(31),
+        };
+        let h = evaluate(&holding(), lagging, &p, "me");
+        assert!(
+            !h.healthy && h.reason.contains("41..=90 unshipped"),
+            "{h:?}"
+        );
+        let ok = Progress {
+            unshipped_for: Duration::from_secs(29),
+            ..lagging
+        };
+        assert!(evaluate(&holding(), ok, &p, "me").healthy);
+    }
+
+    #[test]
+    fn conditional_writes_off_is_a_note() {
+        let mut s = holding();
+        s.conditional_writes = false;
+        let h = evaluate(&s, Progress::default(), &policy(), "me");
+        assert!(h.healthy);
+        assert!(h.notes[0].contains("conditional writes are off"));
+    }
+}

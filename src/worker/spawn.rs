@@ -1,0 +1,461 @@
+//! [`BackupWorker::spawn`]: the worker as a long-running task under the bucket lease, with a
+//! supervisor that keeps its health.
+//!
+//! The runner acquires the prefix's [`BucketLease`] before it uploads anything. While another
+//! instance holds a fresh lease it uploads nothing, records the holder (health names it) and
+//! tries again every third of a TTL, so a successor takes over within about a TTL of a
+//! holder's death, and at once after a clean shutdown (which deletes the lease). Holding the
+//! lease, it steps every `wal_interval` (and at once on a [`BackupTrigger`]); every step runs
+//! under [`BucketLease::guard`], so a lease that stops holding cancels the step's in-flight
+//! requests. A lost lease is dropped and the next acquisition starts from the bucket's state
+//! afresh ([`BackupWorker::forget_view`]). A write the bucket refuses (another writer) drops
+//! the lease too. A refused prefix releases the lease (it may be another store's to write) and
+//! is checked again every `refused_retry`. Shutdown: flush (ship what is durable, write a restore
+//! point), then delete the lease.
+//!
+//! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
+//! the runner recorded and the durable position it reads from the WAL source itself, and a
+//! runner that returns or panics is reported unhealthy with the reason.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{BackupCounters, BackupWorker, FIRST_BACKOFF, StepOutcome, WorkerError};
+use crate::health::{self, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState};
+use crate::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
+use crate::wal_source::WalSource;
+
+/// What the serve loop tells the worker, over a watch channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackupTrigger {
+    /// Ship what is durable now.
+    Ship,
+    /// Write a restore point now (for what is shipped, once it is).
+    RestorePoint,
+    /// Run retention now.
+    Retention,
+    /// Stop; with `flush`, ship what is durable and write a restore point first.
+    Shutdown { flush: bool },
+}
+
+/// Triggers as counters, so that none is lost when several arrive between two looks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Triggers {
+    ship: u64,
+    restore_point: u64,
+    retention: u64,
+    shutdown: Option<bool>,
+}
+
+/// The running worker, as the serve loop holds it.
+pub struct BackupHandle {
+    triggers: watch::Sender<Triggers>,
+    /// Cancelled by a shutdown trigger (or the caller's token): abandons an in-flight step.
+    stop: CancellationToken,
+    health: watch::Receiver<StoreHealth>,
+    counters: Arc<BackupCounters>,
+    supervisor: JoinHandle<WorkerState>,
+    holder: String,
+}
+
+impl BackupHandle {
+    pub fn trigger(&self, trigger: BackupTrigger) {
+        self.triggers.send_modify(|t| match trigger {
+            BackupTrigger::Ship => t.ship += 1,
+            BackupTrigger::RestorePoint => t.restore_point += 1,
+            BackupTrigger::Retention => t.retention += 1,
+            BackupTrigger::Shutdown { flush } => {
+                t.shutdown = Some(flush || t.shutdown == Some(true))
+            }
+        });
+        if let BackupTrigger::Shutdown { .. } = trigger {
+            self.stop.cancel();
+        }
+    }
+
+    /// The latest health.
+    pub fn health(&self) -> StoreHealth {
+        self.health.borrow().clone()
+    }
+
+    /// Health, changing whenever it does.
+    pub fn watch_health(&self) -> watch::Receiver<StoreHealth> {
+        self.health.clone()
+    }
+
+    pub fn counters(&self) -> Arc<BackupCounters> {
+        self.counters.clone()
+    }
+
+    /// This worker's lease holder id.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// Whether the worker task has ended.
+    pub fn is_finished(&self) -> bool {
+        self.supervisor.is_finished()
+    }
+
+    /// Stops the worker (flushing first when asked) and waits for it; returns how it ended.
+    pub async fn shutdown(self, flush: bool) -> WorkerState {
+        self.trigger(BackupTrigger::Shutdown { flush });
+        self.wait().await
+    }
+
+    /// Waits for the worker to end on its own (a shutdown token, or a trigger sent earlier).
+    pub async fn wait(self) -> WorkerState {
+        match self.supervisor.await {
+            Ok(state) => state,
+            Err(e) => WorkerState::Panicked(format!("the supervisor failed: {e}")),
+        }
+    }
+}
+
+/// Shared between the runner (writes) and the supervisor (reads).
+type Status = Arc<Mutex<RunnerStatus>>;
+
+fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
+    f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+impl BackupWorker {
+    /// Runs the worker as a task under the lease, with a supervisor keeping its health. The
+    /// task stops on `shutdown` (flushing) or on a [`BackupTrigger::Shutdown`].
+    pub fn spawn(self, lease: LeaseConfig, shutdown: CancellationToken) -> BackupHandle {
+        let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
+        let policy = HealthPolicy {
+            wal_interval: self.config.wal_interval,
+            min_unhealthy_lag: self.config.min_unhealthy_lag,
+            unhealthy_after_failures: super::UNHEALTHY_AFTER_FAILURES,
+        };
+        let status: Status = Arc::new(Mutex::new(RunnerStatus {
+            conditional_writes: lease.conditional && self.config.conditional_writes,
+            ..RunnerStatus::default()
+        }));
+        let holder = lease.holder.clone();
+        let first = health::evaluate(
+            &status.lock().expect("fresh").clone(),
+            Progress::default(),
+            &policy,
+            &holder,
+        );
+        let (health_tx, health_rx) = watch::channel(first);
+        let counters = self.counters.clone();
+        let source = self.source.clone();
+        let stop = shutdown.child_token();
+        let runner = tokio::spawn(run(self, lease, trigger_rx, stop.clone(), status.clone()));
+        let supervisor = tokio::spawn(supervise(
+            runner,
+            source,
+            counters.clone(),
+            status,
+            policy,
+            holder.clone(),
+            health_tx,
+        ));
+        BackupHandle {
+            triggers: trigger_tx,
+            stop,
+            health: health_rx,
+            counters,
+            supervisor,
+            holder,
+        }
+    }
+}
+
+/// How a spell of holding the lease ended.
+enum Holding {
+    Shutdown {
+        flush: bool,
+    },
+    Lost,
+    /// A conditional write was refused: another writer; drop the lease and start over.
+    ConcurrentWriter,
+    Refused,
+}
+
+async fn run(
+    mut worker: BackupWorker,
+    lease_config: LeaseConfig,
+    mut triggers: watch::Receiver<Triggers>,
+    shutdown: CancellationToken,
+    status: Status,
+) -> String {
+    let mut acquirer = LeaseAcquirer::new(worker.bucket.clone(), lease_config);
+    let mut seen = *triggers.borrow_and_update();
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        if shutdown.is_cancelled() || seen.shutdown.is_some() {
+            return "shut down".into();
+        }
+        let wait = match acquirer.try_acquire().await {
+            Ok(Acquisition::Acquired(lease)) => {
+                record(&status, |s| s.lease = Some(LeaseState::Holding));
+                super::BackupCounters::add(&worker.counters.lease_acquisitions, 1);
+                tracing::info!(store = %worker.dir.display(), "acquired the bucket lease");
+                worker.forget_view();
+                let end = hold(
+                    &mut worker,
+                    &lease,
+                    &mut triggers,
+                    &mut seen,
+                    &shutdown,
+                    &status,
+                )
+                .await;
+                match end {
+                    Holding::Shutdown { flush } => {
+                        if flush {
+                            flush_under(&mut worker, &lease, &status).await;
+                        }
+                        let _ = lease.release().await;
+                        record(&status, |s| s.lease = Some(LeaseState::Released));
+                        return "shut down".into();
+                    }
+                    Holding::Lost => {
+                        record(&status, |s| s.lease = Some(lease.status().state));
+                        super::BackupCounters::add(&worker.counters.lease_losses, 1);
+                        tracing::warn!(store = %worker.dir.display(), "lost the bucket lease; acquiring it again");
+                        drop(lease);
+                        Duration::ZERO
+                    }
+                    Holding::ConcurrentWriter => {
+                        super::BackupCounters::add(&worker.counters.lease_losses, 1);
+                        let _ = lease.release().await;
+                        record(&status, |s| s.lease = Some(LeaseState::Released));
+                        backoff
+                    }
+                    Holding::Refused => {
+                        let _ = lease.release().await;
+                        record(&status, |s| s.lease = Some(LeaseState::Released));
+                        worker.config.refused_retry
+                    }
+                }
+            }
+            Ok(other) => {
+                let retry_in = match &other {
+                    Acquisition::HeldElsewhere { retry_in, .. } => *retry_in,
+                    Acquisition::Acquired(_) => unreachable!("matched above"),
+                };
+                record(&status, |s| s.lease = Some(other.state()));
+                retry_in
+            }
+            Err(e) => {
+                record(&status, |s| {
+                    s.consecutive_failures += 1;
+                    s.last_error = Some(e.to_string());
+                });
+                let d = backoff;
+                backoff = (backoff * 2).min(worker.config.max_backoff);
+                d
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = triggers.changed() => { seen.shutdown = triggers.borrow_and_update().shutdown.or(seen.shutdown); }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Steps while the lease holds, until shutdown or the lease stops holding.
+async fn hold(
+    worker: &mut BackupWorker,
+    lease: &BucketLease,
+    triggers: &mut watch::Receiver<Triggers>,
+    seen: &mut Triggers,
+    shutdown: &CancellationToken,
+    status: &Status,
+) -> Holding {
+    let mut backoff = worker.config.first_backoff;
+    let mut next_step = Instant::now();
+    let lost = lease.token();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                return Holding::Shutdown { flush: triggers.borrow().shutdown.unwrap_or(true) };
+            }
+            _ = lost.cancelled() => return Holding::Lost,
+            r = triggers.changed() => {
+                if r.is_err() {
+                    return Holding::Shutdown { flush: true };
+                }
+                let now = *triggers.borrow_and_update();
+                if let Some(flush) = now.shutdown {
+                    return Holding::Shutdown { flush };
+                }
+                if now.restore_point != seen.restore_point {
+                    worker.request_restore_point();
+                }
+                if now.retention != seen.retention {
+                    worker.request_retention();
+                }
+                *seen = now;
+            }
+            _ = tokio::time::sleep_until(next_step) => {}
+        }
+        next_step = Instant::now() + worker.config.wal_interval;
+        loop {
+            if !lease.may_write() {
+                return Holding::Lost;
+            }
+            let stepped = tokio::select! {
+                r = lease.guard(worker.step()) => r,
+                _ = shutdown.cancelled() => {
+                    // The step's requests are dropped mid-way: what it learnt is not to be
+                    // trusted, so the flush starts from the bucket's state.
+                    worker.forget_view();
+                    let flush = triggers.borrow().shutdown.unwrap_or(true);
+                    return Holding::Shutdown { flush };
+                }
+            };
+            match stepped {
+                Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
+                Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {
+                    backoff = worker.config.first_backoff;
+                    record(status, |s| {
+                        s.consecutive_failures = 0;
+                        s.refused = None;
+                    });
+                    break;
+                }
+                Ok(Ok(outcome)) => {
+                    tracing::debug!(?outcome, "step");
+                    record(status, |s| {
+                        s.consecutive_failures = 0;
+                        s.refused = None;
+                    });
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(store = %worker.dir.display(), error = %e, "backup step failed");
+                    let refusal = e.is_refusal();
+                    record(status, |s| {
+                        s.last_error = Some(e.to_string());
+                        if let WorkerError::Refused { reason } = &e {
+                            s.refused = Some(reason.clone());
+                        } else {
+                            s.consecutive_failures += 1;
+                        }
+                    });
+                    if refusal {
+                        return Holding::Refused;
+                    }
+                    if matches!(e, WorkerError::ConcurrentWriter { .. }) {
+                        return Holding::ConcurrentWriter;
+                    }
+                    next_step = Instant::now() + backoff;
+                    backoff = (backoff * 2).min(worker.config.max_backoff);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
+async fn flush_under(worker: &mut BackupWorker, lease: &BucketLease, status: &Status) {
+    match tokio::time::timeout(worker.config.flush_timeout, lease.guard(worker.run_once())).await {
+        Ok(Ok(Ok(report))) => tracing::info!(?report, "flushed a last restore point"),
+        Ok(Ok(Err(e))) => {
+            tracing::warn!(error = %e, "the last flush failed");
+            record(status, |s| {
+                s.last_error = Some(format!("the last flush failed: {e}"))
+            });
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "the lease stopped holding during the last flush"),
+        Err(_) => tracing::warn!("the last flush did not finish in time"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn supervise(
+    mut runner: JoinHandle<String>,
+    source: Arc<dyn WalSource>,
+    counters: Arc<BackupCounters>,
+    status: Status,
+    policy: HealthPolicy,
+    holder: String,
+    health: watch::Sender<StoreHealth>,
+) -> WorkerState {
+    let mut unshipped_since: Option<Instant> = None;
+    let mut tick = tokio::time::interval(policy.wal_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ended = loop {
+        tokio::select! {
+            r = &mut runner => break match r {
+                Ok(why) => WorkerState::Exited(why),
+                Err(e) if e.is_panic() => {
+                    let p = e.into_panic();
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a panic without a message".into());
+                    WorkerState::Panicked(msg)
+                }
+                Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
+            },
+            _ = tick.tick() => {}
+        }
+        // Read the durable position ourselves: a stuck worker must still show lag.
+        let durable = match tokio::time::timeout(
+            policy.wal_interval.max(Duration::from_millis(100)),
+            source.durable_wal_position(),
+        )
+        .await
+        {
+            Ok(Ok(p)) => {
+                super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
+                p.commit_seq
+            }
+            _ => counters
+                .durable_commit_seq
+                .load(std::sync::atomic::Ordering::Relaxed),
+        };
+        let progress = progress(&counters, durable, &mut unshipped_since);
+        let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let next = health::evaluate(&s, progress, &policy, &holder);
+        health.send_if_modified(|h| {
+            let changed = !h.same_state(&next);
+            *h = next;
+            changed
+        });
+    };
+    record(&status, |s| s.worker = ended.clone());
+    let durable = counters
+        .durable_commit_seq
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let progress = progress(&counters, durable, &mut unshipped_since);
+    let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
+    ended
+}
+
+fn progress(
+    counters: &BackupCounters,
+    durable: u64,
+    unshipped_since: &mut Option<Instant>,
+) -> Progress {
+    use std::sync::atomic::Ordering::Relaxed;
+    let shipped = counters.shipped_commit_seq.load(Relaxed);
+    let now = Instant::now();
+    let unshipped_for = if durable > shipped {
+        now - *unshipped_since.get_or_insert(now)
+    } else {
+        *unshipped_since = None;
+        Duration::ZERO
+    };
+    Progress {
+        durable_commit_seq: durable,
+        shipped_commit_seq: shipped,
+        restore_point_commit_seq: counters.restore_point_commit_seq.load(Relaxed),
+        unshipped_for,
+    }
+}

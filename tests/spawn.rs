@@ -1,0 +1,313 @@
+//! The spawned worker: the lease decides who writes, health names every unhealthy cause, a
+//! refused LATEST drops the lease, and a worker that panics is never reported healthy.
+//!
+//! Real time with short intervals (every wait is for a condition, with a generous deadline);
+//! lease timings under paused time are in `tests/lease.rs`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, Op};
+use mushroom_backup::bucket::{Body, Bucket, DynBucket, PutCondition};
+use mushroom_backup::health::{StoreHealth, WorkerState};
+use mushroom_backup::lease::{Acquisition, LeaseAcquirer, LeaseConfig};
+use mushroom_backup::manifest::{self, Latest};
+use mushroom_backup::worker::{BackupHandle, BackupTrigger, WorkerConfig};
+use support::store::{config, fs_bucket, worker, write};
+use tokio_util::sync::CancellationToken;
+
+fn lease(holder: &str) -> LeaseConfig {
+    LeaseConfig {
+        ttl: Duration::from_millis(600),
+        holder: holder.into(),
+        ..LeaseConfig::new("test-store")
+    }
+}
+
+fn fast() -> WorkerConfig {
+    WorkerConfig {
+        wal_interval: Duration::from_millis(20),
+        min_unhealthy_lag: Duration::from_millis(300),
+        ..config()
+    }
+}
+
+/// Waits (up to 20 s) until health satisfies `pred`, and returns it.
+async fn wait_for(
+    h: &BackupHandle,
+    what: &str,
+    pred: impl Fn(&StoreHealth) -> bool,
+) -> StoreHealth {
+    let mut rx = h.watch_health();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = rx.borrow_and_update().clone();
+        if pred(&now) {
+            return now;
+        }
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
+            panic!("timed out waiting for {what}; health is {now:#?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_second_worker_ships_nothing_names_the_holder_and_takes_over_after_release() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 300, 0, 0);
+    let first =
+        worker(&store, fs_bucket(&root), fast()).spawn(lease("first"), CancellationToken::new());
+    wait_for(&first, "the first to ship", |h| {
+        h.healthy && h.shipped_commit_seq == 300
+    })
+    .await;
+    let second =
+        worker(&store, fs_bucket(&root), fast()).spawn(lease("second"), CancellationToken::new());
+    let h = wait_for(&second, "the second to see the holder", |h| {
+        !h.lease_holder.is_empty()
+    })
+    .await;
+    assert!(!h.healthy);
+    assert!(
+        h.reason.contains("held by another instance (first on"),
+        "{}",
+        h.reason
+    );
+    write(&store, 100, 0, 0);
+    wait_for(&first, "the first to ship more", |h| {
+        h.shipped_commit_seq == 400
+    })
+    .await;
+    assert_eq!(
+        second.counters().objects_shipped.load(Ordering::Relaxed),
+        0,
+        "the second uploaded while the first held the lease"
+    );
+
+    // A clean shutdown deletes the lease: the second takes over at once (well within a TTL
+    // of staleness it would otherwise wait for).
+    assert_eq!(
+        first.shutdown(true).await,
+        WorkerState::Exited("shut down".into())
+    );
+    write(&store, 50, 0, 0);
+    let h = wait_for(&second, "the second to take over", |h| {
+        h.lease_held && h.shipped_commit_seq == 450
+    })
+    .await;
+    assert!(h.healthy, "{h:#?}");
+    second.trigger(BackupTrigger::RestorePoint);
+    wait_for(&second, "a restore point by the second", |h| {
+        h.restore_point_commit_seq == 450
+    })
+    .await;
+    let ended = second.shutdown(true).await;
+    assert_eq!(ended, WorkerState::Exited("shut down".into()));
+    assert!(
+        fs_bucket(&root)
+            .head(manifest::LEASE_KEY)
+            .await
+            .unwrap()
+            .is_none(),
+        "shutdown left the lease"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_held_elsewhere_is_unhealthy_and_names_its_holder() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let b = fs_bucket(&root);
+    let Acquisition::Acquired(other) = LeaseAcquirer::new(b.clone(), lease("other-instance"))
+        .try_acquire()
+        .await
+        .unwrap()
+    else {
+        panic!("the test could not take the lease")
+    };
+    let w = worker(&store, b.clone(), fast()).spawn(lease("me"), CancellationToken::new());
+    let h = wait_for(&w, "held elsewhere", |h| {
+        h.reason.contains("other-instance")
+    })
+    .await;
+    assert!(!h.healthy && !h.lease_held);
+    // While the other keeps renewing, this one never writes; the lag grows unhealthy too.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(w.counters().objects_shipped.load(Ordering::Relaxed), 0);
+    assert!(
+        w.health().reasons.iter().any(|r| r.contains("unshipped")),
+        "{:#?}",
+        w.health()
+    );
+    other.release().await.unwrap();
+    wait_for(&w, "healthy once released", |h| h.healthy).await;
+    w.shutdown(false).await;
+}
+
+#[tokio::test]
+async fn consecutive_failures_are_unhealthy_with_the_last_error() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    // Every put but the lease's fails.
+    let plan = FaultPlan::custom(|r| {
+        if r.op == Op::Put && r.key != manifest::LEASE_KEY {
+            Fault::Fail
+        } else {
+            Fault::Pass
+        }
+    });
+    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let h = wait_for(&w, "failures", |h| h.consecutive_failures >= 5).await;
+    assert!(!h.healthy);
+    assert!(
+        h.reason.contains("consecutive backup steps failed"),
+        "{}",
+        h.reason
+    );
+    assert!(
+        h.reason.contains("injected") || h.last_error.is_some(),
+        "{h:#?}"
+    );
+    w.shutdown(false).await;
+}
+
+#[tokio::test]
+async fn unshipped_durable_data_is_unhealthy_lag() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    // Segment uploads hang for a minute: the worker is stuck, the store moves on.
+    let plan = FaultPlan::custom(|r| {
+        if r.op == Op::Put && r.key.contains("/wal/") {
+            Fault::Delay(Duration::from_secs(60))
+        } else {
+            Fault::Pass
+        }
+    });
+    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let h = wait_for(&w, "lag", |h| h.reason.contains("unshipped")).await;
+    assert!(
+        h.durable_commit_seq == 10 && h.shipped_commit_seq == 0,
+        "{h:#?}"
+    );
+    assert!(h.lease_held, "stuck, but still holding the lease");
+    w.shutdown(false).await;
+}
+
+#[tokio::test]
+async fn a_refused_prefix_is_unhealthy_with_the_cause_and_releases_the_lease() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b_store, root) = (t.path().join("a"), t.path().join("b"), t.path().join("bk"));
+    write(&a, 50, 0, 0);
+    worker(&a, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap();
+    write(&b_store, 80, 0, 0);
+    let w = worker(&b_store, fs_bucket(&root), fast()).spawn(lease("me"), CancellationToken::new());
+    let h = wait_for(&w, "refused", |h| h.reason.contains("prefix refused")).await;
+    assert!(h.reason.contains("no backup.lineage"), "{}", h.reason);
+    wait_for(&w, "the lease released", |_| true).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        fs_bucket(&root)
+            .head(manifest::LEASE_KEY)
+            .await
+            .unwrap()
+            .is_none(),
+        "a refused worker kept the lease"
+    );
+    w.shutdown(false).await;
+}
+
+#[tokio::test]
+async fn a_panicking_worker_is_reported_unhealthy_never_healthy() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let plan = FaultPlan::custom(|r| {
+        if r.op == Op::Put && r.key.ends_with("GENERATION") {
+            panic!("injected panic in an upload");
+        }
+        Fault::Pass
+    });
+    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let h = wait_for(&w, "the panic", |h| {
+        matches!(h.worker, WorkerState::Panicked(_))
+    })
+    .await;
+    assert!(!h.healthy);
+    assert!(
+        h.reason.contains("panicked: injected panic in an upload"),
+        "{}",
+        h.reason
+    );
+    // It stays unhealthy: the supervisor has ended with the worker, and health says so.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!w.health().healthy);
+    assert!(w.is_finished());
+}
+
+#[tokio::test]
+async fn a_worker_that_exited_is_unhealthy() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let token = CancellationToken::new();
+    let w = worker(&store, fs_bucket(&root), fast()).spawn(lease("me"), token.clone());
+    wait_for(&w, "healthy", |h| h.healthy).await;
+    token.cancel();
+    let h = wait_for(&w, "exited", |h| matches!(h.worker, WorkerState::Exited(_))).await;
+    assert!(!h.healthy && h.reason.contains("exited"), "{h:#?}");
+    assert_eq!(
+        h.restore_point_commit_seq, 10,
+        "shutdown flushed a restore point"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_latest_drops_the_lease_and_the_worker_starts_over() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 100, 0, 0);
+    let b = fs_bucket(&root);
+    let w = worker(&store, b.clone(), fast()).spawn(lease("me"), CancellationToken::new());
+    wait_for(&w, "a first restore point", |h| {
+        h.restore_point_commit_seq == 100
+    })
+    .await;
+    // Another writer moves LATEST behind the worker's back (same content, new ETag on a
+    // rewrite is not guaranteed, so write a different but valid LATEST naming the manifest).
+    let latest = Latest::decode(&b.get(manifest::LATEST_KEY).await.unwrap().data).unwrap();
+    let mut moved = latest.encode();
+    moved.insert(moved.len() - 1, b' ');
+    b.put(manifest::LATEST_KEY, Body::from(moved), PutCondition::None)
+        .await
+        .unwrap();
+    write(&store, 20, 0, 0);
+    w.trigger(BackupTrigger::RestorePoint);
+    wait_for(&w, "the next restore point", |h| {
+        h.restore_point_commit_seq == 120
+    })
+    .await;
+    assert!(
+        w.counters().lease_losses.load(Ordering::Relaxed) >= 1,
+        "the refused LATEST did not drop the lease"
+    );
+    assert!(w.counters().lease_acquisitions.load(Ordering::Relaxed) >= 2);
+    let now = Latest::decode(&b.get(manifest::LATEST_KEY).await.unwrap().data).unwrap();
+    assert_eq!(now.commit_seq, 120);
+    w.shutdown(false).await;
+}
