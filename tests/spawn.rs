@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, Op};
-use mushroom_backup::bucket::{Body, Bucket, DynBucket, PutCondition};
+use mushroom_backup::bucket::{Body, DynBucket, PutCondition};
 use mushroom_backup::health::{StoreHealth, WorkerState};
 use mushroom_backup::lease::{Acquisition, LeaseAcquirer, LeaseConfig};
 use mushroom_backup::manifest::{self, Latest};
