@@ -238,6 +238,8 @@ pub struct BackupCounters {
     pub lease_acquisitions: AtomicU64,
     /// Times the lease was lost or dropped (taken over, expired, or a write refused).
     pub lease_losses: AtomicU64,
+    /// Every request this worker (and its lease) sent to the bucket, by kind.
+    pub requests: Arc<crate::bucket::counting::RequestCounts>,
 }
 
 impl BackupCounters {
@@ -271,12 +273,17 @@ impl BackupWorker {
         source: Arc<dyn WalSource>,
         config: WorkerConfig,
     ) -> Self {
+        let counters = Arc::new(BackupCounters::default());
+        let bucket: DynBucket = Arc::new(crate::bucket::counting::CountingBucket::with_counts(
+            bucket,
+            counters.requests.clone(),
+        ));
         Self {
             dir: dir.into(),
             bucket,
             source,
             config,
-            counters: Arc::default(),
+            counters,
             view: None,
             last_restore_point: None,
             last_retention: None,
