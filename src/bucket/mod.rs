@@ -31,6 +31,7 @@ use bytes::Bytes;
 pub mod body;
 pub mod faults;
 pub mod fs;
+pub mod mem;
 pub mod retry;
 pub mod s3;
 

@@ -1,0 +1,292 @@
+//! [`MemBucket`]: an in-memory bucket with exactly the semantics of the [`Bucket`] trait, for
+//! tests.
+//!
+//! Its reason to exist is `tokio::time::pause()`. A paused clock auto-advances to the next timer
+//! as soon as every task is idle, and a request to [`super::fs::FsBucket`] parks its task on the
+//! blocking pool: a test racing such a request against a timer (a lease deadline, a retry
+//! backoff) sees the timer win at once, however fast the disk. A `MemBucket` request whose body
+//! is [`Body::Bytes`] completes on the calling task without ever yielding, so under a paused
+//! clock it takes no time at all and timers fire exactly when the test says. (A
+//! [`Body::File`] body is read on the blocking pool, as [`Body::read`] always does.)
+//!
+//! # Semantics
+//! Those of the module docs of [`super`], held to by the conformance suite
+//! (`tests/bucket_conformance.rs`): `If-None-Match: *` creates only, `If-Match` replaces only
+//! the version named, deletes are idempotent unless conditional, listings are in byte order with
+//! pages of at most 1000 keys, ranges past the end are cut. Keys are checked as the
+//! local-directory bucket checks them, so a test cannot pass here with a key the embedded
+//! default would refuse. Unlike that bucket, and like S3, a key may also be a prefix of other
+//! keys (`a` and `a/b`).
+//!
+//! The ETag is the local-directory bucket's: quoted hex of the first 16 bytes of the content's
+//! SHA-256. So equal content has equal ETags, and new content a new one.
+//!
+//! # Invariants
+//! Every request takes one mutex for its whole effect, so each is atomic: the check of a
+//! condition and the write it guards cannot interleave with another request. Clones share the
+//! objects (one bucket, several handles); separate `MemBucket::new()`s are separate buckets.
+//! Nothing survives the process: a "crash" in a test is a [`super::faults::FaultyBucket`] over
+//! a `MemBucket` that outlives the code under test.
+
+use std::collections::BTreeMap;
+use std::ops::{Bound, Range};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+
+use super::fs::check_key;
+use super::{Body, Bucket, BucketError, ListPage, Object, ObjectMeta, PutCondition};
+
+/// S3's limit on a page of a listing; larger `max_keys` are cut to it.
+const MAX_PAGE: usize = 1000;
+
+/// Numbers the buckets of this process, so that each has its own URL in messages.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An in-memory bucket; see the module docs. Cheap to clone; clones share the objects.
+#[derive(Clone)]
+pub struct MemBucket {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    id: u64,
+    objects: Mutex<BTreeMap<String, Stored>>,
+}
+
+/// One object as stored.
+#[derive(Clone)]
+struct Stored {
+    data: Bytes,
+    etag: String,
+}
+
+impl Default for MemBucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemBucket {
+    /// A new, empty bucket.
+    pub fn new() -> Self {
+        MemBucket {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                objects: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    fn objects(&self) -> MutexGuard<'_, BTreeMap<String, Stored>> {
+        // Every request's effect is one map operation, so a panic elsewhere while the lock was
+        // held cannot have left half a request behind.
+        self.inner.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stored(&self, op: &'static str, key: &str) -> Result<Option<Stored>, BucketError> {
+        check_key(op, key)?;
+        Ok(self.objects().get(key).cloned())
+    }
+}
+
+#[async_trait::async_trait]
+impl Bucket for MemBucket {
+    fn url(&self) -> String {
+        format!("mem://{}", self.inner.id)
+    }
+
+    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+        let stored = self.stored("get", key)?.ok_or_else(|| not_found(key))?;
+        Ok(Object {
+            data: stored.data,
+            etag: stored.etag,
+        })
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
+        let data = self
+            .stored("get_range", key)?
+            .ok_or_else(|| not_found(key))?
+            .data;
+        let len = data.len() as u64;
+        let (start, end) = (range.start.min(len), range.end.min(len));
+        if start >= end {
+            return Ok(Bytes::new());
+        }
+        Ok(data.slice(start as usize..end as usize))
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
+        Ok(self.stored("head", key)?.map(|s| meta(key, &s)))
+    }
+
+    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+        check_key("put", key)?;
+        let data = body.to_bytes().await?;
+        let etag = etag_of(&data);
+        let mut objects = self.objects();
+        let current = objects.get(key).map(|s| s.etag.as_str());
+        let allowed = match &cond {
+            PutCondition::None => true,
+            PutCondition::IfNoneMatch => current.is_none(),
+            PutCondition::IfMatch(expected) => current == Some(expected.as_str()),
+        };
+        if !allowed {
+            return Err(precondition_failed(key));
+        }
+        objects.insert(
+            key.to_string(),
+            Stored {
+                data,
+                etag: etag.clone(),
+            },
+        );
+        Ok(etag)
+    }
+
+    async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
+        check_key("delete", key)?;
+        let mut objects = self.objects();
+        if let Some(expected) = if_match
+            && objects.get(key).map(|s| s.etag.as_str()) != Some(expected)
+        {
+            return Err(precondition_failed(key));
+        }
+        objects.remove(key);
+        Ok(())
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> Result<ListPage, BucketError> {
+        let max_keys = max_keys.clamp(1, MAX_PAGE);
+        let objects = self.objects();
+        let start = match &token {
+            Some(after) => Bound::Excluded(after.as_str()),
+            None => Bound::Included(prefix),
+        };
+        let mut found: Vec<ObjectMeta> = objects
+            .range::<str, _>((start, Bound::Unbounded))
+            .skip_while(|(key, _)| !key.starts_with(prefix) && key.as_str() < prefix)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .take(max_keys + 1)
+            .map(|(key, stored)| meta(key, stored))
+            .collect();
+        let more = found.len() > max_keys;
+        found.truncate(max_keys);
+        let next_token = if more {
+            found.last().map(|o| o.key.clone())
+        } else {
+            None
+        };
+        Ok(ListPage {
+            objects: found,
+            next_token,
+        })
+    }
+}
+
+fn meta(key: &str, stored: &Stored) -> ObjectMeta {
+    ObjectMeta {
+        key: key.to_string(),
+        len: stored.data.len() as u64,
+        etag: stored.etag.clone(),
+    }
+}
+
+/// The local-directory bucket's ETag of `data`.
+fn etag_of(data: &[u8]) -> String {
+    format!("\"{}\"", hex::encode(&Sha256::digest(data)[..16]))
+}
+
+fn not_found(key: &str) -> BucketError {
+    BucketError::NotFound {
+        key: key.to_string(),
+    }
+}
+
+fn precondition_failed(key: &str) -> BucketError {
+    BucketError::PreconditionFailed {
+        key: key.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn body(s: &'static str) -> Body {
+        Body::from(Bytes::from_static(s.as_bytes()))
+    }
+
+    /// The reason this bucket exists: under a paused clock its requests take no time, so a
+    /// timer raced against one does not win.
+    #[tokio::test(start_paused = true)]
+    async fn requests_take_no_paused_time() {
+        let b = MemBucket::new();
+        let start = tokio::time::Instant::now();
+        for i in 0..100 {
+            tokio::select! {
+                biased;
+                r = b.put("k", body("v"), PutCondition::None) => { r.unwrap(); }
+                _ = tokio::time::sleep(Duration::from_nanos(1)) => panic!("request {i} yielded to a timer"),
+            }
+            tokio::select! {
+                biased;
+                r = b.get("k") => { r.unwrap(); }
+                _ = tokio::time::sleep(Duration::from_nanos(1)) => panic!("request {i} yielded to a timer"),
+            }
+        }
+        assert_eq!(tokio::time::Instant::now(), start);
+    }
+
+    #[tokio::test]
+    async fn etag_is_the_fs_buckets() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = super::super::fs::FsBucket::open(dir.path()).unwrap();
+        let mem = MemBucket::new();
+        for content in ["", "hello", "another content"] {
+            let a = fs
+                .put("k", body(content), PutCondition::None)
+                .await
+                .unwrap();
+            let b = mem
+                .put("k", body(content), PutCondition::None)
+                .await
+                .unwrap();
+            assert_eq!(a, b, "{content:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn clones_share_objects_and_new_buckets_do_not() {
+        let a = MemBucket::new();
+        let clone = a.clone();
+        let other = MemBucket::new();
+        a.put("k", body("v"), PutCondition::IfNoneMatch)
+            .await
+            .unwrap();
+        assert!(clone.head("k").await.unwrap().is_some());
+        assert!(other.head("k").await.unwrap().is_none());
+        assert_ne!(a.url(), other.url());
+        assert_eq!(a.url(), clone.url());
+    }
+
+    #[tokio::test]
+    async fn a_key_may_prefix_other_keys() {
+        let b = MemBucket::new();
+        b.put("a", body("1"), PutCondition::None).await.unwrap();
+        b.put("a/b", body("2"), PutCondition::None).await.unwrap();
+        let page = b.list("a", None, 10).await.unwrap();
+        let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, ["a", "a/b"]);
+    }
+}
