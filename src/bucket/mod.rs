@@ -29,6 +29,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub mod body;
+pub mod counting;
 pub mod faults;
 pub mod fs;
 pub mod mem;
