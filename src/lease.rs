@@ -1,0 +1,416 @@
+//! [`BucketLease`]: which process may write to a prefix.
+//!
+//! One object, `lease` ([`crate::manifest::LEASE_KEY`]) under the prefix, says who holds the
+//! prefix: a JSON [`LeaseRecord`] `{holder, host, store, ttl_ms, renewals, acquired_at}`.
+//! `holder` is a random id per process and worker ([`LeaseConfig::new`]); `renewals` goes up on
+//! every write of the object, so its content, and so its ETag, changes with every renewal.
+//!
+//! # Acquiring
+//! Through a [`LeaseAcquirer`], which remembers what this process has seen across attempts:
+//! - no lease object: create it with `If-None-Match: *`;
+//! - a lease object: read it (GET, with its ETag). Take it over (PUT `If-Match` that ETag) only
+//!   when this process has seen that very ETag unchanged for a whole TTL on its own monotonic
+//!   clock ([`tokio::time::Instant`]), or at once when its holder is this same holder id (a
+//!   restart that kept its id). Nothing in the content is trusted as a time: not
+//!   `acquired_at`, not another host's clock. The TTL waited is the longer of ours and the
+//!   record's `ttl_ms` (so a holder configured with a longer TTL is not cut short), at most
+//!   [`MAX_TTL`].
+//! - otherwise, or when a conditional write answers 412 (someone else won the race), the answer
+//!   is [`Acquisition::HeldElsewhere`], naming the holder and saying when to look again: a third
+//!   of a TTL, or sooner when the observed TTL runs out before. So a successor waiting on a
+//!   holder that died takes over within a TTL and a third of its death.
+//!
+//! # Holding
+//! A task owned by the [`BucketLease`] renews it every third of a TTL with `If-Match` on the
+//! ETag it last wrote; a failed renewal is retried after [`RENEW_RETRY`] (at most the renewal
+//! interval). [`BucketLease::may_write`] holds only until the *start* of the last successful
+//! renewal (or of the acquiring write) plus the TTL minus a margin of a tenth of the TTL. A
+//! successor's clock for that ETag cannot start before the write landed, which is after it
+//! started, so this holder stops writing at least a margin before any successor may start; the
+//! margin absorbs the two clocks running at slightly different rates. The lease stops holding,
+//! for good, when that deadline passes (renewals kept failing), when a renewal answers 412 (the
+//! object was taken over or deleted), or on [`BucketLease::release`]. At that moment
+//! [`BucketLease::token`] is cancelled (a timer, not polling), and every future run through
+//! [`BucketLease::guard`] is dropped — a request in flight is cancelled — and returns
+//! [`LeaseError::Lost`]. A lease that stopped holding is never held again: acquire anew, and
+//! start from the bucket's state afresh.
+//!
+//! A renewal whose answer was lost (an indeterminate failure) may have landed: the next attempt
+//! writes the same content, and if it is refused (412) and the object holds exactly that
+//! content, the earlier attempt took effect and counts from its start.
+//!
+//! # What the lease does NOT guarantee
+//! It is advisory. A process paused for longer than the margin — a GC pause, `SIGSTOP`, a VM
+//! frozen and resumed, a request stuck in a kernel buffer — can wake after its deadline with a
+//! write already on its way, while a successor holds the lease. The lease makes such overlaps
+//! rare; it cannot make them impossible. The fence that keeps a stale writer from corrupting
+//! restore points is the conditional writes on `GENERATION`, manifests and `LATEST` (see
+//! [`crate::worker`]): a writer whose view of the bucket is stale is refused there, whatever it
+//! believes about the lease.
+//!
+//! With `conditional: false` (`MUSHROOMDB_BACKUP_LEASE_CONDITIONAL=off`, object stores without
+//! conditional PUT) every write of the lease object is plain. Acquisition is best effort: read,
+//! and write only when the object is absent or was observed unchanged for a TTL; two processes
+//! starting at once can both believe they hold it. A renewal reads the object first and gives
+//! up the lease when it is not the one this holder last wrote (a GET and a PUT per renewal).
+//! [`BucketLease::is_conditional`] says so, for health to report.
+//!
+//! # Timings (TTL = 30 s by default, [`TTL_ENV`])
+//! - renewal every TTL/3 (10 s); a failed one again after [`RENEW_RETRY`] (1 s);
+//! - `may_write` ends TTL − TTL/10 (27 s) after the last successful renewal's start;
+//! - takeover after a TTL of observed staleness; looking again every TTL/3.
+//!
+//! # What a crash leaves
+//! A lease object naming the dead holder. A successor takes it over once it has seen it
+//! unchanged for a TTL (a restart that keeps its holder id, at once). A clean shutdown
+//! ([`BucketLease::release`]) stops renewing and deletes the object with `If-Match`, so a
+//! successor acquires at once. Dropping a `BucketLease` without releasing it stops the renewals
+//! and leaves the object, exactly like a crash.
+
+use std::time::Duration;
+
+use crate::bucket::BucketError;
+
+mod acquire;
+mod holding;
+
+pub use acquire::{Acquisition, LeaseAcquirer};
+pub use holding::{BucketLease, LeaseHandle};
+
+/// The default TTL of a lease.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// The shortest TTL accepted from the environment.
+pub const MIN_TTL: Duration = Duration::from_millis(30);
+/// The longest TTL accepted, from the environment or from a lease object's `ttl_ms`.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// Retry delay after a failed lease renewal (capped at the renewal interval).
+pub const RENEW_RETRY: Duration = Duration::from_secs(1);
+/// The variable holding the TTL in milliseconds.
+pub const TTL_ENV: &str = "MUSHROOMDB_BACKUP_LEASE_TTL_MS";
+/// The variable turning conditional writes `on` (default) or `off`.
+pub const CONDITIONAL_ENV: &str = "MUSHROOMDB_BACKUP_LEASE_CONDITIONAL";
+
+/// Who takes the lease, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// How long a lease lives without renewal.
+    pub ttl: Duration,
+    /// This process's (and worker's) random id; a lease object naming it is ours.
+    pub holder: String,
+    /// The host name, for operators reading the lease object or health.
+    pub host: String,
+    /// The store the lease is for, likewise.
+    pub store: String,
+    /// Whether the bucket has conditional writes (`If-None-Match`, `If-Match`).
+    pub conditional: bool,
+}
+
+impl LeaseConfig {
+    /// The defaults for `store`: a fresh random holder id, this host's name, [`DEFAULT_TTL`],
+    /// conditional writes.
+    pub fn new(store: impl Into<String>) -> Self {
+        LeaseConfig {
+            ttl: DEFAULT_TTL,
+            holder: uuid::Uuid::new_v4().simple().to_string(),
+            host: host_name(),
+            store: store.into(),
+            conditional: true,
+        }
+    }
+
+    /// [`LeaseConfig::new`] with the TTL from [`TTL_ENV`] and conditional writes from
+    /// [`CONDITIONAL_ENV`], when set.
+    pub fn from_env(store: impl Into<String>) -> Result<Self, LeaseError> {
+        Self::from_vars(store, |name| std::env::var(name).ok())
+    }
+
+    /// [`LeaseConfig::from_env`] with the variables read by `var`.
+    pub fn from_vars(
+        store: impl Into<String>,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, LeaseError> {
+        let mut config = Self::new(store);
+        if let Some(value) = var(TTL_ENV) {
+            let bad = |reason: String| LeaseError::BadSetting {
+                var: TTL_ENV,
+                value: value.clone(),
+                reason,
+            };
+            let ms: u64 = value
+                .trim()
+                .parse()
+                .map_err(|e| bad(format!("not a number of milliseconds: {e}")))?;
+            let ttl = Duration::from_millis(ms);
+            if !(MIN_TTL..=MAX_TTL).contains(&ttl) {
+                return Err(bad(format!(
+                    "the TTL must be between {} and {} ms",
+                    MIN_TTL.as_millis(),
+                    MAX_TTL.as_millis()
+                )));
+            }
+            config.ttl = ttl;
+        }
+        if let Some(value) = var(CONDITIONAL_ENV) {
+            config.conditional = match value.trim() {
+                "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(LeaseError::BadSetting {
+                        var: CONDITIONAL_ENV,
+                        value,
+                        reason: "must be `on` or `off`".into(),
+                    });
+                }
+            };
+        }
+        Ok(config)
+    }
+
+    /// How often the lease is renewed: a third of the TTL.
+    pub fn renew_every(&self) -> Duration {
+        (self.ttl / 3).max(Duration::from_millis(1))
+    }
+
+    /// The delay before retrying a failed renewal: [`RENEW_RETRY`], at most the interval.
+    pub fn renew_retry(&self) -> Duration {
+        RENEW_RETRY.min(self.renew_every())
+    }
+
+    /// How long before the TTL runs out `may_write` stops holding: a tenth of the TTL.
+    pub fn margin(&self) -> Duration {
+        self.ttl / 10
+    }
+
+    /// How long after the start of a successful write of the lease `may_write` holds.
+    pub fn may_write_for(&self) -> Duration {
+        self.ttl - self.margin()
+    }
+}
+
+/// The content of the lease object.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseRecord {
+    pub holder: String,
+    pub host: String,
+    pub store: String,
+    pub ttl_ms: u64,
+    /// Goes up by one on every write of the object (a takeover continues from the record it
+    /// replaces), so every write has new content and a new ETag.
+    pub renewals: u64,
+    /// When the holder acquired it, by the holder's wall clock: for people, never for timing.
+    pub acquired_at: String,
+}
+
+impl LeaseRecord {
+    fn new(config: &LeaseConfig, renewals: u64) -> Self {
+        let acquired_at = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        LeaseRecord {
+            holder: config.holder.clone(),
+            host: config.host.clone(),
+            store: config.store.clone(),
+            ttl_ms: config.ttl.as_millis().try_into().unwrap_or(u64::MAX),
+            renewals,
+            acquired_at,
+        }
+    }
+
+    /// Parses a lease object.
+    pub fn from_json(data: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(data)
+    }
+
+    /// The object's bytes.
+    pub fn to_json(&self) -> bytes::Bytes {
+        serde_json::to_vec(self)
+            .expect("a lease record serializes")
+            .into()
+    }
+
+    /// The record's TTL, within [`MAX_TTL`].
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms).min(MAX_TTL)
+    }
+}
+
+/// What went wrong with the lease.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The lease does not hold: lost, past its deadline, or released.
+    #[error("the bucket lease does not hold (lost, past its deadline, or released)")]
+    Lost,
+    #[error("bucket lease: {0}")]
+    Bucket(#[from] BucketError),
+    #[error("{var}={value:?}: {reason}")]
+    BadSetting {
+        var: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The lease object kept appearing and vanishing under this acquirer's writes.
+    #[error("lost the race for the lease object {rounds} times in a row")]
+    Contended { rounds: u32 },
+    #[error("cancelled while waiting for the bucket lease")]
+    Cancelled,
+}
+
+/// Where a lease stands, for health.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseState {
+    /// This process holds it: `may_write` holds.
+    Holding,
+    /// Another holder has it (from [`Acquisition::HeldElsewhere`]).
+    HeldElsewhere {
+        holder: String,
+        host: String,
+        store: String,
+    },
+    /// It stopped holding and will not hold again.
+    Lost { reason: LostReason },
+    /// Released (or dropped) by this process.
+    Released,
+}
+
+/// Why a lease was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LostReason {
+    /// A renewal found the object replaced or deleted by someone else.
+    TakenOver,
+    /// Renewals failed until the deadline passed.
+    Expired,
+}
+
+/// A snapshot of a lease, for health.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LeaseStatus {
+    pub state: LeaseState,
+    /// This process's holder id, host and store.
+    pub holder: String,
+    pub host: String,
+    pub store: String,
+    pub ttl: Duration,
+    /// Whether the lease is written with conditional writes; `false` is best effort.
+    pub conditional: bool,
+    /// Successful renewals since it was acquired.
+    pub renewals: u64,
+    /// The error of the latest renewal attempt, while renewals are failing (`None` once one
+    /// succeeds).
+    pub last_renewal_error: Option<String>,
+}
+
+/// How [`BucketLease::release`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The lease object was ours and is deleted: a successor acquires at once.
+    Deleted,
+    /// The object was no longer ours (taken over, or deleted by someone else): left alone.
+    TakenOver,
+}
+
+/// This host's name, or `unknown`.
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match (rc, std::str::from_utf8(&buf[..len])) {
+        (0, Ok(name)) if !name.is_empty() => name.to_string(),
+        _ => "unknown".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn config_from_vars() {
+        let c = LeaseConfig::from_vars("s1", vars(&[])).unwrap();
+        assert_eq!(
+            (c.ttl, c.conditional, c.store.as_str()),
+            (DEFAULT_TTL, true, "s1")
+        );
+        assert_eq!(c.holder.len(), 32);
+        assert_ne!(c.holder, LeaseConfig::new("s1").holder, "holder ids repeat");
+        assert!(!c.host.is_empty());
+
+        let c = LeaseConfig::from_vars("s", vars(&[(TTL_ENV, "900"), (CONDITIONAL_ENV, "off")]))
+            .unwrap();
+        assert_eq!((c.ttl, c.conditional), (Duration::from_millis(900), false));
+
+        for (var, value) in [
+            (TTL_ENV, "soon"),
+            (TTL_ENV, "0"),
+            (TTL_ENV, "29"),
+            (TTL_ENV, "3600001"),
+            (CONDITIONAL_ENV, "yes"),
+        ] {
+            let r = LeaseConfig::from_vars("s", vars(&[(var, value)]));
+            assert!(
+                matches!(r, Err(LeaseError::BadSetting { var: v, .. }) if v == var),
+                "{var}={value}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn timings() {
+        let c = LeaseConfig::new("s");
+        assert_eq!(c.renew_every(), Duration::from_secs(10));
+        assert_eq!(c.renew_retry(), RENEW_RETRY);
+        assert_eq!(c.margin(), Duration::from_secs(3));
+        assert_eq!(c.may_write_for(), Duration::from_secs(27));
+        let short = LeaseConfig {
+            ttl: Duration::from_millis(300),
+            ..c
+        };
+        assert_eq!(
+            short.renew_retry(),
+            Duration::from_millis(100),
+            "not capped"
+        );
+    }
+
+    #[test]
+    fn record_round_trips_with_the_documented_fields() {
+        let r = LeaseRecord::new(&LeaseConfig::new("store-7"), 5);
+        let json: serde_json::Value = serde_json::from_slice(&r.to_json()).unwrap();
+        let mut fields: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                "acquired_at",
+                "holder",
+                "host",
+                "renewals",
+                "store",
+                "ttl_ms"
+            ]
+        );
+        assert_eq!(json["ttl_ms"], 30_000);
+        assert_eq!(LeaseRecord::from_json(&r.to_json()).unwrap(), r);
+        let huge = LeaseRecord {
+            ttl_ms: u64::MAX,
+            ..r
+        };
+        assert_eq!(huge.ttl(), MAX_TTL);
+    }
+}
