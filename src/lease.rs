@@ -269,7 +269,7 @@ pub enum LeaseState {
     },
     /// It stopped holding and will not hold again.
     Lost { reason: LostReason },
-    /// Released by this process.
+    /// Released (or dropped) by this process.
     Released,
 }
 

@@ -5,6 +5,7 @@
 //! - [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry).
 //! - [`manifest`]: restore points, object keys, LATEST.
+//! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee.
 //! - [`wal_source`]: where the worker learns how much WAL is durable.
 //! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
 //! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.

@@ -1,4 +1,4 @@
-//! One conformance suite for every bucket: the local directory, S3 (on moto), the fault
+//! One conformance suite for every bucket: the local directory, memory, S3 (on moto), the fault
 //! wrapper, and the retry layer over a lossy fault wrapper (which passes only if the retry
 //! layer reads its indeterminate failures right). Then races on one directory from two
 //! buckets and two processes, and opening S3 from the environment. The wrappers' own behaviour
@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, SeededFaults};
 use mushroom_backup::bucket::fs::FsBucket;
+use mushroom_backup::bucket::mem::MemBucket;
 use mushroom_backup::bucket::retry::Retrying;
 use mushroom_backup::bucket::{
     Body, Bucket, BucketError, Created, DynBucket, PutCondition, list_all, put_immutable,
@@ -354,6 +355,14 @@ async fn fs_bucket_conforms() {
     // Strict on a bucket without a retry layer: a repeat is recognised as already there.
     let cond = PutCondition::IfNoneMatch;
     let again = put_immutable(&*b, "imm/x", body("same"), &cond).await;
+    assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mem_bucket_conforms() {
+    let b = Arc::new(MemBucket::new());
+    conformance(b.clone()).await;
+    let again = put_immutable(&*b, "imm/x", body("same"), &PutCondition::IfNoneMatch).await;
     assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
 }
 

@@ -1,13 +1,17 @@
 //! [`MemBucket`]: an in-memory bucket with exactly the semantics of the [`Bucket`] trait, for
 //! tests.
 //!
-//! Its reason to exist is `tokio::time::pause()`. A paused clock auto-advances to the next timer
-//! as soon as every task is idle, and a request to [`super::fs::FsBucket`] parks its task on the
-//! blocking pool: a test racing such a request against a timer (a lease deadline, a retry
-//! backoff) sees the timer win at once, however fast the disk. A `MemBucket` request whose body
-//! is [`Body::Bytes`] completes on the calling task without ever yielding, so under a paused
-//! clock it takes no time at all and timers fire exactly when the test says. (A
-//! [`Body::File`] body is read on the blocking pool, as [`Body::read`] always does.)
+//! It exists for tests that run many requests under `tokio::time::pause()` (lease renewals over
+//! dozens of TTLs, say): a request whose body is [`Body::Bytes`] completes on the calling task
+//! without yielding, touching no disk, so it takes neither paused nor real time and needs no
+//! temporary directory. (A [`Body::File`] body is read on the blocking pool, as [`Body::read`]
+//! always does.)
+//!
+//! Not the reason: that the local-directory bucket would let a paused clock run ahead. It does
+//! not: on a current-thread runtime (the only kind that can pause) tokio inhibits auto-advance
+//! while a `spawn_blocking` task runs, so [`super::fs::FsBucket`] requests under paused time
+//! also take no paused time, only real time for the disk and its fsyncs. A bucket on real
+//! network I/O (S3) is the one that lets a paused clock jump to the next timer mid-request.
 //!
 //! # Semantics
 //! Those of the module docs of [`super`], held to by the conformance suite
@@ -227,8 +231,7 @@ mod tests {
         Body::from(Bytes::from_static(s.as_bytes()))
     }
 
-    /// The reason this bucket exists: under a paused clock its requests take no time, so a
-    /// timer raced against one does not win.
+    /// Under a paused clock its requests take no time: a timer raced against one never wins.
     #[tokio::test(start_paused = true)]
     async fn requests_take_no_paused_time() {
         let b = MemBucket::new();

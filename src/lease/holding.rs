@@ -5,8 +5,10 @@
 //! - `may_write` holds iff the lease has not ended and now is before the deadline; the deadline
 //!   only moves forward, and only while the lease holds: once `may_write` is false it stays
 //!   false (a renewal that succeeds after the deadline does not revive it).
-//! - The holds token is cancelled exactly when the lease ends (the renewal task's deadline
-//!   timer, a 412, release or drop) and never before.
+//! - The holds token is cancelled exactly when the lease ends and never before. It ends on a
+//!   412, release, drop, or the deadline passing — noticed by the renewal task's timer, or by
+//!   whoever finds it passed first (`may_write`, `guard`, `status`), so nobody sees `may_write`
+//!   false with the token not yet cancelled.
 //! - `in_bucket` is the lease object as this holder last knew it to be there, updated by every
 //!   successful write even after the lease ended, so release deletes the right version.
 
@@ -210,14 +212,10 @@ impl LeaseHandle {
     /// Where the lease stands, for health.
     pub fn status(&self) -> LeaseStatus {
         let shared = &self.shared;
+        // Ends the lease first if its deadline has passed.
+        shared.holding_until();
         let state = shared.state();
-        let now_state = match &state.ended {
-            Some(ended) => ended.clone(),
-            None if Instant::now() >= state.deadline => LeaseState::Lost {
-                reason: LostReason::Expired,
-            },
-            None => LeaseState::Holding,
-        };
+        let now_state = state.ended.clone().unwrap_or(LeaseState::Holding);
         LeaseStatus {
             state: now_state,
             holder: shared.config.holder.clone(),
@@ -263,10 +261,19 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The deadline, while the lease holds.
+    /// The deadline, while the lease holds. Whoever first finds the deadline passed ends the
+    /// lease, so that nobody sees `may_write` false while the token is not yet cancelled.
     fn holding_until(&self) -> Option<Instant> {
         let state = self.state();
-        (state.ended.is_none() && Instant::now() < state.deadline).then_some(state.deadline)
+        if state.ended.is_some() {
+            return None;
+        }
+        if Instant::now() < state.deadline {
+            return Some(state.deadline);
+        }
+        drop(state);
+        self.lose(LostReason::Expired);
+        None
     }
 
     /// Ends the lease (the first end wins, unless `overrule`) and cancels its token.
@@ -280,10 +287,12 @@ impl Shared {
     }
 
     fn lose(&self, reason: LostReason) {
-        if self.state().ended.is_none() {
-            let error = self.state().last_error.clone();
-            tracing::warn!(store = %self.config.store, ?reason, last_error = ?error, "lost the bucket lease");
+        let state = self.state();
+        if state.ended.is_none() {
+            let last_error = state.last_error.as_deref();
+            tracing::warn!(store = %self.config.store, ?reason, ?last_error, "lost the bucket lease");
         }
+        drop(state);
         self.end(LeaseState::Lost { reason }, false);
     }
 

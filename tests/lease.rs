@@ -1,0 +1,531 @@
+//! The bucket lease (DESIGN.md section 7): acquisition, takeover after a TTL of observed
+//! staleness, renewal, loss, guarded requests, release. On a `MemBucket` under paused time, so
+//! every instant is exact; one test on a real local-directory bucket in real time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use mushroom_backup::bucket::counting::CountingBucket;
+use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, Op, Request};
+use mushroom_backup::bucket::fs::FsBucket;
+use mushroom_backup::bucket::mem::MemBucket;
+use mushroom_backup::bucket::{Body, Bucket, BucketError, DynBucket, PutCondition};
+use mushroom_backup::lease::{
+    Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseRecord, LeaseState,
+    LostReason, ReleaseOutcome,
+};
+use mushroom_backup::manifest::LEASE_KEY;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+const TTL: Duration = Duration::from_secs(30);
+const MS: Duration = Duration::from_millis(1);
+
+fn config(holder: &str) -> LeaseConfig {
+    LeaseConfig {
+        ttl: TTL,
+        holder: holder.into(),
+        host: format!("host-of-{holder}"),
+        store: "store-1".into(),
+        conditional: true,
+    }
+}
+
+async fn acquire(bucket: &DynBucket, config: LeaseConfig) -> BucketLease {
+    match LeaseAcquirer::new(bucket.clone(), config)
+        .try_acquire()
+        .await
+    {
+        Ok(Acquisition::Acquired(lease)) => lease,
+        other => panic!("not acquired: {other:?}"),
+    }
+}
+
+/// The holder and how long it was seen unchanged, of an attempt that must not acquire.
+fn held_elsewhere(attempt: Result<Acquisition, LeaseError>) -> (String, Duration, Duration) {
+    match attempt {
+        Ok(Acquisition::HeldElsewhere {
+            holder,
+            seen_unchanged_for,
+            retry_in,
+            ..
+        }) => (holder, seen_unchanged_for, retry_in),
+        other => panic!("expected HeldElsewhere, got {other:?}"),
+    }
+}
+
+async fn lease_object(bucket: &dyn Bucket) -> (LeaseRecord, String) {
+    let object = bucket.get(LEASE_KEY).await.expect("a lease object");
+    (LeaseRecord::from_json(&object.data).unwrap(), object.etag)
+}
+
+/// A bucket whose plan sees every request: `fault` picks its fault, and the log keeps
+/// (op, key, conditional) of each.
+type Log = Arc<Mutex<Vec<(Op, String, bool)>>>;
+fn planned(
+    mem: &MemBucket,
+    fault: impl Fn(&Request<'_>) -> Fault + Send + Sync + 'static,
+) -> (DynBucket, Log) {
+    let log: Log = Arc::default();
+    let plan_log = log.clone();
+    let plan = FaultPlan::custom(move |r| {
+        let mut log = plan_log.lock().unwrap();
+        log.push((r.op, r.key.to_string(), r.conditional));
+        fault(r)
+    });
+    (
+        Arc::new(FaultyBucket::new(Arc::new(mem.clone()), plan)),
+        log,
+    )
+}
+
+fn body(s: &str) -> Body {
+    Body::from(Bytes::from(s.to_string()))
+}
+
+#[tokio::test(start_paused = true)]
+async fn acquires_an_empty_prefix() {
+    let mem = MemBucket::new();
+    let (bucket, log) = planned(&mem, |_| Fault::Pass);
+    let lease = acquire(&bucket, config("a")).await;
+    assert!(lease.may_write());
+    assert!(lease.is_conditional());
+    assert!(!lease.token().is_cancelled());
+    let status = lease.status();
+    assert_eq!(status.state, LeaseState::Holding);
+    assert_eq!((status.holder.as_str(), status.renewals), ("a", 0));
+
+    let (record, _) = lease_object(&mem).await;
+    assert_eq!(
+        (
+            record.holder.as_str(),
+            record.host.as_str(),
+            record.store.as_str()
+        ),
+        ("a", "host-of-a", "store-1")
+    );
+    assert_eq!((record.ttl_ms, record.renewals), (30_000, 0));
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (Op::Get, LEASE_KEY.to_string(), false),
+            (Op::Put, LEASE_KEY.to_string(), true)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn takes_over_only_after_a_full_ttl_of_observed_staleness() {
+    let mem = MemBucket::new();
+    let bucket: DynBucket = Arc::new(mem.clone());
+    let t0 = Instant::now();
+    let a = acquire(&bucket, config("a")).await;
+    let mut b = LeaseAcquirer::new(bucket.clone(), config("b"));
+
+    // While `a` renews, `b` never sees one version for a TTL, however long it looks.
+    while Instant::now() < t0 + 5 * TTL {
+        let (holder, seen, retry_in) = held_elsewhere(b.try_acquire().await);
+        assert_eq!(holder, "a");
+        assert!(seen < TTL, "seen unchanged for {seen:?} while renewed");
+        assert!(retry_in <= TTL / 3, "{retry_in:?}");
+        sleep(retry_in).await;
+    }
+    assert!(a.may_write());
+
+    // `a` dies (no release): its last renewal started at a multiple of TTL/3 after t0.
+    sleep(TTL / 7).await;
+    let crashed = Instant::now();
+    let renew_every = config("a").renew_every();
+    let last_renewal =
+        t0 + renew_every * ((crashed - t0).as_millis() / renew_every.as_millis()) as u32;
+    drop(a);
+    let (holder, seen, _) = held_elsewhere(b.try_acquire().await);
+    assert_eq!(holder, "a");
+    assert!(
+        seen <= crashed - last_renewal,
+        "seen {seen:?}, but that version is only {:?} old",
+        crashed - last_renewal
+    );
+    let takeover_at = crashed + (TTL - seen);
+
+    sleep_until(takeover_at - MS).await;
+    let (holder, seen, retry_in) = held_elsewhere(b.try_acquire().await);
+    assert_eq!((holder.as_str(), seen, retry_in), ("a", TTL - MS, MS));
+    assert_eq!(lease_object(&mem).await.0.holder, "a");
+
+    sleep(MS).await;
+    let before = lease_object(&mem).await.0;
+    let Ok(Acquisition::Acquired(b_lease)) = b.try_acquire().await else {
+        panic!("not taken over after a full TTL of staleness");
+    };
+    assert!(Instant::now() - crashed <= TTL + TTL / 3);
+    assert!(b_lease.may_write());
+    let after = lease_object(&mem).await.0;
+    assert_eq!(after.holder, "b");
+    assert_eq!(after.renewals, before.renewals + 1, "the counter goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_same_holder_id_takes_its_own_lease_at_once() {
+    let bucket: DynBucket = Arc::new(MemBucket::new());
+    drop(acquire(&bucket, config("same")).await);
+    let mut other = LeaseAcquirer::new(bucket.clone(), config("other"));
+    assert_eq!(held_elsewhere(other.try_acquire().await).0, "same");
+    let again = acquire(&bucket, config("same")).await;
+    assert!(again.may_write());
+    assert_eq!(lease_object(&*bucket).await.0.renewals, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_deletes_with_if_match_and_a_successor_acquires_at_once() {
+    let mem = MemBucket::new();
+    let (bucket, log) = planned(&mem, |_| Fault::Pass);
+    let a = acquire(&bucket, config("a")).await;
+    let mut b = LeaseAcquirer::new(bucket.clone(), config("b"));
+    assert_eq!(held_elsewhere(b.try_acquire().await).0, "a");
+    sleep(TTL).await; // a few renewals, so the version deleted is not the first
+    let handle = a.handle();
+    let started = Instant::now();
+    assert_eq!(a.release().await.unwrap(), ReleaseOutcome::Deleted);
+    assert_eq!(Instant::now(), started);
+    assert!(mem.head(LEASE_KEY).await.unwrap().is_none());
+    let deletes: Vec<_> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(op, _, _)| *op == Op::Delete)
+        .cloned()
+        .collect();
+    assert_eq!(deletes, [(Op::Delete, LEASE_KEY.to_string(), true)]);
+
+    assert!(!handle.may_write());
+    assert!(handle.token().is_cancelled());
+    assert_eq!(handle.status().state, LeaseState::Released);
+    let polled = AtomicBool::new(false);
+    let r = handle
+        .guard(async { polled.store(true, Ordering::SeqCst) })
+        .await;
+    assert!(matches!(r, Err(LeaseError::Lost)), "{r:?}");
+    assert!(
+        !polled.load(Ordering::SeqCst),
+        "a released lease ran a guarded future"
+    );
+
+    let Ok(Acquisition::Acquired(b_lease)) = b.try_acquire().await else {
+        panic!("the successor did not acquire a released lease at once");
+    };
+    assert_eq!(Instant::now(), started);
+    assert!(b_lease.may_write());
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewals_keep_it_held_change_the_etag_and_cost_only_puts() {
+    let mem = MemBucket::new();
+    let counting = Arc::new(CountingBucket::new(Arc::new(mem.clone())));
+    let bucket: DynBucket = counting.clone();
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, config("a")).await;
+    let after_acquire = counting.counts().snapshot();
+    let token = lease.token();
+
+    let mut etags = vec![lease_object(&mem).await.1];
+    while Instant::now() < t0 + 10 * TTL {
+        sleep(Duration::from_secs(1)).await;
+        assert!(
+            lease.may_write(),
+            "not holding at {:?}",
+            Instant::now() - t0
+        );
+        assert!(!token.is_cancelled());
+        let etag = lease_object(&mem).await.1;
+        if etags.last() != Some(&etag) {
+            etags.push(etag);
+        }
+    }
+    sleep(MS).await;
+    etags.push(lease_object(&mem).await.1);
+    let renewals = (10 * TTL).as_secs() / config("a").renew_every().as_secs();
+    assert_eq!(renewals, 30);
+    assert_eq!(lease.status().renewals, renewals);
+    assert_eq!(lease_object(&mem).await.0.renewals, renewals);
+    let mut distinct = etags.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len() as u64, renewals + 1, "an ETag repeated");
+    let cost = counting.counts().snapshot().since(&after_acquire);
+    assert_eq!(
+        (cost.put, cost.total),
+        (renewals, renewals),
+        "an idle lease costs only its renewals: {cost:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn failing_renewals_end_may_write_ttl_minus_margin_after_the_last_good_one() {
+    let mem = MemBucket::new();
+    let failing = Arc::new(AtomicBool::new(false));
+    let switch = failing.clone();
+    let slow = Duration::from_secs(2);
+    let (bucket, log) = planned(&mem, move |r| match (r.op, r.key) {
+        (Op::Put, LEASE_KEY) if switch.load(Ordering::SeqCst) => Fault::Fail,
+        // Request 4 is the second renewal: it takes a while to land.
+        (Op::Put, LEASE_KEY) if r.number == 4 => Fault::Delay(slow),
+        _ => Fault::Pass,
+    });
+    let c = config("a");
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, c.clone()).await;
+    let token = lease.token();
+    sleep_until(t0 + 2 * c.renew_every() + slow - MS).await;
+    assert_eq!(lease.status().renewals, 1, "the slow renewal landed early");
+    sleep(2 * MS).await;
+    assert_eq!(lease.status().renewals, 2);
+    failing.store(true, Ordering::SeqCst);
+    // From the *start* of the last good renewal, not from when its answer came.
+    let deadline = t0 + 2 * c.renew_every() + c.ttl - c.margin();
+
+    sleep_until(deadline - MS).await;
+    assert!(lease.may_write(), "stopped holding before its deadline");
+    assert!(!token.is_cancelled());
+    assert!(lease.status().last_renewal_error.is_some());
+
+    token.cancelled().await;
+    assert_eq!(
+        Instant::now(),
+        deadline,
+        "the token was not cancelled at the deadline"
+    );
+    assert!(!lease.may_write());
+    let status = lease.status();
+    assert_eq!(
+        status.state,
+        LeaseState::Lost {
+            reason: LostReason::Expired
+        }
+    );
+    assert_eq!(status.renewals, 2);
+    let failed_puts = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|(op, _, _)| *op == Op::Put)
+            .count()
+            - 3
+    };
+    // Due at 30 s, then again every RENEW_RETRY until 47 s: not a renewal interval apart.
+    assert_eq!(failed_puts(), 17);
+    sleep(3 * TTL).await;
+    assert_eq!(failed_puts(), 17, "renewing after the lease was lost");
+    assert!(!lease.may_write(), "a lost lease held again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_takeover_makes_the_next_renewal_lose_the_lease() {
+    let mem = MemBucket::new();
+    let bucket: DynBucket = Arc::new(mem.clone());
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, config("a")).await;
+    let token = lease.token();
+    sleep(Duration::from_secs(1)).await;
+
+    // Another process takes it over (as if it had waited out a TTL).
+    let (_, etag) = lease_object(&mem).await;
+    let theirs = LeaseRecord {
+        holder: "intruder".into(),
+        ..lease_object(&mem).await.0
+    };
+    let their_etag = mem
+        .put(
+            LEASE_KEY,
+            theirs.to_json().into(),
+            PutCondition::IfMatch(etag),
+        )
+        .await
+        .unwrap();
+
+    token.cancelled().await;
+    assert_eq!(Instant::now(), t0 + config("a").renew_every());
+    assert!(!lease.may_write());
+    assert_eq!(
+        lease.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::TakenOver);
+    let (record, etag) = lease_object(&mem).await;
+    assert_eq!((record.holder.as_str(), etag), ("intruder", their_etag));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guarded_request_is_cancelled_when_the_lease_stops_holding() {
+    let mem = MemBucket::new();
+    let (bucket, _) = planned(&mem, |r| match (r.op, r.key) {
+        (Op::Put, "data/x") => Fault::Delay(10 * TTL),
+        (Op::Put, LEASE_KEY) if r.number > 2 => Fault::Fail, // every renewal
+        _ => Fault::Pass,
+    });
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, config("a")).await;
+    let r = lease
+        .guard(bucket.put("data/x", body("late"), PutCondition::IfNoneMatch))
+        .await;
+    assert!(matches!(r, Err(LeaseError::Lost)), "{r:?}");
+    assert_eq!(Instant::now(), t0 + config("a").may_write_for());
+    assert!(lease.token().is_cancelled());
+    sleep(20 * TTL).await;
+    assert!(
+        mem.head("data/x").await.unwrap().is_none(),
+        "the cancelled put landed"
+    );
+    let polled = AtomicBool::new(false);
+    let r = lease
+        .guard(async { polled.store(true, Ordering::SeqCst) })
+        .await;
+    assert!(matches!(r, Err(LeaseError::Lost)) && !polled.load(Ordering::SeqCst));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_whose_answer_was_lost_still_counts() {
+    let mem = MemBucket::new();
+    // Request 4 is the first renewal (1 get, 2 put: acquisition; 3 get: the check below).
+    let (bucket, log) = planned(&mem, |r| match (r.number, r.op) {
+        (4, Op::Put) => Fault::LoseAnswer,
+        _ => Fault::Pass,
+    });
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, config("a")).await;
+    assert_eq!(
+        held_elsewhere(
+            LeaseAcquirer::new(bucket.clone(), config("b"))
+                .try_acquire()
+                .await
+        )
+        .0,
+        "a"
+    );
+    while Instant::now() < t0 + 5 * TTL {
+        sleep(Duration::from_secs(1)).await;
+        assert!(lease.may_write(), "lost at {:?}", Instant::now() - t0);
+    }
+    sleep(MS).await;
+    let status = lease.status();
+    assert_eq!(status.state, LeaseState::Holding);
+    assert_eq!(status.renewals, 15);
+    assert!(status.last_renewal_error.is_none());
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter().filter(|(op, _, _)| *op == Op::Get).count() == 3,
+        "the refused retry did not read the object back: {log:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn racing_acquirers_one_wins_the_other_names_it() {
+    let mem = MemBucket::new();
+    // Both look before either writes.
+    let (bucket, _) = planned(&mem, |r| match r.op {
+        Op::Get if r.number <= 2 => Fault::Delay(MS),
+        _ => Fault::Pass,
+    });
+    let mut a = LeaseAcquirer::new(bucket.clone(), config("a"));
+    let mut b = LeaseAcquirer::new(bucket.clone(), config("b"));
+    let (ra, rb) = tokio::join!(a.try_acquire(), b.try_acquire());
+    let (winner, loser) = match (ra.unwrap(), rb.unwrap()) {
+        (Acquisition::Acquired(_), loser) => ("a", loser),
+        (loser, Acquisition::Acquired(_)) => ("b", loser),
+        other => panic!("no winner: {other:?}"),
+    };
+    assert_eq!(held_elsewhere(Ok(loser)).0, winner);
+    assert_eq!(lease_object(&mem).await.0.holder, winner);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_conditional_writes_renewals_are_plain_and_notice_an_overwrite() {
+    let mem = MemBucket::new();
+    let (bucket, log) = planned(&mem, |_| Fault::Pass);
+    let plain = |holder| LeaseConfig {
+        conditional: false,
+        ..config(holder)
+    };
+    let t0 = Instant::now();
+    let lease = acquire(&bucket, plain("a")).await;
+    assert!(!lease.is_conditional() && !lease.status().conditional);
+    let mut b = LeaseAcquirer::new(bucket.clone(), plain("b"));
+    assert_eq!(held_elsewhere(b.try_acquire().await).0, "a");
+    sleep(TTL + MS).await;
+    assert!(lease.may_write());
+    assert_eq!(lease.status().renewals, 3);
+
+    let theirs = LeaseRecord {
+        holder: "intruder".into(),
+        ..lease_object(&mem).await.0
+    };
+    mem.put(LEASE_KEY, theirs.to_json().into(), PutCondition::None)
+        .await
+        .unwrap();
+    lease.token().cancelled().await;
+    assert_eq!(Instant::now(), t0 + TTL + config("a").renew_every());
+    assert_eq!(
+        lease.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    );
+    assert_eq!(lease.release().await.unwrap(), ReleaseOutcome::TakenOver);
+    assert_eq!(lease_object(&mem).await.0.holder, "intruder");
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter().all(|(_, _, conditional)| !conditional),
+        "a conditional request with conditional writes off: {log:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_local_directory_in_real_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket: DynBucket = Arc::new(FsBucket::open(dir.path()).unwrap());
+    let short = |holder| LeaseConfig {
+        ttl: Duration::from_millis(1200),
+        ..config(holder)
+    };
+    let c = short("a");
+    let a = acquire(&bucket, c.clone()).await;
+    let mut b = LeaseAcquirer::new(bucket.clone(), short("b"));
+    let until = Instant::now() + 3 * c.ttl;
+    let mut looks = 0;
+    while Instant::now() < until {
+        let (holder, seen, _) = held_elsewhere(b.try_acquire().await);
+        assert_eq!(holder, "a");
+        assert!(seen < c.ttl, "seen unchanged for {seen:?} while renewed");
+        assert!(a.may_write());
+        looks += 1;
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert!(looks >= 10, "only {looks} looks");
+    assert!(a.status().renewals >= 6, "{:?}", a.status());
+
+    drop(a);
+    let crashed = Instant::now();
+    let cancel = CancellationToken::new();
+    let b_lease = tokio::time::timeout(10 * c.ttl, b.acquire(&cancel))
+        .await
+        .expect("no takeover of a dead holder's lease")
+        .unwrap();
+    let waited = crashed.elapsed();
+    assert!(
+        waited >= c.ttl / 3 && waited <= c.ttl + c.renew_every() + c.ttl,
+        "took over {waited:?} after the holder died"
+    );
+    assert!(b_lease.may_write());
+    assert_eq!(lease_object(&*bucket).await.0.holder, "b");
+    assert_eq!(b_lease.release().await.unwrap(), ReleaseOutcome::Deleted);
+    assert!(!dir.path().join(LEASE_KEY).exists());
+    assert!(matches!(
+        bucket.get(LEASE_KEY).await,
+        Err(BucketError::NotFound { .. })
+    ));
+}
