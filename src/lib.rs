@@ -15,6 +15,7 @@ pub mod health;
 pub mod lease;
 pub mod manifest;
 pub mod restore;
+pub mod service;
 pub mod store;
 pub mod verify;
 pub mod wal_source;
