@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         prost::Message::encode_to_vec(&fds),
     )?;
     tonic_prost_build::configure()
+        .codec_path("crate::service::codec::StrictCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

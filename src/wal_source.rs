@@ -277,3 +277,94 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| SourceError::Unavailable(format!("position read task failed: {e}")))?
 }
+
+/// The position a database node streams (`ReportPosition`), for the service's workers.
+///
+/// While at least one stream is attached and has reported, the latest report is the durable
+/// position. With no stream (the node is down, or not yet connected) it falls back to the
+/// [`LocalSource`]: the file source while a process holds `store.lock`, the offline source
+/// when nobody does. [`WalSource::request_refresh`] sends a `Refresh` to every attached
+/// stream.
+pub struct StreamedSource {
+    local: LocalSource,
+    state: Mutex<StreamState>,
+    refresh: tokio::sync::broadcast::Sender<String>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    streams: usize,
+    latest: Option<WalPosition>,
+}
+
+/// One attached stream; detaches when dropped.
+pub struct StreamAttachment {
+    source: Arc<StreamedSource>,
+    /// `Refresh` requests for this stream's node.
+    pub refresh: tokio::sync::broadcast::Receiver<String>,
+}
+
+impl Drop for StreamAttachment {
+    fn drop(&mut self) {
+        let mut s = self.source.state.lock().expect("not poisoned");
+        s.streams -= 1;
+        if s.streams == 0 {
+            s.latest = None;
+        }
+    }
+}
+
+impl StreamAttachment {
+    /// Records a reported durable position.
+    pub fn report(&self, pos: WalPosition) {
+        self.source.state.lock().expect("not poisoned").latest = Some(pos);
+    }
+}
+
+impl StreamedSource {
+    pub fn new(dir: impl Into<PathBuf>) -> Arc<Self> {
+        Arc::new(Self {
+            local: LocalSource::new(dir),
+            state: Mutex::new(StreamState::default()),
+            refresh: tokio::sync::broadcast::channel(16).0,
+        })
+    }
+
+    /// Attaches a node's stream.
+    pub fn attach(self: &Arc<Self>) -> StreamAttachment {
+        self.state.lock().expect("not poisoned").streams += 1;
+        StreamAttachment {
+            source: self.clone(),
+            refresh: self.refresh.subscribe(),
+        }
+    }
+
+    /// Streams attached now.
+    pub fn streams(&self) -> usize {
+        self.state.lock().expect("not poisoned").streams
+    }
+}
+
+#[async_trait::async_trait]
+impl WalSource for StreamedSource {
+    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
+        let latest = {
+            let s = self.state.lock().expect("not poisoned");
+            if s.streams > 0 { s.latest } else { None }
+        };
+        match latest {
+            Some(p) => Ok(p),
+            None => self.local.durable_wal_position().await,
+        }
+    }
+
+    fn request_refresh(&self) {
+        let _ = self
+            .refresh
+            .send("the store's files show a snapshot or WAL you have not reported".into());
+    }
+
+    fn kind(&self) -> &'static str {
+        "streamed"
+    }
+}

@@ -73,7 +73,7 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
 /// health on stderr, then flushes a last restore point, releases the lease and exits 0.
 async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode> {
     let mut lease = LeaseConfig::from_env(a.store.display().to_string())?;
-    lease.conditional = lease.conditional && a.settings.conditional == "on";
+    lease.conditional = lease.conditional && a.settings.conditional_on(&Default::default())?;
     let shutdown = super::shutdown_token();
     let handle = worker.spawn(lease, shutdown.clone());
     let mut health = handle.watch_health();

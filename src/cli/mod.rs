@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod backup;
 mod inspect;
+mod serve;
 mod settings;
 mod store;
 
@@ -31,6 +32,8 @@ enum Command {
     Verify(inspect::VerifyArgs),
     /// List the restore points of a destination.
     Ls(inspect::LsArgs),
+    /// Run the gRPC control plane: one backup worker per registered store.
+    Serve(serve::ServeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -53,6 +56,7 @@ pub fn main() -> ExitCode {
             Command::Restore(args) => inspect::restore(args).await,
             Command::Verify(args) => inspect::verify(args).await,
             Command::Ls(args) => inspect::ls(args).await,
+            Command::Serve(args) => serve::run(args).await,
         }
     });
     match result {

@@ -1,73 +1,117 @@
-//! Backup settings shared by the commands: flags, each also a `MUSHROOMDB_BACKUP_*` variable.
+//! Backup settings shared by the commands: flags, each also a `MUSHROOMDB_BACKUP_*` variable,
+//! and (for `serve`) the `[worker]` table of the TOML file. A flag or variable wins over the
+//! file, the file over the default.
 
 use std::time::Duration;
 
 use clap::Args;
+use serde::Deserialize;
 
 use mushroom_backup::worker::{RetentionPolicy, WorkerConfig};
 
-#[derive(Args, Debug, Clone)]
+#[derive(Args, Debug, Clone, Default)]
 pub struct WorkerSettings {
-    /// How often the durable WAL is shipped, in milliseconds.
-    #[arg(
-        long,
-        env = "MUSHROOMDB_BACKUP_WAL_INTERVAL_MS",
-        default_value_t = 1000
-    )]
-    pub wal_interval_ms: u64,
-    /// How often a restore point is written while commits arrive, in milliseconds.
-    #[arg(
-        long,
-        env = "MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS",
-        default_value_t = 60_000
-    )]
-    pub restore_point_interval_ms: u64,
-    /// How often retention runs, in milliseconds.
-    #[arg(
-        long,
-        env = "MUSHROOMDB_BACKUP_RETENTION_INTERVAL_MS",
-        default_value_t = 3_600_000
-    )]
-    pub retention_interval_ms: u64,
-    /// Keep every restore point younger than this many milliseconds.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_FOR_MS", default_value_t = 7 * 24 * 3_600_000)]
-    pub keep_for_ms: u64,
-    /// Keep every restore point of this many newest generations.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_GENERATIONS", default_value_t = 2)]
-    pub keep_generations: u64,
-    /// Leave objects of a claimed generation no manifest names alone this long (ms).
-    #[arg(
-        long,
-        env = "MUSHROOMDB_BACKUP_ORPHAN_GRACE_MS",
-        default_value_t = 3_600_000
-    )]
-    pub orphan_grace_ms: u64,
-    /// `off` for object stores without conditional PUT: every write becomes plain.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_CONDITIONAL", default_value = "on", value_parser = ["on", "off"])]
-    pub conditional: String,
+    /// How often the durable WAL is shipped, in milliseconds [default: 1000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_WAL_INTERVAL_MS")]
+    pub wal_interval_ms: Option<u64>,
+    /// How often a restore point is written while commits arrive, in ms [default: 60000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS")]
+    pub restore_point_interval_ms: Option<u64>,
+    /// How often retention runs, in milliseconds [default: 3600000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_RETENTION_INTERVAL_MS")]
+    pub retention_interval_ms: Option<u64>,
+    /// Keep every restore point younger than this many milliseconds [default: 7 days].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_FOR_MS")]
+    pub keep_for_ms: Option<u64>,
+    /// Keep every restore point of this many newest generations [default: 2].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_GENERATIONS")]
+    pub keep_generations: Option<u64>,
+    /// Leave objects of a claimed generation no manifest names alone this long, ms [default: 1 h].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_ORPHAN_GRACE_MS")]
+    pub orphan_grace_ms: Option<u64>,
+    /// `off` for object stores without conditional PUT: every write becomes plain [default: on].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_CONDITIONAL", value_parser = ["on", "off"])]
+    pub conditional: Option<String>,
+}
+
+/// The `[worker]` table of the TOML file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerToml {
+    pub wal_interval_ms: Option<u64>,
+    pub restore_point_interval_ms: Option<u64>,
+    pub retention_interval_ms: Option<u64>,
+    pub keep_for_ms: Option<u64>,
+    pub keep_generations: Option<u64>,
+    pub orphan_grace_ms: Option<u64>,
+    pub conditional: Option<String>,
+    pub lease_ttl_ms: Option<u64>,
 }
 
 impl WorkerSettings {
+    /// Whether conditional writes are on.
+    pub fn conditional_on(&self, file: &WorkerToml) -> anyhow::Result<bool> {
+        match self
+            .conditional
+            .as_deref()
+            .or(file.conditional.as_deref())
+            .unwrap_or("on")
+        {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            other => anyhow::bail!("conditional = {other:?}: must be \"on\" or \"off\""),
+        }
+    }
+
     pub fn config(&self) -> anyhow::Result<WorkerConfig> {
-        if self.wal_interval_ms == 0 {
+        self.config_with(&WorkerToml::default())
+    }
+
+    pub fn config_with(&self, file: &WorkerToml) -> anyhow::Result<WorkerConfig> {
+        let base = WorkerConfig::default();
+        let ms = |flag: Option<u64>, toml: Option<u64>, default: Duration| {
+            flag.or(toml).map_or(default, Duration::from_millis)
+        };
+        let wal_interval = ms(
+            self.wal_interval_ms,
+            file.wal_interval_ms,
+            base.wal_interval,
+        );
+        if wal_interval.is_zero() {
             anyhow::bail!("--wal-interval-ms must be at least 1");
         }
-        if self.keep_generations == 0 {
+        let keep_generations = self
+            .keep_generations
+            .or(file.keep_generations)
+            .unwrap_or(base.retention.keep_generations);
+        if keep_generations == 0 {
             anyhow::bail!(
                 "--keep-generations must be at least 1 (the newest generation is always kept)"
             );
         }
         Ok(WorkerConfig {
-            wal_interval: Duration::from_millis(self.wal_interval_ms),
-            restore_point_interval: Duration::from_millis(self.restore_point_interval_ms),
-            retention_interval: Duration::from_millis(self.retention_interval_ms),
+            wal_interval,
+            restore_point_interval: ms(
+                self.restore_point_interval_ms,
+                file.restore_point_interval_ms,
+                base.restore_point_interval,
+            ),
+            retention_interval: ms(
+                self.retention_interval_ms,
+                file.retention_interval_ms,
+                base.retention_interval,
+            ),
             retention: RetentionPolicy {
-                keep_for: Duration::from_millis(self.keep_for_ms),
-                keep_generations: self.keep_generations,
-                orphan_grace: Duration::from_millis(self.orphan_grace_ms),
+                keep_for: ms(self.keep_for_ms, file.keep_for_ms, base.retention.keep_for),
+                keep_generations,
+                orphan_grace: ms(
+                    self.orphan_grace_ms,
+                    file.orphan_grace_ms,
+                    base.retention.orphan_grace,
+                ),
             },
-            conditional_writes: self.conditional == "on",
-            ..WorkerConfig::default()
+            conditional_writes: self.conditional_on(file)?,
+            ..base
         })
     }
 }

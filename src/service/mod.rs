@@ -1,1 +1,168 @@
+//! `mushroom-backup serve`: the gRPC control plane hosting one backup worker per registered
+//! store directory (DESIGN.md section 1).
+//!
+//! - [`api`]: the `BackupControl` handlers; [`error`]: the one mapping to gRPC status.
+//! - [`fleet`]: the workers and the registry; [`paths`]: what a store directory may be;
+//!   [`auth`]: admin and node tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
+//! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
+//!   server reflection describes the API.
+//!
+//! Shutdown (SIGTERM, or the token): the listener stops taking calls, every worker flushes a
+//! last restore point and releases its lease, then [`run`] returns.
+
+pub mod api;
+pub mod auth;
+pub mod codec;
+pub mod config;
+pub mod error;
+pub mod fleet;
+pub mod paths;
 pub mod proto;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+pub use config::{ServiceConfig, TlsFiles};
+use fleet::Fleet;
+use proto::backup_control_server::BackupControlServer;
+
+use crate::registry::Registry;
+
+/// A running server's address, for whoever started it.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub addr: std::net::SocketAddr,
+}
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Config(String),
+    #[error("registry {url}: {source}")]
+    Registry {
+        url: String,
+        source: crate::registry::RegistryError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("the server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("starting the fleet: {0}")]
+    Fleet(#[from] error::ServiceError),
+}
+
+/// Runs the service until `shutdown`; `started` hears the bound address once it listens.
+pub async fn run(
+    config: ServiceConfig,
+    shutdown: CancellationToken,
+    started: Option<tokio::sync::oneshot::Sender<Started>>,
+) -> Result<(), ServeError> {
+    config.check().map_err(ServeError::Config)?;
+    for root in &config.allow_roots {
+        std::fs::create_dir_all(root)
+            .map_err(|e| ServeError::Config(format!("allowed root {}: {e}", root.display())))?;
+    }
+    let registry = Registry::open(&config.registry_url)
+        .await
+        .map_err(|source| ServeError::Registry {
+            url: config.registry_url.clone(),
+            source,
+        })?;
+    let config = Arc::new(config);
+    let workers = shutdown.child_token();
+    let kind = registry.kind();
+    let fleet = Fleet::start(registry, config.clone(), workers.clone()).await?;
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<BackupControlServer<api::Api>>()
+        .await;
+    let reporter_stop = shutdown.child_token();
+    {
+        let reporter = health_reporter.clone();
+        let fleet = fleet.clone();
+        let stop = reporter_stop.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                match fleet.registry().ping().await {
+                    Ok(()) => {
+                        reporter
+                            .set_serving::<BackupControlServer<api::Api>>()
+                            .await
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the registry does not answer: NOT_SERVING");
+                        reporter
+                            .set_not_serving::<BackupControlServer<api::Api>>()
+                            .await
+                    }
+                }
+            }
+        });
+    }
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServeError::Config(format!("reflection: {e}")))?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let mut server = Server::builder();
+    if let Some(tls) = &config.tls {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
+        };
+        let mut t =
+            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+        if let Some(ca) = &tls.client_ca {
+            t = t.client_ca_root(Certificate::from_pem(read(ca)?));
+        }
+        server = server
+            .tls_config(t)
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
+    }
+    tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
+    if let Some(tx) = started {
+        let _ = tx.send(Started { addr });
+    }
+    let stop = shutdown.clone();
+    let serve = server
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(BackupControlServer::new(api::Api::new(fleet.clone())))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            async move {
+                stop.cancelled().await;
+            },
+        );
+    let result = serve.await;
+    tracing::info!("stopping: flushing every store");
+    reporter_stop.cancel();
+    fleet.shutdown_all(true).await;
+    workers.cancel();
+    result.map_err(ServeError::from)
+}

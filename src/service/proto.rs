@@ -4,4 +4,5 @@
 tonic::include_proto!("mushroom.backup.v1");
 
 /// The encoded file descriptor set, for gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/mushroom_backup_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/mushroom_backup_descriptor.bin"));

@@ -59,7 +59,8 @@ pub struct BackupHandle {
     stop: CancellationToken,
     health: watch::Receiver<StoreHealth>,
     counters: Arc<BackupCounters>,
-    supervisor: JoinHandle<WorkerState>,
+    /// `Some` once the supervisor has ended, with how the worker ended.
+    ended: watch::Receiver<Option<WorkerState>>,
     holder: String,
 }
 
@@ -99,20 +100,21 @@ impl BackupHandle {
 
     /// Whether the worker task has ended.
     pub fn is_finished(&self) -> bool {
-        self.supervisor.is_finished()
+        self.ended.borrow().is_some()
     }
 
     /// Stops the worker (flushing first when asked) and waits for it; returns how it ended.
-    pub async fn shutdown(self, flush: bool) -> WorkerState {
+    pub async fn shutdown(&self, flush: bool) -> WorkerState {
         self.trigger(BackupTrigger::Shutdown { flush });
         self.wait().await
     }
 
-    /// Waits for the worker to end on its own (a shutdown token, or a trigger sent earlier).
-    pub async fn wait(self) -> WorkerState {
-        match self.supervisor.await {
-            Ok(state) => state,
-            Err(e) => WorkerState::Panicked(format!("the supervisor failed: {e}")),
+    /// Waits for the worker to end (a shutdown token, or a trigger sent earlier).
+    pub async fn wait(&self) -> WorkerState {
+        let mut ended = self.ended.clone();
+        match ended.wait_for(|e| e.is_some()).await {
+            Ok(state) => state.clone().expect("waited for Some"),
+            Err(_) => WorkerState::Panicked("the supervisor vanished".into()),
         }
     }
 }
@@ -150,6 +152,7 @@ impl BackupWorker {
         let source = self.source.clone();
         let stop = shutdown.child_token();
         let runner = tokio::spawn(run(self, lease, trigger_rx, stop.clone(), status.clone()));
+        let (ended_tx, ended) = watch::channel(None);
         let supervisor = tokio::spawn(supervise(
             runner,
             source,
@@ -159,12 +162,19 @@ impl BackupWorker {
             holder.clone(),
             health_tx,
         ));
+        tokio::spawn(async move {
+            let state = match supervisor.await {
+                Ok(state) => state,
+                Err(e) => WorkerState::Panicked(format!("the supervisor failed: {e}")),
+            };
+            let _ = ended_tx.send(Some(state));
+        });
         BackupHandle {
             triggers: trigger_tx,
             stop,
             health: health_rx,
             counters,
-            supervisor,
+            ended,
             holder,
         }
     }

@@ -1,0 +1,205 @@
+//! `serve`: the gRPC control plane. Every setting is a flag, a `MUSHROOMDB_BACKUP_*` variable
+//! and a key of the TOML file given by `--config`; a flag or variable wins over the file, the
+//! file over the default. Unknown keys in the file are an error naming the key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Deserialize;
+
+use mushroom_backup::service::{self, ServiceConfig, TlsFiles};
+
+use super::settings::{WorkerSettings, WorkerToml};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_CONFIG")]
+    config: Option<PathBuf>,
+    /// The address to listen on [default: 127.0.0.1:50051].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Where the service keeps its registry and stores by default [default: ./mushroom-data].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The only directories under which stores may be registered (repeatable)
+    /// [default: <data-dir>/stores].
+    #[arg(
+        long = "allow-root",
+        env = "MUSHROOMDB_BACKUP_ALLOW_ROOTS",
+        value_delimiter = ','
+    )]
+    allow_roots: Vec<PathBuf>,
+    /// The registry: sqlite:///path/registry.db or postgres://… [default: SQLite at
+    /// <data-dir>/registry.db].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_REGISTRY")]
+    registry: Option<String>,
+    /// PEM certificate chain for TLS.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA whose client certificates are required (mutual TLS).
+    #[arg(long, env = "MUSHROOMDB_BACKUP_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
+    /// Listen on a non-loopback address without TLS and an admin token.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_INSECURE")]
+    insecure: bool,
+    /// This instance's id in a shared registry [default: the host name].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_INSTANCE_ID")]
+    instance_id: Option<String>,
+    /// The bucket lease's TTL in milliseconds [default: 30000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_TTL_MS")]
+    lease_ttl_ms: Option<u64>,
+    #[command(flatten)]
+    worker: WorkerSettings,
+}
+
+/// The TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServeToml {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    allow_roots: Option<Vec<PathBuf>>,
+    registry: Option<String>,
+    instance_id: Option<String>,
+    insecure: Option<bool>,
+    /// A file holding the admin token (the token itself never goes in the config).
+    admin_token_file: Option<PathBuf>,
+    tls: Option<TlsToml>,
+    worker: Option<WorkerToml>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsToml {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: Option<PathBuf>,
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+    match (rc, std::str::from_utf8(&buf[..len])) {
+        (0, Ok(name)) if !name.is_empty() => name.to_string(),
+        _ => "unknown".into(),
+    }
+}
+
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    if p.is_absolute() {
+        Ok(p.to_path_buf())
+    } else {
+        Ok(std::env::current_dir()
+            .context("the current directory")?
+            .join(p))
+    }
+}
+
+fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
+    let file: ServeToml = match &a.config {
+        None => ServeToml::default(),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("config {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("config {}", p.display()))?
+        }
+    };
+    let data_dir = absolute(
+        &a.data_dir
+            .or(file.data_dir)
+            .unwrap_or_else(|| PathBuf::from("mushroom-data")),
+    )?;
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("data dir {}", data_dir.display()))?;
+    let mut roots = if a.allow_roots.is_empty() {
+        file.allow_roots
+            .unwrap_or_else(|| vec![data_dir.join("stores")])
+    } else {
+        a.allow_roots
+    };
+    for r in &mut roots {
+        *r = absolute(r)?;
+        std::fs::create_dir_all(&*r).with_context(|| format!("allowed root {}", r.display()))?;
+        *r = std::fs::canonicalize(&*r).with_context(|| format!("allowed root {}", r.display()))?;
+    }
+    let registry = a
+        .registry
+        .or(file.registry)
+        .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("registry.db").display()));
+    let tls = match (a.tls_cert, a.tls_key, file.tls) {
+        (Some(cert), Some(key), _) => Some(TlsFiles {
+            cert,
+            key,
+            client_ca: a.tls_client_ca,
+        }),
+        (None, None, Some(t)) => Some(TlsFiles {
+            cert: t.cert,
+            key: t.key,
+            client_ca: a.tls_client_ca.or(t.client_ca),
+        }),
+        (None, None, None) => None,
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    };
+    let admin_token = match std::env::var("MUSHROOMDB_BACKUP_ADMIN_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+        _ => match &file.admin_token_file {
+            Some(p) => Some(
+                std::fs::read_to_string(p)
+                    .with_context(|| format!("admin_token_file {}", p.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => None,
+        },
+    };
+    let worker_file = file.worker.unwrap_or_default();
+    let worker = a.worker.config_with(&worker_file)?;
+    let lease_ttl = Duration::from_millis(
+        a.lease_ttl_ms
+            .or(worker_file.lease_ttl_ms)
+            .unwrap_or(30_000),
+    );
+    Ok(ServiceConfig {
+        listen: a
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid")),
+        data_dir,
+        allow_roots: roots,
+        registry_url: registry,
+        tls,
+        admin_token,
+        insecure: a.insecure || file.insecure.unwrap_or(false),
+        instance_id: a.instance_id.or(file.instance_id).unwrap_or_else(host_name),
+        worker,
+        lease_ttl,
+    })
+}
+
+pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let config = resolve(a)?;
+    let shutdown = super::shutdown_token();
+    let (tx, rx) = tokio::sync::oneshot::channel::<service::Started>();
+    let instance = config.instance_id.clone();
+    tokio::spawn(async move {
+        if let Ok(s) = rx.await {
+            // One line on stdout once listening, for scripts and tests (port 0 picks a port).
+            println!(
+                "{}",
+                serde_json::json!({"listening": s.addr.to_string(), "instance_id": instance})
+            );
+        }
+    });
+    service::run(config, shutdown, Some(tx)).await?;
+    Ok(ExitCode::SUCCESS)
+}

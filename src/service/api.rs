@@ -1,0 +1,435 @@
+//! The `BackupControl` gRPC API: each handler checks its caller, turns the request into a fleet
+//! call and the answer into a response. Errors are [`ServiceError`]s, mapped to status in one
+//! place (`error.rs`).
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio_stream::StreamExt;
+use tonic::{Request, Response, Status, Streaming};
+use uuid::Uuid;
+
+use super::auth;
+use super::error::ServiceError;
+use super::fleet::{Fleet, NewStore, StoreEntry, StoreOptions};
+use super::proto::{self, backup_control_server::BackupControl};
+use crate::bucket;
+use crate::store::format::WalPosition;
+use crate::verify;
+
+pub struct Api {
+    fleet: Arc<Fleet>,
+}
+
+impl Api {
+    pub fn new(fleet: Arc<Fleet>) -> Self {
+        Self { fleet }
+    }
+
+    fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
+        auth::require_admin(self.fleet.config().admin_token.as_deref(), req.metadata())
+    }
+}
+
+fn peer<T>(req: &Request<T>) -> Option<String> {
+    req.remote_addr().map(|a| a.to_string())
+}
+
+fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
+    let o = o.unwrap_or_default();
+    let nz = |v: u64| (v != 0).then_some(v);
+    StoreOptions {
+        wal_interval_ms: nz(o.wal_interval_ms),
+        restore_point_interval_ms: nz(o.restore_point_interval_ms),
+        retention_interval_ms: nz(o.retention_interval_ms),
+        keep_for_ms: nz(o.keep_for_ms),
+        keep_generations: nz(o.keep_generations),
+    }
+}
+
+fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
+    proto::StoreOptions {
+        wal_interval_ms: o.wal_interval_ms.unwrap_or(0),
+        restore_point_interval_ms: o.restore_point_interval_ms.unwrap_or(0),
+        retention_interval_ms: o.retention_interval_ms.unwrap_or(0),
+        keep_for_ms: o.keep_for_ms.unwrap_or(0),
+        keep_generations: o.keep_generations.unwrap_or(0),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
+    let h = e.handle.health();
+    proto::StoreHealth {
+        store_id: e.record.store_id.clone(),
+        store_dir: e.record.store_dir.clone(),
+        healthy: h.healthy,
+        reason: h.reason,
+        durable_commit_seq: h.durable_commit_seq,
+        shipped_commit_seq: h.shipped_commit_seq,
+        restore_point_commit_seq: h.restore_point_commit_seq,
+        lag_seconds: h.lag_seconds,
+        lease_holder: h.lease_holder,
+        instance_id: instance_id.to_string(),
+        reasons: h.reasons,
+        notes: h.notes,
+        reported_at_unix_ms: now_ms(),
+        destination: e.record.destination.clone(),
+        lease_held: h.lease_held,
+        consecutive_failures: h.consecutive_failures,
+        last_error: h.last_error.unwrap_or_default(),
+    }
+}
+
+fn store_info(e: &StoreEntry) -> proto::StoreInfo {
+    let opts: StoreOptions = serde_json::from_value(e.record.options.clone()).unwrap_or_default();
+    proto::StoreInfo {
+        store_id: e.record.store_id.clone(),
+        store_dir: e.record.store_dir.clone(),
+        destination: e.record.destination.clone(),
+        instance_id: e.record.instance_id.clone(),
+        labels: e.record.labels.clone().into_iter().collect(),
+        registered_at_unix_ms: e.record.registered_at_ms,
+        options: Some(proto_options(&opts)),
+    }
+}
+
+fn labels(
+    l: std::collections::HashMap<String, String>,
+) -> Result<BTreeMap<String, String>, ServiceError> {
+    for (k, v) in &l {
+        if k.is_empty() || k.len() > 256 || v.len() > 4096 {
+            return Err(ServiceError::InvalidArgument(format!(
+                "label {k:?}: keys must be 1 to 256 bytes, values at most 4096"
+            )));
+        }
+    }
+    Ok(l.into_iter().collect())
+}
+
+fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ServiceError> {
+    Uuid::parse_str(s)
+        .map_err(|e| ServiceError::InvalidArgument(format!("{field} {s:?} is not a UUID: {e}")))
+}
+
+type HealthStream = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;
+type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl BackupControl for Api {
+    async fn register(
+        &self,
+        req: Request<proto::RegisterRequest>,
+    ) -> Result<Response<proto::RegisterResponse>, Status> {
+        self.admin(&req)?;
+        let peer = peer(&req);
+        let r = req.into_inner();
+        let new = NewStore {
+            store_dir: r.store_dir,
+            destination: r.destination,
+            labels: labels(r.labels)?,
+            options: options(r.options),
+        };
+        let (entry, token) = self.fleet.register(new, peer).await?;
+        Ok(Response::new(proto::RegisterResponse {
+            store_id: entry.record.store_id.clone(),
+            node_token: token,
+        }))
+    }
+
+    async fn deregister(
+        &self,
+        req: Request<proto::DeregisterRequest>,
+    ) -> Result<Response<proto::DeregisterResponse>, Status> {
+        self.admin(&req)?;
+        let peer = peer(&req);
+        let r = req.into_inner();
+        self.fleet.deregister(&r.store_id, r.flush, peer).await?;
+        Ok(Response::new(proto::DeregisterResponse {}))
+    }
+
+    async fn trigger(
+        &self,
+        req: Request<proto::TriggerRequest>,
+    ) -> Result<Response<proto::TriggerResponse>, Status> {
+        use crate::worker::BackupTrigger;
+        self.admin(&req)?;
+        let r = req.into_inner();
+        let entry = self.fleet.get(&r.store_id)?;
+        let trigger = match proto::TriggerKind::try_from(r.kind) {
+            Ok(proto::TriggerKind::Ship) => BackupTrigger::Ship,
+            Ok(proto::TriggerKind::RestorePoint) => BackupTrigger::RestorePoint,
+            Ok(proto::TriggerKind::Retention) => BackupTrigger::Retention,
+            _ => {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "kind {} is not a trigger (SHIP, RESTORE_POINT or RETENTION)",
+                    r.kind
+                ))
+                .into());
+            }
+        };
+        entry.handle.trigger(trigger);
+        Ok(Response::new(proto::TriggerResponse {}))
+    }
+
+    async fn health(
+        &self,
+        req: Request<proto::HealthRequest>,
+    ) -> Result<Response<proto::HealthResponse>, Status> {
+        self.admin(&req)?;
+        let r = req.into_inner();
+        Ok(Response::new(self.health_of(&r.store_id)?))
+    }
+
+    type WatchHealthStream = HealthStream;
+
+    async fn watch_health(
+        &self,
+        req: Request<proto::HealthRequest>,
+    ) -> Result<Response<HealthStream>, Status> {
+        self.admin(&req)?;
+        let store_id = req.into_inner().store_id;
+        let first = self.health_of(&store_id)?;
+        let fleet = self.fleet.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            let strip = |r: &proto::HealthResponse| {
+                let mut r = r.clone();
+                for s in &mut r.stores {
+                    s.reported_at_unix_ms = 0;
+                    s.lag_seconds = s.lag_seconds.floor();
+                }
+                r
+            };
+            let mut last = strip(&first);
+            if tx.send(Ok(first)).await.is_err() {
+                return;
+            }
+            let api = Api { fleet };
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tick.tick() => {}
+                }
+                let now = match api.health_of(&store_id) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = tx.send(Err(e.into())).await;
+                        return;
+                    }
+                };
+                let cmp = strip(&now);
+                if cmp != last {
+                    last = cmp;
+                    if tx.send(Ok(now)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn list_stores(
+        &self,
+        req: Request<proto::ListStoresRequest>,
+    ) -> Result<Response<proto::ListStoresResponse>, Status> {
+        self.admin(&req)?;
+        let stores = self.fleet.list().iter().map(|e| store_info(e)).collect();
+        Ok(Response::new(proto::ListStoresResponse { stores }))
+    }
+
+    async fn list_restore_points(
+        &self,
+        req: Request<proto::ListRestorePointsRequest>,
+    ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
+        self.admin(&req)?;
+        let r = req.into_inner();
+        let entry = self.fleet.get(&r.store_id)?;
+        let size = match r.page_size {
+            0 => 100,
+            n => n.min(1000) as usize,
+        };
+        if !r.page_token.is_empty() && crate::manifest::parse_manifest_key(&r.page_token).is_none()
+        {
+            return Err(ServiceError::InvalidArgument(format!(
+                "page_token {:?} is not one this server gave",
+                r.page_token
+            ))
+            .into());
+        }
+        let bucket = bucket::open(&entry.record.destination)
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        let mut points = verify::list_restore_points(bucket.as_ref())
+            .await
+            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+        points.retain(|p| p.error.is_none());
+        points.sort_by(|a, b| b.key.cmp(&a.key));
+        let start = if r.page_token.is_empty() {
+            0
+        } else {
+            points
+                .iter()
+                .position(|p| p.key < r.page_token)
+                .unwrap_or(points.len())
+        };
+        let page: Vec<_> = points[start..].iter().take(size).collect();
+        let next = if start + page.len() < points.len() {
+            page.last().map(|p| p.key.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        let restore_points = page
+            .into_iter()
+            .map(|p| proto::RestorePoint {
+                commit_seq: p.commit_seq.unwrap_or(0),
+                manifest_key: p.key.clone(),
+                lineage: p.lineage.map(|l| l.to_string()).unwrap_or_default(),
+                generation: p.generation.unwrap_or(0),
+                created_at_unix_ms: p
+                    .created_at
+                    .as_deref()
+                    .and_then(crate::manifest::parse_time_ms)
+                    .unwrap_or(0),
+                bytes: p.bytes.unwrap_or(0),
+                is_latest: p.is_latest,
+            })
+            .collect();
+        Ok(Response::new(proto::ListRestorePointsResponse {
+            restore_points,
+            next_page_token: next,
+        }))
+    }
+
+    async fn adopt(
+        &self,
+        req: Request<proto::AdoptRequest>,
+    ) -> Result<Response<proto::AdoptResponse>, Status> {
+        self.admin(&req)?;
+        let peer = peer(&req);
+        let r = req.into_inner();
+        let new = NewStore {
+            store_dir: r.store_dir,
+            destination: r.destination,
+            labels: labels(r.labels)?,
+            options: options(r.options),
+        };
+        let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
+        let (entry, token, report) = self.fleet.adopt(new, at, peer).await?;
+        Ok(Response::new(proto::AdoptResponse {
+            store_id: entry.record.store_id.clone(),
+            node_token: token,
+            commit_seq: report.commit_seq,
+            parent_manifest: report.manifest_key,
+        }))
+    }
+
+    type ReportPositionStream = CommandStream;
+
+    async fn report_position(
+        &self,
+        req: Request<Streaming<proto::PositionReport>>,
+    ) -> Result<Response<CommandStream>, Status> {
+        let meta = req.metadata().clone();
+        let mut inbound = req.into_inner();
+        let Some(first) = inbound.next().await else {
+            return Err(ServiceError::InvalidArgument(
+                "the stream ended before its first report".into(),
+            )
+            .into());
+        };
+        let first = first?;
+        let entry = self.fleet.get(&first.store_id)?;
+        auth::require_node(&meta, &entry.record.node_token_hash)?;
+        let store_id = first.store_id.clone();
+        let attachment = entry.source.attach();
+        attachment.report(position(&first)?);
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            let mut attachment = attachment;
+            loop {
+                tokio::select! {
+                    msg = inbound.next() => match msg {
+                        None => return,
+                        Some(Err(e)) => {
+                            tracing::debug!(%store_id, error = %e, "a position stream ended");
+                            return;
+                        }
+                        Some(Ok(r)) => {
+                            if r.store_id != store_id {
+                                let _ = tx.send(Err(ServiceError::InvalidArgument(format!(
+                                    "a stream reports for one store ({store_id}), not {}", r.store_id
+                                )).into())).await;
+                                return;
+                            }
+                            match position(&r) {
+                                Ok(p) => attachment.report(p),
+                                Err(e) => {
+                                    let _ = tx.send(Err(e.into())).await;
+                                    return;
+                                }
+                            }
+                        }
+                    },
+                    refresh = attachment.refresh.recv() => match refresh {
+                        Ok(reason) => {
+                            let cmd = proto::NodeCommand {
+                                command: Some(proto::node_command::Command::Refresh(proto::Refresh { reason })),
+                            };
+                            if tx.send(Ok(cmd)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+}
+
+impl Api {
+    fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
+        let id = &self.fleet.config().instance_id;
+        let stores = if store_id.is_empty() {
+            self.fleet
+                .list()
+                .iter()
+                .map(|e| store_health(e, id))
+                .collect()
+        } else {
+            vec![store_health(&*self.fleet.get(store_id)?, id)]
+        };
+        Ok(proto::HealthResponse { stores })
+    }
+}
+
+fn position(r: &proto::PositionReport) -> Result<WalPosition, ServiceError> {
+    Ok(WalPosition {
+        snapshot_id: if r.snapshot_id.is_empty() {
+            None
+        } else {
+            Some(parse_uuid("snapshot_id", &r.snapshot_id)?)
+        },
+        wal_id: parse_uuid("wal_id", &r.wal_id)?,
+        wal_number: r.wal_number,
+        durable_len: r.durable_len,
+        commit_seq: r.commit_seq,
+    })
+}

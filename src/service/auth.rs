@@ -1,0 +1,54 @@
+//! Who may call what: operator calls need the admin token when one is set; `ReportPosition`
+//! needs the store's node token. Tokens travel as `authorization: Bearer <token>` and are
+//! compared in constant time against the configured token or the stored hash; no token is ever
+//! logged or echoed.
+
+use tonic::metadata::MetadataMap;
+
+use super::error::ServiceError;
+use crate::registry;
+
+/// The bearer token of a request, if it carries one.
+pub fn bearer(meta: &MetadataMap) -> Option<&str> {
+    meta.get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// Checks an operator call against the admin token, when one is configured.
+pub fn require_admin(admin_token: Option<&str>, meta: &MetadataMap) -> Result<(), ServiceError> {
+    let Some(want) = admin_token else {
+        return Ok(());
+    };
+    match bearer(meta) {
+        None => Err(ServiceError::Unauthenticated(
+            "this call needs `authorization: Bearer <admin token>`".into(),
+        )),
+        Some(got) if constant_time_eq(got.as_bytes(), want.as_bytes()) => Ok(()),
+        Some(_) => Err(ServiceError::Unauthenticated(
+            "the admin token is wrong".into(),
+        )),
+    }
+}
+
+/// Checks a node's token against a store's stored token hash.
+pub fn require_node(meta: &MetadataMap, token_hash: &str) -> Result<(), ServiceError> {
+    match bearer(meta) {
+        None => Err(ServiceError::Unauthenticated(
+            "ReportPosition needs `authorization: Bearer <node token>`".into(),
+        )),
+        Some(got) if registry::token_matches(got, token_hash) => Ok(()),
+        Some(_) => Err(ServiceError::Unauthenticated(
+            "the node token is wrong for this store".into(),
+        )),
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

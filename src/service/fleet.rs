@@ -1,0 +1,419 @@
+//! The fleet: one backup worker (with its lease, supervisor and health) per registered store
+//! directory, and the registry that outlives the process.
+//!
+//! Registering writes the registry row first and then starts the worker; if the worker cannot
+//! start, the row is removed again, so a crash between the two leaves a registered store that
+//! the next start respawns (never a worker the registry does not know). Deregistering stops the
+//! worker (flushing when asked) before deleting the row. On start every store this instance
+//! owns is respawned, its directory checked again against the allowed roots.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::config::ServiceConfig;
+use super::error::ServiceError;
+use super::paths;
+use crate::bucket::{self, OpenError};
+use crate::lease::LeaseConfig;
+use crate::registry::{self, AuditEntry, Registry, StoreRecord};
+use crate::restore::{self, RestoreOptions};
+use crate::wal_source::StreamedSource;
+use crate::worker::{BackupHandle, BackupWorker, WorkerConfig};
+
+/// Per-store settings stored in the registry; `None` = the service's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoreOptions {
+    pub wal_interval_ms: Option<u64>,
+    pub restore_point_interval_ms: Option<u64>,
+    pub retention_interval_ms: Option<u64>,
+    pub keep_for_ms: Option<u64>,
+    pub keep_generations: Option<u64>,
+}
+
+impl StoreOptions {
+    pub fn apply(&self, base: &WorkerConfig) -> WorkerConfig {
+        let mut c = base.clone();
+        let ms = Duration::from_millis;
+        if let Some(v) = self.wal_interval_ms {
+            c.wal_interval = ms(v);
+        }
+        if let Some(v) = self.restore_point_interval_ms {
+            c.restore_point_interval = ms(v);
+        }
+        if let Some(v) = self.retention_interval_ms {
+            c.retention_interval = ms(v);
+        }
+        if let Some(v) = self.keep_for_ms {
+            c.retention.keep_for = ms(v);
+        }
+        if let Some(v) = self.keep_generations {
+            c.retention.keep_generations = v;
+        }
+        c
+    }
+
+    pub fn check(&self) -> Result<(), ServiceError> {
+        if self.wal_interval_ms == Some(0) {
+            return Err(ServiceError::InvalidArgument(
+                "options.wal_interval_ms must be at least 1".into(),
+            ));
+        }
+        if self.keep_generations == Some(0) {
+            return Err(ServiceError::InvalidArgument(
+                "options.keep_generations must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One registered store with its running worker.
+pub struct StoreEntry {
+    pub record: StoreRecord,
+    pub dir: PathBuf,
+    pub handle: BackupHandle,
+    pub source: Arc<StreamedSource>,
+}
+
+/// What a client asks to register.
+pub struct NewStore {
+    pub store_dir: String,
+    pub destination: String,
+    pub labels: BTreeMap<String, String>,
+    pub options: StoreOptions,
+}
+
+pub struct Fleet {
+    registry: Registry,
+    config: Arc<ServiceConfig>,
+    stores: RwLock<BTreeMap<String, Arc<StoreEntry>>>,
+    shutdown: CancellationToken,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+fn open_error(e: OpenError) -> ServiceError {
+    match e {
+        OpenError::BadUrl { .. } => ServiceError::InvalidArgument(e.to_string()),
+        OpenError::Unavailable { .. } => ServiceError::FailedPrecondition(e.to_string()),
+    }
+}
+
+impl Fleet {
+    /// Opens the fleet and respawns a worker for every store this instance owns.
+    pub async fn start(
+        registry: Registry,
+        config: Arc<ServiceConfig>,
+        shutdown: CancellationToken,
+    ) -> Result<Arc<Fleet>, ServiceError> {
+        let fleet = Arc::new(Fleet {
+            registry,
+            config,
+            stores: RwLock::new(BTreeMap::new()),
+            shutdown,
+        });
+        let mine = fleet
+            .registry
+            .list_stores(Some(&fleet.config.instance_id))
+            .await?;
+        let count = mine.len();
+        for record in mine {
+            let id = record.store_id.clone();
+            if let Err(e) = fleet.spawn(record).await {
+                // The store stays registered (an operator may fix its root or destination);
+                // it just has no worker in this process.
+                tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store");
+            }
+        }
+        tracing::info!(stores = count, "respawned the registered stores");
+        Ok(fleet)
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn config(&self) -> &ServiceConfig {
+        &self.config
+    }
+
+    async fn spawn(&self, record: StoreRecord) -> Result<Arc<StoreEntry>, ServiceError> {
+        let dir = paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
+        let options: StoreOptions =
+            serde_json::from_value(record.options.clone()).map_err(|e| {
+                ServiceError::internal(format!(
+                    "store {} has unreadable options: {e}",
+                    record.store_id
+                ))
+            })?;
+        let bucket = bucket::open(&record.destination)
+            .await
+            .map_err(open_error)?;
+        let source = StreamedSource::new(dir.clone());
+        let config = options.apply(&self.config.worker);
+        let worker = BackupWorker::new(dir.clone(), bucket, source.clone(), config);
+        let lease = LeaseConfig {
+            ttl: self.config.lease_ttl,
+            conditional: self.config.worker.conditional_writes,
+            ..LeaseConfig::new(record.store_id.clone())
+        };
+        let handle = worker.spawn(lease, self.shutdown.child_token());
+        let entry = Arc::new(StoreEntry {
+            record,
+            dir,
+            handle,
+            source,
+        });
+        self.stores
+            .write()
+            .expect("not poisoned")
+            .insert(entry.record.store_id.clone(), entry.clone());
+        Ok(entry)
+    }
+
+    async fn audit(
+        &self,
+        action: &str,
+        store_id: Option<&str>,
+        store_dir: Option<&str>,
+        outcome: &str,
+        detail: String,
+        peer: Option<String>,
+    ) {
+        let entry = AuditEntry {
+            at_ms: now_ms(),
+            instance_id: self.config.instance_id.clone(),
+            action: action.into(),
+            store_id: store_id.map(Into::into),
+            store_dir: store_dir.map(Into::into),
+            outcome: outcome.into(),
+            detail,
+            peer,
+        };
+        if let Err(e) = self.registry.record_audit(&entry).await {
+            tracing::warn!(error = %e, action, "cannot write the audit log");
+        }
+    }
+
+    /// Audits a refused call (bad input, permission), then returns the error.
+    pub async fn refused(
+        &self,
+        action: &str,
+        store_dir: Option<&str>,
+        e: ServiceError,
+        peer: Option<String>,
+    ) -> ServiceError {
+        self.audit(action, None, store_dir, "refused", e.to_string(), peer)
+            .await;
+        e
+    }
+
+    /// Registers a store and starts its worker; returns its id and node token.
+    pub async fn register(
+        &self,
+        new: NewStore,
+        peer: Option<String>,
+    ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
+        let checked = self.check_new(&new).await;
+        let dir = match checked {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Err(self
+                    .refused("register", Some(&new.store_dir), e, peer)
+                    .await);
+            }
+        };
+        self.insert_and_spawn(new, dir, "register", String::new(), peer)
+            .await
+    }
+
+    async fn check_new(&self, new: &NewStore) -> Result<PathBuf, ServiceError> {
+        let dir = paths::check_store_dir(&new.store_dir, &self.config.allow_roots)?;
+        paths::check_destination(&new.destination)?;
+        new.options.check()?;
+        let dir_text = dir.to_str().ok_or_else(|| {
+            ServiceError::InvalidArgument("store_dir resolves to a non-UTF-8 path".into())
+        })?;
+        if self.registry.find_by_dir(dir_text).await?.is_some() {
+            return Err(ServiceError::AlreadyExists(format!(
+                "store_dir {dir_text} is already registered"
+            )));
+        }
+        Ok(dir)
+    }
+
+    async fn insert_and_spawn(
+        &self,
+        new: NewStore,
+        dir: PathBuf,
+        action: &str,
+        detail: String,
+        peer: Option<String>,
+    ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
+        let token = registry::new_node_token();
+        let record = StoreRecord {
+            store_id: uuid::Uuid::new_v4().to_string(),
+            store_dir: dir.to_string_lossy().into_owned(),
+            destination: new.destination.clone(),
+            labels: new.labels,
+            options: serde_json::to_value(&new.options).map_err(ServiceError::internal)?,
+            node_token_hash: registry::hash_token(&token),
+            instance_id: self.config.instance_id.clone(),
+            registered_at_ms: now_ms(),
+        };
+        if let Err(e) = self.registry.insert_store(&record).await {
+            let e = ServiceError::from(e);
+            return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
+        }
+        match self.spawn(record.clone()).await {
+            Ok(entry) => {
+                self.audit(
+                    action,
+                    Some(&record.store_id),
+                    Some(&record.store_dir),
+                    "ok",
+                    detail,
+                    peer,
+                )
+                .await;
+                tracing::info!(store_id = %record.store_id, store_dir = %record.store_dir, destination = %record.destination, "{action}ed a store");
+                Ok((entry, token))
+            }
+            Err(e) => {
+                let _ = self.registry.delete_store(&record.store_id).await;
+                Err(self.refused(action, Some(&record.store_dir), e, peer).await)
+            }
+        }
+    }
+
+    pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, ServiceError> {
+        if store_id.is_empty() {
+            return Err(ServiceError::InvalidArgument("store_id is empty".into()));
+        }
+        self.stores
+            .read()
+            .expect("not poisoned")
+            .get(store_id)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotFound(format!("no store {store_id} on this instance")))
+    }
+
+    pub fn list(&self) -> Vec<Arc<StoreEntry>> {
+        self.stores
+            .read()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub async fn deregister(
+        &self,
+        store_id: &str,
+        flush: bool,
+        peer: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let entry = self.get(store_id)?;
+        entry.handle.shutdown(flush).await;
+        self.registry.delete_store(store_id).await?;
+        self.stores.write().expect("not poisoned").remove(store_id);
+        self.audit(
+            "deregister",
+            Some(store_id),
+            Some(&entry.record.store_dir),
+            "ok",
+            format!("flush={flush}"),
+            peer,
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Boot restore into an empty or missing directory, then registration (the worker adopts).
+    pub async fn adopt(
+        &self,
+        new: NewStore,
+        at: Option<u64>,
+        peer: Option<String>,
+    ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), ServiceError> {
+        let dir = match self.check_adopt(&new).await {
+            Ok(dir) => dir,
+            Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
+        };
+        let bucket = bucket::open(&new.destination).await.map_err(open_error)?;
+        let opts = RestoreOptions {
+            at,
+            adopt: true,
+            ..RestoreOptions::default()
+        };
+        let report = match restore::restore(bucket.as_ref(), &dir, &opts).await {
+            Ok(r) => r,
+            Err(e) => {
+                let e = restore_error(e);
+                return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await);
+            }
+        };
+        let detail = format!(
+            "restored commit {} from {}",
+            report.commit_seq, report.manifest_key
+        );
+        let (entry, token) = self
+            .insert_and_spawn(new, dir, "adopt", detail, peer)
+            .await?;
+        Ok((entry, token, report))
+    }
+
+    async fn check_adopt(&self, new: &NewStore) -> Result<PathBuf, ServiceError> {
+        let dir = self.check_new(new).await?;
+        match std::fs::read_dir(&dir) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    return Err(ServiceError::FailedPrecondition(format!(
+                        "{} is not empty: Adopt restores only into an empty or missing directory",
+                        dir.display()
+                    )));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{}: {e}",
+                    dir.display()
+                )));
+            }
+        }
+        Ok(dir)
+    }
+
+    /// Stops every worker (each flushes a last restore point and releases its lease).
+    pub async fn shutdown_all(&self, flush: bool) {
+        let entries = self.list();
+        futures::future::join_all(entries.iter().map(|e| e.handle.shutdown(flush))).await;
+    }
+}
+
+fn restore_error(e: restore::RestoreError) -> ServiceError {
+    use restore::RestoreError as R;
+    match e {
+        R::TargetNotEmpty { .. } | R::BadTarget { .. } => {
+            ServiceError::FailedPrecondition(e.to_string())
+        }
+        R::NoRestorePoint { .. } | R::Unreachable { .. } => {
+            ServiceError::FailedPrecondition(e.to_string())
+        }
+        R::Manifest(_) | R::CrcMismatch { .. } | R::BadObject { .. } | R::ReadBack { .. } => {
+            ServiceError::FailedPrecondition(format!("the destination cannot be restored: {e}"))
+        }
+        R::Bucket(b) => ServiceError::Unavailable(format!("the destination is unavailable: {b}")),
+        other => ServiceError::internal(other),
+    }
+}
