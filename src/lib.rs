@@ -14,6 +14,7 @@ pub mod bucket;
 pub mod health;
 pub mod lease;
 pub mod manifest;
+pub mod registry;
 pub mod restore;
 pub mod service;
 pub mod store;
