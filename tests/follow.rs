@@ -22,10 +22,12 @@ const RATE: u32 = 250;
 /// at every `wal_interval` (200 ms), the test reads the bucket every 50 ms, and a debug build
 /// talking to moto takes some tens of milliseconds per request.
 const POLLING_ALLOWANCE: Duration = Duration::from_millis(1000);
-/// What the first new segment may take on top of that: after the takeover, the successor
-/// resumes from the bucket (LATEST, its manifest, a listing of `gen/`, the segments past the
-/// manifest) before its first PUT, in a debug build on a shared machine.
-const RESUME_ALLOWANCE: Duration = Duration::from_millis(1500);
+/// How long after the takeover the first new segment may come: the successor first resumes
+/// from the bucket — LATEST, its manifest, a listing of `gen/`, and one GET per segment shipped
+/// past that manifest (to check it against the local WAL), of which there are many because
+/// restore points are rare under a steady writer (see the ignored test below) — in a debug
+/// build on a shared machine. Measured: 0.1–2.3 s.
+const RESUME_ALLOWANCE: Duration = Duration::from_millis(3000);
 
 const PREFIX: &str = "follow";
 
@@ -147,21 +149,22 @@ fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third() {
         }
     }
     let shipped = killed.elapsed();
+    let resumed = shipped.saturating_sub(takeover);
     let bound = TTL + TTL / 3;
     eprintln!(
         "takeover: the second follower held the lease {takeover:?} after the SIGKILL of the first \
-         and had shipped a new segment ({}) {shipped:?} after it (bound {bound:?} + {POLLING_ALLOWANCE:?}, \
-         + {RESUME_ALLOWANCE:?} for the segment)",
+         (bound {bound:?} + {POLLING_ALLOWANCE:?}) and had shipped a new segment ({}) {shipped:?} after it, \
+         {resumed:?} after the takeover (bound {RESUME_ALLOWANCE:?})",
         new_segment.as_deref().unwrap_or("?")
     );
     assert!(
         takeover <= bound + POLLING_ALLOWANCE,
         "the takeover took {takeover:?}, more than TTL + TTL/3 = {bound:?} + {POLLING_ALLOWANCE:?}: {h:?}"
     );
-    if shipped > bound + POLLING_ALLOWANCE + RESUME_ALLOWANCE {
+    if resumed > RESUME_ALLOWANCE {
         second.fail(&format!(
-            "shipped its first new segment {shipped:?} after the kill, more than {bound:?} + \
-             {POLLING_ALLOWANCE:?} + {RESUME_ALLOWANCE:?}"
+            "shipped its first new segment {resumed:?} after it took the lease over, more than \
+             {RESUME_ALLOWANCE:?}"
         ));
     }
     assert!(
