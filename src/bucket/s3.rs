@@ -44,8 +44,12 @@ pub const MIN_PART_SIZE: u64 = 5 << 20;
 /// How [`S3Bucket`] talks to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Options {
-    /// Bodies larger than this go up as multipart uploads of parts this size (at least
-    /// [`MIN_PART_SIZE`]; smaller values are raised to it).
+    /// Bodies larger than this go up as multipart uploads (of `part_size` parts); smaller ones
+    /// as one `PutObject`, which costs one request and is cheaper for the store to assemble.
+    /// Raised to at least `part_size`.
+    pub multipart_threshold: u64,
+    /// The part size of multipart uploads (at least [`MIN_PART_SIZE`]; smaller values are
+    /// raised to it).
     pub part_size: u64,
     /// Parts in flight at once per upload.
     pub upload_concurrency: usize,
@@ -62,6 +66,7 @@ pub struct S3Options {
 impl Default for S3Options {
     fn default() -> Self {
         S3Options {
+            multipart_threshold: 64 << 20,
             part_size: 8 << 20,
             upload_concurrency: 4,
             checksums_when_required: false,
@@ -132,6 +137,7 @@ impl S3Bucket {
             prefix: prefix.trim_matches('/').to_string(),
             options: S3Options {
                 part_size: options.part_size.max(MIN_PART_SIZE),
+                multipart_threshold: options.multipart_threshold.max(options.part_size.max(MIN_PART_SIZE)),
                 upload_concurrency: options.upload_concurrency.max(1),
                 ..options
             },
@@ -240,7 +246,7 @@ impl super::Bucket for S3Bucket {
 
     async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
         super::fs::check_key("put", key)?;
-        if body.len() > self.options.part_size {
+        if body.len() > self.options.multipart_threshold {
             multipart::put(self, key, &body, &cond).await
         } else {
             self.put_one(key, &body, &cond).await

@@ -126,6 +126,7 @@ pub async fn bucket(name_hint: &str) -> Option<DynBucket> {
 pub async fn bucket_with_part_size(name_hint: &str, part_size: u64) -> Option<DynBucket> {
     let options = S3Options {
         part_size,
+        multipart_threshold: part_size,
         ..S3Options::default()
     };
     Some(Arc::new(s3_bucket(name_hint, options).await?))
