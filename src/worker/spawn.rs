@@ -5,7 +5,11 @@
 //! instance holds a fresh lease it uploads nothing, records the holder (health names it) and
 //! tries again every third of a TTL, so a successor takes over within about a TTL of a
 //! holder's death, and at once after a clean shutdown (which deletes the lease). Holding the
-//! lease, it steps every `wal_interval` (and at once on a [`BackupTrigger`]); every step runs
+//! lease, it ticks every `wal_interval` (and at once on a [`BackupTrigger`]): a tick steps until
+//! nothing is left, but ships at most one segment (more only to work off a backlog near
+//! [`MAX_SEGMENT_BYTES`](super::MAX_SEGMENT_BYTES) a segment), so a busy store costs one
+//! segment PUT per `wal_interval` however slow a PUT is, and still gets its restore points
+//! (see `tick_step`). Every step runs
 //! under [`BucketLease::guard`], so a lease that stops holding cancels the step's in-flight
 //! requests. A lost lease is dropped and the next acquisition starts from the bucket's state
 //! afresh ([`BackupWorker::forget_view`]). A write the bucket refuses (another writer) drops
@@ -302,12 +306,13 @@ async fn hold(
             _ = tokio::time::sleep_until(next_step) => {}
         }
         next_step = Instant::now() + worker.config.wal_interval;
+        let mut shipped = false;
         loop {
             if !lease.may_write() {
                 return Holding::Lost;
             }
             let stepped = tokio::select! {
-                r = lease.guard(worker.step()) => r,
+                r = lease.guard(tick_step(worker, shipped)) => r,
                 _ = shutdown.cancelled() => {
                     // The step's requests are dropped mid-way: what it learnt is not to be
                     // trusted, so the flush starts from the bucket's state.
@@ -328,6 +333,10 @@ async fn hold(
                 }
                 Ok(Ok(outcome)) => {
                     tracing::debug!(?outcome, "step");
+                    if let StepOutcome::Shipped { bytes, .. } = outcome {
+                        // A segment near the cap means a backlog: ship on at once.
+                        shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
+                    }
                     record(status, |s| {
                         s.consecutive_failures = 0;
                         s.refused = None;
@@ -357,6 +366,38 @@ async fn hold(
             }
         }
     }
+}
+
+/// One step of a tick. Until the tick has shipped its segment, [`BackupWorker::step`]; after,
+/// only what a step finds to do once everything is shipped — a restore point when one is due,
+/// then retention when due — and what became durable while the segment went up waits for the
+/// next tick. Stepping on would ship it at once: with commits arriving faster than a PUT takes,
+/// a step would never find everything shipped, so segments would go up back to back (one per
+/// PUT's latency, not one per `wal_interval`) and no restore point would be written.
+async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutcome, WorkerError> {
+    if !shipped {
+        return worker.step().await;
+    }
+    let result = async {
+        if worker.restore_point_due()
+            && let Some(outcome) = super::restore_point::write(worker).await?
+        {
+            return Ok(outcome);
+        }
+        if worker.retention_due() {
+            return super::retention::run(worker).await;
+        }
+        Ok(StepOutcome::Idle)
+    }
+    .await;
+    // What `step` does with a failure.
+    if let Err(e) = &result {
+        if matches!(e, WorkerError::ConcurrentWriter { .. }) {
+            worker.forget_view();
+        }
+        BackupCounters::add(&worker.counters.failures, 1);
+    }
+    result
 }
 
 /// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
