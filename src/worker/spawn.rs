@@ -5,7 +5,11 @@
 //! instance holds a fresh lease it uploads nothing, records the holder (health names it) and
 //! tries again every third of a TTL, so a successor takes over within about a TTL of a
 //! holder's death, and at once after a clean shutdown (which deletes the lease). Holding the
-//! lease, it steps every `wal_interval` (and at once on a [`BackupTrigger`]); every step runs
+//! lease, it ticks every `wal_interval` (and at once on a [`BackupTrigger`]): a tick steps until
+//! nothing is left, but ships at most one segment (more only to work off a backlog near
+//! [`MAX_SEGMENT_BYTES`](super::MAX_SEGMENT_BYTES) a segment), so a busy store costs one
+//! segment PUT per `wal_interval` however slow a PUT is, and still gets its restore points
+//! (see `tick_step`). Every step runs
 //! under [`BucketLease::guard`], so a lease that stops holding cancels the step's in-flight
 //! requests. A lost lease is dropped and the next acquisition starts from the bucket's state
 //! afresh ([`BackupWorker::forget_view`]). A write the bucket refuses (another writer) drops
@@ -15,7 +19,8 @@
 //!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
 //! the runner recorded and the durable position it reads from the WAL source itself, and a
-//! runner that returns or panics is reported unhealthy with the reason.
+//! runner that returns or panics is reported unhealthy with the reason. The lag it judges is
+//! the age of the oldest commit still unshipped, by when it first saw that commit durable.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -319,12 +324,13 @@ async fn hold(
             _ = tokio::time::sleep_until(next_step) => {}
         }
         next_step = Instant::now() + worker.config.wal_interval;
+        let mut shipped = false;
         loop {
             if !lease.may_write() {
                 return Holding::Lost;
             }
             let grace = worker.config.shutdown_grace;
-            let mut step = Box::pin(lease.guard(worker.step()));
+            let mut step = Box::pin(lease.guard(tick_step(worker, shipped)));
             let stepped = tokio::select! {
                 r = &mut step => r,
                 _ = shutdown.cancelled() => {
@@ -354,6 +360,10 @@ async fn hold(
                 }
                 Ok(Ok(outcome)) => {
                     tracing::debug!(?outcome, "step");
+                    if let StepOutcome::Shipped { bytes, .. } = outcome {
+                        // A segment near the cap means a backlog: ship on at once.
+                        shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
+                    }
                     record(status, |s| {
                         s.consecutive_failures = 0;
                         s.refused = None;
@@ -383,6 +393,38 @@ async fn hold(
             }
         }
     }
+}
+
+/// One step of a tick. Until the tick has shipped its segment, [`BackupWorker::step`]; after,
+/// only what a step finds to do once everything is shipped — a restore point when one is due,
+/// then retention when due — and what became durable while the segment went up waits for the
+/// next tick. Stepping on would ship it at once: with commits arriving faster than a PUT takes,
+/// a step would never find everything shipped, so segments would go up back to back (one per
+/// PUT's latency, not one per `wal_interval`) and no restore point would be written.
+async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutcome, WorkerError> {
+    if !shipped {
+        return worker.step().await;
+    }
+    let result = async {
+        if worker.restore_point_due()
+            && let Some(outcome) = super::restore_point::write(worker).await?
+        {
+            return Ok(outcome);
+        }
+        if worker.retention_due() {
+            return super::retention::run(worker).await;
+        }
+        Ok(StepOutcome::Idle)
+    }
+    .await;
+    // What `step` does with a failure.
+    if let Err(e) = &result {
+        if matches!(e, WorkerError::ConcurrentWriter { .. }) {
+            worker.forget_view();
+        }
+        BackupCounters::add(&worker.counters.failures, 1);
+    }
+    result
 }
 
 /// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
@@ -421,7 +463,7 @@ async fn supervise(
     holder: String,
     health: watch::Sender<StoreHealth>,
 ) -> WorkerState {
-    let mut unshipped_since: Option<Instant> = None;
+    let mut unshipped = Unshipped::default();
     let mut tick = tokio::time::interval(policy.wal_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ended = loop {
@@ -456,7 +498,7 @@ async fn supervise(
                 .durable_commit_seq
                 .load(std::sync::atomic::Ordering::Relaxed),
         };
-        let progress = progress(&counters, durable, &mut unshipped_since);
+        let progress = progress(&counters, durable, &mut unshipped);
         let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let next = health::evaluate(&s, progress, &policy, &holder);
         health.send_if_modified(|h| {
@@ -469,30 +511,85 @@ async fn supervise(
     let durable = counters
         .durable_commit_seq
         .load(std::sync::atomic::Ordering::Relaxed);
-    let progress = progress(&counters, durable, &mut unshipped_since);
+    let progress = progress(&counters, durable, &mut unshipped);
     let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
     ended
 }
 
-fn progress(
-    counters: &BackupCounters,
-    durable: u64,
-    unshipped_since: &mut Option<Instant>,
-) -> Progress {
+fn progress(counters: &BackupCounters, durable: u64, unshipped: &mut Unshipped) -> Progress {
     use std::sync::atomic::Ordering::Relaxed;
     let shipped = counters.shipped_commit_seq.load(Relaxed);
-    let now = Instant::now();
-    let unshipped_for = if durable > shipped {
-        now - *unshipped_since.get_or_insert(now)
-    } else {
-        *unshipped_since = None;
-        Duration::ZERO
-    };
     Progress {
         durable_commit_seq: durable,
         shipped_commit_seq: shipped,
         restore_point_commit_seq: counters.restore_point_commit_seq.load(Relaxed),
-        unshipped_for,
+        unshipped_for: unshipped.lag(durable, shipped, Instant::now()),
+    }
+}
+
+/// When the supervisor first saw commits durable, so that the lag is the age of the oldest
+/// commit still unshipped. (How long durable has been above shipped at every look is not it:
+/// at a busy store it always is, as commits keep arriving between a segment and the next look,
+/// so a store that keeps up would turn unhealthy.)
+#[derive(Debug, Default)]
+struct Unshipped {
+    /// `(durable_commit_seq, when first seen)`, oldest first, each above the shipped seq.
+    seen: std::collections::VecDeque<(u64, Instant)>,
+}
+
+impl Unshipped {
+    /// Looks kept; beyond, two are merged into one, which errs towards a longer lag.
+    const KEEP: usize = 64;
+
+    fn lag(&mut self, durable: u64, shipped: u64, now: Instant) -> Duration {
+        if durable <= shipped {
+            self.seen.clear();
+            return Duration::ZERO;
+        }
+        while self.seen.front().is_some_and(|&(seq, _)| seq <= shipped) {
+            self.seen.pop_front();
+        }
+        if self.seen.back().is_none_or(|&(seq, _)| seq < durable) {
+            self.seen.push_back((durable, now));
+        }
+        if self.seen.len() > Self::KEEP
+            && let Some((_, earlier)) = self.seen.remove(1)
+        {
+            self.seen[1].1 = earlier;
+        }
+        self.seen.front().map_or(Duration::ZERO, |&(_, t)| now - t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_is_the_age_of_the_oldest_unshipped_commit() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut u = Unshipped::default();
+        assert_eq!(u.lag(10, 10, t0), Duration::ZERO);
+        // A busy store that keeps up: something unshipped at every look, but each look's
+        // commits shipped by the next.
+        assert_eq!(u.lag(20, 10, t0 + s(1)), s(0));
+        assert_eq!(u.lag(30, 20, t0 + s(2)), s(0));
+        assert_eq!(u.lag(40, 30, t0 + s(3)), s(0));
+        // A stuck one: the oldest unshipped commit ages.
+        assert_eq!(u.lag(50, 30, t0 + s(4)), s(1));
+        assert_eq!(u.lag(60, 30, t0 + s(9)), s(6));
+        assert_eq!(u.lag(60, 45, t0 + s(10)), s(6));
+        assert_eq!(u.lag(60, 50, t0 + s(10)), s(1));
+        assert_eq!(u.lag(60, 60, t0 + s(11)), Duration::ZERO);
+        // Many looks while stuck: still measured from the first.
+        for i in 0..200 {
+            u.lag(100 + i, 60, t0 + s(20 + i));
+        }
+        assert!(u.seen.len() <= Unshipped::KEEP);
+        assert_eq!(u.lag(400, 60, t0 + s(300)), s(280));
+        // Commit 151 was first seen at 71 s; merged looks may only make it look older.
+        assert!(u.lag(400, 150, t0 + s(300)) >= s(229));
     }
 }
