@@ -18,6 +18,7 @@ pub mod registry;
 pub mod restore;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 pub mod verify;
 pub mod wal_source;
 pub mod worker;

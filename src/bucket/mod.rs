@@ -33,6 +33,7 @@ pub mod counting;
 pub mod faults;
 pub mod fs;
 pub mod mem;
+pub mod metered;
 pub mod retry;
 pub mod s3;
 
