@@ -152,7 +152,10 @@ pub async fn run(
     let serve = server
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(BackupControlServer::new(api::Api::new(fleet.clone())))
+        .add_service(BackupControlServer::new(api::Api::new(
+            fleet.clone(),
+            shutdown.clone(),
+        )))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             async move {
