@@ -142,7 +142,10 @@ pub enum NodeClientError {
 impl NodeClientError {
     /// Whether the client gave up (it will not reconnect).
     pub fn is_permanent(&self) -> bool {
-        matches!(self, NodeClientError::Rejected { .. } | NodeClientError::Config(_))
+        matches!(
+            self,
+            NodeClientError::Rejected { .. } | NodeClientError::Config(_)
+        )
     }
 }
 
@@ -244,9 +247,9 @@ impl NodeClient {
     pub fn connect(config: NodeClientConfig) -> Result<NodeClient, NodeClientError> {
         let endpoint = endpoint(&config)?;
         let auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
-            format!("Bearer {}", config.token).parse().map_err(|_| {
-                NodeClientError::Config("the token must be printable ASCII".into())
-            })?;
+            format!("Bearer {}", config.token)
+                .parse()
+                .map_err(|_| NodeClientError::Config("the token must be printable ASCII".into()))?;
         if config.token.trim().is_empty() {
             return Err(NodeClientError::Config("the token is empty".into()));
         }
@@ -364,11 +367,7 @@ impl NodeClient {
     /// server has read it to its end. Reports after this are ignored.
     pub async fn close(&self) {
         self.stop.cancel();
-        let handle = self
-            .task
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let handle = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(mut handle) = handle
             && tokio::time::timeout(self.close_timeout, &mut handle)
                 .await
@@ -393,7 +392,11 @@ fn endpoint(config: &NodeClientConfig) -> Result<Endpoint, NodeClientError> {
     let tls = match url.scheme() {
         "http" => false,
         "https" => true,
-        other => return Err(bad(format!("the scheme must be http or https, not {other}"))),
+        other => {
+            return Err(bad(format!(
+                "the scheme must be http or https, not {other}"
+            )));
+        }
     };
     let mut ep = Endpoint::from_shared(config.server.clone())
         .map_err(|e| bad(e.to_string()))?
@@ -410,9 +413,7 @@ fn endpoint(config: &NodeClientConfig) -> Result<Endpoint, NodeClientError> {
         if let Some(ca) = &config.tls_ca_pem {
             t = t.ca_certificate(Certificate::from_pem(ca));
         }
-        ep = ep
-            .tls_config(t)
-            .map_err(|e| bad(format!("TLS: {e}")))?;
+        ep = ep.tls_config(t).map_err(|e| bad(format!("TLS: {e}")))?;
     }
     Ok(ep)
 }
@@ -566,7 +567,10 @@ impl Task {
                 if let Some(f) = &self.config.on_refresh {
                     f(&r.reason);
                 }
-                let _ = self.shared.refresh.send(RefreshRequest { reason: r.reason });
+                let _ = self
+                    .shared
+                    .refresh
+                    .send(RefreshRequest { reason: r.reason });
             }
             // A command of a newer server: ignored.
             None => {}

@@ -182,7 +182,10 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
         }
         ep = ep.tls_config(tls).context("TLS")?;
     } else if !a.server.starts_with("http://") {
-        anyhow::bail!("--server {:?}: must start with http:// or https://", a.server);
+        anyhow::bail!(
+            "--server {:?}: must start with http:// or https://",
+            a.server
+        );
     }
     let channel = ep.connect().await.map_err(|e| {
         let mut s = e.to_string();
