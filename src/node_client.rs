@@ -62,6 +62,9 @@ use tonic::{Code, Status};
 use crate::service::proto::{self, backup_control_client::BackupControlClient};
 use crate::store::format::WalPosition;
 
+/// Called with the reason of every `Refresh`.
+pub type RefreshCallback = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How to reach the service and who this node is.
 #[derive(Clone)]
 pub struct NodeClientConfig {
@@ -81,7 +84,7 @@ pub struct NodeClientConfig {
     /// How long [`NodeClient::close`] waits for the server to read the stream to its end.
     pub close_timeout: Duration,
     /// Called (on the client's task) with the reason of every `Refresh`; keep it short.
-    pub on_refresh: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub on_refresh: Option<RefreshCallback>,
 }
 
 impl NodeClientConfig {

@@ -498,8 +498,8 @@ fn health_text(r: &proto::HealthResponse) -> String {
         .join("\n")
 }
 
-fn options_json(o: &Option<proto::StoreOptions>) -> Value {
-    let o = o.clone().unwrap_or_default();
+fn options_json(o: Option<proto::StoreOptions>) -> Value {
+    let o = o.unwrap_or_default();
     json!({
         "wal_interval_ms": o.wal_interval_ms,
         "restore_point_interval_ms": o.restore_point_interval_ms,
@@ -517,7 +517,7 @@ fn store_json(s: &proto::StoreInfo) -> Value {
         "instance_id": s.instance_id,
         "labels": s.labels,
         "registered_at_unix_ms": s.registered_at_unix_ms,
-        "options": options_json(&s.options),
+        "options": options_json(s.options),
     })
 }
 
