@@ -16,6 +16,7 @@ use clap::Args;
 
 use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
 use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::store::format::WalPosition;
 
 #[derive(Args)]
 pub struct NodeArgs {
@@ -87,14 +88,19 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     client.report(engine.position());
 
     // Refresh: our state is always the engine's own, so report the newest durable position
-    // again (the handle reads it without touching the engine).
+    // again (the handle reads it without touching the engine). `reporting` orders that read
+    // and report against the writer's: a refresh never reports a position older than one the
+    // writer reported just before.
+    let reporting = Arc::new(std::sync::Mutex::new(()));
     let handle = engine.position_handle();
     let mut refresh = client.refresh_requests();
     let refresher = {
         let client = client.clone();
+        let reporting = reporting.clone();
         tokio::spawn(async move {
             while let Ok(r) = refresh.recv().await {
                 tracing::info!(reason = %r.reason, "refresh requested: reporting again");
+                let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
                 client.report(handle.get());
             }
         })
@@ -113,8 +119,12 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         let client = client.clone();
         let stop = stop.clone();
         let (commits, rate, seed, value_size) = (a.commits, a.rate, a.seed, a.value_size);
+        let report = move |pos| {
+            let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
+            client.report(pos);
+        };
         tokio::task::spawn_blocking(move || {
-            write(engine, &client, &stop, commits, rate, seed, value_size)
+            write(engine, &report, &stop, commits, rate, seed, value_size)
         })
     };
     let outcome = writer.await.context("the writer task failed")?;
@@ -141,7 +151,7 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
 /// digest below is of what was reported) and how many commits were written.
 fn write(
     mut engine: Engine,
-    client: &NodeClient,
+    report: &dyn Fn(WalPosition),
     stop: &AtomicBool,
     commits: u64,
     rate: Option<f64>,
@@ -159,8 +169,7 @@ fn write(
         }
         let seq = engine.commit_seq() + 1;
         engine.commit(&workload_ops(seed, seq, value_size))?;
-        let pos = engine.sync()?;
-        client.report(pos);
+        report(engine.sync()?);
         written += 1;
     }
     Ok((engine, written))
