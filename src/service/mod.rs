@@ -7,7 +7,9 @@
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API.
 //!
-//! Shutdown (SIGTERM, or the token): the listener stops taking calls, every worker flushes a
+//! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
+//! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
+//! every connection to close, and they never would by themselves), every worker flushes a
 //! last restore point and releases its lease, then [`run`] returns.
 
 pub mod api;
