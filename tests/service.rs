@@ -153,6 +153,11 @@ fn serve(d: &Dirs, admin: Option<&str>, log_name: &str) -> Server {
             proc.log_tail()
         )
     });
+    assert!(
+        !line.is_empty(),
+        "serve exited before printing its listening line:\n{}",
+        proc.log_tail()
+    );
     let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
         panic!(
             "serve's first line {line:?} is not JSON ({e}):\n{}",
