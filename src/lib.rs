@@ -9,11 +9,13 @@
 //! - [`wal_source`]: where the worker learns how much WAL is durable.
 //! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
 //! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.
+//! - [`service`]: the gRPC control plane; [`node_client`]: the position reporter a node embeds.
 
 pub mod bucket;
 pub mod health;
 pub mod lease;
 pub mod manifest;
+pub mod node_client;
 pub mod registry;
 pub mod restore;
 pub mod service;

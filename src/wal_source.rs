@@ -156,11 +156,11 @@ impl OfflineSource {
         // Fast path: nothing written to wal.bin or snapshot.bin since the last fsync and scan.
         if let Some(s) = *self.scanned.lock().expect("not poisoned") {
             let m = std::fs::metadata(&path).map_err(io(&path))?;
-            if let Some(p) = s.position {
-                if stamp(&m) == (s.inode, s.file_len, s.mtime_ns) && snap_stamp == s.snapshot_stamp
-                {
-                    return Ok(p);
-                }
+            if let Some(p) = s.position
+                && stamp(&m) == (s.inode, s.file_len, s.mtime_ns)
+                && snap_stamp == s.snapshot_stamp
+            {
+                return Ok(p);
             }
         }
         let mut f = std::fs::File::open(&path).map_err(io(&path))?;

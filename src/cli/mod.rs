@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backup;
+mod ctl;
 mod inspect;
+mod node;
 mod serve;
 mod settings;
 mod store;
@@ -34,6 +36,10 @@ enum Command {
     Ls(inspect::LsArgs),
     /// Run the gRPC control plane: one backup worker per registered store.
     Serve(serve::ServeArgs),
+    /// A demo database node: the reference engine, reporting its positions to the service.
+    Node(node::NodeArgs),
+    /// Operator calls to the service (register, health, restore points, adopt, ...).
+    Ctl(ctl::CtlArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -57,6 +63,8 @@ pub fn main() -> ExitCode {
             Command::Verify(args) => inspect::verify(args).await,
             Command::Ls(args) => inspect::ls(args).await,
             Command::Serve(args) => serve::run(args).await,
+            Command::Node(args) => node::run(args).await,
+            Command::Ctl(args) => ctl::run(args).await,
         }
     });
     match result {

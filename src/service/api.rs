@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::Stream;
 use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use uuid::Uuid;
 
@@ -22,11 +23,14 @@ use crate::verify;
 
 pub struct Api {
     fleet: Arc<Fleet>,
+    /// The service's shutdown: ends the long-lived streams (`WatchHealth`, `ReportPosition`),
+    /// which the server's graceful shutdown would otherwise wait for forever.
+    shutdown: CancellationToken,
 }
 
 impl Api {
-    pub fn new(fleet: Arc<Fleet>) -> Self {
-        Self { fleet }
+    pub fn new(fleet: Arc<Fleet>, shutdown: CancellationToken) -> Self {
+        Self { fleet, shutdown }
     }
 
     fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
@@ -199,6 +203,7 @@ impl BackupControl for Api {
         let store_id = req.into_inner().store_id;
         let first = self.health_of(&store_id).await?;
         let fleet = self.fleet.clone();
+        let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
             let strip = |r: &proto::HealthResponse| {
@@ -213,11 +218,18 @@ impl BackupControl for Api {
             if tx.send(Ok(first)).await.is_err() {
                 return;
             }
-            let api = Api { fleet };
+            let api = Api {
+                fleet,
+                shutdown: shutdown.clone(),
+            };
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tokio::select! {
                     _ = tx.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(shutting_down())).await;
+                        return;
+                    }
                     _ = tick.tick() => {}
                 }
                 let now = match api.health_of(&store_id).await {
@@ -368,11 +380,16 @@ impl BackupControl for Api {
         let store_id = first.store_id.clone();
         let attachment = entry.source.attach();
         attachment.report(position(&first)?);
+        let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
             let mut attachment = attachment;
             loop {
                 tokio::select! {
+                    _ = shutdown.cancelled() => {
+                        let _ = tx.send(Err(shutting_down())).await;
+                        return;
+                    }
                     msg = inbound.next() => match msg {
                         None => return,
                         Some(Err(e)) => {
@@ -442,6 +459,12 @@ impl Api {
         stores.extend(self.fleet.remote().await?.iter().map(remote_health));
         Ok(proto::HealthResponse { stores })
     }
+}
+
+/// What a long-lived stream ends with when the service stops: retry (another instance, or
+/// this one restarted).
+fn shutting_down() -> Status {
+    Status::unavailable("the service is shutting down")
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.

@@ -7,7 +7,9 @@
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API.
 //!
-//! Shutdown (SIGTERM, or the token): the listener stops taking calls, every worker flushes a
+//! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
+//! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
+//! every connection to close, and they never would by themselves), every worker flushes a
 //! last restore point and releases its lease, then [`run`] returns.
 
 pub mod api;
@@ -152,7 +154,10 @@ pub async fn run(
     let serve = server
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(BackupControlServer::new(api::Api::new(fleet.clone())))
+        .add_service(BackupControlServer::new(api::Api::new(
+            fleet.clone(),
+            shutdown.clone(),
+        )))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             async move {

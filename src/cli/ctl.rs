@@ -1,0 +1,534 @@
+//! `ctl`: every `BackupControl` call for operators. Plain text by default, one JSON document
+//! per answer with `--json` (one per line for `watch-health`). A failed call exits non-zero
+//! with one line naming the call and its gRPC code: `error: Register: PERMISSION_DENIED: …`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+
+use mushroom_backup::node_client::code_name;
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+
+#[derive(Args)]
+pub struct CtlArgs {
+    /// The service: http://host:port or https://host:port.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_SERVER")]
+    server: String,
+    /// The admin token, when the server has one.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM CA of the server's certificate, for https://.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Print JSON (for scripts) instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    /// How long one call may take, in ms (watch-health: how long connecting may take).
+    #[arg(long, default_value_t = 30_000)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    call: Call,
+}
+
+#[derive(Subcommand)]
+enum Call {
+    /// Register a store directory and start its worker; prints the store id and node token.
+    Register {
+        /// Absolute store directory under one of the server's allowed roots.
+        #[arg(long)]
+        dir: String,
+        /// file:///path or s3://bucket/prefix.
+        #[arg(long)]
+        destination: String,
+        #[command(flatten)]
+        store: StoreFlags,
+    },
+    /// Stop a store's worker and forget the store.
+    Deregister {
+        store_id: String,
+        /// Ship what is durable and write a last restore point first.
+        #[arg(long)]
+        flush: bool,
+    },
+    /// Ask a store's worker to ship, write a restore point or run retention now.
+    Trigger { store_id: String, kind: Kind },
+    /// The health of one store, or of every store.
+    Health { store_id: Option<String> },
+    /// Health as it changes, until interrupted (or `--count` answers).
+    WatchHealth {
+        store_id: Option<String>,
+        /// Stop after this many answers.
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Every store of the instance.
+    ListStores,
+    /// A store's restore points, newest first.
+    ListRestorePoints {
+        store_id: String,
+        /// Restore points per page (0: the server's default).
+        #[arg(long, default_value_t = 0)]
+        page_size: u32,
+        /// Start at this page (a previous answer's next page token).
+        #[arg(long)]
+        page_token: Option<String>,
+        /// Follow the pages to the end.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Boot restore: restore a destination into an empty directory and register it.
+    Adopt {
+        #[arg(long)]
+        dir: String,
+        #[arg(long)]
+        destination: String,
+        /// Restore to this commit (default: the restore point LATEST names).
+        #[arg(long)]
+        at: Option<u64>,
+        #[command(flatten)]
+        store: StoreFlags,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Kind {
+    Ship,
+    RestorePoint,
+    Retention,
+}
+
+/// Labels and per-store options of Register and Adopt.
+#[derive(Args)]
+struct StoreFlags {
+    /// A label, key=value (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    #[arg(long)]
+    wal_interval_ms: Option<u64>,
+    #[arg(long)]
+    restore_point_interval_ms: Option<u64>,
+    #[arg(long)]
+    retention_interval_ms: Option<u64>,
+    #[arg(long)]
+    keep_for_ms: Option<u64>,
+    #[arg(long)]
+    keep_generations: Option<u64>,
+}
+
+impl StoreFlags {
+    fn labels(&self) -> HashMap<String, String> {
+        self.labels.iter().cloned().collect()
+    }
+
+    fn options(&self) -> Option<proto::StoreOptions> {
+        Some(proto::StoreOptions {
+            wal_interval_ms: self.wal_interval_ms.unwrap_or(0),
+            restore_point_interval_ms: self.restore_point_interval_ms.unwrap_or(0),
+            retention_interval_ms: self.retention_interval_ms.unwrap_or(0),
+            keep_for_ms: self.keep_for_ms.unwrap_or(0),
+            keep_generations: self.keep_generations.unwrap_or(0),
+        })
+    }
+}
+
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("label {s:?} is not key=value"))
+}
+
+/// The connection and the admin token.
+struct Ctl {
+    client: BackupControlClient<Channel>,
+    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    timeout: Duration,
+}
+
+impl Ctl {
+    fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(t) = &self.token {
+            r.metadata_mut().insert("authorization", t.clone());
+        }
+        if deadline {
+            r.set_timeout(self.timeout);
+        }
+        r
+    }
+}
+
+/// `Call: CODE: message`, on one line.
+fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
+    let msg = s.message().replace('\n', " ");
+    anyhow::anyhow!("{call}: {}: {msg}", code_name(s.code()))
+}
+
+async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
+    let timeout = Duration::from_millis(a.timeout_ms);
+    let mut ep = Endpoint::from_shared(a.server.clone())
+        .with_context(|| format!("--server {:?}", a.server))?
+        .connect_timeout(timeout);
+    if a.server.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new();
+        if let Some(ca) = &a.ca {
+            let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
+            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        }
+        ep = ep.tls_config(tls).context("TLS")?;
+    } else if !a.server.starts_with("http://") {
+        anyhow::bail!(
+            "--server {:?}: must start with http:// or https://",
+            a.server
+        );
+    }
+    let channel = ep.connect().await.map_err(|e| {
+        let mut s = e.to_string();
+        let mut cur = std::error::Error::source(&e);
+        while let Some(c) = cur {
+            s = format!("{s}: {c}");
+            cur = c.source();
+        }
+        anyhow::anyhow!("connecting to {}: UNAVAILABLE: {s}", a.server)
+    })?;
+    let token = match a.token.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .map_err(|_| anyhow::anyhow!("the admin token must be printable ASCII"))?,
+        ),
+    };
+    Ok(Ctl {
+        client: BackupControlClient::new(channel),
+        token,
+        timeout,
+    })
+}
+
+fn print(json_mode: bool, value: Value, text: String) {
+    if json_mode {
+        println!("{value}");
+    } else if !text.is_empty() {
+        println!("{}", text.trim_end());
+    }
+}
+
+pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
+    let mut ctl = connect(&a).await?;
+    let j = a.json;
+    match a.call {
+        Call::Register {
+            dir,
+            destination,
+            store,
+        } => {
+            let req = proto::RegisterRequest {
+                store_dir: dir,
+                destination,
+                labels: store.labels(),
+                options: store.options(),
+            };
+            let r = ctl
+                .client
+                .register(ctl.request(req, true))
+                .await
+                .map_err(|s| failed("Register", s))?
+                .into_inner();
+            print(
+                j,
+                json!({"store_id": r.store_id, "node_token": r.node_token}),
+                format!(
+                    "registered store {}\nnode token (shown once): {}",
+                    r.store_id, r.node_token
+                ),
+            );
+        }
+        Call::Deregister { store_id, flush } => {
+            let req = proto::DeregisterRequest {
+                store_id: store_id.clone(),
+                flush,
+            };
+            ctl.client
+                .deregister(ctl.request(req, true))
+                .await
+                .map_err(|s| failed("Deregister", s))?;
+            print(
+                j,
+                json!({"deregistered": store_id, "flushed": flush}),
+                format!("deregistered store {store_id}"),
+            );
+        }
+        Call::Trigger { store_id, kind } => {
+            let (k, name) = match kind {
+                Kind::Ship => (proto::TriggerKind::Ship, "ship"),
+                Kind::RestorePoint => (proto::TriggerKind::RestorePoint, "restore-point"),
+                Kind::Retention => (proto::TriggerKind::Retention, "retention"),
+            };
+            let req = proto::TriggerRequest {
+                store_id: store_id.clone(),
+                kind: k as i32,
+            };
+            ctl.client
+                .trigger(ctl.request(req, true))
+                .await
+                .map_err(|s| failed("Trigger", s))?;
+            print(
+                j,
+                json!({"triggered": name, "store_id": store_id}),
+                format!("triggered {name} on store {store_id}"),
+            );
+        }
+        Call::Health { store_id } => {
+            let req = proto::HealthRequest {
+                store_id: store_id.unwrap_or_default(),
+            };
+            let r = ctl
+                .client
+                .health(ctl.request(req, true))
+                .await
+                .map_err(|s| failed("Health", s))?
+                .into_inner();
+            print(j, health_json(&r), health_text(&r));
+        }
+        Call::WatchHealth { store_id, count } => {
+            let req = proto::HealthRequest {
+                store_id: store_id.unwrap_or_default(),
+            };
+            let mut stream = ctl
+                .client
+                .watch_health(ctl.request(req, false))
+                .await
+                .map_err(|s| failed("WatchHealth", s))?
+                .into_inner();
+            let mut seen = 0u64;
+            while count.is_none_or(|c| seen < c) {
+                match stream.message().await {
+                    Ok(Some(r)) => {
+                        seen += 1;
+                        print(j, health_json(&r), format!("{}\n", health_text(&r)));
+                    }
+                    Ok(None) => break,
+                    Err(s) => return Err(failed("WatchHealth", s)),
+                }
+            }
+        }
+        Call::ListStores => {
+            let r = ctl
+                .client
+                .list_stores(ctl.request(proto::ListStoresRequest {}, true))
+                .await
+                .map_err(|s| failed("ListStores", s))?
+                .into_inner();
+            let text = if r.stores.is_empty() {
+                "no stores".to_string()
+            } else {
+                r.stores
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{}  {}  -> {}  (instance {})",
+                            s.store_id, s.store_dir, s.destination, s.instance_id
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            };
+            let stores: Vec<Value> = r.stores.iter().map(store_json).collect();
+            print(j, json!({"stores": stores}), text);
+        }
+        Call::ListRestorePoints {
+            store_id,
+            page_size,
+            page_token,
+            all,
+        } => {
+            let mut token = page_token.unwrap_or_default();
+            let mut points = Vec::new();
+            let next = loop {
+                let req = proto::ListRestorePointsRequest {
+                    store_id: store_id.clone(),
+                    page_size,
+                    page_token: token.clone(),
+                };
+                let r = ctl
+                    .client
+                    .list_restore_points(ctl.request(req, true))
+                    .await
+                    .map_err(|s| failed("ListRestorePoints", s))?
+                    .into_inner();
+                points.extend(r.restore_points);
+                if !all || r.next_page_token.is_empty() {
+                    break r.next_page_token;
+                }
+                token = r.next_page_token;
+            };
+            let mut text: Vec<String> = points
+                .iter()
+                .map(|p| {
+                    format!(
+                        "commit {:>10}  generation {:>4}  {:>10} bytes  {}{}",
+                        p.commit_seq,
+                        p.generation,
+                        p.bytes,
+                        p.manifest_key,
+                        if p.is_latest { "  (LATEST)" } else { "" }
+                    )
+                })
+                .collect();
+            if points.is_empty() {
+                text.push("no restore points".into());
+            }
+            if !next.is_empty() {
+                text.push(format!("more: --page-token {next}"));
+            }
+            let list: Vec<Value> = points.iter().map(restore_point_json).collect();
+            print(
+                j,
+                json!({"restore_points": list, "next_page_token": next}),
+                text.join("\n"),
+            );
+        }
+        Call::Adopt {
+            dir,
+            destination,
+            at,
+            store,
+        } => {
+            let req = proto::AdoptRequest {
+                store_dir: dir,
+                destination,
+                at_commit_seq: at.unwrap_or(0),
+                labels: store.labels(),
+                options: store.options(),
+            };
+            let r = ctl
+                .client
+                .adopt(ctl.request(req, true))
+                .await
+                .map_err(|s| failed("Adopt", s))?
+                .into_inner();
+            print(
+                j,
+                json!({
+                    "store_id": r.store_id,
+                    "node_token": r.node_token,
+                    "commit_seq": r.commit_seq,
+                    "parent_manifest": r.parent_manifest,
+                }),
+                format!(
+                    "adopted store {} at commit {} (from {})\nnode token (shown once): {}",
+                    r.store_id, r.commit_seq, r.parent_manifest, r.node_token
+                ),
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn health_json(r: &proto::HealthResponse) -> Value {
+    let stores: Vec<Value> = r
+        .stores
+        .iter()
+        .map(|s| {
+            json!({
+                "store_id": s.store_id,
+                "store_dir": s.store_dir,
+                "destination": s.destination,
+                "healthy": s.healthy,
+                "reason": s.reason,
+                "reasons": s.reasons,
+                "notes": s.notes,
+                "durable_commit_seq": s.durable_commit_seq,
+                "shipped_commit_seq": s.shipped_commit_seq,
+                "restore_point_commit_seq": s.restore_point_commit_seq,
+                "lag_seconds": s.lag_seconds,
+                "lease_holder": s.lease_holder,
+                "lease_held": s.lease_held,
+                "instance_id": s.instance_id,
+                "consecutive_failures": s.consecutive_failures,
+                "last_error": s.last_error,
+                "reported_at_unix_ms": s.reported_at_unix_ms,
+            })
+        })
+        .collect();
+    json!({ "stores": stores })
+}
+
+fn health_text(r: &proto::HealthResponse) -> String {
+    if r.stores.is_empty() {
+        return "no stores".into();
+    }
+    r.stores
+        .iter()
+        .map(|s| {
+            let state = if s.healthy {
+                "healthy".to_string()
+            } else {
+                format!("UNHEALTHY: {}", s.reason)
+            };
+            let mut line = format!(
+                "{}  {}  {state}\n  durable {}  shipped {}  restore point {}  lag {:.1}s  lease {}",
+                s.store_id,
+                s.store_dir,
+                s.durable_commit_seq,
+                s.shipped_commit_seq,
+                s.restore_point_commit_seq,
+                s.lag_seconds,
+                if s.lease_holder.is_empty() {
+                    "-"
+                } else {
+                    &s.lease_holder
+                },
+            );
+            if !s.last_error.is_empty() {
+                line.push_str(&format!("\n  last error: {}", s.last_error));
+            }
+            for n in &s.notes {
+                line.push_str(&format!("\n  note: {n}"));
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn options_json(o: Option<proto::StoreOptions>) -> Value {
+    let o = o.unwrap_or_default();
+    json!({
+        "wal_interval_ms": o.wal_interval_ms,
+        "restore_point_interval_ms": o.restore_point_interval_ms,
+        "retention_interval_ms": o.retention_interval_ms,
+        "keep_for_ms": o.keep_for_ms,
+        "keep_generations": o.keep_generations,
+    })
+}
+
+fn store_json(s: &proto::StoreInfo) -> Value {
+    json!({
+        "store_id": s.store_id,
+        "store_dir": s.store_dir,
+        "destination": s.destination,
+        "instance_id": s.instance_id,
+        "labels": s.labels,
+        "registered_at_unix_ms": s.registered_at_unix_ms,
+        "options": options_json(s.options),
+    })
+}
+
+fn restore_point_json(p: &proto::RestorePoint) -> Value {
+    json!({
+        "commit_seq": p.commit_seq,
+        "manifest_key": p.manifest_key,
+        "lineage": p.lineage,
+        "generation": p.generation,
+        "created_at_unix_ms": p.created_at_unix_ms,
+        "bytes": p.bytes,
+        "is_latest": p.is_latest,
+    })
+}

@@ -1,0 +1,190 @@
+//! `node`: the demo database node. Runs the reference engine in-process on a store directory,
+//! appends the same deterministic commits as `store write`, syncing each, and reports every
+//! synced position to the service through [`NodeClient`]. It answers `Refresh` by reporting
+//! its current position again, and exits 0 once its last commit has been reported, printing
+//! `{"commit_seq", "digest", "written", "stopped"}`. SIGTERM or SIGINT stop it after the
+//! commit in progress (still reported, still exit 0, `"stopped": true`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+
+use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
+use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::store::format::WalPosition;
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// The store directory (created if missing).
+    #[arg(long)]
+    store: PathBuf,
+    /// The service: http://host:port or https://host:port.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_SERVER")]
+    server: String,
+    /// The store id Register (or Adopt) returned.
+    #[arg(long)]
+    store_id: String,
+    /// The node token Register (or Adopt) returned (prefer the variable: argv is public).
+    #[arg(long, env = "MUSHROOMDB_BACKUP_NODE_TOKEN", hide_env_values = true)]
+    token: String,
+    /// PEM CA of the server's certificate, for https://.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Commits to append.
+    #[arg(long, default_value_t = 1000)]
+    commits: u64,
+    /// Commits per second; as fast as possible when absent (each is synced on its own anyway).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seed of the deterministic workload (the same as `store write --seed`).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Bytes of each value.
+    #[arg(long, default_value_t = 64)]
+    value_size: usize,
+    /// Snapshot every K commits (0: never).
+    #[arg(long, default_value_t = 0)]
+    snapshot_every: u64,
+    /// Rotate wal.bin past this many bytes (0: never).
+    #[arg(long, default_value_t = 0)]
+    rotate_bytes: u64,
+    /// How long to wait, at the end, for the last position to reach the service, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    flush_timeout_ms: u64,
+}
+
+pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(rate) = a.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        anyhow::bail!("--rate {rate} must be a positive number of commits per second");
+    }
+    let mut config = NodeClientConfig::new(a.server.clone(), a.store_id.clone(), a.token.clone());
+    if let Some(ca) = &a.ca {
+        config.tls_ca_pem =
+            Some(std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?);
+    }
+    let client = Arc::new(NodeClient::connect(config)?);
+
+    let engine = {
+        let dir = a.store.clone();
+        let opts = EngineOptions {
+            rotate_bytes: a.rotate_bytes,
+            snapshot_every: a.snapshot_every,
+            keep_wal_on_snapshot: false,
+            group_commit: 0,
+        };
+        tokio::task::spawn_blocking(move || Engine::open(&dir, opts))
+            .await
+            .context("the engine task failed")?
+            .with_context(|| format!("open the store {}", a.store.display()))?
+    };
+    // The opening position is durable (recovery fsyncs): report it before the first commit.
+    client.report(engine.position());
+
+    // Refresh: our state is always the engine's own, so report the newest durable position
+    // again (the handle reads it without touching the engine). `reporting` orders that read
+    // and report against the writer's: a refresh never reports a position older than one the
+    // writer reported just before.
+    let reporting = Arc::new(std::sync::Mutex::new(()));
+    let handle = engine.position_handle();
+    let mut refresh = client.refresh_requests();
+    let refresher = {
+        let client = client.clone();
+        let reporting = reporting.clone();
+        tokio::spawn(async move {
+            while let Ok(r) = refresh.recv().await {
+                tracing::info!(reason = %r.reason, "refresh requested: reporting again");
+                let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
+                client.report(handle.get());
+            }
+        })
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let token = super::shutdown_token();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            token.cancelled().await;
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    let writer = {
+        let client = client.clone();
+        let stop = stop.clone();
+        let (commits, rate, seed, value_size) = (a.commits, a.rate, a.seed, a.value_size);
+        let report = move |pos| {
+            let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
+            client.report(pos);
+        };
+        tokio::task::spawn_blocking(move || {
+            write(engine, &report, &stop, commits, rate, seed, value_size)
+        })
+    };
+    let outcome = writer.await.context("the writer task failed")?;
+    let (engine, written) = outcome.context("writing commits")?;
+    let timeout = Duration::from_millis(a.flush_timeout_ms);
+    let flushed = client.flush(timeout).await;
+    client.close().await;
+    refresher.abort();
+    flushed.context("reporting the last position to the service")?;
+    let digest = engine.digest();
+    println!(
+        "{}",
+        serde_json::json!({
+            "commit_seq": digest.commit_seq,
+            "digest": digest.digest,
+            "written": written,
+            "stopped": stop.load(Ordering::SeqCst),
+        })
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Appends the commits, syncing and reporting each; returns the engine (still open, so the
+/// digest below is of what was reported) and how many commits were written.
+fn write(
+    mut engine: Engine,
+    report: &dyn Fn(WalPosition),
+    stop: &AtomicBool,
+    commits: u64,
+    rate: Option<f64>,
+    seed: u64,
+    value_size: usize,
+) -> anyhow::Result<(Engine, u64)> {
+    let start = Instant::now();
+    let mut written = 0u64;
+    while written < commits && !stop.load(Ordering::SeqCst) {
+        if let Some(rate) = rate {
+            let due = start + Duration::from_secs_f64(written as f64 / rate);
+            if !sleep_until(due, stop) {
+                break;
+            }
+        }
+        let seq = engine.commit_seq() + 1;
+        engine.commit(&workload_ops(seed, seq, value_size))?;
+        report(engine.sync()?);
+        written += 1;
+    }
+    Ok((engine, written))
+}
+
+/// Sleeps until `due` in short steps; `false` if `stop` was set first.
+fn sleep_until(due: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return true;
+        }
+        std::thread::sleep((due - now).min(Duration::from_millis(20)));
+    }
+}

@@ -1,0 +1,989 @@
+//! [`NodeClient`]: the position reporter a database node embeds (DESIGN.md section 3).
+//!
+//! A node that backs up through `mushroom-backup serve` tells the service how much of its WAL
+//! is durable, after every group commit, on the `ReportPosition` stream. This module is that
+//! stream's client side, written for an engine author:
+//!
+//! ```no_run
+//! # async fn demo(engine_sync: impl Fn() -> mushroom_backup::store::format::WalPosition) {
+//! use std::time::Duration;
+//! use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
+//!
+//! let client = NodeClient::connect(NodeClientConfig::new(
+//!     "http://127.0.0.1:50051", "the-store-id", "the-node-token",
+//! )).expect("a well-formed configuration");
+//! // After every fsync of the WAL (cheap: never blocks, never fails):
+//! client.report(engine_sync());
+//! // Before exiting: wait until the last position reached the server, then end the stream.
+//! client.flush(Duration::from_secs(10)).await.expect("reported");
+//! client.close().await;
+//! # }
+//! ```
+//!
+//! # What it promises
+//!
+//! - [`NodeClient::report`] only stores the position in a watch channel (the newest wins) and
+//!   returns: the engine's commit path never waits for the network, and a slow or absent
+//!   server costs nothing but memory for one position. Only positions the engine has fsynced
+//!   may be reported: the service backs up what it is told is durable.
+//! - A background task owns the connection: it connects (never blocking `connect`), sends every
+//!   newest position on the stream with `authorization: Bearer <token>`, and on a broken
+//!   connection reconnects with exponential backoff (`first_backoff` doubling to
+//!   `max_backoff`), sending the newest position first thing on every new stream. Positions
+//!   superseded while disconnected are never sent: only the newest matters.
+//! - `UNAUTHENTICATED`, `NOT_FOUND`, `PERMISSION_DENIED`, `INVALID_ARGUMENT` and
+//!   `UNIMPLEMENTED` are permanent: the task stops (no endless reconnect loop), the state turns
+//!   [`ConnectionState::Failed`] and [`NodeClient::last_error`] says why. Anything else is
+//!   retried; `last_error` names the latest failure meanwhile.
+//! - A `Refresh` from the server (the files on disk show a snapshot or WAL the node has not
+//!   reported) reaches every [`NodeClient::refresh_requests`] receiver and the optional
+//!   `on_refresh` callback. The engine should re-read its files and report its position again
+//!   (the same position is sent again too: every `report` call is sent, equal or not).
+//! - [`NodeClient::flush`] waits until the newest position was handed to a stream the server
+//!   accepted (it answered the call after checking the token). The protocol has no per-report
+//!   acknowledgement, so a connection that breaks right after may lose it; then the reconnect
+//!   sends it again. [`NodeClient::close`] is the strong end: it half-closes the stream after
+//!   the newest position and waits until the server has read the stream to its end.
+//!
+//! # Shutdown
+//!
+//! One cancellation token inside the client: [`close`](NodeClient::close) and dropping the
+//! client cancel it; the task then sends what is pending, ends the stream and exits. Dropping
+//! does not wait for any of that; `close` does (bounded by `close_timeout`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::{Code, Status};
+
+use crate::service::proto::{self, backup_control_client::BackupControlClient};
+use crate::store::format::WalPosition;
+
+/// Called with the reason of every `Refresh`.
+pub type RefreshCallback = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How to reach the service and who this node is.
+#[derive(Clone)]
+pub struct NodeClientConfig {
+    /// `http://host:port`, or `https://host:port` (then `tls_ca_pem` or the system's roots).
+    pub server: String,
+    /// The store id `Register` or `Adopt` returned.
+    pub store_id: String,
+    /// The node token `Register` or `Adopt` returned (shown once by the server).
+    pub token: String,
+    /// PEM of the CA that signed the server's certificate, for `https://`.
+    pub tls_ca_pem: Option<Vec<u8>>,
+    /// The first reconnect delay; doubles per failed attempt up to `max_backoff`.
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+    /// How long one connection attempt may take.
+    pub connect_timeout: Duration,
+    /// How long [`NodeClient::close`] waits for the server to read the stream to its end.
+    pub close_timeout: Duration,
+    /// Called (on the client's task) with the reason of every `Refresh`; keep it short.
+    pub on_refresh: Option<RefreshCallback>,
+}
+
+impl NodeClientConfig {
+    /// A configuration with the default timings (backoff 100 ms doubling to 10 s).
+    pub fn new(
+        server: impl Into<String>,
+        store_id: impl Into<String>,
+        token: impl Into<String>,
+    ) -> Self {
+        Self {
+            server: server.into(),
+            store_id: store_id.into(),
+            token: token.into(),
+            tls_ca_pem: None,
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(10),
+            on_refresh: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for NodeClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("NodeClientConfig")
+            .field("server", &self.server)
+            .field("store_id", &self.store_id)
+            .field("tls_ca_pem", &self.tls_ca_pem.as_ref().map(|_| "…"))
+            .field("first_backoff", &self.first_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What went wrong; `Clone` so that [`NodeClient::last_error`] can hand it out.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NodeClientError {
+    #[error("bad configuration: {0}")]
+    Config(String),
+    /// The server answered with a code retrying cannot change (a wrong token, an unknown
+    /// store): the client stopped.
+    #[error("the server refused the node: {}: {message}", code_name(*code))]
+    Rejected { code: Code, message: String },
+    /// No connection (retried).
+    #[error("cannot connect to {server}: {detail}")]
+    Connect { server: String, detail: String },
+    /// The stream broke or ended (retried).
+    #[error("the position stream broke: {}: {message}", code_name(*code))]
+    Stream { code: Code, message: String },
+    #[error("the newest position was not reported within {0:?}")]
+    Timeout(Duration),
+    #[error("the client is closed")]
+    Closed,
+}
+
+impl NodeClientError {
+    /// Whether the client gave up (it will not reconnect).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            NodeClientError::Rejected { .. } | NodeClientError::Config(_)
+        )
+    }
+}
+
+/// The gRPC name of a status code (`NOT_FOUND`), as operators read it in logs and docs.
+pub fn code_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Codes that retrying cannot fix.
+fn permanent(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Unauthenticated
+            | Code::NotFound
+            | Code::PermissionDenied
+            | Code::InvalidArgument
+            | Code::Unimplemented
+    )
+}
+
+/// Where the connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Connecting (or waiting for the server to accept the stream).
+    Connecting,
+    /// The server accepted the stream.
+    Connected,
+    /// The last attempt failed; the next one starts after `delay`.
+    Backoff { attempt: u32, delay: Duration },
+    /// Permanently refused: see [`NodeClient::last_error`].
+    Failed,
+    /// Closed by the client.
+    Closed,
+}
+
+/// A `Refresh` command from the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefreshRequest {
+    pub reason: String,
+}
+
+/// The newest report: its number (every `report` call gets the next one) and position.
+type Newest = Option<(u64, WalPosition)>;
+
+/// What the task tells the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Progress {
+    state: ConnectionState,
+    /// Number of the newest report handed to the current stream (0: none).
+    sent: u64,
+}
+
+struct Shared {
+    progress: watch::Sender<Progress>,
+    last_error: Mutex<Option<NodeClientError>>,
+    refresh: broadcast::Sender<RefreshRequest>,
+}
+
+impl Shared {
+    fn set_error(&self, e: NodeClientError) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    fn set_state(&self, state: ConnectionState) {
+        self.progress.send_modify(|p| p.state = state);
+    }
+}
+
+/// The position reporter; see the module docs. Cheap to share behind an `Arc`.
+pub struct NodeClient {
+    newest: watch::Sender<Newest>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    close_timeout: Duration,
+}
+
+impl NodeClient {
+    /// Checks the configuration and starts the background task; returns at once (the
+    /// connection is made in the background). Must be called inside a Tokio runtime.
+    pub fn connect(config: NodeClientConfig) -> Result<NodeClient, NodeClientError> {
+        let endpoint = endpoint(&config)?;
+        let auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii> =
+            format!("Bearer {}", config.token)
+                .parse()
+                .map_err(|_| NodeClientError::Config("the token must be printable ASCII".into()))?;
+        if config.token.trim().is_empty() {
+            return Err(NodeClientError::Config("the token is empty".into()));
+        }
+        if config.store_id.is_empty() {
+            return Err(NodeClientError::Config("the store id is empty".into()));
+        }
+        if config.first_backoff.is_zero() || config.max_backoff < config.first_backoff {
+            return Err(NodeClientError::Config(
+                "backoff: first must be positive and at most max".into(),
+            ));
+        }
+        let (newest, newest_rx) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            progress: watch::channel(Progress {
+                state: ConnectionState::Connecting,
+                sent: 0,
+            })
+            .0,
+            last_error: Mutex::new(None),
+            refresh: broadcast::channel(16).0,
+        });
+        let stop = CancellationToken::new();
+        let task = Task {
+            endpoint,
+            auth,
+            config: config.clone(),
+            newest: newest_rx,
+            shared: shared.clone(),
+            stop: stop.clone(),
+        };
+        let handle = tokio::spawn(task.run());
+        Ok(NodeClient {
+            newest,
+            shared,
+            stop,
+            task: Mutex::new(Some(handle)),
+            close_timeout: config.close_timeout,
+        })
+    }
+
+    /// Reports a durable position: stores it as the newest and returns at once. Never blocks
+    /// and never fails; every call is sent (unless a newer one supersedes it first).
+    pub fn report(&self, position: WalPosition) {
+        self.newest.send_modify(|n| {
+            let next = n.map_or(1, |(seq, _)| seq + 1);
+            *n = Some((next, position));
+        });
+    }
+
+    /// The newest position reported, if any.
+    pub fn newest(&self) -> Option<WalPosition> {
+        self.newest.borrow().map(|(_, p)| p)
+    }
+
+    /// `Refresh` requests from the server, from now on. An engine that gets one re-reads its
+    /// files and calls [`report`](Self::report) again.
+    pub fn refresh_requests(&self) -> broadcast::Receiver<RefreshRequest> {
+        self.shared.refresh.subscribe()
+    }
+
+    /// Where the connection is.
+    pub fn state(&self) -> ConnectionState {
+        self.shared.progress.borrow().state
+    }
+
+    /// The latest failure (of a connection attempt, a stream, or the permanent one).
+    pub fn last_error(&self) -> Option<NodeClientError> {
+        self.shared
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Waits until the server has accepted the stream; fails if it refuses the node or the
+    /// timeout passes first.
+    pub async fn wait_connected(&self, timeout: Duration) -> Result<(), NodeClientError> {
+        self.wait_for(timeout, |p| p.state == ConnectionState::Connected)
+            .await
+    }
+
+    /// Waits until the newest position reported so far was handed to a stream the server
+    /// accepted (see the module docs for what that does and does not prove).
+    pub async fn flush(&self, timeout: Duration) -> Result<(), NodeClientError> {
+        let Some((target, _)) = *self.newest.borrow() else {
+            return Ok(());
+        };
+        self.wait_for(timeout, |p| {
+            p.state == ConnectionState::Connected && p.sent >= target
+        })
+        .await
+    }
+
+    async fn wait_for(
+        &self,
+        timeout: Duration,
+        done: impl Fn(&Progress) -> bool,
+    ) -> Result<(), NodeClientError> {
+        let mut rx = self.shared.progress.subscribe();
+        let wait = rx.wait_for(|p| {
+            done(p) || matches!(p.state, ConnectionState::Failed | ConnectionState::Closed)
+        });
+        match tokio::time::timeout(timeout, wait).await {
+            Err(_) => Err(NodeClientError::Timeout(timeout)),
+            Ok(Err(_)) => Err(NodeClientError::Closed),
+            Ok(Ok(p)) if done(&p) => Ok(()),
+            Ok(Ok(p)) if p.state == ConnectionState::Failed => {
+                Err(self.last_error().unwrap_or(NodeClientError::Closed))
+            }
+            Ok(Ok(_)) => Err(NodeClientError::Closed),
+        }
+    }
+
+    /// Sends what is pending, ends the stream, and waits (up to `close_timeout`) until the
+    /// server has read it to its end. Reports after this are ignored.
+    pub async fn close(&self) {
+        self.stop.cancel();
+        let handle = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(mut handle) = handle
+            && tokio::time::timeout(self.close_timeout, &mut handle)
+                .await
+                .is_err()
+        {
+            handle.abort();
+            tracing::warn!("the position stream did not end in time; dropped it");
+        }
+        self.shared.set_state(ConnectionState::Closed);
+    }
+}
+
+impl Drop for NodeClient {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn endpoint(config: &NodeClientConfig) -> Result<Endpoint, NodeClientError> {
+    let bad = |why: String| NodeClientError::Config(format!("server {:?}: {why}", config.server));
+    let url = url::Url::parse(&config.server).map_err(|e| bad(e.to_string()))?;
+    let tls = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => {
+            return Err(bad(format!(
+                "the scheme must be http or https, not {other}"
+            )));
+        }
+    };
+    let mut ep = Endpoint::from_shared(config.server.clone())
+        .map_err(|e| bad(e.to_string()))?
+        .connect_timeout(config.connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(20))
+        .keep_alive_while_idle(true);
+    if tls {
+        let mut t = ClientTlsConfig::new();
+        if let Some(host) = url.host_str() {
+            t = t.domain_name(host.to_string());
+        }
+        if let Some(ca) = &config.tls_ca_pem {
+            t = t.ca_certificate(Certificate::from_pem(ca));
+        }
+        ep = ep.tls_config(t).map_err(|e| bad(format!("TLS: {e}")))?;
+    }
+    Ok(ep)
+}
+
+/// The background task: connect, stream, reconnect.
+struct Task {
+    endpoint: Endpoint,
+    auth: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    config: NodeClientConfig,
+    newest: watch::Receiver<Newest>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+/// How one connection ended.
+enum Ended {
+    /// The client closed and the server read the stream to its end.
+    Closed,
+    /// Retry after a backoff; `accepted` says whether the server had accepted the stream.
+    Retry {
+        error: NodeClientError,
+        accepted: bool,
+    },
+    Permanent(NodeClientError),
+}
+
+impl Task {
+    async fn run(mut self) {
+        let mut backoff = self.config.first_backoff;
+        let mut attempt = 0u32;
+        loop {
+            self.shared.set_state(ConnectionState::Connecting);
+            match self.once().await {
+                Ended::Closed => {
+                    self.shared.set_state(ConnectionState::Closed);
+                    return;
+                }
+                Ended::Permanent(e) => {
+                    tracing::error!(error = %e, "the server refused the node; not reconnecting");
+                    self.shared.set_error(e);
+                    self.shared.set_state(ConnectionState::Failed);
+                    return;
+                }
+                Ended::Retry { error, accepted } => {
+                    if self.stop.is_cancelled() {
+                        self.shared.set_state(ConnectionState::Closed);
+                        return;
+                    }
+                    if accepted {
+                        backoff = self.config.first_backoff;
+                        attempt = 0;
+                    }
+                    attempt += 1;
+                    tracing::warn!(error = %error, retry_in = ?backoff, "position stream down");
+                    self.shared.set_error(error);
+                    self.shared.set_state(ConnectionState::Backoff {
+                        attempt,
+                        delay: backoff,
+                    });
+                    tokio::select! {
+                        _ = self.stop.cancelled() => {
+                            self.shared.set_state(ConnectionState::Closed);
+                            return;
+                        }
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(self.config.max_backoff);
+                }
+            }
+        }
+    }
+
+    /// One connection: connect, open the stream, read commands until it ends.
+    async fn once(&mut self) -> Ended {
+        let channel: Channel = tokio::select! {
+            _ = self.stop.cancelled() => return Ended::Closed,
+            c = self.endpoint.connect() => match c {
+                Ok(c) => c,
+                Err(e) => return Ended::Retry {
+                    error: NodeClientError::Connect {
+                        server: self.config.server.clone(),
+                        detail: error_chain(&e),
+                    },
+                    accepted: false,
+                },
+            },
+        };
+        let mut client = BackupControlClient::new(channel);
+        let mut request = tonic::Request::new(self.outbound());
+        request
+            .metadata_mut()
+            .insert("authorization", self.auth.clone());
+        // The server answers only after reading the first report (and checking the token), so
+        // this waits for one; ending the outbound stream (close) ends the wait too.
+        let response = match client.report_position(request).await {
+            Ok(r) => r,
+            Err(status) => return self.ended_by(status, false),
+        };
+        self.shared.set_state(ConnectionState::Connected);
+        let mut commands = response.into_inner();
+        let mut closing = false;
+        loop {
+            let next = if closing {
+                match tokio::time::timeout(self.config.close_timeout, commands.message()).await {
+                    Ok(m) => m,
+                    Err(_) => return Ended::Closed,
+                }
+            } else {
+                tokio::select! {
+                    _ = self.stop.cancelled() => { closing = true; continue; }
+                    m = commands.message() => m,
+                }
+            };
+            match next {
+                Ok(Some(cmd)) => self.command(cmd),
+                Ok(None) if closing || self.stop.is_cancelled() => return Ended::Closed,
+                Ok(None) => {
+                    return Ended::Retry {
+                        error: NodeClientError::Stream {
+                            code: Code::Unavailable,
+                            message: "the server ended the stream".into(),
+                        },
+                        accepted: true,
+                    };
+                }
+                Err(status) => return self.ended_by(status, true),
+            }
+        }
+    }
+
+    fn ended_by(&self, status: Status, accepted: bool) -> Ended {
+        if self.stop.is_cancelled() {
+            return Ended::Closed;
+        }
+        let code = status.code();
+        let message = status.message().to_string();
+        if permanent(code) {
+            Ended::Permanent(NodeClientError::Rejected { code, message })
+        } else {
+            Ended::Retry {
+                error: NodeClientError::Stream { code, message },
+                accepted,
+            }
+        }
+    }
+
+    fn command(&self, cmd: proto::NodeCommand) {
+        match cmd.command {
+            Some(proto::node_command::Command::Refresh(r)) => {
+                tracing::debug!(reason = %r.reason, "the server asks for a refresh");
+                if let Some(f) = &self.config.on_refresh {
+                    f(&r.reason);
+                }
+                let _ = self
+                    .shared
+                    .refresh
+                    .send(RefreshRequest { reason: r.reason });
+            }
+            // A command of a newer server: ignored.
+            None => {}
+        }
+    }
+
+    /// The reports of one stream: the newest at once (if any), then every newer one; ends
+    /// (after the newest) when the client closes.
+    fn outbound(
+        &self,
+    ) -> impl futures::Stream<Item = proto::PositionReport> + Send + 'static + use<> {
+        struct Out {
+            rx: watch::Receiver<Newest>,
+            first: bool,
+            stop: CancellationToken,
+            shared: Arc<Shared>,
+            store_id: String,
+        }
+        let out = Out {
+            rx: self.newest.clone(),
+            first: true,
+            stop: self.stop.clone(),
+            shared: self.shared.clone(),
+            store_id: self.config.store_id.clone(),
+        };
+        futures::stream::unfold(out, |mut out| async move {
+            loop {
+                let value = if out.first {
+                    out.first = false;
+                    *out.rx.borrow_and_update()
+                } else {
+                    tokio::select! {
+                        biased;
+                        changed = out.rx.changed() => {
+                            if changed.is_err() {
+                                return None;
+                            }
+                            *out.rx.borrow_and_update()
+                        }
+                        _ = out.stop.cancelled() => return None,
+                    }
+                };
+                if let Some((seq, pos)) = value {
+                    let report = position_report(&out.store_id, &pos);
+                    out.shared.progress.send_modify(|p| p.sent = seq);
+                    return Some((report, out));
+                }
+            }
+        })
+    }
+}
+
+/// The wire form of a position.
+pub fn position_report(store_id: &str, pos: &WalPosition) -> proto::PositionReport {
+    proto::PositionReport {
+        store_id: store_id.to_string(),
+        snapshot_id: pos.snapshot_id.map(|s| s.to_string()).unwrap_or_default(),
+        wal_id: pos.wal_id.to_string(),
+        wal_number: pos.wal_number,
+        durable_len: pos.durable_len,
+        commit_seq: pos.commit_seq,
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    //! The client against a fake `BackupControl` that only answers `ReportPosition` (the real
+    //! service is tested end to end in `tests/service.rs`).
+
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::Stream;
+    use tokio::sync::mpsc;
+    use tokio_stream::StreamExt;
+    use tonic::{Request, Response, Streaming};
+
+    use super::*;
+    use crate::service::proto::backup_control_server::{BackupControl, BackupControlServer};
+
+    const WAIT: Duration = Duration::from_secs(20);
+
+    /// What the fake saw: every report, and `None` when a stream ended.
+    type Seen = mpsc::UnboundedSender<Option<proto::PositionReport>>;
+
+    struct Fake {
+        seen: Seen,
+        /// Refresh commands to send on every stream.
+        refresh: broadcast::Sender<String>,
+        /// Ends every stream with UNAVAILABLE.
+        kill: CancellationToken,
+        calls: Arc<AtomicUsize>,
+    }
+
+    type Cmds = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
+    type Health = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;
+
+    fn no<T>() -> Result<Response<T>, Status> {
+        Err(Status::unimplemented("fake"))
+    }
+
+    #[tonic::async_trait]
+    impl BackupControl for Fake {
+        async fn register(
+            &self,
+            _: Request<proto::RegisterRequest>,
+        ) -> Result<Response<proto::RegisterResponse>, Status> {
+            no()
+        }
+        async fn deregister(
+            &self,
+            _: Request<proto::DeregisterRequest>,
+        ) -> Result<Response<proto::DeregisterResponse>, Status> {
+            no()
+        }
+        async fn trigger(
+            &self,
+            _: Request<proto::TriggerRequest>,
+        ) -> Result<Response<proto::TriggerResponse>, Status> {
+            no()
+        }
+        async fn health(
+            &self,
+            _: Request<proto::HealthRequest>,
+        ) -> Result<Response<proto::HealthResponse>, Status> {
+            no()
+        }
+        type WatchHealthStream = Health;
+        async fn watch_health(
+            &self,
+            _: Request<proto::HealthRequest>,
+        ) -> Result<Response<Health>, Status> {
+            no()
+        }
+        async fn list_stores(
+            &self,
+            _: Request<proto::ListStoresRequest>,
+        ) -> Result<Response<proto::ListStoresResponse>, Status> {
+            no()
+        }
+        async fn list_restore_points(
+            &self,
+            _: Request<proto::ListRestorePointsRequest>,
+        ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
+            no()
+        }
+        async fn adopt(
+            &self,
+            _: Request<proto::AdoptRequest>,
+        ) -> Result<Response<proto::AdoptResponse>, Status> {
+            no()
+        }
+        type ReportPositionStream = Cmds;
+        async fn report_position(
+            &self,
+            req: Request<Streaming<proto::PositionReport>>,
+        ) -> Result<Response<Cmds>, Status> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let good = req
+                .metadata()
+                .get("authorization")
+                .is_some_and(|v| v == "Bearer good");
+            let mut inbound = req.into_inner();
+            let first = inbound
+                .next()
+                .await
+                .ok_or_else(|| Status::invalid_argument("empty"))??;
+            if !good {
+                return Err(Status::unauthenticated("bad token"));
+            }
+            if first.store_id != "s" {
+                return Err(Status::not_found("no such store"));
+            }
+            let _ = self.seen.send(Some(first));
+            let (tx, rx) = mpsc::channel(8);
+            let (seen, kill, mut refresh) = (
+                self.seen.clone(),
+                self.kill.clone(),
+                self.refresh.subscribe(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = kill.cancelled() => {
+                            let _ = tx.send(Err(Status::unavailable("killed"))).await;
+                            return;
+                        }
+                        m = inbound.next() => match m {
+                            Some(Ok(r)) => { let _ = seen.send(Some(r)); }
+                            _ => { let _ = seen.send(None); return; }
+                        },
+                        Ok(reason) = refresh.recv() => {
+                            let cmd = proto::NodeCommand {
+                                command: Some(proto::node_command::Command::Refresh(
+                                    proto::Refresh { reason },
+                                )),
+                            };
+                            let _ = tx.send(Ok(cmd)).await;
+                        }
+                    }
+                }
+            });
+            Ok(Response::new(Box::pin(
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            )))
+        }
+    }
+
+    struct Running {
+        addr: std::net::SocketAddr,
+        seen: mpsc::UnboundedReceiver<Option<proto::PositionReport>>,
+        refresh: broadcast::Sender<String>,
+        kill: CancellationToken,
+        calls: Arc<AtomicUsize>,
+        server: tokio::task::JoinHandle<()>,
+    }
+
+    async fn fake(addr: &str) -> Running {
+        let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (tx, seen) = mpsc::unbounded_channel();
+        let refresh = broadcast::channel(8).0;
+        let kill = CancellationToken::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let svc = Fake {
+            seen: tx,
+            refresh: refresh.clone(),
+            kill: kill.clone(),
+            calls: calls.clone(),
+        };
+        let stop = kill.clone();
+        let server = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(BackupControlServer::new(svc))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    stop.cancelled_owned(),
+                )
+                .await;
+        });
+        Running {
+            addr,
+            seen,
+            refresh,
+            kill,
+            calls,
+            server,
+        }
+    }
+
+    fn pos(commit_seq: u64) -> WalPosition {
+        WalPosition {
+            snapshot_id: None,
+            wal_id: uuid::Uuid::from_u128(7),
+            wal_number: 1,
+            durable_len: 48 + commit_seq * 10,
+            commit_seq,
+        }
+    }
+
+    fn config(addr: std::net::SocketAddr, token: &str) -> NodeClientConfig {
+        let mut c = NodeClientConfig::new(format!("http://{addr}"), "s", token);
+        c.first_backoff = Duration::from_millis(10);
+        c.max_backoff = Duration::from_millis(100);
+        c
+    }
+
+    async fn next_seen(r: &mut Running) -> Option<proto::PositionReport> {
+        tokio::time::timeout(WAIT, r.seen.recv())
+            .await
+            .expect("the fake saw something in time")
+            .expect("the fake is running")
+    }
+
+    #[tokio::test]
+    async fn reports_flush_refresh_and_close() {
+        let mut f = fake("127.0.0.1:0").await;
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut cfg = config(f.addr, "good");
+        let counted = calls.clone();
+        cfg.on_refresh = Some(Arc::new(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }));
+        let c = NodeClient::connect(cfg).unwrap();
+        assert!(c.flush(WAIT).await.is_ok(), "nothing to flush");
+        c.report(pos(1));
+        c.flush(WAIT).await.unwrap();
+        assert_eq!(c.state(), ConnectionState::Connected);
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+        // The same position twice is sent twice (a refresh answer may repeat it).
+        c.report(pos(2));
+        c.flush(WAIT).await.unwrap();
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 2);
+        c.report(pos(2));
+        c.flush(WAIT).await.unwrap();
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 2);
+
+        let mut rx = c.refresh_requests();
+        f.refresh.send("look again".into()).unwrap();
+        let r = tokio::time::timeout(WAIT, rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.reason, "look again");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // Close sends the newest, then the server sees the end of the stream.
+        c.report(pos(3));
+        c.close().await;
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 3);
+        assert!(next_seen(&mut f).await.is_none(), "the stream ended");
+        assert_eq!(c.state(), ConnectionState::Closed);
+        assert!(matches!(
+            c.flush(WAIT).await,
+            Ok(()) | Err(NodeClientError::Closed)
+        ));
+        f.kill.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_permanent() {
+        let f = fake("127.0.0.1:0").await;
+        let c = NodeClient::connect(config(f.addr, "bad")).unwrap();
+        c.report(pos(1));
+        let e = c.flush(WAIT).await.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                NodeClientError::Rejected {
+                    code: Code::Unauthenticated,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(c.state(), ConnectionState::Failed);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(f.calls.load(Ordering::SeqCst), 1, "no reconnect loop");
+        assert!(c.last_error().unwrap().is_permanent());
+
+        let mut cfg = config(f.addr, "good");
+        cfg.store_id = "other".into();
+        let c = NodeClient::connect(cfg).unwrap();
+        c.report(pos(1));
+        let e = c.flush(WAIT).await.unwrap_err();
+        assert!(e.to_string().contains("NOT_FOUND"), "{e}");
+        f.kill.cancel();
+    }
+
+    #[tokio::test]
+    async fn reconnects_with_backoff_and_resends_the_newest() {
+        let mut f = fake("127.0.0.1:0").await;
+        let addr = f.addr;
+        let c = NodeClient::connect(config(addr, "good")).unwrap();
+        c.report(pos(1));
+        c.flush(WAIT).await.unwrap();
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+        f.kill.cancel();
+        tokio::time::timeout(WAIT, f.server).await.unwrap().unwrap();
+        let mut state = c.shared.progress.subscribe();
+        tokio::time::timeout(
+            WAIT,
+            state.wait_for(|p| matches!(p.state, ConnectionState::Backoff { .. })),
+        )
+        .await
+        .expect("the client notices")
+        .unwrap();
+        // Reports while down are cheap; only the newest is sent after the reconnect.
+        for n in 2..=50 {
+            c.report(pos(n));
+        }
+        assert!(c.last_error().is_some_and(|e| !e.is_permanent()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut f = fake(&addr.to_string()).await;
+        c.flush(WAIT).await.unwrap();
+        assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 50);
+        c.close().await;
+        f.kill.cancel();
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for (server, token) in [
+                ("ftp://x:1", "t"),
+                ("not a url", "t"),
+                ("http://127.0.0.1:1", ""),
+                ("http://127.0.0.1:1", "bad\ntoken"),
+            ] {
+                let r = NodeClient::connect(NodeClientConfig::new(server, "s", token));
+                assert!(
+                    matches!(r, Err(NodeClientError::Config(_))),
+                    "{server} {token:?}"
+                );
+            }
+        });
+    }
+}
