@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# THE test command (the README and .ci/run call it). Installs moto's S3 server into a project-local
-# virtualenv (.venv) if needed, starts one moto_server on a free loopback port for the whole run,
-# then a throwaway PostgreSQL server (scripts/postgres.sh; installs Debian's postgresql the first
-# time) unless MUSHROOM_TEST_POSTGRES_URL already names one, and runs the test suite with
-# nextest. Arguments go to `cargo nextest run`, e.g.
+# THE test command (the README and .ci/run call it). Installs moto's S3 server, the Python
+# client's and the deploy/ validator's packages into a project-local virtualenv (.venv) if
+# needed, starts one moto_server on a free loopback port for the whole run, then a throwaway
+# PostgreSQL server (scripts/postgres.sh; installs Debian's postgresql the first time) unless
+# MUSHROOM_TEST_POSTGRES_URL already names one, and runs the test suite with nextest.
+# Arguments go to `cargo nextest run`, e.g.
 #   bash scripts/test.sh --test bucket_conformance
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,18 @@ PY
 then
     echo "test.sh: installing moto[server]==$MOTO_VERSION into .venv" >&2
     .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+fi
+
+# What tests/deploy/validate.py (run by tests/deploy.rs) needs to check deploy/ offline: YAML,
+# the Kubernetes OpenAPI schemas (shipped inside kubernetes-validate), and a PromQL parser.
+DEPLOY_CHECK_PACKAGES=(pyyaml==6.0.3 jsonschema==4.26.0 kubernetes-validate==1.37.0 promql-parser==0.11.0)
+if ! .venv/bin/python - "${DEPLOY_CHECK_PACKAGES[@]}" <<'PY' 2>/dev/null
+import importlib.metadata, sys
+sys.exit(any(importlib.metadata.version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))
+PY
+then
+    echo "test.sh: installing ${DEPLOY_CHECK_PACKAGES[*]} into .venv" >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check "${DEPLOY_CHECK_PACKAGES[@]}"
 fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mushroom-backup/target}"
