@@ -137,7 +137,9 @@ impl S3Bucket {
             prefix: prefix.trim_matches('/').to_string(),
             options: S3Options {
                 part_size: options.part_size.max(MIN_PART_SIZE),
-                multipart_threshold: options.multipart_threshold.max(options.part_size.max(MIN_PART_SIZE)),
+                multipart_threshold: options
+                    .multipart_threshold
+                    .max(options.part_size.max(MIN_PART_SIZE)),
                 upload_concurrency: options.upload_concurrency.max(1),
                 ..options
             },

@@ -44,7 +44,6 @@ enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -53,6 +52,22 @@ pub fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    // `serve` sets telemetry up itself (its settings may come from its config file); every
+    // other command logs to stderr, and exports traces when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+    let _guard = if matches!(cli.command, Command::Serve(_)) {
+        None
+    } else {
+        let _enter = runtime.enter();
+        match mushroom_backup::telemetry::init(
+            &mushroom_backup::telemetry::TelemetryConfig::default(),
+        ) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
         }
     };
     let result = runtime.block_on(async move {
@@ -74,17 +89,6 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("MUSHROOMDB_BACKUP_LOG")
-        .or_else(|_| EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| EnvFilter::new("warn,mushroom_backup=info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 /// A cancellation token cancelled by the first SIGINT or SIGTERM.

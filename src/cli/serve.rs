@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// The bucket lease's TTL in milliseconds [default: 30000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_TTL_MS")]
     lease_ttl_ms: Option<u64>,
+    /// Serve Prometheus metrics on GET /metrics at this address (off when unset).
+    #[arg(long, env = "MUSHROOMDB_BACKUP_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log lines as `text` or `json` (with the trace id) [default: text].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_LOG_FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
     /// How often this instance persists its stores' health to the registry, ms [default: 3000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_HEALTH_REPORT_INTERVAL_MS")]
     health_report_interval_ms: Option<u64>,
@@ -71,6 +77,8 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct ServeToml {
     listen: Option<SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
+    log_format: Option<String>,
     data_dir: Option<PathBuf>,
     allow_roots: Option<Vec<PathBuf>>,
     registry: Option<String>,
@@ -111,7 +119,13 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
-fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
+/// What telemetry needs, resolved like everything else.
+struct Telemetry {
+    metrics_listen: Option<SocketAddr>,
+    log_format: mushroom_backup::telemetry::LogFormat,
+}
+
+fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
     let file: ServeToml = match &a.config {
         None => ServeToml::default(),
         Some(p) => {
@@ -168,6 +182,19 @@ fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
             None => None,
         },
     };
+    let telemetry = Telemetry {
+        metrics_listen: a.metrics_listen.or(file.metrics_listen),
+        log_format: match a
+            .log_format
+            .as_deref()
+            .or(file.log_format.as_deref())
+            .unwrap_or("text")
+        {
+            "text" => mushroom_backup::telemetry::LogFormat::Text,
+            "json" => mushroom_backup::telemetry::LogFormat::Json,
+            other => anyhow::bail!("log_format = {other:?}: must be \"text\" or \"json\""),
+        },
+    };
     let worker_file = file.worker.unwrap_or_default();
     let worker = a.worker.config_with(&worker_file)?;
     let lease_ttl = Duration::from_millis(
@@ -175,7 +202,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
             .or(worker_file.lease_ttl_ms)
             .unwrap_or(30_000),
     );
-    Ok(ServiceConfig {
+    let config = ServiceConfig {
         listen: a
             .listen
             .or(file.listen)
@@ -191,11 +218,20 @@ fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
         lease_ttl,
         health_report_interval: Duration::from_millis(a.health_report_interval_ms.unwrap_or(3000)),
         owner_silent_after: Duration::from_millis(a.owner_silent_after_ms.unwrap_or(15_000)),
-    })
+    };
+    Ok((config, telemetry))
 }
 
 pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
-    let config = resolve(a)?;
+    let (config, telemetry) = resolve(a)?;
+    let guard = mushroom_backup::telemetry::init(&mushroom_backup::telemetry::TelemetryConfig {
+        log_format: telemetry.log_format,
+        metrics_listen: telemetry.metrics_listen,
+        ..Default::default()
+    })?;
+    if let Some(addr) = guard.metrics_addr() {
+        tracing::info!(%addr, "serving Prometheus metrics on /metrics");
+    }
     let shutdown = super::shutdown_token();
     let (tx, rx) = tokio::sync::oneshot::channel::<service::Started>();
     let instance = config.instance_id.clone();
@@ -208,6 +244,8 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             );
         }
     });
-    service::run(config, shutdown, Some(tx)).await?;
+    let result = service::run(config, shutdown, Some(tx)).await;
+    drop(guard);
+    result?;
     Ok(ExitCode::SUCCESS)
 }

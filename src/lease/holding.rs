@@ -298,6 +298,7 @@ impl Shared {
 
     /// One renewal attempt: the pending record (the next renewal's, made on the first attempt)
     /// written over the version last known to be there.
+    #[tracing::instrument(name = "lease.renew", skip_all, fields(store_id = %self.config.store))]
     async fn renew_once(&self) -> Renewal {
         let started = Instant::now();
         let (body, etag) = {

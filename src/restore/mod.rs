@@ -220,6 +220,7 @@ pub enum RestoreError {
 
 /// Restores a store from `bucket` into `target` (see the module docs for what is restored and
 /// what is guaranteed).
+#[tracing::instrument(name = "restore", skip_all, fields(target = %target.display(), at = ?opts.at))]
 pub async fn restore(
     bucket: &dyn Bucket,
     target: &Path,

@@ -393,6 +393,7 @@ impl Fleet {
         entry.handle.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
         self.stores.write().expect("not poisoned").remove(store_id);
+        crate::telemetry::forget_store(store_id);
         self.audit(
             "deregister",
             Some(store_id),
@@ -495,8 +496,15 @@ async fn report_health(fleet: Arc<Fleet>) {
             _ = fleet.shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        for entry in fleet.list() {
+        let entries = fleet.list();
+        let unhealthy = entries
+            .iter()
+            .filter(|e| !e.handle.health().healthy)
+            .count();
+        crate::telemetry::record_fleet(entries.len(), unhealthy);
+        for entry in &entries {
             let h = entry.handle.health();
+            crate::telemetry::record_store(&entry.record.store_id, &h, &entry.handle.counters());
             let Ok(json) = serde_json::to_string(&h) else {
                 continue;
             };

@@ -132,7 +132,7 @@ pub async fn run(
         addr: config.listen,
         source,
     })?;
-    let mut server = Server::builder();
+    let mut server = Server::builder().layer(crate::telemetry::grpc_trace_layer());
     if let Some(tls) = &config.tls {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))

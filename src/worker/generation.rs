@@ -265,6 +265,7 @@ fn entry(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> Obj
 }
 
 /// Claims generation `max + 1` for the files on disk and uploads what it needs.
+#[tracing::instrument(name = "backup.generation", skip_all, fields(generation = tracing::field::Empty))]
 pub(super) async fn start(
     w: &mut BackupWorker,
     disk: &DiskState,
@@ -292,6 +293,7 @@ pub(super) async fn start(
     let view = w.view.as_mut().expect("resumed");
     let lineage = view.lineage;
     let number = view.max_generation + 1;
+    tracing::Span::current().record("generation", number);
     let claim = GenerationClaim {
         lineage,
         generation: number,

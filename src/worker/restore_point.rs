@@ -13,6 +13,7 @@ use crate::bucket::{Body, BucketError, PutCondition};
 use crate::manifest::{LATEST_KEY, Latest, Manifest};
 
 /// Writes a restore point for everything shipped; `None` when there is nothing to write.
+#[tracing::instrument(name = "backup.restore_point", skip_all, fields(generation = tracing::field::Empty, commit_seq = tracing::field::Empty))]
 pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, WorkerError> {
     let cond = w.cond_create();
     let conditional = w.config.conditional_writes;
@@ -21,6 +22,8 @@ pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, W
     let g = view.current.as_ref().expect("generation started");
     let mut m = g.manifest(view.lineage, view.parent.clone());
     let key = m.key();
+    tracing::Span::current().record("generation", m.generation);
+    tracing::Span::current().record("commit_seq", m.commit_seq);
     debug_assert!(m.check(&key).is_ok(), "{:?}", m.check(&key));
 
     match bucket.put(&key, Body::from(m.encode()), cond).await {

@@ -46,6 +46,7 @@ fn age_ms(created_at: &str, now_ms: i64) -> i64 {
     manifest::parse_time_ms(created_at).map_or(0, |t| now_ms - t)
 }
 
+#[tracing::instrument(name = "backup.retention", skip_all)]
 pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError> {
     w.retention_requested = false;
     w.last_retention = Some(tokio::time::Instant::now());

@@ -19,6 +19,7 @@ use crate::manifest::{self, ObjectEntry, SegmentEntry};
 use crate::store::disk::DiskState;
 use crate::store::format::{WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames};
 
+#[tracing::instrument(name = "backup.segment", skip_all, fields(generation = tracing::field::Empty, commit_seq = pos.commit_seq))]
 pub(super) async fn ship(
     w: &mut BackupWorker,
     disk: &DiskState,
@@ -32,6 +33,7 @@ pub(super) async fn ship(
             .expect("generation started");
         (g.shipped_end, g.shipped_seq() + 1, g.number, g.wal_id)
     };
+    tracing::Span::current().record("generation", number);
     let capped = pos.durable_len - start > MAX_SEGMENT_BYTES;
     let end = if capped {
         start + MAX_SEGMENT_BYTES

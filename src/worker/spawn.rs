@@ -203,6 +203,7 @@ async fn run(
     shutdown: CancellationToken,
     status: Status,
 ) -> String {
+    let store_id = lease_config.store.clone();
     let mut acquirer = LeaseAcquirer::new(worker.bucket.clone(), lease_config);
     let mut seen = *triggers.borrow_and_update();
     let mut backoff = FIRST_BACKOFF;
@@ -224,6 +225,7 @@ async fn run(
                     &mut seen,
                     &shutdown,
                     &status,
+                    &store_id,
                 )
                 .await;
                 match end {
@@ -295,7 +297,9 @@ async fn hold(
     seen: &mut Triggers,
     shutdown: &CancellationToken,
     status: &Status,
+    store_id: &str,
 ) -> Holding {
+    use tracing::Instrument;
     let mut backoff = worker.config.first_backoff;
     let mut next_step = Instant::now();
     let lost = lease.token();
@@ -330,7 +334,8 @@ async fn hold(
                 return Holding::Lost;
             }
             let grace = worker.config.shutdown_grace;
-            let mut step = Box::pin(lease.guard(tick_step(worker, shipped)));
+            let span = tracing::info_span!("backup.step", store_id = %store_id);
+            let mut step = Box::pin(lease.guard(tick_step(worker, shipped)).instrument(span));
             let stepped = tokio::select! {
                 r = &mut step => r,
                 _ = shutdown.cancelled() => {
