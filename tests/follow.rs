@@ -231,7 +231,6 @@ fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third() {
 /// restore point only when a step finds nothing to ship, which a writer committing faster than
 /// a step takes rarely allows. Ignored until that is fixed (in `src/worker/mod.rs`).
 #[test]
-#[ignore = "restore points starve under a steady writer: step() ships before it looks at restore points"]
 fn restore_points_keep_their_interval_under_a_steady_writer() {
     let Some(endpoint) = support::s3::endpoint() else {
         return;
