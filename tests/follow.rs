@@ -229,7 +229,8 @@ fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third() {
 /// (and as soon as a new generation's objects are up). Under a steady writer it does not:
 /// `BackupWorker::step` ships a segment whenever durable data is unshipped and looks at the
 /// restore point only when a step finds nothing to ship, which a writer committing faster than
-/// a step takes rarely allows. Ignored until that is fixed (in `src/worker/mod.rs`).
+/// a step takes rarely allows; the runner therefore ships one segment a tick and then writes a
+/// due restore point (`tick_step` in `src/worker/spawn.rs`). This guards that.
 #[test]
 fn restore_points_keep_their_interval_under_a_steady_writer() {
     let Some(endpoint) = support::s3::endpoint() else {
