@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use mushroom_backup::bucket::{self, Bucket};
 use mushroom_backup::manifest::{self, Latest, Manifest};
+use mushroom_backup::restore::{self, RestoreOptions};
 use mushroom_backup::store::disk;
 use mushroom_backup::store::engine::WriteOptions;
-use mushroom_backup::store::format::{ParentRecord, WalPosition};
+use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{SourceError, WalSource};
 use mushroom_backup::worker::{BackupWorker, DeferReason, StepOutcome, WorkerError};
 use support::store::{config, copy_dir, fs_bucket, tree, worker, write, write_with};
@@ -112,20 +113,26 @@ async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_ref
     let b = fs_bucket(&root);
     let (l, pm) = latest(b.as_ref()).await;
 
-    // What a boot restore leaves: the parent's files, a new lineage and a parent record.
-    copy_dir(&parent, &child);
-    disk::write_lineage(&child, uuid::Uuid::new_v4()).unwrap();
-    let record = ParentRecord {
-        lineage: pm.lineage,
-        manifest: l.manifest.clone(),
-        commit_seq: pm.commit_seq,
-    };
-    disk::write_file_durably(
+    // A boot restore (`restore --adopt`): the parent's files, a new lineage, a parent record.
+    let report = restore::restore(
+        b.as_ref(),
         &child,
-        disk::PARENT_FILE,
-        &serde_json::to_vec(&record).unwrap(),
+        &RestoreOptions {
+            adopt: true,
+            ..RestoreOptions::default()
+        },
     )
+    .await
     .unwrap();
+    assert_eq!(
+        report.parent.as_ref().map(|p| p.manifest.clone()),
+        Some(l.manifest.clone())
+    );
+    assert_eq!(
+        disk::read_parent(&child).unwrap().map(|p| p.lineage),
+        Some(pm.lineage)
+    );
+    assert_ne!(disk::read_lineage(&child).unwrap(), Some(pm.lineage));
 
     // Before its first commit the adopted store writes no restore point over the parent's key.
     worker(&child, fs_bucket(&root), config())
