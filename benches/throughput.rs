@@ -190,6 +190,7 @@ async fn main() -> Result<()> {
         store,
         work: work.path().to_path_buf(),
         part_size: s3.part_size,
+        multipart_threshold: s3.multipart_threshold,
         upload_concurrency: s3.upload_concurrency,
         concurrency: settings.concurrency,
         restore_parallelism: RestoreOptions::default().parallelism,
@@ -239,6 +240,8 @@ struct Bench {
     work: PathBuf,
     s3: S3Options,
     part_size: u64,
+    /// Bodies larger than this go up as multipart (the worker's S3 options).
+    multipart_threshold: u64,
     /// Parts of one multipart upload in flight at once (the worker's only concurrency).
     upload_concurrency: usize,
     /// Requests in flight for the best-case PUT line.
@@ -434,7 +437,7 @@ impl Bench {
 
     /// `data` as the part-size pieces the worker's multipart upload would send.
     fn pieces(&self, data: &Bytes) -> Vec<Bytes> {
-        if data.len() as u64 <= self.part_size {
+        if data.len() as u64 <= self.multipart_threshold {
             return vec![data.clone()];
         }
         let part = self.part_size as usize;
