@@ -1,0 +1,687 @@
+//! What an operator sees of the real `serve` binary: its traces at an OTLP receiver (continuing
+//! the caller's `traceparent`, worker spans carrying `store_id`), its Prometheus `/metrics`, and
+//! two instances sharing one PostgreSQL registry, where the survivor reports a silent owner.
+//!
+//! Every wait has a deadline and says what it waited for and what it saw last; every child is
+//! killed when its guard drops (and prints its output when the test fails).
+//!
+//! The PostgreSQL test needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server);
+//! without it, it prints a SKIP line and passes, except under `CI=true`, where it fails.
+
+mod support;
+
+#[path = "support/otlp.rs"]
+mod otlp;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use support::binary::{self, Running, Stream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+/// Generous: the machine running the tests may be busy.
+const DEADLINE: Duration = Duration::from_secs(90);
+const POSTGRES_ENV: &str = "MUSHROOM_TEST_POSTGRES_URL";
+
+// ---- the serve binary -------------------------------------------------------------------
+
+/// The directories of one test.
+struct Dirs {
+    _tmp: tempfile::TempDir,
+    base: PathBuf,
+    /// The allowed root (canonical).
+    root: PathBuf,
+}
+
+fn dirs() -> Dirs {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
+    let root = base.join("stores");
+    std::fs::create_dir_all(&root).unwrap();
+    Dirs {
+        _tmp: tmp,
+        base,
+        root,
+    }
+}
+
+/// `store write DIR --commits N` (as fast as it can), to its end.
+fn write_store(dir: &Path, commits: u64) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["store", "write"])
+        .arg(dir)
+        .args(["--commits", &commits.to_string()]);
+    binary::run_ok("store write", cmd, DEADLINE);
+}
+
+/// `serve` on 127.0.0.1:0 with its own data dir under `d`, the allowed root of `d`, and
+/// `extra` arguments.
+fn serve_command(d: &Dirs, data: &str, extra: &[&str]) -> Command {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(d.base.join(data))
+        .arg("--allow-root")
+        .arg(&d.root)
+        .args(extra)
+        .env_remove("MUSHROOMDB_BACKUP_ADMIN_TOKEN")
+        .env_remove("MUSHROOMDB_BACKUP_CONFIG")
+        .env_remove("MUSHROOMDB_BACKUP_REGISTRY")
+        .env_remove("MUSHROOMDB_BACKUP_METRICS_LISTEN")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED");
+    cmd
+}
+
+/// A running `serve`: its gRPC address and, when it serves metrics, theirs.
+struct Server {
+    child: Running,
+    addr: String,
+    metrics: Option<SocketAddr>,
+}
+
+impl Server {
+    /// Spawns `cmd` and waits for its listening line (and, with `metrics`, for the log line
+    /// naming the metrics address).
+    fn start(name: &str, cmd: Command, metrics: bool) -> Server {
+        let mut child = Running::spawn(name, cmd);
+        let mut addr: Option<String> = None;
+        let mut metrics_addr: Option<SocketAddr> = None;
+        let what = if metrics {
+            "print its listening line and log its metrics address"
+        } else {
+            "print its listening line"
+        };
+        tokio::task::block_in_place(|| {
+            child.wait_for(what, DEADLINE, |line| {
+                match line.stream {
+                    Stream::Stdout => {
+                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text)
+                            && let Some(a) = v["listening"].as_str()
+                        {
+                            addr = Some(a.to_string());
+                        }
+                    }
+                    Stream::Stderr => {
+                        if line.text.contains("serving Prometheus metrics on /metrics")
+                            && let Some((_, rest)) = line.text.split_once("addr=")
+                        {
+                            let a: String = rest
+                                .chars()
+                                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                                .collect();
+                            metrics_addr = Some(a.parse().unwrap_or_else(|e| {
+                                panic!("a metrics address that does not parse ({e}): {line:?}")
+                            }));
+                        }
+                    }
+                }
+                (addr.is_some() && (!metrics || metrics_addr.is_some())).then_some(())
+            })
+        });
+        Server {
+            child,
+            addr: addr.expect("the listening address"),
+            metrics: metrics_addr,
+        }
+    }
+
+    async fn client(&self) -> BackupControlClient<Channel> {
+        BackupControlClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap_or_else(|e| self.child.fail(&format!("cannot be connected to: {e}")))
+    }
+
+    /// SIGTERM, then a clean exit within the deadline.
+    fn terminate(&mut self) {
+        self.child.signal(libc::SIGTERM);
+        let status = tokio::task::block_in_place(|| self.child.wait_exit(DEADLINE));
+        if !status.success() {
+            self.child
+                .fail(&format!("exited with {status} after SIGTERM, not 0"));
+        }
+    }
+}
+
+fn register_req(dir: &Path, dest: &Path) -> proto::RegisterRequest {
+    proto::RegisterRequest {
+        store_dir: dir.to_str().unwrap().to_string(),
+        destination: format!("file://{}", dest.display()),
+        ..Default::default()
+    }
+}
+
+/// Polls `f` until it returns `Ok`, or panics after `DEADLINE` naming `what` and the last
+/// observation.
+async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > DEADLINE => {
+                panic!("waited {DEADLINE:?} for {what}; last saw: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// The health of one store as `c`'s instance reports it.
+async fn health(
+    c: &mut BackupControlClient<Channel>,
+    id: &str,
+) -> Result<proto::StoreHealth, String> {
+    let r = c
+        .health(proto::HealthRequest {
+            store_id: id.into(),
+        })
+        .await
+        .map_err(|e| format!("Health failed: {e}"))?
+        .into_inner();
+    r.stores
+        .into_iter()
+        .find(|s| s.store_id == id)
+        .ok_or_else(|| format!("Health names no store {id}"))
+}
+
+// ---- 1. traces --------------------------------------------------------------------------
+
+fn hex_id(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Worker spans that carry `store_id` (others, like `backup.segment`, inherit it from their
+/// `backup.step` parent in the trace but not as an attribute).
+const WORKER_SPANS: [&str; 6] = [
+    "backup.step",
+    "backup.segment",
+    "backup.generation",
+    "backup.restore_point",
+    "backup.retention",
+    "lease.renew",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn traces_continue_the_callers_traceparent_and_worker_spans_carry_the_store_id() {
+    let (otlp_addr, received) = otlp::start().await;
+    let d = dirs();
+    let store = d.root.join("traced");
+    write_store(&store, 200);
+
+    let mut cmd = serve_command(&d, "data", &[]);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp_addr}"))
+        .env("OTEL_SERVICE_NAME", "mushroom-ops-test")
+        .env_remove("OTEL_RESOURCE_ATTRIBUTES")
+        .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "100");
+    let server = Server::start("serve (traces)", cmd, false);
+    let mut c = server.client().await;
+
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT_ID: &str = "00f067aa0ba902b7";
+    let mut req = tonic::Request::new(register_req(&store, &d.base.join("bucket")));
+    req.metadata_mut().insert(
+        "traceparent",
+        format!("00-{TRACE_ID}-{PARENT_ID}-01").parse().unwrap(),
+    );
+    let id = c
+        .register(req)
+        .await
+        .unwrap_or_else(|e| server.child.fail(&format!("Register failed: {e}")))
+        .into_inner()
+        .store_id;
+
+    let is_register = |s: &otlp::ReceivedSpan| s.span.name.ends_with("/Register");
+    let worker_kinds = |spans: &[otlp::ReceivedSpan]| {
+        spans
+            .iter()
+            .filter(|s| {
+                WORKER_SPANS.contains(&s.span.name.as_str())
+                    && s.attr("store_id").as_deref() == Some(id.as_str())
+            })
+            .map(|s| s.span.name.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let spans = received
+        .wait_for(DEADLINE, |spans| {
+            spans.iter().any(|s| {
+                is_register(s)
+                    && hex_id(&s.span.trace_id) == TRACE_ID
+                    && hex_id(&s.span.parent_span_id) == PARENT_ID
+            }) && worker_kinds(spans).len() >= 2
+        })
+        .await;
+    let names: BTreeMap<String, usize> = spans.iter().fold(BTreeMap::new(), |mut m, s| {
+        *m.entry(s.span.name.clone()).or_default() += 1;
+        m
+    });
+
+    let register: Vec<_> = spans.iter().filter(|s| is_register(s)).collect();
+    let joined = register.iter().find(|s| {
+        hex_id(&s.span.trace_id) == TRACE_ID && hex_id(&s.span.parent_span_id) == PARENT_ID
+    });
+    let Some(joined) = joined else {
+        server.child.fail(&format!(
+            "within {DEADLINE:?}, no Register span in trace {TRACE_ID} with parent {PARENT_ID}; \
+             Register spans (trace, parent): {:?}; every span name received (count): {names:?}",
+            register
+                .iter()
+                .map(|s| (hex_id(&s.span.trace_id), hex_id(&s.span.parent_span_id)))
+                .collect::<Vec<_>>()
+        ))
+    };
+    assert_eq!(
+        joined.resource_attr("service.name").as_deref(),
+        Some("mushroom-ops-test"),
+        "the Register span's resource: {:?}",
+        joined.resource
+    );
+    let kinds = worker_kinds(&spans);
+    if kinds.len() < 2 {
+        server.child.fail(&format!(
+            "within {DEADLINE:?}, worker spans with store_id={id} of only {kinds:?} (want two of \
+             {WORKER_SPANS:?}); every span name received (count): {names:?}; store_id of \
+             worker spans: {:?}",
+            spans
+                .iter()
+                .filter(|s| WORKER_SPANS.contains(&s.span.name.as_str()))
+                .map(|s| (s.span.name.clone(), s.attr("store_id")))
+                .collect::<std::collections::BTreeSet<_>>()
+        ));
+    }
+    for s in spans.iter().filter(|s| {
+        WORKER_SPANS.contains(&s.span.name.as_str())
+            && s.attr("store_id").as_deref() == Some(id.as_str())
+    }) {
+        assert_eq!(
+            s.resource_attr("service.name").as_deref(),
+            Some("mushroom-ops-test"),
+            "resource of {}: {:?}",
+            s.span.name,
+            s.resource
+        );
+    }
+    eprintln!("received spans (count): {names:?}; worker kinds with store_id: {kinds:?}");
+}
+
+// ---- 2. metrics -------------------------------------------------------------------------
+
+/// One sample of a scrape.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+fn valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `k="v",…}` (after the `{`): the labels and what follows the `}`.
+fn parse_labels(mut s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
+    let mut labels = BTreeMap::new();
+    loop {
+        s = s.trim_start();
+        if let Some(rest) = s.strip_prefix('}') {
+            return Ok((labels, rest));
+        }
+        let (key, rest) = s.split_once('=').ok_or("label without =")?;
+        if !valid_name(key) || key.contains(':') {
+            return Err(format!("bad label name {key:?}"));
+        }
+        let mut rest = rest
+            .strip_prefix('"')
+            .ok_or("label value not quoted")?
+            .chars();
+        let mut value = String::new();
+        loop {
+            match rest.next().ok_or("unterminated label value")? {
+                '"' => break,
+                '\\' => match rest.next().ok_or("dangling escape")? {
+                    'n' => value.push('\n'),
+                    c @ ('\\' | '"') => value.push(c),
+                    c => return Err(format!("bad escape \\{c}")),
+                },
+                c => value.push(c),
+            }
+        }
+        if labels.insert(key.to_string(), value).is_some() {
+            return Err(format!("label {key} twice"));
+        }
+        s = rest.as_str().trim_start();
+        s = s.strip_prefix(',').unwrap_or(s);
+    }
+}
+
+/// Parses the Prometheus text format: HELP and TYPE lines well formed and at most once a
+/// name, every sample with a valid name, labels and value, and a TYPE before it (for its own
+/// name, or its histogram/summary base name).
+fn parse_prometheus(text: &str) -> Result<Vec<Sample>, String> {
+    let mut types: BTreeMap<String, String> = BTreeMap::new();
+    let mut helps = std::collections::BTreeSet::new();
+    let mut samples = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let err = |e: String| format!("line {}: {e}: {line:?}", n + 1);
+        if line.trim().is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split_once(' ').map_or(rest, |(n, _)| n);
+            if !valid_name(name) || !helps.insert(name.to_string()) {
+                return Err(err("bad or repeated HELP".into()));
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest
+                .split_once(' ')
+                .ok_or_else(|| err("TYPE without a type".into()))?;
+            if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
+                return Err(err(format!("unknown type {kind}")));
+            }
+            if !valid_name(name) || types.insert(name.to_string(), kind.to_string()).is_some() {
+                return Err(err("bad or repeated TYPE".into()));
+            }
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let name_end = line
+            .find(['{', ' '])
+            .ok_or_else(|| err("sample without value".into()))?;
+        let name = &line[..name_end];
+        if !valid_name(name) {
+            return Err(err(format!("bad metric name {name:?}")));
+        }
+        let (labels, rest) = match line[name_end..].strip_prefix('{') {
+            Some(l) => parse_labels(l).map_err(err)?,
+            None => (BTreeMap::new(), &line[name_end..]),
+        };
+        let mut fields = rest.split_whitespace();
+        let value = fields.next().ok_or_else(|| err("no value".into()))?;
+        let value = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v
+                .parse::<f64>()
+                .map_err(|e| err(format!("bad value {v}: {e}")))?,
+        };
+        if let Some(ts) = fields.next() {
+            ts.parse::<i64>()
+                .map_err(|e| err(format!("bad timestamp: {e}")))?;
+        }
+        let typed = types.contains_key(name)
+            || ["_bucket", "_sum", "_count", "_total"]
+                .iter()
+                .any(|suffix| {
+                    name.strip_suffix(suffix)
+                        .is_some_and(|base| types.contains_key(base))
+                });
+        if !typed {
+            return Err(err("sample before its TYPE".into()));
+        }
+        samples.push(Sample {
+            name: name.to_string(),
+            labels,
+            value,
+        });
+    }
+    Ok(samples)
+}
+
+/// One HTTP/1.1 GET: the status code and the body.
+async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect to {addr}: {e}"))?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .await
+        .map_err(|e| format!("read: {e}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Err(format!(
+            "a chunked response this test does not decode: {head}"
+        ));
+    }
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok((status, body.to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_show_the_registered_stores_lag_shipped_bytes_and_health() {
+    let d = dirs();
+    let store = d.root.join("metered");
+    write_store(&store, 100);
+    let cmd = serve_command(&d, "data", &["--metrics-listen", "127.0.0.1:0"]);
+    let server = Server::start("serve (metrics)", cmd, true);
+    let metrics = server.metrics.expect("a metrics address");
+    let mut c = server.client().await;
+    let id = c
+        .register(register_req(&store, &d.base.join("bucket")))
+        .await
+        .unwrap_or_else(|e| server.child.fail(&format!("Register failed: {e}")))
+        .into_inner()
+        .store_id;
+
+    let (lag, shipped) = wait_for(
+        &format!("/metrics on {metrics} to show store {id} healthy with bytes shipped"),
+        || async {
+            let (status, text) = get(metrics, "/metrics").await?;
+            if status != 200 {
+                return Err(format!("HTTP {status}: {text}"));
+            }
+            let samples = parse_prometheus(&text)
+                .unwrap_or_else(|e| panic!("/metrics is not Prometheus text ({e}):\n{text}"));
+            let find = |name: &str| {
+                samples
+                    .iter()
+                    .find(|s| {
+                        s.name == name
+                            && s.labels.get("store_id").map(String::as_str) == Some(id.as_str())
+                    })
+                    .map(|s| s.value)
+            };
+            let ours: Vec<String> = text
+                .lines()
+                .filter(|l| l.contains(&format!("store_id=\"{id}\"")))
+                .map(str::to_string)
+                .collect();
+            match (
+                find("mushroom_backup_store_lag_seconds"),
+                find("mushroom_backup_store_shipped_bytes_total"),
+                find("mushroom_backup_store_healthy"),
+            ) {
+                (Some(lag), Some(shipped), Some(healthy)) if shipped > 0.0 && healthy == 1.0 => {
+                    Ok((lag, shipped))
+                }
+                other => Err(format!(
+                    "(lag, shipped bytes, healthy) = {other:?}; the store's samples: {ours:#?}"
+                )),
+            }
+        },
+    )
+    .await;
+    assert!(lag.is_finite() && lag >= 0.0, "lag {lag}");
+    eprintln!("store {id}: lag {lag} s, {shipped} bytes shipped");
+}
+
+// ---- 3. two instances, one PostgreSQL registry ------------------------------------------
+
+/// The PostgreSQL server for tests, or `None` after a SKIP line (a panic under `CI=true`).
+fn postgres_server() -> Option<String> {
+    if let Ok(url) = std::env::var(POSTGRES_ENV) {
+        return Some(url);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("PostgreSQL tests need a server: run scripts/test.sh (or set {POSTGRES_ENV})");
+    }
+    eprintln!("SKIP: no PostgreSQL (run scripts/test.sh, or set {POSTGRES_ENV})");
+    None
+}
+
+/// A fresh database on the test server; its URL.
+async fn fresh_database(server: &str) -> (String, String) {
+    let name = format!("operations_test_{}", uuid::Uuid::new_v4().simple());
+    let mut admin = PgConnection::connect(server)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+        .execute(&mut admin)
+        .await
+        .expect("create the test database");
+    admin.close().await.ok();
+    let mut url = url::Url::parse(server).expect("test server URL parses");
+    url.set_path(&name);
+    (name, url.to_string())
+}
+
+async fn drop_database(server: &str, name: &str) {
+    let mut admin = PgConnection::connect(server).await.expect("connect");
+    sqlx::query(AssertSqlSafe(format!(
+        "DROP DATABASE \"{name}\" WITH (FORCE)"
+    )))
+    .execute(&mut admin)
+    .await
+    .expect("drop the test database");
+    admin.close().await.ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once_it_stops() {
+    let Some(pg) = postgres_server() else { return };
+    let (db, registry) = fresh_database(&pg).await;
+    let d = dirs();
+    let store = d.root.join("shared");
+    write_store(&store, 50);
+
+    let common = [
+        "--registry",
+        registry.as_str(),
+        "--health-report-interval-ms",
+        "300",
+        "--owner-silent-after-ms",
+        "2000",
+    ];
+    let mut a = Server::start(
+        "serve a",
+        serve_command(
+            &d,
+            "data-a",
+            &[&common[..], &["--instance-id", "a"]].concat(),
+        ),
+        false,
+    );
+    let b = Server::start(
+        "serve b",
+        serve_command(
+            &d,
+            "data-b",
+            &[&common[..], &["--instance-id", "b"]].concat(),
+        ),
+        false,
+    );
+    let mut ca = a.client().await;
+    let cb = b.client().await;
+    let id = ca
+        .register(register_req(&store, &d.base.join("bucket")))
+        .await
+        .unwrap_or_else(|e| a.child.fail(&format!("Register on a failed: {e}")))
+        .into_inner()
+        .store_id;
+
+    wait_for(&format!("b's ListStores to list {id} owned by a"), || {
+        let mut cb = cb.clone();
+        let id = id.clone();
+        async move {
+            let stores = cb
+                .list_stores(proto::ListStoresRequest {})
+                .await
+                .map_err(|e| format!("ListStores failed: {e}"))?
+                .into_inner()
+                .stores;
+            match stores.iter().find(|s| s.store_id == id) {
+                Some(s) if s.instance_id == "a" => Ok(()),
+                _ => Err(format!("{stores:?}")),
+            }
+        }
+    })
+    .await;
+
+    let healthy = wait_for(&format!("b's Health to show {id} healthy"), || {
+        let mut cb = cb.clone();
+        let id = id.clone();
+        async move {
+            let h = health(&mut cb, &id).await?;
+            if h.healthy {
+                Ok(h)
+            } else {
+                Err(format!("{h:?}"))
+            }
+        }
+    })
+    .await;
+    assert_eq!(healthy.instance_id, "a", "{healthy:?}");
+
+    let stopped = Instant::now();
+    a.terminate();
+
+    let silent = wait_for(
+        &format!("b's Health to show {id} unhealthy, its owner a silent"),
+        || {
+            let mut cb = cb.clone();
+            let id = id.clone();
+            async move {
+                let h = health(&mut cb, &id).await?;
+                if !h.healthy && h.reason.contains("instance a ") {
+                    Ok(h)
+                } else {
+                    Err(format!("{h:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{:?} after SIGTERM to a, b reports: {}",
+        stopped.elapsed(),
+        silent.reason
+    );
+    assert_eq!(silent.instance_id, "a", "{silent:?}");
+
+    drop(ca);
+    drop(cb);
+    drop(b);
+    drop_database(&pg, &db).await;
+}
