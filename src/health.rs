@@ -20,12 +20,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::lease::LeaseState;
 
 /// How the worker task ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "detail")]
 pub enum WorkerState {
     Running,
@@ -76,7 +76,7 @@ impl HealthPolicy {
 }
 
 /// One store's health, as dashboards and alerts read it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoreHealth {
     pub healthy: bool,
     /// Why it is unhealthy (the most important reason); empty when healthy.

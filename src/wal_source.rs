@@ -10,7 +10,9 @@
 //!   fsync (never ahead of what is durable). A torn read (bad CRC) is read again.
 //! - [`OfflineSource`]: for a store whose `store.lock` nobody holds: fsyncs `wal.bin` itself
 //!   (allowed on a read-only descriptor) and takes its valid frames as durable. It scans only
-//!   the bytes added since its last call.
+//!   the bytes added since its last call, and while `wal.bin` and `snapshot.bin` keep their
+//!   inode, length and mtime since its last fsync it answers from that read (nothing was
+//!   written since, so nothing new can need syncing).
 //! - [`LocalSource`]: the file source while an engine holds `store.lock`, the offline source
 //!   otherwise (the standalone `backup` command).
 //! - [`InProcessSource`]: a closure over an embedded engine's position handle.
@@ -116,6 +118,13 @@ struct Scanned {
     inode: u64,
     valid_len: u64,
     last_seq: u64,
+    /// The file's length and mtime when it was last fsynced and scanned: while both are
+    /// unchanged nothing was written since, so the position stands without another fsync.
+    file_len: u64,
+    mtime_ns: i128,
+    position: Option<WalPosition>,
+    /// `snapshot.bin`'s (inode, mtime) when its id was read.
+    snapshot_stamp: Option<(u64, i128)>,
 }
 
 /// Reads the store itself, for a store nobody has open. Clones share what was scanned.
@@ -136,6 +145,24 @@ impl OfflineSource {
     fn read(&self) -> Result<WalPosition, SourceError> {
         use std::os::unix::fs::MetadataExt;
         let path = self.dir.join(WAL_FILE);
+        let stamp = |m: &std::fs::Metadata| {
+            (
+                m.ino(),
+                m.len(),
+                m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+            )
+        };
+        let snap_stamp = snapshot_stamp(&self.dir)?;
+        // Fast path: nothing written to wal.bin or snapshot.bin since the last fsync and scan.
+        if let Some(s) = *self.scanned.lock().expect("not poisoned") {
+            let m = std::fs::metadata(&path).map_err(io(&path))?;
+            if let Some(p) = s.position {
+                if stamp(&m) == (s.inode, s.file_len, s.mtime_ns) && snap_stamp == s.snapshot_stamp
+                {
+                    return Ok(p);
+                }
+            }
+        }
         let mut f = std::fs::File::open(&path).map_err(io(&path))?;
         // Whatever is in the file now becomes durable: fsync it before trusting any of it.
         f.sync_all().map_err(io(&path))?;
@@ -165,20 +192,40 @@ impl OfflineSource {
             at += scan.valid_len as u64;
             last_seq = scan.last_seq;
         }
-        *self.scanned.lock().expect("not poisoned") = Some(Scanned {
-            wal_id: header.wal_id,
-            inode: meta.ino(),
-            valid_len: at,
-            last_seq,
-        });
         let snapshot_id = read_snapshot_id(&self.dir)?;
-        Ok(WalPosition {
+        let position = WalPosition {
             snapshot_id,
             wal_id: header.wal_id,
             wal_number: header.number,
             durable_len: at,
             commit_seq: last_seq,
-        })
+        };
+        let (inode, file_len, mtime_ns) = stamp(&meta);
+        *self.scanned.lock().expect("not poisoned") = Some(Scanned {
+            wal_id: header.wal_id,
+            inode,
+            valid_len: at,
+            last_seq,
+            file_len,
+            mtime_ns,
+            position: Some(position),
+            snapshot_stamp: snap_stamp,
+        });
+        Ok(position)
+    }
+}
+
+/// `snapshot.bin`'s (inode, mtime), or `None` when there is none.
+fn snapshot_stamp(dir: &Path) -> Result<Option<(u64, i128)>, SourceError> {
+    use std::os::unix::fs::MetadataExt;
+    let path = dir.join(disk::SNAPSHOT_FILE);
+    match std::fs::metadata(&path) {
+        Ok(m) => Ok(Some((
+            m.ino(),
+            m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
+        ))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(&path)(e)),
     }
 }
 

@@ -273,7 +273,7 @@ async fn a_worker_that_exited_is_unhealthy() {
     assert!(!h.healthy && h.reason.contains("exited"), "{h:#?}");
     assert_eq!(
         h.restore_point_commit_seq, 10,
-        "shutdown flushed a restore point"
+        "shutdown flushed no restore point: {h:#?}"
     );
 }
 

@@ -56,6 +56,12 @@ pub struct ServeArgs {
     /// The bucket lease's TTL in milliseconds [default: 30000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_TTL_MS")]
     lease_ttl_ms: Option<u64>,
+    /// How often this instance persists its stores' health to the registry, ms [default: 3000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_HEALTH_REPORT_INTERVAL_MS")]
+    health_report_interval_ms: Option<u64>,
+    /// A store whose owner has not reported for this long shows unhealthy, ms [default: 15000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_OWNER_SILENT_AFTER_MS")]
+    owner_silent_after_ms: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
 }
@@ -183,6 +189,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<ServiceConfig> {
         instance_id: a.instance_id.or(file.instance_id).unwrap_or_else(host_name),
         worker,
         lease_ttl,
+        health_report_interval: Duration::from_millis(a.health_report_interval_ms.unwrap_or(3000)),
+        owner_silent_after: Duration::from_millis(a.owner_silent_after_ms.unwrap_or(15_000)),
     })
 }
 

@@ -76,3 +76,24 @@ pub fn hash_token(token: &str) -> String {
 pub fn token_matches(token: &str, hash: &str) -> bool {
     todo!()
 }
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthRow {
+    pub store_id: String,
+    pub instance_id: String,
+    pub reported_at_ms: i64,
+    pub health_json: String,
+}
+impl Registry {
+    pub async fn put_health(
+        &self,
+        store_id: &str,
+        instance_id: &str,
+        reported_at_ms: i64,
+        health_json: &str,
+    ) -> Result<(), RegistryError> {
+        todo!()
+    }
+    pub async fn all_health(&self) -> Result<Vec<HealthRow>, RegistryError> {
+        todo!()
+    }
+}

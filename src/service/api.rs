@@ -89,15 +89,15 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
     }
 }
 
-fn store_info(e: &StoreEntry) -> proto::StoreInfo {
-    let opts: StoreOptions = serde_json::from_value(e.record.options.clone()).unwrap_or_default();
+fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
+    let opts: StoreOptions = serde_json::from_value(r.options.clone()).unwrap_or_default();
     proto::StoreInfo {
-        store_id: e.record.store_id.clone(),
-        store_dir: e.record.store_dir.clone(),
-        destination: e.record.destination.clone(),
-        instance_id: e.record.instance_id.clone(),
-        labels: e.record.labels.clone().into_iter().collect(),
-        registered_at_unix_ms: e.record.registered_at_ms,
+        store_id: r.store_id.clone(),
+        store_dir: r.store_dir.clone(),
+        destination: r.destination.clone(),
+        instance_id: r.instance_id.clone(),
+        labels: r.labels.clone().into_iter().collect(),
+        registered_at_unix_ms: r.registered_at_ms,
         options: Some(proto_options(&opts)),
     }
 }
@@ -163,7 +163,7 @@ impl BackupControl for Api {
         use crate::worker::BackupTrigger;
         self.admin(&req)?;
         let r = req.into_inner();
-        let entry = self.fleet.get(&r.store_id)?;
+        let entry = self.fleet.get_owned(&r.store_id).await?;
         let trigger = match proto::TriggerKind::try_from(r.kind) {
             Ok(proto::TriggerKind::Ship) => BackupTrigger::Ship,
             Ok(proto::TriggerKind::RestorePoint) => BackupTrigger::RestorePoint,
@@ -186,7 +186,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::HealthResponse>, Status> {
         self.admin(&req)?;
         let r = req.into_inner();
-        Ok(Response::new(self.health_of(&r.store_id)?))
+        Ok(Response::new(self.health_of(&r.store_id).await?))
     }
 
     type WatchHealthStream = HealthStream;
@@ -197,7 +197,7 @@ impl BackupControl for Api {
     ) -> Result<Response<HealthStream>, Status> {
         self.admin(&req)?;
         let store_id = req.into_inner().store_id;
-        let first = self.health_of(&store_id)?;
+        let first = self.health_of(&store_id).await?;
         let fleet = self.fleet.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
@@ -220,7 +220,7 @@ impl BackupControl for Api {
                     _ = tx.closed() => return,
                     _ = tick.tick() => {}
                 }
-                let now = match api.health_of(&store_id) {
+                let now = match api.health_of(&store_id).await {
                     Ok(h) => h,
                     Err(e) => {
                         let _ = tx.send(Err(e.into())).await;
@@ -246,7 +246,19 @@ impl BackupControl for Api {
         req: Request<proto::ListStoresRequest>,
     ) -> Result<Response<proto::ListStoresResponse>, Status> {
         self.admin(&req)?;
-        let stores = self.fleet.list().iter().map(|e| store_info(e)).collect();
+        let mut stores: Vec<proto::StoreInfo> = self
+            .fleet
+            .list()
+            .iter()
+            .map(|e| store_info(&e.record))
+            .collect();
+        stores.extend(
+            self.fleet
+                .remote()
+                .await?
+                .iter()
+                .map(|r| store_info(&r.record)),
+        );
         Ok(Response::new(proto::ListStoresResponse { stores }))
     }
 
@@ -256,7 +268,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
         self.admin(&req)?;
         let r = req.into_inner();
-        let entry = self.fleet.get(&r.store_id)?;
+        let destination = self.fleet.destination_of(&r.store_id).await?;
         let size = match r.page_size {
             0 => 100,
             n => n.min(1000) as usize,
@@ -269,7 +281,7 @@ impl BackupControl for Api {
             ))
             .into());
         }
-        let bucket = bucket::open(&entry.record.destination)
+        let bucket = bucket::open(&destination)
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
         let mut points = verify::list_restore_points(bucket.as_ref())
@@ -405,19 +417,74 @@ impl BackupControl for Api {
 }
 
 impl Api {
-    fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
+    async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
         let id = &self.fleet.config().instance_id;
-        let stores = if store_id.is_empty() {
-            self.fleet
-                .list()
-                .iter()
-                .map(|e| store_health(e, id))
-                .collect()
-        } else {
-            vec![store_health(&*self.fleet.get(store_id)?, id)]
-        };
+        if !store_id.is_empty() {
+            if let Ok(e) = self.fleet.get(store_id) {
+                return Ok(proto::HealthResponse {
+                    stores: vec![store_health(&e, id)],
+                });
+            }
+            let remote = self.fleet.remote().await?;
+            return match remote.iter().find(|r| r.record.store_id == store_id) {
+                Some(r) => Ok(proto::HealthResponse {
+                    stores: vec![remote_health(r)],
+                }),
+                None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
+            };
+        }
+        let mut stores: Vec<proto::StoreHealth> = self
+            .fleet
+            .list()
+            .iter()
+            .map(|e| store_health(e, id))
+            .collect();
+        stores.extend(self.fleet.remote().await?.iter().map(remote_health));
         Ok(proto::HealthResponse { stores })
     }
+}
+
+/// A store another instance owns, from its last report; unhealthy when the owner went silent.
+fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
+    let mut out = proto::StoreHealth {
+        store_id: r.record.store_id.clone(),
+        store_dir: r.record.store_dir.clone(),
+        destination: r.record.destination.clone(),
+        instance_id: r.record.instance_id.clone(),
+        reported_at_unix_ms: r.reported_at_ms.unwrap_or(0),
+        ..Default::default()
+    };
+    if let Some(h) = &r.health {
+        out.healthy = h.healthy;
+        out.reason = h.reason.clone();
+        out.reasons = h.reasons.clone();
+        out.notes = h.notes.clone();
+        out.durable_commit_seq = h.durable_commit_seq;
+        out.shipped_commit_seq = h.shipped_commit_seq;
+        out.restore_point_commit_seq = h.restore_point_commit_seq;
+        out.lag_seconds = h.lag_seconds;
+        out.lease_holder = h.lease_holder.clone();
+        out.lease_held = h.lease_held;
+        out.consecutive_failures = h.consecutive_failures;
+        out.last_error = h.last_error.clone().unwrap_or_default();
+    }
+    if r.silent {
+        let why = match r.reported_at_ms {
+            Some(t) => format!(
+                "the owning instance {} has not reported this store's health for {} s; is it running?",
+                r.record.instance_id,
+                (now_ms() - t).max(0) / 1000
+            ),
+            None => format!(
+                "the owning instance {} has never reported this store's health; is it running?",
+                r.record.instance_id
+            ),
+        };
+        out.healthy = false;
+        out.reasons.insert(0, why.clone());
+        out.reason = why;
+    }
+    out
 }
 
 fn position(r: &proto::PositionReport) -> Result<WalPosition, ServiceError> {

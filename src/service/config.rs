@@ -31,6 +31,10 @@ pub struct ServiceConfig {
     /// Defaults of every store's worker (a store's options override them).
     pub worker: WorkerConfig,
     pub lease_ttl: Duration,
+    /// How often this instance persists its stores' health to the registry.
+    pub health_report_interval: Duration,
+    /// A store whose owning instance has not reported for this long shows unhealthy.
+    pub owner_silent_after: Duration,
 }
 
 impl ServiceConfig {

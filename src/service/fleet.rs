@@ -95,6 +95,16 @@ pub struct Fleet {
     shutdown: CancellationToken,
 }
 
+/// A store another instance owns, as the shared registry last heard of it.
+pub struct RemoteStore {
+    pub record: StoreRecord,
+    /// The owner's last report, if it ever reported.
+    pub health: Option<crate::health::StoreHealth>,
+    pub reported_at_ms: Option<i64>,
+    /// The owner has not reported for longer than `owner_silent_after`.
+    pub silent: bool,
+}
+
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -135,7 +145,37 @@ impl Fleet {
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");
+        tokio::spawn(report_health(fleet.clone()));
         Ok(fleet)
+    }
+
+    /// The stores other instances own, with what they last reported.
+    pub async fn remote(&self) -> Result<Vec<RemoteStore>, ServiceError> {
+        let me = &self.config.instance_id;
+        let records = self.registry.list_stores(None).await?;
+        let mut health: BTreeMap<String, crate::registry::HealthRow> = self
+            .registry
+            .all_health()
+            .await?
+            .into_iter()
+            .map(|h| (h.store_id.clone(), h))
+            .collect();
+        let silent_ms = self.config.owner_silent_after.as_millis() as i64;
+        let now = now_ms();
+        Ok(records
+            .into_iter()
+            .filter(|r| &r.instance_id != me)
+            .map(|record| {
+                let row = health.remove(&record.store_id);
+                let reported_at_ms = row.as_ref().map(|r| r.reported_at_ms);
+                RemoteStore {
+                    health: row.and_then(|r| serde_json::from_str(&r.health_json).ok()),
+                    silent: reported_at_ms.is_none_or(|t| now - t > silent_ms),
+                    reported_at_ms,
+                    record,
+                }
+            })
+            .collect())
     }
 
     pub fn registry(&self) -> &Registry {
@@ -307,6 +347,33 @@ impl Fleet {
             .ok_or_else(|| ServiceError::NotFound(format!("no store {store_id} on this instance")))
     }
 
+    /// The destination of any store in the registry (local or owned by another instance).
+    pub async fn destination_of(&self, store_id: &str) -> Result<String, ServiceError> {
+        match self.get(store_id) {
+            Ok(e) => Ok(e.record.destination.clone()),
+            Err(ServiceError::NotFound(_)) => match self.registry.get_store(store_id).await? {
+                Some(r) => Ok(r.destination),
+                None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A local store, or — for a store another instance owns — an error naming the owner.
+    pub async fn get_owned(&self, store_id: &str) -> Result<Arc<StoreEntry>, ServiceError> {
+        match self.get(store_id) {
+            Ok(e) => Ok(e),
+            Err(ServiceError::NotFound(m)) => match self.registry.get_store(store_id).await? {
+                Some(r) => Err(ServiceError::FailedPrecondition(format!(
+                    "store {store_id} belongs to instance {}: call that instance",
+                    r.instance_id
+                ))),
+                None => Err(ServiceError::NotFound(m.replace(" on this instance", ""))),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn list(&self) -> Vec<Arc<StoreEntry>> {
         self.stores
             .read()
@@ -415,5 +482,37 @@ fn restore_error(e: restore::RestoreError) -> ServiceError {
         }
         R::Bucket(b) => ServiceError::Unavailable(format!("the destination is unavailable: {b}")),
         other => ServiceError::internal(other),
+    }
+}
+
+/// Persists every local store's health to the registry every `health_report_interval`, so
+/// that every instance sharing the registry shows the whole fleet.
+async fn report_health(fleet: Arc<Fleet>) {
+    let mut tick = tokio::time::interval(fleet.config.health_report_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = fleet.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for entry in fleet.list() {
+            let h = entry.handle.health();
+            let Ok(json) = serde_json::to_string(&h) else {
+                continue;
+            };
+            if let Err(e) = fleet
+                .registry
+                .put_health(
+                    &entry.record.store_id,
+                    &fleet.config.instance_id,
+                    now_ms(),
+                    &json,
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "cannot persist health to the registry");
+                break;
+            }
+        }
     }
 }

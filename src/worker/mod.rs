@@ -107,6 +107,8 @@ pub struct WorkerConfig {
     pub flush_timeout: Duration,
     /// How often a refused prefix is checked again (without holding the lease meanwhile).
     pub refused_retry: Duration,
+    /// At shutdown, how long an in-flight step may take to finish before it is abandoned.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -122,6 +124,7 @@ impl Default for WorkerConfig {
             max_backoff: MAX_BACKOFF,
             flush_timeout: Duration::from_secs(20),
             refused_retry: MAX_BACKOFF,
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }

@@ -316,16 +316,25 @@ async fn hold(
             if !lease.may_write() {
                 return Holding::Lost;
             }
+            let grace = worker.config.shutdown_grace;
+            let mut step = Box::pin(lease.guard(worker.step()));
             let stepped = tokio::select! {
-                r = lease.guard(worker.step()) => r,
+                r = &mut step => r,
                 _ = shutdown.cancelled() => {
-                    // The step's requests are dropped mid-way: what it learnt is not to be
-                    // trusted, so the flush starts from the bucket's state.
-                    worker.forget_view();
+                    // Let the step finish if it can; abandon it only if it hangs (a request
+                    // that never answers must not hold up shutdown).
+                    let finished = tokio::time::timeout(grace, &mut step).await.is_ok();
+                    drop(step);
+                    if !finished {
+                        // Its requests were dropped mid-way (a blocking file write may even
+                        // land later): what it learnt is not to be trusted.
+                        worker.forget_view();
+                    }
                     let flush = triggers.borrow().shutdown.unwrap_or(true);
                     return Holding::Shutdown { flush };
                 }
             };
+            drop(step);
             match stepped {
                 Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
                 Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {
@@ -371,7 +380,18 @@ async fn hold(
 
 /// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
 async fn flush_under(worker: &mut BackupWorker, lease: &BucketLease, status: &Status) {
-    match tokio::time::timeout(worker.config.flush_timeout, lease.guard(worker.run_once())).await {
+    let timeout = worker.config.flush_timeout;
+    let flush = async {
+        match lease.guard(worker.run_once()).await {
+            // Another writer — or a write of an abandoned step landing late: start over once.
+            Ok(Err(WorkerError::ConcurrentWriter { .. })) => {
+                worker.forget_view();
+                lease.guard(worker.run_once()).await
+            }
+            other => other,
+        }
+    };
+    match tokio::time::timeout(timeout, flush).await {
         Ok(Ok(Ok(report))) => tracing::info!(?report, "flushed a last restore point"),
         Ok(Ok(Err(e))) => {
             tracing::warn!(error = %e, "the last flush failed");

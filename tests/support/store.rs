@@ -50,6 +50,7 @@ pub fn config() -> WorkerConfig {
         conditional_writes: true,
         first_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(200),
+        shutdown_grace: Duration::from_millis(500),
         ..WorkerConfig::default()
     }
 }
