@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # THE test command (the README and .ci/run call it). Installs moto's S3 server and the Python gRPC
 # tools (for tests/python) into a project-local virtualenv (.venv) if needed, starts one
-# moto_server on a free loopback port for the whole run, and runs the test suite with nextest.
+# moto_server on a free loopback port for the whole run, then a throwaway PostgreSQL server
+# (scripts/postgres.sh; installs Debian's postgresql the first time) unless
+# MUSHROOM_TEST_POSTGRES_URL already names one, and runs the test suite with nextest.
 # Arguments go to `cargo nextest run`, e.g.
 #   bash scripts/test.sh --test bucket_conformance
 set -euo pipefail
@@ -40,10 +42,12 @@ PORT=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0
 MOTO_LOG=$(mktemp -t moto.XXXXXX.log)
 .venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$MOTO_LOG" 2>&1 &
 MOTO_PID=$!
+source scripts/postgres.sh
 cleanup() {
     kill "$MOTO_PID" 2>/dev/null || true
     wait "$MOTO_PID" 2>/dev/null || true
     rm -f "$MOTO_LOG"
+    pg_stop || true
 }
 trap cleanup EXIT
 
@@ -64,6 +68,11 @@ if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
     exit 1
 fi
 export MUSHROOM_TEST_S3_ENDPOINT="http://127.0.0.1:$PORT"
+
+if [ -z "${MUSHROOM_TEST_POSTGRES_URL:-}" ]; then
+    pg_start
+    export MUSHROOM_TEST_POSTGRES_URL="$PG_URL"
+fi
 
 # Under CI, a hung test is killed instead of eating the run's time (see .config/nextest.toml).
 if [ "${CI:-}" = true ]; then

@@ -1,89 +1,346 @@
-//! TEMPORARY STUB (not committed): the agreed registry API, to compile the service against.
-#![allow(unused)]
+//! The registry: which stores the service backs up, what it did about them, and how they are.
+//!
+//! It lives in SQLite (the default, `<data-dir>/registry.db`, nothing to install) or in
+//! PostgreSQL (several service instances sharing one registry). [`Registry::open`] picks the
+//! backend from the URL and applies the schema in `migrations/<backend>/` before returning.
+//!
+//! # What is stored
+//!
+//! - `stores`: one row per registered store directory ([`StoreRecord`]). `store_id` and
+//!   `store_dir` are each unique, so two registrations of one directory cannot both succeed,
+//!   whichever instance makes them. The node token is stored only as its hash ([`token`]).
+//!   `instance_id` names the service instance that runs the store's worker.
+//! - `audit_log`: append-only ([`AuditEntry`]), one row per register, deregister, adopt,
+//!   refusal or failure, from every instance; read newest first.
+//! - `store_health`: the last health an instance reported for each store ([`HealthRow`]),
+//!   overwritten on every report and deleted with its store (`ON DELETE CASCADE`).
+//!
+//! # Crash story
+//!
+//! Every call is a single SQL statement, which the database commits or rolls back as a whole:
+//! a crash (of the service or the database) mid-call leaves the row written or not written,
+//! never half. Nothing spans two calls, so a crash between two calls — say after
+//! [`Registry::insert_store`] but before [`Registry::record_audit`] — leaves the first done and
+//! the second not; the service orders its calls so that this is harmless (a registration
+//! without its audit row, never an audit row for a registration that did not happen).
+//!
+//! A call that fails with [`RegistryError::Unavailable`] may or may not have been applied (the
+//! connection can drop after the commit): re-read before acting. The other errors are
+//! determinate: nothing was written.
+//!
+//! # Several instances
+//!
+//! Instances sharing a PostgreSQL registry see each other's committed writes at once; the
+//! unique keys settle races between them. The registry does not decide which instance runs a
+//! store: that is the bucket lease's job.
+
+mod error;
+mod postgres;
+mod sqlite;
+pub mod token;
+
 use std::collections::BTreeMap;
-#[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
-    #[error("exists {what} {value}")]
-    AlreadyExists { what: &'static str, value: String },
-    #[error("bad url")]
-    BadUrl { url: String, reason: String },
-    #[error("unavailable")]
-    Unavailable { detail: String },
-    #[error("db")]
-    Database(String),
-}
-#[derive(Debug, Clone, PartialEq, Eq)]
+use std::fmt;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{ColumnIndex, Decode, PgPool, Row, SqlSafeStr, SqlitePool, Type};
+
+pub use error::RegistryError;
+pub use token::{hash_token, new_node_token, token_matches};
+
+use error::{classify, is_foreign_key_violation, stores_unique_violation};
+
+/// A registered store, as the `stores` table holds it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoreRecord {
+    /// The service-assigned identity, stable for the store's life.
     pub store_id: String,
+    /// The store's directory on the node; unique across the registry.
     pub store_dir: String,
+    /// Where its backups go (a bucket URL and prefix).
     pub destination: String,
+    /// Operator-chosen labels, for listing and dashboards.
     pub labels: BTreeMap<String, String>,
+    /// The worker options the store was registered with, as JSON.
     pub options: serde_json::Value,
+    /// [`hash_token`] of the store's node token (never the token itself).
     pub node_token_hash: String,
+    /// The service instance that runs the store's worker.
     pub instance_id: String,
+    /// When it was registered, milliseconds since the Unix epoch.
     pub registered_at_ms: i64,
 }
+
+/// Like the derived `Debug`, but the token hash is cut to its first 8 digits: enough to tell
+/// two apart in a log, too little to be worth anything.
+impl fmt::Debug for StoreRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let hash_prefix = self.node_token_hash.get(..8).unwrap_or("");
+        f.debug_struct("StoreRecord")
+            .field("store_id", &self.store_id)
+            .field("store_dir", &self.store_dir)
+            .field("destination", &self.destination)
+            .field("labels", &self.labels)
+            .field("options", &self.options)
+            .field("node_token_hash", &format_args!("{hash_prefix}…"))
+            .field("instance_id", &self.instance_id)
+            .field("registered_at_ms", &self.registered_at_ms)
+            .finish()
+    }
+}
+
+/// One row of the audit log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
+    /// When, milliseconds since the Unix epoch.
     pub at_ms: i64,
+    /// The instance that acted.
     pub instance_id: String,
+    /// `register`, `deregister`, `adopt`, `refused`, …
     pub action: String,
     pub store_id: Option<String>,
     pub store_dir: Option<String>,
+    /// `ok`, `refused` or `error`.
     pub outcome: String,
+    /// A human-readable account: what was refused and why, or the error.
     pub detail: String,
+    /// The gRPC peer that asked, when there was one.
     pub peer: Option<String>,
 }
-pub struct Registry;
+
+/// The last health reported for one store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthRow {
+    pub store_id: String,
+    /// The instance that reported it.
+    pub instance_id: String,
+    pub reported_at_ms: i64,
+    /// The health record as JSON, stored as given.
+    pub health_json: String,
+}
+
+/// A handle on the registry database: a small connection pool, cheap to clone.
+#[derive(Clone)]
+pub struct Registry {
+    backend: Backend,
+    /// Where the database is, without secrets, for error messages.
+    location: String,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool `$registry` has. The body is compiled
+/// once per backend, so one SQL text serves both (`$1`-style placeholders work in both).
+macro_rules! with_pool {
+    ($registry:expr, |$pool:ident| $body:expr) => {
+        match &$registry.backend {
+            Backend::Sqlite($pool) => $body,
+            Backend::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// `SELECT <every stores column> FROM stores <tail>`, as one literal.
+macro_rules! select_stores {
+    ($tail:literal) => {
+        concat!(
+            "SELECT store_id, store_dir, destination, labels, options, node_token_hash, ",
+            "instance_id, registered_at_ms FROM stores ",
+            $tail
+        )
+    };
+}
+
 impl Registry {
+    /// Opens the registry at `url` and applies any migrations it lacks:
+    /// `sqlite:///abs/path/registry.db` or `sqlite:relative.db` (creating the file and its
+    /// parent directory), or `postgres://user:pass@host:port/db` (`postgresql://` too).
     pub async fn open(url: &str) -> Result<Registry, RegistryError> {
-        todo!()
+        if url.starts_with("sqlite:") {
+            let (pool, location) = sqlite::open(url).await?;
+            Ok(Registry {
+                backend: Backend::Sqlite(pool),
+                location,
+            })
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let (pool, location) = postgres::open(url).await?;
+            Ok(Registry {
+                backend: Backend::Postgres(pool),
+                location,
+            })
+        } else {
+            Err(RegistryError::BadUrl {
+                url: error::redact_url(url),
+                reason: "expected a sqlite: or postgres:// URL".into(),
+            })
+        }
     }
+
+    /// `"sqlite"` or `"postgres"`.
     pub fn kind(&self) -> &'static str {
-        todo!()
+        match self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
     }
+
+    /// Where the database is (file, or host, port and database), without secrets.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// Checks that the database answers.
     pub async fn ping(&self) -> Result<(), RegistryError> {
-        todo!()
+        with_pool!(self, |pool| sqlx::query("SELECT 1")
+            .execute(pool)
+            .await
+            .map(drop))
+        .map_err(|e| self.err(e))
     }
+
+    /// Closes the pool, waiting for calls in flight. Other clones see `Unavailable` after.
+    pub async fn close(&self) {
+        with_pool!(self, |pool| pool.close().await)
+    }
+
+    /// Adds a store. [`RegistryError::AlreadyExists`] (`what` = `"store_dir"` or `"store_id"`)
+    /// when either is taken; nothing is written then.
     pub async fn insert_store(&self, rec: &StoreRecord) -> Result<(), RegistryError> {
-        todo!()
+        const SQL: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
+                           options, node_token_hash, instance_id, registered_at_ms) \
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let labels = serde_json::to_string(&rec.labels).expect("string maps serialize");
+        let options = rec.options.to_string();
+        let result = with_pool!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(&rec.store_id)
+                .bind(&rec.store_dir)
+                .bind(&rec.destination)
+                .bind(&labels)
+                .bind(&options)
+                .bind(&rec.node_token_hash)
+                .bind(&rec.instance_id)
+                .bind(rec.registered_at_ms)
+                .execute(pool)
+                .await
+                .map(drop)
+        });
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) => Err(match stores_unique_violation(&e) {
+                Some("store_id") => RegistryError::AlreadyExists {
+                    what: "store_id",
+                    value: rec.store_id.clone(),
+                },
+                Some(what) => RegistryError::AlreadyExists {
+                    what,
+                    value: rec.store_dir.clone(),
+                },
+                None => self.err(e),
+            }),
+        }
     }
+
+    /// Removes a store (and its health row). `false` when there was none.
     pub async fn delete_store(&self, store_id: &str) -> Result<bool, RegistryError> {
-        todo!()
+        const SQL: &str = "DELETE FROM stores WHERE store_id = $1";
+        with_pool!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(store_id)
+                .execute(pool)
+                .await
+                .map(|done| done.rows_affected() > 0)
+        })
+        .map_err(|e| self.err(e))
     }
+
+    /// The store with this id, if registered.
     pub async fn get_store(&self, store_id: &str) -> Result<Option<StoreRecord>, RegistryError> {
-        todo!()
+        const SQL: &str = select_stores!("WHERE store_id = $1");
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
+            row.map_err(|e| self.err(e))?
+                .map(|r| store_from_row(&r, &self.location))
+                .transpose()
+        })
     }
+
+    /// The store registered for this directory, if any.
     pub async fn find_by_dir(&self, store_dir: &str) -> Result<Option<StoreRecord>, RegistryError> {
-        todo!()
+        const SQL: &str = select_stores!("WHERE store_dir = $1");
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_dir).fetch_optional(pool).await;
+            row.map_err(|e| self.err(e))?
+                .map(|r| store_from_row(&r, &self.location))
+                .transpose()
+        })
     }
+
+    /// All stores, or those of one instance, oldest registration first (ties by `store_id`).
     pub async fn list_stores(
         &self,
         instance_id: Option<&str>,
     ) -> Result<Vec<StoreRecord>, RegistryError> {
-        todo!()
+        const ALL: &str = select_stores!("ORDER BY registered_at_ms, store_id");
+        const ONE: &str =
+            select_stores!("WHERE instance_id = $1 ORDER BY registered_at_ms, store_id");
+        with_pool!(self, |pool| {
+            let rows = match instance_id {
+                None => sqlx::query(ALL).fetch_all(pool).await,
+                Some(id) => sqlx::query(ONE).bind(id).fetch_all(pool).await,
+            };
+            rows.map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| store_from_row(r, &self.location))
+                .collect()
+        })
     }
+
+    /// Appends one entry to the audit log.
     pub async fn record_audit(&self, entry: &AuditEntry) -> Result<(), RegistryError> {
-        todo!()
+        const SQL: &str = "INSERT INTO audit_log (at_ms, instance_id, action, store_id, \
+                           store_dir, outcome, detail, peer) \
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        with_pool!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(entry.at_ms)
+                .bind(&entry.instance_id)
+                .bind(&entry.action)
+                .bind(&entry.store_id)
+                .bind(&entry.store_dir)
+                .bind(&entry.outcome)
+                .bind(&entry.detail)
+                .bind(&entry.peer)
+                .execute(pool)
+                .await
+                .map(drop)
+        })
+        .map_err(|e| self.err(e))
     }
-}
-pub fn new_node_token() -> String {
-    todo!()
-}
-pub fn hash_token(token: &str) -> String {
-    todo!()
-}
-pub fn token_matches(token: &str, hash: &str) -> bool {
-    todo!()
-}
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthRow {
-    pub store_id: String,
-    pub instance_id: String,
-    pub reported_at_ms: i64,
-    pub health_json: String,
-}
-impl Registry {
+
+    /// The newest `limit` audit entries, newest first (in the order they were appended).
+    pub async fn audit_log(&self, limit: u32) -> Result<Vec<AuditEntry>, RegistryError> {
+        const SQL: &str = "SELECT at_ms, instance_id, action, store_id, store_dir, outcome, \
+                           detail, peer FROM audit_log ORDER BY id DESC LIMIT $1";
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(SQL)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await;
+            rows.map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| audit_from_row(r).map_err(|e| self.err(e)))
+                .collect()
+        })
+    }
+
+    /// Records the health `instance_id` last saw for a store, replacing the previous report.
+    /// [`RegistryError::UnknownStore`] when the store is not registered (say, deregistered by
+    /// another instance a moment ago).
     pub async fn put_health(
         &self,
         store_id: &str,
@@ -91,9 +348,133 @@ impl Registry {
         reported_at_ms: i64,
         health_json: &str,
     ) -> Result<(), RegistryError> {
-        todo!()
+        const SQL: &str = "INSERT INTO store_health (store_id, instance_id, reported_at_ms, \
+                           health) VALUES ($1, $2, $3, $4) \
+                           ON CONFLICT (store_id) DO UPDATE SET \
+                           instance_id = excluded.instance_id, \
+                           reported_at_ms = excluded.reported_at_ms, \
+                           health = excluded.health";
+        let result = with_pool!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(store_id)
+                .bind(instance_id)
+                .bind(reported_at_ms)
+                .bind(health_json)
+                .execute(pool)
+                .await
+                .map(drop)
+        });
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if is_foreign_key_violation(&e) => Err(RegistryError::UnknownStore {
+                store_id: store_id.to_string(),
+            }),
+            Err(e) => Err(self.err(e)),
+        }
     }
+
+    /// Every store's last reported health, by `store_id`.
     pub async fn all_health(&self) -> Result<Vec<HealthRow>, RegistryError> {
-        todo!()
+        const SQL: &str = "SELECT store_id, instance_id, reported_at_ms, health \
+                           FROM store_health ORDER BY store_id";
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(SQL).fetch_all(pool).await;
+            rows.map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| health_from_row(r).map_err(|e| self.err(e)))
+                .collect()
+        })
     }
+
+    fn err(&self, e: sqlx::Error) -> RegistryError {
+        classify(&self.location, e)
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_from_row<R: Row>(row: &R, location: &str) -> Result<StoreRecord, RegistryError>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    let get = |column: &'static str| -> Result<String, RegistryError> {
+        row.try_get(column).map_err(|e| classify(location, e))
+    };
+    let store_id = get("store_id")?;
+    let corrupt = |column: &str, e: serde_json::Error| RegistryError::Corrupt {
+        detail: format!("{location}: stores.{column} of {store_id:?} is not valid JSON: {e}"),
+    };
+    let labels = serde_json::from_str(&get("labels")?).map_err(|e| corrupt("labels", e))?;
+    let options = serde_json::from_str(&get("options")?).map_err(|e| corrupt("options", e))?;
+    Ok(StoreRecord {
+        store_dir: get("store_dir")?,
+        destination: get("destination")?,
+        labels,
+        options,
+        node_token_hash: get("node_token_hash")?,
+        instance_id: get("instance_id")?,
+        registered_at_ms: row
+            .try_get("registered_at_ms")
+            .map_err(|e| classify(location, e))?,
+        store_id,
+    })
+}
+
+fn audit_from_row<R: Row>(row: &R) -> Result<AuditEntry, sqlx::Error>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> Option<String>: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    Ok(AuditEntry {
+        at_ms: row.try_get("at_ms")?,
+        instance_id: row.try_get("instance_id")?,
+        action: row.try_get("action")?,
+        store_id: row.try_get("store_id")?,
+        store_dir: row.try_get("store_dir")?,
+        outcome: row.try_get("outcome")?,
+        detail: row.try_get("detail")?,
+        peer: row.try_get("peer")?,
+    })
+}
+
+fn health_from_row<R: Row>(row: &R) -> Result<HealthRow, sqlx::Error>
+where
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    &'static str: ColumnIndex<R>,
+{
+    Ok(HealthRow {
+        store_id: row.try_get("store_id")?,
+        instance_id: row.try_get("instance_id")?,
+        reported_at_ms: row.try_get("reported_at_ms")?,
+        health_json: row.try_get("health")?,
+    })
+}
+
+/// A `Migrator` over migrations embedded with `include_str!` (version, description, SQL).
+fn migrator(migrations: &'static [(i64, &'static str, &'static str)]) -> Migrator {
+    Migrator::with_migrations(
+        migrations
+            .iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    description.into(),
+                    MigrationType::Simple,
+                    sql.into_sql_str(),
+                    false,
+                )
+            })
+            .collect(),
+    )
 }

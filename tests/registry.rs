@@ -1,0 +1,583 @@
+//! The registry: one suite, run against SQLite (a temp file) and PostgreSQL (a fresh database
+//! per test on the server `MUSHROOM_TEST_POSTGRES_URL` names; `scripts/test.sh` starts one).
+//! Without that variable the PostgreSQL tests print a SKIP line and pass, except under
+//! `CI=true`, where they fail.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+
+use mushroom_backup::registry::{
+    AuditEntry, HealthRow, Registry, RegistryError, StoreRecord, hash_token, new_node_token,
+    token_matches,
+};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+const POSTGRES_ENV: &str = "MUSHROOM_TEST_POSTGRES_URL";
+
+// ---- backends ---------------------------------------------------------------------------
+
+/// A fresh SQLite registry in a temp dir (removed when the guard drops), and its URL.
+async fn sqlite_registry() -> (tempfile::TempDir, String, Registry) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}/registry.db", dir.path().display());
+    let reg = Registry::open(&url).await.expect("open sqlite registry");
+    assert_eq!(reg.kind(), "sqlite");
+    (dir, url, reg)
+}
+
+/// The PostgreSQL server for tests, or `None` after a SKIP line (a panic under `CI=true`).
+fn postgres_server() -> Option<String> {
+    if let Ok(url) = std::env::var(POSTGRES_ENV) {
+        return Some(url);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("PostgreSQL tests need a server: run scripts/test.sh (or set {POSTGRES_ENV})");
+    }
+    eprintln!("SKIP: no PostgreSQL (run scripts/test.sh, or set {POSTGRES_ENV})");
+    None
+}
+
+/// A database of its own on the test server, so tests can run in parallel.
+struct PgDatabase {
+    server: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    async fn create(server: &str) -> PgDatabase {
+        let name = format!("registry_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(server)
+            .await
+            .expect("connect to test server");
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&mut admin)
+            .await
+            .expect("create test database");
+        admin.close().await.ok();
+        let mut url = url::Url::parse(server).expect("test server URL parses");
+        url.set_path(&name);
+        PgDatabase {
+            server: server.to_string(),
+            url: url.to_string(),
+            name,
+        }
+    }
+
+    /// Drops the database (after the test closed its registries). Skipped when a test fails,
+    /// which leaves the database for a look; the throwaway server goes with the run anyway.
+    async fn drop_database(self) {
+        let mut admin = PgConnection::connect(&self.server).await.expect("connect");
+        let sql = format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name);
+        sqlx::query(AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .expect("drop test database");
+        admin.close().await.ok();
+    }
+}
+
+/// Runs `suite` against a fresh SQLite registry.
+async fn on_sqlite<F, Fut>(suite: F)
+where
+    F: FnOnce(Registry) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let (_dir, _url, reg) = sqlite_registry().await;
+    suite(reg.clone()).await;
+    reg.close().await;
+}
+
+/// Runs `suite` against a fresh PostgreSQL database, if there is a server.
+async fn on_postgres<F, Fut>(suite: F)
+where
+    F: FnOnce(Registry) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let db = PgDatabase::create(&server).await;
+    let reg = Registry::open(&db.url)
+        .await
+        .expect("open postgres registry");
+    assert_eq!(reg.kind(), "postgres");
+    suite(reg.clone()).await;
+    reg.close().await;
+    db.drop_database().await;
+}
+
+/// `name` as two tests, `sqlite::name` and `postgres::name`, each running `suite(registry)`.
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $name() {
+                super::on_sqlite(super::suite::$name).await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $name() {
+                super::on_postgres(super::suite::$name).await;
+            })*
+        }
+    };
+}
+
+both_backends!(
+    round_trip,
+    duplicate_dir,
+    duplicate_id,
+    audit_newest_first,
+    health_upsert_and_cascade,
+    ping_and_location,
+);
+
+// ---- records ----------------------------------------------------------------------------
+
+fn record(id: &str, dir: &str, instance: &str, at_ms: i64) -> StoreRecord {
+    let token = new_node_token();
+    StoreRecord {
+        store_id: id.into(),
+        store_dir: dir.into(),
+        destination: format!("s3://bucket/{id}"),
+        labels: BTreeMap::from([
+            ("team".to_string(), "storage".to_string()),
+            ("tier".to_string(), "gold ☃ \"quoted\"".to_string()),
+        ]),
+        options: serde_json::json!({
+            "snapshot_every": 1000, "compress": true, "nested": {"list": [1, 2.5, null]}
+        }),
+        node_token_hash: hash_token(&token),
+        instance_id: instance.into(),
+        registered_at_ms: at_ms,
+    }
+}
+
+fn audit(at_ms: i64, action: &str, store: Option<&str>, outcome: &str) -> AuditEntry {
+    AuditEntry {
+        at_ms,
+        instance_id: "inst-a".into(),
+        action: action.into(),
+        store_id: store.map(Into::into),
+        store_dir: store.map(|s| format!("/data/{s}")),
+        outcome: outcome.into(),
+        detail: format!("{action} {store:?}"),
+        peer: (outcome == "ok").then(|| "10.0.0.7:51234".to_string()),
+    }
+}
+
+// ---- the suite --------------------------------------------------------------------------
+
+mod suite {
+    use super::*;
+
+    pub async fn round_trip(reg: Registry) {
+        let a = record("st-a", "/data/a", "inst-1", 2_000);
+        let b = record("st-b", "/data/b", "inst-2", 1_000);
+        let c = record("st-c", "/data/c", "inst-1", 2_000);
+        let mut empty = record("st-d", "/data/d", "inst-2", 3_000);
+        empty.labels.clear();
+        empty.options = serde_json::Value::Null;
+        for r in [&a, &b, &c, &empty] {
+            reg.insert_store(r).await.expect("insert");
+        }
+
+        assert_eq!(reg.get_store("st-a").await.unwrap().as_ref(), Some(&a));
+        assert_eq!(reg.get_store("st-d").await.unwrap().as_ref(), Some(&empty));
+        assert_eq!(reg.get_store("nope").await.unwrap(), None);
+        assert_eq!(reg.find_by_dir("/data/c").await.unwrap().as_ref(), Some(&c));
+        assert_eq!(reg.find_by_dir("/data/zzz").await.unwrap(), None);
+
+        // Ordered by registration time, then store_id.
+        let all = reg.list_stores(None).await.unwrap();
+        assert_eq!(all, vec![b.clone(), a.clone(), c.clone(), empty.clone()]);
+        let one = reg.list_stores(Some("inst-1")).await.unwrap();
+        assert_eq!(one, vec![a.clone(), c.clone()]);
+        assert!(reg.list_stores(Some("inst-9")).await.unwrap().is_empty());
+
+        assert!(reg.delete_store("st-a").await.unwrap());
+        assert!(
+            !reg.delete_store("st-a").await.unwrap(),
+            "second delete finds nothing"
+        );
+        assert_eq!(reg.get_store("st-a").await.unwrap(), None);
+        assert_eq!(reg.find_by_dir("/data/a").await.unwrap(), None);
+        // The directory is free again.
+        let again = record("st-a2", "/data/a", "inst-2", 4_000);
+        reg.insert_store(&again)
+            .await
+            .expect("re-register a freed dir");
+        assert_eq!(reg.list_stores(None).await.unwrap().len(), 4);
+    }
+
+    pub async fn duplicate_dir(reg: Registry) {
+        let first = record("st-1", "/data/same", "inst-1", 1);
+        reg.insert_store(&first).await.unwrap();
+        let err = reg
+            .insert_store(&record("st-2", "/data/same", "inst-2", 2))
+            .await
+            .unwrap_err();
+        match err {
+            RegistryError::AlreadyExists { what, value } => {
+                assert_eq!((what, value.as_str()), ("store_dir", "/data/same"));
+            }
+            other => panic!("expected AlreadyExists, got {other:?}"),
+        }
+        assert_eq!(reg.list_stores(None).await.unwrap(), vec![first]);
+    }
+
+    pub async fn duplicate_id(reg: Registry) {
+        let first = record("st-1", "/data/one", "inst-1", 1);
+        reg.insert_store(&first).await.unwrap();
+        let err = reg
+            .insert_store(&record("st-1", "/data/other", "inst-1", 2))
+            .await
+            .unwrap_err();
+        match err {
+            RegistryError::AlreadyExists { what, value } => {
+                assert_eq!((what, value.as_str()), ("store_id", "st-1"));
+            }
+            other => panic!("expected AlreadyExists, got {other:?}"),
+        }
+        assert_eq!(reg.list_stores(None).await.unwrap(), vec![first]);
+    }
+
+    pub async fn audit_newest_first(reg: Registry) {
+        assert!(reg.audit_log(10).await.unwrap().is_empty());
+        // Same timestamp twice: order is the order of appending, not of at_ms.
+        let entries = [
+            audit(100, "register", Some("st-1"), "ok"),
+            audit(100, "refused", Some("st-1"), "refused"),
+            audit(50, "adopt", None, "error"),
+            audit(200, "deregister", Some("st-1"), "ok"),
+        ];
+        for e in &entries {
+            reg.record_audit(e).await.unwrap();
+        }
+        let newest_first: Vec<AuditEntry> = entries.iter().rev().cloned().collect();
+        assert_eq!(reg.audit_log(10).await.unwrap(), newest_first);
+        assert_eq!(reg.audit_log(2).await.unwrap(), newest_first[..2]);
+        assert!(reg.audit_log(0).await.unwrap().is_empty());
+    }
+
+    pub async fn health_upsert_and_cascade(reg: Registry) {
+        reg.insert_store(&record("st-1", "/data/1", "inst-1", 1))
+            .await
+            .unwrap();
+        reg.insert_store(&record("st-2", "/data/2", "inst-1", 2))
+            .await
+            .unwrap();
+        reg.put_health("st-2", "inst-1", 10, r#"{"state":"starting"}"#)
+            .await
+            .unwrap();
+        reg.put_health("st-1", "inst-1", 11, r#"{"state":"ok"}"#)
+            .await
+            .unwrap();
+        // A later report from another instance replaces the row.
+        reg.put_health("st-2", "inst-2", 12, r#"{"state":"ok","lag":3}"#)
+            .await
+            .unwrap();
+        let row = |id: &str, inst: &str, at: i64, json: &str| HealthRow {
+            store_id: id.into(),
+            instance_id: inst.into(),
+            reported_at_ms: at,
+            health_json: json.into(),
+        };
+        assert_eq!(
+            reg.all_health().await.unwrap(),
+            vec![
+                row("st-1", "inst-1", 11, r#"{"state":"ok"}"#),
+                row("st-2", "inst-2", 12, r#"{"state":"ok","lag":3}"#),
+            ]
+        );
+
+        // Deleting a store deletes its health.
+        assert!(reg.delete_store("st-2").await.unwrap());
+        assert_eq!(
+            reg.all_health().await.unwrap(),
+            vec![row("st-1", "inst-1", 11, r#"{"state":"ok"}"#)]
+        );
+        // Health for a store that is gone is refused, by name.
+        match reg.put_health("st-2", "inst-2", 13, "{}").await {
+            Err(RegistryError::UnknownStore { store_id }) => assert_eq!(store_id, "st-2"),
+            other => panic!("expected UnknownStore, got {other:?}"),
+        }
+    }
+
+    pub async fn ping_and_location(reg: Registry) {
+        reg.ping().await.expect("ping");
+        let shown = format!("{reg:?}");
+        assert!(shown.contains(reg.location()), "{shown}");
+        assert!(reg.location().starts_with(reg.kind()), "{}", reg.location());
+    }
+}
+
+// ---- SQLite only ------------------------------------------------------------------------
+
+#[tokio::test]
+async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
+    let (_dir, url, reg) = sqlite_registry().await;
+    let rec = record("st-1", "/data/1", "inst-1", 1);
+    reg.insert_store(&rec).await.unwrap();
+    reg.record_audit(&audit(1, "register", Some("st-1"), "ok"))
+        .await
+        .unwrap();
+    reg.put_health("st-1", "inst-1", 2, "{}").await.unwrap();
+    reg.close().await;
+
+    for _ in 0..2 {
+        let reg = Registry::open(&url).await.expect("reopen");
+        assert_eq!(reg.get_store("st-1").await.unwrap(), Some(rec.clone()));
+        assert_eq!(reg.audit_log(10).await.unwrap().len(), 1);
+        assert_eq!(reg.all_health().await.unwrap().len(), 1);
+        reg.close().await;
+    }
+
+    let path = url.trim_start_matches("sqlite://");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+        .await
+        .unwrap();
+    let applied: Vec<(i64, bool)> =
+        sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(applied, vec![(1, true)]);
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_row_with_bad_json_is_corrupt_not_a_panic() {
+    let (_dir, url, reg) = sqlite_registry().await;
+    reg.insert_store(&record("st-1", "/data/1", "inst-1", 1))
+        .await
+        .unwrap();
+    reg.close().await;
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE stores SET labels = '{\"team\": 7' WHERE store_id = 'st-1'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+
+    let reg = Registry::open(&url).await.unwrap();
+    for result in [
+        reg.get_store("st-1").await,
+        reg.list_stores(None).await.map(|mut v| v.pop()),
+    ] {
+        match result {
+            Err(RegistryError::Corrupt { detail }) => {
+                assert!(
+                    detail.contains("labels") && detail.contains("st-1"),
+                    "{detail}"
+                )
+            }
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+    }
+    reg.close().await;
+}
+
+#[tokio::test]
+async fn sqlite_creates_the_file_and_its_parent_directories() {
+    // Relative to the working directory (the crate root under cargo and nextest).
+    let dir = tempfile::Builder::new()
+        .prefix(".registry-test-")
+        .tempdir_in(".")
+        .expect("temp dir in cwd");
+    let name = dir
+        .path()
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let relative = format!("{name}/nested/deeper/registry.db");
+    let reg = Registry::open(&format!("sqlite:{relative}"))
+        .await
+        .expect("open relative");
+    reg.insert_store(&record("st-1", "/d", "i", 1))
+        .await
+        .unwrap();
+    reg.close().await;
+    assert!(std::path::Path::new(&relative).is_file());
+
+    let abs = tempfile::tempdir().unwrap();
+    let file = abs.path().join("a/b/registry.db");
+    let reg = Registry::open(&format!("sqlite://{}", file.display()))
+        .await
+        .expect("open abs");
+    reg.close().await;
+    assert!(file.is_file());
+}
+
+// ---- PostgreSQL only --------------------------------------------------------------------
+
+#[tokio::test]
+async fn postgres_instances_share_one_registry() {
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let db = PgDatabase::create(&server).await;
+    // Two instances starting at once: the migration is applied once, under its lock.
+    let (a, b) = tokio::join!(Registry::open(&db.url), Registry::open(&db.url));
+    let (a, b) = (a.expect("open a"), b.expect("open b"));
+
+    let rec = record("st-1", "/data/1", "inst-a", 1);
+    a.insert_store(&rec).await.unwrap();
+    assert_eq!(b.get_store("st-1").await.unwrap(), Some(rec.clone()));
+    assert_eq!(
+        b.list_stores(Some("inst-a")).await.unwrap(),
+        vec![rec.clone()]
+    );
+
+    // The other instance cannot register the same directory.
+    match b
+        .insert_store(&record("st-2", "/data/1", "inst-b", 2))
+        .await
+    {
+        Err(RegistryError::AlreadyExists {
+            what: "store_dir", ..
+        }) => {}
+        other => panic!("expected AlreadyExists store_dir, got {other:?}"),
+    }
+    b.record_audit(&audit(3, "refused", Some("st-2"), "refused"))
+        .await
+        .unwrap();
+    a.record_audit(&audit(4, "register", Some("st-1"), "ok"))
+        .await
+        .unwrap();
+    let log = b.audit_log(10).await.unwrap();
+    assert_eq!(log.iter().map(|e| e.at_ms).collect::<Vec<_>>(), vec![4, 3]);
+
+    b.put_health("st-1", "inst-a", 5, "{}").await.unwrap();
+    assert_eq!(a.all_health().await.unwrap().len(), 1);
+    assert!(b.delete_store("st-1").await.unwrap());
+    assert_eq!(a.get_store("st-1").await.unwrap(), None);
+    assert!(a.all_health().await.unwrap().is_empty());
+
+    // A third instance, later, finds the schema in place.
+    let c = Registry::open(&db.url).await.expect("reopen");
+    assert_eq!(c.audit_log(10).await.unwrap().len(), 2);
+    for reg in [a, b, c] {
+        reg.close().await;
+    }
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn unreachable_postgres_is_unavailable_and_names_the_host() {
+    // A port nothing listens on: bind one, then let it go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://backup:s3cret-pw@127.0.0.1:{port}/fleet_registry");
+    let started = std::time::Instant::now();
+    let err = Registry::open(&url).await.unwrap_err();
+    eprintln!("{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+    let RegistryError::Unavailable { detail } = &err else {
+        panic!("expected Unavailable, got {err:?}");
+    };
+    assert!(detail.contains(&format!("127.0.0.1:{port}")), "{detail}");
+    assert!(detail.contains("fleet_registry"), "{detail}");
+    for shown in [err.to_string(), format!("{err:?}")] {
+        assert!(!shown.contains("s3cret"), "password leaked: {shown}");
+    }
+}
+
+#[tokio::test]
+async fn missing_postgres_database_is_unavailable_and_named() {
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let mut url = url::Url::parse(&server).unwrap();
+    url.set_path("no_such_registry_db");
+    let err = Registry::open(url.as_str()).await.unwrap_err();
+    eprintln!("{err}");
+    let RegistryError::Unavailable { detail } = &err else {
+        panic!("expected Unavailable, got {err:?}");
+    };
+    assert!(detail.contains("no_such_registry_db"), "{detail}");
+}
+
+// ---- both, without a server -------------------------------------------------------------
+
+#[tokio::test]
+async fn bad_urls_are_refused() {
+    let cases = [
+        "",
+        "registry.db",
+        "mysql://u@h/db",
+        "sqlite:",
+        "sqlite://",
+        "sqlite::memory:",
+        "sqlite://?mode=memory",
+        "sqlite:///tmp/x.db?mode=bogus",
+        "postgres://u:hunter2@host:notaport/db",
+    ];
+    for url in cases {
+        match Registry::open(url).await {
+            Err(RegistryError::BadUrl { url: shown, reason }) => {
+                assert!(!reason.is_empty());
+                assert!(!shown.contains("hunter2"), "{shown}");
+                assert!(!reason.contains("hunter2"), "{reason}");
+            }
+            other => panic!("{url:?}: expected BadUrl, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn tokens_hash_and_match() {
+    let token = new_node_token();
+    assert_eq!(token.len(), 64);
+    assert!(
+        token
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    );
+    assert_ne!(token, new_node_token(), "fresh each time");
+
+    let hash = hash_token(&token);
+    assert_eq!(hash.len(), 64);
+    assert_ne!(hash, token);
+    assert_eq!(hash, hash_token(&token), "deterministic");
+    // sha256("abc"), a published test vector.
+    assert_eq!(
+        hash_token("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+
+    assert!(token_matches(&token, &hash));
+    assert!(!token_matches(&new_node_token(), &hash), "wrong token");
+    assert!(!token_matches(&token[..63], &hash), "truncated token");
+    assert!(!token_matches(&token, &hash[..63]), "truncated hash");
+    assert!(!token_matches(&token, ""), "empty hash");
+    assert!(
+        !token_matches(&token, &token),
+        "the token is not its own hash"
+    );
+}
+
+#[test]
+fn store_record_debug_redacts_the_token_hash() {
+    let rec = record("st-1", "/data/1", "inst-1", 1);
+    let shown = format!("{rec:?}");
+    assert!(!shown.contains(&rec.node_token_hash), "{shown}");
+    assert!(shown.contains(&rec.node_token_hash[..8]), "{shown}");
+    assert!(shown.contains("/data/1"), "{shown}");
+}
