@@ -500,7 +500,7 @@ async fn report_health(fleet: Arc<Fleet>) {
             let Ok(json) = serde_json::to_string(&h) else {
                 continue;
             };
-            if let Err(e) = fleet
+            match fleet
                 .registry
                 .put_health(
                     &entry.record.store_id,
@@ -510,8 +510,13 @@ async fn report_health(fleet: Arc<Fleet>) {
                 )
                 .await
             {
-                tracing::warn!(error = %e, "cannot persist health to the registry");
-                break;
+                Ok(()) => {}
+                // Deregistered meanwhile.
+                Err(crate::registry::RegistryError::UnknownStore { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot persist health to the registry");
+                    break;
+                }
             }
         }
     }

@@ -207,6 +207,7 @@ async fn run(
         }
         let wait = match acquirer.try_acquire().await {
             Ok(Acquisition::Acquired(lease)) => {
+                backoff = FIRST_BACKOFF;
                 record(&status, |s| s.lease = Some(LeaseState::Holding));
                 super::BackupCounters::add(&worker.counters.lease_acquisitions, 1);
                 tracing::info!(store = %worker.dir.display(), "acquired the bucket lease");
@@ -254,10 +255,16 @@ async fn run(
                     Acquisition::HeldElsewhere { retry_in, .. } => *retry_in,
                     Acquisition::Acquired(_) => unreachable!("matched above"),
                 };
-                record(&status, |s| s.lease = Some(other.state()));
+                // The bucket answered: whatever failed before is over.
+                backoff = FIRST_BACKOFF;
+                record(&status, |s| {
+                    s.lease = Some(other.state());
+                    s.consecutive_failures = 0;
+                });
                 retry_in
             }
             Err(e) => {
+                tracing::warn!(store = %worker.dir.display(), error = %e, "acquiring the bucket lease failed");
                 record(&status, |s| {
                     s.consecutive_failures += 1;
                     s.last_error = Some(e.to_string());

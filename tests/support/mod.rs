@@ -3,6 +3,8 @@
 //! Each test binary uses only part of it.
 #![allow(dead_code)]
 
+pub mod binary;
+pub mod fault_proxy;
 pub mod s3;
 pub mod store;
 
