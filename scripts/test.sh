@@ -9,18 +9,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-MOTO_VERSION=5.2.5
+# Pinned Python test dependencies: moto's S3 server, and the gRPC client tools for
+# tests/python (stubs are generated from proto/ at test time, never committed).
+PY_REQUIREMENTS=(
+    "moto[server]==5.2.5"
+    "grpcio==1.85.1"
+    "grpcio-tools==1.85.1"
+    "grpcio-health-checking==1.85.1"
+    "grpcio-reflection==1.85.1"
+    "pytest==9.2.0"
+)
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python - "$MOTO_VERSION" <<'PY' 2>/dev/null
+# Installs only when a pin is missing or at another version (a second run is a no-op).
+if ! .venv/bin/python - "${PY_REQUIREMENTS[@]}" <<'PY' 2>/dev/null
 import importlib.metadata, sys
 import moto.server  # the [server] extra is there too
-sys.exit(importlib.metadata.version("moto") != sys.argv[1])
+for req in sys.argv[1:]:
+    name, version = req.split("==")
+    if importlib.metadata.version(name.split("[")[0]) != version:
+        sys.exit(1)
 PY
 then
-    echo "test.sh: installing moto[server]==$MOTO_VERSION into .venv" >&2
-    .venv/bin/pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+    echo "test.sh: installing ${PY_REQUIREMENTS[*]} into .venv" >&2
+    .venv/bin/pip install --quiet --disable-pip-version-check "${PY_REQUIREMENTS[@]}"
 fi
 
 # What tests/deploy/validate.py (run by tests/deploy.rs) needs to check deploy/ offline: YAML,

@@ -1,0 +1,462 @@
+//! The fleet benchmark: 1,000 stores on one `serve` instance, at the default intervals.
+//!
+//! Untimed set-up: 1,000 small reference-engine stores (20 commits each) under one allowed root.
+//! Then the release binary's `serve` starts (port 0, a temporary data dir, SQLite registry),
+//! every store is registered over gRPC with its own local-directory destination (bounded
+//! concurrency), and the benchmark measures
+//!
+//! - how long registering takes, and how long until every store reports healthy with all its
+//!   commits shipped (target: within 2 minutes of the first Register);
+//! - the server's CPU while the fleet idles (utime + stime deltas of `/proc/PID/stat`, as % of
+//!   one core; target: under 5 %) and its resident memory (`VmRSS`; target: under 400 MiB);
+//! - to tell what the idle CPU is spent on: context switches (wakeups) per second, read and
+//!   write syscalls per second, and CPU by thread name.
+//!
+//! Nothing polls the server while it idles. The process exits non-zero when a target is missed.
+//!
+//! `cargo bench --bench fleet`; `FLEET_STORES`, `FLEET_COMMITS`, `FLEET_IDLE_SECS` and
+//! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use tonic::transport::Channel;
+
+use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
+use mushroom_backup::service::proto::{HealthRequest, RegisterRequest};
+use mushroom_backup::store::engine::{self, WriteOptions};
+
+const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
+const IDLE_CPU_TARGET_PCT: f64 = 5.0;
+const RSS_TARGET_MIB: f64 = 400.0;
+
+struct Shape {
+    stores: usize,
+    commits: u64,
+    idle: Duration,
+    concurrency: usize,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// The `serve` process; killed when dropped (a benchmark that fails leaves nothing running).
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(data_dir: &Path, root: &Path, log: &Path) -> anyhow::Result<Server> {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_mushroom-backup"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .arg("--allow-root")
+            .arg(root)
+            .env("MUSHROOMDB_BACKUP_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .context("start mushroom-backup serve")?;
+        // The one JSON line on stdout once it listens; EOF if it exits first.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+        let started: serde_json::Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = child.kill();
+                bail!(
+                    "serve did not print its listening line; its log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+        };
+        let addr = started["listening"]
+            .as_str()
+            .context("no listening address")?
+            .to_string();
+        Ok(Server { child, addr })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then waits (every store flushes first); the exit status and how long it took.
+    fn stop(&mut self, timeout: Duration) -> anyhow::Result<(std::process::ExitStatus, Duration)> {
+        let t = Instant::now();
+        // SAFETY: plain kill(2) of our own child's pid.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        while t.elapsed() < timeout {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok((status, t.elapsed()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("serve did not exit within {timeout:?} of SIGTERM")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Counters of one process (or one of its threads) from /proc.
+#[derive(Debug, Clone, Default)]
+struct ProcSample {
+    cpu_ticks: u64,
+    ctx_switches: u64,
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
+/// utime + stime (fields 14 and 15) of a /proc `stat` file, and its command name.
+fn stat_ticks(path: &Path) -> Option<(String, u64)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (head, rest) = text.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state).
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some((name, utime + stime))
+}
+
+fn status_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn sample(pid: u32) -> anyhow::Result<ProcSample> {
+    let (_, cpu_ticks) =
+        stat_ticks(&PathBuf::from(format!("/proc/{pid}/stat"))).context("read /proc/PID/stat")?;
+    let mut ctx_switches = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            continue;
+        };
+        ctx_switches += status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0)
+            + status_field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
+    }
+    Ok(ProcSample {
+        cpu_ticks,
+        ctx_switches,
+    })
+}
+
+/// CPU ticks by thread name (tokio workers, blocking-pool threads, …).
+fn ticks_by_thread(pid: u32) -> BTreeMap<String, (usize, u64)> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        if let Some((name, ticks)) = stat_ticks(&task.path().join("stat")) {
+            let e = out.entry(name).or_insert((0, 0));
+            e.0 += 1;
+            e.1 += ticks;
+        }
+    }
+    out
+}
+
+/// `syscr` and `syscw` of /proc/PID/io.
+fn syscalls(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    (
+        status_field(&text, "syscr:").unwrap_or(0),
+        status_field(&text, "syscw:").unwrap_or(0),
+    )
+}
+
+fn memory(pid: u32) -> anyhow::Result<(f64, f64, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let kib = |k| status_field(&text, k).unwrap_or(0) as f64;
+    Ok((
+        kib("VmRSS:") / 1024.0,
+        kib("VmHWM:") / 1024.0,
+        status_field(&text, "Threads:").unwrap_or(0),
+    ))
+}
+
+fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
+    let dirs: Vec<PathBuf> = (0..shape.stores)
+        .map(|i| root.join(format!("store-{i:04}")))
+        .collect();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = dirs
+            .chunks(dirs.len().div_ceil(4).max(1))
+            .map(|chunk| {
+                s.spawn(move || -> anyhow::Result<()> {
+                    for (i, dir) in chunk.iter().enumerate() {
+                        let opts = WriteOptions {
+                            commits: shape.commits,
+                            seed: i as u64,
+                            ..WriteOptions::default()
+                        };
+                        engine::write_commits(dir, &opts)
+                            .with_context(|| format!("write {}", dir.display()))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a writer thread panicked"))
+    })?;
+    Ok(dirs)
+}
+
+async fn register_all(
+    client: &BackupControlClient<Channel>,
+    dirs: &[PathBuf],
+    buckets: &Path,
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(dirs.iter().enumerate())
+        .map(|(i, dir)| {
+            let mut client = client.clone();
+            let destination = format!("file://{}/store-{i:04}", buckets.display());
+            async move {
+                client
+                    .register(RegisterRequest {
+                        store_dir: dir.display().to_string(),
+                        destination,
+                        ..RegisterRequest::default()
+                    })
+                    .await
+                    .with_context(|| format!("Register {}", dir.display()))?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Polls Health (every store) until every one is healthy with `commits` durable and shipped.
+/// Returns when that first held, or `None` at the deadline (printing what was still missing).
+async fn wait_all_healthy(
+    client: &BackupControlClient<Channel>,
+    stores: usize,
+    commits: u64,
+    start: Instant,
+    deadline: Duration,
+) -> anyhow::Result<Option<Duration>> {
+    let mut client = client.clone();
+    let mut last_print = Instant::now();
+    loop {
+        let health = client
+            .health(HealthRequest::default())
+            .await
+            .context("Health")?
+            .into_inner();
+        let done = health
+            .stores
+            .iter()
+            .filter(|h| {
+                h.healthy && h.durable_commit_seq == commits && h.shipped_commit_seq == commits
+            })
+            .count();
+        if done == stores && health.stores.len() == stores {
+            return Ok(Some(start.elapsed()));
+        }
+        if start.elapsed() > deadline {
+            let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+            for h in health.stores.iter().filter(|h| !h.healthy) {
+                *reasons.entry(h.reason.clone()).or_default() += 1;
+            }
+            println!("  not all healthy: {done}/{stores}; unhealthy by reason: {reasons:?}");
+            return Ok(None);
+        }
+        if last_print.elapsed() > Duration::from_secs(10) {
+            println!(
+                "  {:>5.1} s: {done}/{stores} healthy with all commits shipped",
+                start.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "ok" } else { "MISSED" }
+}
+
+async fn bench(shape: Shape) -> anyhow::Result<bool> {
+    let tmp = tempfile::tempdir()?;
+    let root = tmp.path().join("stores");
+    let buckets = tmp.path().join("buckets");
+    std::fs::create_dir_all(&root)?;
+    std::fs::create_dir_all(&buckets)?;
+    let root = std::fs::canonicalize(&root)?;
+
+    let t = Instant::now();
+    let dirs = create_stores(&root, &shape)?;
+    println!(
+        "set-up: {} stores of {} commits written in {:.1} s (not timed)",
+        dirs.len(),
+        shape.commits,
+        t.elapsed().as_secs_f64()
+    );
+
+    let log = tmp.path().join("serve.log");
+    let mut server = Server::start(&tmp.path().join("data"), &root, &log)?;
+    let pid = server.pid();
+    let channel = Channel::from_shared(format!("http://{}", server.addr))?
+        .connect()
+        .await?;
+    let client = BackupControlClient::new(channel).max_decoding_message_size(64 << 20);
+    let (rss_empty, _, _) = memory(pid)?;
+
+    let start = Instant::now();
+    register_all(&client, &dirs, &buckets, shape.concurrency).await?;
+    let registered = start.elapsed();
+    println!(
+        "registered {} stores in {:.1} s ({:.0}/s, {} at a time)",
+        dirs.len(),
+        registered.as_secs_f64(),
+        dirs.len() as f64 / registered.as_secs_f64(),
+        shape.concurrency
+    );
+    let healthy = wait_all_healthy(
+        &client,
+        dirs.len(),
+        shape.commits,
+        start,
+        HEALTHY_WITHIN + Duration::from_secs(60),
+    )
+    .await?;
+    let (rss_busy, _, _) = memory(pid)?;
+
+    // Idle: nothing calls the server.
+    let (r0, w0) = syscalls(pid);
+    let s0 = sample(pid)?;
+    let threads0 = ticks_by_thread(pid);
+    let t0 = Instant::now();
+    tokio::time::sleep(shape.idle).await;
+    let secs = t0.elapsed().as_secs_f64();
+    let s1 = sample(pid)?;
+    let threads1 = ticks_by_thread(pid);
+    let (r1, w1) = syscalls(pid);
+    let (rss, hwm, threads) = memory(pid)?;
+    let cpu_pct = (s1.cpu_ticks - s0.cpu_ticks) as f64 / clock_ticks() / secs * 100.0;
+
+    let healthy_ok = healthy.is_some_and(|d| d <= HEALTHY_WITHIN);
+    let cpu_ok = cpu_pct < IDLE_CPU_TARGET_PCT;
+    let rss_ok = rss < RSS_TARGET_MIB;
+    println!();
+    println!("fleet of {} stores, default intervals:", dirs.len());
+    println!(
+        "  registration           {:>8.1} s",
+        registered.as_secs_f64()
+    );
+    match healthy {
+        Some(d) => println!(
+            "  all healthy + shipped  {:>8.1} s   target < {} s    {}",
+            d.as_secs_f64(),
+            HEALTHY_WITHIN.as_secs(),
+            verdict(healthy_ok)
+        ),
+        None => println!(
+            "  all healthy + shipped     never   target < {} s    {}",
+            HEALTHY_WITHIN.as_secs(),
+            verdict(false)
+        ),
+    }
+    println!(
+        "  idle CPU ({:.0} s)       {:>8.2} % of one core   target < {IDLE_CPU_TARGET_PCT} %   {}",
+        secs,
+        cpu_pct,
+        verdict(cpu_ok)
+    );
+    println!(
+        "  resident memory        {:>8.1} MiB   target < {RSS_TARGET_MIB} MiB   {}",
+        rss,
+        verdict(rss_ok)
+    );
+    println!(
+        "    (empty server {rss_empty:.1} MiB, after catch-up {rss_busy:.1} MiB, peak {hwm:.1} MiB, {threads} threads)"
+    );
+    println!(
+        "  idle wakeups           {:>8.0} context switches/s",
+        (s1.ctx_switches - s0.ctx_switches) as f64 / secs
+    );
+    println!(
+        "  idle syscalls          {:>8.0} reads/s, {:.0} writes/s",
+        (r1 - r0) as f64 / secs,
+        (w1 - w0) as f64 / secs
+    );
+    println!("  idle CPU by thread name:");
+    for (name, (count, ticks)) in &threads1 {
+        let before = threads0.get(name).map_or(0, |t| t.1);
+        let pct = ticks.saturating_sub(before) as f64 / clock_ticks() / secs * 100.0;
+        println!("    {name:<20} x{count:<4} {pct:>6.2} %");
+    }
+
+    let (status, took) = server.stop(Duration::from_secs(180))?;
+    println!(
+        "  shutdown (SIGTERM, every store flushes)  {:.1} s, {status}",
+        took.as_secs_f64()
+    );
+    if !status.success() {
+        println!(
+            "serve exited {status}; its log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    Ok(healthy_ok && cpu_ok && rss_ok && status.success())
+}
+
+fn main() -> ExitCode {
+    let shape = || -> anyhow::Result<Shape> {
+        Ok(Shape {
+            stores: env_or("FLEET_STORES", 1000)?,
+            commits: env_or("FLEET_COMMITS", 20)?,
+            idle: Duration::from_secs(env_or("FLEET_IDLE_SECS", 60)?),
+            concurrency: env_or("FLEET_CONCURRENCY", 16)?,
+        })
+    };
+    let run = || -> anyhow::Result<bool> {
+        let shape = shape()?;
+        // One thread: the client should cost the 2-core machine as little as possible.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(bench(shape))
+    };
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            println!("fleet: a target was missed (above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("fleet: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
