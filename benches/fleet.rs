@@ -10,12 +10,17 @@
 //! - the server's CPU while the fleet idles (utime + stime deltas of `/proc/PID/stat`, as % of
 //!   one core; target: under 5 %) and its resident memory (`VmRSS`; target: under 400 MiB);
 //! - to tell what the idle CPU is spent on: context switches (wakeups) per second, read and
-//!   write syscalls per second, and CPU by thread name.
+//!   write syscalls per second, and CPU by thread name;
+//! - how long SIGTERM takes (every store flushes a last restore point; target: exit 0 within
+//!   3 minutes).
 //!
 //! Nothing polls the server while it idles. The process exits non-zero when a target is missed.
 //!
 //! `cargo bench --bench fleet`; `FLEET_STORES`, `FLEET_COMMITS`, `FLEET_IDLE_SECS` and
-//! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16).
+//! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16); `MUSHROOM_BACKUP_BIN` runs
+//! another binary than this build's (e.g. a copy, when several work trees share one target dir);
+//! `FLEET_SERVE_ARGS` adds flags to `serve`, to see what a setting costs (the targets are for
+//! the defaults).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -34,6 +39,8 @@ use mushroom_backup::store::engine::{self, WriteOptions};
 const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
 const IDLE_CPU_TARGET_PCT: f64 = 5.0;
 const RSS_TARGET_MIB: f64 = 400.0;
+/// Every store flushes a last restore point on SIGTERM; a deployment's grace period is finite.
+const SHUTDOWN_WITHIN: Duration = Duration::from_secs(180);
 
 struct Shape {
     stores: usize,
@@ -58,13 +65,18 @@ struct Server {
 }
 
 impl Server {
-    fn start(data_dir: &Path, root: &Path, log: &Path) -> anyhow::Result<Server> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mushroom-backup"))
+    fn start(data_dir: &Path, root: &Path, log: &Path, extra_args: &str) -> anyhow::Result<Server> {
+        let binary = std::env::var_os("MUSHROOM_BACKUP_BIN").map_or_else(
+            || env!("CARGO_BIN_EXE_mushroom-backup").into(),
+            PathBuf::from,
+        );
+        let mut child = Command::new(binary)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .arg("--allow-root")
             .arg(root)
-            .env("MUSHROOMDB_BACKUP_LOG", "warn")
+            .args(extra_args.split_whitespace())
+            .env("MUSHROOMDB_BACKUP_LOG", "warn,mushroom_backup=info")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?)
@@ -94,18 +106,23 @@ impl Server {
         self.child.id()
     }
 
-    /// SIGTERM, then waits (every store flushes first); the exit status and how long it took.
-    fn stop(&mut self, timeout: Duration) -> anyhow::Result<(std::process::ExitStatus, Duration)> {
+    /// SIGTERM, then waits (every store flushes first): the exit status and how long it
+    /// took, or `None` if it is still running after `timeout` (then it is killed on drop).
+    async fn stop(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<Option<(std::process::ExitStatus, Duration)>> {
         let t = Instant::now();
         // SAFETY: plain kill(2) of our own child's pid.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         while t.elapsed() < timeout {
             if let Some(status) = self.child.try_wait()? {
-                return Ok((status, t.elapsed()));
+                return Ok(Some((status, t.elapsed())));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            // Async: the runtime must stay free to answer the server's GOAWAY.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        bail!("serve did not exit within {timeout:?} of SIGTERM")
+        Ok(None)
     }
 }
 
@@ -324,7 +341,8 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     );
 
     let log = tmp.path().join("serve.log");
-    let mut server = Server::start(&tmp.path().join("data"), &root, &log)?;
+    let extra = std::env::var("FLEET_SERVE_ARGS").unwrap_or_default();
+    let mut server = Server::start(&tmp.path().join("data"), &root, &log, &extra)?;
     let pid = server.pid();
     let channel = Channel::from_shared(format!("http://{}", server.addr))?
         .connect()
@@ -353,6 +371,10 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let (rss_busy, _, _) = memory(pid)?;
 
     // Idle: nothing calls the server.
+    println!(
+        "idling {} s (serve pid {pid}, for perf or strace)",
+        shape.idle.as_secs()
+    );
     let (r0, w0) = syscalls(pid);
     let s0 = sample(pid)?;
     let threads0 = ticks_by_thread(pid);
@@ -369,7 +391,14 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let cpu_ok = cpu_pct < IDLE_CPU_TARGET_PCT;
     let rss_ok = rss < RSS_TARGET_MIB;
     println!();
-    println!("fleet of {} stores, default intervals:", dirs.len());
+    if extra.trim().is_empty() {
+        println!("fleet of {} stores, default intervals:", dirs.len());
+    } else {
+        println!(
+            "fleet of {} stores, serve {extra} (targets are for the defaults):",
+            dirs.len()
+        );
+    }
     println!(
         "  registration           {:>8.1} s",
         registered.as_secs_f64()
@@ -417,18 +446,32 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
         println!("    {name:<20} x{count:<4} {pct:>6.2} %");
     }
 
-    let (status, took) = server.stop(Duration::from_secs(180))?;
-    println!(
-        "  shutdown (SIGTERM, every store flushes)  {:.1} s, {status}",
-        took.as_secs_f64()
-    );
-    if !status.success() {
-        println!(
-            "serve exited {status}; its log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+    // A graceful shutdown waits for open connections: close ours first, as a client would.
+    drop(client);
+    let stopped = server.stop(SHUTDOWN_WITHIN).await?;
+    let shutdown_ok = stopped.is_some_and(|(status, _)| status.success());
+    match stopped {
+        Some((status, took)) => println!(
+            "  shutdown (SIGTERM)     {:>8.1} s, {status}   target: exit 0 within {} s   {}",
+            took.as_secs_f64(),
+            SHUTDOWN_WITHIN.as_secs(),
+            verdict(shutdown_ok)
+        ),
+        None => println!(
+            "  shutdown (SIGTERM)     still running after {} s   target: exit 0   {}",
+            SHUTDOWN_WITHIN.as_secs(),
+            verdict(false)
+        ),
     }
-    Ok(healthy_ok && cpu_ok && rss_ok && status.success())
+    if !shutdown_ok {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        println!("  the last 20 lines of serve's log:");
+        for l in &lines[lines.len().saturating_sub(20)..] {
+            println!("    {l}");
+        }
+    }
+    Ok(healthy_ok && cpu_ok && rss_ok && shutdown_ok)
 }
 
 fn main() -> ExitCode {

@@ -490,7 +490,7 @@ def test_backup_lifecycle(server, dirs, binary):
             ),
         )
         store_id = reg.store_id
-        assert store_id and reg.node_token, f"Register answered {reg}"
+        assert store_id and reg.node_token, "Register answered no store_id or node_token"
 
         # The node streams its durable position from wal.position while it writes, then its
         # final position, and keeps the stream open.
@@ -567,11 +567,11 @@ def test_backup_lifecycle(server, dirs, binary):
     assert store_id not in ids, f"Deregister left {store_id} in ListStores: {ids}"
     target = dirs.root / "lifecycle" / "adopted"
     adopted = server.call("Adopt", m.AdoptRequest(store_dir=str(target), destination=destination))
-    assert adopted.commit_seq == COMMITS, f"Adopt answered {adopted}"
+    assert adopted.commit_seq == COMMITS, f"Adopt restored commit {adopted.commit_seq}"
     assert adopted.parent_manifest == newest.manifest_key, (
         f"Adopt restored from {adopted.parent_manifest}, not the newest {newest.manifest_key}"
     )
-    assert adopted.store_id != store_id and adopted.node_token, adopted
+    assert adopted.store_id != store_id and adopted.node_token, "Adopt gave no new id and token"
     wait_until(
         "the adopted store turns healthy",
         healthy_with(server, adopted.store_id, COMMITS),
