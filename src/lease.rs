@@ -311,7 +311,7 @@ pub enum ReleaseOutcome {
 }
 
 /// This host's name, or `unknown`.
-fn host_name() -> String {
+pub fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the pointer and length describe `buf`, which outlives the call.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };

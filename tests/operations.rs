@@ -12,6 +12,8 @@ mod support;
 
 #[path = "support/otlp.rs"]
 mod otlp;
+#[path = "support/prometheus.rs"]
+mod prometheus;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -315,135 +317,6 @@ async fn traces_continue_the_callers_traceparent_and_worker_spans_carry_the_stor
 
 // ---- 2. metrics -------------------------------------------------------------------------
 
-/// One sample of a scrape.
-#[derive(Debug)]
-struct Sample {
-    name: String,
-    labels: BTreeMap<String, String>,
-    value: f64,
-}
-
-fn valid_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-/// `k="v",…}` (after the `{`): the labels and what follows the `}`.
-fn parse_labels(mut s: &str) -> Result<(BTreeMap<String, String>, &str), String> {
-    let mut labels = BTreeMap::new();
-    loop {
-        s = s.trim_start();
-        if let Some(rest) = s.strip_prefix('}') {
-            return Ok((labels, rest));
-        }
-        let (key, rest) = s.split_once('=').ok_or("label without =")?;
-        if !valid_name(key) || key.contains(':') {
-            return Err(format!("bad label name {key:?}"));
-        }
-        let mut rest = rest
-            .strip_prefix('"')
-            .ok_or("label value not quoted")?
-            .chars();
-        let mut value = String::new();
-        loop {
-            match rest.next().ok_or("unterminated label value")? {
-                '"' => break,
-                '\\' => match rest.next().ok_or("dangling escape")? {
-                    'n' => value.push('\n'),
-                    c @ ('\\' | '"') => value.push(c),
-                    c => return Err(format!("bad escape \\{c}")),
-                },
-                c => value.push(c),
-            }
-        }
-        if labels.insert(key.to_string(), value).is_some() {
-            return Err(format!("label {key} twice"));
-        }
-        s = rest.as_str().trim_start();
-        s = s.strip_prefix(',').unwrap_or(s);
-    }
-}
-
-/// Parses the Prometheus text format: HELP and TYPE lines well formed and at most once a
-/// name, every sample with a valid name, labels and value, and a TYPE before it (for its own
-/// name, or its histogram/summary base name).
-fn parse_prometheus(text: &str) -> Result<Vec<Sample>, String> {
-    let mut types: BTreeMap<String, String> = BTreeMap::new();
-    let mut helps = std::collections::BTreeSet::new();
-    let mut samples = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let err = |e: String| format!("line {}: {e}: {line:?}", n + 1);
-        if line.trim().is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let name = rest.split_once(' ').map_or(rest, |(n, _)| n);
-            if !valid_name(name) || !helps.insert(name.to_string()) {
-                return Err(err("bad or repeated HELP".into()));
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest
-                .split_once(' ')
-                .ok_or_else(|| err("TYPE without a type".into()))?;
-            if !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind) {
-                return Err(err(format!("unknown type {kind}")));
-            }
-            if !valid_name(name) || types.insert(name.to_string(), kind.to_string()).is_some() {
-                return Err(err("bad or repeated TYPE".into()));
-            }
-            continue;
-        }
-        if line.starts_with('#') {
-            continue;
-        }
-        let name_end = line
-            .find(['{', ' '])
-            .ok_or_else(|| err("sample without value".into()))?;
-        let name = &line[..name_end];
-        if !valid_name(name) {
-            return Err(err(format!("bad metric name {name:?}")));
-        }
-        let (labels, rest) = match line[name_end..].strip_prefix('{') {
-            Some(l) => parse_labels(l).map_err(err)?,
-            None => (BTreeMap::new(), &line[name_end..]),
-        };
-        let mut fields = rest.split_whitespace();
-        let value = fields.next().ok_or_else(|| err("no value".into()))?;
-        let value = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            v => v
-                .parse::<f64>()
-                .map_err(|e| err(format!("bad value {v}: {e}")))?,
-        };
-        if let Some(ts) = fields.next() {
-            ts.parse::<i64>()
-                .map_err(|e| err(format!("bad timestamp: {e}")))?;
-        }
-        let typed = types.contains_key(name)
-            || ["_bucket", "_sum", "_count", "_total"]
-                .iter()
-                .any(|suffix| {
-                    name.strip_suffix(suffix)
-                        .is_some_and(|base| types.contains_key(base))
-                });
-        if !typed {
-            return Err(err("sample before its TYPE".into()));
-        }
-        samples.push(Sample {
-            name: name.to_string(),
-            labels,
-            value,
-        });
-    }
-    Ok(samples)
-}
-
 /// One HTTP/1.1 GET: the status code and the body.
 async fn get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
     let mut stream = tokio::net::TcpStream::connect(addr)
@@ -502,11 +375,10 @@ async fn metrics_show_the_registered_stores_lag_shipped_bytes_and_health() {
             if status != 200 {
                 return Err(format!("HTTP {status}: {text}"));
             }
-            let samples = parse_prometheus(&text)
+            let families = prometheus::parse_prometheus(&text)
                 .unwrap_or_else(|e| panic!("/metrics is not Prometheus text ({e}):\n{text}"));
             let find = |name: &str| {
-                samples
-                    .iter()
+                prometheus::samples(&families)
                     .find(|s| {
                         s.name == name
                             && s.labels.get("store_id").map(String::as_str) == Some(id.as_str())

@@ -98,17 +98,6 @@ struct TlsToml {
     client_ca: Option<PathBuf>,
 }
 
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the pointer and length describe `buf`, which outlives the call.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let len = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-    match (rc, std::str::from_utf8(&buf[..len])) {
-        (0, Ok(name)) if !name.is_empty() => name.to_string(),
-        _ => "unknown".into(),
-    }
-}
-
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     if p.is_absolute() {
         Ok(p.to_path_buf())
@@ -213,7 +202,10 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         tls,
         admin_token,
         insecure: a.insecure || file.insecure.unwrap_or(false),
-        instance_id: a.instance_id.or(file.instance_id).unwrap_or_else(host_name),
+        instance_id: a
+            .instance_id
+            .or(file.instance_id)
+            .unwrap_or_else(mushroom_backup::lease::host_name),
         worker,
         lease_ttl,
         health_report_interval: Duration::from_millis(a.health_report_interval_ms.unwrap_or(3000)),

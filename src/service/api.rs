@@ -119,6 +119,21 @@ fn labels(
     Ok(l.into_iter().collect())
 }
 
+/// What Register and Adopt ask for, checked.
+fn new_store(
+    store_dir: String,
+    destination: String,
+    l: std::collections::HashMap<String, String>,
+    o: Option<proto::StoreOptions>,
+) -> Result<NewStore, ServiceError> {
+    Ok(NewStore {
+        store_dir,
+        destination,
+        labels: labels(l)?,
+        options: options(o),
+    })
+}
+
 fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ServiceError> {
     Uuid::parse_str(s)
         .map_err(|e| ServiceError::InvalidArgument(format!("{field} {s:?} is not a UUID: {e}")))
@@ -136,12 +151,7 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let peer = peer(&req);
         let r = req.into_inner();
-        let new = NewStore {
-            store_dir: r.store_dir,
-            destination: r.destination,
-            labels: labels(r.labels)?,
-            options: options(r.options),
-        };
+        let new = new_store(r.store_dir, r.destination, r.labels, r.options)?;
         let (entry, token) = self.fleet.register(new, peer).await?;
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
@@ -344,13 +354,8 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let peer = peer(&req);
         let r = req.into_inner();
-        let new = NewStore {
-            store_dir: r.store_dir,
-            destination: r.destination,
-            labels: labels(r.labels)?,
-            options: options(r.options),
-        };
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
+        let new = new_store(r.store_dir, r.destination, r.labels, r.options)?;
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await?;
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
