@@ -16,6 +16,12 @@
 //!
 //! Nothing polls the server while it idles. The process exits non-zero when a target is missed.
 //!
+//! The idle measurement starts `FLEET_SETTLE_SECS` (default 15) after the fleet turned
+//! healthy, so that it sees the steady state: every worker renews its bucket lease for the first
+//! time a third of a TTL (10 s) after acquiring it, and on the local-directory bucket that first
+//! renewal creates the lease's scratch file (`src/bucket/fs.rs`), a one-off cost per store. Set
+//! it to 0 to include that round.
+//!
 //! `cargo bench --bench fleet`; `FLEET_STORES`, `FLEET_COMMITS`, `FLEET_IDLE_SECS` and
 //! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16); `MUSHROOM_BACKUP_BIN` runs
 //! another binary than this build's (e.g. a copy, when several work trees share one target dir);
@@ -46,6 +52,8 @@ struct Shape {
     stores: usize,
     commits: u64,
     idle: Duration,
+    /// Waited after the fleet turned healthy, before the idle measurement (see the docs).
+    settle: Duration,
     concurrency: usize,
 }
 
@@ -371,6 +379,10 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let (rss_busy, _, _) = memory(pid)?;
 
     // Idle: nothing calls the server.
+    if !shape.settle.is_zero() {
+        println!("settling {} s", shape.settle.as_secs());
+        tokio::time::sleep(shape.settle).await;
+    }
     println!(
         "idling {} s (serve pid {pid}, for perf or strace)",
         shape.idle.as_secs()
@@ -480,6 +492,7 @@ fn main() -> ExitCode {
             stores: env_or("FLEET_STORES", 1000)?,
             commits: env_or("FLEET_COMMITS", 20)?,
             idle: Duration::from_secs(env_or("FLEET_IDLE_SECS", 60)?),
+            settle: Duration::from_secs(env_or("FLEET_SETTLE_SECS", 15)?),
             concurrency: env_or("FLEET_CONCURRENCY", 16)?,
         })
     };

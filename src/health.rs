@@ -102,12 +102,36 @@ pub struct StoreHealth {
 impl StoreHealth {
     /// The same health but for what changes on every tick (the lag's exact value).
     pub fn same_state(&self, other: &StoreHealth) -> bool {
-        let strip = |h: &StoreHealth| {
-            let mut h = h.clone();
-            h.lag_seconds = h.lag_seconds.floor();
-            h
-        };
-        strip(self) == strip(other)
+        // Every field named (no `..`), so a new field cannot be forgotten here; no clones, as
+        // this runs for every store at every tick.
+        let StoreHealth {
+            healthy,
+            reason,
+            reasons,
+            notes,
+            durable_commit_seq,
+            shipped_commit_seq,
+            restore_point_commit_seq,
+            lag_seconds,
+            lease_holder,
+            lease_held,
+            consecutive_failures,
+            last_error,
+            worker,
+        } = self;
+        *healthy == other.healthy
+            && *reason == other.reason
+            && *reasons == other.reasons
+            && *notes == other.notes
+            && *durable_commit_seq == other.durable_commit_seq
+            && *shipped_commit_seq == other.shipped_commit_seq
+            && *restore_point_commit_seq == other.restore_point_commit_seq
+            && lag_seconds.floor() == other.lag_seconds.floor()
+            && *lease_holder == other.lease_holder
+            && *lease_held == other.lease_held
+            && *consecutive_failures == other.consecutive_failures
+            && *last_error == other.last_error
+            && *worker == other.worker
     }
 }
 

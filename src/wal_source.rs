@@ -14,7 +14,8 @@
 //!   inode, length and mtime since its last fsync it answers from that read (nothing was
 //!   written since, so nothing new can need syncing).
 //! - [`LocalSource`]: the file source while an engine holds `store.lock`, the offline source
-//!   otherwise (the standalone `backup` command).
+//!   otherwise (the standalone `backup` command). It answers from its last read while the
+//!   directory's [`DirWatch`] says nothing was written since.
 //! - [`InProcessSource`]: a closure over an embedded engine's position handle.
 //!
 //! The streamed source (a node's `ReportPosition` stream) lives with the gRPC service.
@@ -32,6 +33,7 @@ use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
 use crate::store::format::{
     FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
 };
+use crate::store::watch::{DirWatch, WATCH_TRUST};
 
 /// Why no position could be read.
 #[derive(Debug, thiserror::Error)]
@@ -255,18 +257,34 @@ impl WalSource for OfflineSource {
 }
 
 /// The file source while an engine holds `store.lock`, the offline source otherwise.
+///
+/// It answers from its last read, without touching the disk, while the store directory's
+/// [`DirWatch`] stamp is the one taken before that read and the read is younger than
+/// [`WATCH_TRUST`]: nothing in the directory was written since, so a new read would find the
+/// same position (or, were the lock's holder to change without writing anything, a position no
+/// further on). An idle store so costs one non-blocking `read` of the process's inotify queue.
 pub struct LocalSource {
     dir: PathBuf,
-    file: FileSource,
     offline: OfflineSource,
+    watch: DirWatch,
+    last: Mutex<Option<LastRead>>,
+}
+
+/// A read of [`LocalSource`] and the stamp taken before it.
+#[derive(Clone, Copy)]
+struct LastRead {
+    stamp: u64,
+    at: tokio::time::Instant,
+    position: WalPosition,
 }
 
 impl LocalSource {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         let dir = dir.into();
         Self {
-            file: FileSource::new(dir.clone()),
             offline: OfflineSource::new(dir.clone()),
+            watch: DirWatch::new(dir.clone()),
+            last: Mutex::new(None),
             dir,
         }
     }
@@ -275,12 +293,31 @@ impl LocalSource {
 #[async_trait::async_trait]
 impl WalSource for LocalSource {
     async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
-        let dir = self.dir.clone();
-        if blocking(move || Ok(disk::lock_is_held(&dir)?)).await? {
-            self.file.durable_wal_position().await
-        } else {
-            self.offline.durable_wal_position().await
+        let stamp = self.watch.stamp();
+        let last = *self.last.lock().expect("not poisoned");
+        if let (Some(stamp), Some(last)) = (stamp, last)
+            && last.stamp == stamp
+            && last.at.elapsed() < WATCH_TRUST
+        {
+            return Ok(last.position);
         }
+        let at = tokio::time::Instant::now();
+        let dir = self.dir.clone();
+        let offline = self.offline.clone();
+        let position = blocking(move || {
+            if disk::lock_is_held(&dir)? {
+                FileSource::read(&dir)
+            } else {
+                offline.read()
+            }
+        })
+        .await?;
+        *self.last.lock().expect("not poisoned") = stamp.map(|stamp| LastRead {
+            stamp,
+            at,
+            position,
+        });
+        Ok(position)
     }
 
     fn kind(&self) -> &'static str {
@@ -362,9 +399,15 @@ impl Drop for StreamAttachment {
 }
 
 impl StreamAttachment {
-    /// Records a reported durable position.
+    /// Records a reported durable position, unless the latest report (of any attached stream)
+    /// holds more commits: durable commits never go away, so a smaller count is a late report
+    /// (an old stream of a node that has reconnected), and taking it would make the store look
+    /// rewound. An equal count may name a newer snapshot and WAL, and is taken.
     pub fn report(&self, pos: WalPosition) {
-        self.source.state.lock().expect("not poisoned").latest = Some(pos);
+        let mut s = self.source.state.lock().expect("not poisoned");
+        if s.latest.is_none_or(|l| pos.commit_seq >= l.commit_seq) {
+            s.latest = Some(pos);
+        }
     }
 }
 
@@ -413,5 +456,49 @@ impl WalSource for StreamedSource {
 
     fn kind(&self) -> &'static str {
         "streamed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(commit_seq: u64, durable_len: u64) -> WalPosition {
+        WalPosition {
+            snapshot_id: None,
+            wal_id: Uuid::from_u128(1),
+            wal_number: 1,
+            durable_len,
+            commit_seq,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_late_report_of_an_old_stream_does_not_rewind_the_position() {
+        let tmp = tempfile::tempdir().unwrap();
+        let source = StreamedSource::new(tmp.path());
+        let old = source.attach();
+        let new = source.attach();
+        new.report(at(10, 500));
+        old.report(at(7, 300));
+        assert_eq!(source.durable_wal_position().await.unwrap(), at(10, 500));
+        // The same count in new files (a snapshot was taken) is news.
+        let snapshot = WalPosition {
+            snapshot_id: Some(Uuid::from_u128(2)),
+            wal_id: Uuid::from_u128(3),
+            wal_number: 2,
+            durable_len: 48,
+            commit_seq: 10,
+        };
+        new.report(snapshot);
+        assert_eq!(source.durable_wal_position().await.unwrap(), snapshot);
+        drop(old);
+        drop(new);
+        // No stream: the local source, and there is no store here.
+        assert!(source.durable_wal_position().await.is_err());
+        // A stream attached after all had gone starts afresh.
+        let again = source.attach();
+        again.report(at(3, 100));
+        assert_eq!(source.durable_wal_position().await.unwrap(), at(3, 100));
     }
 }

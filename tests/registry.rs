@@ -131,6 +131,7 @@ both_backends!(
     duplicate_id,
     audit_newest_first,
     health_upsert_and_cascade,
+    a_health_report_is_one_transaction_with_a_heartbeat,
     ping_and_location,
 );
 
@@ -306,6 +307,57 @@ mod suite {
         }
     }
 
+    pub async fn a_health_report_is_one_transaction_with_a_heartbeat(reg: Registry) {
+        reg.insert_store(&record("st-1", "/data/1", "inst-1", 1))
+            .await
+            .unwrap();
+        reg.insert_store(&record("st-2", "/data/2", "inst-1", 2))
+            .await
+            .unwrap();
+        assert!(reg.heartbeats().await.unwrap().is_empty());
+        let changed = |rows: &[(&str, &str)]| -> Vec<(String, String)> {
+            rows.iter()
+                .map(|(id, json)| (id.to_string(), json.to_string()))
+                .collect()
+        };
+        // A deregistered store in the batch is skipped, not an error that loses the others.
+        reg.report_health(
+            "inst-1",
+            100,
+            &changed(&[
+                ("st-1", r#"{"a":1}"#),
+                ("gone", "{}"),
+                ("st-2", r#"{"b":2}"#),
+            ]),
+        )
+        .await
+        .unwrap();
+        // Nothing changed: only the heartbeat moves.
+        reg.report_health("inst-1", 200, &[]).await.unwrap();
+        reg.report_health("inst-2", 150, &changed(&[("st-2", r#"{"b":3}"#)]))
+            .await
+            .unwrap();
+        let heartbeats = reg.heartbeats().await.unwrap();
+        assert_eq!(
+            heartbeats.into_iter().collect::<Vec<_>>(),
+            vec![("inst-1".to_string(), 200), ("inst-2".to_string(), 150)]
+        );
+        let rows: Vec<(String, String, i64, String)> = reg
+            .all_health()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.store_id, h.instance_id, h.reported_at_ms, h.health_json))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("st-1".into(), "inst-1".into(), 100, r#"{"a":1}"#.into()),
+                ("st-2".into(), "inst-2".into(), 150, r#"{"b":3}"#.into()),
+            ]
+        );
+    }
+
     pub async fn ping_and_location(reg: Registry) {
         reg.ping().await.expect("ping");
         let shown = format!("{reg:?}");
@@ -344,7 +396,7 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(applied, vec![(1, true)]);
+    assert_eq!(applied, vec![(1, true), (2, true)]);
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut conn)
         .await

@@ -10,7 +10,8 @@
 //!   `.tmp/`, is fsynced, and only then becomes the object by `link` (create-only: atomic, fails
 //!   with `EEXIST` when the key exists) or `rename` (plain write and compare-and-swap), followed
 //!   by an fsync of the parent directory. So a reader sees either the old object or the whole new
-//!   one, never half of one, and an object that a `put` acknowledged survives a power cut.
+//!   one, never half of one, and an object that a `put` acknowledged survives a power cut. (The
+//!   lease object's renewals are the one exception, below.)
 //! - Every mutation (put, delete, and the directories they create or remove) runs under an
 //!   exclusive `flock` on `root/.lock`, opened anew for each request, so it also excludes other
 //!   `FsBucket`s on the same directory in this process and in other processes. The check of an
@@ -21,6 +22,21 @@
 //!   `user.mushroom-backup.etag` (with the length, as a sanity check), so HEAD and LIST need not
 //!   read whole objects. Where extended attributes are not supported, or were lost by a copy,
 //!   the hash is computed from the content: the ETag is the same either way.
+//!
+//! # The lease object
+//! The bucket lease (key `lease`) is renewed every few seconds by every worker, so a fleet
+//! renews hundreds of times a second; creating, fsyncing and renaming a new file for each
+//! renewal was most of an idle fleet's CPU. Its compare-and-swap (`If-Match`) is therefore done,
+//! under the same lock and check, by writing the new record into a scratch file
+//! (`.tmp/lease.scratch`) and exchanging the two names in one atomic `renameat2`
+//! (`RENAME_EXCHANGE`): the object is replaced whole, as by a rename, and the previous record
+//! becomes the next scratch, so no inode is created or freed. It is not fsynced: a renewal lost
+//! in a power cut leaves an earlier record, which only makes a successor wait a TTL longer, and a
+//! power cut ends every holder on this machine anyway (the lease is advisory; see
+//! `crate::lease`). A reader that opened the lease just before an exchange may, in the rare case
+//! that two renewals pass while it reads, see a torn record: the lease's reader treats a record it
+//! cannot parse as held by an unknown holder, and the `If-Match` under the lock is what decides.
+//! Where names cannot be exchanged (NFS), the ordinary path below is taken.
 //!
 //! # The crash story
 //! A process dying at any point leaves every object either as it was before the request or as
@@ -58,6 +74,11 @@ use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondi
 
 /// The directory (under the root) holding writes in flight.
 const TMP_DIR: &str = ".tmp";
+/// The bucket lease's key (`crate::manifest::LEASE_KEY`; the bucket layer does not depend on
+/// the layers above it, a test checks the two agree): rewritten by [`Inner::swap_lease`].
+const LEASE_KEY: &str = "lease";
+/// The scratch file under [`TMP_DIR`] that the lease object is exchanged with.
+const LEASE_SCRATCH: &str = "lease.scratch";
 /// The file every process locks around a mutation.
 const LOCK_FILE: &str = ".lock";
 /// Temp files older than this are leftovers of a crashed writer and removed on open.
@@ -247,11 +268,62 @@ impl Inner {
     }
 
     fn put(&self, key: &str, body: &Body, cond: &PutCondition) -> Result<String, BucketError> {
+        if key == LEASE_KEY
+            && let (PutCondition::IfMatch(expected), Body::Bytes(bytes)) = (cond, body)
+            && let Some(renewed) = self.swap_lease(bytes, expected)
+        {
+            return renewed;
+        }
         let (tmp, etag) = self.write_temp(key, body)?;
         let committed = self.commit(key, &tmp, cond);
         // After a rename the temp name is gone; after a link or a failure it is ours to remove.
         let _ = fs::remove_file(&tmp);
         committed.map(|()| etag)
+    }
+
+    /// A compare-and-swap of the lease object by exchange with a scratch file (see the module
+    /// docs): `None` where the file system cannot exchange names (then the ordinary path runs).
+    fn swap_lease(&self, body: &Bytes, expected: &str) -> Option<Result<String, BucketError>> {
+        let key = LEASE_KEY;
+        let err = |e| io_error("put", key, e, false);
+        let swapped = (|| -> Result<Option<String>, BucketError> {
+            let _lock = self.lock("put", key)?;
+            if self.current_etag("put", key)?.as_deref() != Some(expected) {
+                return Err(precondition_failed(key));
+            }
+            let scratch = self.root.join(TMP_DIR).join(LEASE_SCRATCH);
+            // Overwritten from the start and cut to length, never truncated to nothing first:
+            // ext4 flushes a file emptied by a truncate when it is closed, at the cost of a
+            // disk write per renewal.
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(&scratch)
+                .map_err(err)?;
+            file.write_all_at(body, 0).map_err(err)?;
+            // Records grow by a digit now and then: a cut is rarely needed.
+            if file.metadata().map_err(err)?.len() != body.len() as u64 {
+                file.set_len(body.len() as u64).map_err(err)?;
+            }
+            let etag = etag_of_digest(Sha256::digest(body).into());
+            cache_etag(&file, body.len() as u64, &etag);
+            match exchange(&scratch, &self.path(key)) {
+                Ok(()) => Ok(Some(etag)),
+                // No exchange here (NFS, say), or the scratch file was cleaned up meanwhile.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::ENOSYS | libc::ENOENT)
+                    ) =>
+                {
+                    Ok(None)
+                }
+                Err(e) => Err(err(e)),
+            }
+        })();
+        swapped.transpose()
     }
 
     /// Writes `body` to a new, fsynced temp file; returns its path and the content's ETag.
@@ -609,6 +681,28 @@ pub(super) fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> 
     })
 }
 
+/// Swaps the names `a` and `b` in one atomic step (`renameat2` with `RENAME_EXCHANGE`).
+fn exchange(a: &Path, b: &Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes())?;
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes())?;
+    // SAFETY: two NUL-terminated paths; no memory is handed to the kernel beyond the call.
+    let r = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Fsyncs the directory holding `path`, making a link, rename, unlink or mkdir in it durable.
 fn sync_parent(path: &Path) -> io::Result<()> {
     match path.parent() {
@@ -745,5 +839,53 @@ mod tests {
             "the emptied directory was left"
         );
         assert_eq!(fs::read_dir(dir.path().join(TMP_DIR)).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
+        use crate::bucket::Bucket;
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(LEASE_KEY, crate::manifest::LEASE_KEY);
+        let dir = tempfile::tempdir().unwrap();
+        let b = FsBucket::open(dir.path()).unwrap();
+        let record = |n: u32| Body::from(Bytes::from(format!("{{\"renewals\":{n}}}")));
+        let mut etag = b
+            .put(LEASE_KEY, record(0), PutCondition::IfNoneMatch)
+            .await
+            .unwrap();
+        let mut inodes = std::collections::BTreeSet::new();
+        for n in 1..=20u32 {
+            let next = b
+                .put(LEASE_KEY, record(n), PutCondition::IfMatch(etag.clone()))
+                .await
+                .unwrap();
+            assert_ne!(next, etag);
+            let got = b.get(LEASE_KEY).await.unwrap();
+            assert_eq!(got.data, format!("{{\"renewals\":{n}}}").as_bytes());
+            assert_eq!(
+                got.etag, next,
+                "the ETag is the content's, as on every other path"
+            );
+            let meta = b.head(LEASE_KEY).await.unwrap().unwrap();
+            assert_eq!(
+                (meta.len, meta.etag.as_str()),
+                (got.data.len() as u64, next.as_str())
+            );
+            // A stale ETag is refused and changes nothing.
+            let stale = b
+                .put(LEASE_KEY, record(99), PutCondition::IfMatch(etag))
+                .await;
+            assert!(matches!(stale, Err(BucketError::PreconditionFailed { .. })));
+            assert_eq!(b.get(LEASE_KEY).await.unwrap().etag, next);
+            inodes.insert(fs::metadata(dir.path().join(LEASE_KEY)).unwrap().ino());
+            etag = next;
+        }
+        assert!(inodes.len() <= 2, "two inodes take turns: {inodes:?}");
+        // The scratch is the bucket's own file: never listed, never an object.
+        let listed = b.list("", None, 100).await.unwrap();
+        let keys: Vec<_> = listed.objects.iter().map(|o| o.key.as_str()).collect();
+        assert_eq!(keys, [LEASE_KEY]);
+        b.delete(LEASE_KEY, Some(&etag)).await.unwrap();
+        assert!(b.head(LEASE_KEY).await.unwrap().is_none());
     }
 }

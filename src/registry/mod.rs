@@ -13,11 +13,15 @@
 //! - `audit_log`: append-only ([`AuditEntry`]), one row per register, deregister, adopt,
 //!   refusal or failure, from every instance; read newest first.
 //! - `store_health`: the last health an instance reported for each store ([`HealthRow`]),
-//!   overwritten on every report and deleted with its store (`ON DELETE CASCADE`).
+//!   overwritten when it changes and deleted with its store (`ON DELETE CASCADE`).
+//! - `instances`: each instance's last heartbeat ([`Registry::report_health`] writes it on
+//!   every report), so that an owner whose stores' health did not change still counts as
+//!   heard from.
 //!
 //! # Crash story
 //!
-//! Every call is a single SQL statement, which the database commits or rolls back as a whole:
+//! Every call is a single SQL statement or transaction, which the database commits or rolls
+//! back as a whole:
 //! a crash (of the service or the database) mid-call leaves the row written or not written,
 //! never half. Nothing spans two calls, so a crash between two calls — say after
 //! [`Registry::insert_store`] but before [`Registry::record_audit`] — leaves the first done and
@@ -371,6 +375,72 @@ impl Registry {
             }),
             Err(e) => Err(self.err(e)),
         }
+    }
+
+    /// One health report of `instance_id`: its heartbeat, and the health of the stores whose
+    /// health changed (`(store_id, health_json)`), in one transaction: one commit (one fsync)
+    /// however many stores. Stores no longer registered (deregistered a moment ago, by any
+    /// instance) are skipped.
+    pub async fn report_health(
+        &self,
+        instance_id: &str,
+        at_ms: i64,
+        changed: &[(String, String)],
+    ) -> Result<(), RegistryError> {
+        const HEARTBEAT: &str = "INSERT INTO instances (instance_id, heartbeat_ms) \
+                                 VALUES ($1, $2) ON CONFLICT (instance_id) DO UPDATE SET \
+                                 heartbeat_ms = excluded.heartbeat_ms";
+        // `WHERE EXISTS` skips a store deregistered meanwhile (a foreign-key violation would
+        // abort the whole transaction); SQLite needs a WHERE before ON CONFLICT anyway.
+        const HEALTH: &str = "INSERT INTO store_health (store_id, instance_id, reported_at_ms, \
+                              health) SELECT CAST($1 AS TEXT), CAST($2 AS TEXT), \
+                              CAST($3 AS BIGINT), CAST($4 AS TEXT) \
+                              WHERE EXISTS (SELECT 1 FROM stores WHERE store_id = $1) \
+                              ON CONFLICT (store_id) DO UPDATE SET \
+                              instance_id = excluded.instance_id, \
+                              reported_at_ms = excluded.reported_at_ms, \
+                              health = excluded.health";
+        with_pool!(self, |pool| {
+            async {
+                let mut tx = pool.begin().await?;
+                sqlx::query(HEARTBEAT)
+                    .bind(instance_id)
+                    .bind(at_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                for (store_id, json) in changed {
+                    sqlx::query(HEALTH)
+                        .bind(store_id)
+                        .bind(instance_id)
+                        .bind(at_ms)
+                        .bind(json)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await
+            }
+            .await
+        })
+        .map_err(|e| self.err(e))
+    }
+
+    /// Every instance's last heartbeat, by instance id.
+    pub async fn heartbeats(&self) -> Result<BTreeMap<String, i64>, RegistryError> {
+        const SQL: &str = "SELECT instance_id, heartbeat_ms FROM instances";
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(SQL).fetch_all(pool).await;
+            rows.map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get::<String, _>("instance_id")
+                            .map_err(|e| self.err(e))?,
+                        r.try_get::<i64, _>("heartbeat_ms")
+                            .map_err(|e| self.err(e))?,
+                    ))
+                })
+                .collect()
+        })
     }
 
     /// Every store's last reported health, by `store_id`.

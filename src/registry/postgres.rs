@@ -24,11 +24,18 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The schema, embedded at compile time from `migrations/postgres` (see `sqlite.rs` for why
 /// the list is by hand).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "registry",
-    include_str!("../../migrations/postgres/0001_registry.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "registry",
+        include_str!("../../migrations/postgres/0001_registry.sql"),
+    ),
+    (
+        2,
+        "instances",
+        include_str!("../../migrations/postgres/0002_instances.sql"),
+    ),
+];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the
 /// pool and a description of where it is, for error messages.

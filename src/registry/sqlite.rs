@@ -27,11 +27,18 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The schema, embedded at compile time from `migrations/sqlite` (version, description, SQL).
 /// Listed by hand because `sqlx::migrate!` needs sqlx's `macros` feature; the version and
 /// description are what that macro would derive from the file name, so switching is a no-op.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "registry",
-    include_str!("../../migrations/sqlite/0001_registry.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "registry",
+        include_str!("../../migrations/sqlite/0001_registry.sql"),
+    ),
+    (
+        2,
+        "instances",
+        include_str!("../../migrations/sqlite/0002_instances.sql"),
+    ),
+];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.
 /// Returns the pool and a description of where it is, for error messages.

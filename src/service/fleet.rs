@@ -100,6 +100,8 @@ pub struct RemoteStore {
     pub record: StoreRecord,
     /// The owner's last report, if it ever reported.
     pub health: Option<crate::health::StoreHealth>,
+    /// When the owner was last heard from (its report of this store, or a later heartbeat
+    /// while that report still stood); `None` if it never reported this store.
     pub reported_at_ms: Option<i64>,
     /// The owner has not reported for longer than `owner_silent_after`.
     pub silent: bool,
@@ -160,6 +162,7 @@ impl Fleet {
             .into_iter()
             .map(|h| (h.store_id.clone(), h))
             .collect();
+        let heartbeats = self.registry.heartbeats().await?;
         let silent_ms = self.config.owner_silent_after.as_millis() as i64;
         let now = now_ms();
         Ok(records
@@ -167,7 +170,12 @@ impl Fleet {
             .filter(|r| &r.instance_id != me)
             .map(|record| {
                 let row = health.remove(&record.store_id);
-                let reported_at_ms = row.as_ref().map(|r| r.reported_at_ms);
+                // A row is rewritten only when the health changes: the owner's heartbeat says
+                // whether the unchanged report still stands.
+                let heartbeat = heartbeats.get(&record.instance_id).copied();
+                let reported_at_ms = row
+                    .as_ref()
+                    .map(|r| r.reported_at_ms.max(heartbeat.unwrap_or(i64::MIN)));
                 RemoteStore {
                     health: row.and_then(|r| serde_json::from_str(&r.health_json).ok()),
                     silent: reported_at_ms.is_none_or(|t| now - t > silent_ms),
@@ -486,11 +494,14 @@ fn restore_error(e: restore::RestoreError) -> ServiceError {
     }
 }
 
-/// Persists every local store's health to the registry every `health_report_interval`, so
-/// that every instance sharing the registry shows the whole fleet.
+/// Persists this instance's stores' health to the registry every `health_report_interval`, so
+/// that every instance sharing the registry shows the whole fleet: in one transaction, a
+/// heartbeat and the rows whose health changed since the last report that was written.
 async fn report_health(fleet: Arc<Fleet>) {
     let mut tick = tokio::time::interval(fleet.config.health_report_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // What the registry holds for each store, as far as this task wrote it.
+    let mut written: std::collections::HashMap<String, String> = Default::default();
     loop {
         tokio::select! {
             _ = fleet.shutdown.cancelled() => return,
@@ -502,30 +513,29 @@ async fn report_health(fleet: Arc<Fleet>) {
             .filter(|e| !e.handle.health().healthy)
             .count();
         crate::telemetry::record_fleet(entries.len(), unhealthy);
+        let mut changed = Vec::new();
         for entry in &entries {
             let h = entry.handle.health();
             crate::telemetry::record_store(&entry.record.store_id, &h, &entry.handle.counters());
             let Ok(json) = serde_json::to_string(&h) else {
                 continue;
             };
-            match fleet
-                .registry
-                .put_health(
-                    &entry.record.store_id,
-                    &fleet.config.instance_id,
-                    now_ms(),
-                    &json,
-                )
-                .await
-            {
-                Ok(()) => {}
-                // Deregistered meanwhile.
-                Err(crate::registry::RegistryError::UnknownStore { .. }) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot persist health to the registry");
-                    break;
-                }
+            if written.get(&entry.record.store_id) != Some(&json) {
+                changed.push((entry.record.store_id.clone(), json));
             }
+        }
+        match fleet
+            .registry
+            .report_health(&fleet.config.instance_id, now_ms(), &changed)
+            .await
+        {
+            Ok(()) => {
+                let live: std::collections::HashSet<&str> =
+                    entries.iter().map(|e| e.record.store_id.as_str()).collect();
+                written.retain(|id, _| live.contains(id.as_str()));
+                written.extend(changed);
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot persist health to the registry"),
         }
     }
 }

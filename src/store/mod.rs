@@ -2,6 +2,8 @@
 //!
 //! - [`format`](mod@format): WAL, snapshot and position encodings.
 //! - [`disk`]: [`disk::DiskState`], one look at a store directory, and the file names.
+//! - [`watch`]: [`watch::DirWatch`], which says without looking that a directory has not
+//!   changed, so that idle stores cost almost nothing.
 //! - [`engine`]: the reference engine, a key-value map that writes exactly this format:
 //!   [`engine::codec`] (commit and snapshot payloads), [`engine::recover`] (recovery as a
 //!   read-only reading: `read_store`, `digest`), the position handle, and the deterministic
@@ -10,3 +12,4 @@
 pub mod disk;
 pub mod engine;
 pub mod format;
+pub mod watch;

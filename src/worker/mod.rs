@@ -51,6 +51,18 @@
 //! spliced), or starts a new one past every generation in the prefix. This is the only time the
 //! worker lists the bucket, besides retention.
 //!
+//! # Idle stores
+//!
+//! A step that found nothing to do remembers the directory's [`DirWatch`] stamp (taken before
+//! its look) and the durable position it used. While the stamp and the position are unchanged
+//! and neither a restore point nor retention is due, the next step answers
+//! [`StepOutcome::Idle`] without looking at the directory: no write completed in it since, so a
+//! look would find what the last one found. The stamp is exact for completed writes (see
+//! [`crate::store::watch`]); writes it cannot see (through `mmap`, or by another host on a
+//! network filesystem) are found within [`WATCH_TRUST`], after which a step looks again. So a
+//! fleet of idle stores costs a non-blocking `read` of one inotify queue per store and tick,
+//! not a dozen file system calls on the blocking pool.
+//!
 //! [`BackupWorker::run_once`] and [`BackupWorker::step`] take no lease: they are for tests and
 //! for callers that hold one themselves.
 
@@ -61,10 +73,12 @@ use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket, PutCondition};
 use crate::store::disk::{DiskError, DiskState};
+use crate::store::watch::{DirWatch, WATCH_TRUST};
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
 pub mod lineage;
+mod pacing;
 mod restore_point;
 pub mod retention;
 mod segment;
@@ -241,6 +255,9 @@ pub struct BackupCounters {
     pub lease_acquisitions: AtomicU64,
     /// Times the lease was lost or dropped (taken over, expired, or a write refused).
     pub lease_losses: AtomicU64,
+    /// Times a step looked at the store directory. An idle store is not looked at while its
+    /// [`DirWatch`] says nothing changed (see [`Quiet`]).
+    pub looks: AtomicU64,
     /// Every request this worker (and its lease) sent to the bucket, by kind.
     pub requests: Arc<crate::bucket::counting::RequestCounts>,
 }
@@ -267,6 +284,23 @@ pub struct BackupWorker {
     last_retention: Option<tokio::time::Instant>,
     restore_point_requested: bool,
     retention_requested: bool,
+    /// Says when the store directory has not changed since an idle step.
+    watch: DirWatch,
+    /// The last step found nothing to do, with this stamp and position (see [`Quiet`]).
+    quiet: Option<Quiet>,
+}
+
+/// What an idle step saw: while the directory's stamp and the durable position are the same,
+/// and nothing time-driven is due, another step would find nothing to do either, so
+/// [`BackupWorker::step`] answers [`StepOutcome::Idle`] without looking at the directory. The
+/// stamp is exact for writes that completed before it was taken ([`crate::store::watch`]); what
+/// it cannot see is found within [`WATCH_TRUST`], after which a step looks again.
+#[derive(Debug, Clone, Copy)]
+struct Quiet {
+    /// Taken before the look that found nothing to do.
+    stamp: u64,
+    position: crate::store::format::WalPosition,
+    at: tokio::time::Instant,
 }
 
 impl BackupWorker {
@@ -281,8 +315,11 @@ impl BackupWorker {
             bucket,
             counters.requests.clone(),
         ));
+        let dir = dir.into();
         Self {
-            dir: dir.into(),
+            watch: DirWatch::new(dir.clone()),
+            quiet: None,
+            dir,
             bucket,
             source,
             config,
@@ -320,6 +357,7 @@ impl BackupWorker {
     /// Forgets the view of the bucket: the next step resumes from the bucket's state.
     pub fn forget_view(&mut self) {
         self.view = None;
+        self.quiet = None;
     }
 
     fn cond_create(&self) -> PutCondition {
@@ -344,7 +382,36 @@ impl BackupWorker {
         result
     }
 
+    /// Whether a step would find nothing to do without looking at the directory (see
+    /// [`Quiet`]): the last step was idle, and neither the directory's stamp nor the durable
+    /// position changed since, and nothing time-driven is due. Sends no request.
+    pub async fn quiet(&mut self) -> Result<bool, WorkerError> {
+        let Some(quiet) = self.quiet.take() else {
+            return Ok(false);
+        };
+        if self.watch.stamp() == Some(quiet.stamp)
+            && quiet.at.elapsed() < WATCH_TRUST
+            && self.view.is_some()
+            && !self.restore_point_due()
+            && !self.retention_due()
+        {
+            let pos = self.source.durable_wal_position().await?;
+            BackupCounters::set(&self.counters.durable_commit_seq, pos.commit_seq);
+            if pos == quiet.position {
+                self.quiet = Some(quiet);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     async fn step_inner(&mut self) -> Result<StepOutcome, WorkerError> {
+        let stamp = self.watch.stamp();
+        if self.quiet().await? {
+            return Ok(StepOutcome::Idle);
+        }
+        let looked_at = tokio::time::Instant::now();
+        BackupCounters::add(&self.counters.looks, 1);
         let disk = DiskState::look_async(&self.dir).await?;
         if disk.intent {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
@@ -400,6 +467,11 @@ impl BackupWorker {
         if self.retention_due() {
             return retention::run(self).await;
         }
+        self.quiet = stamp.map(|stamp| Quiet {
+            stamp,
+            position: pos,
+            at: looked_at,
+        });
         Ok(StepOutcome::Idle)
     }
 

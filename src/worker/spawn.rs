@@ -327,11 +327,22 @@ async fn hold(
             }
             _ = tokio::time::sleep_until(next_step) => {}
         }
-        next_step = Instant::now() + worker.config.wal_interval;
+        next_step = super::pacing::coalesce(
+            Instant::now() + worker.config.wal_interval,
+            worker.config.wal_interval,
+        );
         let mut shipped = false;
         loop {
             if !lease.may_write() {
                 return Holding::Lost;
+            }
+            // A quiet store's tick answers without a look, a request or a span.
+            if !shipped && matches!(worker.quiet().await, Ok(true)) {
+                record(status, |s| {
+                    s.consecutive_failures = 0;
+                    s.refused = None;
+                });
+                break;
             }
             let grace = worker.config.shutdown_grace;
             let span = tracing::info_span!("backup.step", store_id = %store_id);
@@ -469,8 +480,8 @@ async fn supervise(
     health: watch::Sender<StoreHealth>,
 ) -> WorkerState {
     let mut unshipped = Unshipped::default();
-    let mut tick = tokio::time::interval(policy.wal_interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let period = policy.wal_interval;
+    let mut next_tick = Instant::now();
     let ended = loop {
         tokio::select! {
             r = &mut runner => break match r {
@@ -486,15 +497,20 @@ async fn supervise(
                 }
                 Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
             },
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(next_tick) => {}
         }
-        // Read the durable position ourselves: a stuck worker must still show lag.
-        let durable = match tokio::time::timeout(
-            policy.wal_interval.max(Duration::from_millis(100)),
-            source.durable_wal_position(),
-        )
-        .await
-        {
+        next_tick = super::pacing::coalesce(Instant::now() + period, period);
+        // Read the durable position ourselves: a stuck worker must still show lag. Most reads
+        // answer at once (a reported or cached position): only the others get a timer.
+        let mut read = source.durable_wal_position();
+        let read = match futures::FutureExt::now_or_never(&mut read) {
+            Some(r) => Ok(r),
+            None => {
+                tokio::time::timeout(policy.wal_interval.max(Duration::from_millis(100)), read)
+                    .await
+            }
+        };
+        let durable = match read {
             Ok(Ok(p)) => {
                 super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
                 p.commit_seq

@@ -1,0 +1,295 @@
+//! [`DirWatch`]: says, without looking, that a store directory has not changed.
+//!
+//! An idle store must cost (almost) nothing: a fleet of a thousand stores, each looked at every
+//! `wal_interval`, would otherwise spend its time in `open`, `read` and `stat` of files that
+//! did not change. A [`DirWatch`] gives a store directory a **stamp** ([`DirWatch::stamp`]) that
+//! changes whenever a file in the directory or in its `archive/` is written, created, deleted,
+//! renamed or has its attributes changed; a caller that remembers the stamp beside what it read
+//! may answer from that read while the stamp stays the same.
+//!
+//! # How it knows
+//! One inotify instance for the whole process (the kernel allows 128 per user, and the fleet
+//! would need one per store otherwise), watching each directory for modification events only:
+//! `IN_MODIFY`, `IN_ATTRIB`, `IN_CLOSE_WRITE`, `IN_CREATE`, `IN_DELETE`, `IN_MOVED_FROM`,
+//! `IN_MOVED_TO`, and the directory's own deletion or move. Reads, opens and `flock`s (the
+//! backup side's own looks) raise none, so looking never invalidates a stamp.
+//!
+//! **Exact for completed writes.** The kernel queues an event inside the `write`/`rename` that
+//! causes it, before that call returns; [`DirWatch::stamp`] drains the queue (a non-blocking
+//! `read`) before it answers. So a stamp taken after a write returned — in any process — always
+//! differs from one taken before it. There is no reader thread and no delay to wait out.
+//!
+//! # What it cannot see, and the bound on that
+//! A write through a shared mapping (`mmap`) raises no event, and neither does a write made by
+//! another host on a network filesystem. Callers therefore trust a stamp for at most
+//! [`WATCH_TRUST`] after the read it vouches for, and read again after that. A queue overflow
+//! (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A directory that is
+//! deleted, moved away or unmounted has no stamp (`None`: look every time) until a directory
+//! is found at its path again, which is watched afresh under a new stamp.
+//!
+//! # What a crash leaves
+//! Nothing: the watch lives in the kernel only as long as the process.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use super::disk::ARCHIVE_DIR;
+
+/// How long a stamp may vouch for a read: changes the watch cannot see (writes through `mmap`,
+/// another host writing over a network filesystem) are found within this.
+pub const WATCH_TRUST: Duration = Duration::from_secs(30);
+
+const MASK: u32 = libc::IN_MODIFY
+    | libc::IN_ATTRIB
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF
+    | libc::IN_ONLYDIR;
+
+/// Events after which a watch no longer follows the directory at its path.
+const GONE: u32 = libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_UNMOUNT;
+
+/// One kernel watch (one directory inode), shared by every [`DirWatch`] of that directory.
+struct Watched {
+    users: usize,
+    /// Events seen for this watch.
+    events: u64,
+    /// The directory was deleted, moved or unmounted: the watch no longer follows the path.
+    gone: bool,
+    /// The kernel dropped the watch (`IN_IGNORED`): nothing to remove.
+    dropped: bool,
+}
+
+struct Table {
+    by_wd: HashMap<i32, Watched>,
+    /// Queue overflows: every stamp includes it.
+    overflows: u64,
+}
+
+struct Inotify {
+    fd: OwnedFd,
+    table: Mutex<Table>,
+}
+
+/// The process's inotify instance, or `None` where the kernel refuses one.
+fn inotify() -> Option<&'static Inotify> {
+    static INOTIFY: OnceLock<Option<Inotify>> = OnceLock::new();
+    INOTIFY
+        .get_or_init(|| {
+            // SAFETY: plain syscall; the descriptor is owned below.
+            let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+            if fd < 0 {
+                tracing::warn!(
+                    error = %std::io::Error::last_os_error(),
+                    "no inotify: idle stores are looked at every interval"
+                );
+                return None;
+            }
+            Some(Inotify {
+                // SAFETY: `fd` is a fresh descriptor nothing else owns.
+                fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                table: Mutex::new(Table {
+                    by_wd: HashMap::new(),
+                    overflows: 0,
+                }),
+            })
+        })
+        .as_ref()
+}
+
+impl Inotify {
+    /// Locks the table after reading every queued event into it.
+    fn drained(&self) -> MutexGuard<'_, Table> {
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        // Left uninitialised (this runs for every store at every tick): only the bytes the
+        // kernel wrote are ever looked at. u64 words keep it aligned for `inotify_event`.
+        let mut buf = std::mem::MaybeUninit::<[u64; 1024]>::uninit();
+        loop {
+            // SAFETY: reads into a buffer we own, at most its size.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    std::mem::size_of_val(&buf),
+                )
+            };
+            if n <= 0 {
+                // EAGAIN: the queue is empty. Any other error: nothing more to read now.
+                return table;
+            }
+            // SAFETY: the kernel initialised the first `n` bytes of the buffer.
+            let bytes: &[u8] =
+                unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n as usize) };
+            let mut at = 0;
+            let head = std::mem::size_of::<libc::inotify_event>();
+            while at + head <= bytes.len() {
+                // SAFETY: the kernel wrote whole events; `read_unaligned` needs no alignment.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(bytes[at..].as_ptr().cast()) };
+                at += head + ev.len as usize;
+                if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                    table.overflows += 1;
+                    continue;
+                }
+                if let Some(w) = table.by_wd.get_mut(&ev.wd) {
+                    w.events += 1;
+                    w.gone |= ev.mask & GONE != 0;
+                    w.dropped |= ev.mask & libc::IN_IGNORED != 0;
+                }
+            }
+        }
+    }
+
+    /// Watches `path` (a directory); `None` when it cannot be watched (absent, not a
+    /// directory, out of watches).
+    fn add(&self, table: &mut Table, path: &Path) -> Option<i32> {
+        let c = CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a NUL-terminated path and our own descriptor.
+        let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
+        if wd < 0 {
+            return None;
+        }
+        let w = table.by_wd.entry(wd).or_insert(Watched {
+            users: 0,
+            events: 0,
+            gone: false,
+            dropped: false,
+        });
+        if w.gone {
+            // The kernel reused a number it had dropped: a new watch.
+            w.events += 1;
+            w.gone = false;
+            w.dropped = false;
+        }
+        w.users += 1;
+        Some(wd)
+    }
+
+    fn release(&self, table: &mut Table, wd: i32) {
+        if let Some(w) = table.by_wd.get_mut(&wd) {
+            w.users = w.users.saturating_sub(1);
+            if w.users == 0 {
+                let dropped = w.dropped;
+                table.by_wd.remove(&wd);
+                // A moved directory is still watched by the kernel (under its new path).
+                if !dropped {
+                    // SAFETY: our own descriptor and a watch we added.
+                    unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), wd) };
+                }
+            }
+        }
+    }
+}
+
+/// The watch of one store directory (and its `archive/`). See the module docs.
+pub struct DirWatch {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    dir_wd: Option<i32>,
+    archive_wd: Option<i32>,
+    /// The directory's event count when `archive/` was last looked for.
+    archive_tried_at: Option<u64>,
+    /// Watches started afresh (a directory gone and found again): part of every stamp, so a
+    /// stamp from before never matches one after.
+    restarts: u64,
+}
+
+impl DirWatch {
+    /// Starts watching `dir`. Never fails: a directory that cannot be watched has no stamp.
+    pub fn new(dir: impl Into<PathBuf>) -> DirWatch {
+        let w = DirWatch {
+            dir: dir.into(),
+            inner: Mutex::new(Inner::default()),
+        };
+        let _ = w.stamp();
+        w
+    }
+
+    /// The directory watched.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A value that changes whenever the directory or its `archive/` changed: equal stamps
+    /// mean no change in between (within [`WATCH_TRUST`]; see the module docs). `None` when
+    /// the directory cannot be watched: look every time.
+    pub fn stamp(&self) -> Option<u64> {
+        let ino = inotify()?;
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = ino.drained();
+        // The directory itself: (re)watch it when it is not, or no longer, followed.
+        if let Some(wd) = inner.dir_wd
+            && table.by_wd.get(&wd).is_none_or(|w| w.gone)
+        {
+            ino.release(&mut table, wd);
+            inner.dir_wd = None;
+            if let Some(a) = inner.archive_wd.take() {
+                ino.release(&mut table, a);
+            }
+            inner.archive_tried_at = None;
+            inner.restarts += 1;
+        }
+        if inner.dir_wd.is_none() {
+            inner.dir_wd = Some(ino.add(&mut table, &self.dir)?);
+        }
+        let dir_wd = inner.dir_wd.expect("set above");
+        let dir_events = table.by_wd.get(&dir_wd).map_or(0, |w| w.events);
+        // archive/: dropped when gone; looked for again whenever the directory changed (its
+        // creation is an event of the directory).
+        if let Some(a) = inner.archive_wd
+            && table.by_wd.get(&a).is_none_or(|w| w.gone)
+        {
+            ino.release(&mut table, a);
+            inner.archive_wd = None;
+        }
+        if inner.archive_wd.is_none() && inner.archive_tried_at != Some(dir_events) {
+            inner.archive_tried_at = Some(dir_events);
+            inner.archive_wd = ino.add(&mut table, &self.dir.join(ARCHIVE_DIR));
+        }
+        let archive_events = inner
+            .archive_wd
+            .and_then(|a| table.by_wd.get(&a))
+            .map_or(0, |w| w.events);
+        Some(
+            table
+                .overflows
+                .wrapping_add(dir_events)
+                .wrapping_add(archive_events)
+                .wrapping_add(inner.restarts << 32)
+                .wrapping_add(u64::from(inner.archive_wd.is_some()) << 48),
+        )
+    }
+}
+
+impl Drop for DirWatch {
+    fn drop(&mut self) {
+        let Some(ino) = inotify() else { return };
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut table = ino.table.lock().unwrap_or_else(|p| p.into_inner());
+        for wd in [inner.dir_wd.take(), inner.archive_wd.take()]
+            .into_iter()
+            .flatten()
+        {
+            ino.release(&mut table, wd);
+        }
+    }
+}
+
+impl std::fmt::Debug for DirWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirWatch").field("dir", &self.dir).finish()
+    }
+}
