@@ -65,12 +65,14 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
 pub mod lineage;
+mod local;
 mod restore_point;
 pub mod retention;
 mod segment;
 mod spawn;
 mod view;
 
+pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use retention::RetentionPolicy;
 pub use spawn::{BackupHandle, BackupTrigger};
 
