@@ -37,11 +37,12 @@
 //!   reference engine wrote it is also read by the engine (`store::engine::read_store`, every
 //!   commit decoded into its map), which must agree on `commit_seq`; other engines' payloads
 //!   are never interpreted. It is off by default: DESIGN.md section 6 asks for the format's
-//!   reader only (frame payloads are the engine's business), and the decode cost about a third
-//!   of a restore's wall time in `benches/throughput.rs` (on a 2-core machine, decoding 680,000
-//!   commits into a `BTreeMap`) while checking nothing the frame CRCs and seq chain above do
+//!   reader only (frame payloads are the engine's business), and the engine's reading costs a
+//!   second read of every file plus a decode and a map insert per commit, after the download
+//!   (680,000 commits in `benches/throughput.rs`, where it held restores well below plain
+//!   GETs), while checking nothing about the bytes that the frame CRCs and seq chain above do
 //!   not: the bytes restored are the bytes the engine wrote. Tests compare the restored store's
-//!   digest (`store::engine::digest`) themselves.
+//!   digest (`store::engine::digest`) themselves, and one runs the engine's check.
 //! - All or nothing: the target appears (or an existing empty target is replaced) by one
 //!   `rename`, then the parent directory is fsynced. On any error, and when the restore's
 //!   future is dropped, the temporary directory is removed and the target is as it was: absent,
