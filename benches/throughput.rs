@@ -17,10 +17,12 @@
 //!   large uploads, the multipart uploads, the manifest, LATEST and retention.
 //! - **`S3Bucket::put`, worker's shape**: the objects that backup wrote (listed under its
 //!   prefix, the same bytes) through the library's S3 layer alone, under `If-None-Match: *`,
-//!   in the order and with the concurrency the worker uses (one object at a time; a body above
-//!   the part size as a multipart upload with 4 parts in flight). It separates what the worker
-//!   adds (resume, local reads and checks, a HEAD before each large upload, manifest, LATEST,
-//!   retention) from what the S3 layer adds (multipart, its own HEAD).
+//!   in the order and with the concurrency the worker uses (a generation's snapshot, archives
+//!   and side files `worker::GENERATION_UPLOADS_IN_FLIGHT` at a time, everything else one at a
+//!   time; a body above the multipart threshold as a multipart upload with 4 parts in
+//!   flight). It separates what the worker adds (resume, local reads and checks, a HEAD before
+//!   each large upload, manifest, LATEST, retention) from what the S3 layer adds (multipart,
+//!   its own HEAD).
 //! - **plain PUT, worker's shape**: the same bytes as plain `PutObject`s in the same shape, an
 //!   object above the part size as part-size `PutObject`s with 4 in flight. No HEADs, no
 //!   multipart create/complete, no local reads: only the bytes on the wire.
@@ -28,8 +30,10 @@
 //!   flight: about what the endpoint takes at best.
 //! - **restore**: `restore::restore` of the newest restore point into a fresh directory
 //!   (default options, so parallelism 8). Covers the plan (GET LATEST, the manifest, LIST of
-//!   later segments), the download with CRC checks, the fsync of every file and directory, the
-//!   read-back by the format's and the reference engine's readers, and the rename.
+//!   later segments), the download with CRC checks, the read-back of every file by the format's
+//!   reader (overlapped with the download), the fsync of every file and directory, and the
+//!   rename. The reference engine's own reading (`RestoreOptions::engine_check`) is not part of
+//!   a default restore and so not measured.
 //! - **plain GET**: the objects that restore point names, with the same parallelism and the
 //!   same ranged GETs of [`RANGE_CHUNK`], each written with `pwrite` into a file of its own in a
 //!   fresh directory; every file, then the directory, is fsynced, as restore does.
@@ -94,9 +98,9 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// Commits between the two snapshots written before the measured stretch.
 const SNAPSHOT_EVERY: u64 = 10_000;
 const TARGET_RATIO: f64 = 0.9;
-/// Objects of one generation the worker uploads at once (`src/worker/generation.rs` sends its
-/// snapshot, archives and side files one after the other): the shape the baselines copy.
-const WORKER_UPLOADS_IN_FLIGHT: usize = 1;
+/// Objects of one generation the worker uploads at once (`src/worker/generation.rs`): the
+/// shape the baselines copy.
+const WORKER_UPLOADS_IN_FLIGHT: usize = mushroom_backup::worker::GENERATION_UPLOADS_IN_FLIGHT;
 
 /// What the environment asks for; see the module docs.
 struct Settings {
@@ -634,9 +638,11 @@ impl Results {
             println!("  {:>12} B  {key}", len);
         }
         println!(
-            "part size {} MiB, {} parts in flight per upload; restore parallelism {}; {} repetitions",
+            "part size {} MiB, {} parts in flight per upload, {} objects of a generation at once; \
+             restore parallelism {}; {} repetitions",
             bench.part_size >> 20,
             bench.upload_concurrency,
+            WORKER_UPLOADS_IN_FLIGHT,
             bench.restore_parallelism,
             bench.repeats
         );

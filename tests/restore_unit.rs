@@ -1135,11 +1135,23 @@ async fn a_store_the_engine_wrote_restores_to_the_same_digest_at_any_commit() {
     assert!(!m.archives.is_empty(), "the workload rotated");
     assert!(m.commit_seq < 740, "the last segment extends the manifest");
 
-    let to = fx.target("latest");
-    let r = restore(&fx.bucket, &to, &opts()).await.unwrap();
-    assert_eq!(r.commit_seq, 740);
-    assert_eq!(r.extended_segments, 1);
-    assert_eq!(digest(&to).unwrap(), written.digest);
+    // With and without the reference engine's own reading before the rename.
+    for engine_check in [false, true] {
+        let to = fx.target(&format!("latest-{engine_check}"));
+        let r = restore(
+            &fx.bucket,
+            &to,
+            &RestoreOptions {
+                engine_check,
+                ..opts()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.commit_seq, 740);
+        assert_eq!(r.extended_segments, 1);
+        assert_eq!(digest(&to).unwrap(), written.digest);
+    }
     assert!(
         verify(&fx.bucket, &VerifyOptions::default())
             .await
@@ -1165,6 +1177,7 @@ async fn a_store_the_engine_wrote_restores_to_the_same_digest_at_any_commit() {
             &to,
             &RestoreOptions {
                 at: Some(at),
+                engine_check: at % 2 == 0,
                 ..opts()
             },
         )

@@ -32,6 +32,10 @@ pub struct RestoreArgs {
     /// Downloads in flight at once.
     #[arg(long, default_value_t = 8)]
     parallelism: usize,
+    /// Also read a reference-engine store with the engine (every commit decoded) before it is
+    /// put in place; the format's own checks run always.
+    #[arg(long)]
+    engine_check: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -68,6 +72,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         adopt: a.adopt,
         parallelism: a.parallelism,
         progress: std::io::stderr().is_terminal(),
+        engine_check: a.engine_check,
     };
     let report = restore::restore(bucket.as_ref(), &a.to, &opts)
         .await

@@ -1,5 +1,7 @@
 //! Staging a restore: the temporary directory beside the target, the parallel download into
-//! it, the `--at` cut, the read-back, and the rename into place.
+//! it (each file read back with the format's reader as soon as it is complete, overlapped with
+//! the rest of the download), the `--at` cut, the final read-back check, and the rename into
+//! place.
 //!
 //! The temporary directory is `.<name>.restore-<uuid>` in the target's parent (same file
 //! system, so the final rename is atomic). It holds `.restore.lock`, `flock`ed for as long as
@@ -19,12 +21,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use indicatif::ProgressBar;
 use uuid::Uuid;
 
 use super::RestoreError;
 use super::plan::Plan;
-use super::readback::{ReadBack, is_reference_engine_store, read_back};
+use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
 use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
@@ -372,8 +375,17 @@ struct Chunk {
     whole: bool,
 }
 
+/// What [`download`] leaves: the open files (not yet fsynced) and what the format's reader
+/// found in each, in the order of [`Layout::files`].
+pub(crate) struct Downloaded {
+    files: Vec<Arc<File>>,
+    checks: Vec<FileCheck>,
+}
+
 /// Downloads every piece of `layout` into `dir` with at most `parallelism` requests in flight,
-/// checking each object's length and CRC. Returns the open files (not yet fsynced).
+/// checking each object's length and CRC. Each file is read back with the format's reader
+/// ([`check_file`]) as soon as its last piece is written, on the blocking pool while the other
+/// downloads go on; a file that does not read back fails the restore at once.
 pub(crate) async fn download(
     bucket: &dyn Bucket,
     dir: &Path,
@@ -381,18 +393,18 @@ pub(crate) async fn download(
     cached: &HashMap<String, Bytes>,
     parallelism: usize,
     progress: &ProgressBar,
-) -> Result<Vec<Arc<File>>, RestoreError> {
-    let dir = dir.to_path_buf();
+) -> Result<Downloaded, RestoreError> {
+    let root = dir.to_path_buf();
     let rels = layout.files.clone();
     let has_archives = layout.has_archives;
     let files: Vec<Arc<File>> = blocking(move || {
         if has_archives {
-            let a = dir.join(ARCHIVE_DIR);
+            let a = root.join(ARCHIVE_DIR);
             fs::create_dir(&a).map_err(io(&a))?;
         }
         rels.iter()
             .map(|rel| {
-                let p = dir.join(rel);
+                let p = root.join(rel);
                 File::create(&p).map(Arc::new).map_err(io(&p))
             })
             .collect()
@@ -430,6 +442,13 @@ pub(crate) async fn download(
     }
     let mut hashers: Vec<Vec<Option<crc32fast::Hasher>>> =
         remaining.iter().map(|n| vec![None; *n]).collect();
+    // Pieces of each file not yet complete.
+    let mut file_left = vec![0usize; layout.files.len()];
+    for piece in &layout.pieces {
+        file_left[piece.file] += 1;
+    }
+    let mut checks: Vec<Option<FileCheck>> = vec![None; layout.files.len()];
+    let mut reading = FuturesUnordered::new();
 
     let mut fetches = futures::stream::iter(chunks)
         .map(|c| {
@@ -442,29 +461,73 @@ pub(crate) async fn download(
             }
         })
         .buffer_unordered(parallelism.max(1));
-    while let Some(done) = fetches.next().await {
-        let (c, hasher) = done?;
-        progress.inc(c.range.end - c.range.start);
-        hashers[c.piece][c.index] = Some(hasher);
-        remaining[c.piece] -= 1;
-        if remaining[c.piece] == 0 {
-            let mut whole = crc32fast::Hasher::new();
-            for h in hashers[c.piece].drain(..).flatten() {
-                whole.combine(&h);
+    loop {
+        tokio::select! {
+            done = fetches.next() => {
+                let Some(done) = done else { break };
+                let (c, hasher) = done?;
+                progress.inc(c.range.end - c.range.start);
+                hashers[c.piece][c.index] = Some(hasher);
+                remaining[c.piece] -= 1;
+                if remaining[c.piece] > 0 {
+                    continue;
+                }
+                let mut whole = crc32fast::Hasher::new();
+                for h in hashers[c.piece].drain(..).flatten() {
+                    whole.combine(&h);
+                }
+                let piece = &layout.pieces[c.piece];
+                let got = whole.finalize();
+                if got != piece.crc {
+                    return Err(RestoreError::CrcMismatch {
+                        key: piece.key.clone(),
+                        expected: piece.crc,
+                        got,
+                    });
+                }
+                file_left[piece.file] -= 1;
+                if file_left[piece.file] == 0 {
+                    reading.push(read_file_back(dir, &layout.files[piece.file], piece.file));
+                }
             }
-            let piece = &layout.pieces[c.piece];
-            let got = whole.finalize();
-            if got != piece.crc {
-                return Err(RestoreError::CrcMismatch {
-                    key: piece.key.clone(),
-                    expected: piece.crc,
-                    got,
-                });
+            Some(read) = reading.next(), if !reading.is_empty() => {
+                let (i, check) = read?;
+                checks[i] = Some(check);
             }
         }
     }
     drop(fetches);
-    Ok(files)
+    while let Some(read) = reading.next().await {
+        let (i, check) = read?;
+        checks[i] = Some(check);
+    }
+    let checks = checks
+        .into_iter()
+        .zip(&layout.files)
+        .map(|(c, rel)| {
+            c.ok_or_else(|| RestoreError::ReadBack {
+                dir: dir.to_path_buf(),
+                detail: format!("{} was not read back", rel.display()),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Downloaded { files, checks })
+}
+
+/// Reads the complete file `rel` (index `i` of the layout's files) back with the format's
+/// reader, on the blocking pool.
+async fn read_file_back(
+    dir: &Path,
+    rel: &Path,
+    i: usize,
+) -> Result<(usize, FileCheck), RestoreError> {
+    let (dir, rel) = (dir.to_path_buf(), rel.to_path_buf());
+    blocking(move || {
+        check_file(&dir, &rel)
+            .map(|c| (i, c))
+            .map_err(|detail| RestoreError::ReadBack { dir, detail })
+    })
+    .await
 }
 
 /// Fetches one chunk, checks its length, writes it at its offset; returns its CRC state.
@@ -553,22 +616,33 @@ fn cut_wal(dir: &Path, n: u64) -> Result<(), RestoreError> {
     Ok(())
 }
 
-/// After the download: fsyncs every file, cuts the WAL for `--at`, writes the adoption files,
-/// fsyncs the directories, and reads the store back: it must report `plan.commit_seq` and the
-/// expected `wal.bin`. Blocking.
+/// After the download: fsyncs every file, cuts the WAL for `--at` (and reads `wal.bin` back
+/// again), writes the adoption files, fsyncs the directories, and checks how the files read
+/// back fit together ([`chain`]): the store must report `plan.commit_seq` and the expected
+/// `wal.bin`. With `engine_check`, a store the reference engine wrote is also read by the
+/// engine, which must agree. Blocking.
 pub(crate) fn finish(
     dir: &Path,
-    files: Vec<Arc<File>>,
+    downloaded: Downloaded,
     layout: &Layout,
     plan: &Plan,
     adopt: Option<(Uuid, &ParentRecord)>,
+    engine_check: bool,
 ) -> Result<ReadBack, RestoreError> {
+    let Downloaded { files, mut checks } = downloaded;
     for (f, rel) in files.iter().zip(&layout.files) {
         f.sync_all().map_err(io(&dir.join(rel)))?;
     }
     drop(files);
+    let read_back_error = |detail| RestoreError::ReadBack {
+        dir: dir.to_path_buf(),
+        detail,
+    };
     if let Some(n) = plan.cut {
         cut_wal(dir, n)?;
+        if let Some(i) = layout.files.iter().position(|f| f == Path::new(WAL_FILE)) {
+            checks[i] = check_file(dir, Path::new(WAL_FILE)).map_err(read_back_error)?;
+        }
     }
     if let Some((lineage, parent)) = adopt {
         write_file_durably(dir, LINEAGE_FILE, format!("{lineage}\n").as_bytes())?;
@@ -582,11 +656,9 @@ pub(crate) fn finish(
         sync_dir(&dir.join(ARCHIVE_DIR))?;
     }
     sync_dir(dir)?;
-    let back = read_back(dir).map_err(|detail| RestoreError::ReadBack {
-        dir: dir.to_path_buf(),
-        detail,
-    })?;
-    if is_reference_engine_store(dir) {
+    let back =
+        chain(layout.files.iter().map(PathBuf::as_path).zip(checks)).map_err(read_back_error)?;
+    if engine_check && is_reference_engine_store(dir) {
         let image = crate::store::engine::read_store(dir).map_err(|e| RestoreError::ReadBack {
             dir: dir.to_path_buf(),
             detail: format!("the reference engine cannot read it: {e}"),

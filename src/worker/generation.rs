@@ -4,230 +4,33 @@
 //! A generation starts whenever the snapshot or the WAL file on disk changes. Its GENERATION
 //! object is written with `If-None-Match: *` before anything else of it, so two writers cannot
 //! both own one number. The local files are read (and the archive chain checked) before the
-//! claim, bracketed by two looks; a crash after the claim leaves a claimed generation with some
-//! objects and no manifest, which retention removes after its grace period.
+//! claim, bracketed by two looks ([`super::local`]). After the claim, the new objects go up
+//! [`GENERATION_UPLOADS_IN_FLIGHT`] at a time, in no particular order among themselves: none of
+//! them is named by anything until the manifest, which is written only after this step has
+//! seen every one of them succeed. A crash (or a failed upload, which drops the others in
+//! flight) after the claim leaves a claimed generation with some objects and no manifest, which
+//! retention removes after its grace period.
 
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
+use super::local::read_local;
 use super::view::Generation;
 use super::{BackupCounters, BackupWorker, DeferReason, StepOutcome, WorkerError};
 use crate::bucket::{self, Body, BucketError, Created, DynBucket, PutCondition};
 use crate::manifest::{
     self, ArchiveEntry, GenerationClaim, ObjectEntry, SideFileEntry, SnapshotEntry,
 };
-use crate::store::disk::{self, DiskState};
-use crate::store::format::{SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_wal};
+use crate::store::disk::DiskState;
+use crate::store::format::WalPosition;
 
-/// The snapshot as read from its open descriptor.
-struct LocalSnapshot {
-    file: Arc<std::fs::File>,
-    header: SnapshotHeader,
-    len: u64,
-    crc: u32,
-}
-
-struct LocalArchive {
-    number: u64,
-    bytes: Bytes,
-    frames: u64,
-    crc: u32,
-}
-
-/// Everything of the store a generation ships besides `wal.bin`.
-struct LocalGeneration {
-    snapshot: Option<LocalSnapshot>,
-    archives: Vec<LocalArchive>,
-    side_files: Vec<(String, Bytes, u32)>,
-    wal_floor: u64,
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
-    move |source| WorkerError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-fn read_local(dir: &Path, disk: &DiskState) -> Result<Option<LocalGeneration>, WorkerError> {
-    let snapshot = match &disk.snapshot {
-        None => None,
-        Some(s) => {
-            let path = dir.join(disk::SNAPSHOT_FILE);
-            let file = std::fs::File::open(&path).map_err(io(&path))?;
-            let mut head = [0u8; crate::store::format::SNAPSHOT_HEADER_LEN];
-            file.read_exact_at(&mut head, 0).map_err(io(&path))?;
-            let header = SnapshotHeader::decode(&head).map_err(|e| WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!("{}: {e}", path.display()),
-            })?;
-            if header.snapshot_id != s.header.snapshot_id {
-                return Ok(None);
-            }
-            let len = file.metadata().map_err(io(&path))?.len();
-            let mut hasher = crc32fast::Hasher::new();
-            let mut buf = vec![0u8; 1 << 20];
-            let mut at = 0;
-            while at < len {
-                let n = ((len - at) as usize).min(buf.len());
-                file.read_exact_at(&mut buf[..n], at).map_err(io(&path))?;
-                hasher.update(&buf[..n]);
-                at += n as u64;
-            }
-            Some(LocalSnapshot {
-                file: Arc::new(file),
-                header,
-                len,
-                crc: hasher.finalize(),
-            })
-        }
-    };
-    let snap_seq = snapshot.as_ref().map(|s| s.header.commit_seq);
-
-    // Archive k's last commit is archive k+1's floor (wal.bin's floor for the last one).
-    let mut headers = Vec::with_capacity(disk.archives.len());
-    for a in &disk.archives {
-        let f = match std::fs::File::open(&a.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&a.path)(e)),
-        };
-        let mut head = [0u8; WAL_HEADER_LEN];
-        f.read_exact_at(&mut head, 0)
-            .map_err(|e| corrupt(&a.path, format!("cannot read its header: {e}")))?;
-        let h = WalHeader::decode(&head).map_err(|e| corrupt(&a.path, e.to_string()))?;
-        if h.number != a.number {
-            return Err(corrupt(
-                &a.path,
-                format!("its header says number {}", h.number),
-            ));
-        }
-        headers.push(h);
-    }
-    let wal = disk.wal.header;
-    let mut needed = Vec::new();
-    for i in 0..disk.archives.len() {
-        let next_floor = headers.get(i + 1).map_or(wal.floor, |h| h.floor);
-        if snap_seq.is_none_or(|s| next_floor > s) {
-            needed.push(i);
-        }
-    }
-    let mut archives = Vec::new();
-    let mut expect_number = None;
-    let mut expect_floor = None;
-    for &i in &needed {
-        let a = &disk.archives[i];
-        let h = headers[i];
-        if expect_number.is_some_and(|n| n != h.number) {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "archive {} missing before {}",
-                    expect_number.unwrap_or(0),
-                    a.path.display()
-                ),
-            });
-        }
-        if expect_floor.is_some_and(|f| f != h.floor) {
-            return Err(corrupt(
-                &a.path,
-                format!("floor {} does not follow the previous archive", h.floor),
-            ));
-        }
-        let bytes = match std::fs::read(&a.path) {
-            Ok(b) => Bytes::from(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&a.path)(e)),
-        };
-        let scan = scan_wal(&bytes).map_err(|e| corrupt(&a.path, e.to_string()))?;
-        if let Some(stop) = scan.stop {
-            return Err(corrupt(
-                &a.path,
-                format!("{stop} at byte {} of {}", scan.valid_len, bytes.len()),
-            ));
-        }
-        let next_floor = headers.get(i + 1).map_or(wal.floor, |h| h.floor);
-        if scan.last_seq != next_floor {
-            return Err(corrupt(
-                &a.path,
-                format!(
-                    "ends at commit {} but the next WAL file starts after {next_floor}",
-                    scan.last_seq
-                ),
-            ));
-        }
-        archives.push(LocalArchive {
-            number: h.number,
-            crc: crc32fast::hash(&bytes),
-            frames: scan.frames.len() as u64,
-            bytes,
-        });
-        expect_number = Some(h.number + 1);
-        expect_floor = Some(scan.last_seq);
-    }
-    if let Some(n) = expect_number
-        && n != wal.number
-    {
-        return Err(WorkerError::Store {
-            dir: dir.to_path_buf(),
-            detail: format!(
-                "archives end at {} but wal.bin is number {}",
-                n - 1,
-                wal.number
-            ),
-        });
-    }
-    let wal_floor = needed.first().map_or(wal.floor, |&i| headers[i].floor);
-    match snap_seq {
-        Some(s) if wal_floor > s => {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "the WAL starts after commit {wal_floor} but the snapshot holds only {s}: archives are missing"
-                ),
-            });
-        }
-        None if wal_floor != 0 => {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "no snapshot, and the WAL starts after commit {wal_floor}: archives are missing"
-                ),
-            });
-        }
-        _ => {}
-    }
-
-    let mut side_files = Vec::new();
-    for name in disk::SIDE_FILES {
-        let path = dir.join(name);
-        match std::fs::read(&path) {
-            Ok(b) => {
-                let crc = crc32fast::hash(&b);
-                side_files.push((name.to_string(), Bytes::from(b), crc));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
-        }
-    }
-    Ok(Some(LocalGeneration {
-        snapshot,
-        archives,
-        side_files,
-        wal_floor,
-    }))
-}
-
-fn corrupt(path: &Path, detail: String) -> WorkerError {
-    WorkerError::CorruptArchive {
-        path: path.to_path_buf(),
-        detail,
-    }
-}
+/// New objects of one generation (snapshot, archives, side files) uploaded at once. Each is
+/// one request (or, above the S3 multipart threshold, one multipart upload with its own parts
+/// in flight); a few at once keep the link busy while one waits for its HEAD, or for the
+/// store to take its bytes. `benches/throughput.rs` copies this shape into its baselines.
+pub const GENERATION_UPLOADS_IN_FLIGHT: usize = 4;
 
 /// Uploads a write-once object; an object already there with other content means another
 /// writer owns this generation.
@@ -334,7 +137,11 @@ pub(super) async fn start(
         .chain(view.newest_own.iter().flat_map(|m| m.side_files.clone()))
         .collect();
 
-    let (mut uploaded, mut reused, mut bytes) = (0u64, 0u64, 0u64);
+    // Entries are decided first (reuse, or a new object of this generation); the new objects
+    // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
+    // all before this returns (so before any manifest can name them).
+    let mut reused = 0u64;
+    let mut uploads: Vec<(String, Body, bool)> = Vec::new();
     let snapshot = match &local.snapshot {
         None => None,
         Some(s) => {
@@ -355,9 +162,7 @@ pub(super) async fn start(
                         offset: 0,
                         len: s.len,
                     };
-                    upload(&bucket, &key, body, &cond, true).await?;
-                    uploaded += 1;
-                    bytes += s.len;
+                    uploads.push((key.clone(), body, true));
                     SnapshotEntry {
                         object: entry(key, s.len, s.crc, lineage, number),
                         snapshot_id: s.header.snapshot_id,
@@ -379,9 +184,7 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::archive_key(number, a.number);
-                upload(&bucket, &key, Body::Bytes(a.bytes.clone()), &cond, true).await?;
-                uploaded += 1;
-                bytes += a.bytes.len() as u64;
+                uploads.push((key.clone(), Body::Bytes(a.bytes.clone()), true));
                 ArchiveEntry {
                     object: entry(key, a.bytes.len() as u64, a.crc, lineage, number),
                     number: a.number,
@@ -402,9 +205,7 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::side_key(number, name, *crc);
-                upload(&bucket, &key, Body::Bytes(data.clone()), &cond, false).await?;
-                uploaded += 1;
-                bytes += data.len() as u64;
+                uploads.push((key.clone(), Body::Bytes(data.clone()), false));
                 SideFileEntry {
                     object: entry(key, data.len() as u64, *crc, lineage, number),
                     name: name.clone(),
@@ -412,6 +213,16 @@ pub(super) async fn start(
             }
         });
     }
+    let uploaded = uploads.len() as u64;
+    let bytes: u64 = uploads.iter().map(|(_, body, _)| body.len()).sum();
+    futures::stream::iter(uploads)
+        .map(|(key, body, absent_first)| {
+            let (bucket, cond) = (bucket.clone(), cond.clone());
+            async move { upload(&bucket, &key, body, &cond, absent_first).await }
+        })
+        .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
+        .try_collect::<Vec<_>>()
+        .await?;
 
     // The same wal.bin as the generation being replaced (a snapshot that kept its WAL): its
     // shipped segments stay valid, and the manifest names them.

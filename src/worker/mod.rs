@@ -78,6 +78,7 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
 pub mod lineage;
+mod local;
 mod pacing;
 mod restore_point;
 pub mod retention;
@@ -85,6 +86,7 @@ mod segment;
 mod spawn;
 mod view;
 
+pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use retention::RetentionPolicy;
 pub use spawn::{BackupHandle, BackupTrigger};
 

@@ -1,0 +1,339 @@
+//! Reading what a new generation ships besides `wal.bin` from the store directory: the
+//! snapshot, the archives the restore point needs, and the side files.
+//!
+//! Everything is read and checked before the generation is claimed (see [`super::generation`]),
+//! so a store in flux or with a corrupt archive never costs a claim: the snapshot's header must
+//! name the snapshot the look saw, the archives must chain (consecutive numbers, each one's
+//! frames whole, CRC-valid and ending where the next WAL file starts), and the WAL must start at
+//! or below the snapshot. A file that disappears while it is read (a snapshot deleting covered
+//! archives) makes the reading `None`: the step defers and looks again.
+//!
+//! The costly part — reading every needed archive and checking each frame's CRC, and the
+//! snapshot's CRC — runs on one thread per core (the reading happens while no upload is in
+//! flight, so the cores are otherwise idle); the checks are then applied in archive order, so
+//! the error reported is the first one in the chain, as a sequential reading would report it.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+
+use super::WorkerError;
+use crate::store::disk::{self, DiskState};
+use crate::store::format::{
+    SNAPSHOT_HEADER_LEN, SnapshotHeader, TailStop, WAL_HEADER_LEN, WalHeader, scan_wal,
+};
+
+/// The snapshot as read from its open descriptor.
+pub(super) struct LocalSnapshot {
+    pub file: Arc<std::fs::File>,
+    pub header: SnapshotHeader,
+    pub len: u64,
+    pub crc: u32,
+}
+
+pub(super) struct LocalArchive {
+    pub number: u64,
+    pub bytes: Bytes,
+    pub frames: u64,
+    pub crc: u32,
+}
+
+/// Everything of the store a generation ships besides `wal.bin`.
+pub(super) struct LocalGeneration {
+    pub snapshot: Option<LocalSnapshot>,
+    pub archives: Vec<LocalArchive>,
+    pub side_files: Vec<(String, Bytes, u32)>,
+    pub wal_floor: u64,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkerError + '_ {
+    move |source| WorkerError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn corrupt(path: &Path, detail: String) -> WorkerError {
+    WorkerError::CorruptArchive {
+        path: path.to_path_buf(),
+        detail,
+    }
+}
+
+/// One archive read whole, and what its frames say.
+struct ReadArchive {
+    bytes: Bytes,
+    crc: u32,
+    frames: u64,
+    last_seq: u64,
+    valid_len: u64,
+    stop: Option<TailStop>,
+}
+
+/// A piece of the costly reading.
+enum Work<'a> {
+    /// The CRC of the whole open snapshot file.
+    SnapshotCrc(&'a std::fs::File, &'a Path, u64),
+    /// Archive `disk.archives[i]`: read and scanned; `None` if it is gone.
+    Archive(&'a Path),
+}
+
+enum Done {
+    SnapshotCrc(u32),
+    Archive(Option<ReadArchive>),
+}
+
+impl Work<'_> {
+    fn run(&self) -> Result<Done, WorkerError> {
+        match *self {
+            Work::SnapshotCrc(file, path, len) => {
+                let mut hasher = crc32fast::Hasher::new();
+                let mut buf = vec![0u8; 1 << 20];
+                let mut at = 0;
+                while at < len {
+                    let n = ((len - at) as usize).min(buf.len());
+                    file.read_exact_at(&mut buf[..n], at).map_err(io(path))?;
+                    hasher.update(&buf[..n]);
+                    at += n as u64;
+                }
+                Ok(Done::SnapshotCrc(hasher.finalize()))
+            }
+            Work::Archive(path) => {
+                let bytes = match std::fs::read(path) {
+                    Ok(b) => Bytes::from(b),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        return Ok(Done::Archive(None));
+                    }
+                    Err(e) => return Err(io(path)(e)),
+                };
+                let scan = scan_wal(&bytes).map_err(|e| corrupt(path, e.to_string()))?;
+                Ok(Done::Archive(Some(ReadArchive {
+                    crc: crc32fast::hash(&bytes),
+                    frames: scan.frames.len() as u64,
+                    last_seq: scan.last_seq,
+                    valid_len: scan.valid_len,
+                    stop: scan.stop,
+                    bytes,
+                })))
+            }
+        }
+    }
+}
+
+/// Runs `work` on up to one thread per core; the results in the order of `work`.
+fn run_parallel(work: &[Work<'_>]) -> Vec<Result<Done, WorkerError>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(work.len());
+    if threads <= 1 {
+        return work.iter().map(Work::run).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let mut done: Vec<(usize, Result<Done, WorkerError>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(w) = work.get(i) else { break mine };
+                        mine.push((i, w.run()));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(mine) => mine,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Reads the generation's files besides `wal.bin` as `disk` saw them; `None` if they changed
+/// meanwhile (the caller defers). Blocking.
+pub(super) fn read_local(
+    dir: &Path,
+    disk: &DiskState,
+) -> Result<Option<LocalGeneration>, WorkerError> {
+    let snap_path = dir.join(disk::SNAPSHOT_FILE);
+    let snapshot_file = match &disk.snapshot {
+        None => None,
+        Some(s) => {
+            let file = std::fs::File::open(&snap_path).map_err(io(&snap_path))?;
+            let mut head = [0u8; SNAPSHOT_HEADER_LEN];
+            file.read_exact_at(&mut head, 0).map_err(io(&snap_path))?;
+            let header = SnapshotHeader::decode(&head).map_err(|e| WorkerError::Store {
+                dir: dir.to_path_buf(),
+                detail: format!("{}: {e}", snap_path.display()),
+            })?;
+            if header.snapshot_id != s.header.snapshot_id {
+                return Ok(None);
+            }
+            let len = file.metadata().map_err(io(&snap_path))?.len();
+            Some((file, header, len))
+        }
+    };
+    let snap_seq = snapshot_file.as_ref().map(|s| s.1.commit_seq);
+
+    // Archive k's last commit is archive k+1's floor (wal.bin's floor for the last one).
+    let mut headers = Vec::with_capacity(disk.archives.len());
+    for a in &disk.archives {
+        let f = match std::fs::File::open(&a.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&a.path)(e)),
+        };
+        let mut head = [0u8; WAL_HEADER_LEN];
+        f.read_exact_at(&mut head, 0)
+            .map_err(|e| corrupt(&a.path, format!("cannot read its header: {e}")))?;
+        let h = WalHeader::decode(&head).map_err(|e| corrupt(&a.path, e.to_string()))?;
+        if h.number != a.number {
+            return Err(corrupt(
+                &a.path,
+                format!("its header says number {}", h.number),
+            ));
+        }
+        headers.push(h);
+    }
+    let wal = disk.wal.header;
+    let next_floor = |i: usize| headers.get(i + 1).map_or(wal.floor, |h| h.floor);
+    let needed: Vec<usize> = (0..disk.archives.len())
+        .filter(|&i| snap_seq.is_none_or(|s| next_floor(i) > s))
+        .collect();
+
+    let mut work: Vec<Work<'_>> = needed
+        .iter()
+        .map(|&i| Work::Archive(&disk.archives[i].path))
+        .collect();
+    if let Some((file, _, len)) = &snapshot_file {
+        work.push(Work::SnapshotCrc(file, &snap_path, *len));
+    }
+    let mut done = run_parallel(&work).into_iter();
+
+    let mut archives = Vec::new();
+    let mut expect_number = None;
+    let mut expect_floor = None;
+    for &i in &needed {
+        let a = &disk.archives[i];
+        let h = headers[i];
+        if expect_number.is_some_and(|n| n != h.number) {
+            return Err(WorkerError::Store {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "archive {} missing before {}",
+                    expect_number.unwrap_or(0),
+                    a.path.display()
+                ),
+            });
+        }
+        if expect_floor.is_some_and(|f| f != h.floor) {
+            return Err(corrupt(
+                &a.path,
+                format!("floor {} does not follow the previous archive", h.floor),
+            ));
+        }
+        let read = match done.next().expect("one result per piece of work")? {
+            Done::Archive(Some(read)) => read,
+            Done::Archive(None) => return Ok(None),
+            Done::SnapshotCrc(_) => unreachable!("archives come first"),
+        };
+        if let Some(stop) = read.stop {
+            return Err(corrupt(
+                &a.path,
+                format!("{stop} at byte {} of {}", read.valid_len, read.bytes.len()),
+            ));
+        }
+        if read.last_seq != next_floor(i) {
+            return Err(corrupt(
+                &a.path,
+                format!(
+                    "ends at commit {} but the next WAL file starts after {}",
+                    read.last_seq,
+                    next_floor(i)
+                ),
+            ));
+        }
+        archives.push(LocalArchive {
+            number: h.number,
+            crc: read.crc,
+            frames: read.frames,
+            bytes: read.bytes,
+        });
+        expect_number = Some(h.number + 1);
+        expect_floor = Some(read.last_seq);
+    }
+    let snapshot = match snapshot_file {
+        None => None,
+        Some((file, header, len)) => {
+            let crc = match done.next().expect("one result per piece of work")? {
+                Done::SnapshotCrc(crc) => crc,
+                Done::Archive(_) => unreachable!("the snapshot comes last"),
+            };
+            Some(LocalSnapshot {
+                file: Arc::new(file),
+                header,
+                len,
+                crc,
+            })
+        }
+    };
+    if let Some(n) = expect_number
+        && n != wal.number
+    {
+        return Err(WorkerError::Store {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "archives end at {} but wal.bin is number {}",
+                n - 1,
+                wal.number
+            ),
+        });
+    }
+    let wal_floor = needed.first().map_or(wal.floor, |&i| headers[i].floor);
+    match snap_seq {
+        Some(s) if wal_floor > s => {
+            return Err(WorkerError::Store {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "the WAL starts after commit {wal_floor} but the snapshot holds only {s}: archives are missing"
+                ),
+            });
+        }
+        None if wal_floor != 0 => {
+            return Err(WorkerError::Store {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "no snapshot, and the WAL starts after commit {wal_floor}: archives are missing"
+                ),
+            });
+        }
+        _ => {}
+    }
+
+    let mut side_files = Vec::new();
+    for name in disk::SIDE_FILES {
+        let path = dir.join(name);
+        match std::fs::read(&path) {
+            Ok(b) => {
+                let crc = crc32fast::hash(&b);
+                side_files.push((name.to_string(), Bytes::from(b), crc));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    Ok(Some(LocalGeneration {
+        snapshot,
+        archives,
+        side_files,
+        wal_floor,
+    }))
+}
