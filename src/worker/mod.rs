@@ -249,6 +249,9 @@ pub struct BackupCounters {
     pub failures: AtomicU64,
     /// Commits durable in the store, as last read from the source.
     pub durable_commit_seq: AtomicU64,
+    /// Reads of the durable position by the worker: while it keeps reading, the supervisor
+    /// takes its reading instead of reading the source again.
+    pub durable_reads: AtomicU64,
     /// Commits shipped (in segments).
     pub shipped_commit_seq: AtomicU64,
     /// Commits in the newest restore point this worker wrote or found.
@@ -270,6 +273,11 @@ impl BackupCounters {
     }
     pub(crate) fn set(field: &AtomicU64, n: u64) {
         field.store(n, Ordering::Relaxed);
+    }
+    /// Records a fresh reading of the durable position.
+    fn record_durable(&self, commit_seq: u64) {
+        self.durable_commit_seq.store(commit_seq, Ordering::Relaxed);
+        self.durable_reads.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -398,7 +406,7 @@ impl BackupWorker {
             && !self.retention_due()
         {
             let pos = self.source.durable_wal_position().await?;
-            BackupCounters::set(&self.counters.durable_commit_seq, pos.commit_seq);
+            self.counters.record_durable(pos.commit_seq);
             if pos == quiet.position {
                 self.quiet = Some(quiet);
                 return Ok(true);
@@ -419,7 +427,7 @@ impl BackupWorker {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
         }
         let pos = self.source.durable_wal_position().await?;
-        BackupCounters::set(&self.counters.durable_commit_seq, pos.commit_seq);
+        self.counters.record_durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
             self.source.request_refresh();
             return Ok(StepOutcome::Deferred(DeferReason::CatchUp));

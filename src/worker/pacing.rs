@@ -4,10 +4,10 @@
 //! Every store's runner and supervisor tick once per `wal_interval`, each on its own timer. With
 //! the stores' phases spread over the interval, the runtime would wake for nearly every
 //! millisecond, and each wake-up costs more than the idle tick it serves. [`coalesce`] rounds a
-//! deadline *up* to a grid shared by the whole process (a twentieth of the period, at most
+//! deadline *up* to a grid shared by the whole process (a tenth of the period, at most
 //! [`MAX_GRID`]), so the ticks of all stores fall on a few instants per second and are served
 //! together. A tick so comes at most one grid step late; nothing is ever early. Periods too
-//! short for a grid of a millisecond or more (tests) are not rounded.
+//! short for a grid of [`MIN_GRID`] (tests) are not rounded.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -15,13 +15,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The coarsest grid: a tick is at most this late.
-pub const MAX_GRID: Duration = Duration::from_millis(50);
+pub const MAX_GRID: Duration = Duration::from_millis(100);
+/// A finer grid than this is not worth it (and would shift the short ticks of tests).
+const MIN_GRID: Duration = Duration::from_millis(5);
 
 /// `deadline`, rounded up to the process-wide grid for ticks of `period`.
 pub fn coalesce(deadline: Instant, period: Duration) -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let grid = (period / 20).min(MAX_GRID);
-    if grid < Duration::from_millis(1) {
+    let grid = (period / 10).min(MAX_GRID);
+    if grid < MIN_GRID {
         return deadline;
     }
     let epoch = *EPOCH.get_or_init(Instant::now);
@@ -50,8 +52,8 @@ mod tests {
             assert_eq!(coalesce(c, period), c, "a grid instant stays put");
             seen.insert(c);
         }
-        // A thousand phases over one second fall on about 20 instants.
-        assert!(seen.len() <= 21, "{} instants", seen.len());
+        // A thousand phases over one second fall on about 10 instants.
+        assert!(seen.len() <= 11, "{} instants", seen.len());
         // Short periods are left alone.
         let d = base + Duration::from_micros(1234);
         assert_eq!(coalesce(d, Duration::from_millis(10)), d);

@@ -18,7 +18,8 @@
 //! point), then delete the lease.
 //!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
-//! the runner recorded and the durable position it reads from the WAL source itself, and a
+//! the runner recorded and the durable position (the worker's reading when the worker read it
+//! since the last tick, else one the supervisor reads from the WAL source itself), and a
 //! runner that returns or panics is reported unhealthy with the reason. The lag it judges is
 //! the age of the oldest commit still unshipped, by when it first saw that commit durable.
 
@@ -480,6 +481,10 @@ async fn supervise(
     health: watch::Sender<StoreHealth>,
 ) -> WorkerState {
     let mut unshipped = Unshipped::default();
+    // The inputs of the last evaluation.
+    let mut evaluated: Option<(Progress, RunnerStatus)> = None;
+    // `counters.durable_reads` at the last tick.
+    let mut worker_reads = 0;
     let period = policy.wal_interval;
     let mut next_tick = Instant::now();
     let ended = loop {
@@ -500,33 +505,55 @@ async fn supervise(
             _ = tokio::time::sleep_until(next_tick) => {}
         }
         next_tick = super::pacing::coalesce(Instant::now() + period, period);
-        // Read the durable position ourselves: a stuck worker must still show lag. Most reads
-        // answer at once (a reported or cached position): only the others get a timer.
-        let mut read = source.durable_wal_position();
-        let read = match futures::FutureExt::now_or_never(&mut read) {
-            Some(r) => Ok(r),
-            None => {
-                tokio::time::timeout(policy.wal_interval.max(Duration::from_millis(100)), read)
-                    .await
-            }
-        };
-        let durable = match read {
-            Ok(Ok(p)) => {
-                super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
-                p.commit_seq
-            }
-            _ => counters
+        let reads = counters
+            .durable_reads
+            .load(std::sync::atomic::Ordering::Acquire);
+        let durable = if reads != worker_reads {
+            // The worker read the durable position since the last tick: that reading will do.
+            worker_reads = reads;
+            counters
                 .durable_commit_seq
-                .load(std::sync::atomic::Ordering::Relaxed),
+                .load(std::sync::atomic::Ordering::Relaxed)
+        } else {
+            // Otherwise read it ourselves: a stuck worker must still show lag. Most reads answer
+            // at once (a reported or cached position): only the others get a timer.
+            let mut read = source.durable_wal_position();
+            let read = match futures::FutureExt::now_or_never(&mut read) {
+                Some(r) => Ok(r),
+                None => {
+                    tokio::time::timeout(policy.wal_interval.max(Duration::from_millis(100)), read)
+                        .await
+                }
+            };
+            match read {
+                Ok(Ok(p)) => {
+                    super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
+                    p.commit_seq
+                }
+                _ => counters
+                    .durable_commit_seq
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            }
         };
         let progress = progress(&counters, durable, &mut unshipped);
-        let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // Health is a function of these two: when neither changed, neither did it.
+        let s = {
+            let now = status.lock().unwrap_or_else(|p| p.into_inner());
+            if evaluated
+                .as_ref()
+                .is_some_and(|(p, st)| *p == progress && *st == *now)
+            {
+                continue;
+            }
+            now.clone()
+        };
         let next = health::evaluate(&s, progress, &policy, &holder);
         health.send_if_modified(|h| {
             let changed = !h.same_state(&next);
             *h = next;
             changed
         });
+        evaluated = Some((progress, s));
     };
     record(&status, |s| s.worker = ended.clone());
     let durable = counters
