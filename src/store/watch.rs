@@ -218,11 +218,6 @@ impl DirWatch {
         w
     }
 
-    /// The directory watched.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// A value that changes whenever the directory or its `archive/` changed: equal stamps
     /// mean no change in between (within [`WATCH_TRUST`]; see the module docs). `None` when
     /// the directory cannot be watched: look every time.

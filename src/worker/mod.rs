@@ -396,10 +396,19 @@ impl BackupWorker {
     /// [`Quiet`]): the last step was idle, and neither the directory's stamp nor the durable
     /// position changed since, and nothing time-driven is due. Sends no request.
     pub async fn quiet(&mut self) -> Result<bool, WorkerError> {
+        if self.quiet.is_none() {
+            return Ok(false);
+        }
+        let stamp = self.watch.stamp();
+        self.still_quiet(stamp).await
+    }
+
+    /// [`BackupWorker::quiet`] with the directory's stamp already taken.
+    async fn still_quiet(&mut self, stamp: Option<u64>) -> Result<bool, WorkerError> {
         let Some(quiet) = self.quiet.take() else {
             return Ok(false);
         };
-        if self.watch.stamp() == Some(quiet.stamp)
+        if stamp == Some(quiet.stamp)
             && quiet.at.elapsed() < WATCH_TRUST
             && self.view.is_some()
             && !self.restore_point_due()
@@ -416,8 +425,9 @@ impl BackupWorker {
     }
 
     async fn step_inner(&mut self) -> Result<StepOutcome, WorkerError> {
+        // One stamp serves both the quiet check and, when the look finds nothing, the next one.
         let stamp = self.watch.stamp();
-        if self.quiet().await? {
+        if self.still_quiet(stamp).await? {
             return Ok(StepOutcome::Idle);
         }
         let looked_at = tokio::time::Instant::now();

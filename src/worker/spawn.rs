@@ -132,6 +132,14 @@ fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
     f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
+/// A step (or a quiet tick) went through: whatever failed or was refused before is over.
+fn step_succeeded(status: &Status) {
+    record(status, |s| {
+        s.consecutive_failures = 0;
+        s.refused = None;
+    });
+}
+
 impl BackupWorker {
     /// Runs the worker as a task under the lease, with a supervisor keeping its health. The
     /// task stops on `shutdown` (flushing) or on a [`BackupTrigger::Shutdown`].
@@ -339,10 +347,7 @@ async fn hold(
             }
             // A quiet store's tick answers without a look, a request or a span.
             if !shipped && matches!(worker.quiet().await, Ok(true)) {
-                record(status, |s| {
-                    s.consecutive_failures = 0;
-                    s.refused = None;
-                });
+                step_succeeded(status);
                 break;
             }
             let grace = worker.config.shutdown_grace;
@@ -369,10 +374,7 @@ async fn hold(
                 Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
                 Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {
                     backoff = worker.config.first_backoff;
-                    record(status, |s| {
-                        s.consecutive_failures = 0;
-                        s.refused = None;
-                    });
+                    step_succeeded(status);
                     break;
                 }
                 Ok(Ok(outcome)) => {
@@ -381,10 +383,7 @@ async fn hold(
                         // A segment near the cap means a backlog: ship on at once.
                         shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
                     }
-                    record(status, |s| {
-                        s.consecutive_failures = 0;
-                        s.refused = None;
-                    });
+                    step_succeeded(status);
                 }
                 Ok(Err(e)) => {
                     tracing::warn!(store = %worker.dir.display(), error = %e, "backup step failed");
