@@ -22,7 +22,8 @@
 //!
 //! # Holding
 //! A task owned by the [`BucketLease`] renews it every third of a TTL with `If-Match` on the
-//! ETag it last wrote; a failed renewal is retried after [`RENEW_RETRY`] (at most the renewal
+//! ETag it last wrote (rounded up onto the process's tick grid, [`LeaseConfig::coalesce`], so a
+//! fleet's thousand renewals do not each wake the process); a failed renewal is retried after [`RENEW_RETRY`] (at most the renewal
 //! interval). [`BucketLease::may_write`] holds only until the *start* of the last successful
 //! renewal (or of the acquiring write) plus the TTL minus a margin of a tenth of the TTL. A
 //! successor's clock for that ETag cannot start before the write landed, which is after it
@@ -103,6 +104,10 @@ pub struct LeaseConfig {
     pub store: String,
     /// Whether the bucket has conditional writes (`If-None-Match`, `If-Match`).
     pub conditional: bool,
+    /// Whether renewals are rounded up onto the process-wide tick grid ([`crate::pacing`]), so
+    /// that a fleet's renewals share the runtime's wake-ups with its ticks (and come at most a
+    /// grid step, 100 ms, late). `false`: exactly every [`LeaseConfig::renew_every`].
+    pub coalesce: bool,
 }
 
 impl LeaseConfig {
@@ -115,6 +120,7 @@ impl LeaseConfig {
             host: host_name(),
             store: store.into(),
             conditional: true,
+            coalesce: true,
         }
     }
 
@@ -169,6 +175,16 @@ impl LeaseConfig {
     /// How often the lease is renewed: a third of the TTL.
     pub fn renew_every(&self) -> Duration {
         (self.ttl / 3).max(Duration::from_millis(1))
+    }
+
+    /// When the renewal due at `due` runs: `due`, or (with [`LeaseConfig::coalesce`]) the next
+    /// instant of the process-wide grid for ticks of [`LeaseConfig::renew_every`]; never earlier.
+    pub fn renewal_at(&self, due: tokio::time::Instant) -> tokio::time::Instant {
+        if self.coalesce {
+            crate::pacing::coalesce(due, self.renew_every())
+        } else {
+            due
+        }
     }
 
     /// The delay before retrying a failed renewal: [`RENEW_RETRY`], at most the interval.

@@ -16,6 +16,7 @@ pub mod health;
 pub mod lease;
 pub mod manifest;
 pub mod node_client;
+pub mod pacing;
 pub mod registry;
 pub mod restore;
 pub mod service;

@@ -33,7 +33,7 @@ use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
 use crate::store::format::{
     FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
 };
-use crate::store::watch::{DirWatch, WATCH_TRUST};
+use crate::store::watch::DirWatch;
 
 /// Why no position could be read.
 #[derive(Debug, thiserror::Error)]
@@ -260,7 +260,7 @@ impl WalSource for OfflineSource {
 ///
 /// It answers from its last read, without touching the disk, while the store directory's
 /// [`DirWatch`] stamp is the one taken before that read and the read is younger than
-/// [`WATCH_TRUST`]: nothing in the directory was written since, so a new read would find the
+/// [`DirWatch::trust`]: nothing in the directory was written since, so a new read would find the
 /// same position (or, were the lock's holder to change without writing anything, a position no
 /// further on). An idle store so costs one non-blocking `read` of the process's inotify queue.
 pub struct LocalSource {
@@ -297,7 +297,7 @@ impl WalSource for LocalSource {
         let last = *self.last.lock().expect("not poisoned");
         if let (Some(stamp), Some(last)) = (stamp, last)
             && last.stamp == stamp
-            && last.at.elapsed() < WATCH_TRUST
+            && last.at.elapsed() < self.watch.trust()
         {
             return Ok(last.position);
         }

@@ -173,3 +173,24 @@ fn watches_of_one_directory_outlive_each_other() {
         assert_eq!(w.stamp() == Some(stamps[i]), i != 7, "store {i}");
     }
 }
+
+#[test]
+fn a_stamp_is_trusted_longer_on_a_local_filesystem_than_on_any_other() {
+    use mushroom_backup::store::watch::{LOCAL_WATCH_TRUST, WATCH_TRUST, trust_for};
+    // Not a filesystem a write lands on, and no filesystem at all: the short bound.
+    assert_eq!(trust_for(Path::new("/proc")), WATCH_TRUST);
+    assert_eq!(
+        trust_for(Path::new("/no/such/directory/anywhere")),
+        WATCH_TRUST
+    );
+    // tmpfs, where this machine has one.
+    if Path::new("/dev/shm").is_dir() {
+        assert_eq!(trust_for(Path::new("/dev/shm")), LOCAL_WATCH_TRUST);
+    }
+    // A watch asks the filesystem its directory is on.
+    let tmp = tempfile::tempdir().unwrap();
+    let w = DirWatch::new(tmp.path());
+    assert!(w.stamp().is_some());
+    assert_eq!(w.trust(), trust_for(tmp.path()));
+    assert!(LOCAL_WATCH_TRUST > WATCH_TRUST);
+}

@@ -30,6 +30,8 @@ fn config(holder: &str) -> LeaseConfig {
         host: format!("host-of-{holder}"),
         store: "store-1".into(),
         conditional: true,
+        // These tests time renewals to the millisecond (one below checks the rounding).
+        coalesce: false,
     }
 }
 
@@ -528,4 +530,42 @@ async fn on_a_local_directory_in_real_time() {
         bucket.get(LEASE_KEY).await,
         Err(BucketError::NotFound { .. })
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn coalesced_renewals_fall_on_the_tick_grid_never_early_at_most_a_step_late() {
+    let mem = MemBucket::new();
+    let times = Arc::new(Mutex::new(Vec::new()));
+    let seen = times.clone();
+    let plan = FaultPlan::custom(move |r| {
+        if (r.op, r.key) == (Op::Put, LEASE_KEY) {
+            seen.lock().unwrap().push(Instant::now());
+        }
+        Fault::Pass
+    });
+    let bucket: DynBucket = Arc::new(FaultyBucket::new(Arc::new(mem.clone()), plan));
+    let c = LeaseConfig {
+        coalesce: true,
+        ..config("a")
+    };
+    // Acquired off the grid.
+    sleep(Duration::from_millis(37)).await;
+    let lease = acquire(&bucket, c.clone()).await;
+    sleep(5 * c.renew_every() + MS).await;
+    assert!(lease.may_write());
+    let times = times.lock().unwrap().clone();
+    assert_eq!(times.len(), 6, "the acquiring write and five renewals");
+    for pair in times.windows(2) {
+        let (before, renewed) = (pair[0], pair[1]);
+        assert_eq!(
+            mushroom_backup::pacing::coalesce(renewed, c.renew_every()),
+            renewed,
+            "a renewal off the grid"
+        );
+        let gap = renewed - before;
+        assert!(
+            gap >= c.renew_every() && gap < c.renew_every() + mushroom_backup::pacing::MAX_GRID,
+            "renewed {gap:?} after the last write"
+        );
+    }
 }

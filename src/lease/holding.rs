@@ -231,7 +231,9 @@ impl LeaseHandle {
 
 /// Renews the lease every renewal interval until stopped, lost, or past its deadline.
 async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken, acquired: Instant) {
-    let mut next = acquired + shared.config.renew_every();
+    let mut next = shared
+        .config
+        .renewal_at(acquired + shared.config.renew_every());
     loop {
         let deadline = shared.state().deadline;
         tokio::select! {
@@ -248,7 +250,9 @@ async fn renew_loop(shared: Arc<Shared>, stop: CancellationToken, acquired: Inst
             _ = sleep_until(deadline) => return shared.lose(LostReason::Expired),
         };
         match outcome {
-            Renewal::Renewed { base } => next = base + shared.config.renew_every(),
+            Renewal::Renewed { base } => {
+                next = shared.config.renewal_at(base + shared.config.renew_every());
+            }
             Renewal::Failed => next = Instant::now() + shared.config.renew_retry(),
             Renewal::TakenOver => return shared.lose(LostReason::TakenOver),
         }

@@ -22,7 +22,14 @@
 //! # What it cannot see, and the bound on that
 //! A write through a shared mapping (`mmap`) raises no event, and neither does a write made by
 //! another host on a network filesystem. Callers therefore trust a stamp for at most
-//! [`WATCH_TRUST`] after the read it vouches for, and read again after that. A queue overflow
+//! [`DirWatch::trust`] after the read it vouches for, and read again after that:
+//! [`LOCAL_WATCH_TRUST`] (5 minutes) where the directory is on a local filesystem the kernel
+//! knows (ext4, XFS, Btrfs, tmpfs, F2FS, ZFS), where only `mmap` writes go unseen — the store
+//! format is written with `write(2)`, and an engine that maps its WAL streams its positions
+//! instead (`ReportPosition`) —, and [`WATCH_TRUST`] (30 s) everywhere else (NFS, SMB, FUSE,
+//! overlay mounts, or a directory that could not be asked). Every look a fleet of idle stores
+//! makes is one of these re-reads, so the longer local bound is most of what an idle store
+//! costs beyond its lease renewals. A queue overflow
 //! (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A directory that is
 //! deleted, moved away or unmounted has no stamp (`None`: look every time) until a directory
 //! is found at its path again, which is watched afresh under a new stamp.
@@ -35,14 +42,50 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use super::disk::ARCHIVE_DIR;
 
-/// How long a stamp may vouch for a read: changes the watch cannot see (writes through `mmap`,
-/// another host writing over a network filesystem) are found within this.
+/// How long a stamp may vouch for a read on a network or unknown filesystem: changes the watch
+/// cannot see (another host writing over a network filesystem, writes through `mmap`) are found
+/// within this.
 pub const WATCH_TRUST: Duration = Duration::from_secs(30);
+/// How long a stamp may vouch for a read on a local filesystem, where only writes through
+/// `mmap` go unseen.
+pub const LOCAL_WATCH_TRUST: Duration = Duration::from_secs(300);
+
+/// `statfs` magic numbers of the local filesystems whose every `write(2)` raises an event.
+const LOCAL_FILESYSTEMS: [u64; 7] = [
+    0xEF53,      // ext2/3/4
+    0x5846_5342, // XFS
+    0x9123_683E, // Btrfs
+    0x0102_1994, // tmpfs
+    0x8584_58F6, // ramfs
+    0xF2F5_2010, // F2FS
+    0x2FC1_2FC1, // ZFS
+];
+
+/// The trust a stamp of `dir` earns: [`LOCAL_WATCH_TRUST`] on a local filesystem,
+/// [`WATCH_TRUST`] otherwise (and when the filesystem cannot be asked).
+pub fn trust_for(dir: &Path) -> Duration {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return WATCH_TRUST;
+    };
+    // SAFETY: a NUL-terminated path and a zeroed struct the call fills in.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return WATCH_TRUST;
+    }
+    // `f_type` is signed on some targets: compare its low 32 bits.
+    let magic = (st.f_type as u64) & 0xFFFF_FFFF;
+    if LOCAL_FILESYSTEMS.contains(&magic) {
+        LOCAL_WATCH_TRUST
+    } else {
+        WATCH_TRUST
+    }
+}
 
 const MASK: u32 = libc::IN_MODIFY
     | libc::IN_ATTRIB
@@ -194,6 +237,9 @@ impl Inotify {
 pub struct DirWatch {
     dir: PathBuf,
     inner: Mutex<Inner>,
+    /// [`DirWatch::trust`] in milliseconds: asked of the filesystem whenever the directory is
+    /// (re)watched.
+    trust_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -213,13 +259,14 @@ impl DirWatch {
         let w = DirWatch {
             dir: dir.into(),
             inner: Mutex::new(Inner::default()),
+            trust_ms: AtomicU64::new(WATCH_TRUST.as_millis() as u64),
         };
         let _ = w.stamp();
         w
     }
 
     /// A value that changes whenever the directory or its `archive/` changed: equal stamps
-    /// mean no change in between (within [`WATCH_TRUST`]; see the module docs). `None` when
+    /// mean no change in between (within [`DirWatch::trust`]; see the module docs). `None` when
     /// the directory cannot be watched: look every time.
     pub fn stamp(&self) -> Option<u64> {
         let ino = inotify()?;
@@ -239,6 +286,8 @@ impl DirWatch {
         }
         if inner.dir_wd.is_none() {
             inner.dir_wd = Some(ino.add(&mut table, &self.dir)?);
+            let trust = trust_for(&self.dir).as_millis() as u64;
+            self.trust_ms.store(trust, Ordering::Relaxed);
         }
         let dir_wd = inner.dir_wd.expect("set above");
         let dir_events = table.by_wd.get(&dir_wd).map_or(0, |w| w.events);
@@ -266,6 +315,14 @@ impl DirWatch {
                 .wrapping_add(inner.restarts << 32)
                 .wrapping_add(u64::from(inner.archive_wd.is_some()) << 48),
         )
+    }
+}
+
+impl DirWatch {
+    /// How long an unchanged stamp may vouch for a read of this directory (see the module
+    /// docs): [`LOCAL_WATCH_TRUST`] or [`WATCH_TRUST`].
+    pub fn trust(&self) -> Duration {
+        Duration::from_millis(self.trust_ms.load(Ordering::Relaxed))
     }
 }
 

@@ -59,7 +59,7 @@
 //! [`StepOutcome::Idle`] without looking at the directory: no write completed in it since, so a
 //! look would find what the last one found. The stamp is exact for completed writes (see
 //! [`crate::store::watch`]); writes it cannot see (through `mmap`, or by another host on a
-//! network filesystem) are found within [`WATCH_TRUST`], after which a step looks again. So a
+//! network filesystem) are found within [`DirWatch::trust`], after which a step looks again. So a
 //! fleet of idle stores costs a non-blocking `read` of one inotify queue per store and tick,
 //! not a dozen file system calls on the blocking pool.
 //!
@@ -73,13 +73,12 @@ use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket, PutCondition};
 use crate::store::disk::{DiskError, DiskState};
-use crate::store::watch::{DirWatch, WATCH_TRUST};
+use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
 pub mod lineage;
 mod local;
-mod pacing;
 mod restore_point;
 pub mod retention;
 mod segment;
@@ -304,7 +303,7 @@ pub struct BackupWorker {
 /// and nothing time-driven is due, another step would find nothing to do either, so
 /// [`BackupWorker::step`] answers [`StepOutcome::Idle`] without looking at the directory. The
 /// stamp is exact for writes that completed before it was taken ([`crate::store::watch`]); what
-/// it cannot see is found within [`WATCH_TRUST`], after which a step looks again.
+/// it cannot see is found within [`DirWatch::trust`], after which a step looks again.
 #[derive(Debug, Clone, Copy)]
 struct Quiet {
     /// Taken before the look that found nothing to do.
@@ -409,7 +408,7 @@ impl BackupWorker {
             return Ok(false);
         };
         if stamp == Some(quiet.stamp)
-            && quiet.at.elapsed() < WATCH_TRUST
+            && quiet.at.elapsed() < self.watch.trust()
             && self.view.is_some()
             && !self.restore_point_due()
             && !self.retention_due()

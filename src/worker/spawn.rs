@@ -336,7 +336,7 @@ async fn hold(
             }
             _ = tokio::time::sleep_until(next_step) => {}
         }
-        next_step = super::pacing::coalesce(
+        next_step = crate::pacing::coalesce(
             Instant::now() + worker.config.wal_interval,
             worker.config.wal_interval,
         );
@@ -503,7 +503,7 @@ async fn supervise(
             },
             _ = tokio::time::sleep_until(next_tick) => {}
         }
-        next_tick = super::pacing::coalesce(Instant::now() + period, period);
+        next_tick = crate::pacing::coalesce(Instant::now() + period, period);
         let reads = counters
             .durable_reads
             .load(std::sync::atomic::Ordering::Acquire);
