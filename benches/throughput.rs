@@ -13,18 +13,18 @@
 //!
 //! - **backup**: a new `BackupWorker` and its `run_once()`, over the stack `bucket::open`
 //!   builds (`Retrying` over `S3Bucket` with default options). The time covers everything one
-//!   run does: resume (LIST, GET LATEST), reading and checking the local files, the HEADs before
-//!   large uploads, the multipart uploads, the manifest, LATEST and retention.
+//!   run does: resume (LIST, GET LATEST), reading and checking the local files, the uploads
+//!   (multipart above the threshold), the manifest, LATEST and retention.
 //! - **`S3Bucket::put`, worker's shape**: the objects that backup wrote (listed under its
 //!   prefix, the same bytes) through the library's S3 layer alone, under `If-None-Match: *`,
 //!   in the order and with the concurrency the worker uses (a generation's snapshot, archives
 //!   and side files `worker::GENERATION_UPLOADS_IN_FLIGHT` at a time, everything else one at a
 //!   time; a body above the multipart threshold as a multipart upload with 4 parts in
-//!   flight). It separates what the worker adds (resume, local reads and checks, a HEAD before
-//!   each large upload, manifest, LATEST, retention) from what the S3 layer adds (multipart,
-//!   its own HEAD).
+//!   flight). It separates what the worker adds (resume, local reads and checks, manifest,
+//!   LATEST, retention) from what the S3 layer adds (the condition, checksums, and above the
+//!   threshold multipart with its HEAD).
 //! - **plain PUT, worker's shape**: the same bytes as plain `PutObject`s in the same shape, an
-//!   object above the part size as part-size `PutObject`s with 4 in flight. No HEADs, no
+//!   object above the multipart threshold as part-size `PutObject`s with 4 in flight. No HEADs, no
 //!   multipart create/complete, no local reads: only the bytes on the wire.
 //! - **plain PUT, N in flight**: the same part-size pieces of all objects at once, N in
 //!   flight: about what the endpoint takes at best.
@@ -61,7 +61,7 @@
 //! | `MUSHROOM_BENCH_COMMITS`        | 680000           | commits after the second snapshot      |
 //! | `MUSHROOM_BENCH_VALUE_SIZE`     | 256              | bytes per value                        |
 //! | `MUSHROOM_BENCH_ROTATE_BYTES`   | 16777216         | WAL rotation size (archive size)       |
-//! | `MUSHROOM_BENCH_REPEATS`        | 3                | repetitions of every measurement       |
+//! | `MUSHROOM_BENCH_REPEATS`        | 5                | repetitions of every measurement       |
 //! | `MUSHROOM_BENCH_CONCURRENCY`    | 8                | requests in flight, best-case PUT line |
 //! | `MUSHROOM_BENCH_DIR`            | the temp dir     | where the store and restores are made  |
 
@@ -126,7 +126,7 @@ impl Settings {
             commits: var("MUSHROOM_BENCH_COMMITS", 680_000)?,
             value_size: var("MUSHROOM_BENCH_VALUE_SIZE", 256)?,
             rotate_bytes: var("MUSHROOM_BENCH_ROTATE_BYTES", 16 << 20)?,
-            repeats: var("MUSHROOM_BENCH_REPEATS", 3)?,
+            repeats: var("MUSHROOM_BENCH_REPEATS", 5)?,
             concurrency: var("MUSHROOM_BENCH_CONCURRENCY", 8)?,
             dir: std::env::var_os("MUSHROOM_BENCH_DIR")
                 .map_or_else(std::env::temp_dir, PathBuf::from),
@@ -202,8 +202,9 @@ async fn main() -> Result<()> {
         s3,
     };
     let mut results = Results::default();
+    let mut items = None;
     for rep in 0..settings.repeats {
-        bench.repetition(rep, &mut results).await?;
+        bench.repetition(rep, &mut items, &mut results).await?;
     }
     results.print(&bench);
     Ok(())
@@ -344,48 +345,34 @@ impl Bench {
         })
     }
 
-    async fn repetition(&self, rep: usize, results: &mut Results) -> Result<()> {
+    /// One repetition. The four uploads (backup and its three baselines) run in an order that
+    /// turns by one place with each repetition, the backup first in the first (the baselines
+    /// send the bytes it wrote): moto's speed drifts within a repetition (it frees the previous
+    /// prefix's objects, its memory grows), and a fixed order would favour or handicap whatever
+    /// always ran in the same place.
+    async fn repetition(
+        &self,
+        rep: usize,
+        items: &mut Option<Vec<Item>>,
+        results: &mut Results,
+    ) -> Result<()> {
         let prefix = format!("backup-{rep}");
-        let log = RequestLog::default();
-        let watch = Stopwatch::start();
-        let mut worker = BackupWorker::new(
-            &self.store,
-            self.bucket(&prefix, &log),
-            Arc::new(LocalSource::new(&self.store)),
-            WorkerConfig::default(),
-        );
-        worker.run_once().await.context("backup")?;
-        let (time, cpu) = watch.stop();
-
-        let objects = list_all(&self.raw(&prefix), "").await?;
-        let items = self.fetch(&prefix, &objects).await?;
-        let bytes: u64 = objects.iter().map(|o| o.len).sum();
-        results.backup.record(time, cpu, bytes);
-        results.backup.requests.get_or_insert(log);
-        if rep == 0 {
-            results.backup_objects = objects.iter().map(|o| (o.key.clone(), o.len)).collect();
-        }
-
-        for baseline in [
-            PutBaseline::Library,
-            PutBaseline::Shaped,
-            PutBaseline::Parallel,
-        ] {
-            let to = format!("plain-{}-{rep}", baseline.name());
-            let watch = Stopwatch::start();
-            match baseline {
-                PutBaseline::Library => self.put_library(&to, &items).await?,
-                PutBaseline::Shaped => self.put_shaped(&to, &items).await?,
-                PutBaseline::Parallel => self.put_parallel(&to, &items).await?,
+        let mut order = [
+            None,
+            Some(PutBaseline::Library),
+            Some(PutBaseline::Shaped),
+            Some(PutBaseline::Parallel),
+        ];
+        let turn = rep % order.len();
+        order.rotate_left(turn);
+        for upload in order {
+            match upload {
+                None => self.backup(&prefix, items, results).await?,
+                Some(baseline) => {
+                    let items = items.as_deref().context("the backup runs first")?;
+                    self.baseline(baseline, rep, items, results).await?;
+                }
             }
-            let (time, cpu) = watch.stop();
-            let measurement = match baseline {
-                PutBaseline::Library => &mut results.put_library,
-                PutBaseline::Shaped => &mut results.put_shaped,
-                PutBaseline::Parallel => &mut results.put_parallel,
-            };
-            measurement.record(time, cpu, bytes);
-            self.delete_prefix(&to).await?;
         }
 
         let log = RequestLog::default();
@@ -418,6 +405,61 @@ impl Bench {
         self.delete_prefix(&prefix).await?;
         eprintln!("repetition {} of {} done", rep + 1, self.repeats);
         Ok(())
+    }
+
+    /// The backup into `prefix`; the first one's objects become `items`.
+    async fn backup(
+        &self,
+        prefix: &str,
+        items: &mut Option<Vec<Item>>,
+        results: &mut Results,
+    ) -> Result<()> {
+        let log = RequestLog::default();
+        let watch = Stopwatch::start();
+        let mut worker = BackupWorker::new(
+            &self.store,
+            self.bucket(prefix, &log),
+            Arc::new(LocalSource::new(&self.store)),
+            WorkerConfig::default(),
+        );
+        worker.run_once().await.context("backup")?;
+        let (time, cpu) = watch.stop();
+
+        let objects = list_all(&self.raw(prefix), "").await?;
+        let bytes: u64 = objects.iter().map(|o| o.len).sum();
+        results.backup.record(time, cpu, bytes);
+        results.backup.requests.get_or_insert(log);
+        if items.is_none() {
+            results.backup_objects = objects.iter().map(|o| (o.key.clone(), o.len)).collect();
+            *items = Some(self.fetch(prefix, &objects).await?);
+        }
+        Ok(())
+    }
+
+    /// One baseline upload of `items`, into a prefix of its own that is deleted after.
+    async fn baseline(
+        &self,
+        baseline: PutBaseline,
+        rep: usize,
+        items: &[Item],
+        results: &mut Results,
+    ) -> Result<()> {
+        let bytes: u64 = items.iter().map(|i| i.data.len() as u64).sum();
+        let to = format!("plain-{}-{rep}", baseline.name());
+        let watch = Stopwatch::start();
+        match baseline {
+            PutBaseline::Library => self.put_library(&to, items).await?,
+            PutBaseline::Shaped => self.put_shaped(&to, items).await?,
+            PutBaseline::Parallel => self.put_parallel(&to, items).await?,
+        }
+        let (time, cpu) = watch.stop();
+        let measurement = match baseline {
+            PutBaseline::Library => &mut results.put_library,
+            PutBaseline::Shaped => &mut results.put_shaped,
+            PutBaseline::Parallel => &mut results.put_parallel,
+        };
+        measurement.record(time, cpu, bytes);
+        self.delete_prefix(&to).await
     }
 
     /// The bytes of `objects` under `prefix` (not timed).
@@ -496,7 +538,7 @@ impl Bench {
     }
 
     /// The objects through the library's own `S3Bucket::put` under `If-None-Match: *`, in the
-    /// worker's shape: multipart above the part size (a HEAD first), but none of the worker's
+    /// worker's shape: multipart above the threshold (a HEAD first), but none of the worker's
     /// own work.
     async fn put_library(&self, prefix: &str, items: &[Item]) -> Result<()> {
         let s3 = self.raw(prefix);
@@ -700,7 +742,7 @@ impl Results {
         println!();
         println!(
             "backup/plain splits into backup/S3Bucket::put {worker:.2} (the worker's own work) \
-             and S3Bucket::put/plain {s3_layer:.2} (the S3 layer: multipart, HEADs)"
+             and S3Bucket::put/plain {s3_layer:.2} (the S3 layer: conditions, checksums, multipart)"
         );
         println!(
             "backup/plain {backup:.2}  restore/plain {restore:.2}  (target >= {TARGET_RATIO})"

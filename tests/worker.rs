@@ -432,3 +432,53 @@ async fn retention_keeps_the_newest_generations_and_deletes_only_unnamed_objects
         .collect();
     assert!(gens.len() < 4, "old generations were not deleted: {gens:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_there_could_be_old_enough()
+ {
+    use mushroom_backup::bucket::counting::CountingBucket;
+    use std::time::Duration;
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 300, 0, 4 << 10);
+    let counting = Arc::new(CountingBucket::new(fs_bucket(&root)));
+    let mut c = config();
+    c.retention.keep_for = Duration::from_secs(7200);
+    c.retention.orphan_grace = Duration::from_secs(600);
+    let mut w = worker(&store, counting.clone(), c);
+    let lists = || counting.counts().snapshot().list;
+
+    let report = w.run_once().await.unwrap();
+    assert!(report.restore_point.is_some());
+    assert_eq!(
+        lists(),
+        2,
+        "resume lists manifests and generations; retention nothing"
+    );
+    write(&store, 400, 0, 4 << 10);
+    w.run_once().await.unwrap();
+    assert_eq!(
+        lists(),
+        2,
+        "everything is younger than the orphan grace: nothing to list"
+    );
+
+    // The shorter of the two ages has passed: what the prefix holds may now be old enough.
+    tokio::time::advance(Duration::from_secs(600)).await;
+    write(&store, 500, 0, 4 << 10);
+    w.run_once().await.unwrap();
+    assert_eq!(
+        lists(),
+        4,
+        "retention lists manifests and generations again"
+    );
+
+    // A prefix that was not empty is listed by retention at once.
+    let mut fresh = worker(&store, counting.clone(), config());
+    fresh.run_once().await.unwrap();
+    assert_eq!(
+        lists(),
+        4 + 1 + 2,
+        "resume lists the generations (LATEST names the newest manifest), retention both"
+    );
+}

@@ -34,20 +34,17 @@ pub const GENERATION_UPLOADS_IN_FLIGHT: usize = 4;
 
 /// Uploads a write-once object; an object already there with other content means another
 /// writer owns this generation.
+///
+/// No HEAD goes first: the generation's claim (`If-None-Match: *`) makes its keys this run's
+/// alone, so the only object that can be there already is one of this run's own attempts,
+/// which [`bucket::put_immutable`] recognises after its 412. A HEAD would cost a request per
+/// object, and on a busy endpoint a round trip of queueing before every upload.
 pub(super) async fn upload(
     bucket: &DynBucket,
     key: &str,
     body: Body,
     cond: &PutCondition,
-    check_absent_first: bool,
 ) -> Result<Created, WorkerError> {
-    if check_absent_first
-        && *cond != PutCondition::None
-        && let Some(meta) = bucket.head(key).await?
-        && meta.len != body.len()
-    {
-        return Err(WorkerError::ConcurrentWriter { key: key.into() });
-    }
     match bucket::put_immutable(bucket.as_ref(), key, body, cond).await {
         Ok(c) => Ok(c),
         Err(BucketError::PreconditionFailed { .. }) => {
@@ -110,7 +107,6 @@ pub(super) async fn start(
         &manifest::generation_key(number),
         Body::from(claim.encode()),
         &cond,
-        false,
     )
     .await?;
     view.max_generation = number;
@@ -141,7 +137,7 @@ pub(super) async fn start(
     // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
     // all before this returns (so before any manifest can name them).
     let mut reused = 0u64;
-    let mut uploads: Vec<(String, Body, bool)> = Vec::new();
+    let mut uploads: Vec<(String, Body)> = Vec::new();
     let snapshot = match &local.snapshot {
         None => None,
         Some(s) => {
@@ -162,7 +158,7 @@ pub(super) async fn start(
                         offset: 0,
                         len: s.len,
                     };
-                    uploads.push((key.clone(), body, true));
+                    uploads.push((key.clone(), body));
                     SnapshotEntry {
                         object: entry(key, s.len, s.crc, lineage, number),
                         snapshot_id: s.header.snapshot_id,
@@ -174,9 +170,9 @@ pub(super) async fn start(
     };
     let mut archives = Vec::new();
     for a in &local.archives {
-        let reuse = known_archives.iter().find(|k| {
-            k.number == a.number && k.object.len == a.bytes.len() as u64 && k.object.crc == a.crc
-        });
+        let reuse = known_archives
+            .iter()
+            .find(|k| k.number == a.number && k.object.len == a.len && k.object.crc == a.crc);
         archives.push(match reuse {
             Some(k) => {
                 reused += 1;
@@ -184,9 +180,14 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::archive_key(number, a.number);
-                uploads.push((key.clone(), Body::Bytes(a.bytes.clone()), true));
+                let body = Body::File {
+                    file: a.file.clone(),
+                    offset: 0,
+                    len: a.len,
+                };
+                uploads.push((key.clone(), body));
                 ArchiveEntry {
-                    object: entry(key, a.bytes.len() as u64, a.crc, lineage, number),
+                    object: entry(key, a.len, a.crc, lineage, number),
                     number: a.number,
                     frames: a.frames,
                 }
@@ -205,7 +206,7 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::side_key(number, name, *crc);
-                uploads.push((key.clone(), Body::Bytes(data.clone()), false));
+                uploads.push((key.clone(), Body::Bytes(data.clone())));
                 SideFileEntry {
                     object: entry(key, data.len() as u64, *crc, lineage, number),
                     name: name.clone(),
@@ -214,11 +215,11 @@ pub(super) async fn start(
         });
     }
     let uploaded = uploads.len() as u64;
-    let bytes: u64 = uploads.iter().map(|(_, body, _)| body.len()).sum();
+    let bytes: u64 = uploads.iter().map(|(_, body)| body.len()).sum();
     futures::stream::iter(uploads)
-        .map(|(key, body, absent_first)| {
+        .map(|(key, body)| {
             let (bucket, cond) = (bucket.clone(), cond.clone());
-            async move { upload(&bucket, &key, body, &cond, absent_first).await }
+            async move { upload(&bucket, &key, body, &cond).await }
         })
         .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
         .try_collect::<Vec<_>>()

@@ -12,6 +12,16 @@
 //! snapshot's CRC — runs on one thread per core (the reading happens while no upload is in
 //! flight, so the cores are otherwise idle); the checks are then applied in archive order, so
 //! the error reported is the first one in the chain, as a sequential reading would report it.
+//!
+//! Nothing read is kept: each thread reads archive after archive, a piece at a time, through
+//! one small buffer of its own (`format::check_wal`), so checking a chain costs a few hundred
+//! KiB per core however long the chain, and each byte is scanned and hashed while it is in the
+//! cache. What a generation uploads is read again, from the descriptor opened for the check
+//! ([`LocalArchive::file`], [`LocalSnapshot::file`]): a file renamed or deleted meanwhile (a
+//! snapshot removing covered archives) still ships from the inode that was checked, and the
+//! format never rewrites an archive or a snapshot in place (a new snapshot replaces the old one
+//! by rename). A store that did would ship bytes whose CRC differs from the manifest's entry,
+//! which `verify` and every restore report by name.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -23,7 +33,7 @@ use bytes::Bytes;
 use super::WorkerError;
 use crate::store::disk::{self, DiskState};
 use crate::store::format::{
-    SNAPSHOT_HEADER_LEN, SnapshotHeader, TailStop, WAL_HEADER_LEN, WalHeader, scan_wal,
+    CheckError, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalCheck, WalHeader, check_wal,
 };
 
 /// The snapshot as read from its open descriptor.
@@ -34,9 +44,11 @@ pub(super) struct LocalSnapshot {
     pub crc: u32,
 }
 
+/// An archive as checked: its open descriptor (what is uploaded), length, frames and CRC.
 pub(super) struct LocalArchive {
     pub number: u64,
-    pub bytes: Bytes,
+    pub file: Arc<std::fs::File>,
+    pub len: u64,
     pub frames: u64,
     pub crc: u32,
 }
@@ -63,15 +75,15 @@ fn corrupt(path: &Path, detail: String) -> WorkerError {
     }
 }
 
-/// One archive read whole, and what its frames say.
+/// One archive read whole: its descriptor, and what its bytes say.
 struct ReadArchive {
-    bytes: Bytes,
-    crc: u32,
-    frames: u64,
-    last_seq: u64,
-    valid_len: u64,
-    stop: Option<TailStop>,
+    file: std::fs::File,
+    check: WalCheck,
 }
+
+/// How much of an archive is read at a time: small enough that the scan and the CRC find the
+/// piece in the cache (see [`check_wal`]).
+const CHECK_CHUNK: usize = 256 << 10;
 
 /// A piece of the costly reading.
 enum Work<'a> {
@@ -87,11 +99,12 @@ enum Done {
 }
 
 impl Work<'_> {
-    fn run(&self) -> Result<Done, WorkerError> {
+    /// Does the work, reading through `buf` (reused from one piece of work to the next).
+    fn run(&self, buf: &mut Vec<u8>) -> Result<Done, WorkerError> {
         match *self {
             Work::SnapshotCrc(file, path, len) => {
                 let mut hasher = crc32fast::Hasher::new();
-                let mut buf = vec![0u8; 1 << 20];
+                buf.resize(buf.len().max(CHECK_CHUNK), 0);
                 let mut at = 0;
                 while at < len {
                     let n = ((len - at) as usize).min(buf.len());
@@ -102,22 +115,19 @@ impl Work<'_> {
                 Ok(Done::SnapshotCrc(hasher.finalize()))
             }
             Work::Archive(path) => {
-                let bytes = match std::fs::read(path) {
-                    Ok(b) => Bytes::from(b),
+                let file = match std::fs::File::open(path) {
+                    Ok(f) => f,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         return Ok(Done::Archive(None));
                     }
                     Err(e) => return Err(io(path)(e)),
                 };
-                let scan = scan_wal(&bytes).map_err(|e| corrupt(path, e.to_string()))?;
-                Ok(Done::Archive(Some(ReadArchive {
-                    crc: crc32fast::hash(&bytes),
-                    frames: scan.frames.len() as u64,
-                    last_seq: scan.last_seq,
-                    valid_len: scan.valid_len,
-                    stop: scan.stop,
-                    bytes,
-                })))
+                let check = match check_wal(&file, CHECK_CHUNK, buf) {
+                    Ok(check) => check,
+                    Err(CheckError::Io(e)) => return Err(io(path)(e)),
+                    Err(CheckError::Format(e)) => return Err(corrupt(path, e.to_string())),
+                };
+                Ok(Done::Archive(Some(ReadArchive { file, check })))
             }
         }
     }
@@ -129,18 +139,19 @@ fn run_parallel(work: &[Work<'_>]) -> Vec<Result<Done, WorkerError>> {
         .map_or(1, |n| n.get())
         .min(work.len());
     if threads <= 1 {
-        return work.iter().map(Work::run).collect();
+        let mut buf = Vec::new();
+        return work.iter().map(|w| w.run(&mut buf)).collect();
     }
     let next = AtomicUsize::new(0);
     let mut done: Vec<(usize, Result<Done, WorkerError>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
-                    let mut mine = Vec::new();
+                    let (mut mine, mut buf) = (Vec::new(), Vec::new());
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(w) = work.get(i) else { break mine };
-                        mine.push((i, w.run()));
+                        mine.push((i, w.run(&mut buf)));
                     }
                 })
             })
@@ -245,10 +256,11 @@ pub(super) fn read_local(
             Done::Archive(None) => return Ok(None),
             Done::SnapshotCrc(_) => unreachable!("archives come first"),
         };
+        let (file, read) = (read.file, read.check);
         if let Some(stop) = read.stop {
             return Err(corrupt(
                 &a.path,
-                format!("{stop} at byte {} of {}", read.valid_len, read.bytes.len()),
+                format!("{stop} at byte {} of {}", read.valid_len, read.len),
             ));
         }
         if read.last_seq != next_floor(i) {
@@ -263,9 +275,10 @@ pub(super) fn read_local(
         }
         archives.push(LocalArchive {
             number: h.number,
+            file: Arc::new(file),
+            len: read.len,
             crc: read.crc,
             frames: read.frames,
-            bytes: read.bytes,
         });
         expect_number = Some(h.number + 1);
         expect_floor = Some(read.last_seq);

@@ -8,6 +8,12 @@
 //! generation whose claim is younger than `orphan_grace`, are left alone: the former are
 //! segments a manifest will name soon, the latter may belong to a run still uploading.
 //!
+//! A prefix that resume found empty is not listed until the shorter of `keep_for` and
+//! `orphan_grace` has passed since: everything in it was written after that moment, so nothing
+//! is old enough to go (manifests go at `keep_for`, unnamed objects at `orphan_grace` after
+//! their claim). Skipping can only delay a deletion, never make one. A first backup of a store
+//! so costs no LIST for retention.
+//!
 //! Order: manifests first, then the objects they no longer name. A crash between the two
 //! leaves unnamed objects, which the next run deletes. GENERATION claims of emptied
 //! generations are deleted too, except the highest number in the prefix, so numbers stay
@@ -53,6 +59,12 @@ pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError
     let policy = w.config.retention.clone();
     let bucket = w.bucket.clone();
     let view = w.view.as_mut().expect("resumed");
+    if view
+        .found_empty_at
+        .is_some_and(|at| at.elapsed() < policy.keep_for.min(policy.orphan_grace))
+    {
+        return Ok(StepOutcome::Retention { deleted: 0 });
+    }
     let lineage = view.lineage;
     let now_ms = manifest::parse_time_ms(&manifest::now_rfc3339()).unwrap_or(0);
 

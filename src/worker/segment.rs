@@ -97,7 +97,7 @@ pub(super) async fn ship(
     let crc = crc32fast::hash(&keep);
     let len = keep.len() as u64;
     let cond = w.cond_create();
-    upload(&w.bucket, &key, Body::Bytes(keep), &cond, false).await?;
+    upload(&w.bucket, &key, Body::Bytes(keep), &cond).await?;
 
     let lineage = w.view.as_ref().expect("resumed").lineage;
     let g = w

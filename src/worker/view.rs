@@ -100,6 +100,9 @@ pub(super) struct View {
     pub manifests: HashMap<String, Option<Manifest>>,
     /// GENERATION claims read so far (`None`: junk or missing).
     pub claims: HashMap<u64, Option<GenerationClaim>>,
+    /// When resume found the prefix empty (no LATEST, no manifest, no generation): everything
+    /// in it since was written after this (see [`super::retention`]).
+    pub found_empty_at: Option<tokio::time::Instant>,
 }
 
 async fn get_opt(
@@ -132,6 +135,7 @@ impl View {
             }
         };
         let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
+        let mut any_manifest = latest.is_some();
         let newest = match &latest {
             Some((l, _)) => {
                 let Some(o) = get_opt(bucket, &l.manifest).await? else {
@@ -157,6 +161,7 @@ impl View {
                         .filter_map(|o| manifest::parse_manifest_key(&o.key).map(|n| (n, o.key)))
                         .collect();
                 keys.sort();
+                any_manifest = !keys.is_empty();
                 let mut found = None;
                 for (_, key) in keys.into_iter().rev() {
                     let Some(o) = get_opt(bucket, &key).await? else {
@@ -211,7 +216,10 @@ impl View {
         // Every generation in the prefix, any lineage, and this lineage's segment keys.
         let mut max_generation = 0;
         let mut segment_keys: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
-        for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
+        let generations = bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await?;
+        let found_empty_at =
+            (!any_manifest && generations.is_empty()).then(tokio::time::Instant::now);
+        for o in generations {
             let Some(g) = manifest::parse_generation(&o.key) else {
                 continue;
             };
@@ -263,6 +271,7 @@ impl View {
             skip_restore_point_at,
             manifests,
             claims: HashMap::new(),
+            found_empty_at,
         })
     }
 }
