@@ -202,9 +202,9 @@ async fn main() -> Result<()> {
         s3,
     };
     let mut results = Results::default();
-    let mut items = None;
+    let items = bench.warm_up(&mut results).await?;
     for rep in 0..settings.repeats {
-        bench.repetition(rep, &mut items, &mut results).await?;
+        bench.repetition(rep, &items, &mut results).await?;
     }
     results.print(&bench);
     Ok(())
@@ -345,17 +345,30 @@ impl Bench {
         })
     }
 
+    /// An untimed backup first: its objects are the bytes every baseline sends, and it warms
+    /// up both sides (moto's first requests of a run, and the first connections, are slower
+    /// than any after them, which would count against whichever measurement came first).
+    async fn warm_up(&self, results: &mut Results) -> Result<Vec<Item>> {
+        let prefix = "warm-up";
+        let mut worker = BackupWorker::new(
+            &self.store,
+            self.bucket(prefix, &RequestLog::default()),
+            Arc::new(LocalSource::new(&self.store)),
+            WorkerConfig::default(),
+        );
+        worker.run_once().await.context("the warm-up backup")?;
+        let objects = list_all(&self.raw(prefix), "").await?;
+        results.backup_objects = objects.iter().map(|o| (o.key.clone(), o.len)).collect();
+        let items = self.fetch(prefix, &objects).await?;
+        self.delete_prefix(prefix).await?;
+        Ok(items)
+    }
+
     /// One repetition. The four uploads (backup and its three baselines) run in an order that
-    /// turns by one place with each repetition, the backup first in the first (the baselines
-    /// send the bytes it wrote): moto's speed drifts within a repetition (it frees the previous
-    /// prefix's objects, its memory grows), and a fixed order would favour or handicap whatever
-    /// always ran in the same place.
-    async fn repetition(
-        &self,
-        rep: usize,
-        items: &mut Option<Vec<Item>>,
-        results: &mut Results,
-    ) -> Result<()> {
+    /// turns by one place with each repetition: moto's speed drifts within a repetition (it
+    /// frees the previous prefix's objects, its memory grows), and a fixed order would favour
+    /// or handicap whatever always ran in the same place.
+    async fn repetition(&self, rep: usize, items: &[Item], results: &mut Results) -> Result<()> {
         let prefix = format!("backup-{rep}");
         let mut order = [
             None,
@@ -367,11 +380,8 @@ impl Bench {
         order.rotate_left(turn);
         for upload in order {
             match upload {
-                None => self.backup(&prefix, items, results).await?,
-                Some(baseline) => {
-                    let items = items.as_deref().context("the backup runs first")?;
-                    self.baseline(baseline, rep, items, results).await?;
-                }
+                None => self.backup(&prefix, results).await?,
+                Some(baseline) => self.baseline(baseline, rep, items, results).await?,
             }
         }
 
@@ -407,13 +417,8 @@ impl Bench {
         Ok(())
     }
 
-    /// The backup into `prefix`; the first one's objects become `items`.
-    async fn backup(
-        &self,
-        prefix: &str,
-        items: &mut Option<Vec<Item>>,
-        results: &mut Results,
-    ) -> Result<()> {
+    /// The backup into `prefix` (kept for the restore that follows).
+    async fn backup(&self, prefix: &str, results: &mut Results) -> Result<()> {
         let log = RequestLog::default();
         let watch = Stopwatch::start();
         let mut worker = BackupWorker::new(
@@ -429,10 +434,6 @@ impl Bench {
         let bytes: u64 = objects.iter().map(|o| o.len).sum();
         results.backup.record(time, cpu, bytes);
         results.backup.requests.get_or_insert(log);
-        if items.is_none() {
-            results.backup_objects = objects.iter().map(|o| (o.key.clone(), o.len)).collect();
-            *items = Some(self.fetch(prefix, &objects).await?);
-        }
         Ok(())
     }
 
