@@ -8,7 +8,7 @@
 //! deadline *up* to a grid shared by the whole process (a tenth of the period, at most
 //! [`MAX_GRID`]), so the ticks of all stores fall on a few instants per second and are served
 //! together. A tick so comes at most one grid step late; nothing is ever early. Periods too
-//! short for a grid of [`MIN_GRID`] (tests) are not rounded.
+//! short for a grid of `MIN_GRID` (tests) are not rounded.
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -23,13 +23,15 @@
 //! A write through a shared mapping (`mmap`) raises no event, and neither does a write made by
 //! another host on a network filesystem. Callers therefore trust a stamp for at most
 //! [`DirWatch::trust`] after the read it vouches for, and read again after that:
-//! [`LOCAL_WATCH_TRUST`] (5 minutes) where the directory is on a local filesystem the kernel
-//! knows (ext4, XFS, Btrfs, tmpfs, F2FS, ZFS), where only `mmap` writes go unseen — the store
-//! format is written with `write(2)`, and an engine that maps its WAL streams its positions
-//! instead (`ReportPosition`) —, and [`WATCH_TRUST`] (30 s) everywhere else (NFS, SMB, FUSE,
-//! overlay mounts, or a directory that could not be asked). Every look a fleet of idle stores
-//! makes is one of these re-reads, so the longer local bound is most of what an idle store
-//! costs beyond its lease renewals. A queue overflow
+//! - [`LOCAL_WATCH_TRUST`] (5 minutes) where the directory is on a local filesystem (ext4,
+//!   XFS, Btrfs, tmpfs, ramfs, F2FS, ZFS). There only `mmap` writes go unseen: the store format
+//!   is written with `write(2)`, and an engine that maps its WAL reports its positions over
+//!   `ReportPosition` instead.
+//! - [`WATCH_TRUST`] (30 s) everywhere else: NFS, SMB, FUSE, overlay mounts, or a directory
+//!   whose filesystem could not be asked.
+//!
+//! These re-reads are the only looks an idle store makes; at 30 s everywhere they were a fifth
+//! of an idle fleet's CPU. A queue overflow
 //! (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A directory that is
 //! deleted, moved away or unmounted has no stamp (`None`: look every time) until a directory
 //! is found at its path again, which is watched afresh under a new stamp.
