@@ -23,8 +23,8 @@
 //! # Holding
 //! A task owned by the [`BucketLease`] renews it every third of a TTL with `If-Match` on the
 //! ETag it last wrote (rounded up onto the process's tick grid, [`LeaseConfig::coalesce`], so a
-//! fleet's thousand renewals do not each wake the process); a failed renewal is retried after [`RENEW_RETRY`] (at most the renewal
-//! interval). [`BucketLease::may_write`] holds only until the *start* of the last successful
+//! fleet's thousand renewals do not each wake the process); a failed renewal is retried after
+//! [`RENEW_RETRY`] (at most the renewal interval). [`BucketLease::may_write`] holds only until the *start* of the last successful
 //! renewal (or of the acquiring write) plus the TTL minus a margin of a tenth of the TTL. A
 //! successor's clock for that ETag cannot start before the write landed, which is after it
 //! started, so this holder stops writing at least a margin before any successor may start; the

@@ -263,23 +263,42 @@ mod suite {
         assert!(reg.audit_log(0).await.unwrap().is_empty());
     }
 
+    /// Two stores, `st-1` and `st-2`, owned by `inst-1`.
+    async fn two_stores(reg: &Registry) {
+        for (id, dir, n) in [("st-1", "/data/1", 1), ("st-2", "/data/2", 2)] {
+            reg.insert_store(&record(id, dir, "inst-1", n))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// `(store_id, health_json)` pairs as [`Registry::report_health`] takes them.
+    fn changed(rows: &[(&str, &str)]) -> Vec<(String, String)> {
+        rows.iter()
+            .map(|(id, json)| (id.to_string(), json.to_string()))
+            .collect()
+    }
+
     pub async fn health_upsert_and_cascade(reg: Registry) {
-        reg.insert_store(&record("st-1", "/data/1", "inst-1", 1))
-            .await
-            .unwrap();
-        reg.insert_store(&record("st-2", "/data/2", "inst-1", 2))
-            .await
-            .unwrap();
-        reg.put_health("st-2", "inst-1", 10, r#"{"state":"starting"}"#)
-            .await
-            .unwrap();
-        reg.put_health("st-1", "inst-1", 11, r#"{"state":"ok"}"#)
+        two_stores(&reg).await;
+        reg.report_health(
+            "inst-1",
+            10,
+            &changed(&[("st-2", r#"{"state":"starting"}"#)]),
+        )
+        .await
+        .unwrap();
+        reg.report_health("inst-1", 11, &changed(&[("st-1", r#"{"state":"ok"}"#)]))
             .await
             .unwrap();
         // A later report from another instance replaces the row.
-        reg.put_health("st-2", "inst-2", 12, r#"{"state":"ok","lag":3}"#)
-            .await
-            .unwrap();
+        reg.report_health(
+            "inst-2",
+            12,
+            &changed(&[("st-2", r#"{"state":"ok","lag":3}"#)]),
+        )
+        .await
+        .unwrap();
         let row = |id: &str, inst: &str, at: i64, json: &str| HealthRow {
             store_id: id.into(),
             instance_id: inst.into(),
@@ -300,26 +319,19 @@ mod suite {
             reg.all_health().await.unwrap(),
             vec![row("st-1", "inst-1", 11, r#"{"state":"ok"}"#)]
         );
-        // Health for a store that is gone is refused, by name.
-        match reg.put_health("st-2", "inst-2", 13, "{}").await {
-            Err(RegistryError::UnknownStore { store_id }) => assert_eq!(store_id, "st-2"),
-            other => panic!("expected UnknownStore, got {other:?}"),
-        }
+        // Health for a store that is gone writes no row.
+        reg.report_health("inst-2", 13, &changed(&[("st-2", "{}")]))
+            .await
+            .unwrap();
+        assert_eq!(
+            reg.all_health().await.unwrap(),
+            vec![row("st-1", "inst-1", 11, r#"{"state":"ok"}"#)]
+        );
     }
 
     pub async fn a_health_report_is_one_transaction_with_a_heartbeat(reg: Registry) {
-        reg.insert_store(&record("st-1", "/data/1", "inst-1", 1))
-            .await
-            .unwrap();
-        reg.insert_store(&record("st-2", "/data/2", "inst-1", 2))
-            .await
-            .unwrap();
+        two_stores(&reg).await;
         assert!(reg.heartbeats().await.unwrap().is_empty());
-        let changed = |rows: &[(&str, &str)]| -> Vec<(String, String)> {
-            rows.iter()
-                .map(|(id, json)| (id.to_string(), json.to_string()))
-                .collect()
-        };
         // A deregistered store in the batch is skipped, not an error that loses the others.
         reg.report_health(
             "inst-1",
@@ -376,7 +388,9 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
     reg.record_audit(&audit(1, "register", Some("st-1"), "ok"))
         .await
         .unwrap();
-    reg.put_health("st-1", "inst-1", 2, "{}").await.unwrap();
+    reg.report_health("inst-1", 2, &[("st-1".into(), "{}".into())])
+        .await
+        .unwrap();
     reg.close().await;
 
     for _ in 0..2 {
@@ -509,7 +523,9 @@ async fn postgres_instances_share_one_registry() {
     let log = b.audit_log(10).await.unwrap();
     assert_eq!(log.iter().map(|e| e.at_ms).collect::<Vec<_>>(), vec![4, 3]);
 
-    b.put_health("st-1", "inst-a", 5, "{}").await.unwrap();
+    b.report_health("inst-a", 5, &[("st-1".into(), "{}".into())])
+        .await
+        .unwrap();
     assert_eq!(a.all_health().await.unwrap().len(), 1);
     assert!(b.delete_store("st-1").await.unwrap());
     assert_eq!(a.get_store("st-1").await.unwrap(), None);

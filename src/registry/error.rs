@@ -1,13 +1,13 @@
 //! The registry's errors, and the one place sqlx errors are sorted into them.
 //!
-//! Sorting is by what the caller can do about it: [`RegistryError::AlreadyExists`] and
-//! [`RegistryError::UnknownStore`] are answers about the data (the write did not happen),
-//! [`RegistryError::Unavailable`] is the database being out of reach (a write that failed this
-//! way may or may not have happened: re-read before acting), the rest are bugs or damage.
+//! Sorting is by what the caller can do about it: [`RegistryError::AlreadyExists`] is an answer
+//! about the data (the write did not happen), [`RegistryError::Unavailable`] is the database
+//! being out of reach (a write that failed this way may or may not have happened: re-read
+//! before acting), the rest are bugs or damage.
 //! Constraint violations are recognised by the database's error code and constraint name,
 //! never by message text.
 
-use sqlx::error::{DatabaseError, ErrorKind};
+use sqlx::error::ErrorKind;
 
 /// What a registry call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -19,9 +19,6 @@ pub enum RegistryError {
         what: &'static str,
         value: String,
     },
-    /// A row refers to a store that is not (or no longer) registered; nothing was written.
-    #[error("no registered store {store_id:?}")]
-    UnknownStore { store_id: String },
     /// The registry URL cannot be used. `url` has any password replaced by `***`.
     #[error("bad registry URL {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
@@ -83,12 +80,6 @@ pub(crate) fn stores_unique_violation(e: &sqlx::Error) -> Option<&'static str> {
             _ => None,
         },
     }
-}
-
-/// Whether `e` is a foreign-key violation (by code, on either backend).
-pub(crate) fn is_foreign_key_violation(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .is_some_and(|db: &dyn DatabaseError| db.kind() == ErrorKind::ForeignKeyViolation)
 }
 
 /// `url` with the password of its user-info part, if any, replaced by `***`. Works on strings

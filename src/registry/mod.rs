@@ -52,7 +52,7 @@ use sqlx::{ColumnIndex, Decode, PgPool, Row, SqlSafeStr, SqlitePool, Type};
 pub use error::RegistryError;
 pub use token::{hash_token, new_node_token, token_matches};
 
-use error::{classify, is_foreign_key_violation, stores_unique_violation};
+use error::{classify, stores_unique_violation};
 
 /// A registered store, as the `stores` table holds it.
 #[derive(Clone, PartialEq, Eq)]
@@ -340,41 +340,6 @@ impl Registry {
                 .map(|r| audit_from_row(r).map_err(|e| self.err(e)))
                 .collect()
         })
-    }
-
-    /// Records the health `instance_id` last saw for a store, replacing the previous report.
-    /// [`RegistryError::UnknownStore`] when the store is not registered (say, deregistered by
-    /// another instance a moment ago).
-    pub async fn put_health(
-        &self,
-        store_id: &str,
-        instance_id: &str,
-        reported_at_ms: i64,
-        health_json: &str,
-    ) -> Result<(), RegistryError> {
-        const SQL: &str = "INSERT INTO store_health (store_id, instance_id, reported_at_ms, \
-                           health) VALUES ($1, $2, $3, $4) \
-                           ON CONFLICT (store_id) DO UPDATE SET \
-                           instance_id = excluded.instance_id, \
-                           reported_at_ms = excluded.reported_at_ms, \
-                           health = excluded.health";
-        let result = with_pool!(self, |pool| {
-            sqlx::query(SQL)
-                .bind(store_id)
-                .bind(instance_id)
-                .bind(reported_at_ms)
-                .bind(health_json)
-                .execute(pool)
-                .await
-                .map(drop)
-        });
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if is_foreign_key_violation(&e) => Err(RegistryError::UnknownStore {
-                store_id: store_id.to_string(),
-            }),
-            Err(e) => Err(self.err(e)),
-        }
     }
 
     /// One health report of `instance_id`: its heartbeat, and the health of the stores whose

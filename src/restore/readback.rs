@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::store::disk::{ARCHIVE_DIR, SNAPSHOT_FILE, WAL_FILE, archive_name};
 use crate::store::engine::ENGINE_NAME;
-use crate::store::format::{WalHeader, decode_snapshot, scan_wal};
+use crate::store::format::{CHECK_CHUNK, CheckError, WalHeader, check_wal, decode_snapshot};
 
 /// What a store directory holds according to the format's own reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,37 +79,37 @@ pub(crate) enum FileCheck {
 /// whose frames stop early is not an error here: [`chain`] sees its last commit.
 pub(crate) fn check_file(dir: &Path, rel: &Path) -> Result<FileCheck, String> {
     let kind = FileKind::of(rel)?;
-    if kind == FileKind::Other {
-        return Ok(FileCheck::Other);
-    }
     let path = dir.join(rel);
-    let bytes = fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let what = rel.display();
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
     match kind {
+        FileKind::Other => Ok(FileCheck::Other),
         FileKind::Snapshot => {
+            let bytes = fs::read(&path).map_err(io)?;
             let (header, _) = decode_snapshot(&bytes).map_err(|e| format!("{what}: {e}"))?;
             Ok(FileCheck::Snapshot {
                 commit_seq: header.commit_seq,
             })
         }
-        FileKind::Archive(number) => {
-            let scan = scan_wal(&bytes).map_err(|e| format!("{what}: {e}"))?;
-            if scan.header.number != number {
-                return Err(format!("{what}: header says number {}", scan.header.number));
+        FileKind::Archive(_) | FileKind::Wal => {
+            let file = fs::File::open(&path).map_err(io)?;
+            let check = check_wal(&file, CHECK_CHUNK, &mut Vec::new()).map_err(|e| match e {
+                CheckError::Io(e) => io(e),
+                CheckError::Format(e) => format!("{what}: {e}"),
+            })?;
+            if let FileKind::Archive(number) = kind
+                && check.header.number != number
+            {
+                return Err(format!(
+                    "{what}: header says number {}",
+                    check.header.number
+                ));
             }
             Ok(FileCheck::Wal {
-                header: scan.header,
-                last_seq: scan.last_seq,
+                header: check.header,
+                last_seq: check.last_seq,
             })
         }
-        FileKind::Wal => {
-            let scan = scan_wal(&bytes).map_err(|e| format!("{what}: {e}"))?;
-            Ok(FileCheck::Wal {
-                header: scan.header,
-                last_seq: scan.last_seq,
-            })
-        }
-        FileKind::Other => Ok(FileCheck::Other),
     }
 }
 

@@ -330,6 +330,10 @@ pub struct WalCheck {
     pub crc: u32,
 }
 
+/// A piece size for [`check_wal`]: small enough that each piece is scanned and hashed while
+/// it is in the cache.
+pub const CHECK_CHUNK: usize = 256 << 10;
+
 /// Why [`check_wal`] could not say.
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {

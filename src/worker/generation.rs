@@ -28,8 +28,8 @@ use crate::store::format::WalPosition;
 
 /// New objects of one generation (snapshot, archives, side files) uploaded at once. Each is
 /// one request (or, above the S3 multipart threshold, one multipart upload with its own parts
-/// in flight); a few at once keep the link busy while one waits for its HEAD, or for the
-/// store to take its bytes. `benches/throughput.rs` copies this shape into its baselines.
+/// in flight); a few at once keep the link busy while one waits for the store to take its
+/// bytes. `benches/throughput.rs` copies this shape into its baselines.
 pub const GENERATION_UPLOADS_IN_FLIGHT: usize = 4;
 
 /// Uploads a write-once object; an object already there with other content means another

@@ -5,8 +5,9 @@
 //! so a store in flux or with a corrupt archive never costs a claim: the snapshot's header must
 //! name the snapshot the look saw, the archives must chain (consecutive numbers, each one's
 //! frames whole, CRC-valid and ending where the next WAL file starts), and the WAL must start at
-//! or below the snapshot. A file that disappears while it is read (a snapshot deleting covered
-//! archives) makes the reading `None`: the step defers and looks again.
+//! or below the snapshot. A file that is gone before it is opened (a snapshot deleting covered
+//! archives) makes the reading `None`: the step defers and looks again. Each file is opened
+//! once; once open, it is read, checked and uploaded from that descriptor.
 //!
 //! The costly part — reading every needed archive and checking each frame's CRC, and the
 //! snapshot's CRC — runs on one thread per core (the reading happens while no upload is in
@@ -16,7 +17,7 @@
 //! Nothing read is kept: each thread reads archive after archive, a piece at a time, through
 //! one small buffer of its own (`format::check_wal`), so checking a chain costs a few hundred
 //! KiB per core however long the chain, and each byte is scanned and hashed while it is in the
-//! cache. What a generation uploads is read again, from the descriptor opened for the check
+//! cache. What a generation uploads is read again, from the same descriptor
 //! ([`LocalArchive::file`], [`LocalSnapshot::file`]): a file renamed or deleted meanwhile (a
 //! snapshot removing covered archives) still ships from the inode that was checked, and the
 //! format never rewrites an archive or a snapshot in place (a new snapshot replaces the old one
@@ -33,7 +34,8 @@ use bytes::Bytes;
 use super::WorkerError;
 use crate::store::disk::{self, DiskState};
 use crate::store::format::{
-    CheckError, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalCheck, WalHeader, check_wal,
+    CHECK_CHUNK, CheckError, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalCheck,
+    WalHeader, check_wal,
 };
 
 /// The snapshot as read from its open descriptor.
@@ -75,27 +77,17 @@ fn corrupt(path: &Path, detail: String) -> WorkerError {
     }
 }
 
-/// One archive read whole: its descriptor, and what its bytes say.
-struct ReadArchive {
-    file: std::fs::File,
-    check: WalCheck,
-}
-
-/// How much of an archive is read at a time: small enough that the scan and the CRC find the
-/// piece in the cache (see [`check_wal`]).
-const CHECK_CHUNK: usize = 256 << 10;
-
 /// A piece of the costly reading.
 enum Work<'a> {
     /// The CRC of the whole open snapshot file.
     SnapshotCrc(&'a std::fs::File, &'a Path, u64),
-    /// Archive `disk.archives[i]`: read and scanned; `None` if it is gone.
-    Archive(&'a Path),
+    /// An archive, open since its header was read: read whole and checked.
+    Archive(&'a std::fs::File, &'a Path),
 }
 
 enum Done {
     SnapshotCrc(u32),
-    Archive(Option<ReadArchive>),
+    Archive(WalCheck),
 }
 
 impl Work<'_> {
@@ -114,21 +106,12 @@ impl Work<'_> {
                 }
                 Ok(Done::SnapshotCrc(hasher.finalize()))
             }
-            Work::Archive(path) => {
-                let file = match std::fs::File::open(path) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        return Ok(Done::Archive(None));
-                    }
-                    Err(e) => return Err(io(path)(e)),
-                };
-                let check = match check_wal(&file, CHECK_CHUNK, buf) {
-                    Ok(check) => check,
-                    Err(CheckError::Io(e)) => return Err(io(path)(e)),
-                    Err(CheckError::Format(e)) => return Err(corrupt(path, e.to_string())),
-                };
-                Ok(Done::Archive(Some(ReadArchive { file, check })))
-            }
+            // The header was read with `pread`: the descriptor still reads from the start.
+            Work::Archive(file, path) => match check_wal(file, CHECK_CHUNK, buf) {
+                Ok(check) => Ok(Done::Archive(check)),
+                Err(CheckError::Io(e)) => Err(io(path)(e)),
+                Err(CheckError::Format(e)) => Err(corrupt(path, e.to_string())),
+            },
         }
     }
 }
@@ -194,8 +177,10 @@ pub(super) fn read_local(
     };
     let snap_seq = snapshot_file.as_ref().map(|s| s.1.commit_seq);
 
-    // Archive k's last commit is archive k+1's floor (wal.bin's floor for the last one).
+    // Archive k's last commit is archive k+1's floor (wal.bin's floor for the last one). Each
+    // archive is opened once: the needed ones are then checked, and uploaded, from here.
     let mut headers = Vec::with_capacity(disk.archives.len());
+    let mut files = Vec::with_capacity(disk.archives.len());
     for a in &disk.archives {
         let f = match std::fs::File::open(&a.path) {
             Ok(f) => f,
@@ -213,6 +198,7 @@ pub(super) fn read_local(
             ));
         }
         headers.push(h);
+        files.push(Arc::new(f));
     }
     let wal = disk.wal.header;
     let next_floor = |i: usize| headers.get(i + 1).map_or(wal.floor, |h| h.floor);
@@ -222,7 +208,7 @@ pub(super) fn read_local(
 
     let mut work: Vec<Work<'_>> = needed
         .iter()
-        .map(|&i| Work::Archive(&disk.archives[i].path))
+        .map(|&i| Work::Archive(&files[i], &disk.archives[i].path))
         .collect();
     if let Some((file, _, len)) = &snapshot_file {
         work.push(Work::SnapshotCrc(file, &snap_path, *len));
@@ -252,11 +238,9 @@ pub(super) fn read_local(
             ));
         }
         let read = match done.next().expect("one result per piece of work")? {
-            Done::Archive(Some(read)) => read,
-            Done::Archive(None) => return Ok(None),
+            Done::Archive(read) => read,
             Done::SnapshotCrc(_) => unreachable!("archives come first"),
         };
-        let (file, read) = (read.file, read.check);
         if let Some(stop) = read.stop {
             return Err(corrupt(
                 &a.path,
@@ -275,7 +259,7 @@ pub(super) fn read_local(
         }
         archives.push(LocalArchive {
             number: h.number,
-            file: Arc::new(file),
+            file: files[i].clone(),
             len: read.len,
             crc: read.crc,
             frames: read.frames,
