@@ -29,6 +29,7 @@ async fn conformance(b: DynBucket) {
     listing(&*b).await;
     ranges(&*b).await;
     large_file_body(&*b).await;
+    checked_file_bodies(&*b).await;
     immutable(&*b).await;
     bad_keys(&*b).await;
     racing_cas(b).await;
@@ -231,6 +232,7 @@ fn file_body(seed: u8, offset: usize) -> (Body, Vec<u8>) {
         file: Arc::new(file),
         offset: offset as u64,
         len: LARGE as u64,
+        crc32: None,
     };
     (body, content)
 }
@@ -275,6 +277,48 @@ async fn large_file_body(b: &dyn Bucket) {
         "replaced large object differs"
     );
     assert_eq!(got.etag, etag2);
+}
+
+/// A file range given with the CRC-32 of its check (the worker's archives and snapshots) is
+/// stored when its bytes still match, and refused, leaving no object, when the file changed
+/// after the check: in one request, and (where the backend has them) in parts.
+async fn checked_file_bodies(b: &dyn Bucket) {
+    use std::os::unix::fs::FileExt;
+    for (name, len) in [("one-request", 300_000), ("in-parts", LARGE)] {
+        let (body, content) = file_body(7, 5);
+        let Body::File { file, offset, .. } = body else {
+            unreachable!("a file body")
+        };
+        let content = &content[..len];
+        let checked = Body::File {
+            file: file.clone(),
+            offset,
+            len: len as u64,
+            crc32: Some(crc32fast::hash(content)),
+        };
+        let key = format!("checked/{name}");
+        b.put(&key, checked.clone(), PutCondition::IfNoneMatch)
+            .await
+            .unwrap();
+        assert!(b.get(&key).await.unwrap().data[..] == content[..]);
+
+        // One byte of the range changes after its CRC was taken.
+        let at = offset + len as u64 / 2;
+        file.write_all_at(&[content[len / 2] ^ 0x40], at).unwrap();
+        let changed = format!("checked/{name}-changed");
+        let refused = b.put(&changed, checked, PutCondition::IfNoneMatch).await;
+        match &refused {
+            Err(BucketError::Permanent { key, message, .. }) => {
+                assert_eq!(key, &changed);
+                assert!(message.contains("changed after its check"), "{message}");
+            }
+            other => panic!("a changed file was not refused: {other:?}"),
+        }
+        assert!(
+            b.head(&changed).await.unwrap().is_none(),
+            "{changed} exists"
+        );
+    }
 }
 
 async fn immutable(b: &dyn Bucket) {

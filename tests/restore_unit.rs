@@ -1,7 +1,11 @@
 //! Restore and verify against a local-directory bucket filled by hand: WAL files encoded frame
 //! by frame, snapshots, segments cut at frame boundaries, manifests and LATEST.
 
+mod support;
+
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use mushroom_backup::bucket::fs::FsBucket;
 use mushroom_backup::bucket::{Bucket, PutCondition};
@@ -16,6 +20,7 @@ use mushroom_backup::store::disk::{
 };
 use mushroom_backup::store::format::{WAL_HEADER_LEN, WalHeader, encode_frame, encode_snapshot};
 use mushroom_backup::verify::{VerifyOptions, list_restore_points, restore_points_text, verify};
+use support::hooked::Hooked;
 use uuid::Uuid;
 
 /// A WAL file: its bytes, and the end offset after each number of frames (`ends[0]` is the
@@ -724,75 +729,22 @@ async fn hostile_side_file_names_are_refused() {
     assert_eq!(fx.work_entries(), Vec::<String>::new());
 }
 
-/// A bucket that counts GETs per key.
-struct Counting {
-    inner: FsBucket,
-    gets: std::sync::Mutex<std::collections::HashMap<String, usize>>,
-}
-
-#[async_trait::async_trait]
-impl Bucket for Counting {
-    fn url(&self) -> String {
-        self.inner.url()
-    }
-    async fn get(
-        &self,
-        key: &str,
-    ) -> Result<mushroom_backup::bucket::Object, mushroom_backup::bucket::BucketError> {
-        *self
-            .gets
-            .lock()
-            .unwrap()
-            .entry(key.to_string())
-            .or_default() += 1;
-        self.inner.get(key).await
-    }
-    async fn get_range(
-        &self,
-        key: &str,
-        range: std::ops::Range<u64>,
-    ) -> Result<bytes::Bytes, mushroom_backup::bucket::BucketError> {
-        self.inner.get_range(key, range).await
-    }
-    async fn head(
-        &self,
-        key: &str,
-    ) -> Result<Option<mushroom_backup::bucket::ObjectMeta>, mushroom_backup::bucket::BucketError>
-    {
-        self.inner.head(key).await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: mushroom_backup::bucket::Body,
-        cond: PutCondition,
-    ) -> Result<String, mushroom_backup::bucket::BucketError> {
-        self.inner.put(key, body, cond).await
-    }
-    async fn delete(
-        &self,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<(), mushroom_backup::bucket::BucketError> {
-        self.inner.delete(key, if_match).await
-    }
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<mushroom_backup::bucket::ListPage, mushroom_backup::bucket::BucketError> {
-        self.inner.list(prefix, token, max_keys).await
-    }
-}
-
 #[tokio::test]
 async fn verify_passes_on_good_data_and_fetches_shared_objects_once() {
     let fx = Fx::new();
     let (_, _, ms) = two_generations(&fx).await;
-    let counting = Counting {
-        inner: fx.bucket.clone(),
-        gets: Default::default(),
+    // GETs per key.
+    let gets = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let counting = Hooked {
+        inner: Arc::new(fx.bucket.clone()),
+        hook: {
+            let gets = gets.clone();
+            move |op: &'static str, key: &str| {
+                if op == "get" {
+                    *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
+                }
+            }
+        },
     };
     let report = verify(&counting, &VerifyOptions::default()).await.unwrap();
     assert!(report.ok, "{report}");
@@ -807,7 +759,7 @@ async fn verify_passes_on_good_data_and_fetches_shared_objects_once() {
     assert!(latest.ok);
     assert_eq!(latest.manifest.as_deref(), Some(ms[2].key().as_str()));
     // Archive 1 and segment 0 of generation 1 are named by two manifests: fetched once.
-    let gets = counting.gets.lock().unwrap();
+    let gets = gets.lock().unwrap();
     assert!(gets.values().all(|n| *n == 1), "{gets:?}");
     assert_eq!(gets[&ms[0].archives[0].object.key], 1);
     let text = report.to_string();

@@ -1,9 +1,11 @@
 //! The backup worker against a local-directory bucket: lineage refusals that leave the bucket
-//! byte-for-byte unchanged, corrupt archives refused by name, a WAL source behind the disk,
-//! resume, segment reuse and retention.
+//! byte-for-byte unchanged, corrupt archives refused by name (before the claim, or at the upload
+//! when they change after their check), a WAL source behind the disk, resume, segment reuse and
+//! retention.
 
 mod support;
 
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +17,7 @@ use mushroom_backup::store::engine::WriteOptions;
 use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{SourceError, WalSource};
 use mushroom_backup::worker::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use support::hooked::Hooked;
 use support::store::{config, copy_dir, fs_bucket, tree, worker, write, write_with};
 
 async fn latest(b: &dyn Bucket) -> (Latest, Manifest) {
@@ -481,4 +484,73 @@ async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_ther
         4 + 1 + 2,
         "resume lists the generations (LATEST names the newest manifest), retention both"
     );
+}
+
+#[tokio::test]
+async fn an_archive_changed_after_its_check_is_refused_at_upload_and_no_restore_point_names_it() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 600, 0, 4 << 10);
+    let archives = store.join(disk::ARCHIVE_DIR);
+    assert!(std::fs::read_dir(&archives).unwrap().count() > 1);
+    // Flips a byte of the first archive the bucket is asked to store, just before it is, as a
+    // store rewriting an archive after the worker checked it would.
+    let flipped = Arc::new(std::sync::Mutex::new(None));
+    let changing = Arc::new(Hooked {
+        inner: fs_bucket(&root),
+        hook: {
+            let flipped = flipped.clone();
+            move |op: &'static str, key: &str| {
+                let mut flipped = flipped.lock().unwrap();
+                if op != "put" || !key.contains("/archive/") || flipped.is_some() {
+                    return;
+                }
+                let path = archives.join(key.rsplit('/').next().unwrap());
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .unwrap();
+                let mut byte = [0u8; 1];
+                file.read_exact_at(&mut byte, 100).unwrap();
+                file.write_all_at(&[byte[0] ^ 0x10], 100).unwrap();
+                *flipped = Some(path);
+            }
+        },
+    });
+
+    let e = worker(&store, changing, config())
+        .run_once()
+        .await
+        .unwrap_err();
+    let changed = flipped
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("an archive was changed");
+    let message = e.to_string();
+    assert!(message.contains("changed after its check"), "{message}");
+    let name = changed.file_name().unwrap().to_str().unwrap();
+    assert!(
+        message.contains(name),
+        "the error does not name {name}: {message}"
+    );
+    let written = tree(&root);
+    assert!(
+        !written.keys().any(|k| k.to_str().unwrap().ends_with(name)
+            || k.starts_with("manifests")
+            || k.as_os_str() == "LATEST"),
+        "the changed archive or a restore point was written: {:?}",
+        written.keys().collect::<Vec<_>>()
+    );
+
+    // The next run checks the file as it now is, and refuses it by name.
+    let e = worker(&store, fs_bucket(&root), config())
+        .run_once()
+        .await
+        .unwrap_err();
+    match &e {
+        WorkerError::CorruptArchive { path, .. } => assert_eq!(path, &changed),
+        other => panic!("expected a corrupt archive, got {other:?}"),
+    }
 }

@@ -1,5 +1,10 @@
 //! [`Body`]: what a write sends, re-readable so that a retry or a multipart upload can read any
 //! part again.
+//!
+//! A file range may come with the CRC-32 its caller computed when it checked the bytes (the
+//! worker's check of an archive or a snapshot). Every backend then makes the CRC a condition of
+//! the write: a body whose bytes no longer match (a file changed after its check) is refused
+//! and leaves no object, so the CRC a manifest records is the CRC of what the bucket holds.
 
 use std::sync::Arc;
 
@@ -16,6 +21,9 @@ pub enum Body {
         file: Arc<std::fs::File>,
         offset: u64,
         len: u64,
+        /// The CRC-32 of the range, when the caller knows it: the write is refused, and leaves
+        /// nothing, unless the bytes read match it (see the module docs).
+        crc32: Option<u32>,
     },
 }
 
@@ -71,9 +79,21 @@ impl Body {
         }
     }
 
-    /// The whole body in memory.
+    /// The CRC-32 the body was given with, if any.
+    pub fn stated_crc32(&self) -> Option<u32> {
+        match self {
+            Body::Bytes(_) => None,
+            Body::File { crc32, .. } => *crc32,
+        }
+    }
+
+    /// The whole body in memory; an error if it does not match its stated CRC-32.
     pub async fn to_bytes(&self) -> Result<Bytes, BucketError> {
-        self.read(0, self.len()).await
+        let data = self.read(0, self.len()).await?;
+        if let Some(stated) = self.stated_crc32() {
+            check_crc32(stated, crc32fast::hash(&data)).map_err(body_error)?;
+        }
+        Ok(data)
     }
 
     /// Whether `other` is byte-for-byte this body.
@@ -82,6 +102,30 @@ impl Body {
             return Ok(false);
         }
         Ok(self.to_bytes().await?.as_ref() == other)
+    }
+}
+
+/// `Err` with the reason when the CRC-32 of the bytes read (`actual`) is not the one the body
+/// was given with (`stated`).
+pub(crate) fn check_crc32(stated: u32, actual: u32) -> Result<(), String> {
+    if stated == actual {
+        return Ok(());
+    }
+    Err(format!(
+        "the bytes read have CRC-32 {actual:08x}, not the {stated:08x} they were checked with: \
+         the file changed after its check"
+    ))
+}
+
+/// Puts `key` on an error that came from reading a body (which knows no key).
+pub(crate) fn with_key(e: BucketError, key: &str) -> BucketError {
+    match e {
+        BucketError::Permanent { op, message, .. } => BucketError::Permanent {
+            op,
+            key: key.to_string(),
+            message,
+        },
+        e => e,
     }
 }
 

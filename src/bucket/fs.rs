@@ -70,6 +70,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use super::body::check_crc32;
 use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
 
 /// The directory (under the root) holding writes in flight.
@@ -516,8 +517,10 @@ fn write_file(path: &Path, body: &Body) -> Result<String, WriteError> {
             file: source,
             offset,
             len,
+            crc32,
         } => {
             let mut buf = vec![0u8; CHUNK.min(*len) as usize];
+            let mut crc = crc32fast::Hasher::new();
             let mut done = 0;
             while done < *len {
                 let n = CHUNK.min(len - done) as usize;
@@ -525,8 +528,16 @@ fn write_file(path: &Path, body: &Body) -> Result<String, WriteError> {
                     .read_exact_at(&mut buf[..n], offset + done)
                     .map_err(WriteError::Body)?;
                 hasher.update(&buf[..n]);
+                if crc32.is_some() {
+                    crc.update(&buf[..n]);
+                }
                 file.write_all(&buf[..n]).map_err(WriteError::Temp)?;
                 done += n as u64;
+            }
+            // Checked before the fsync and the rename: a changed file leaves no object.
+            if let Some(stated) = crc32 {
+                check_crc32(*stated, crc.finalize())
+                    .map_err(|m| WriteError::Body(io::Error::new(io::ErrorKind::InvalidData, m)))?;
             }
         }
     }

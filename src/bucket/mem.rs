@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
+use super::body::with_key;
 use super::fs::check_key;
 use super::{Body, Bucket, BucketError, ListPage, Object, ObjectMeta, PutCondition};
 
@@ -129,7 +130,7 @@ impl Bucket for MemBucket {
 
     async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
         check_key("put", key)?;
-        let data = body.to_bytes().await?;
+        let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
         let etag = etag_of(&data);
         let mut objects = self.objects();
         let current = objects.get(key).map(|s| s.etag.as_str());

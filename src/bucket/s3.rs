@@ -5,11 +5,15 @@
 //! here is exactly one attempt, bounded by the connect and attempt timeouts of [`S3Options`].
 //!
 //! Writes are all or nothing under the final key, as S3 gives them: a body up to
-//! [`S3Options::part_size`] is one `PutObject`; a larger one is a multipart upload (see
-//! [`multipart`]) whose parts go up a few at a time and which becomes visible only at
+//! [`S3Options::multipart_threshold`] is one `PutObject`; a larger one is a multipart upload
+//! (see [`multipart`]) whose parts go up a few at a time and which becomes visible only at
 //! `CompleteMultipartUpload`, carrying the write's condition (`If-None-Match: *` or `If-Match`).
 //! A multipart upload that fails is aborted; one whose process dies is left to the bucket's
 //! `AbortIncompleteMultipartUpload` lifecycle rule (it is never visible as an object).
+//!
+//! A `PutObject` of a file range given with its CRC-32 (the worker's archives and snapshots)
+//! streams from the file descriptor with that CRC as its checksum (see [`stream`]); any other
+//! body is read into memory first, and the SDK adds its checksum and signs the payload.
 //!
 //! # Errors
 //! 404/`NoSuchKey` is `NotFound`; 412 is `PreconditionFailed` (matched on the HTTP status: no
@@ -27,11 +31,14 @@ use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
+use aws_smithy_types::body::SdkBody;
 use bytes::Bytes;
 
+use super::body::with_key;
 use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
 
 mod multipart;
+mod stream;
 
 /// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
 pub const PATH_STYLE_ENV: &str = "MUSHROOMDB_BACKUP_S3_PATH_STYLE";
@@ -161,19 +168,57 @@ impl S3Bucket {
         body: &Body,
         cond: &PutCondition,
     ) -> Result<String, BucketError> {
-        let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
         let mut req = self
             .client
             .put_object()
             .bucket(&self.bucket)
-            .key(self.full_key(key))
-            .body(ByteStream::from(data));
+            .key(self.full_key(key));
         req = match cond {
             PutCondition::None => req,
             PutCondition::IfNoneMatch => req.if_none_match("*"),
             PutCondition::IfMatch(etag) => req.if_match(etag),
         };
-        let out = req.send().await.map_err(|e| map_put_error(key, cond, e))?;
+        let streamed = match body {
+            // A checked file range goes up from its descriptor, the CRC of its check as the
+            // request's checksum (see `stream`). Not where checksums are sent only when
+            // required: there the store may refuse the header, and the in-memory body's signed
+            // SHA-256 is what protects it.
+            Body::File {
+                file,
+                offset,
+                len,
+                crc32: Some(crc),
+            } if *len > 0 && !self.options.checksums_when_required => {
+                let outcome = stream::Outcome::default();
+                let (file, offset, len, crc) = (file.clone(), *offset, *len, *crc);
+                let out = outcome.clone();
+                let body = SdkBody::retryable(move || {
+                    let range = stream::FileBody::new(file.clone(), offset, len, crc, out.clone());
+                    SdkBody::from_body_1_x(range)
+                });
+                req = req
+                    .content_length(len as i64)
+                    .checksum_crc32(aws_smithy_types::base64::encode(crc.to_be_bytes()))
+                    .body(ByteStream::new(body));
+                Some(outcome)
+            }
+            _ => {
+                let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
+                req = req.body(ByteStream::from(data));
+                None
+            }
+        };
+        let out = req.send().await.map_err(|e| {
+            // The body stopped before its last byte: the store cannot have taken it.
+            match streamed.as_ref().and_then(stream::Outcome::failure) {
+                Some(why) => BucketError::Permanent {
+                    op: "put",
+                    key: key.to_string(),
+                    message: format!("reading the body: {why}"),
+                },
+                None => map_put_error(key, cond, e),
+            }
+        })?;
         etag_of(out.e_tag(), "put", key)
     }
 }
@@ -346,18 +391,6 @@ fn etag_of(etag: Option<&str>, op: &'static str, key: &str) -> Result<String, Bu
             key: key.to_string(),
             message: "the store answered without an ETag".into(),
         })
-}
-
-/// Puts our key on an error that came from reading a body.
-fn with_key(e: BucketError, key: &str) -> BucketError {
-    match e {
-        BucketError::Permanent { op, message, .. } => BucketError::Permanent {
-            op,
-            key: key.to_string(),
-            message,
-        },
-        e => e,
-    }
 }
 
 /// Maps the error of a request that writes an object under `cond`.

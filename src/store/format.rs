@@ -251,7 +251,8 @@ fn scan_run(
         }
         let crc = u32_at(buf, at + 4);
         let seq = u64_at(buf, at + 8);
-        if frame_crc(seq, &buf[at + FRAME_HEADER_LEN..end]) != crc {
+        // The seq's bytes and the payload are contiguous: one pass over both.
+        if crc32fast::hash(&buf[at + 8..end]) != crc {
             break Some(TailStop::BadCrc);
         }
         if expected != Some(seq) {
@@ -359,63 +360,65 @@ pub fn check_wal(
     let chunk = chunk.max(WAL_HEADER_LEN).max(FRAME_HEADER_LEN);
     let mut hasher = crc32fast::Hasher::new();
     let mut len = 0u64;
+    // `buf[..filled]` holds bytes read and not yet scanned past. `buf` is zeroed only when it
+    // grows (once, then kept from one call to the next): each read overwrites its tail.
+    let mut filled = 0usize;
     // Reads until `buf` holds at least `want` bytes or the input ends; hashes what it read.
-    let mut fill = |buf: &mut Vec<u8>, want: usize| -> std::io::Result<bool> {
-        while buf.len() < want {
-            let have = buf.len();
+    let mut fill = |buf: &mut Vec<u8>, filled: &mut usize, want: usize| -> std::io::Result<bool> {
+        if buf.len() < want {
             buf.resize(want, 0);
+        }
+        while *filled < want {
             let n = loop {
-                match read.read(&mut buf[have..]) {
+                match read.read(&mut buf[*filled..]) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        buf.truncate(have);
-                        return Err(e);
-                    }
+                    Err(e) => return Err(e),
                 }
             };
-            buf.truncate(have + n);
             if n == 0 {
                 return Ok(true);
             }
-            hasher.update(&buf[have..]);
+            hasher.update(&buf[*filled..*filled + n]);
             len += n as u64;
+            *filled += n;
         }
         Ok(false)
     };
-    buf.clear();
-    let mut eof = fill(buf, chunk)?;
-    let header = WalHeader::decode(buf)?;
+    let mut eof = fill(buf, &mut filled, chunk)?;
+    let header = WalHeader::decode(&buf[..filled])?;
     let mut start = WAL_HEADER_LEN;
     let mut valid_len = WAL_HEADER_LEN as u64;
     let mut frames = 0u64;
     let mut expected = Some(header.floor + 1);
     let mut last_seq = header.floor;
     let stop = loop {
-        let run = scan_run(&buf[start..], expected, last_seq, |_| frames += 1);
+        let run = scan_run(&buf[start..filled], expected, last_seq, |_| frames += 1);
         valid_len += run.valid_len as u64;
         (expected, last_seq) = (run.expected, run.last_seq);
         let rest = start + run.valid_len;
         match run.stop {
             // The bytes ran out, not the frames: read on, keeping the frame cut in two.
             None | Some(TailStop::Short) if !eof => {
-                buf.drain(..rest);
+                buf.copy_within(rest..filled, 0);
+                filled -= rest;
                 start = 0;
-                // A frame cut after its header: read at least all of it.
-                let frame = if buf.len() >= FRAME_HEADER_LEN {
+                // A frame cut after its header: read at least all of it (its length is at
+                // most `MAX_FRAME_PAYLOAD`, or the run would have stopped at it).
+                let frame = if filled >= FRAME_HEADER_LEN {
                     FRAME_HEADER_LEN + u32_at(buf, 0) as usize
                 } else {
                     0
                 };
-                eof = fill(buf, chunk.max(frame))?;
+                eof = fill(buf, &mut filled, chunk.max(frame))?;
             }
             stop => break stop,
         }
     };
     // What follows the valid frames still counts towards the file's length and CRC.
     while !eof {
-        buf.clear();
-        eof = fill(buf, chunk)?;
+        filled = 0;
+        eof = fill(buf, &mut filled, chunk)?;
     }
     Ok(WalCheck {
         header,

@@ -12,6 +12,7 @@
 //! retention removes after its grace period.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
@@ -71,14 +72,20 @@ pub(super) async fn start(
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
-    let dir: PathBuf = w.dir.clone();
-    let look = disk.clone();
-    let local = tokio::task::spawn_blocking(move || read_local(&dir, &look))
-        .await
-        .map_err(|e| WorkerError::Store {
-            dir: w.dir.clone(),
-            detail: e.to_string(),
-        })??;
+    let local = match w.read_ahead.take().filter(|r| r.serves(disk)) {
+        Some(ahead) => ahead.finish().await?,
+        None => {
+            let dir: PathBuf = w.dir.clone();
+            let look = disk.clone();
+            let never = AtomicBool::new(false);
+            tokio::task::spawn_blocking(move || read_local(&dir, &look, &never))
+                .await
+                .map_err(|e| WorkerError::Store {
+                    dir: w.dir.clone(),
+                    detail: e.to_string(),
+                })??
+        }
+    };
     let Some(local) = local else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
@@ -157,6 +164,7 @@ pub(super) async fn start(
                         file: s.file.clone(),
                         offset: 0,
                         len: s.len,
+                        crc32: Some(s.crc),
                     };
                     uploads.push((key.clone(), body));
                     SnapshotEntry {
@@ -184,6 +192,7 @@ pub(super) async fn start(
                     file: a.file.clone(),
                     offset: 0,
                     len: a.len,
+                    crc32: Some(a.crc),
                 };
                 uploads.push((key.clone(), body));
                 ArchiveEntry {

@@ -21,13 +21,14 @@
 //! ([`LocalArchive::file`], [`LocalSnapshot::file`]): a file renamed or deleted meanwhile (a
 //! snapshot removing covered archives) still ships from the inode that was checked, and the
 //! format never rewrites an archive or a snapshot in place (a new snapshot replaces the old one
-//! by rename). A store that did would ship bytes whose CRC differs from the manifest's entry,
-//! which `verify` and every restore report by name.
+//! by rename). A store that did is caught at the upload: each file goes up with the CRC of its
+//! check as a condition of the write ([`crate::bucket::Body`]), so bytes that changed since are
+//! refused and leave no object, and the manifest's CRC is always that of the object it names.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
@@ -116,14 +117,19 @@ impl Work<'_> {
     }
 }
 
-/// Runs `work` on up to one thread per core; the results in the order of `work`.
-fn run_parallel(work: &[Work<'_>]) -> Vec<Result<Done, WorkerError>> {
+/// Runs `work` on up to one thread per core; the results in the order of `work`. Once
+/// `cancel` is set, no further piece starts (the results are then short: the caller gives up).
+fn run_parallel(work: &[Work<'_>], cancel: &AtomicBool) -> Vec<Result<Done, WorkerError>> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(work.len());
     if threads <= 1 {
         let mut buf = Vec::new();
-        return work.iter().map(|w| w.run(&mut buf)).collect();
+        return work
+            .iter()
+            .take_while(|_| !cancel.load(Ordering::Relaxed))
+            .map(|w| w.run(&mut buf))
+            .collect();
     }
     let next = AtomicUsize::new(0);
     let mut done: Vec<(usize, Result<Done, WorkerError>)> = std::thread::scope(|s| {
@@ -132,6 +138,9 @@ fn run_parallel(work: &[Work<'_>]) -> Vec<Result<Done, WorkerError>> {
                 s.spawn(|| {
                     let (mut mine, mut buf) = (Vec::new(), Vec::new());
                     loop {
+                        if cancel.load(Ordering::Relaxed) {
+                            break mine;
+                        }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         let Some(w) = work.get(i) else { break mine };
                         mine.push((i, w.run(&mut buf)));
@@ -152,10 +161,11 @@ fn run_parallel(work: &[Work<'_>]) -> Vec<Result<Done, WorkerError>> {
 }
 
 /// Reads the generation's files besides `wal.bin` as `disk` saw them; `None` if they changed
-/// meanwhile (the caller defers). Blocking.
+/// meanwhile (the caller defers), or if `cancel` was set. Blocking.
 pub(super) fn read_local(
     dir: &Path,
     disk: &DiskState,
+    cancel: &AtomicBool,
 ) -> Result<Option<LocalGeneration>, WorkerError> {
     let snap_path = dir.join(disk::SNAPSHOT_FILE);
     let snapshot_file = match &disk.snapshot {
@@ -213,7 +223,11 @@ pub(super) fn read_local(
     if let Some((file, _, len)) = &snapshot_file {
         work.push(Work::SnapshotCrc(file, &snap_path, *len));
     }
-    let mut done = run_parallel(&work).into_iter();
+    let done = run_parallel(&work, cancel);
+    if done.len() < work.len() {
+        return Ok(None);
+    }
+    let mut done = done.into_iter();
 
     let mut archives = Vec::new();
     let mut expect_number = None;
@@ -333,4 +347,54 @@ pub(super) fn read_local(
         side_files,
         wal_floor,
     }))
+}
+
+/// A reading of the generation's files started before the step that needs it, to run while
+/// the bucket is being read: [`BackupWorker::run_once`](super::BackupWorker::run_once) starts
+/// one beside a resume, which costs the prefix's round trips, so that a first backup does not
+/// wait for the two one after the other.
+///
+/// It serves only a step whose look agrees with the one it was started after: the reading then
+/// lies between that look and the step's second look, as any reading must. Dropped unused (the
+/// resume found the store's generation already in the prefix, or the files changed), it stops
+/// before its next file.
+pub(super) struct ReadAhead {
+    disk: DiskState,
+    cancel: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<Result<Option<LocalGeneration>, WorkerError>>>,
+}
+
+impl ReadAhead {
+    /// Starts reading what `disk` (a look just made) names, on the blocking pool.
+    pub(super) fn start(dir: &Path, disk: &DiskState) -> ReadAhead {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (dir, look, stop) = (dir.to_path_buf(), disk.clone(), cancel.clone());
+        let task = tokio::task::spawn_blocking(move || read_local(&dir, &look, &stop));
+        ReadAhead {
+            disk: disk.clone(),
+            cancel,
+            task: Some(task),
+        }
+    }
+
+    /// Whether this reading can serve a step whose look was `disk`: the same files, and
+    /// nothing changed between the two looks.
+    pub(super) fn serves(&self, disk: &DiskState) -> bool {
+        self.disk.unchanged_until(disk) && self.disk.archives == disk.archives
+    }
+
+    /// Waits for the reading.
+    pub(super) async fn finish(mut self) -> Result<Option<LocalGeneration>, WorkerError> {
+        let task = self.task.take().expect("finished once");
+        task.await.map_err(|e| WorkerError::Store {
+            dir: self.disk.dir.clone(),
+            detail: e.to_string(),
+        })?
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
 }

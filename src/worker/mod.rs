@@ -34,8 +34,9 @@
 //!
 //! Immutable objects (GENERATION, segments, side files, snapshots, archives) are written with
 //! `If-None-Match: *`; an object already there is accepted only with the same content (a retry,
-//! or a crashed run's upload). Snapshots and archives are checked absent first (HEAD), so a
-//! large upload is not wasted. Manifests are written with `If-None-Match: *`; LATEST with
+//! or a crashed run's upload). Snapshots and archives go up with the CRC-32 of their check as
+//! a condition of the write ([`crate::bucket::Body`]): a file that changed after its check
+//! leaves no object. Manifests are written with `If-None-Match: *`; LATEST with
 //! `If-Match` on the ETag this worker last wrote or read. A refusal of GENERATION, a manifest
 //! or LATEST means another writer is active: the step fails with
 //! [`WorkerError::ConcurrentWriter`] and the worker forgets its view of the bucket, so its next
@@ -297,6 +298,8 @@ pub struct BackupWorker {
     watch: DirWatch,
     /// The last step found nothing to do, with this stamp and position (see [`Quiet`]).
     quiet: Option<Quiet>,
+    /// The reading a resume started ([`Self::run_once`]), for the step that starts a generation.
+    read_ahead: Option<local::ReadAhead>,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -338,6 +341,7 @@ impl BackupWorker {
             last_retention: None,
             restore_point_requested: false,
             retention_requested: false,
+            read_ahead: None,
         }
     }
 
@@ -367,6 +371,7 @@ impl BackupWorker {
     pub fn forget_view(&mut self) {
         self.view = None;
         self.quiet = None;
+        self.read_ahead = None;
     }
 
     fn cond_create(&self) -> PutCondition {
@@ -379,7 +384,12 @@ impl BackupWorker {
 
     /// Does one unit of work.
     pub async fn step(&mut self) -> Result<StepOutcome, WorkerError> {
-        let result = self.step_inner().await;
+        self.step_with(false).await
+    }
+
+    /// [`Self::step`]; a resume also starts a [`local::ReadAhead`] when `read_ahead` is set.
+    async fn step_with(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
+        let result = self.step_inner(read_ahead).await;
         match &result {
             Err(WorkerError::ConcurrentWriter { .. }) => {
                 self.view = None;
@@ -423,7 +433,7 @@ impl BackupWorker {
         Ok(false)
     }
 
-    async fn step_inner(&mut self) -> Result<StepOutcome, WorkerError> {
+    async fn step_inner(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
         // One stamp serves both the quiet check and, when the look finds nothing, the next one.
         let stamp = self.watch.stamp();
         if self.still_quiet(stamp).await? {
@@ -443,7 +453,14 @@ impl BackupWorker {
         }
 
         let Some(view) = self.view.as_mut() else {
+            let ahead = read_ahead.then(|| local::ReadAhead::start(&self.dir, &disk));
             let view = view::View::resume(self, &disk, &pos).await?;
+            // Kept only for a step that starts a generation.
+            let continues = view
+                .current
+                .as_ref()
+                .is_some_and(|g| g.snapshot_id == pos.snapshot_id && g.wal_id == pos.wal_id);
+            self.read_ahead = ahead.filter(|_| !continues);
             let outcome = StepOutcome::Resumed {
                 lineage: view.lineage,
                 generation: view.current.as_ref().map(|g| g.number),
@@ -528,13 +545,18 @@ impl BackupWorker {
     /// Steps until nothing is left: everything durable shipped, a restore point written for
     /// it, and retention run. Defers (a snapshot in flight, a source catching up) are waited
     /// out for a few seconds.
+    ///
+    /// A resume here starts reading the store's files beside its requests ([`local::ReadAhead`]),
+    /// so a first backup waits for the longer of the two rather than both. [`Self::step`] does
+    /// not: a service resumes every worker at its start, and most find their generation already
+    /// in the prefix, so reading ahead there would cost every store's archives for nothing.
     pub async fn run_once(&mut self) -> Result<RunReport, WorkerError> {
         self.restore_point_requested = true;
         self.retention_requested = true;
         let mut report = RunReport::default();
         let mut deferred = 0u32;
         loop {
-            match self.step().await? {
+            match self.step_with(true).await? {
                 StepOutcome::Idle => break,
                 StepOutcome::Deferred(reason) => {
                     deferred += 1;

@@ -5,6 +5,7 @@
 
 pub mod binary;
 pub mod fault_proxy;
+pub mod hooked;
 pub mod s3;
 pub mod store;
 

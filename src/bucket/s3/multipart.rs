@@ -11,13 +11,18 @@
 //!
 //! With checksums on (the default), the upload is created with CRC32, every part carries its
 //! CRC32, and the completion lists them, as S3 requires of uploads created with a checksum.
+//! The parts' CRCs are computed here, as each part is read, and sent as the parts' checksums
+//! (so the SDK does not hash them again). A body given with its CRC-32 ([`Body`]'s `crc32`) is
+//! completed only if the parts' CRCs, combined in order, are that CRC: a file that changed after
+//! its check is aborted, never visible.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use futures::{StreamExt, TryStreamExt};
 
-use super::{S3Bucket, etag_of, map_error, map_put_error, with_key};
+use super::{S3Bucket, etag_of, map_error, map_put_error};
+use crate::bucket::body::{check_crc32, with_key};
 use crate::bucket::{Body, Bucket, BucketError, PutCondition};
 
 /// S3's limit on the parts of one upload.
@@ -126,13 +131,15 @@ impl Upload {
         checksums: bool,
     ) -> Result<String, BucketError> {
         let part_size = b.options.part_size;
-        let completed: Vec<CompletedPart> = futures::stream::iter(0..parts)
+        let sent: Vec<(CompletedPart, crc32fast::Hasher)> = futures::stream::iter(0..parts)
             .map(|i| async move {
                 let at = i * part_size;
                 let data = body
                     .read(at, part_size.min(body.len() - at))
                     .await
                     .map_err(|e| with_key(e, key))?;
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(&data);
                 let number = (i + 1) as i32;
                 let mut req = self
                     .client
@@ -140,26 +147,42 @@ impl Upload {
                     .bucket(&self.bucket)
                     .key(&self.full_key)
                     .upload_id(self.id())
-                    .part_number(number)
-                    .body(ByteStream::from(data));
+                    .part_number(number);
                 if checksums {
-                    req = req.checksum_algorithm(ChecksumAlgorithm::Crc32);
+                    let value =
+                        aws_smithy_types::base64::encode(crc.clone().finalize().to_be_bytes());
+                    req = req
+                        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+                        .checksum_crc32(value);
                 }
                 let out = req
+                    .body(ByteStream::from(data))
                     .send()
                     .await
                     .map_err(|e| map_error("put", key, false, e))?;
-                Ok::<_, BucketError>(
-                    CompletedPart::builder()
-                        .part_number(number)
-                        .e_tag(etag_of(out.e_tag(), "put", key)?)
-                        .set_checksum_crc32(out.checksum_crc32().map(str::to_string))
-                        .build(),
-                )
+                let part = CompletedPart::builder()
+                    .part_number(number)
+                    .e_tag(etag_of(out.e_tag(), "put", key)?)
+                    .set_checksum_crc32(out.checksum_crc32().map(str::to_string))
+                    .build();
+                Ok::<_, BucketError>((part, crc))
             })
             .buffered(b.options.upload_concurrency)
             .try_collect()
             .await?;
+        let mut whole = crc32fast::Hasher::new();
+        let mut completed = Vec::with_capacity(sent.len());
+        for (part, crc) in sent {
+            whole.combine(&crc);
+            completed.push(part);
+        }
+        if let Some(stated) = body.stated_crc32() {
+            check_crc32(stated, whole.finalize()).map_err(|why| BucketError::Permanent {
+                op: "put",
+                key: key.to_string(),
+                message: format!("reading the body: {why}"),
+            })?;
+        }
         let mut complete = self
             .client
             .complete_multipart_upload()
