@@ -398,17 +398,33 @@ impl Bench {
         Ok(())
     }
 
-    /// The backup, then the restore of what it wrote and the plain GETs of the same objects;
-    /// then its prefix is deleted.
+    /// The backup, then the restore of what it wrote and the plain GETs of the same objects,
+    /// in an order that alternates with the repetition (whichever comes first reads objects
+    /// moto has just written, which the second does not); then its prefix is deleted.
     async fn backup_and_restore(&self, rep: usize, results: &mut Results) -> Result<()> {
         let prefix = format!("backup-{rep}");
         self.backup(&prefix, results).await?;
+        let (restored, got) = if rep.is_multiple_of(2) {
+            let restored = self.restore(rep, &prefix, results).await?;
+            (restored, self.get_all(rep, &prefix, results).await?)
+        } else {
+            let got = self.get_all(rep, &prefix, results).await?;
+            (self.restore(rep, &prefix, results).await?, got)
+        };
+        ensure!(
+            got == restored,
+            "the plain GETs fetched {got} bytes, the restore {restored}"
+        );
+        self.delete_prefix(&prefix).await
+    }
 
+    /// The restore of `prefix` into a fresh directory (removed after); the bytes restored.
+    async fn restore(&self, rep: usize, prefix: &str, results: &mut Results) -> Result<u64> {
         let log = RequestLog::default();
         let target = self.work.join(format!("restore-{rep}"));
         let watch = Stopwatch::start();
         let report = restore::restore(
-            self.bucket(&prefix, &log).as_ref(),
+            self.bucket(prefix, &log).as_ref(),
             &target,
             &RestoreOptions::default(),
         )
@@ -417,21 +433,20 @@ impl Bench {
         let (time, cpu) = watch.stop();
         results.restore.record(time, cpu, report.bytes);
         results.restore.requests.get_or_insert(log);
+        std::fs::remove_dir_all(&target)?;
+        Ok(report.bytes)
+    }
 
-        let pieces = self.restore_pieces(&self.raw(&prefix)).await?;
+    /// The plain GETs of what the restore point of `prefix` names (removed after); the bytes.
+    async fn get_all(&self, rep: usize, prefix: &str, results: &mut Results) -> Result<u64> {
+        let pieces = self.restore_pieces(&self.raw(prefix)).await?;
         let got = self.work.join(format!("plain-get-{rep}"));
         let watch = Stopwatch::start();
-        let bytes = self.get_plain(&prefix, &pieces, &got).await?;
+        let bytes = self.get_plain(prefix, &pieces, &got).await?;
         let (time, cpu) = watch.stop();
-        ensure!(
-            bytes == report.bytes,
-            "the plain GETs fetched {bytes} bytes, the restore {}",
-            report.bytes
-        );
         results.get.record(time, cpu, bytes);
-        std::fs::remove_dir_all(&target)?;
         std::fs::remove_dir_all(&got)?;
-        self.delete_prefix(&prefix).await
+        Ok(bytes)
     }
 
     /// The backup into `prefix` (kept for the restore that follows).

@@ -278,6 +278,31 @@ async fn a_source_behind_the_disk_gets_a_refresh_and_nothing_ships() {
     );
 }
 
+/// The first backup of a store writes `backup.lineage` while it resumes, and its first
+/// generation ships it: the restore point names the file the store now holds (a reading of the
+/// store's files started beside the resume must not decide that).
+#[tokio::test]
+async fn a_first_backup_ships_the_lineage_it_wrote() {
+    for _ in 0..5 {
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        write(&store, 300, 0, 4 << 10);
+        assert!(!store.join(disk::LINEAGE_FILE).exists());
+        worker(&store, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap();
+        let (_, m) = latest(fs_bucket(&root).as_ref()).await;
+        let shipped = m
+            .side_files
+            .iter()
+            .find(|f| f.name == disk::LINEAGE_FILE)
+            .unwrap_or_else(|| panic!("generation 1 does not ship backup.lineage: {m:?}"));
+        let local = std::fs::read(store.join(disk::LINEAGE_FILE)).unwrap();
+        assert_eq!(shipped.object.crc, crc32fast::hash(&local));
+    }
+}
+
 #[tokio::test]
 async fn a_restarted_worker_resumes_its_generation_and_ships_only_new_bytes() {
     let t = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicBool;
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use super::local::read_local;
+use super::local::{read_local, read_side_files};
 use super::view::Generation;
 use super::{BackupCounters, BackupWorker, DeferReason, StepOutcome, WorkerError};
 use crate::bucket::{self, Body, BucketError, Created, DynBucket, PutCondition};
@@ -89,6 +89,13 @@ pub(super) async fn start(
     let Some(local) = local else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
+    let dir: PathBuf = w.dir.clone();
+    let side = tokio::task::spawn_blocking(move || read_side_files(&dir))
+        .await
+        .map_err(|e| WorkerError::Store {
+            dir: w.dir.clone(),
+            detail: e.to_string(),
+        })??;
     let after = DiskState::look_async(&w.dir).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
@@ -204,7 +211,7 @@ pub(super) async fn start(
         });
     }
     let mut side_files = Vec::new();
-    for (name, data, crc) in &local.side_files {
+    for (name, data, crc) in &side {
         let reuse = known_side
             .iter()
             .find(|k| &k.name == name && k.object.len == data.len() as u64 && k.object.crc == *crc);

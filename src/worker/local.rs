@@ -56,11 +56,11 @@ pub(super) struct LocalArchive {
     pub crc: u32,
 }
 
-/// Everything of the store a generation ships besides `wal.bin`.
+/// The snapshot and archives a generation ships (its side files are read apart:
+/// [`read_side_files`]).
 pub(super) struct LocalGeneration {
     pub snapshot: Option<LocalSnapshot>,
     pub archives: Vec<LocalArchive>,
-    pub side_files: Vec<(String, Bytes, u32)>,
     pub wal_floor: u64,
 }
 
@@ -329,6 +329,18 @@ pub(super) fn read_local(
         _ => {}
     }
 
+    Ok(Some(LocalGeneration {
+        snapshot,
+        archives,
+        wal_floor,
+    }))
+}
+
+/// The side files in the store directory (`disk::SIDE_FILES`), with their CRCs. Read apart
+/// from [`read_local`], when the generation starts: a [`ReadAhead`] runs beside the resume
+/// that may write `backup.lineage`, and must not decide whether the generation ships it.
+/// Blocking.
+pub(super) fn read_side_files(dir: &Path) -> Result<Vec<(String, Bytes, u32)>, WorkerError> {
     let mut side_files = Vec::new();
     for name in disk::SIDE_FILES {
         let path = dir.join(name);
@@ -341,12 +353,7 @@ pub(super) fn read_local(
             Err(e) => return Err(io(&path)(e)),
         }
     }
-    Ok(Some(LocalGeneration {
-        snapshot,
-        archives,
-        side_files,
-        wal_floor,
-    }))
+    Ok(side_files)
 }
 
 /// A reading of the generation's files started before the step that needs it, to run while

@@ -445,6 +445,10 @@ impl BackupWorker {
         if disk.intent {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
         }
+        // Started before the position is read (an offline source fsyncs and scans wal.bin for
+        // it); a step that defers drops it.
+        let ahead =
+            (read_ahead && self.view.is_none()).then(|| local::ReadAhead::start(&self.dir, &disk));
         let pos = self.source.durable_wal_position().await?;
         self.counters.record_durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
@@ -453,7 +457,6 @@ impl BackupWorker {
         }
 
         let Some(view) = self.view.as_mut() else {
-            let ahead = read_ahead.then(|| local::ReadAhead::start(&self.dir, &disk));
             let view = view::View::resume(self, &disk, &pos).await?;
             // Kept only for a step that starts a generation.
             let continues = view

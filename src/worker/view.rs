@@ -116,6 +116,82 @@ async fn get_opt(
     }
 }
 
+/// What resume reads of the prefix's restore points: LATEST and the manifest it names, or
+/// (with no LATEST: a crash after the first manifest, or an empty prefix) the newest valid
+/// manifest listed.
+struct Found {
+    latest: Option<(Latest, String)>,
+    manifests: HashMap<String, Option<Manifest>>,
+    any_manifest: bool,
+    newest: Option<(String, Manifest)>,
+}
+
+async fn newest_restore_point(bucket: &DynBucket) -> Result<Found, WorkerError> {
+    let latest = match get_opt(bucket, LATEST_KEY).await? {
+        None => None,
+        Some(o) => {
+            let l = Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
+                key: LATEST_KEY.into(),
+                detail: e.to_string(),
+            })?;
+            Some((l, o.etag))
+        }
+    };
+    let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
+    let mut any_manifest = latest.is_some();
+    let newest = match &latest {
+        Some((l, _)) => {
+            let Some(o) = get_opt(bucket, &l.manifest).await? else {
+                return Err(WorkerError::BadBucket {
+                    key: LATEST_KEY.into(),
+                    detail: format!("names {}, which does not exist", l.manifest),
+                });
+            };
+            let m = Manifest::decode(&l.manifest, &o.data).map_err(|e| WorkerError::BadBucket {
+                key: l.manifest.clone(),
+                detail: format!("LATEST names an invalid manifest: {e}"),
+            })?;
+            manifests.insert(l.manifest.clone(), Some(m.clone()));
+            Some((l.manifest.clone(), m))
+        }
+        None => {
+            // No LATEST: a crash after the first manifest, or an empty prefix.
+            let mut keys: Vec<(u64, String)> =
+                bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX)
+                    .await?
+                    .into_iter()
+                    .filter_map(|o| manifest::parse_manifest_key(&o.key).map(|n| (n, o.key)))
+                    .collect();
+            keys.sort();
+            any_manifest = !keys.is_empty();
+            let mut found = None;
+            for (_, key) in keys.into_iter().rev() {
+                let Some(o) = get_opt(bucket, &key).await? else {
+                    continue;
+                };
+                match Manifest::decode(&key, &o.data) {
+                    Ok(m) => {
+                        manifests.insert(key.clone(), Some(m.clone()));
+                        found = Some((key, m));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(%key, error = %e, "skipping an invalid manifest");
+                        manifests.insert(key, None);
+                    }
+                }
+            }
+            found
+        }
+    };
+    Ok(Found {
+        latest,
+        manifests,
+        any_manifest,
+        newest,
+    })
+}
+
 impl View {
     /// Reads the prefix's state and decides, with the store's lineage, whether and how to go on.
     pub async fn resume(
@@ -123,65 +199,20 @@ impl View {
         disk: &DiskState,
         pos: &WalPosition,
     ) -> Result<View, WorkerError> {
+        // The generations are listed while the restore points are read: the listing is needed
+        // whatever LATEST says (unless the lineage is refused, and a LIST changes nothing), so
+        // it need not wait for them.
         let bucket = &w.bucket;
-        let latest = match get_opt(bucket, LATEST_KEY).await? {
-            None => None,
-            Some(o) => {
-                let l = Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
-                    key: LATEST_KEY.into(),
-                    detail: e.to_string(),
-                })?;
-                Some((l, o.etag))
-            }
-        };
-        let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
-        let mut any_manifest = latest.is_some();
-        let newest = match &latest {
-            Some((l, _)) => {
-                let Some(o) = get_opt(bucket, &l.manifest).await? else {
-                    return Err(WorkerError::BadBucket {
-                        key: LATEST_KEY.into(),
-                        detail: format!("names {}, which does not exist", l.manifest),
-                    });
-                };
-                let m =
-                    Manifest::decode(&l.manifest, &o.data).map_err(|e| WorkerError::BadBucket {
-                        key: l.manifest.clone(),
-                        detail: format!("LATEST names an invalid manifest: {e}"),
-                    })?;
-                manifests.insert(l.manifest.clone(), Some(m.clone()));
-                Some((l.manifest.clone(), m))
-            }
-            None => {
-                // No LATEST: a crash after the first manifest, or an empty prefix.
-                let mut keys: Vec<(u64, String)> =
-                    bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX)
-                        .await?
-                        .into_iter()
-                        .filter_map(|o| manifest::parse_manifest_key(&o.key).map(|n| (n, o.key)))
-                        .collect();
-                keys.sort();
-                any_manifest = !keys.is_empty();
-                let mut found = None;
-                for (_, key) in keys.into_iter().rev() {
-                    let Some(o) = get_opt(bucket, &key).await? else {
-                        continue;
-                    };
-                    match Manifest::decode(&key, &o.data) {
-                        Ok(m) => {
-                            manifests.insert(key.clone(), Some(m.clone()));
-                            found = Some((key, m));
-                            break;
-                        }
-                        Err(e) => {
-                            tracing::warn!(%key, error = %e, "skipping an invalid manifest");
-                            manifests.insert(key, None);
-                        }
-                    }
-                }
-                found
-            }
-        };
+        let (found, generations) = tokio::join!(
+            newest_restore_point(bucket),
+            bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX),
+        );
+        let Found {
+            latest,
+            manifests,
+            any_manifest,
+            newest,
+        } = found?;
 
         let dir = w.dir.clone();
         let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
@@ -216,7 +247,7 @@ impl View {
         // Every generation in the prefix, any lineage, and this lineage's segment keys.
         let mut max_generation = 0;
         let mut segment_keys: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
-        let generations = bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await?;
+        let generations = generations?;
         let found_empty_at =
             (!any_manifest && generations.is_empty()).then(tokio::time::Instant::now);
         for o in generations {
