@@ -55,10 +55,16 @@
 //! `cores` columns are CPU seconds per wall second of the bench process and of the moto it
 //! started (1.0 is one core busy; moto's Python runs about one core at most), so they show
 //! which side was busy. The request table after each measurement says where the time of one
-//! run went (time summed over calls, so more than the wall time where calls overlap).
+//! run went (time summed over calls, so more than the wall time where calls overlap). The
+//! ratios of each repetition follow (backup and plain PUTs of one repetition ran seconds
+//! apart at most, so moto's drift over a run touches both), with their median.
 //!
 //! moto is a Python server on the same machine, competing with the bench for CPU: absolute
-//! figures say more about moto than about S3. The ratios are the point.
+//! figures say more about moto than about S3. The ratios are the point. So that neither side
+//! of a ratio pays for moto's state left by the other, every measurement starts after a
+//! `sync` (moto's temporary files written back) and, for the restore and the plain GETs, after
+//! an untimed read of every object they fetch (moto's first read of an object after its PUT
+//! is slower by half).
 //!
 //! # Settings (environment)
 //!
@@ -399,11 +405,16 @@ impl Bench {
     }
 
     /// The backup, then the restore of what it wrote and the plain GETs of the same objects,
-    /// in an order that alternates with the repetition (whichever comes first reads objects
-    /// moto has just written, which the second does not); then its prefix is deleted.
+    /// in an order that alternates with the repetition; then its prefix is deleted.
+    ///
+    /// Between the backup and the two, an untimed read of every object they fetch: moto's first
+    /// read of an object after its PUT is slower than the next by half (a restore measured
+    /// 1.5–1.8 s first, 1.1–1.2 s second, and plain GETs likewise), which would count against
+    /// whichever of the two came first.
     async fn backup_and_restore(&self, rep: usize, results: &mut Results) -> Result<()> {
         let prefix = format!("backup-{rep}");
         self.backup(&prefix, results).await?;
+        self.get_all(rep, &prefix, &mut Results::default()).await?;
         let (restored, got) = if rep.is_multiple_of(2) {
             let restored = self.restore(rep, &prefix, results).await?;
             (restored, self.get_all(rep, &prefix, results).await?)
@@ -422,6 +433,7 @@ impl Bench {
     async fn restore(&self, rep: usize, prefix: &str, results: &mut Results) -> Result<u64> {
         let log = RequestLog::default();
         let target = self.work.join(format!("restore-{rep}"));
+        settle().await?;
         let watch = Stopwatch::start();
         let report = restore::restore(
             self.bucket(prefix, &log).as_ref(),
@@ -441,6 +453,7 @@ impl Bench {
     async fn get_all(&self, rep: usize, prefix: &str, results: &mut Results) -> Result<u64> {
         let pieces = self.restore_pieces(&self.raw(prefix)).await?;
         let got = self.work.join(format!("plain-get-{rep}"));
+        settle().await?;
         let watch = Stopwatch::start();
         let bytes = self.get_plain(prefix, &pieces, &got).await?;
         let (time, cpu) = watch.stop();
@@ -452,6 +465,7 @@ impl Bench {
     /// The backup into `prefix` (kept for the restore that follows).
     async fn backup(&self, prefix: &str, results: &mut Results) -> Result<()> {
         let log = RequestLog::default();
+        settle().await?;
         let watch = Stopwatch::start();
         let mut worker = BackupWorker::new(
             &self.store,
@@ -479,6 +493,7 @@ impl Bench {
     ) -> Result<()> {
         let bytes: u64 = items.iter().map(|i| i.data.len() as u64).sum();
         let to = format!("plain-{}-{rep}", baseline.name());
+        settle().await?;
         let watch = Stopwatch::start();
         match baseline {
             PutBaseline::Library => self.put_library(&to, items).await?,
@@ -671,6 +686,16 @@ impl Bench {
             .await?;
         Ok(())
     }
+}
+
+/// Writes back every dirty page of the machine, before each measurement (untimed). moto keeps
+/// large objects in temporary files; their writeback otherwise lands in whichever measurement
+/// comes next, and most in one that fsyncs (a restore, or the plain GETs), which then waits
+/// behind it: whichever of the two ran first after the backup was 30 % slower.
+async fn settle() -> Result<()> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    tokio::task::spawn_blocking(|| unsafe { libc::sync() }).await?;
+    Ok(())
 }
 
 /// Whether the worker uploads `key` from a file it checked (a snapshot or an archive).
