@@ -54,18 +54,19 @@
 //!
 //! Run with `cargo bench --bench requests`.
 
-use std::ops::Range;
+#[path = "../tests/support/hooked.rs"]
+mod hooked;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use hooked::Hooked;
+use mushroom_backup::bucket::DynBucket;
 use mushroom_backup::bucket::counting::RequestCountsSnapshot;
+use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::fs::FsBucket;
-use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition,
-};
 use mushroom_backup::health::StoreHealth;
 use mushroom_backup::lease::LeaseConfig;
 use mushroom_backup::manifest::{GEN_PREFIX, LATEST_KEY, LEASE_KEY, MANIFESTS_PREFIX};
@@ -85,37 +86,6 @@ const HOUR: f64 = 3600.0;
 
 // ---------------------------------------------------------------------------------------------
 // Counting by kind and key
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Get,
-    GetRange,
-    Head,
-    Put,
-    Delete,
-    List,
-}
-const KINDS: [Kind; 6] = [
-    Kind::Get,
-    Kind::GetRange,
-    Kind::Head,
-    Kind::Put,
-    Kind::Delete,
-    Kind::List,
-];
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Get => "get",
-            Kind::GetRange => "get_range",
-            Kind::Head => "head",
-            Kind::Put => "put",
-            Kind::Delete => "delete",
-            Kind::List => "list",
-        }
-    }
-}
 
 /// What a key (or a listed prefix) is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,16 +133,16 @@ impl Class {
 /// Requests by kind and class.
 #[derive(Default)]
 struct KeyCounts {
-    n: [[AtomicU64; CLASSES.len()]; KINDS.len()],
+    n: [[AtomicU64; CLASSES.len()]; Op::ALL.len()],
 }
 
 #[derive(Debug, Clone, Copy, Default)]
 struct KeySnapshot {
-    n: [[u64; CLASSES.len()]; KINDS.len()],
+    n: [[u64; CLASSES.len()]; Op::ALL.len()],
 }
 
 impl KeyCounts {
-    fn record(&self, kind: Kind, key: &str) {
+    fn record(&self, kind: Op, key: &str) {
         self.n[kind as usize][Class::of(key) as usize].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -190,7 +160,7 @@ impl KeyCounts {
 impl KeySnapshot {
     fn since(&self, earlier: &KeySnapshot) -> KeySnapshot {
         let mut s = *self;
-        for k in 0..KINDS.len() {
+        for k in 0..Op::ALL.len() {
             for c in 0..CLASSES.len() {
                 s.n[k][c] -= earlier.n[k][c];
             }
@@ -198,69 +168,16 @@ impl KeySnapshot {
         s
     }
 
-    fn get(&self, kind: Kind, class: Class) -> u64 {
+    fn get(&self, kind: Op, class: Class) -> u64 {
         self.n[kind as usize][class as usize]
     }
 
-    fn kind(&self, kind: Kind) -> u64 {
+    fn kind(&self, kind: Op) -> u64 {
         self.n[kind as usize].iter().sum()
     }
 
     fn total(&self) -> u64 {
-        KINDS.iter().map(|k| self.kind(*k)).sum()
-    }
-}
-
-/// A bucket that counts its requests by kind and by what the key is.
-struct ClassifyingBucket {
-    inner: DynBucket,
-    counts: Arc<KeyCounts>,
-    /// LISTs of a prefix other than `manifests/` and `gen/`, the two retention lists.
-    other_lists: Arc<AtomicU64>,
-}
-
-#[async_trait::async_trait]
-impl Bucket for ClassifyingBucket {
-    fn url(&self) -> String {
-        self.inner.url()
-    }
-
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        self.counts.record(Kind::Get, key);
-        self.inner.get(key).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
-        self.counts.record(Kind::GetRange, key);
-        self.inner.get_range(key, range).await
-    }
-
-    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
-        self.counts.record(Kind::Head, key);
-        self.inner.head(key).await
-    }
-
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
-        self.counts.record(Kind::Put, key);
-        self.inner.put(key, body, cond).await
-    }
-
-    async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
-        self.counts.record(Kind::Delete, key);
-        self.inner.delete(key, if_match).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        self.counts.record(Kind::List, prefix);
-        if prefix != MANIFESTS_PREFIX && prefix != GEN_PREFIX {
-            self.other_lists.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.list(prefix, token, max_keys).await
+        Op::ALL.iter().map(|k| self.kind(*k)).sum()
     }
 }
 
@@ -415,10 +332,19 @@ async fn measure(scenario: Scenario, k: f64, window: Duration, root: &Path) -> M
 
     let counts = Arc::new(KeyCounts::default());
     let other_lists = Arc::new(AtomicU64::new(0));
-    let bucket: DynBucket = Arc::new(ClassifyingBucket {
+    // Requests counted by kind and by what the key is; LISTs of a prefix other than the two
+    // retention lists (`manifests/`, `gen/`) apart.
+    let bucket: DynBucket = Arc::new(Hooked {
         inner: Arc::new(FsBucket::open(&bucket_dir).expect("open the bucket")),
-        counts: counts.clone(),
-        other_lists: other_lists.clone(),
+        hook: {
+            let (counts, other_lists) = (counts.clone(), other_lists.clone());
+            move |op: Op, key: &str| {
+                counts.record(op, key);
+                if op == Op::List && key != MANIFESTS_PREFIX && key != GEN_PREFIX {
+                    other_lists.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        },
     });
     let (config, ttl) = compressed(k);
     let wal_interval = config.wal_interval;
@@ -485,20 +411,20 @@ async fn measure(scenario: Scenario, k: f64, window: Duration, root: &Path) -> M
 /// run; nothing else lists `manifests/` in steady state (the resume does, after an
 /// acquisition).
 fn retention_runs(r: &KeySnapshot) -> u64 {
-    r.get(Kind::List, Class::Manifest)
+    r.get(Op::List, Class::Manifest)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Report
 
 /// DESIGN.md section 5's figures, per hour.
-fn expected(scenario: Scenario, kind: Kind, class: Option<Class>) -> f64 {
+fn expected(scenario: Scenario, kind: Op, class: Option<Class>) -> f64 {
     let busy = scenario.commits_per_sec > 0.0;
     match (kind, class) {
-        (Kind::Put, Some(Class::Lease)) => 360.0,
-        (Kind::Put, Some(Class::Segment)) if busy => 3600.0,
-        (Kind::Put, Some(Class::Manifest)) if busy => 120.0,
-        (Kind::Put, Some(Class::Latest)) if busy => 120.0,
+        (Op::Put, Some(Class::Lease)) => 360.0,
+        (Op::Put, Some(Class::Segment)) if busy => 3600.0,
+        (Op::Put, Some(Class::Manifest)) if busy => 120.0,
+        (Op::Put, Some(Class::Latest)) if busy => 120.0,
         _ => 0.0,
     }
 }
@@ -514,7 +440,7 @@ fn ratio(measured: f64, expected: f64) -> String {
 }
 
 /// The classes of a kind's requests, when they are not all of one obvious class.
-fn by_class(r: &KeySnapshot, m: &Measured, kind: Kind) -> String {
+fn by_class(r: &KeySnapshot, m: &Measured, kind: Op) -> String {
     CLASSES
         .iter()
         .filter(|c| r.get(kind, **c) > 0)
@@ -547,8 +473,8 @@ fn print(m: &Measured) {
         );
     };
     let mut expected_total = 0.0;
-    for kind in KINDS {
-        if kind == Kind::Put {
+    for kind in Op::ALL {
+        if kind == Op::Put {
             for class in CLASSES {
                 let exp = expected(sc, kind, Some(class));
                 expected_total += exp;
@@ -618,15 +544,15 @@ fn print(m: &Measured) {
         format!(
             "no LIST besides retention's: {} LIST in {} retention run(s) (retention_interval \
              1 h; {} of manifests/, {} of gen/, which grows with every segment kept)",
-            r.kind(Kind::List),
+            r.kind(Op::List),
             m.retention_runs,
-            r.get(Kind::List, Class::Manifest),
-            r.kind(Kind::List) - r.get(Kind::List, Class::Manifest) - m.other_lists,
+            r.get(Op::List, Class::Manifest),
+            r.kind(Op::List) - r.get(Op::List, Class::Manifest) - m.other_lists,
         ),
     );
     if sc.commits_per_sec == 0.0 {
-        let lease_puts = r.get(Kind::Put, Class::Lease);
-        let others = r.total() - lease_puts - r.kind(Kind::List);
+        let lease_puts = r.get(Op::Put, Class::Lease);
+        let others = r.total() - lease_puts - r.kind(Op::List);
         check(
             others == 0,
             format!(
@@ -635,7 +561,7 @@ fn print(m: &Measured) {
         );
     }
     let renew_every = mushroom_backup::lease::DEFAULT_TTL.as_secs_f64() / 3.0;
-    let renewals = m.per_hour(r.get(Kind::Put, Class::Lease));
+    let renewals = m.per_hour(r.get(Op::Put, Class::Lease));
     check(
         renewals <= HOUR / renew_every * 1.05,
         format!(

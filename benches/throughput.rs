@@ -688,10 +688,11 @@ impl Bench {
     }
 }
 
-/// Writes back every dirty page of the machine, before each measurement (untimed). moto keeps
-/// large objects in temporary files; their writeback otherwise lands in whichever measurement
-/// comes next, and most in one that fsyncs (a restore, or the plain GETs), which then waits
-/// behind it: whichever of the two ran first after the backup was 30 % slower.
+/// Writes back every dirty page of the machine, before each measurement (untimed): moto keeps
+/// large objects in temporary files, and no measurement should wait behind the writeback of
+/// the one before it (the fsyncs of a restore or of the plain GETs would). Hygiene, not a
+/// measured cure: it did not remove the slower first read of fresh objects, which the untimed
+/// read before restore and the plain GETs does.
 async fn settle() -> Result<()> {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     tokio::task::spawn_blocking(|| unsafe { libc::sync() }).await?;

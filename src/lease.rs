@@ -21,20 +21,20 @@
 //!   holder that died takes over within a TTL and a third of its death.
 //!
 //! # Holding
-//! A task owned by the [`BucketLease`] renews it every third of a TTL with `If-Match` on the
-//! ETag it last wrote (rounded up onto the process's tick grid, [`LeaseConfig::coalesce`], so a
-//! fleet's thousand renewals do not each wake the process); a failed renewal is retried after
-//! [`RENEW_RETRY`] (at most the renewal interval). [`BucketLease::may_write`] holds only until the *start* of the last successful
-//! renewal (or of the acquiring write) plus the TTL minus a margin of a tenth of the TTL. A
-//! successor's clock for that ETag cannot start before the write landed, which is after it
-//! started, so this holder stops writing at least a margin before any successor may start; the
-//! margin absorbs the two clocks running at slightly different rates. The lease stops holding,
-//! for good, when that deadline passes (renewals kept failing), when a renewal answers 412 (the
-//! object was taken over or deleted), or on [`BucketLease::release`]. At that moment
-//! [`BucketLease::token`] is cancelled (a timer, not polling), and every future run through
+//! A task owned by the [`BucketLease`] renews it every third of a TTL with `If-Match` on the ETag
+//! it last wrote (rounded up onto the process's tick grid, [`LeaseConfig::coalesce`], so a fleet's
+//! thousand renewals do not each wake the process); a failed renewal is retried after
+//! [`RENEW_RETRY`] (at most the renewal interval). [`BucketLease::may_write`] holds only until the
+//! *start* of the last successful renewal (or of the acquiring write) plus the TTL minus a margin
+//! of a tenth of the TTL. A successor's clock for that ETag cannot start before the write landed,
+//! which is after it started, so this holder stops writing at least a margin before any successor
+//! may start; the margin absorbs the two clocks running at slightly different rates. The lease
+//! stops holding, for good, when that deadline passes (renewals kept failing), when a renewal
+//! answers 412 (the object was taken over or deleted), or on [`BucketLease::release`]. At that
+//! moment [`BucketLease::token`] is cancelled (a timer, not polling), and every future run through
 //! [`BucketLease::guard`] is dropped — a request in flight is cancelled — and returns
-//! [`LeaseError::Lost`]. A lease that stopped holding is never held again: acquire anew, and
-//! start from the bucket's state afresh.
+//! [`LeaseError::Lost`]. A lease that stopped holding is never held again: acquire anew, and start
+//! from the bucket's state afresh.
 //!
 //! A renewal whose answer was lost (an indeterminate failure) may have landed: the next attempt
 //! writes the same content, and if it is refused (412) and the object holds exactly that

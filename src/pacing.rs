@@ -3,12 +3,11 @@
 //!
 //! Every store's runner and supervisor tick once per `wal_interval`, and its bucket lease is
 //! renewed every third of a TTL, each on its own timer. With the stores' phases spread over the
-//! interval, the runtime would wake for nearly every millisecond, and each wake-up costs more
-//! than the idle tick it serves. [`coalesce`] rounds a
-//! deadline *up* to a grid shared by the whole process (a tenth of the period, at most
-//! [`MAX_GRID`]), so the ticks of all stores fall on a few instants per second and are served
-//! together. A tick so comes at most one grid step late; nothing is ever early. Periods too
-//! short for a grid of `MIN_GRID` (tests) are not rounded.
+//! interval, the runtime would wake for nearly every millisecond, and each wake-up costs more than
+//! the idle tick it serves. [`coalesce`] rounds a deadline *up* to a grid shared by the whole
+//! process (a tenth of the period, at most [`MAX_GRID`]), so the ticks of all stores fall on a few
+//! instants per second and are served together. A tick so comes at most one grid step late; nothing
+//! is ever early. Periods too short for a grid of `MIN_GRID` (tests) are not rounded.
 
 use std::sync::OnceLock;
 use std::time::Duration;

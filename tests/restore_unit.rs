@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::fs::FsBucket;
 use mushroom_backup::bucket::{Bucket, PutCondition};
 use mushroom_backup::manifest::{
@@ -739,8 +740,8 @@ async fn verify_passes_on_good_data_and_fetches_shared_objects_once() {
         inner: Arc::new(fx.bucket.clone()),
         hook: {
             let gets = gets.clone();
-            move |op: &'static str, key: &str| {
-                if op == "get" {
+            move |op: Op, key: &str| {
+                if op == Op::Get {
                     *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
                 }
             }

@@ -9,6 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::{self, Bucket};
 use mushroom_backup::manifest::{self, Latest, Manifest};
 use mushroom_backup::restore::{self, RestoreOptions};
@@ -525,9 +526,9 @@ async fn an_archive_changed_after_its_check_is_refused_at_upload_and_no_restore_
         inner: fs_bucket(&root),
         hook: {
             let flipped = flipped.clone();
-            move |op: &'static str, key: &str| {
+            move |op: Op, key: &str| {
                 let mut flipped = flipped.lock().unwrap();
-                if op != "put" || !key.contains("/archive/") || flipped.is_some() {
+                if op != Op::Put || !key.contains("/archive/") || flipped.is_some() {
                     return;
                 }
                 let path = archives.join(key.rsplit('/').next().unwrap());

@@ -66,15 +66,10 @@ impl Body {
             Body::File { file, offset, .. } => {
                 let file = file.clone();
                 let pos = offset + at;
-                tokio::task::spawn_blocking(move || {
-                    use std::os::unix::fs::FileExt;
-                    let mut buf = vec![0u8; len as usize];
-                    file.read_exact_at(&mut buf, pos)?;
-                    Ok::<_, std::io::Error>(Bytes::from(buf))
-                })
-                .await
-                .map_err(|e| body_error(e.to_string()))?
-                .map_err(|e| body_error(e.to_string()))
+                tokio::task::spawn_blocking(move || pread(&file, pos, len))
+                    .await
+                    .map_err(|e| body_error(e.to_string()))?
+                    .map_err(|e| body_error(e.to_string()))
             }
         }
     }
@@ -103,6 +98,14 @@ impl Body {
         }
         Ok(self.to_bytes().await?.as_ref() == other)
     }
+}
+
+/// `len` bytes of `file` from `at`, with `pread`. Blocking.
+pub(crate) fn pread(file: &std::fs::File, at: u64, len: u64) -> std::io::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, at)?;
+    Ok(Bytes::from(buf))
 }
 
 /// `Err` with the reason when the CRC-32 of the bytes read (`actual`) is not the one the body

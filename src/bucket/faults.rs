@@ -41,6 +41,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// Every operation, in declaration order (`op as usize` indexes it).
+    pub const ALL: [Op; 6] = [
+        Op::Get,
+        Op::GetRange,
+        Op::Head,
+        Op::Put,
+        Op::Delete,
+        Op::List,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Op::Get => "get",
@@ -418,6 +428,17 @@ impl super::Bucket for FaultyBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn op_all_is_indexed_by_the_op() {
+        for (i, op) in Op::ALL.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op:?}");
+            // A new variant stops this compiling until it is listed in `Op::ALL`.
+            match op {
+                Op::Get | Op::GetRange | Op::Head | Op::Put | Op::Delete | Op::List => {}
+            }
+        }
+    }
 
     #[test]
     fn seeded_faults_follow_their_probabilities() {

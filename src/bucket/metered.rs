@@ -27,15 +27,6 @@ use super::faults::Op;
 use super::{Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
 use crate::telemetry::metrics::{BUCKET_REQUEST_DURATION, BUCKET_REQUESTS};
 
-/// Every `op` label, in [`op_index`] order.
-const OPS: [Op; 6] = [
-    Op::Get,
-    Op::GetRange,
-    Op::Head,
-    Op::Put,
-    Op::Delete,
-    Op::List,
-];
 /// Every `outcome` label.
 pub const OUTCOMES: [&str; 8] = [
     "ok",
@@ -48,12 +39,6 @@ pub const OUTCOMES: [&str; 8] = [
     "crashed",
 ];
 
-fn op_index(op: Op) -> usize {
-    OPS.iter()
-        .position(|o| *o == op)
-        .expect("every op is listed")
-}
-
 /// The series of one `(op, outcome)`, registered at its first request.
 type Series = OnceLock<(metrics::Histogram, metrics::Counter)>;
 
@@ -64,7 +49,7 @@ type Series = OnceLock<(metrics::Histogram, metrics::Counter)>;
 /// wrapper records nothing.
 pub struct MeteredBucket {
     inner: DynBucket,
-    series: [[Series; OUTCOMES.len()]; OPS.len()],
+    series: [[Series; OUTCOMES.len()]; Op::ALL.len()],
 }
 
 impl MeteredBucket {
@@ -80,7 +65,7 @@ impl MeteredBucket {
             .iter()
             .position(|x| *x == outcome)
             .expect("every outcome is listed");
-        self.series[op_index(op)][o].get_or_init(|| {
+        self.series[op as usize][o].get_or_init(|| {
             let labels = [("op", op.name()), ("outcome", outcome)];
             (
                 metrics::histogram!(BUCKET_REQUEST_DURATION, &labels),

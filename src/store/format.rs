@@ -251,8 +251,7 @@ fn scan_run(
         }
         let crc = u32_at(buf, at + 4);
         let seq = u64_at(buf, at + 8);
-        // The seq's bytes and the payload are contiguous: one pass over both.
-        if crc32fast::hash(&buf[at + 8..end]) != crc {
+        if frame_crc(seq, &buf[at + FRAME_HEADER_LEN..end]) != crc {
             break Some(TailStop::BadCrc);
         }
         if expected != Some(seq) {

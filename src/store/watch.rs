@@ -31,10 +31,11 @@
 //!   whose filesystem could not be asked.
 //!
 //! These re-reads are the only looks an idle store makes; at 30 s everywhere they were a fifth
-//! of an idle fleet's CPU. A queue overflow
-//! (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A directory that is
-//! deleted, moved away or unmounted has no stamp (`None`: look every time) until a directory
-//! is found at its path again, which is watched afresh under a new stamp.
+//! of an idle fleet's CPU.
+//!
+//! A queue overflow (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A
+//! directory that is deleted, moved away or unmounted has no stamp (`None`: look every time)
+//! until a directory is found at its path again, which is watched afresh under a new stamp.
 //!
 //! # What a crash leaves
 //! Nothing: the watch lives in the kernel only as long as the process.
@@ -318,9 +319,7 @@ impl DirWatch {
                 .wrapping_add(u64::from(inner.archive_wd.is_some()) << 48),
         )
     }
-}
 
-impl DirWatch {
     /// How long an unchanged stamp may vouch for a read of this directory (see the module
     /// docs): [`LOCAL_WATCH_TRUST`] or [`WATCH_TRUST`].
     pub fn trust(&self) -> Duration {

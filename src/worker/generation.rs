@@ -12,12 +12,11 @@
 //! retention removes after its grace period.
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
-use super::local::{read_local, read_side_files};
+use super::local::{Reading, read_side_files};
 use super::view::Generation;
 use super::{BackupCounters, BackupWorker, DeferReason, StepOutcome, WorkerError};
 use crate::bucket::{self, Body, BucketError, Created, DynBucket, PutCondition};
@@ -72,21 +71,12 @@ pub(super) async fn start(
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
-    let local = match w.read_ahead.take().filter(|r| r.serves(disk)) {
-        Some(ahead) => ahead.finish().await?,
-        None => {
-            let dir: PathBuf = w.dir.clone();
-            let look = disk.clone();
-            let never = AtomicBool::new(false);
-            tokio::task::spawn_blocking(move || read_local(&dir, &look, &never))
-                .await
-                .map_err(|e| WorkerError::Store {
-                    dir: w.dir.clone(),
-                    detail: e.to_string(),
-                })??
-        }
-    };
-    let Some(local) = local else {
+    let reading = w
+        .read_ahead
+        .take()
+        .filter(|r| r.serves(disk))
+        .unwrap_or_else(|| Reading::start(&w.dir, disk));
+    let Some(local) = reading.finish().await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
     let dir: PathBuf = w.dir.clone();

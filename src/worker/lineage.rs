@@ -95,7 +95,9 @@ pub fn decide(
                 // Restored with `--at` below the parent's restore point: its next restore
                 // points would land on keys the parent already holds.
                 return Decision::Refuse(format!(
-                    "the store was restored to commit {store_commit_seq}, below its parent's restore point                      {} ({} commits): an adopted store must start at its parent's newest restore point;                      restore it without --at, or back it up to a new prefix",
+                    "the store was restored to commit {store_commit_seq}, below its parent's restore point \
+                     {} ({} commits): an adopted store must start at its parent's newest restore \
+                     point; restore it without --at, or back it up to a new prefix",
                     newest.key, m.commit_seq
                 ));
             }
@@ -271,7 +273,8 @@ mod tests {
             Uuid::new_v4,
         );
         assert!(
-            matches!(d, Decision::Refuse(ref r) if r.contains("below its parent's restore point")),
+            matches!(d, Decision::Refuse(ref r) if r.contains("below its parent's restore point")
+                && !r.contains("  ")),
             "{d:?}"
         );
         let moved = manifest(1, 150);

@@ -82,7 +82,7 @@ fn corrupt(path: &Path, detail: String) -> WorkerError {
 enum Work<'a> {
     /// The CRC of the whole open snapshot file.
     SnapshotCrc(&'a std::fs::File, &'a Path, u64),
-    /// An archive, open since its header was read: read whole and checked.
+    /// An archive, open since its header was read: read in pieces and checked.
     Archive(&'a std::fs::File, &'a Path),
 }
 
@@ -337,8 +337,8 @@ pub(super) fn read_local(
 }
 
 /// The side files in the store directory (`disk::SIDE_FILES`), with their CRCs. Read apart
-/// from [`read_local`], when the generation starts: a [`ReadAhead`] runs beside the resume
-/// that may write `backup.lineage`, and must not decide whether the generation ships it.
+/// from [`read_local`], when the generation starts: a [`Reading`] may run beside the resume
+/// that writes `backup.lineage`, and must not decide whether the generation ships it.
 /// Blocking.
 pub(super) fn read_side_files(dir: &Path) -> Result<Vec<(String, Bytes, u32)>, WorkerError> {
     let mut side_files = Vec::new();
@@ -356,28 +356,27 @@ pub(super) fn read_side_files(dir: &Path) -> Result<Vec<(String, Bytes, u32)>, W
     Ok(side_files)
 }
 
-/// A reading of the generation's files started before the step that needs it, to run while
-/// the bucket is being read: [`BackupWorker::run_once`](super::BackupWorker::run_once) starts
-/// one beside a resume, which costs the prefix's round trips, so that a first backup does not
-/// wait for the two one after the other.
+/// A reading of the generation's files ([`read_local`]) on the blocking pool, stopped before
+/// its next file when dropped.
 ///
-/// It serves only a step whose look agrees with the one it was started after: the reading then
-/// lies between that look and the step's second look, as any reading must. Dropped unused (the
-/// resume found the store's generation already in the prefix, or the files changed), it stops
-/// before its next file.
-pub(super) struct ReadAhead {
+/// [`super::generation::start`] starts one after its look, or takes the one
+/// [`BackupWorker::run_once`](super::BackupWorker::run_once) started beside a resume (which
+/// costs the prefix's round trips), so that a first backup does not wait for the two one after
+/// the other. A reading serves only a step whose look agrees with the one it was started after:
+/// it then lies between that look and the step's second look, as any reading must.
+pub(super) struct Reading {
     disk: DiskState,
     cancel: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<Result<Option<LocalGeneration>, WorkerError>>>,
 }
 
-impl ReadAhead {
+impl Reading {
     /// Starts reading what `disk` (a look just made) names, on the blocking pool.
-    pub(super) fn start(dir: &Path, disk: &DiskState) -> ReadAhead {
+    pub(super) fn start(dir: &Path, disk: &DiskState) -> Reading {
         let cancel = Arc::new(AtomicBool::new(false));
         let (dir, look, stop) = (dir.to_path_buf(), disk.clone(), cancel.clone());
         let task = tokio::task::spawn_blocking(move || read_local(&dir, &look, &stop));
-        ReadAhead {
+        Reading {
             disk: disk.clone(),
             cancel,
             task: Some(task),
@@ -400,7 +399,7 @@ impl ReadAhead {
     }
 }
 
-impl Drop for ReadAhead {
+impl Drop for Reading {
     fn drop(&mut self) {
         self.cancel.store(true, Ordering::Relaxed);
     }

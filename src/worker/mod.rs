@@ -299,7 +299,7 @@ pub struct BackupWorker {
     /// The last step found nothing to do, with this stamp and position (see [`Quiet`]).
     quiet: Option<Quiet>,
     /// The reading a resume started ([`Self::run_once`]), for the step that starts a generation.
-    read_ahead: Option<local::ReadAhead>,
+    read_ahead: Option<local::Reading>,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -387,7 +387,7 @@ impl BackupWorker {
         self.step_with(false).await
     }
 
-    /// [`Self::step`]; a resume also starts a [`local::ReadAhead`] when `read_ahead` is set.
+    /// [`Self::step`]; a resume also starts a [`local::Reading`] when `read_ahead` is set.
     async fn step_with(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
         let result = self.step_inner(read_ahead).await;
         match &result {
@@ -448,7 +448,7 @@ impl BackupWorker {
         // Started before the position is read (an offline source fsyncs and scans wal.bin for
         // it); a step that defers drops it.
         let ahead =
-            (read_ahead && self.view.is_none()).then(|| local::ReadAhead::start(&self.dir, &disk));
+            (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.dir, &disk));
         let pos = self.source.durable_wal_position().await?;
         self.counters.record_durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
@@ -459,10 +459,7 @@ impl BackupWorker {
         let Some(view) = self.view.as_mut() else {
             let view = view::View::resume(self, &disk, &pos).await?;
             // Kept only for a step that starts a generation.
-            let continues = view
-                .current
-                .as_ref()
-                .is_some_and(|g| g.snapshot_id == pos.snapshot_id && g.wal_id == pos.wal_id);
+            let continues = view.current.as_ref().is_some_and(|g| g.is_of(&pos));
             self.read_ahead = ahead.filter(|_| !continues);
             let outcome = StepOutcome::Resumed {
                 lineage: view.lineage,
@@ -478,11 +475,7 @@ impl BackupWorker {
             return Ok(outcome);
         };
 
-        let same_generation = view
-            .current
-            .as_ref()
-            .is_some_and(|g| g.snapshot_id == pos.snapshot_id && g.wal_id == pos.wal_id);
-        if !same_generation {
+        if !view.current.as_ref().is_some_and(|g| g.is_of(&pos)) {
             return generation::start(self, &disk, &pos).await;
         }
         let current = view.current.as_ref().expect("checked above");
@@ -549,7 +542,7 @@ impl BackupWorker {
     /// it, and retention run. Defers (a snapshot in flight, a source catching up) are waited
     /// out for a few seconds.
     ///
-    /// A resume here starts reading the store's files beside its requests ([`local::ReadAhead`]),
+    /// A resume here starts reading the store's files beside its requests ([`local::Reading`]),
     /// so a first backup waits for the longer of the two rather than both. [`Self::step`] does
     /// not: a service resumes every worker at its start, and most find their generation already
     /// in the prefix, so reading ahead there would cost every store's archives for nothing.

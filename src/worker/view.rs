@@ -40,6 +40,12 @@ pub(super) struct Generation {
 }
 
 impl Generation {
+    /// Whether `pos` is on this generation's files (its snapshot and `wal.bin`): if not, a new
+    /// generation starts.
+    pub fn is_of(&self, pos: &WalPosition) -> bool {
+        self.snapshot_id == pos.snapshot_id && self.wal_id == pos.wal_id
+    }
+
     /// Commits the shipped segments reach.
     pub fn shipped_seq(&self) -> u64 {
         self.wal_header_floor + self.segments.iter().map(|s| s.frames).sum::<u64>()

@@ -1,9 +1,11 @@
-//! A bucket that calls a hook before each request it passes on, with the operation's name and
-//! the key: for tests that count requests, or act on the store at a chosen one.
+//! A bucket that calls a hook before each request it passes on, with the operation and the key
+//! (the prefix, for a LIST): for tests and benches that count requests, or act on the store at a
+//! chosen one.
 
 use std::ops::Range;
 
 use bytes::Bytes;
+use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::{
     Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition,
 };
@@ -14,33 +16,33 @@ pub struct Hooked<F> {
 }
 
 #[async_trait::async_trait]
-impl<F: Fn(&'static str, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
+impl<F: Fn(Op, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
     fn url(&self) -> String {
         self.inner.url()
     }
 
     async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        (self.hook)("get", key);
+        (self.hook)(Op::Get, key);
         self.inner.get(key).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
-        (self.hook)("get_range", key);
+        (self.hook)(Op::GetRange, key);
         self.inner.get_range(key, range).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
-        (self.hook)("head", key);
+        (self.hook)(Op::Head, key);
         self.inner.head(key).await
     }
 
     async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
-        (self.hook)("put", key);
+        (self.hook)(Op::Put, key);
         self.inner.put(key, body, cond).await
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
-        (self.hook)("delete", key);
+        (self.hook)(Op::Delete, key);
         self.inner.delete(key, if_match).await
     }
 
@@ -50,7 +52,7 @@ impl<F: Fn(&'static str, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
         token: Option<String>,
         max_keys: usize,
     ) -> Result<ListPage, BucketError> {
-        (self.hook)("list", prefix);
+        (self.hook)(Op::List, prefix);
         self.inner.list(prefix, token, max_keys).await
     }
 }

@@ -17,7 +17,6 @@
 //! connection.
 
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
@@ -26,7 +25,7 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use tokio::task::JoinHandle;
 
-use crate::bucket::body::check_crc32;
+use crate::bucket::body::{check_crc32, pread};
 
 /// Bytes read (and sent) at a time: large enough that the hops to the blocking pool cost
 /// nothing next to the copy, small enough that a piece is hashed while it is in the cache.
@@ -91,10 +90,9 @@ impl FileBody {
         let mut crc = self.crc.take().expect("one read at a time");
         self.next += n;
         self.reading = Some(tokio::task::spawn_blocking(move || {
-            let mut buf = vec![0u8; n as usize];
-            file.read_exact_at(&mut buf, at)?;
-            crc.update(&buf);
-            Ok((Bytes::from(buf), crc))
+            let piece = pread(&file, at, n)?;
+            crc.update(&piece);
+            Ok((piece, crc))
         }));
     }
 }
