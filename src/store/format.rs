@@ -130,21 +130,22 @@ impl WalHeader {
     }
 }
 
-/// CRC of a frame: the `seq` bytes followed by the payload.
-pub fn frame_crc(seq: u64, payload: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new();
-    h.update(&seq.to_le_bytes());
-    h.update(payload);
-    h.finalize()
+/// CRC of a frame: of its `seq` bytes followed by the payload, which lie side by side in the
+/// encoded frame (`seq_and_payload` is that part of it), so one pass hashes both.
+pub fn frame_crc(seq_and_payload: &[u8]) -> u32 {
+    crc32fast::hash(seq_and_payload)
 }
 
 /// Appends one encoded frame to `out`.
 pub fn encode_frame(seq: u64, payload: &[u8], out: &mut Vec<u8>) {
     let len = u32::try_from(payload.len()).expect("frame payload fits in u32");
     out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&frame_crc(seq, payload).to_le_bytes());
+    let crc_at = out.len();
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(payload);
+    let crc = frame_crc(&out[crc_at + 4..]);
+    out[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Why a scan of frames stopped before the end of its input.
@@ -251,7 +252,7 @@ fn scan_run(
         }
         let crc = u32_at(buf, at + 4);
         let seq = u64_at(buf, at + 8);
-        if frame_crc(seq, &buf[at + FRAME_HEADER_LEN..end]) != crc {
+        if frame_crc(&buf[at + 8..end]) != crc {
             break Some(TailStop::BadCrc);
         }
         if expected != Some(seq) {
