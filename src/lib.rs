@@ -10,6 +10,15 @@
 //! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
 //! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.
 //! - [`service`]: the gRPC control plane; [`node_client`]: the position reporter a node embeds.
+//! - [`units`]: every conversion of durations, counts and lengths saturates.
+
+// A cast that wraps or truncates turned `keep_for` of 2^63 ms into a negative age once; every
+// conversion goes through `units` (or a checked `try_from`) instead.
+#![deny(
+    clippy::cast_possible_wrap,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)]
 
 pub mod bucket;
 pub mod health;
@@ -22,6 +31,7 @@ pub mod restore;
 pub mod service;
 pub mod store;
 pub mod telemetry;
+pub mod units;
 pub mod verify;
 pub mod wal_source;
 pub mod worker;

@@ -362,7 +362,7 @@ pub fn now_rfc3339() -> String {
 /// Milliseconds since the epoch of an RFC 3339 time, if it parses.
 pub fn parse_time_ms(s: &str) -> Option<i64> {
     let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339).ok()?;
-    Some((t.unix_timestamp_nanos() / 1_000_000) as i64)
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ pub fn coalesce(deadline: Instant, period: Duration) -> Instant {
     };
     let grid_ns = grid.as_nanos();
     let late_ns = (grid_ns - since.as_nanos() % grid_ns) % grid_ns;
-    deadline + Duration::from_nanos(late_ns as u64)
+    deadline + Duration::from_nanos(u64::try_from(late_ns).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -188,7 +188,7 @@ impl OfflineSource {
         };
         if at < meta.len() {
             f.seek(SeekFrom::Start(at)).map_err(io(&path))?;
-            let mut rest = Vec::with_capacity((meta.len() - at) as usize);
+            let mut rest = Vec::with_capacity(crate::units::usize_of(meta.len() - at));
             f.read_to_end(&mut rest).map_err(io(&path))?;
             let scan = scan_frames(&rest, last_seq + 1);
             at += scan.valid_len as u64;

@@ -113,6 +113,42 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
         ],
         "--wal-interval-ms",
     );
+    // Every number a flag takes has a range; past it, one line naming the flag and the range
+    // (`keep_for` of 2^63 ms once wrapped negative and deleted what it should keep; an
+    // interval of u64::MAX ms overflowed the clock it was added to).
+    for (flag, value) in [
+        ("--keep-for-ms", "9223372036854775808"),
+        ("--orphan-grace-ms", "18446744073709551615"),
+        ("--retention-interval-ms", "18446744073709551615"),
+        ("--restore-point-interval-ms", "0"),
+        ("--keep-generations", "0"),
+    ] {
+        fails(
+            &[
+                "backup", "--store", s, "--to", &bucket, "--once", flag, value,
+            ],
+            &format!("{flag} = {value} is out of range"),
+        );
+    }
+    for (flag, value) in [
+        ("--health-report-interval-ms", "0"),
+        ("--owner-silent-after-ms", "18446744073709551615"),
+        ("--lease-ttl-ms", "0"),
+    ] {
+        let data = t.path().join("serve-data");
+        fails(
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                data.to_str().unwrap(),
+                flag,
+                value,
+            ],
+            &format!("{flag} = {value} is out of range"),
+        );
+    }
     fails(
         &[
             "restore",

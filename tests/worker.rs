@@ -462,6 +462,42 @@ async fn retention_keeps_the_newest_generations_and_deletes_only_unnamed_objects
     assert!(gens.len() < 4, "old generations were not deleted: {gens:?}");
 }
 
+/// A `keep_for` or `orphan_grace` of 2^63 ms or more once wrapped negative (`as i64`), and
+/// retention then deleted every old generation it was told to keep.
+#[tokio::test]
+async fn retention_keeps_everything_when_told_to_keep_for_longer_than_an_i64_of_ms() {
+    for huge in [1u64 << 63, u64::MAX] {
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        for _ in 0..3 {
+            write(&store, 200, 150, 0);
+            worker(&store, fs_bucket(&root), config())
+                .run_once()
+                .await
+                .unwrap();
+        }
+        let b = fs_bucket(&root);
+        let before = bucket::list_all(b.as_ref(), "").await.unwrap();
+        let mut cfg = config();
+        cfg.retention.keep_for = std::time::Duration::from_millis(huge);
+        cfg.retention.keep_generations = 1;
+        cfg.retention.orphan_grace = std::time::Duration::from_millis(huge);
+        let r = worker(&store, fs_bucket(&root), cfg)
+            .run_once()
+            .await
+            .unwrap();
+        assert_eq!(r.deleted, 0, "keep_for = {huge} ms deleted objects");
+        let after = bucket::list_all(b.as_ref(), "").await.unwrap();
+        for o in before.iter().filter(|o| o.key.starts_with("manifests/")) {
+            assert!(
+                after.iter().any(|a| a.key == o.key),
+                "keep_for = {huge} ms: {} was deleted",
+                o.key
+            );
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_there_could_be_old_enough()
  {

@@ -62,7 +62,7 @@ impl Body {
                 message: format!("range {at}+{len} past the body's {} bytes", self.len()),
             })?;
         match self {
-            Body::Bytes(b) => Ok(b.slice(at as usize..end as usize)),
+            Body::Bytes(b) => Ok(b.slice(crate::units::usize_of(at)..crate::units::usize_of(end))),
             Body::File { file, offset, .. } => {
                 let file = file.clone();
                 let pos = offset + at;
@@ -103,7 +103,7 @@ impl Body {
 /// `len` bytes of `file` from `at`, with `pread`. Blocking.
 pub(crate) fn pread(file: &std::fs::File, at: u64, len: u64) -> std::io::Result<Bytes> {
     use std::os::unix::fs::FileExt;
-    let mut buf = vec![0u8; len as usize];
+    let mut buf = vec![0u8; crate::units::usize_of(len)];
     file.read_exact_at(&mut buf, at)?;
     Ok(Bytes::from(buf))
 }

@@ -207,7 +207,7 @@ fn seeded_fault(seed: u64, faults: &SeededFaults, req: &Request<'_>) -> Fault {
     }
     bound += faults.delay;
     if draw < bound {
-        let nanos = faults.max_delay.as_nanos().min(u64::MAX as u128) as u64;
+        let nanos = crate::units::nanos_u64(faults.max_delay);
         let pick = splitmix64(seed ^ splitmix64(req.number ^ 0x5bd1_e995));
         return Fault::Delay(Duration::from_nanos(pick % nanos.max(1)));
     }

@@ -220,7 +220,7 @@ impl Inner {
         let Some((mut file, len)) = open_object(&self.path(key)).map_err(err)? else {
             return Err(not_found(key));
         };
-        let mut data = Vec::with_capacity(len as usize);
+        let mut data = Vec::with_capacity(crate::units::usize_of(len));
         file.read_to_end(&mut data).map_err(err)?;
         let etag = match cached_etag(&file, data.len() as u64) {
             Some(etag) => etag,
@@ -241,7 +241,7 @@ impl Inner {
         if start >= end {
             return Ok(Bytes::new());
         }
-        let mut buf = vec![0u8; (end - start) as usize];
+        let mut buf = vec![0u8; crate::units::usize_of(end - start)];
         file.read_exact_at(&mut buf, start).map_err(err)?;
         Ok(Bytes::from(buf))
     }
@@ -519,11 +519,11 @@ fn write_file(path: &Path, body: &Body) -> Result<String, WriteError> {
             len,
             crc32,
         } => {
-            let mut buf = vec![0u8; CHUNK.min(*len) as usize];
+            let mut buf = vec![0u8; crate::units::usize_of(CHUNK.min(*len))];
             let mut crc = crc32fast::Hasher::new();
             let mut done = 0;
             while done < *len {
-                let n = CHUNK.min(len - done) as usize;
+                let n = crate::units::usize_of(CHUNK.min(len - done));
                 source
                     .read_exact_at(&mut buf[..n], offset + done)
                     .map_err(WriteError::Body)?;
@@ -567,10 +567,10 @@ fn etag_of_file(file: &File, len: u64) -> io::Result<String> {
         return Ok(etag);
     }
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; CHUNK.min(len) as usize];
+    let mut buf = vec![0u8; crate::units::usize_of(CHUNK.min(len))];
     let mut done = 0;
     while done < len {
-        let n = CHUNK.min(len - done) as usize;
+        let n = crate::units::usize_of(CHUNK.min(len - done));
         file.read_exact_at(&mut buf[..n], done)?;
         hasher.update(&buf[..n]);
         done += n as u64;

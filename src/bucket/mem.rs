@@ -121,7 +121,7 @@ impl Bucket for MemBucket {
         if start >= end {
             return Ok(Bytes::new());
         }
-        Ok(data.slice(start as usize..end as usize))
+        Ok(data.slice(crate::units::usize_of(start)..crate::units::usize_of(end)))
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {

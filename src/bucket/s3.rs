@@ -197,7 +197,7 @@ impl S3Bucket {
                     SdkBody::from_body_1_x(range)
                 });
                 req = req
-                    .content_length(len as i64)
+                    .content_length(crate::units::i64_of(len))
                     .checksum_crc32(aws_smithy_types::base64::encode(crc.to_be_bytes()))
                     .body(ByteStream::new(body));
                 Some(outcome)
@@ -283,7 +283,7 @@ impl super::Bucket for S3Bucket {
         match sent.map_err(|e| map_error("head", key, false, e)) {
             Ok(out) => Ok(Some(ObjectMeta {
                 key: key.to_string(),
-                len: out.content_length().unwrap_or(0).max(0) as u64,
+                len: crate::units::u64_of(out.content_length().unwrap_or(0)),
                 etag: etag_of(out.e_tag(), "head", key)?,
             })),
             Err(BucketError::NotFound { .. }) => Ok(None),
@@ -339,7 +339,7 @@ impl super::Bucket for S3Bucket {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(format!("{root}{prefix}"))
-            .max_keys(max_keys.clamp(1, 1000) as i32);
+            .max_keys(i32::try_from(max_keys.clamp(1, 1000)).unwrap_or(1000));
         if let Some(token) = &token {
             req = req.start_after(format!("{root}{token}"));
         }
@@ -354,7 +354,7 @@ impl super::Bucket for S3Bucket {
             };
             objects.push(ObjectMeta {
                 key: key.to_string(),
-                len: o.size().unwrap_or(0).max(0) as u64,
+                len: crate::units::u64_of(o.size().unwrap_or(0)),
                 etag: etag_of(o.e_tag(), "list", key)?,
             });
         }

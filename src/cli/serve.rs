@@ -5,13 +5,13 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
 
 use mushroom_backup::service::{self, ServiceConfig, TlsFiles};
+use mushroom_backup::worker::limits;
 
 use super::settings::{WorkerSettings, WorkerToml};
 
@@ -186,11 +186,25 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
     };
     let worker_file = file.worker.unwrap_or_default();
     let worker = a.worker.config_with(&worker_file)?;
-    let lease_ttl = Duration::from_millis(
-        a.lease_ttl_ms
-            .or(worker_file.lease_ttl_ms)
-            .unwrap_or(30_000),
-    );
+    let lease_ttl = limits::LEASE_TTL_MS
+        .check_ms(
+            "--lease-ttl-ms",
+            a.lease_ttl_ms
+                .or(worker_file.lease_ttl_ms)
+                .unwrap_or(30_000),
+        )
+        .map_err(anyhow::Error::msg)?;
+    let period = |flag: &str, v: Option<u64>, default: u64| {
+        limits::SERVICE_PERIOD_MS
+            .check_ms(flag, v.unwrap_or(default))
+            .map_err(anyhow::Error::msg)
+    };
+    let health_report_interval = period(
+        "--health-report-interval-ms",
+        a.health_report_interval_ms,
+        3000,
+    )?;
+    let owner_silent_after = period("--owner-silent-after-ms", a.owner_silent_after_ms, 15_000)?;
     let config = ServiceConfig {
         listen: a
             .listen
@@ -208,8 +222,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             .unwrap_or_else(mushroom_backup::lease::host_name),
         worker,
         lease_ttl,
-        health_report_interval: Duration::from_millis(a.health_report_interval_ms.unwrap_or(3000)),
-        owner_silent_after: Duration::from_millis(a.owner_silent_after_ms.unwrap_or(15_000)),
+        health_report_interval,
+        owner_silent_after,
     };
     Ok((config, telemetry))
 }

@@ -2,11 +2,10 @@
 //! and (for `serve`) the `[worker]` table of the TOML file. A flag or variable wins over the
 //! file, the file over the default.
 
-use std::time::Duration;
-
 use clap::Args;
 use serde::Deserialize;
 
+use mushroom_backup::worker::limits::{self, Limit};
 use mushroom_backup::worker::{RetentionPolicy, WorkerConfig};
 
 #[derive(Args, Debug, Clone, Default)]
@@ -69,46 +68,66 @@ impl WorkerSettings {
 
     pub fn config_with(&self, file: &WorkerToml) -> anyhow::Result<WorkerConfig> {
         let base = WorkerConfig::default();
-        let ms = |flag: Option<u64>, toml: Option<u64>, default: Duration| {
-            flag.or(toml).map_or(default, Duration::from_millis)
+        // Flag (or variable) over file over default; a value given is checked against its
+        // range, named as it was given.
+        let ms =
+            |flag: &str, key: &str, given: (Option<u64>, Option<u64>), limit: Limit, default| {
+                match given {
+                    (Some(v), _) => limit.check_ms(flag, v).map_err(anyhow::Error::msg),
+                    (None, Some(v)) => limit.check_ms(key, v).map_err(anyhow::Error::msg),
+                    (None, None) => Ok(default),
+                }
+            };
+        let keep_generations = match (self.keep_generations, file.keep_generations) {
+            (Some(v), _) => limits::KEEP_GENERATIONS
+                .check("--keep-generations", v)
+                .map_err(anyhow::Error::msg)?,
+            (None, Some(v)) => limits::KEEP_GENERATIONS
+                .check("keep_generations", v)
+                .map_err(anyhow::Error::msg)?,
+            (None, None) => base.retention.keep_generations,
         };
-        let wal_interval = ms(
-            self.wal_interval_ms,
-            file.wal_interval_ms,
-            base.wal_interval,
-        );
-        if wal_interval.is_zero() {
-            anyhow::bail!("--wal-interval-ms must be at least 1");
-        }
-        let keep_generations = self
-            .keep_generations
-            .or(file.keep_generations)
-            .unwrap_or(base.retention.keep_generations);
-        if keep_generations == 0 {
-            anyhow::bail!(
-                "--keep-generations must be at least 1 (the newest generation is always kept)"
-            );
-        }
         Ok(WorkerConfig {
-            wal_interval,
+            wal_interval: ms(
+                "--wal-interval-ms",
+                "wal_interval_ms",
+                (self.wal_interval_ms, file.wal_interval_ms),
+                limits::INTERVAL_MS,
+                base.wal_interval,
+            )?,
             restore_point_interval: ms(
-                self.restore_point_interval_ms,
-                file.restore_point_interval_ms,
+                "--restore-point-interval-ms",
+                "restore_point_interval_ms",
+                (
+                    self.restore_point_interval_ms,
+                    file.restore_point_interval_ms,
+                ),
+                limits::INTERVAL_MS,
                 base.restore_point_interval,
-            ),
+            )?,
             retention_interval: ms(
-                self.retention_interval_ms,
-                file.retention_interval_ms,
+                "--retention-interval-ms",
+                "retention_interval_ms",
+                (self.retention_interval_ms, file.retention_interval_ms),
+                limits::INTERVAL_MS,
                 base.retention_interval,
-            ),
+            )?,
             retention: RetentionPolicy {
-                keep_for: ms(self.keep_for_ms, file.keep_for_ms, base.retention.keep_for),
+                keep_for: ms(
+                    "--keep-for-ms",
+                    "keep_for_ms",
+                    (self.keep_for_ms, file.keep_for_ms),
+                    limits::KEEP_FOR_MS,
+                    base.retention.keep_for,
+                )?,
                 keep_generations,
                 orphan_grace: ms(
-                    self.orphan_grace_ms,
-                    file.orphan_grace_ms,
+                    "--orphan-grace-ms",
+                    "orphan_grace_ms",
+                    (self.orphan_grace_ms, file.orphan_grace_ms),
+                    limits::ORPHAN_GRACE_MS,
                     base.retention.orphan_grace,
-                ),
+                )?,
             },
             conditional_writes: self.conditional_on(file)?,
             ..base

@@ -65,9 +65,7 @@ fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::units::unix_now_ms()
 }
 
 pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {

@@ -108,9 +108,7 @@ pub struct RemoteStore {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    crate::units::unix_now_ms()
 }
 
 fn open_error(e: OpenError) -> ServiceError {
@@ -163,7 +161,7 @@ impl Fleet {
             .map(|h| (h.store_id.clone(), h))
             .collect();
         let heartbeats = self.registry.heartbeats().await?;
-        let silent_ms = self.config.owner_silent_after.as_millis() as i64;
+        let silent_ms = crate::units::millis_i64(self.config.owner_silent_after);
         let now = now_ms();
         Ok(records
             .into_iter()

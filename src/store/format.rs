@@ -493,7 +493,7 @@ pub fn encode_snapshot(
         kept_wal_id,
         payload_len: payload.len() as u64,
     };
-    let mut out = Vec::with_capacity(header.file_len() as usize);
+    let mut out = Vec::with_capacity(crate::units::usize_of(header.file_len()));
     out.extend_from_slice(&header.encode());
     out.extend_from_slice(payload);
     out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());

@@ -82,6 +82,7 @@ pub fn trust_for(dir: &Path) -> Duration {
         return WATCH_TRUST;
     }
     // `f_type` is signed on some targets: compare its low 32 bits.
+    #[allow(clippy::cast_sign_loss, clippy::cast_possible_wrap)]
     let magic = (st.f_type as u64) & 0xFFFF_FFFF;
     if LOCAL_FILESYSTEMS.contains(&magic) {
         LOCAL_WATCH_TRUST
@@ -174,7 +175,7 @@ impl Inotify {
             }
             // SAFETY: the kernel initialised the first `n` bytes of the buffer.
             let bytes: &[u8] =
-                unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n as usize) };
+                unsafe { std::slice::from_raw_parts(buf.as_ptr().cast(), n.unsigned_abs()) };
             let mut at = 0;
             let head = std::mem::size_of::<libc::inotify_event>();
             while at + head <= bytes.len() {
@@ -262,7 +263,7 @@ impl DirWatch {
         let w = DirWatch {
             dir: dir.into(),
             inner: Mutex::new(Inner::default()),
-            trust_ms: AtomicU64::new(WATCH_TRUST.as_millis() as u64),
+            trust_ms: AtomicU64::new(crate::units::millis_u64(WATCH_TRUST)),
         };
         let _ = w.stamp();
         w
@@ -289,7 +290,7 @@ impl DirWatch {
         }
         if inner.dir_wd.is_none() {
             inner.dir_wd = Some(ino.add(&mut table, &self.dir)?);
-            let trust = trust_for(&self.dir).as_millis() as u64;
+            let trust = crate::units::millis_u64(trust_for(&self.dir));
             self.trust_ms.store(trust, Ordering::Relaxed);
         }
         let dir_wd = inner.dir_wd.expect("set above");

@@ -100,7 +100,7 @@ impl Work<'_> {
                 buf.resize(buf.len().max(CHECK_CHUNK), 0);
                 let mut at = 0;
                 while at < len {
-                    let n = ((len - at) as usize).min(buf.len());
+                    let n = crate::units::usize_of(len - at).min(buf.len());
                     file.read_exact_at(&mut buf[..n], at).map_err(io(path))?;
                     hasher.update(&buf[..n]);
                     at += n as u64;

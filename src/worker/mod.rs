@@ -78,6 +78,7 @@ use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
+pub mod limits;
 pub mod lineage;
 mod local;
 mod restore_point;

@@ -49,7 +49,7 @@ impl Default for RetentionPolicy {
 }
 
 fn age_ms(created_at: &str, now_ms: i64) -> i64 {
-    manifest::parse_time_ms(created_at).map_or(0, |t| now_ms - t)
+    manifest::parse_time_ms(created_at).map_or(0, |t| now_ms.saturating_sub(t))
 }
 
 #[tracing::instrument(name = "backup.retention", skip_all)]
@@ -106,10 +106,10 @@ pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError
     let newest_generations: HashSet<u64> = own_generations
         .iter()
         .rev()
-        .take(policy.keep_generations as usize)
+        .take(crate::units::usize_of(policy.keep_generations))
         .copied()
         .collect();
-    let keep_for_ms = policy.keep_for.as_millis() as i64;
+    let keep_for_ms = crate::units::millis_i64(policy.keep_for);
     let doomed: Vec<String> = view
         .manifests
         .iter()
@@ -146,7 +146,7 @@ pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError
         }
     }
     let max_generation = by_generation.keys().next_back().copied().unwrap_or(0);
-    let grace_ms = policy.orphan_grace.as_millis() as i64;
+    let grace_ms = crate::units::millis_i64(policy.orphan_grace);
     for (g, keys) in by_generation {
         if g >= current || junk_present {
             continue;

@@ -328,7 +328,7 @@ pub(super) async fn read_wal_range(
         if f.metadata()?.ino() != inode {
             return Ok(None);
         }
-        let mut buf = vec![0u8; (end - start) as usize];
+        let mut buf = vec![0u8; crate::units::usize_of(end - start)];
         f.read_exact_at(&mut buf, start)?;
         Ok(Some(Bytes::from(buf)))
     })

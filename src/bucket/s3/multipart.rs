@@ -140,7 +140,8 @@ impl Upload {
                     .map_err(|e| with_key(e, key))?;
                 let mut crc = crc32fast::Hasher::new();
                 crc.update(&data);
-                let number = (i + 1) as i32;
+                // S3 refuses a part number past 10,000 itself; no number wraps on the way there.
+                let number = i32::try_from(i + 1).unwrap_or(i32::MAX);
                 let mut req = self
                     .client
                     .upload_part()
