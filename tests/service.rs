@@ -682,8 +682,12 @@ async fn every_bad_input_is_answered_with_its_code() {
         ),
         Code::InvalidArgument
     );
+    // (Each registered store has its own destination: a prefix holds one store's backups.)
     let first = c
-        .register(admin(reg(&format!("{root}/dup"), &dest)))
+        .register(admin(reg(
+            &format!("{root}/dup"),
+            &file_url(&d.base.join("bucket-dup")),
+        )))
         .await
         .expect("Register")
         .into_inner();
@@ -745,7 +749,7 @@ async fn every_bad_input_is_answered_with_its_code() {
     let a = c
         .adopt(admin(proto::AdoptRequest {
             store_dir: format!("{root}/full"),
-            destination: dest.clone(),
+            destination: file_url(&d.base.join("bucket-adopt")),
             ..Default::default()
         }))
         .await;
@@ -870,7 +874,7 @@ async fn every_bad_input_is_answered_with_its_code() {
             "--dir",
             &format!("{root}/via-ctl"),
             "--destination",
-            &dest,
+            &file_url(&d.base.join("bucket-via-ctl")),
             "--label",
             "team=db",
         ],

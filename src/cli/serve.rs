@@ -34,6 +34,14 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     allow_roots: Vec<PathBuf>,
+    /// The only directories under which file:// destinations may be (repeatable) [default:
+    /// anywhere but an allowed root or the data dir].
+    #[arg(
+        long = "allow-destination-root",
+        env = "MUSHROOMDB_BACKUP_ALLOW_DESTINATION_ROOTS",
+        value_delimiter = ','
+    )]
+    allow_destination_roots: Vec<PathBuf>,
     /// The registry: sqlite:///path/registry.db or postgres://… [default: SQLite at
     /// <data-dir>/registry.db].
     #[arg(long, env = "MUSHROOMDB_BACKUP_REGISTRY")]
@@ -81,6 +89,7 @@ struct ServeToml {
     log_format: Option<String>,
     data_dir: Option<PathBuf>,
     allow_roots: Option<Vec<PathBuf>>,
+    allow_destination_roots: Option<Vec<PathBuf>>,
     registry: Option<String>,
     instance_id: Option<String>,
     insecure: Option<bool>,
@@ -108,6 +117,18 @@ fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     }
 }
 
+/// Each root made absolute, created when missing, and resolved through links.
+fn resolve_roots(roots: Vec<PathBuf>, what: &str) -> anyhow::Result<Vec<PathBuf>> {
+    roots
+        .into_iter()
+        .map(|r| {
+            let r = absolute(&r)?;
+            std::fs::create_dir_all(&r).with_context(|| format!("{what} {}", r.display()))?;
+            std::fs::canonicalize(&r).with_context(|| format!("{what} {}", r.display()))
+        })
+        .collect()
+}
+
 /// What telemetry needs, resolved like everything else.
 struct Telemetry {
     metrics_listen: Option<SocketAddr>,
@@ -130,17 +151,19 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
     )?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("data dir {}", data_dir.display()))?;
-    let mut roots = if a.allow_roots.is_empty() {
+    let roots = if a.allow_roots.is_empty() {
         file.allow_roots
             .unwrap_or_else(|| vec![data_dir.join("stores")])
     } else {
         a.allow_roots
     };
-    for r in &mut roots {
-        *r = absolute(r)?;
-        std::fs::create_dir_all(&*r).with_context(|| format!("allowed root {}", r.display()))?;
-        *r = std::fs::canonicalize(&*r).with_context(|| format!("allowed root {}", r.display()))?;
-    }
+    let roots = resolve_roots(roots, "allowed root")?;
+    let destination_roots = if a.allow_destination_roots.is_empty() {
+        file.allow_destination_roots.unwrap_or_default()
+    } else {
+        a.allow_destination_roots
+    };
+    let destination_roots = resolve_roots(destination_roots, "allowed destination root")?;
     let registry = a
         .registry
         .or(file.registry)
@@ -212,6 +235,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid")),
         data_dir,
         allow_roots: roots,
+        allow_destination_roots: destination_roots,
         registry_url: registry,
         tls,
         admin_token,

@@ -10,8 +10,12 @@
 //!   `store_dir` are each unique, so two registrations of one directory cannot both succeed,
 //!   whichever instance makes them. The node token is stored only as its hash ([`token`]).
 //!   `instance_id` names the service instance that runs the store's worker.
+//!   [`Registry::insert_store_unless`] checks a new store against every registered one and
+//!   inserts it in one transaction, under a lock every registration takes.
 //! - `audit_log`: append-only ([`AuditEntry`]), one row per register, deregister, adopt,
-//!   refusal or failure, from every instance; read newest first.
+//!   refusal or failure, from every instance; read newest first. Each text field is stored
+//!   bounded and escaped ([`audit_text`]), so whatever a refused request held, its entry is
+//!   at most a few KiB and writes on both backends alike.
 //! - `store_health`: the last health an instance reported for each store ([`HealthRow`]),
 //!   overwritten when it changes and deleted with its store (`ON DELETE CASCADE`).
 //! - `instances`: each instance's last heartbeat ([`Registry::report_health`] writes it on
@@ -35,7 +39,7 @@
 //! # Several instances
 //!
 //! Instances sharing a PostgreSQL registry see each other's committed writes at once; the
-//! unique keys settle races between them. The registry does not decide which instance runs a
+//! unique keys and the registration lock settle races between them. The registry does not decide which instance runs a
 //! store: that is the bucket lease's job.
 
 mod error;
@@ -159,6 +163,42 @@ macro_rules! select_stores {
     };
 }
 
+/// The advisory-lock key registrations take on PostgreSQL (`insert_store_unless`): any
+/// constant no other lock user of the database picks ("mshrmreg" in ASCII).
+const REGISTRATION_LOCK: i64 = 0x6d73_6872_6d72_6567;
+
+/// The most bytes an audit-log text field keeps (a store path's limit, 4 KiB).
+pub const AUDIT_FIELD_MAX_BYTES: usize = 4096;
+
+/// `s` as the audit log stores it: control characters (NUL above all, which PostgreSQL cannot
+/// store in `TEXT`) escaped as `\u{..}`, and cut to at most [`AUDIT_FIELD_MAX_BYTES`] bytes
+/// on a character boundary, ending `… (N bytes)` with the original length when cut. The same
+/// on both backends, so an entry reads back the same wherever it was written.
+pub fn audit_text(s: &str) -> String {
+    let mut escaped = String::with_capacity(s.len().min(AUDIT_FIELD_MAX_BYTES));
+    for c in s.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_unicode());
+        } else {
+            escaped.push(c);
+        }
+        if escaped.len() > AUDIT_FIELD_MAX_BYTES {
+            break;
+        }
+    }
+    if escaped.len() <= AUDIT_FIELD_MAX_BYTES {
+        return escaped;
+    }
+    let suffix = format!("… ({} bytes)", s.len());
+    let mut cut = AUDIT_FIELD_MAX_BYTES - suffix.len();
+    while !escaped.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    escaped.truncate(cut);
+    escaped.push_str(&suffix);
+    escaped
+}
+
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:
     /// `sqlite:///abs/path/registry.db` or `sqlite:relative.db` (creating the file and its
@@ -214,38 +254,91 @@ impl Registry {
     /// Adds a store. [`RegistryError::AlreadyExists`] (`what` = `"store_dir"` or `"store_id"`)
     /// when either is taken; nothing is written then.
     pub async fn insert_store(&self, rec: &StoreRecord) -> Result<(), RegistryError> {
-        const SQL: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
-                           options, node_token_hash, instance_id, registered_at_ms) \
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        self.insert_store_unless(rec, |_| None::<std::convert::Infallible>)
+            .await
+            .map(|checked| checked.unwrap_or_else(|never| match never {}))
+    }
+
+    /// Adds a store unless `refuse`, shown every store registered (by any instance), finds a
+    /// reason against it: `Ok(Err(reason))`, and nothing is written. The read and the insert
+    /// are one transaction under a registry-wide lock (PostgreSQL: a transaction-level advisory
+    /// lock, so instances sharing the registry take turns; SQLite: the write lock that
+    /// `BEGIN IMMEDIATE` takes), so two registrations can never both pass the check against
+    /// each other. Errors as [`Registry::insert_store`].
+    pub async fn insert_store_unless<E>(
+        &self,
+        rec: &StoreRecord,
+        refuse: impl FnOnce(&[StoreRecord]) -> Option<E>,
+    ) -> Result<Result<(), E>, RegistryError> {
+        const ALL: &str = select_stores!("ORDER BY registered_at_ms, store_id");
+        const INSERT: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
+                              options, node_token_hash, instance_id, registered_at_ms) \
+                              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
         let labels = serde_json::to_string(&rec.labels).expect("string maps serialize");
         let options = rec.options.to_string();
-        let result = with_pool!(self, |pool| {
-            sqlx::query(SQL)
-                .bind(&rec.store_id)
-                .bind(&rec.store_dir)
-                .bind(&rec.destination)
-                .bind(&labels)
-                .bind(&options)
-                .bind(&rec.node_token_hash)
-                .bind(&rec.instance_id)
-                .bind(rec.registered_at_ms)
-                .execute(pool)
-                .await
-                .map(drop)
-        });
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) => Err(match stores_unique_violation(&e) {
-                Some("store_id") => RegistryError::AlreadyExists {
-                    what: "store_id",
-                    value: rec.store_id.clone(),
-                },
-                Some(what) => RegistryError::AlreadyExists {
-                    what,
-                    value: rec.store_dir.clone(),
-                },
-                None => self.err(e),
-            }),
+        // The body, once per backend: read every store, ask `refuse`, insert, commit.
+        macro_rules! read_check_insert {
+            ($tx:ident) => {{
+                let rows = sqlx::query(ALL)
+                    .fetch_all(&mut *$tx)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                let stores = rows
+                    .iter()
+                    .map(|r| store_from_row(r, &self.location))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if let Some(reason) = refuse(&stores) {
+                    $tx.rollback().await.map_err(|e| self.err(e))?;
+                    return Ok(Err(reason));
+                }
+                sqlx::query(INSERT)
+                    .bind(&rec.store_id)
+                    .bind(&rec.store_dir)
+                    .bind(&rec.destination)
+                    .bind(&labels)
+                    .bind(&options)
+                    .bind(&rec.node_token_hash)
+                    .bind(&rec.instance_id)
+                    .bind(rec.registered_at_ms)
+                    .execute(&mut *$tx)
+                    .await
+                    .map_err(|e| self.insert_error(e, rec))?;
+                $tx.commit().await.map_err(|e| self.err(e))?;
+                Ok(Ok(()))
+            }};
+        }
+        match &self.backend {
+            Backend::Sqlite(pool) => {
+                let mut tx = pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(|e| self.err(e))?;
+                read_check_insert!(tx)
+            }
+            Backend::Postgres(pool) => {
+                let mut tx = pool.begin().await.map_err(|e| self.err(e))?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                    .bind(REGISTRATION_LOCK)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                read_check_insert!(tx)
+            }
+        }
+    }
+
+    /// Sorts a failed insert of `rec`: a unique key taken, or the database failing.
+    fn insert_error(&self, e: sqlx::Error, rec: &StoreRecord) -> RegistryError {
+        match stores_unique_violation(&e) {
+            Some("store_id") => RegistryError::AlreadyExists {
+                what: "store_id",
+                value: rec.store_id.clone(),
+            },
+            Some(what) => RegistryError::AlreadyExists {
+                what,
+                value: rec.store_dir.clone(),
+            },
+            None => self.err(e),
         }
     }
 
@@ -304,21 +397,23 @@ impl Registry {
         })
     }
 
-    /// Appends one entry to the audit log.
+    /// Appends one entry to the audit log, each text field as [`audit_text`] bounds it.
     pub async fn record_audit(&self, entry: &AuditEntry) -> Result<(), RegistryError> {
         const SQL: &str = "INSERT INTO audit_log (at_ms, instance_id, action, store_id, \
                            store_dir, outcome, detail, peer) \
                            VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+        let text = |s: &str| audit_text(s);
+        let opt = |s: &Option<String>| s.as_deref().map(audit_text);
         with_pool!(self, |pool| {
             sqlx::query(SQL)
                 .bind(entry.at_ms)
-                .bind(&entry.instance_id)
-                .bind(&entry.action)
-                .bind(&entry.store_id)
-                .bind(&entry.store_dir)
-                .bind(&entry.outcome)
-                .bind(&entry.detail)
-                .bind(&entry.peer)
+                .bind(text(&entry.instance_id))
+                .bind(text(&entry.action))
+                .bind(opt(&entry.store_id))
+                .bind(opt(&entry.store_dir))
+                .bind(text(&entry.outcome))
+                .bind(text(&entry.detail))
+                .bind(opt(&entry.peer))
                 .execute(pool)
                 .await
                 .map(drop)

@@ -2,7 +2,6 @@
 //! call and the answer into a response. Errors are [`ServiceError`]s, mapped to status in one
 //! place (`error.rs`).
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +15,7 @@ use uuid::Uuid;
 use super::auth;
 use super::error::ServiceError;
 use super::fleet::{Fleet, NewStore, StoreEntry, StoreOptions};
+use super::limits;
 use super::proto::{self, backup_control_server::BackupControl};
 use crate::bucket;
 use crate::store::format::WalPosition;
@@ -104,32 +104,19 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
     }
 }
 
-fn labels(
-    l: std::collections::HashMap<String, String>,
-) -> Result<BTreeMap<String, String>, ServiceError> {
-    for (k, v) in &l {
-        if k.is_empty() || k.len() > 256 || v.len() > 4096 {
-            return Err(ServiceError::InvalidArgument(format!(
-                "label {k:?}: keys must be 1 to 256 bytes, values at most 4096"
-            )));
-        }
-    }
-    Ok(l.into_iter().collect())
-}
-
-/// What Register and Adopt ask for, checked.
+/// What Register and Adopt ask for (the fleet checks every field).
 fn new_store(
     store_dir: String,
     destination: String,
-    l: std::collections::HashMap<String, String>,
+    labels: std::collections::HashMap<String, String>,
     o: Option<proto::StoreOptions>,
-) -> Result<NewStore, ServiceError> {
-    Ok(NewStore {
+) -> NewStore {
+    NewStore {
         store_dir,
         destination,
-        labels: labels(l)?,
+        labels: labels.into_iter().collect(),
         options: options(o),
-    })
+    }
 }
 
 fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ServiceError> {
@@ -149,7 +136,7 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let peer = peer(&req);
         let r = req.into_inner();
-        let new = new_store(r.store_dir, r.destination, r.labels, r.options)?;
+        let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await?;
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
@@ -288,11 +275,8 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
         self.admin(&req)?;
         let r = req.into_inner();
-        let destination = self.fleet.destination_of(&r.store_id).await?;
-        let size = match r.page_size {
-            0 => 100,
-            n => n.min(1000) as usize,
-        };
+        limits::check_store_id(&r.store_id)?;
+        limits::check_page_token(&r.page_token)?;
         if !r.page_token.is_empty() && crate::manifest::parse_manifest_key(&r.page_token).is_none()
         {
             return Err(ServiceError::InvalidArgument(format!(
@@ -301,6 +285,8 @@ impl BackupControl for Api {
             ))
             .into());
         }
+        let size = limits::page_size(r.page_size);
+        let destination = self.fleet.destination_of(&r.store_id).await?;
         let bucket = bucket::open(&destination)
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
@@ -353,7 +339,7 @@ impl BackupControl for Api {
         let peer = peer(&req);
         let r = req.into_inner();
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
-        let new = new_store(r.store_dir, r.destination, r.labels, r.options)?;
+        let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await?;
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
@@ -440,10 +426,14 @@ impl Api {
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
         let id = &self.fleet.config().instance_id;
         if !store_id.is_empty() {
-            if let Ok(e) = self.fleet.get(store_id) {
-                return Ok(proto::HealthResponse {
-                    stores: vec![store_health(&e, id)],
-                });
+            match self.fleet.get(store_id) {
+                Ok(e) => {
+                    return Ok(proto::HealthResponse {
+                        stores: vec![store_health(&e, id)],
+                    });
+                }
+                Err(ServiceError::NotFound(_)) => {}
+                Err(e) => return Err(e),
             }
             let remote = self.fleet.remote().await?;
             return match remote.iter().find(|r| r.record.store_id == store_id) {

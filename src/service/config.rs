@@ -21,6 +21,9 @@ pub struct ServiceConfig {
     pub data_dir: PathBuf,
     /// Resolved (canonical) directories under which stores may be registered.
     pub allow_roots: Vec<PathBuf>,
+    /// Resolved directories under which `file://` destinations must lie; empty: anywhere but
+    /// an allowed root or the data directory.
+    pub allow_destination_roots: Vec<PathBuf>,
     pub registry_url: String,
     pub tls: Option<TlsFiles>,
     /// Operator calls need this bearer token when set. Never logged.

@@ -1,6 +1,12 @@
 //! The fleet: one backup worker (with its lease, supervisor and health) per registered store
 //! directory, and the registry that outlives the process.
 //!
+//! Registering (and Adopt) first checks every field of the request (`limits`, `paths`,
+//! `destination`) and the new store against every registered one (`conflicts`), all before
+//! any work; the registry row is then written in one transaction with the same conflict check
+//! under the registry's registration lock, so two instances cannot both register stores that
+//! contradict each other. A refusal is audited and leaves no row.
+//!
 //! Registering writes the registry row first and then starts the worker; if the worker cannot
 //! start, the row is removed again, so a crash between the two leaves a registered store that
 //! the next start respawns (never a worker the registry does not know). Deregistering stops the
@@ -16,8 +22,10 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::config::ServiceConfig;
+use super::conflicts::{self, Candidate, Intent};
+use super::destination::{self, Destination, Placement};
 use super::error::ServiceError;
-use super::paths;
+use super::{limits, paths};
 use crate::bucket::{self, OpenError};
 use crate::lease::LeaseConfig;
 use crate::registry::{self, AuditEntry, Registry, StoreRecord};
@@ -57,18 +65,9 @@ impl StoreOptions {
         c
     }
 
+    /// Each option unset or in its range ([`limits::check_options`]).
     pub fn check(&self) -> Result<(), ServiceError> {
-        if self.wal_interval_ms == Some(0) {
-            return Err(ServiceError::InvalidArgument(
-                "options.wal_interval_ms must be at least 1".into(),
-            ));
-        }
-        if self.keep_generations == Some(0) {
-            return Err(ServiceError::InvalidArgument(
-                "options.keep_generations must be at least 1".into(),
-            ));
-        }
-        Ok(())
+        limits::check_options(self)
     }
 }
 
@@ -86,6 +85,26 @@ pub struct NewStore {
     pub destination: String,
     pub labels: BTreeMap<String, String>,
     pub options: StoreOptions,
+}
+
+/// A [`NewStore`] whose fields passed their checks: its resolved directory, its destination
+/// and the URL to record for it.
+struct Checked {
+    dir: PathBuf,
+    destination: Destination,
+    url: String,
+    intent: Intent,
+}
+
+impl Checked {
+    fn candidate(&self) -> Candidate<'_> {
+        Candidate {
+            dir: &self.dir,
+            destination: &self.url,
+            parsed: &self.destination,
+            intent: self.intent,
+        }
+    }
 }
 
 pub struct Fleet {
@@ -201,6 +220,11 @@ impl Fleet {
                     record.store_id
                 ))
             })?;
+        options.check()?;
+        if let Err(e) = destination::check(&record.destination, self.placement()) {
+            // Checked at registration; a root narrowed since does not stop a running backup.
+            tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
+        }
         let bucket = bucket::open(&record.destination)
             .await
             .map_err(open_error)?;
@@ -269,38 +293,56 @@ impl Fleet {
         new: NewStore,
         peer: Option<String>,
     ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
-        let checked = self.check_new(&new).await;
-        let dir = match checked {
-            Ok(dir) => dir,
+        let checked = match self.check_new(&new, Intent::Register).await {
+            Ok(checked) => checked,
             Err(e) => {
                 return Err(self
                     .refused("register", Some(&new.store_dir), e, peer)
                     .await);
             }
         };
-        self.insert_and_spawn(new, dir, "register", String::new(), peer)
+        self.insert_and_spawn(new, checked, "register", String::new(), peer)
             .await
     }
 
-    async fn check_new(&self, new: &NewStore) -> Result<PathBuf, ServiceError> {
-        let dir = paths::check_store_dir(&new.store_dir, &self.config.allow_roots)?;
-        paths::check_destination(&new.destination)?;
-        new.options.check()?;
-        let dir_text = dir.to_str().ok_or_else(|| {
-            ServiceError::InvalidArgument("store_dir resolves to a non-UTF-8 path".into())
-        })?;
-        if self.registry.find_by_dir(dir_text).await?.is_some() {
-            return Err(ServiceError::AlreadyExists(format!(
-                "store_dir {dir_text} is already registered"
-            )));
+    /// Where `file://` destinations may be.
+    fn placement(&self) -> Placement<'_> {
+        Placement {
+            store_roots: &self.config.allow_roots,
+            data_dir: &self.config.data_dir,
+            destination_roots: &self.config.allow_destination_roots,
         }
-        Ok(dir)
+    }
+
+    /// Checks every field of `new` (limits, the directory's root, the destination's shape and
+    /// place), then `new` against the registered stores (`conflicts`), before any work.
+    async fn check_new(&self, new: &NewStore, intent: Intent) -> Result<Checked, ServiceError> {
+        let dir = paths::check_store_dir(&new.store_dir, &self.config.allow_roots)?;
+        let destination = destination::check(&new.destination, self.placement())?;
+        limits::check_labels(&new.labels)?;
+        new.options.check()?;
+        if dir.to_str().is_none() {
+            return Err(ServiceError::InvalidArgument(
+                "store_dir resolves to a non-UTF-8 path".into(),
+            ));
+        }
+        let checked = Checked {
+            url: destination.url(&new.destination),
+            dir,
+            destination,
+            intent,
+        };
+        let registered = self.registry.list_stores(None).await?;
+        match conflicts::find(&checked.candidate(), &registered) {
+            Some(e) => Err(e),
+            None => Ok(checked),
+        }
     }
 
     async fn insert_and_spawn(
         &self,
         new: NewStore,
-        dir: PathBuf,
+        checked: Checked,
         action: &str,
         detail: String,
         peer: Option<String>,
@@ -308,16 +350,27 @@ impl Fleet {
         let token = registry::new_node_token();
         let record = StoreRecord {
             store_id: uuid::Uuid::new_v4().to_string(),
-            store_dir: dir.to_string_lossy().into_owned(),
-            destination: new.destination.clone(),
+            store_dir: checked.dir.to_string_lossy().into_owned(),
+            destination: checked.url.clone(),
             labels: new.labels,
             options: serde_json::to_value(&new.options).map_err(ServiceError::internal)?,
             node_token_hash: registry::hash_token(&token),
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now_ms(),
         };
-        if let Err(e) = self.registry.insert_store(&record).await {
-            let e = ServiceError::from(e);
+        // The check again, now final: under the registry's lock, in the insert's transaction.
+        let inserted = self
+            .registry
+            .insert_store_unless(&record, |registered| {
+                conflicts::find(&checked.candidate(), registered)
+            })
+            .await;
+        let refusal = match inserted {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e),
+            Err(e) => Some(ServiceError::from(e)),
+        };
+        if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
         match self.spawn(record.clone()).await {
@@ -341,10 +394,9 @@ impl Fleet {
         }
     }
 
+    /// A store this instance runs; `INVALID_ARGUMENT` for what cannot be a store id.
     pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, ServiceError> {
-        if store_id.is_empty() {
-            return Err(ServiceError::InvalidArgument("store_id is empty".into()));
-        }
+        limits::check_store_id(store_id)?;
         self.stores
             .read()
             .expect("not poisoned")
@@ -419,17 +471,17 @@ impl Fleet {
         at: Option<u64>,
         peer: Option<String>,
     ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), ServiceError> {
-        let dir = match self.check_adopt(&new).await {
-            Ok(dir) => dir,
+        let checked = match self.check_adopt(&new).await {
+            Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = bucket::open(&new.destination).await.map_err(open_error)?;
+        let bucket = bucket::open(&checked.url).await.map_err(open_error)?;
         let opts = RestoreOptions {
             at,
             adopt: true,
             ..RestoreOptions::default()
         };
-        let report = match restore::restore(bucket.as_ref(), &dir, &opts).await {
+        let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {
             Ok(r) => r,
             Err(e) => {
                 let e = restore_error(e);
@@ -441,14 +493,15 @@ impl Fleet {
             report.commit_seq, report.manifest_key
         );
         let (entry, token) = self
-            .insert_and_spawn(new, dir, "adopt", detail, peer)
+            .insert_and_spawn(new, checked, "adopt", detail, peer)
             .await?;
         Ok((entry, token, report))
     }
 
-    async fn check_adopt(&self, new: &NewStore) -> Result<PathBuf, ServiceError> {
-        let dir = self.check_new(new).await?;
-        match std::fs::read_dir(&dir) {
+    async fn check_adopt(&self, new: &NewStore) -> Result<Checked, ServiceError> {
+        let checked = self.check_new(new, Intent::Adopt).await?;
+        let dir = &checked.dir;
+        match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
                     return Err(ServiceError::FailedPrecondition(format!(
@@ -465,7 +518,7 @@ impl Fleet {
                 )));
             }
         }
-        Ok(dir)
+        Ok(checked)
     }
 
     /// Stops every worker (each flushes a last restore point and releases its lease).

@@ -3,7 +3,9 @@
 //!
 //! - [`api`]: the `BackupControl` handlers; [`error`]: the one mapping to gRPC status.
 //! - [`fleet`]: the workers and the registry; [`paths`]: what a store directory may be;
-//!   [`auth`]: admin and node tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
+//!   [`destination`]: what a destination may be; [`limits`]: the bounds of every request
+//!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
+//!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API.
 //!
@@ -16,8 +18,11 @@ pub mod api;
 pub mod auth;
 pub mod codec;
 pub mod config;
+pub mod conflicts;
+pub mod destination;
 pub mod error;
 pub mod fleet;
+pub mod limits;
 pub mod paths;
 pub mod proto;
 

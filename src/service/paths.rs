@@ -1,33 +1,28 @@
-//! Checking the store directories and destinations clients send.
+//! Checking the store directories clients send (destinations: `destination.rs`).
 //!
-//! A store directory must be an absolute, normalized UTF-8 path of at most 4096 bytes, and —
-//! after resolving symbolic links — lie strictly under one of the allowed roots. A directory
-//! that does not exist yet is resolved through its nearest existing ancestor (what does not
-//! exist cannot be a link), so a link planted later is caught when the worker starts: the
-//! service resolves the path again at every start.
+//! A store directory must be an absolute, normalized UTF-8 path of at most 4096 bytes with no
+//! control character, and — after resolving symbolic links — lie strictly under one of the
+//! allowed roots. A directory that does not exist yet is resolved through its nearest existing
+//! ancestor (what does not exist cannot be a link), so a link planted later is caught when the
+//! worker starts: the service resolves the path again at every start.
 
 use std::path::{Component, Path, PathBuf};
 
 use super::error::ServiceError;
+use super::limits;
 
 /// The longest store path accepted.
 pub const MAX_PATH_BYTES: usize = 4096;
 
 /// Resolves `raw` and checks it lies under one of `roots` (themselves resolved).
 pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, ServiceError> {
-    let bad = |why: &str| ServiceError::InvalidArgument(format!("store_dir {raw:?}: {why}"));
     if raw.is_empty() {
         return Err(ServiceError::InvalidArgument("store_dir is empty".into()));
     }
-    if raw.len() > MAX_PATH_BYTES {
-        return Err(ServiceError::InvalidArgument(format!(
-            "store_dir is {} bytes, over the limit of {MAX_PATH_BYTES}",
-            raw.len()
-        )));
-    }
-    if raw.contains('\0') {
-        return Err(bad("contains a NUL byte"));
-    }
+    limits::check_text("store_dir", raw, MAX_PATH_BYTES)?;
+    let bad = |why: &str| {
+        ServiceError::InvalidArgument(format!("store_dir {}: {why}", limits::quote(raw)))
+    };
     let path = Path::new(raw);
     if !path.is_absolute() {
         return Err(bad("must be an absolute path"));
@@ -39,8 +34,7 @@ pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, ServiceE
             _ => {}
         }
     }
-    let resolved = resolve(path)
-        .map_err(|e| ServiceError::InvalidArgument(format!("store_dir {raw:?}: {e}")))?;
+    let resolved = resolve(path).map_err(|e| bad(&e.to_string()))?;
     for root in roots {
         if resolved != *root && resolved.starts_with(root) {
             return Ok(resolved);
@@ -48,13 +42,15 @@ pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, ServiceE
     }
     let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
     Err(ServiceError::PermissionDenied(format!(
-        "store_dir {raw:?} (resolved: {}) is not under an allowed root ({})",
+        "store_dir {} (resolved: {}) is not under an allowed root ({})",
+        limits::quote(raw),
         resolved.display(),
         roots.join(", ")
     )))
 }
 
-/// Canonicalizes the longest existing prefix of `path` and appends the rest.
+/// Canonicalizes the longest existing prefix of `path` and appends the rest; a dangling
+/// symbolic link on the way is an error.
 pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     let mut existing = path.to_path_buf();
     let mut rest = Vec::new();
@@ -68,6 +64,14 @@ pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
                 return Ok(out);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A link whose target is missing is not "what does not exist": its target
+                // could appear anywhere later. Refused rather than followed.
+                if std::fs::symlink_metadata(&existing).is_ok_and(|m| m.file_type().is_symlink()) {
+                    return Err(std::io::Error::other(format!(
+                        "{} is a symbolic link to a missing target",
+                        existing.display()
+                    )));
+                }
                 let Some(name) = existing.file_name().map(|n| n.to_os_string()) else {
                     return Err(e);
                 };
@@ -78,33 +82,6 @@ pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
             }
             Err(e) => return Err(e),
         }
-    }
-}
-
-/// Checks a destination's scheme and shape (it is opened later).
-pub fn check_destination(raw: &str) -> Result<(), ServiceError> {
-    let bad = |why: &str| ServiceError::InvalidArgument(format!("destination {raw:?}: {why}"));
-    if let Some(path) = raw.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(bad(
-                "a file:// destination needs an absolute path (file:///path)",
-            ));
-        }
-        if Path::new(path)
-            .components()
-            .any(|c| matches!(c, Component::ParentDir))
-        {
-            return Err(bad("must not contain '..'"));
-        }
-        Ok(())
-    } else if let Some(rest) = raw.strip_prefix("s3://") {
-        let bucket = rest.split('/').next().unwrap_or("");
-        if bucket.is_empty() {
-            return Err(bad("no bucket name after s3://"));
-        }
-        Ok(())
-    } else {
-        Err(bad("the scheme must be file:// or s3://"))
     }
 }
 
@@ -151,14 +128,5 @@ mod tests {
             )),
             "denied"
         );
-    }
-
-    #[test]
-    fn destinations_are_checked() {
-        assert!(check_destination("file:///x/y").is_ok());
-        assert!(check_destination("s3://bucket/prefix").is_ok());
-        assert!(check_destination("ftp://x").is_err());
-        assert!(check_destination("file://rel").is_err());
-        assert!(check_destination("s3:///nobucket").is_err());
     }
 }

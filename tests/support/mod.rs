@@ -6,7 +6,9 @@
 pub mod binary;
 pub mod fault_proxy;
 pub mod hooked;
+pub mod postgres;
 pub mod s3;
+pub mod service;
 pub mod store;
 
 use std::sync::Arc;

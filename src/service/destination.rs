@@ -1,0 +1,248 @@
+//! Destinations clients send: their shape, where a `file://` one may be, and when two overlap.
+//!
+//! A destination is `s3://bucket/prefix` or `file:///absolute/path`, at most
+//! [`MAX_DESTINATION_BYTES`](super::limits::MAX_DESTINATION_BYTES) with no control character.
+//! It is read the way `bucket::open_raw` reads it: an S3 prefix loses its trailing slashes and
+//! keys are `prefix/key`, so two prefixes share keys exactly when one is the other or a
+//! `/`-separated ancestor of it (an empty prefix is the whole bucket); a `file://` path is
+//! resolved through symbolic links (its nearest existing ancestor, as store directories are),
+//! so a link cannot make one directory look like two.
+//!
+//! A `file://` destination is the service's own disk, so it is placed: never overlapping (in,
+//! equal to, or holding) an allowed store root or the service's data directory (backups must
+//! not live among what they back up, nor beside the registry), and, when
+//! `--allow-destination-root` is given, strictly under one of those roots. These are checked at
+//! `Register` and `Adopt`; a store registered before a root was narrowed keeps its destination
+//! (a warning at start says so).
+
+use std::path::{Component, Path, PathBuf};
+
+use super::error::ServiceError;
+use super::limits::{self, MAX_DESTINATION_BYTES, quote};
+use super::paths;
+
+/// A destination, normalized for comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// A local directory acting as a bucket, resolved through links.
+    File(PathBuf),
+    /// An S3 bucket and the `/`-separated parts of the prefix (none: the whole bucket).
+    S3 { bucket: String, prefix: Vec<String> },
+}
+
+/// Where `file://` destinations may and may not be (all resolved).
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    pub store_roots: &'a [PathBuf],
+    pub data_dir: &'a Path,
+    /// Empty: anywhere the other rules allow.
+    pub destination_roots: &'a [PathBuf],
+}
+
+impl Destination {
+    /// Parses and normalizes `raw` (shape and bounds only; see [`check`] for placement).
+    pub fn parse(raw: &str) -> Result<Destination, ServiceError> {
+        Self::parse_with(raw, true)
+    }
+
+    /// Parses a destination the registry holds: recorded after [`Destination::url`], so its
+    /// path is taken as it stands (no look at the filesystem per registered store).
+    pub fn recorded(raw: &str) -> Result<Destination, ServiceError> {
+        Self::parse_with(raw, false)
+    }
+
+    fn parse_with(raw: &str, resolve: bool) -> Result<Destination, ServiceError> {
+        limits::check_text("destination", raw, MAX_DESTINATION_BYTES)?;
+        let bad =
+            |why: &str| ServiceError::InvalidArgument(format!("destination {}: {why}", quote(raw)));
+        if let Some(path) = raw.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad(
+                    "a file:// destination needs an absolute path (file:///path)",
+                ));
+            }
+            let path = Path::new(path);
+            if path.components().any(|c| matches!(c, Component::ParentDir)) {
+                return Err(bad("must not contain '..'"));
+            }
+            if !resolve {
+                return Ok(Destination::File(path.to_path_buf()));
+            }
+            let resolved = paths::resolve(path).map_err(|e| bad(&e.to_string()))?;
+            Ok(Destination::File(resolved))
+        } else if let Some(rest) = raw.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad("no bucket name after s3://"));
+            }
+            let prefix = prefix.trim_end_matches('/');
+            Ok(Destination::S3 {
+                bucket: bucket.to_string(),
+                prefix: if prefix.is_empty() {
+                    Vec::new()
+                } else {
+                    prefix.split('/').map(str::to_string).collect()
+                },
+            })
+        } else {
+            Err(bad("the scheme must be file:// or s3://"))
+        }
+    }
+
+    /// Whether the two share any object: the same bucket (or filesystem) and one prefix equal
+    /// to or inside the other.
+    pub fn overlaps(&self, other: &Destination) -> bool {
+        match (self, other) {
+            (Destination::File(a), Destination::File(b)) => overlap(a, b),
+            (
+                Destination::S3 {
+                    bucket: a,
+                    prefix: pa,
+                },
+                Destination::S3 {
+                    bucket: b,
+                    prefix: pb,
+                },
+            ) => a == b && (pa.starts_with(pb) || pb.starts_with(pa)),
+            _ => false,
+        }
+    }
+
+    /// The URL to record: a `file://` destination as resolved, an S3 one as given.
+    pub fn url(&self, raw: &str) -> String {
+        match self {
+            Destination::File(p) => format!("file://{}", p.display()),
+            Destination::S3 { .. } => raw.to_string(),
+        }
+    }
+}
+
+/// Whether `a` and `b` are one directory or one holds the other.
+fn overlap(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+/// Parses `raw` and checks where it may be: see the module docs.
+pub fn check(raw: &str, placement: Placement<'_>) -> Result<Destination, ServiceError> {
+    let dest = Destination::parse(raw)?;
+    if let Destination::File(path) = &dest {
+        let denied = |why: String| {
+            ServiceError::PermissionDenied(format!(
+                "destination {} (resolved: {}) {why}",
+                quote(raw),
+                path.display()
+            ))
+        };
+        for root in placement.store_roots {
+            if overlap(path, root) {
+                return Err(denied(format!(
+                    "overlaps the allowed store root {}: backups must not live among the stores",
+                    root.display()
+                )));
+            }
+        }
+        let data =
+            paths::resolve(placement.data_dir).unwrap_or_else(|_| placement.data_dir.to_path_buf());
+        if overlap(path, &data) {
+            return Err(denied(format!(
+                "overlaps the service's data directory {}",
+                data.display()
+            )));
+        }
+        let roots = placement.destination_roots;
+        if !roots.is_empty() && !roots.iter().any(|r| path != r && path.starts_with(r)) {
+            let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+            return Err(denied(format!(
+                "is not under an allowed destination root ({})",
+                roots.join(", ")
+            )));
+        }
+    }
+    Ok(dest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s3(raw: &str) -> Destination {
+        Destination::parse(raw).unwrap()
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        assert!(Destination::parse("file:///x/y").is_ok());
+        assert!(Destination::parse("s3://bucket/prefix").is_ok());
+        for bad in [
+            "ftp://x",
+            "file://rel",
+            "file:///a/../b",
+            "s3:///nobucket",
+            "s3://b/a\0b",
+        ] {
+            let e = Destination::parse(bad).unwrap_err();
+            assert!(matches!(e, ServiceError::InvalidArgument(_)), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn s3_prefixes_overlap_by_parts() {
+        let yes = [
+            ("s3://b/a", "s3://b/a/"),
+            ("s3://b/a", "s3://b/a/b"),
+            ("s3://b", "s3://b/anything"),
+            ("s3://b/", "s3://b/x/y"),
+        ];
+        for (a, b) in yes {
+            assert!(s3(a).overlaps(&s3(b)) && s3(b).overlaps(&s3(a)), "{a} {b}");
+        }
+        let no = [
+            ("s3://b/a", "s3://b/ab"),
+            ("s3://b/a", "s3://c/a"),
+            ("s3://b/a//x", "s3://b/a/x"),
+            ("s3://b/x", "file:///x"),
+        ];
+        for (a, b) in no {
+            assert!(!s3(a).overlaps(&s3(b)), "{a} {b}");
+        }
+    }
+
+    #[test]
+    fn file_destinations_are_placed() {
+        let t = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let roots = [base.join("stores")];
+        let data = base.join("data");
+        let dests = [base.join("backups")];
+        let p = Placement {
+            store_roots: &roots,
+            data_dir: &data,
+            destination_roots: &[],
+        };
+        let url = |p: &Path| format!("file://{}", p.display());
+        let code = |r: Result<Destination, ServiceError>| match r {
+            Ok(_) => "ok",
+            Err(ServiceError::PermissionDenied(_)) => "denied",
+            Err(_) => "other",
+        };
+        assert_eq!(code(check(&url(&base.join("elsewhere")), p)), "ok");
+        assert_eq!(code(check(&url(&base.join("stores/x")), p)), "denied");
+        assert_eq!(code(check(&url(&base.join("stores")), p)), "denied");
+        assert_eq!(code(check(&url(&base.join("data/b")), p)), "denied");
+        assert_eq!(code(check(&url(&base), p)), "denied");
+        let p = Placement {
+            destination_roots: &dests,
+            ..p
+        };
+        assert_eq!(code(check(&url(&base.join("backups/x")), p)), "ok");
+        assert_eq!(code(check(&url(&base.join("backups")), p)), "denied");
+        assert_eq!(code(check(&url(&base.join("elsewhere")), p)), "denied");
+        std::fs::create_dir_all(base.join("backups")).unwrap();
+        std::os::unix::fs::symlink(&base, base.join("backups/escape")).unwrap();
+        assert_eq!(
+            code(check(&url(&base.join("backups/escape/x")), p)),
+            "denied"
+        );
+        assert_eq!(code(check("s3://bucket/p", p)), "ok");
+    }
+}

@@ -1,0 +1,234 @@
+//! The bounds of what a request may hold, checked before anything is looked up or written.
+//!
+//! Every text field a client sends has a byte limit and holds no control character (a NUL in
+//! particular: PostgreSQL refuses it in `TEXT`, SQLite stores it, so without this check the two
+//! registries would answer the same request differently); every number has a range. A value
+//! out of bounds is `INVALID_ARGUMENT` with a message naming the field and its limit, and shows
+//! at most [`QUOTED_CHARS`] characters of what was sent, so an error never echoes a megabyte
+//! back. Nothing here touches the registry: a refused request leaves it as it was.
+//!
+//! `page_size` is the one field that is coerced instead of refused: above [`MAX_PAGE_SIZE`] it
+//! means [`MAX_PAGE_SIZE`], as Google's API guidelines (AIP-158) ask of paged lists.
+
+use std::collections::BTreeMap;
+
+use super::error::ServiceError;
+use super::fleet::StoreOptions;
+
+/// The longest destination URL accepted.
+pub const MAX_DESTINATION_BYTES: usize = 4096;
+/// The most labels one store may carry.
+pub const MAX_LABELS: usize = 64;
+/// The longest label key.
+pub const MAX_LABEL_KEY_BYTES: usize = 256;
+/// The longest label value.
+pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
+/// The longest interval a store may set (`wal_interval_ms`, `restore_point_interval_ms`,
+/// `retention_interval_ms`): one day.
+pub const MAX_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+/// The longest `keep_for_ms`: 100 years, far inside what every millisecond count the worker
+/// computes with (`i64` milliseconds since the epoch) can hold.
+pub const MAX_KEEP_FOR_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+/// The most generations retention may be told to keep.
+pub const MAX_KEEP_GENERATIONS: u64 = 100_000;
+/// The largest page of restore points (a larger `page_size` is coerced to it).
+pub const MAX_PAGE_SIZE: u32 = 1000;
+/// The page size when a request names none.
+pub const DEFAULT_PAGE_SIZE: u32 = 100;
+/// The longest page token (the tokens this server gives are manifest keys, 35 bytes).
+pub const MAX_PAGE_TOKEN_BYTES: usize = 64;
+/// How much of a refused value an error message shows.
+pub const QUOTED_CHARS: usize = 256;
+
+/// `s` in quotes for an error message: Debug-escaped, cut after [`QUOTED_CHARS`] characters.
+pub fn quote(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}… ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
+/// Checks a text field: at most `max` bytes, and no control character.
+pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ServiceError> {
+    if value.len() > max {
+        return Err(ServiceError::InvalidArgument(format!(
+            "{field} is longer than {max} bytes ({} bytes)",
+            value.len()
+        )));
+    }
+    if let Some((at, c)) = value.char_indices().find(|(_, c)| c.is_control()) {
+        let what = if c == '\0' {
+            "NUL".to_string()
+        } else {
+            format!("a control character (U+{:04X})", u32::from(c))
+        };
+        return Err(ServiceError::InvalidArgument(format!(
+            "{field} must not contain {what} (found at byte {at} of {})",
+            quote(value)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a store id: store ids are the UUIDs `Register` and `Adopt` hand out.
+pub fn check_store_id(id: &str) -> Result<(), ServiceError> {
+    if id.is_empty() {
+        return Err(ServiceError::InvalidArgument("store_id is empty".into()));
+    }
+    if id.len() > 36 || uuid::Uuid::try_parse(id).is_err() {
+        return Err(ServiceError::InvalidArgument(format!(
+            "store_id must be a store id (a UUID of 36 characters), not {}",
+            quote(id)
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a store's labels: at most [`MAX_LABELS`], keys 1 to [`MAX_LABEL_KEY_BYTES`] bytes,
+/// values at most [`MAX_LABEL_VALUE_BYTES`], no control characters.
+pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    if labels.len() > MAX_LABELS {
+        return Err(ServiceError::InvalidArgument(format!(
+            "labels: at most {MAX_LABELS} entries ({} given)",
+            labels.len()
+        )));
+    }
+    for (k, v) in labels {
+        if k.is_empty() || k.len() > MAX_LABEL_KEY_BYTES {
+            return Err(ServiceError::InvalidArgument(format!(
+                "label key must be 1 to {MAX_LABEL_KEY_BYTES} bytes ({} bytes: {})",
+                k.len(),
+                quote(k)
+            )));
+        }
+        check_text("label key", k, MAX_LABEL_KEY_BYTES)?;
+        check_text(
+            &format!("label {} value", quote(k)),
+            v,
+            MAX_LABEL_VALUE_BYTES,
+        )?;
+    }
+    Ok(())
+}
+
+/// Checks a store's options: each either unset (the service's default) or in its range.
+pub fn check_options(o: &StoreOptions) -> Result<(), ServiceError> {
+    let intervals = format!("{MAX_INTERVAL_MS} (1 day)");
+    let keep_for = format!("{MAX_KEEP_FOR_MS} (100 years)");
+    let generations = MAX_KEEP_GENERATIONS.to_string();
+    let ranges: [(&str, Option<u64>, u64, &str); 5] = [
+        (
+            "wal_interval_ms",
+            o.wal_interval_ms,
+            MAX_INTERVAL_MS,
+            &intervals,
+        ),
+        (
+            "restore_point_interval_ms",
+            o.restore_point_interval_ms,
+            MAX_INTERVAL_MS,
+            &intervals,
+        ),
+        (
+            "retention_interval_ms",
+            o.retention_interval_ms,
+            MAX_INTERVAL_MS,
+            &intervals,
+        ),
+        ("keep_for_ms", o.keep_for_ms, MAX_KEEP_FOR_MS, &keep_for),
+        (
+            "keep_generations",
+            o.keep_generations,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+    ];
+    for (field, value, max, shown) in ranges {
+        if let Some(v) = value
+            && !(1..=max).contains(&v)
+        {
+            return Err(ServiceError::InvalidArgument(format!(
+                "options.{field} must be 1 to {shown}, or 0 for the service's default ({v} given)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a page token's size (its content is checked against the listing it pages).
+pub fn check_page_token(token: &str) -> Result<(), ServiceError> {
+    check_text("page_token", token, MAX_PAGE_TOKEN_BYTES)
+}
+
+/// The page size a request's `page_size` stands for (0: the default; above the maximum: the
+/// maximum).
+pub fn page_size(requested: u32) -> usize {
+    let size = match requested {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    };
+    size as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_is_bounded() {
+        assert_eq!(quote("ab"), "\"ab\"");
+        let long = "é".repeat(1000);
+        let q = quote(&long);
+        assert!(q.len() < 4 * QUOTED_CHARS + 32, "{q}");
+        assert!(q.ends_with("(2000 bytes)"), "{q}");
+        assert_eq!(quote("a\0b"), "\"a\\0b\"");
+    }
+
+    #[test]
+    fn texts_and_ids_are_bounded() {
+        assert!(check_text("f", "abc", 3).is_ok());
+        let e = check_text("f", "abcd", 3).unwrap_err().to_string();
+        assert_eq!(e, "f is longer than 3 bytes (4 bytes)");
+        let e = check_text("f", "a\0", 3).unwrap_err().to_string();
+        assert!(
+            e.starts_with("f must not contain NUL (found at byte 1"),
+            "{e}"
+        );
+        let e = check_text("f", "a\n", 3).unwrap_err().to_string();
+        assert!(e.contains("U+000A"), "{e}");
+        assert!(check_store_id("00000000-0000-0000-0000-000000000000").is_ok());
+        assert!(check_store_id("").is_err());
+        assert!(check_store_id("nope").is_err());
+        assert!(check_store_id(&"0".repeat(10_000)).is_err());
+    }
+
+    #[test]
+    fn options_have_ranges() {
+        let ok = StoreOptions {
+            wal_interval_ms: Some(1),
+            restore_point_interval_ms: Some(MAX_INTERVAL_MS),
+            retention_interval_ms: None,
+            keep_for_ms: Some(MAX_KEEP_FOR_MS),
+            keep_generations: Some(1),
+        };
+        assert!(check_options(&ok).is_ok());
+        for bad in [
+            StoreOptions {
+                keep_for_ms: Some(1 << 63),
+                ..ok.clone()
+            },
+            StoreOptions {
+                keep_generations: Some(0),
+                ..ok.clone()
+            },
+            StoreOptions {
+                wal_interval_ms: Some(MAX_INTERVAL_MS + 1),
+                ..ok.clone()
+            },
+        ] {
+            assert!(check_options(&bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(page_size(0), 100);
+        assert_eq!(page_size(u32::MAX), 1000);
+    }
+}
