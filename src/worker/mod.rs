@@ -73,6 +73,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::store::dir::{DirError, StoreDir};
 use crate::store::disk::{DiskError, DiskState};
 use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
@@ -179,6 +180,15 @@ impl WorkerError {
     pub fn is_refusal(&self) -> bool {
         matches!(self, WorkerError::Refused { .. })
     }
+
+    /// The store directory's refusal, when the directory left its root, was replaced, or a
+    /// file in it is not a regular file of a sane size (see [`crate::store::dir`]).
+    pub fn store_refusal(&self) -> Option<&DirError> {
+        match self {
+            WorkerError::Disk(d) | WorkerError::Source(SourceError::Disk(d)) => d.refusal(),
+            _ => None,
+        }
+    }
 }
 
 /// Why a step did nothing this time.
@@ -283,7 +293,9 @@ impl BackupCounters {
 
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {
+    /// The store directory's path (for messages); every read goes through `store`.
     dir: PathBuf,
+    store: StoreDir,
     bucket: DynBucket,
     source: Arc<dyn WalSource>,
     config: WorkerConfig,
@@ -317,7 +329,7 @@ struct Quiet {
 
 impl BackupWorker {
     pub fn new(
-        dir: impl Into<PathBuf>,
+        dir: impl Into<StoreDir>,
         bucket: DynBucket,
         source: Arc<dyn WalSource>,
         config: WorkerConfig,
@@ -327,11 +339,13 @@ impl BackupWorker {
             bucket,
             counters.requests.clone(),
         ));
-        let dir = dir.into();
+        let store: StoreDir = dir.into();
+        let dir = store.path().to_path_buf();
         Self {
             watch: DirWatch::new(dir.clone()),
             quiet: None,
             dir,
+            store,
             bucket,
             source,
             config,
@@ -441,14 +455,14 @@ impl BackupWorker {
         }
         let looked_at = tokio::time::Instant::now();
         BackupCounters::add(&self.counters.looks, 1);
-        let disk = DiskState::look_async(&self.dir).await?;
+        let disk = DiskState::look_async(&self.store).await?;
         if disk.intent {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
         }
         // Started before the position is read (an offline source fsyncs and scans wal.bin for
         // it); a step that defers drops it.
         let ahead =
-            (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.dir, &disk));
+            (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.store, &disk));
         let pos = self.source.durable_wal_position().await?;
         self.counters.record_durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
