@@ -11,6 +11,15 @@
 //! to catch up ([`WalSource::request_refresh`]) and defers. It writes one file into the store
 //! directory, once: `backup.lineage`, on the first backup of a store (see [`lineage`]).
 //!
+//! Every read and that one write go through the worker's [`StoreDir`]
+//! ([`crate::store::dir`]): the directory is opened once and files are opened relative to it,
+//! never through a link, regular files only, small files below a cap. Every look re-checks
+//! that the directory is still the one opened and (in the service) inside its allowed root,
+//! and every upload of store data follows such a look made after the data was read: a
+//! directory that left its root or was replaced, or a file that is a link, a FIFO, a device or
+//! too large, fails the step with a [`DirError`] naming it, nothing of that step is uploaded,
+//! and health shows the reason at once ([`WorkerError::store_refusal`]).
+//!
 //! # Consistency
 //!
 //! A restore point is a snapshot plus the WAL that starts beside it, and which ones those are
