@@ -9,12 +9,15 @@
 //!
 //! Unhealthy, each with its reason, in this order of precedence:
 //! 1. the worker task exited or panicked;
-//! 2. the prefix is refused (lineage), naming the cause;
-//! 3. another instance holds the bucket lease, naming the holder;
-//! 4. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
+//! 2. the store directory is refused: it left its allowed root or was replaced, or a file in
+//!    it is not a regular file of a sane size (see [`crate::store::dir`]), naming the path
+//!    (and the root) — the worker reads and uploads nothing from it meanwhile;
+//! 3. the prefix is refused (lineage), naming the cause;
+//! 4. another instance holds the bucket lease, naming the holder;
+//! 5. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
 //!    consecutive failed steps, naming the last error;
-//! 5. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
-//! 6. not holding the lease yet (starting) or any more (lost, or released after a refused write).
+//! 6. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
+//! 7. not holding the lease yet (starting) or any more (lost, or released after a refused write).
 //!
 //! Conditional writes being off is not unhealthy, but health says so in `notes`.
 
@@ -43,6 +46,9 @@ pub struct RunnerStatus {
     pub lease: Option<LeaseState>,
     pub conditional_writes: bool,
     pub refused: Option<String>,
+    /// The last step failed because the store directory (or a file in it) is not to be
+    /// trusted; cleared by the next step that goes through.
+    pub store_refused: Option<String>,
     pub consecutive_failures: u32,
     pub last_error: Option<String>,
 }
@@ -54,6 +60,7 @@ impl Default for RunnerStatus {
             lease: None,
             conditional_writes: true,
             refused: None,
+            store_refused: None,
             consecutive_failures: 0,
             last_error: None,
         }
@@ -157,6 +164,9 @@ pub fn evaluate(
         WorkerState::Running => {}
         WorkerState::Exited(why) => reasons.push(format!("the backup worker exited: {why}")),
         WorkerState::Panicked(msg) => reasons.push(format!("the backup worker panicked: {msg}")),
+    }
+    if let Some(r) = &status.store_refused {
+        reasons.push(r.clone());
     }
     if let Some(r) = &status.refused {
         reasons.push(format!("prefix refused: {r}"));

@@ -18,17 +18,23 @@
 //!   directory's [`DirWatch`] says nothing was written since.
 //! - [`InProcessSource`]: a closure over an embedded engine's position handle.
 //!
+//! Every source that reads the store directory reads it through a [`StoreDir`]: each read
+//! re-checks the directory ([`StoreDir::check`]), and every file (`wal.position`, `wal.bin`,
+//! `snapshot.bin`, `store.lock`) is opened relative to the directory opened once, not
+//! following links, regular files only; `wal.position` is read only below [`RECORD_CAP`].
+//!
 //! The streamed source (a node's `ReportPosition` stream) lives with the gRPC service.
 //! [`WalSource::request_refresh`] is the worker's catch-up request, sent when the files on disk
 //! show a snapshot or WAL the source has not reported; sources that read the disk themselves
 //! ignore it.
 
-use std::io::{ErrorKind, Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
+use crate::store::dir::{DirError, FileKind, RECORD_CAP, StoreDir};
 use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
 use crate::store::format::{
     FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
@@ -49,6 +55,12 @@ pub enum SourceError {
     Disk(#[from] disk::DiskError),
     #[error("{0}")]
     Unavailable(String),
+}
+
+impl From<DirError> for SourceError {
+    fn from(e: DirError) -> Self {
+        SourceError::Disk(disk::DiskError::Dir(e))
+    }
 }
 
 /// Where the worker learns how much of the WAL is durable.
@@ -74,20 +86,26 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
 
 /// Reads `wal.position`.
 pub struct FileSource {
-    dir: PathBuf,
+    store: StoreDir,
 }
 
 impl FileSource {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+    pub fn new(dir: impl Into<StoreDir>) -> Self {
+        Self { store: dir.into() }
     }
 
-    fn read(dir: &Path) -> Result<WalPosition, SourceError> {
-        let path = dir.join(POSITION_FILE);
+    /// Reads the record: a regular file (not followed) of at most [`RECORD_CAP`] bytes.
+    fn read(store: &StoreDir) -> Result<WalPosition, SourceError> {
+        let path = store.display_path(POSITION_FILE);
         let mut last = None;
         // The record is rewritten in place: a read racing a rewrite sees a bad CRC; read again.
         for _ in 0..20 {
-            let bytes = std::fs::read(&path).map_err(io(&path))?;
+            let bytes = store
+                .read_capped(POSITION_FILE, FileKind::Store, RECORD_CAP)?
+                .ok_or_else(|| SourceError::Io {
+                    path: path.clone(),
+                    source: std::io::ErrorKind::NotFound.into(),
+                })?;
             match WalPosition::decode(&bytes[..bytes.len().min(POSITION_LEN)]) {
                 Ok(p) => return Ok(p),
                 Err(e) => last = Some(e),
@@ -104,8 +122,12 @@ impl FileSource {
 #[async_trait::async_trait]
 impl WalSource for FileSource {
     async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
-        let dir = self.dir.clone();
-        blocking(move || FileSource::read(&dir)).await
+        let store = self.store.clone();
+        blocking(move || {
+            store.check()?;
+            FileSource::read(&store)
+        })
+        .await
     }
 
     fn kind(&self) -> &'static str {
@@ -132,21 +154,26 @@ struct Scanned {
 /// Reads the store itself, for a store nobody has open. Clones share what was scanned.
 #[derive(Clone)]
 pub struct OfflineSource {
-    dir: PathBuf,
+    store: StoreDir,
     scanned: Arc<Mutex<Option<Scanned>>>,
 }
 
 impl OfflineSource {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
+    pub fn new(dir: impl Into<StoreDir>) -> Self {
         Self {
-            dir: dir.into(),
+            store: dir.into(),
             scanned: Arc::new(Mutex::new(None)),
         }
     }
 
     fn read(&self) -> Result<WalPosition, SourceError> {
         use std::os::unix::fs::MetadataExt;
-        let path = self.dir.join(WAL_FILE);
+        let store = &self.store;
+        let path = store.display_path(WAL_FILE);
+        let missing = || SourceError::Io {
+            path: path.clone(),
+            source: std::io::ErrorKind::NotFound.into(),
+        };
         let stamp = |m: &std::fs::Metadata| {
             (
                 m.ino(),
@@ -154,18 +181,18 @@ impl OfflineSource {
                 m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
             )
         };
-        let snap_stamp = snapshot_stamp(&self.dir)?;
+        let snap_stamp = snapshot_stamp(store)?;
         // Fast path: nothing written to wal.bin or snapshot.bin since the last fsync and scan.
         if let Some(s) = *self.scanned.lock().expect("not poisoned") {
-            let m = std::fs::metadata(&path).map_err(io(&path))?;
+            let m = store.stat(WAL_FILE, FileKind::Store)?.ok_or_else(missing)?;
             if let Some(p) = s.position
-                && stamp(&m) == (s.inode, s.file_len, s.mtime_ns)
+                && (m.ino, m.len, m.mtime_ns) == (s.inode, s.file_len, s.mtime_ns)
                 && snap_stamp == s.snapshot_stamp
             {
                 return Ok(p);
             }
         }
-        let mut f = std::fs::File::open(&path).map_err(io(&path))?;
+        let mut f = store.open(WAL_FILE, FileKind::Store)?.ok_or_else(missing)?;
         // Whatever is in the file now becomes durable: fsync it before trusting any of it.
         f.sync_all().map_err(io(&path))?;
         let meta = f.metadata().map_err(io(&path))?;
@@ -194,7 +221,7 @@ impl OfflineSource {
             at += scan.valid_len as u64;
             last_seq = scan.last_seq;
         }
-        let snapshot_id = read_snapshot_id(&self.dir)?;
+        let snapshot_id = read_snapshot_id(store)?;
         let position = WalPosition {
             snapshot_id,
             wal_id: header.wal_id,
@@ -218,25 +245,16 @@ impl OfflineSource {
 }
 
 /// `snapshot.bin`'s (inode, mtime), or `None` when there is none.
-fn snapshot_stamp(dir: &Path) -> Result<Option<(u64, i128)>, SourceError> {
-    use std::os::unix::fs::MetadataExt;
-    let path = dir.join(disk::SNAPSHOT_FILE);
-    match std::fs::metadata(&path) {
-        Ok(m) => Ok(Some((
-            m.ino(),
-            m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128,
-        ))),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io(&path)(e)),
-    }
+fn snapshot_stamp(store: &StoreDir) -> Result<Option<(u64, i128)>, SourceError> {
+    Ok(store
+        .stat(disk::SNAPSHOT_FILE, FileKind::Store)?
+        .map(|m| (m.ino, m.mtime_ns)))
 }
 
-fn read_snapshot_id(dir: &Path) -> Result<Option<Uuid>, SourceError> {
-    let path = dir.join(disk::SNAPSHOT_FILE);
-    let mut f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(&path)(e)),
+fn read_snapshot_id(store: &StoreDir) -> Result<Option<Uuid>, SourceError> {
+    let path = store.display_path(disk::SNAPSHOT_FILE);
+    let Some(mut f) = store.open(disk::SNAPSHOT_FILE, FileKind::Store)? else {
+        return Ok(None);
     };
     let mut buf = [0u8; crate::store::format::SNAPSHOT_HEADER_LEN];
     f.read_exact(&mut buf).map_err(io(&path))?;
@@ -248,7 +266,11 @@ fn read_snapshot_id(dir: &Path) -> Result<Option<Uuid>, SourceError> {
 impl WalSource for OfflineSource {
     async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
         let me = self.clone();
-        blocking(move || me.read()).await
+        blocking(move || {
+            me.store.check()?;
+            me.read()
+        })
+        .await
     }
 
     fn kind(&self) -> &'static str {
@@ -264,7 +286,7 @@ impl WalSource for OfflineSource {
 /// same position (or, were the lock's holder to change without writing anything, a position no
 /// further on). An idle store so costs one non-blocking `read` of the process's inotify queue.
 pub struct LocalSource {
-    dir: PathBuf,
+    store: StoreDir,
     offline: OfflineSource,
     watch: DirWatch,
     last: Mutex<Option<LastRead>>,
@@ -279,13 +301,13 @@ struct LastRead {
 }
 
 impl LocalSource {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        let dir = dir.into();
+    pub fn new(dir: impl Into<StoreDir>) -> Self {
+        let store: StoreDir = dir.into();
         Self {
-            offline: OfflineSource::new(dir.clone()),
-            watch: DirWatch::new(dir.clone()),
+            offline: OfflineSource::new(store.clone()),
+            watch: DirWatch::new(store.path()),
             last: Mutex::new(None),
-            dir,
+            store,
         }
     }
 }
@@ -302,11 +324,13 @@ impl WalSource for LocalSource {
             return Ok(last.position);
         }
         let at = tokio::time::Instant::now();
-        let dir = self.dir.clone();
+        let store = self.store.clone();
         let offline = self.offline.clone();
         let position = blocking(move || {
-            if disk::lock_is_held(&dir)? {
-                FileSource::read(&dir)
+            // Every read re-checks the directory (see `crate::store::dir`).
+            store.check()?;
+            if disk::lock_is_held_in(&store)? {
+                FileSource::read(&store)
             } else {
                 offline.read()
             }
@@ -412,7 +436,7 @@ impl StreamAttachment {
 }
 
 impl StreamedSource {
-    pub fn new(dir: impl Into<PathBuf>) -> Arc<Self> {
+    pub fn new(dir: impl Into<StoreDir>) -> Arc<Self> {
         Arc::new(Self {
             local: LocalSource::new(dir),
             state: Mutex::new(StreamState::default()),

@@ -11,7 +11,9 @@
 //! start, the row is removed again, so a crash between the two leaves a registered store that
 //! the next start respawns (never a worker the registry does not know). Deregistering stops the
 //! worker (flushing when asked) before deleting the row. On start every store this instance
-//! owns is respawned, its directory checked again against the allowed roots.
+//! owns is respawned, its directory checked again against the allowed roots. A running worker
+//! checks its directory again at every look ([`StoreDir::confined`]): one whose directory left
+//! its root or was replaced reads and writes nothing there, and its health says why.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,6 +32,7 @@ use crate::bucket::{self, OpenError};
 use crate::lease::LeaseConfig;
 use crate::registry::{self, AuditEntry, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
+use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
 use crate::worker::{BackupHandle, BackupWorker, WorkerConfig};
 
@@ -228,9 +231,12 @@ impl Fleet {
         let bucket = bucket::open(&record.destination)
             .await
             .map_err(open_error)?;
-        let source = StreamedSource::new(dir.clone());
+        // One directory handle for the worker and its WAL source: opened once, inside the
+        // allowed roots, and re-checked at every look (`crate::store::dir`).
+        let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
+        let source = StreamedSource::new(store.clone());
         let config = options.apply(&self.config.worker);
-        let worker = BackupWorker::new(dir.clone(), bucket, source.clone(), config);
+        let worker = BackupWorker::new(store, bucket, source.clone(), config);
         let lease = LeaseConfig {
             ttl: self.config.lease_ttl,
             conditional: self.config.worker.conditional_writes,

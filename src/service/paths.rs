@@ -4,7 +4,11 @@
 //! control character, and — after resolving symbolic links — lie strictly under one of the
 //! allowed roots. A directory that does not exist yet is resolved through its nearest existing
 //! ancestor (what does not exist cannot be a link), so a link planted later is caught when the
-//! worker starts: the service resolves the path again at every start.
+//! worker starts: the service resolves the path again at every start, and the running worker
+//! at every look (its
+//! [`StoreDir`](crate::store::dir::StoreDir) is confined to the same roots: the directory is
+//! opened once, inside a root, and a path that later resolves outside every root, or names
+//! another directory, is refused with the reason in health).
 
 use std::path::{Component, Path, PathBuf};
 

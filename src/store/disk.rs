@@ -10,12 +10,20 @@
 //! A look reads only file metadata and the fixed-size headers of `snapshot.bin` and `wal.bin`.
 //! It writes nothing. The one file the backup side ever writes into a store directory is
 //! `backup.lineage`, once ([`write_lineage`]), by write-temp-fsync-rename.
+//!
+//! Every look goes through a [`StoreDir`] ([`DiskState::look_in`]): it first re-checks that
+//! the directory is still the one opened (and, in the service, inside its allowed root), then
+//! reads every file relative to the opened directory, not following links, and refuses any
+//! file that is not a regular file ([`super::dir`]). The small records (`backup.lineage`,
+//! `backup.parent`) are read only below [`RECORD_CAP`].
 
-use std::io::{ErrorKind, Read};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use uuid::Uuid;
+
+use super::dir::{DirError, FileKind, RECORD_CAP, StoreDir};
 
 use super::format::{
     FormatError, ParentRecord, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader,
@@ -62,6 +70,19 @@ pub enum DiskError {
     Invalid { path: PathBuf, detail: String },
     #[error("{dir}: not a store (no {WAL_FILE})")]
     NotAStore { dir: PathBuf },
+    /// The directory or a file in it is not to be trusted (see [`super::dir`]).
+    #[error(transparent)]
+    Dir(#[from] DirError),
+}
+
+impl DiskError {
+    /// The refusal, when the directory or a file in it is not to be trusted.
+    pub fn refusal(&self) -> Option<&DirError> {
+        match self {
+            DiskError::Dir(e) if e.is_refusal() => Some(e),
+            _ => None,
+        }
+    }
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DiskError + '_ {
@@ -107,17 +128,22 @@ pub struct DiskState {
     pub archives: Vec<ArchiveState>,
 }
 
-fn read_header(path: &Path, len: usize) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, DiskError> {
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err(path)(e)),
+/// Reads up to `len` bytes from the start of the regular file `rel`, with its metadata; `None`
+/// when absent.
+fn read_header(
+    store: &StoreDir,
+    rel: &str,
+    len: usize,
+) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, DiskError> {
+    let Some(mut f) = store.open(rel, FileKind::Store)? else {
+        return Ok(None);
     };
-    let meta = f.metadata().map_err(io_err(path))?;
+    let path = store.display_path(rel);
+    let meta = f.metadata().map_err(io_err(&path))?;
     let mut buf = vec![0u8; len];
     let mut got = 0;
     while got < len {
-        match f.read(&mut buf[got..]).map_err(io_err(path))? {
+        match f.read(&mut buf[got..]).map_err(io_err(&path))? {
             0 => break,
             n => got += n,
         }
@@ -126,11 +152,33 @@ fn read_header(path: &Path, len: usize) -> Result<Option<(Vec<u8>, std::fs::Meta
     Ok(Some((buf, meta)))
 }
 
+/// Whether `name` is an archive's file name (`<number:020>.wal`), and its number.
+fn archive_number(name: &str) -> Option<u64> {
+    let num = name.strip_suffix(".wal")?;
+    if num.len() != 20 {
+        return None;
+    }
+    num.parse().ok()
+}
+
 impl DiskState {
-    /// Looks at `dir` (blocking: call from the blocking pool).
+    /// Looks at `dir` (blocking: call from the blocking pool): [`DiskState::look_in`] of a
+    /// [`StoreDir`] with no allowed roots, opened for this look.
     pub fn look(dir: &Path) -> Result<DiskState, DiskError> {
-        let wal_path = dir.join(WAL_FILE);
-        let Some((buf, meta)) = read_header(&wal_path, WAL_HEADER_LEN)? else {
+        DiskState::look_in(&StoreDir::new(dir))
+    }
+
+    /// Looks at the store directory (blocking: call from the blocking pool), after
+    /// [`StoreDir::check`]: a directory that left its root or was replaced is not looked at.
+    pub fn look_in(store: &StoreDir) -> Result<DiskState, DiskError> {
+        let dir = store.path();
+        if !store.check()? {
+            return Err(DiskError::NotAStore {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let wal_path = store.display_path(WAL_FILE);
+        let Some((buf, meta)) = read_header(store, WAL_FILE, WAL_HEADER_LEN)? else {
             return Err(DiskError::NotAStore {
                 dir: dir.to_path_buf(),
             });
@@ -145,8 +193,8 @@ impl DiskState {
             inode: meta.ino(),
         };
 
-        let snap_path = dir.join(SNAPSHOT_FILE);
-        let snapshot = match read_header(&snap_path, SNAPSHOT_HEADER_LEN)? {
+        let snap_path = store.display_path(SNAPSHOT_FILE);
+        let snapshot = match read_header(store, SNAPSHOT_FILE, SNAPSHOT_HEADER_LEN)? {
             None => None,
             Some((buf, meta)) => {
                 let header = SnapshotHeader::decode(&buf).map_err(|source| DiskError::Format {
@@ -167,42 +215,25 @@ impl DiskState {
             }
         };
 
-        let intent_path = dir.join(INTENT_FILE);
-        let intent = match std::fs::metadata(&intent_path) {
-            Ok(m) => m.len() > 0,
-            Err(e) if e.kind() == ErrorKind::NotFound => false,
-            Err(e) => return Err(io_err(&intent_path)(e)),
-        };
+        let intent = store
+            .stat(INTENT_FILE, FileKind::Store)?
+            .is_some_and(|m| m.len > 0);
 
         let archive_dir = dir.join(ARCHIVE_DIR);
-        let mut archives = Vec::new();
-        match std::fs::read_dir(&archive_dir) {
-            Ok(entries) => {
-                for entry in entries {
-                    let entry = entry.map_err(io_err(&archive_dir))?;
-                    let name = entry.file_name();
-                    let Some(name) = name.to_str() else { continue };
-                    let Some(num) = name.strip_suffix(".wal") else {
-                        continue;
-                    };
-                    let Ok(number) = num.parse::<u64>() else {
-                        continue;
-                    };
-                    if num.len() != 20 {
-                        continue;
-                    }
-                    let path = entry.path();
-                    let meta = entry.metadata().map_err(io_err(&path))?;
-                    archives.push(ArchiveState {
-                        number,
-                        len: meta.len(),
-                        path,
-                    });
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(&archive_dir)(e)),
-        }
+        let mut archives: Vec<ArchiveState> = store
+            .list(ARCHIVE_DIR, FileKind::Store, |name| {
+                archive_number(name).is_some()
+            })?
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(name, st)| {
+                Some(ArchiveState {
+                    number: archive_number(&name)?,
+                    len: st.len,
+                    path: archive_dir.join(name),
+                })
+            })
+            .collect();
         archives.sort_by_key(|a| a.number);
 
         Ok(DiskState {
@@ -214,10 +245,10 @@ impl DiskState {
         })
     }
 
-    /// Looks at `dir` on the blocking pool.
-    pub async fn look_async(dir: &Path) -> Result<DiskState, DiskError> {
-        let dir = dir.to_path_buf();
-        tokio::task::spawn_blocking(move || DiskState::look(&dir))
+    /// [`DiskState::look_in`] on the blocking pool.
+    pub async fn look_async(store: &StoreDir) -> Result<DiskState, DiskError> {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || DiskState::look_in(&store))
             .await
             .map_err(|e| DiskError::Invalid {
                 path: PathBuf::new(),
@@ -252,37 +283,47 @@ impl DiskState {
 
 /// The store's lineage, if it has one.
 pub fn read_lineage(dir: &Path) -> Result<Option<Uuid>, DiskError> {
-    let path = dir.join(LINEAGE_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Uuid::parse_str(text.trim())
-            .map(Some)
-            .map_err(|e| DiskError::Invalid {
-                path,
-                detail: format!("not a lineage id: {e}"),
-            }),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(&path)(e)),
-    }
+    read_lineage_in(&StoreDir::new(dir))
 }
 
-/// Writes `backup.lineage` (temp file, fsync, rename, fsync the directory).
-pub fn write_lineage(dir: &Path, lineage: Uuid) -> Result<(), DiskError> {
-    write_file_durably(dir, LINEAGE_FILE, format!("{lineage}\n").as_bytes())
+/// The store's lineage, if it has one (`backup.lineage`, a regular file of at most
+/// [`RECORD_CAP`] bytes).
+pub fn read_lineage_in(store: &StoreDir) -> Result<Option<Uuid>, DiskError> {
+    let Some(bytes) = store.read_capped(LINEAGE_FILE, FileKind::Store, RECORD_CAP)? else {
+        return Ok(None);
+    };
+    let invalid = |detail: String| DiskError::Invalid {
+        path: store.display_path(LINEAGE_FILE),
+        detail,
+    };
+    let text = String::from_utf8(bytes).map_err(|e| invalid(format!("not text: {e}")))?;
+    Uuid::parse_str(text.trim())
+        .map(Some)
+        .map_err(|e| invalid(format!("not a lineage id: {e}")))
+}
+
+/// Writes `backup.lineage` (temp file, fsync, rename, fsync the directory), after checking
+/// the directory ([`StoreDir::write_durably`]).
+pub fn write_lineage(store: &StoreDir, lineage: Uuid) -> Result<(), DiskError> {
+    Ok(store.write_durably(LINEAGE_FILE, format!("{lineage}\n").as_bytes())?)
 }
 
 /// The parent record of a store restored on boot, if it has one.
 pub fn read_parent(dir: &Path) -> Result<Option<ParentRecord>, DiskError> {
-    let path = dir.join(PARENT_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| DiskError::Invalid {
-                path,
-                detail: format!("not a parent record: {e}"),
-            }),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io_err(&path)(e)),
-    }
+    read_parent_in(&StoreDir::new(dir))
+}
+
+/// The parent record (`backup.parent`, a regular file of at most [`RECORD_CAP`] bytes).
+pub fn read_parent_in(store: &StoreDir) -> Result<Option<ParentRecord>, DiskError> {
+    let Some(bytes) = store.read_capped(PARENT_FILE, FileKind::Store, RECORD_CAP)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| DiskError::Invalid {
+            path: store.display_path(PARENT_FILE),
+            detail: format!("not a parent record: {e}"),
+        })
 }
 
 /// Writes `name` in `dir` so that a crash leaves either the old file or the whole new one.
@@ -307,12 +348,14 @@ pub fn sync_dir(dir: &Path) -> Result<(), DiskError> {
 
 /// Whether some process holds `store.lock` (an engine has the store open).
 pub fn lock_is_held(dir: &Path) -> Result<bool, DiskError> {
+    lock_is_held_in(&StoreDir::new(dir))
+}
+
+/// Whether some process holds `store.lock` (a regular file, not followed).
+pub fn lock_is_held_in(store: &StoreDir) -> Result<bool, DiskError> {
     use std::os::fd::AsRawFd;
-    let path = dir.join(LOCK_FILE);
-    let f = match std::fs::File::open(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(io_err(&path)(e)),
+    let Some(f) = store.open(LOCK_FILE, FileKind::Store)? else {
+        return Ok(false);
     };
     // SAFETY: flock on a descriptor we own; released when `f` is dropped.
     let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) };
@@ -323,6 +366,6 @@ pub fn lock_is_held(dir: &Path) -> Result<bool, DiskError> {
     if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
         Ok(true)
     } else {
-        Err(io_err(&path)(err))
+        Err(io_err(&store.display_path(LOCK_FILE))(err))
     }
 }

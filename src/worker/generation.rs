@@ -11,8 +11,6 @@
 //! flight) after the claim leaves a claimed generation with some objects and no manifest, which
 //! retention removes after its grace period.
 
-use std::path::PathBuf;
-
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
@@ -75,18 +73,18 @@ pub(super) async fn start(
         .read_ahead
         .take()
         .filter(|r| r.serves(disk))
-        .unwrap_or_else(|| Reading::start(&w.dir, disk));
+        .unwrap_or_else(|| Reading::start(&w.store, disk));
     let Some(local) = reading.finish().await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let dir: PathBuf = w.dir.clone();
-    let side = tokio::task::spawn_blocking(move || read_side_files(&dir))
+    let store = w.store.clone();
+    let side = tokio::task::spawn_blocking(move || read_side_files(&store))
         .await
         .map_err(|e| WorkerError::Store {
             dir: w.dir.clone(),
             detail: e.to_string(),
         })??;
-    let after = DiskState::look_async(&w.dir).await?;
+    let after = DiskState::look_async(&w.store).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }

@@ -9,6 +9,12 @@
 //! archives) makes the reading `None`: the step defers and looks again. Each file is opened
 //! once; once open, it is read, checked and uploaded from that descriptor.
 //!
+//! Every file is opened through the worker's [`StoreDir`]: relative to the store directory
+//! opened once, not following links, and only if it is a regular file. Side files are read
+//! whole only below [`SIDE_FILE_CAP`]; a side file that is a link, a FIFO, a device or too
+//! large fails the step with an error naming it, before anything of the generation is
+//! claimed or uploaded.
+//!
 //! The costly part — reading every needed archive and checking each frame's CRC, and the
 //! snapshot's CRC — runs on one thread per core (the reading happens while no upload is in
 //! flight, so the cores are otherwise idle); the checks are then applied in archive order, so
@@ -26,14 +32,15 @@
 //! refused and leave no object, and the manifest's CRC is always that of the object it names.
 
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
 
 use super::WorkerError;
-use crate::store::disk::{self, DiskState};
+use crate::store::dir::{DirError, FileKind, SIDE_FILE_CAP, StoreDir};
+use crate::store::disk::{self, DiskError, DiskState};
 use crate::store::format::{
     CHECK_CHUNK, CheckError, SNAPSHOT_HEADER_LEN, SnapshotHeader, WAL_HEADER_LEN, WalCheck,
     WalHeader, check_wal,
@@ -163,15 +170,21 @@ fn run_parallel(work: &[Work<'_>], cancel: &AtomicBool) -> Vec<Result<Done, Work
 /// Reads the generation's files besides `wal.bin` as `disk` saw them; `None` if they changed
 /// meanwhile (the caller defers), or if `cancel` was set. Blocking.
 pub(super) fn read_local(
-    dir: &Path,
+    store: &StoreDir,
     disk: &DiskState,
     cancel: &AtomicBool,
 ) -> Result<Option<LocalGeneration>, WorkerError> {
-    let snap_path = dir.join(disk::SNAPSHOT_FILE);
+    let dir = store.path();
+    let snap_path = store.display_path(disk::SNAPSHOT_FILE);
     let snapshot_file = match &disk.snapshot {
         None => None,
         Some(s) => {
-            let file = std::fs::File::open(&snap_path).map_err(io(&snap_path))?;
+            let Some(file) = store
+                .open(disk::SNAPSHOT_FILE, FileKind::Store)
+                .map_err(refused)?
+            else {
+                return Ok(None);
+            };
             let mut head = [0u8; SNAPSHOT_HEADER_LEN];
             file.read_exact_at(&mut head, 0).map_err(io(&snap_path))?;
             let header = SnapshotHeader::decode(&head).map_err(|e| WorkerError::Store {
@@ -192,10 +205,9 @@ pub(super) fn read_local(
     let mut headers = Vec::with_capacity(disk.archives.len());
     let mut files = Vec::with_capacity(disk.archives.len());
     for a in &disk.archives {
-        let f = match std::fs::File::open(&a.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(&a.path)(e)),
+        let rel = format!("{}/{}", disk::ARCHIVE_DIR, disk::archive_name(a.number));
+        let Some(f) = store.open(&rel, FileKind::Store).map_err(refused)? else {
+            return Ok(None);
         };
         let mut head = [0u8; WAL_HEADER_LEN];
         f.read_exact_at(&mut head, 0)
@@ -336,21 +348,25 @@ pub(super) fn read_local(
     }))
 }
 
+/// A file the store directory refused to hand out, as a step error.
+fn refused(e: DirError) -> WorkerError {
+    WorkerError::Disk(DiskError::Dir(e))
+}
+
 /// The side files in the store directory (`disk::SIDE_FILES`), with their CRCs. Read apart
 /// from [`read_local`], when the generation starts: a [`Reading`] may run beside the resume
 /// that writes `backup.lineage`, and must not decide whether the generation ships it.
-/// Blocking.
-pub(super) fn read_side_files(dir: &Path) -> Result<Vec<(String, Bytes, u32)>, WorkerError> {
+/// Each must be a regular file (not followed) of at most [`SIDE_FILE_CAP`] bytes; any other
+/// fails the step, naming the file, and nothing of the generation is uploaded. Blocking.
+pub(super) fn read_side_files(store: &StoreDir) -> Result<Vec<(String, Bytes, u32)>, WorkerError> {
     let mut side_files = Vec::new();
     for name in disk::SIDE_FILES {
-        let path = dir.join(name);
-        match std::fs::read(&path) {
-            Ok(b) => {
-                let crc = crc32fast::hash(&b);
-                side_files.push((name.to_string(), Bytes::from(b), crc));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&path)(e)),
+        if let Some(b) = store
+            .read_capped(name, FileKind::Side, SIDE_FILE_CAP)
+            .map_err(refused)?
+        {
+            let crc = crc32fast::hash(&b);
+            side_files.push((name.to_string(), Bytes::from(b), crc));
         }
     }
     Ok(side_files)
@@ -366,18 +382,21 @@ pub(super) fn read_side_files(dir: &Path) -> Result<Vec<(String, Bytes, u32)>, W
 /// it then lies between that look and the step's second look, as any reading must.
 pub(super) struct Reading {
     disk: DiskState,
+    dir: PathBuf,
     cancel: Arc<AtomicBool>,
     task: Option<tokio::task::JoinHandle<Result<Option<LocalGeneration>, WorkerError>>>,
 }
 
 impl Reading {
     /// Starts reading what `disk` (a look just made) names, on the blocking pool.
-    pub(super) fn start(dir: &Path, disk: &DiskState) -> Reading {
+    pub(super) fn start(store: &StoreDir, disk: &DiskState) -> Reading {
         let cancel = Arc::new(AtomicBool::new(false));
-        let (dir, look, stop) = (dir.to_path_buf(), disk.clone(), cancel.clone());
-        let task = tokio::task::spawn_blocking(move || read_local(&dir, &look, &stop));
+        let (store, look, stop) = (store.clone(), disk.clone(), cancel.clone());
+        let dir = store.path().to_path_buf();
+        let task = tokio::task::spawn_blocking(move || read_local(&store, &look, &stop));
         Reading {
             disk: disk.clone(),
+            dir,
             cancel,
             task: Some(task),
         }
@@ -393,7 +412,7 @@ impl Reading {
     pub(super) async fn finish(mut self) -> Result<Option<LocalGeneration>, WorkerError> {
         let task = self.task.take().expect("finished once");
         task.await.map_err(|e| WorkerError::Store {
-            dir: self.disk.dir.clone(),
+            dir: self.dir.clone(),
             detail: e.to_string(),
         })?
     }

@@ -11,6 +11,15 @@
 //! to catch up ([`WalSource::request_refresh`]) and defers. It writes one file into the store
 //! directory, once: `backup.lineage`, on the first backup of a store (see [`lineage`]).
 //!
+//! Every read and that one write go through the worker's [`StoreDir`]
+//! ([`crate::store::dir`]): the directory is opened once and files are opened relative to it,
+//! never through a link, regular files only, small files below a cap. Every look re-checks
+//! that the directory is still the one opened and (in the service) inside its allowed root,
+//! and every upload of store data follows such a look made after the data was read: a
+//! directory that left its root or was replaced, or a file that is a link, a FIFO, a device or
+//! too large, fails the step with a [`DirError`] naming it, nothing of that step is uploaded,
+//! and health shows the reason at once ([`WorkerError::store_refusal`]).
+//!
 //! # Consistency
 //!
 //! A restore point is a snapshot plus the WAL that starts beside it, and which ones those are
@@ -73,6 +82,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::store::dir::{DirError, StoreDir};
 use crate::store::disk::{DiskError, DiskState};
 use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
@@ -180,6 +190,15 @@ impl WorkerError {
     pub fn is_refusal(&self) -> bool {
         matches!(self, WorkerError::Refused { .. })
     }
+
+    /// The store directory's refusal, when the directory left its root, was replaced, or a
+    /// file in it is not a regular file of a sane size (see [`crate::store::dir`]).
+    pub fn store_refusal(&self) -> Option<&DirError> {
+        match self {
+            WorkerError::Disk(d) | WorkerError::Source(SourceError::Disk(d)) => d.refusal(),
+            _ => None,
+        }
+    }
 }
 
 /// Why a step did nothing this time.
@@ -284,7 +303,9 @@ impl BackupCounters {
 
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {
+    /// The store directory's path (for messages); every read goes through `store`.
     dir: PathBuf,
+    store: StoreDir,
     bucket: DynBucket,
     source: Arc<dyn WalSource>,
     config: WorkerConfig,
@@ -318,7 +339,7 @@ struct Quiet {
 
 impl BackupWorker {
     pub fn new(
-        dir: impl Into<PathBuf>,
+        dir: impl Into<StoreDir>,
         bucket: DynBucket,
         source: Arc<dyn WalSource>,
         config: WorkerConfig,
@@ -328,11 +349,13 @@ impl BackupWorker {
             bucket,
             counters.requests.clone(),
         ));
-        let dir = dir.into();
+        let store: StoreDir = dir.into();
+        let dir = store.path().to_path_buf();
         Self {
             watch: DirWatch::new(dir.clone()),
             quiet: None,
             dir,
+            store,
             bucket,
             source,
             config,
@@ -442,14 +465,14 @@ impl BackupWorker {
         }
         let looked_at = tokio::time::Instant::now();
         BackupCounters::add(&self.counters.looks, 1);
-        let disk = DiskState::look_async(&self.dir).await?;
+        let disk = DiskState::look_async(&self.store).await?;
         if disk.intent {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
         }
         // Started before the position is read (an offline source fsyncs and scans wal.bin for
         // it); a step that defers drops it.
         let ahead =
-            (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.dir, &disk));
+            (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.store, &disk));
         let pos = self.source.durable_wal_position().await?;
         self.counters.record_durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {

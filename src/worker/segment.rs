@@ -43,7 +43,7 @@ pub(super) async fn ship(
     let Some(bytes) = read_wal_range(w, disk, start, end).await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let after = DiskState::look_async(&w.dir).await?;
+    let after = DiskState::look_async(&w.store).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }

@@ -137,6 +137,7 @@ fn step_succeeded(status: &Status) {
     record(status, |s| {
         s.consecutive_failures = 0;
         s.refused = None;
+        s.store_refused = None;
     });
 }
 
@@ -390,6 +391,7 @@ async fn hold(
                     let refusal = e.is_refusal();
                     record(status, |s| {
                         s.last_error = Some(e.to_string());
+                        s.store_refused = e.store_refusal().map(|r| r.to_string());
                         if let WorkerError::Refused { reason } = &e {
                             s.refused = Some(reason.clone());
                         } else {

@@ -220,9 +220,12 @@ impl View {
             newest,
         } = found?;
 
-        let dir = w.dir.clone();
+        let store = w.store.clone();
         let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
-            Ok::<_, disk::DiskError>((disk::read_lineage(&dir)?, disk::read_parent(&dir)?))
+            Ok::<_, disk::DiskError>((
+                disk::read_lineage_in(&store)?,
+                disk::read_parent_in(&store)?,
+            ))
         })
         .await
         .map_err(|e| WorkerError::Store {
@@ -290,8 +293,8 @@ impl View {
         }
 
         if write_lineage {
-            let dir = w.dir.clone();
-            tokio::task::spawn_blocking(move || disk::write_lineage(&dir, lineage))
+            let store = w.store.clone();
+            tokio::task::spawn_blocking(move || disk::write_lineage(&store, lineage))
                 .await
                 .map_err(|e| WorkerError::Store {
                     dir: w.dir.clone(),
@@ -323,13 +326,23 @@ pub(super) async fn read_wal_range(
     use std::os::unix::fs::{FileExt, MetadataExt};
     let path = w.dir.join(disk::WAL_FILE);
     let inode = disk.wal.inode;
+    let store = w.store.clone();
+    let io = move |source| WorkerError::Io {
+        path: path.clone(),
+        source,
+    };
     tokio::task::spawn_blocking(move || {
-        let f = std::fs::File::open(&path)?;
-        if f.metadata()?.ino() != inode {
+        let Some(f) = store
+            .open(disk::WAL_FILE, crate::store::dir::FileKind::Store)
+            .map_err(disk::DiskError::from)?
+        else {
+            return Ok(None);
+        };
+        if f.metadata().map_err(&io)?.ino() != inode {
             return Ok(None);
         }
         let mut buf = vec![0u8; crate::units::usize_of(end - start)];
-        f.read_exact_at(&mut buf, start)?;
+        f.read_exact_at(&mut buf, start).map_err(&io)?;
         Ok(Some(Bytes::from(buf)))
     })
     .await
@@ -337,10 +350,6 @@ pub(super) async fn read_wal_range(
         dir: w.dir.clone(),
         detail: e.to_string(),
     })?
-    .map_err(|source: std::io::Error| WorkerError::Io {
-        path: w.dir.join(disk::WAL_FILE),
-        source,
-    })
 }
 
 /// Refuses a store whose `wal.bin` no longer holds what the prefix shipped of it (a store
@@ -385,7 +394,7 @@ async fn extend_with_shipped_segments(
     mut keys: Vec<(u64, u64, String)>,
 ) -> Result<(), WorkerError> {
     keys.sort();
-    let disk = DiskState::look_async(&w.dir).await?;
+    let disk = DiskState::look_async(&w.store).await?;
     loop {
         let Some((start, end, key)) = keys
             .iter()
