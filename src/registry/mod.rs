@@ -17,6 +17,8 @@
 //! - `instances`: each instance's last heartbeat ([`Registry::report_health`] writes it on
 //!   every report), so that an owner whose stores' health did not change still counts as
 //!   heard from.
+//! - `instance_claims`: which live process holds each instance id ([`InstanceClaim`]), so
+//!   that two processes started with one id never both run its stores.
 //!
 //! # Crash story
 //!
@@ -36,7 +38,8 @@
 //!
 //! Instances sharing a PostgreSQL registry see each other's committed writes at once; the
 //! unique keys settle races between them. The registry does not decide which instance runs a
-//! store: that is the bucket lease's job.
+//! store (that is the bucket lease's job), only that one process at a time runs an instance
+//! id's stores ([`InstanceClaim`]).
 
 mod error;
 mod postgres;
@@ -158,6 +161,10 @@ macro_rules! select_stores {
         )
     };
 }
+
+// After the macros above, which it uses.
+mod claim;
+pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim};
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

@@ -6,7 +6,9 @@
 pub mod binary;
 pub mod fault_proxy;
 pub mod hooked;
+pub mod registry;
 pub mod s3;
+pub mod serve;
 pub mod store;
 
 use std::sync::Arc;
