@@ -16,6 +16,8 @@
 //! 4. another instance holds the bucket lease, naming the holder;
 //! 5. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
 //!    consecutive failed steps, naming the last error;
+//! 5. the WAL source refuses what it is told (a node reported a position the store's files
+//!    contradict, see [`crate::wal_source::streamed`]), naming what and who, while it holds;
 //! 6. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
 //! 7. not holding the lease yet (starting) or any more (lost, or released after a refused write).
 //!
@@ -51,6 +53,9 @@ pub struct RunnerStatus {
     pub store_refused: Option<String>,
     pub consecutive_failures: u32,
     pub last_error: Option<String>,
+    /// [`WalSource::problem`](crate::wal_source::WalSource::problem), as the supervisor last
+    /// read it.
+    pub source_problem: Option<String>,
 }
 
 impl Default for RunnerStatus {
@@ -63,6 +68,7 @@ impl Default for RunnerStatus {
             store_refused: None,
             consecutive_failures: 0,
             last_error: None,
+            source_problem: None,
         }
     }
 }
@@ -208,6 +214,9 @@ pub fn evaluate(
             status.last_error.as_deref().unwrap_or("unknown")
         ));
     }
+    if let Some(p) = &status.source_problem {
+        reasons.push(format!("position reports refused: {p}"));
+    }
     if progress.unshipped_for > policy.max_lag() {
         reasons.push(format!(
             "durable commits {}..={} unshipped for {:.0} s (limit {:.0} s)",
@@ -333,6 +342,16 @@ mod tests {
             ..lagging
         };
         assert!(evaluate(&holding(), ok, &p, "me").healthy);
+
+        let mut s = holding();
+        s.source_problem = Some("a report from 10.0.0.7 was dropped".into());
+        let h = evaluate(&s, Progress::default(), &p, "me");
+        assert!(
+            !h.healthy
+                && h.reason
+                    .contains("position reports refused: a report from 10.0.0.7"),
+            "{h:?}"
+        );
     }
 
     #[test]

@@ -17,6 +17,9 @@
 //!   otherwise (the standalone `backup` command). It answers from its last read while the
 //!   directory's [`DirWatch`] says nothing was written since.
 //! - [`InProcessSource`]: a closure over an embedded engine's position handle.
+//! - [`StreamedSource`] (in [`streamed`]): what database nodes report on `ReportPosition`
+//!   streams, counted only as far as the store's files bear it out ([`proof`]); the service's
+//!   workers use it.
 //!
 //! Every source that reads the store directory reads it through a [`StoreDir`]: each read
 //! re-checks the directory ([`StoreDir::check`]), and every file (`wal.position`, `wal.bin`,
@@ -40,6 +43,11 @@ use crate::store::format::{
     FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
 };
 use crate::store::watch::DirWatch;
+
+mod proof;
+pub mod streamed;
+
+pub use streamed::{Closed, StreamAttachment, StreamedSource};
 
 /// Why no position could be read.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +80,12 @@ pub trait WalSource: Send + Sync + 'static {
     /// Asks the engine to catch up with files on disk it has not reported (a new snapshot or
     /// WAL written by another process). The default does nothing.
     fn request_refresh(&self) {}
+
+    /// Why the source's reports cannot be trusted now, if they cannot: health is unhealthy
+    /// with this reason while it holds. The default: never.
+    fn problem(&self) -> Option<String> {
+        None
+    }
 
     /// A short name for health and logs.
     fn kind(&self) -> &'static str;
@@ -384,145 +398,4 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| SourceError::Unavailable(format!("position read task failed: {e}")))?
-}
-
-/// The position a database node streams (`ReportPosition`), for the service's workers.
-///
-/// While at least one stream is attached and has reported, the latest report is the durable
-/// position. With no stream (the node is down, or not yet connected) it falls back to the
-/// [`LocalSource`]: the file source while a process holds `store.lock`, the offline source
-/// when nobody does. [`WalSource::request_refresh`] sends a `Refresh` to every attached
-/// stream.
-pub struct StreamedSource {
-    local: LocalSource,
-    state: Mutex<StreamState>,
-    refresh: tokio::sync::broadcast::Sender<String>,
-}
-
-#[derive(Default)]
-struct StreamState {
-    streams: usize,
-    latest: Option<WalPosition>,
-}
-
-/// One attached stream; detaches when dropped.
-pub struct StreamAttachment {
-    source: Arc<StreamedSource>,
-    /// `Refresh` requests for this stream's node.
-    pub refresh: tokio::sync::broadcast::Receiver<String>,
-}
-
-impl Drop for StreamAttachment {
-    fn drop(&mut self) {
-        let mut s = self.source.state.lock().expect("not poisoned");
-        s.streams -= 1;
-        if s.streams == 0 {
-            s.latest = None;
-        }
-    }
-}
-
-impl StreamAttachment {
-    /// Records a reported durable position, unless the latest report (of any attached stream)
-    /// holds more commits: durable commits never go away, so a smaller count is a late report
-    /// (an old stream of a node that has reconnected), and taking it would make the store look
-    /// rewound. An equal count may name a newer snapshot and WAL, and is taken.
-    pub fn report(&self, pos: WalPosition) {
-        let mut s = self.source.state.lock().expect("not poisoned");
-        if s.latest.is_none_or(|l| pos.commit_seq >= l.commit_seq) {
-            s.latest = Some(pos);
-        }
-    }
-}
-
-impl StreamedSource {
-    pub fn new(dir: impl Into<StoreDir>) -> Arc<Self> {
-        Arc::new(Self {
-            local: LocalSource::new(dir),
-            state: Mutex::new(StreamState::default()),
-            refresh: tokio::sync::broadcast::channel(16).0,
-        })
-    }
-
-    /// Attaches a node's stream.
-    pub fn attach(self: &Arc<Self>) -> StreamAttachment {
-        self.state.lock().expect("not poisoned").streams += 1;
-        StreamAttachment {
-            source: self.clone(),
-            refresh: self.refresh.subscribe(),
-        }
-    }
-
-    /// Streams attached now.
-    pub fn streams(&self) -> usize {
-        self.state.lock().expect("not poisoned").streams
-    }
-}
-
-#[async_trait::async_trait]
-impl WalSource for StreamedSource {
-    async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
-        let latest = {
-            let s = self.state.lock().expect("not poisoned");
-            if s.streams > 0 { s.latest } else { None }
-        };
-        match latest {
-            Some(p) => Ok(p),
-            None => self.local.durable_wal_position().await,
-        }
-    }
-
-    fn request_refresh(&self) {
-        let _ = self
-            .refresh
-            .send("the store's files show a snapshot or WAL you have not reported".into());
-    }
-
-    fn kind(&self) -> &'static str {
-        "streamed"
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(commit_seq: u64, durable_len: u64) -> WalPosition {
-        WalPosition {
-            snapshot_id: None,
-            wal_id: Uuid::from_u128(1),
-            wal_number: 1,
-            durable_len,
-            commit_seq,
-        }
-    }
-
-    #[tokio::test]
-    async fn a_late_report_of_an_old_stream_does_not_rewind_the_position() {
-        let tmp = tempfile::tempdir().unwrap();
-        let source = StreamedSource::new(tmp.path());
-        let old = source.attach();
-        let new = source.attach();
-        new.report(at(10, 500));
-        old.report(at(7, 300));
-        assert_eq!(source.durable_wal_position().await.unwrap(), at(10, 500));
-        // The same count in new files (a snapshot was taken) is news.
-        let snapshot = WalPosition {
-            snapshot_id: Some(Uuid::from_u128(2)),
-            wal_id: Uuid::from_u128(3),
-            wal_number: 2,
-            durable_len: 48,
-            commit_seq: 10,
-        };
-        new.report(snapshot);
-        assert_eq!(source.durable_wal_position().await.unwrap(), snapshot);
-        drop(old);
-        drop(new);
-        // No stream: the local source, and there is no store here.
-        assert!(source.durable_wal_position().await.is_err());
-        // A stream attached after all had gone starts afresh.
-        let again = source.attach();
-        again.report(at(3, 100));
-        assert_eq!(source.durable_wal_position().await.unwrap(), at(3, 100));
-    }
 }

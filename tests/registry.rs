@@ -3,127 +3,16 @@
 //! Without that variable the PostgreSQL tests print a SKIP line and pass, except under
 //! `CI=true`, where they fail.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::future::Future;
 
 use mushroom_backup::registry::{
     AuditEntry, HealthRow, Registry, RegistryError, StoreRecord, hash_token, new_node_token,
     token_matches,
 };
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-const POSTGRES_ENV: &str = "MUSHROOM_TEST_POSTGRES_URL";
-
-// ---- backends ---------------------------------------------------------------------------
-
-/// A fresh SQLite registry in a temp dir (removed when the guard drops), and its URL.
-async fn sqlite_registry() -> (tempfile::TempDir, String, Registry) {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let url = format!("sqlite://{}/registry.db", dir.path().display());
-    let reg = Registry::open(&url).await.expect("open sqlite registry");
-    assert_eq!(reg.kind(), "sqlite");
-    (dir, url, reg)
-}
-
-/// The PostgreSQL server for tests, or `None` after a SKIP line (a panic under `CI=true`).
-fn postgres_server() -> Option<String> {
-    if let Ok(url) = std::env::var(POSTGRES_ENV) {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("PostgreSQL tests need a server: run scripts/test.sh (or set {POSTGRES_ENV})");
-    }
-    eprintln!("SKIP: no PostgreSQL (run scripts/test.sh, or set {POSTGRES_ENV})");
-    None
-}
-
-/// A database of its own on the test server, so tests can run in parallel.
-struct PgDatabase {
-    server: String,
-    name: String,
-    url: String,
-}
-
-impl PgDatabase {
-    async fn create(server: &str) -> PgDatabase {
-        let name = format!("registry_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(server)
-            .await
-            .expect("connect to test server");
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let mut url = url::Url::parse(server).expect("test server URL parses");
-        url.set_path(&name);
-        PgDatabase {
-            server: server.to_string(),
-            url: url.to_string(),
-            name,
-        }
-    }
-
-    /// Drops the database (after the test closed its registries). Skipped when a test fails,
-    /// which leaves the database for a look; the throwaway server goes with the run anyway.
-    async fn drop_database(self) {
-        let mut admin = PgConnection::connect(&self.server).await.expect("connect");
-        let sql = format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name);
-        sqlx::query(AssertSqlSafe(sql))
-            .execute(&mut admin)
-            .await
-            .expect("drop test database");
-        admin.close().await.ok();
-    }
-}
-
-/// Runs `suite` against a fresh SQLite registry.
-async fn on_sqlite<F, Fut>(suite: F)
-where
-    F: FnOnce(Registry) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let (_dir, _url, reg) = sqlite_registry().await;
-    suite(reg.clone()).await;
-    reg.close().await;
-}
-
-/// Runs `suite` against a fresh PostgreSQL database, if there is a server.
-async fn on_postgres<F, Fut>(suite: F)
-where
-    F: FnOnce(Registry) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let Some(server) = postgres_server() else {
-        return;
-    };
-    let db = PgDatabase::create(&server).await;
-    let reg = Registry::open(&db.url)
-        .await
-        .expect("open postgres registry");
-    assert_eq!(reg.kind(), "postgres");
-    suite(reg.clone()).await;
-    reg.close().await;
-    db.drop_database().await;
-}
-
-/// `name` as two tests, `sqlite::name` and `postgres::name`, each running `suite(registry)`.
-macro_rules! both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[tokio::test]
-            async fn $name() {
-                super::on_sqlite(super::suite::$name).await;
-            })*
-        }
-        mod postgres {
-            $(#[tokio::test]
-            async fn $name() {
-                super::on_postgres(super::suite::$name).await;
-            })*
-        }
-    };
-}
+use sqlx::Connection;
+use support::registry::{PgDatabase, postgres_server, sqlite_registry};
 
 both_backends!(
     round_trip,
@@ -410,7 +299,7 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(applied, vec![(1, true), (2, true)]);
+    assert_eq!(applied, vec![(1, true), (2, true), (3, true)]);
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut conn)
         .await

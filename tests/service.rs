@@ -789,7 +789,8 @@ async fn every_bad_input_is_answered_with_its_code() {
     let r = c
         .report_position(with_token(report(&unknown), &first.node_token))
         .await;
-    assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::NotFound);
+    // An unknown store is answered like a wrong token (tests/node_reports.rs has the detail).
+    assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::Unauthenticated);
     let other = ok.unwrap();
     let r = c
         .report_position(with_token(report(&first.store_id), &other.node_token))
@@ -825,7 +826,7 @@ async fn every_bad_input_is_answered_with_its_code() {
         matches!(
             e,
             NodeClientError::Rejected {
-                code: Code::NotFound,
+                code: Code::Unauthenticated,
                 ..
             }
         ),

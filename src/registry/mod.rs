@@ -21,6 +21,8 @@
 //! - `instances`: each instance's last heartbeat ([`Registry::report_health`] writes it on
 //!   every report), so that an owner whose stores' health did not change still counts as
 //!   heard from.
+//! - `instance_claims`: which live process holds each instance id ([`InstanceClaim`]), so
+//!   that two processes started with one id never both run its stores.
 //!
 //! # Crash story
 //!
@@ -39,8 +41,9 @@
 //! # Several instances
 //!
 //! Instances sharing a PostgreSQL registry see each other's committed writes at once; the
-//! unique keys and the registration lock settle races between them. The registry does not decide which instance runs a
-//! store: that is the bucket lease's job.
+//! unique keys and the registration lock settle races between them. The registry does not
+//! decide which instance runs a store (that is the bucket lease's job), only that one process
+//! at a time runs an instance id's stores ([`InstanceClaim`]).
 
 mod error;
 mod postgres;
@@ -198,6 +201,10 @@ pub fn audit_text(s: &str) -> String {
     escaped.push_str(&suffix);
     escaped
 }
+
+// After the macros above, which it uses.
+mod claim;
+pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim};
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

@@ -35,6 +35,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instances",
         include_str!("../../migrations/postgres/0002_instances.sql"),
     ),
+    (
+        3,
+        "instance claims",
+        include_str!("../../migrations/postgres/0003_instance_claims.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

@@ -38,6 +38,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instances",
         include_str!("../../migrations/sqlite/0002_instances.sql"),
     ),
+    (
+        3,
+        "instance claims",
+        include_str!("../../migrations/sqlite/0003_instance_claims.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

@@ -20,6 +20,7 @@ use super::proto::{self, backup_control_server::BackupControl};
 use crate::bucket;
 use crate::store::format::WalPosition;
 use crate::verify;
+use crate::wal_source::StreamAttachment;
 
 pub struct Api {
     fleet: Arc<Fleet>,
@@ -356,6 +357,7 @@ impl BackupControl for Api {
         req: Request<Streaming<proto::PositionReport>>,
     ) -> Result<Response<CommandStream>, Status> {
         let meta = req.metadata().clone();
+        let from = peer(&req).unwrap_or_else(|| "an unknown peer".into());
         let mut inbound = req.into_inner();
         let Some(first) = inbound.next().await else {
             return Err(ServiceError::InvalidArgument(
@@ -364,11 +366,8 @@ impl BackupControl for Api {
             .into());
         };
         let first = first?;
-        let entry = self.fleet.get(&first.store_id)?;
-        auth::require_node(&meta, &entry.record.node_token_hash)?;
+        let attachment = self.attach_node(&meta, &first, from)?;
         let store_id = first.store_id.clone();
-        let attachment = entry.source.attach();
-        attachment.report(position(&first)?);
         let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         tokio::spawn(async move {
@@ -377,6 +376,10 @@ impl BackupControl for Api {
                 tokio::select! {
                     _ = shutdown.cancelled() => {
                         let _ = tx.send(Err(shutting_down())).await;
+                        return;
+                    }
+                    _ = attachment.closed() => {
+                        let _ = tx.send(Err(deregistered(&store_id).into())).await;
                         return;
                     }
                     msg = inbound.next() => match msg {
@@ -423,6 +426,30 @@ impl BackupControl for Api {
 }
 
 impl Api {
+    /// Checks the node token of a stream's first report and attaches the stream to the store
+    /// it names, its first report recorded. An unknown store and a wrong token get the same
+    /// answer ([`auth::NODE_REFUSED`]).
+    fn attach_node(
+        &self,
+        meta: &tonic::metadata::MetadataMap,
+        first: &proto::PositionReport,
+        from: String,
+    ) -> Result<StreamAttachment, ServiceError> {
+        let entry = self.fleet.get(&first.store_id).ok();
+        auth::require_node(
+            meta,
+            entry.as_ref().map(|e| e.record.node_token_hash.as_str()),
+        )?;
+        let entry = entry.expect("require_node refuses an unknown store");
+        let position = position(first)?;
+        let attachment = entry
+            .source
+            .attach(from)
+            .map_err(|_| deregistered(&first.store_id))?;
+        attachment.report(position);
+        Ok(attachment)
+    }
+
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
         let id = &self.fleet.config().instance_id;
         if !store_id.is_empty() {
@@ -458,6 +485,12 @@ impl Api {
 /// this one restarted).
 fn shutting_down() -> Status {
     Status::unavailable("the service is shutting down")
+}
+
+/// What a store's position streams end with once it is deregistered (and what a stream that
+/// arrives while it is being deregistered gets).
+fn deregistered(store_id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("store {store_id} was deregistered"))
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.

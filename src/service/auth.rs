@@ -33,16 +33,26 @@ pub fn require_admin(admin_token: Option<&str>, meta: &MetadataMap) -> Result<()
     }
 }
 
-/// Checks a node's token against a store's stored token hash.
-pub fn require_node(meta: &MetadataMap, token_hash: &str) -> Result<(), ServiceError> {
-    match bearer(meta) {
-        None => Err(ServiceError::Unauthenticated(
+/// What `ReportPosition` answers for an unknown store and for a wrong token alike, so that it
+/// tells a caller without the token nothing about which store ids exist.
+pub const NODE_REFUSED: &str = "unknown store (on this instance) or wrong node token";
+
+/// Checks a node's token against the stored token hash of the store it names, `None` when this
+/// instance has no such store. Both refusals are the same `UNAUTHENTICATED` [`NODE_REFUSED`],
+/// and an unknown store costs the same hash and comparison as a known one.
+pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), ServiceError> {
+    let Some(got) = bearer(meta) else {
+        return Err(ServiceError::Unauthenticated(
             "ReportPosition needs `authorization: Bearer <node token>`".into(),
-        )),
-        Some(got) if registry::token_matches(got, token_hash) => Ok(()),
-        Some(_) => Err(ServiceError::Unauthenticated(
-            "the node token is wrong for this store".into(),
-        )),
+        ));
+    };
+    // A hash no token has (not hex), compared all the same.
+    const NO_STORE: &str = "----------------------------------------------------------------";
+    let matches = registry::token_matches(got, token_hash.unwrap_or(NO_STORE));
+    if matches && token_hash.is_some() {
+        Ok(())
+    } else {
+        Err(ServiceError::Unauthenticated(NODE_REFUSED.into()))
     }
 }
 

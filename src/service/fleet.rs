@@ -10,10 +10,11 @@
 //! Registering writes the registry row first and then starts the worker; if the worker cannot
 //! start, the row is removed again, so a crash between the two leaves a registered store that
 //! the next start respawns (never a worker the registry does not know). Deregistering stops the
-//! worker (flushing when asked) before deleting the row. On start every store this instance
-//! owns is respawned, its directory checked again against the allowed roots. A running worker
-//! checks its directory again at every look ([`StoreDir::confined`]): one whose directory left
-//! its root or was replaced reads and writes nothing there, and its health says why.
+//! worker (flushing when asked) before deleting the row, then ends the store's position
+//! streams. On start every store this instance owns is respawned, its directory checked again
+//! against the allowed roots. A running worker checks its directory again at every look
+//! ([`StoreDir::confined`]): one whose directory left its root or was replaced reads and
+//! writes nothing there, and its health says why.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ use super::error::ServiceError;
 use super::{limits, paths};
 use crate::bucket::{self, OpenError};
 use crate::lease::LeaseConfig;
-use crate::registry::{self, AuditEntry, Registry, StoreRecord};
+use crate::registry::{self, AuditEntry, ClaimError, InstanceClaim, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
@@ -115,6 +116,11 @@ pub struct Fleet {
     config: Arc<ServiceConfig>,
     stores: RwLock<BTreeMap<String, Arc<StoreEntry>>>,
     shutdown: CancellationToken,
+    /// This process's claim on its instance id, renewed by [`keep_claim`].
+    claim: InstanceClaim,
+    /// Cancelled, with the reason in `claim_lost_why`, when the claim was taken over.
+    claim_lost: CancellationToken,
+    claim_lost_why: std::sync::Mutex<Option<String>>,
 }
 
 /// A store another instance owns, as the shared registry last heard of it.
@@ -141,18 +147,29 @@ fn open_error(e: OpenError) -> ServiceError {
 }
 
 impl Fleet {
-    /// Opens the fleet and respawns a worker for every store this instance owns.
+    /// Opens the fleet under this process's `claim` on its instance id and respawns a worker
+    /// for every store the instance owns. The claim is renewed every third of its
+    /// [`stale_after`](InstanceClaim::stale_after) (or every `health_report_interval`, if
+    /// sooner); when it turns out taken over, [`Fleet::claim_lost`] is cancelled.
     pub async fn start(
         registry: Registry,
+        claim: InstanceClaim,
         config: Arc<ServiceConfig>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Fleet>, ServiceError> {
+        if let Some(previous) = claim.taken_over() {
+            tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
+        }
         let fleet = Arc::new(Fleet {
             registry,
             config,
             stores: RwLock::new(BTreeMap::new()),
             shutdown,
+            claim,
+            claim_lost: CancellationToken::new(),
+            claim_lost_why: std::sync::Mutex::new(None),
         });
+        tokio::spawn(keep_claim(fleet.clone()));
         let mine = fleet
             .registry
             .list_stores(Some(&fleet.config.instance_id))
@@ -208,6 +225,24 @@ impl Fleet {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Cancelled when another process took this instance id's claim over: this process must
+    /// stop running its stores ([`Fleet::claim_lost_why`] says who took it).
+    pub fn claim_lost(&self) -> CancellationToken {
+        self.claim_lost.clone()
+    }
+
+    /// Why the claim was lost, once it was.
+    pub fn claim_lost_why(&self) -> Option<String> {
+        self.claim_lost_why.lock().expect("not poisoned").clone()
+    }
+
+    /// Gives up the instance claim after a clean stop, so a restart claims it at once.
+    pub async fn release_claim(&self) {
+        if let Err(e) = self.claim.release().await {
+            tracing::warn!(error = %e, "cannot release the instance claim; it goes stale by itself");
+        }
     }
 
     pub fn config(&self) -> &ServiceConfig {
@@ -457,6 +492,8 @@ impl Fleet {
         entry.handle.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
         self.stores.write().expect("not poisoned").remove(store_id);
+        // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
+        entry.source.close();
         crate::telemetry::forget_store(store_id);
         self.audit(
             "deregister",
@@ -548,6 +585,35 @@ fn restore_error(e: restore::RestoreError) -> ServiceError {
         }
         R::Bucket(b) => ServiceError::Unavailable(format!("the destination is unavailable: {b}")),
         other => ServiceError::internal(other),
+    }
+}
+
+/// Renews the instance claim until shutdown; a claim another process took over cancels
+/// [`Fleet::claim_lost`]. A registry out of reach is retried at the next tick: the claim goes
+/// stale only after `stale_after` without a renewal.
+async fn keep_claim(fleet: Arc<Fleet>) {
+    let period = (fleet.claim.stale_after() / 3)
+        .min(fleet.config.health_report_interval)
+        .max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = fleet.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match fleet.claim.renew().await {
+            Ok(()) => {}
+            Err(e @ ClaimError::Lost { .. }) => {
+                let why = e.to_string();
+                tracing::error!(instance_id = %fleet.config.instance_id, "{why}");
+                *fleet.claim_lost_why.lock().expect("not poisoned") = Some(why);
+                fleet.claim_lost.cancel();
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot renew the instance claim"),
+        }
     }
 }
 

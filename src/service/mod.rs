@@ -12,7 +12,14 @@
 //! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
 //! every connection to close, and they never would by themselves), every worker flushes a
-//! last restore point and releases its lease, then [`run`] returns.
+//! last restore point and releases its lease, the instance claim is released, then [`run`]
+//! returns.
+//!
+//! One process per instance id: [`run`] claims the id in the registry
+//! ([`InstanceClaim`]) before it respawns any store, and refuses to start, naming the holder,
+//! while another live process holds it. Should another process take the claim over while this
+//! one runs (this one was judged dead: no renewal for `owner_silent_after`), it stops serving,
+//! stops its workers without a last flush, and [`run`] returns [`ServeError::Claim`].
 
 pub mod api;
 pub mod auth;
@@ -36,7 +43,7 @@ pub use config::{ServiceConfig, TlsFiles};
 use fleet::Fleet;
 use proto::backup_control_server::BackupControlServer;
 
-use crate::registry::Registry;
+use crate::registry::{InstanceClaim, Registry};
 
 /// A running server's address, for whoever started it.
 #[derive(Debug, Clone)]
@@ -65,6 +72,9 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("starting the fleet: {0}")]
     Fleet(#[from] error::ServiceError),
+    /// Another live process holds this instance id, or took it over while this one ran.
+    #[error("{0}")]
+    Claim(String),
 }
 
 /// Runs the service until `shutdown`; `started` hears the bound address once it listens.
@@ -84,10 +94,25 @@ pub async fn run(
             url: config.registry_url.clone(),
             source,
         })?;
+    let claim = InstanceClaim::take(&registry, &config.instance_id, config.owner_silent_after)
+        .await
+        .map_err(|e| ServeError::Claim(e.to_string()))?;
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
-    let fleet = Fleet::start(registry, config.clone(), workers.clone()).await?;
+    let fleet = Fleet::start(registry, claim, config.clone(), workers.clone()).await?;
+    // Serving stops on shutdown, or when another process took this instance id over.
+    let serving = shutdown.child_token();
+    {
+        let lost = fleet.claim_lost();
+        let serving = serving.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = lost.cancelled() => serving.cancel(),
+                _ = serving.cancelled() => {}
+            }
+        });
+    }
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -155,13 +180,13 @@ pub async fn run(
     if let Some(tx) = started {
         let _ = tx.send(Started { addr });
     }
-    let stop = shutdown.clone();
+    let stop = serving.clone();
     let serve = server
         .add_service(health_service)
         .add_service(reflection)
         .add_service(BackupControlServer::new(api::Api::new(
             fleet.clone(),
-            shutdown.clone(),
+            serving.clone(),
         )))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -170,9 +195,16 @@ pub async fn run(
             },
         );
     let result = serve.await;
-    tracing::info!("stopping: flushing every store");
     reporter_stop.cancel();
+    if let Some(why) = fleet.claim_lost_why() {
+        // Another process runs these stores now: stop at once, no last flush.
+        fleet.shutdown_all(false).await;
+        workers.cancel();
+        return Err(ServeError::Claim(why));
+    }
+    tracing::info!("stopping: flushing every store");
     fleet.shutdown_all(true).await;
     workers.cancel();
+    fleet.release_claim().await;
     result.map_err(ServeError::from)
 }

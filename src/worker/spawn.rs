@@ -19,8 +19,8 @@
 //!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
 //! the runner recorded and the durable position (the worker's reading when the worker read it
-//! since the last tick, else one the supervisor reads from the WAL source itself), and a
-//! runner that returns or panics is reported unhealthy with the reason. The lag it judges is
+//! since the last tick, else one the supervisor reads from the WAL source itself) and the
+//! source's [`problem`](WalSource::problem), and a runner that returns or panics is reported unhealthy with the reason. The lag it judges is
 //! the age of the oldest commit still unshipped, by when it first saw that commit durable.
 
 use std::sync::{Arc, Mutex};
@@ -539,7 +539,8 @@ async fn supervise(
         let progress = progress(&counters, durable, &mut unshipped);
         // Health is a function of these two: when neither changed, neither did it.
         let s = {
-            let now = status.lock().unwrap_or_else(|p| p.into_inner());
+            let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
+            now.source_problem = source.problem();
             if evaluated
                 .as_ref()
                 .is_some_and(|(p, st)| *p == progress && *st == *now)

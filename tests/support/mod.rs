@@ -7,7 +7,9 @@ pub mod binary;
 pub mod fault_proxy;
 pub mod hooked;
 pub mod postgres;
+pub mod registry;
 pub mod s3;
+pub mod serve;
 pub mod service;
 pub mod store;
 
