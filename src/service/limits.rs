@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 use super::error::ServiceError;
 use super::fleet::StoreOptions;
+// The flags' ranges: an option the API takes is one a flag would take, and the reverse.
+use crate::worker::limits as worker_limits;
 
 /// The longest destination URL accepted.
 pub const MAX_DESTINATION_BYTES: usize = 4096;
@@ -25,12 +27,12 @@ pub const MAX_LABEL_KEY_BYTES: usize = 256;
 pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
 /// The longest interval a store may set (`wal_interval_ms`, `restore_point_interval_ms`,
 /// `retention_interval_ms`): one day.
-pub const MAX_INTERVAL_MS: u64 = 24 * 3600 * 1000;
+pub const MAX_INTERVAL_MS: u64 = worker_limits::INTERVAL_MS.max;
 /// The longest `keep_for_ms`: 100 years, far inside what every millisecond count the worker
 /// computes with (`i64` milliseconds since the epoch) can hold.
-pub const MAX_KEEP_FOR_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+pub const MAX_KEEP_FOR_MS: u64 = worker_limits::KEEP_FOR_MS.max;
 /// The most generations retention may be told to keep.
-pub const MAX_KEEP_GENERATIONS: u64 = 100_000;
+pub const MAX_KEEP_GENERATIONS: u64 = worker_limits::KEEP_GENERATIONS.max;
 /// The largest page of restore points (a larger `page_size` is coerced to it).
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size when a request names none.

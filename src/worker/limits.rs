@@ -38,10 +38,10 @@ pub const ORPHAN_GRACE_MS: Limit = Limit {
     max: 365 * DAY_MS,
     unit: "ms",
 };
-/// `keep_generations`: at least the newest, at most a million.
+/// `keep_generations`: at least the newest, at most 100,000.
 pub const KEEP_GENERATIONS: Limit = Limit {
     min: 1,
-    max: 1_000_000,
+    max: 100_000,
     unit: "",
 };
 /// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
@@ -92,7 +92,7 @@ mod tests {
             "--wal-interval-ms = 0 is out of range: it must be from 1 to 86400000 ms"
         );
         let e = KEEP_GENERATIONS.check("keep_generations", 0).unwrap_err();
-        assert!(e.ends_with("from 1 to 1000000"), "{e}");
+        assert!(e.ends_with("from 1 to 100000"), "{e}");
         assert!(KEEP_FOR_MS.check("k", u64::MAX).is_err());
         assert!(KEEP_FOR_MS.check("k", 1 << 63).is_err());
         assert_eq!(
