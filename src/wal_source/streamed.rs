@@ -50,6 +50,9 @@ pub struct StreamedSource {
     dir: PathBuf,
     local: LocalSource,
     state: Mutex<State>,
+    /// Held while reports are checked, so two readers (the worker and the supervisor) never
+    /// check, log and count the same report twice.
+    checking: tokio::sync::Mutex<()>,
     refresh: tokio::sync::broadcast::Sender<String>,
     closed: CancellationToken,
     /// Reports the files contradicted, since this source was made.
@@ -144,6 +147,7 @@ impl StreamedSource {
             local: LocalSource::new(dir.clone()),
             dir,
             state: Mutex::new(State::default()),
+            checking: tokio::sync::Mutex::new(()),
             refresh: tokio::sync::broadcast::channel(16).0,
             closed: CancellationToken::new(),
             contradicted: AtomicU64::new(0),
@@ -208,6 +212,7 @@ impl StreamedSource {
     /// Checks the reports that would raise the mark against the files, highest first, until
     /// one is confirmed; records what each check found.
     async fn check_reports(&self) -> Result<(), SourceError> {
+        let _checking = self.checking.lock().await;
         let (todo, known) = {
             let s = self.state.lock().expect("not poisoned");
             (Self::unchecked(&s), s.mark)
