@@ -4,7 +4,7 @@
 //! # What counts
 //!
 //! Each attached stream keeps its own newest report. The position the worker gets is the
-//! **mark**: the highest reported position the files on disk confirmed ([`proof`]), from a
+//! **mark**: the highest reported position the files on disk confirmed (`proof.rs`), from a
 //! stream attached at the time. Reports are checked when the position is read (the worker
 //! reads it right after its look at the directory, the supervisor when the worker did not),
 //! only those that would raise the mark, highest first, each once:
