@@ -18,7 +18,7 @@
 //!   directory's [`DirWatch`] says nothing was written since.
 //! - [`InProcessSource`]: a closure over an embedded engine's position handle.
 //! - [`StreamedSource`] (in [`streamed`]): what database nodes report on `ReportPosition`
-//!   streams, counted only as far as the store's files bear it out ([`proof`]); the service's
+//!   streams, counted only as far as the store's files bear it out (`proof.rs`); the service's
 //!   workers use it.
 //!
 //! Every source that reads the store directory reads it through a [`StoreDir`]: each read

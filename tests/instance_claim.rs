@@ -6,6 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::registry::{PgDatabase, postgres_server};
+
 use mushroom_backup::registry::{ClaimError, ClaimRecord, InstanceClaim, Registry};
 use support::binary::Running;
 use support::serve::{self, DEADLINE, Serve};
@@ -253,4 +255,22 @@ async fn a_serve_whose_claim_is_taken_over_stops() {
         "{out}"
     );
     reg.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serves_sharing_a_postgres_registry_cannot_share_an_instance_id() {
+    let Some(pg) = postgres_server() else { return };
+    let db = PgDatabase::create(&pg).await;
+    let (a, b) = (dirs(), dirs());
+    let cmd = |d: &Dirs| serve_cmd(d, &["--registry", &db.url]);
+    let first = Serve::start("serve (postgres, first)", cmd(&a));
+    let out = tokio::task::block_in_place(|| refused("serve (postgres, second)", cmd(&b)));
+    let part = format!("pid {}", first.child.pid());
+    assert!(
+        out.contains("held by another live process") && out.contains(&part),
+        "{part:?} missing from:\n{out}"
+    );
+    first.terminate();
+    Serve::start("serve (postgres, after a clean stop)", cmd(&b)).terminate();
+    db.drop_database().await;
 }

@@ -73,7 +73,9 @@ pub struct ServeArgs {
     /// How often this instance persists its stores' health to the registry, ms [default: 3000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_HEALTH_REPORT_INTERVAL_MS")]
     health_report_interval_ms: Option<u64>,
-    /// A store whose owner has not reported for this long shows unhealthy, ms [default: 15000].
+    /// A store whose owner has not reported for this long shows unhealthy; a claim on an
+    /// instance id not renewed for this long is taken over by the next process, ms
+    /// [default: 15000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OWNER_SILENT_AFTER_MS")]
     owner_silent_after_ms: Option<u64>,
     #[command(flatten)]

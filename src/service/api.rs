@@ -440,7 +440,9 @@ impl Api {
             meta,
             entry.as_ref().map(|e| e.record.node_token_hash.as_str()),
         )?;
-        let entry = entry.expect("require_node refuses an unknown store");
+        let Some(entry) = entry else {
+            return Err(ServiceError::Unauthenticated(auth::NODE_REFUSED.into()));
+        };
         let position = position(first)?;
         let attachment = entry
             .source

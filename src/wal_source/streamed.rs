@@ -4,7 +4,7 @@
 //! # What counts
 //!
 //! Each attached stream keeps its own newest report. The position the worker gets is the
-//! **mark**: the highest reported position the files on disk confirmed ([`proof`]), from a
+//! **mark**: the highest reported position the files on disk confirmed (`proof.rs`), from a
 //! stream attached at the time. Reports are checked when the position is read (the worker
 //! reads it right after its look at the directory, the supervisor when the worker did not),
 //! only those that would raise the mark, highest first, each once:
@@ -51,6 +51,9 @@ pub struct StreamedSource {
     dir: StoreDir,
     local: LocalSource,
     state: Mutex<State>,
+    /// Held while reports are checked, so two readers (the worker and the supervisor) never
+    /// check, log and count the same report twice.
+    checking: tokio::sync::Mutex<()>,
     refresh: tokio::sync::broadcast::Sender<String>,
     closed: CancellationToken,
     /// Reports the files contradicted, since this source was made.
@@ -145,6 +148,7 @@ impl StreamedSource {
             local: LocalSource::new(dir.clone()),
             dir,
             state: Mutex::new(State::default()),
+            checking: tokio::sync::Mutex::new(()),
             refresh: tokio::sync::broadcast::channel(16).0,
             closed: CancellationToken::new(),
             contradicted: AtomicU64::new(0),
@@ -209,6 +213,7 @@ impl StreamedSource {
     /// Checks the reports that would raise the mark against the files, highest first, until
     /// one is confirmed; records what each check found.
     async fn check_reports(&self) -> Result<(), SourceError> {
+        let _checking = self.checking.lock().await;
         let (todo, known) = {
             let s = self.state.lock().expect("not poisoned");
             (Self::unchecked(&s), s.mark)
