@@ -113,10 +113,15 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-fn open_error(e: OpenError) -> ServiceError {
+pub(super) fn open_error(e: OpenError) -> ServiceError {
     match e {
         OpenError::BadUrl { .. } => ServiceError::InvalidArgument(e.to_string()),
-        OpenError::Unavailable { .. } => ServiceError::FailedPrecondition(e.to_string()),
+        OpenError::Refused(crate::bucket::BucketError::Unreachable { .. }) => {
+            ServiceError::Unavailable(e.to_string())
+        }
+        OpenError::Unavailable { .. } | OpenError::Missing { .. } | OpenError::Refused(_) => {
+            ServiceError::FailedPrecondition(e.to_string())
+        }
     }
 }
 
@@ -425,7 +430,9 @@ impl Fleet {
             Ok(dir) => dir,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = bucket::open(&new.destination).await.map_err(open_error)?;
+        let bucket = bucket::open_read_only(&new.destination)
+            .await
+            .map_err(open_error)?;
         let opts = RestoreOptions {
             at,
             adopt: true,
