@@ -337,6 +337,30 @@ fn backups_on_file_destinations_are_private_unless_configured() {
         );
         assert!(!t.path().join("b-bad").exists());
     }
+    // The service refuses it at start, before its first `file://` store.
+    let data = t.path().join("data");
+    let o = mb_env(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--allow-root",
+            t.path().to_str().unwrap(),
+        ],
+        &[
+            (mushroom_backup::bucket::fs::FILE_MODE_ENV, "0755"),
+            ("MUSHROOMDB_BACKUP_ADMIN_TOKEN", "a-token-for-tests"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "serve started: {err}");
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("no execute bits"),
+        "{err}"
+    );
+    assert!(!data.exists());
 }
 
 /// What the binary printed on stderr, when `args` run against the S3 endpoint `endpoint`
