@@ -369,6 +369,13 @@ impl OpenError {
             e @ (BucketError::AccessDenied { .. } | BucketError::Unreachable { .. }) => {
                 OpenError::Refused(e)
             }
+            // The listing of the root has no key worth naming: the message says it all.
+            BucketError::Transient { message, .. } | BucketError::Permanent { message, .. } => {
+                OpenError::Unavailable {
+                    url: url.to_string(),
+                    reason: message,
+                }
+            }
             e => OpenError::Unavailable {
                 url: url.to_string(),
                 reason: e.to_string(),
