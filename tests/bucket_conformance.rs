@@ -1,8 +1,9 @@
 //! One conformance suite for every bucket: the local directory, memory, S3 (on moto), the fault
 //! wrapper, and the retry layer over a lossy fault wrapper (which passes only if the retry
 //! layer reads its indeterminate failures right). Then races on one directory from two
-//! buckets and two processes, and opening S3 from the environment. The wrappers' own behaviour
-//! is tested in `bucket_wrappers.rs`.
+//! buckets and two processes, opening S3 from the environment, and read-only views of every
+//! backend (reads pass, writes are refused, nothing is created, a missing destination is named).
+//! The wrappers' own behaviour is tested in `bucket_wrappers.rs`.
 
 mod support;
 
@@ -12,9 +13,12 @@ use std::sync::Arc;
 use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, SeededFaults};
 use mushroom_backup::bucket::fs::FsBucket;
 use mushroom_backup::bucket::mem::MemBucket;
+use mushroom_backup::bucket::read_only::ReadOnly;
 use mushroom_backup::bucket::retry::Retrying;
+use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, Created, DynBucket, PutCondition, list_all, put_immutable,
+    Body, Bucket, BucketError, Created, DynBucket, OpenError, PutCondition, list_all,
+    open_read_only, put_immutable,
 };
 use support::{body, fast_retries, fs_bucket, is_precondition_failed};
 use tokio_util::sync::CancellationToken;
@@ -630,4 +634,217 @@ async fn s3_open_from_the_environment() {
         .send()
         .await;
     assert!(head.is_ok(), "the object is not under the prefix: {head:?}");
+}
+
+/// A read-only view reads what `writer` wrote and refuses every write and delete as
+/// `Permanent`, changing nothing.
+async fn read_only_view(writer: &dyn Bucket, reader: &dyn Bucket) {
+    writer
+        .put("ro/a", body("alpha"), PutCondition::None)
+        .await
+        .unwrap();
+    writer
+        .put("ro/b/c", body("gamma"), PutCondition::None)
+        .await
+        .unwrap();
+    let a = reader.get("ro/a").await.unwrap();
+    assert_eq!(&a.data[..], b"alpha");
+    assert_eq!(reader.head("ro/a").await.unwrap().unwrap().etag, a.etag);
+    assert_eq!(&reader.get_range("ro/b/c", 1..3).await.unwrap()[..], b"am");
+    let keys: Vec<String> = list_all(reader, "ro/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(keys, ["ro/a", "ro/b/c"]);
+    let refused = [
+        reader
+            .put("ro/a", body("x"), PutCondition::None)
+            .await
+            .map(drop),
+        reader
+            .put("ro/new", body("x"), PutCondition::IfNoneMatch)
+            .await
+            .map(drop),
+        reader
+            .put("ro/a", body("x"), PutCondition::IfMatch(a.etag.clone()))
+            .await
+            .map(drop),
+        reader.delete("ro/a", None).await,
+        reader.delete("ro/a", Some(&a.etag)).await,
+    ];
+    for r in refused {
+        match r {
+            Err(BucketError::Permanent { message, .. }) => {
+                assert!(message.contains("read-only"), "{message}")
+            }
+            other => panic!(
+                "a write through a read-only view of {}: {other:?}",
+                reader.url()
+            ),
+        }
+    }
+    assert_eq!(writer.get("ro/a").await.unwrap().etag, a.etag);
+    assert!(writer.head("ro/new").await.unwrap().is_none());
+    assert!(writer.head("ro/b/c").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_views_of_every_backend_read_and_refuse_writes() {
+    let mem = Arc::new(MemBucket::new());
+    read_only_view(&*mem, &ReadOnly::new(mem.clone())).await;
+    let (dir, fs) = fs_bucket();
+    let reader = open_read_only(&format!("file://{}", dir.path().display()))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    read_only_view(&*fs, &*reader).await;
+    if let Some(s3) = support::s3::bucket("read-only").await {
+        read_only_view(&*s3, &ReadOnly::new(s3.clone())).await;
+    }
+}
+
+/// Every path under `root` (the root included) with its kind, length, mode and mtime: what
+/// any creation, removal or write under it would change.
+fn tree(root: &std::path::Path) -> Vec<(String, bool, u64, u32, std::time::SystemTime)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                todo.push(entry.unwrap().path());
+            }
+        }
+        out.push((
+            path.display().to_string(),
+            meta.is_dir(),
+            meta.len(),
+            meta.permissions().mode(),
+            meta.modified().unwrap(),
+        ));
+    }
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_open_creates_nothing_and_names_a_missing_destination() {
+    let t = tempfile::tempdir().unwrap();
+    let missing = t.path().join("typo");
+    let url = format!("file://{}", missing.display());
+    match open_read_only(&url).await {
+        Err(e @ OpenError::Missing { .. }) => {
+            assert_eq!(e.to_string(), format!("{url} does not exist"))
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("{url} opened"),
+    }
+    assert!(!missing.exists(), "a read-only open created {url}");
+
+    // A bucket with objects and a lease: the open, reads and refused writes change nothing.
+    let root = t.path().join("b");
+    let writer = FsBucket::open(&root).unwrap();
+    for key in ["lease", "manifests/1.json", "gen/1/x"] {
+        writer
+            .put(key, body(key), PutCondition::IfNoneMatch)
+            .await
+            .unwrap();
+    }
+    let before = tree(&root);
+    let reader = open_read_only(&format!("file://{}", root.display()))
+        .await
+        .unwrap();
+    assert_eq!(list_all(&*reader, "").await.unwrap().len(), 3);
+    assert_eq!(&reader.get("gen/1/x").await.unwrap().data[..], b"gen/1/x");
+    assert!(
+        reader
+            .put("gen/1/y", body("y"), PutCondition::None)
+            .await
+            .is_err()
+    );
+    assert!(reader.delete("lease", None).await.is_err());
+    assert_eq!(tree(&root), before);
+
+    // A directory that is no bucket yet stays empty: no `.lock`, no `.tmp/`.
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let reader = open_read_only(&format!("file://{}", empty.display()))
+        .await
+        .unwrap();
+    assert!(list_all(&*reader, "").await.unwrap().is_empty());
+    let left: Vec<_> = std::fs::read_dir(&empty).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_errors_are_one_line_in_words() {
+    let words = |e: &BucketError| {
+        let said = e.to_string();
+        assert!(
+            !said.contains('\n')
+                && !said.contains("ErrorMetadata")
+                && !said.contains("ServiceError("),
+            "{said}"
+        );
+        said
+    };
+    // An endpoint nothing listens on: connection refused, named with the endpoint.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let closed = format!("http://127.0.0.1:{port}");
+    let b = S3Bucket::new(support::s3::client(&closed), "b", "p", S3Options::default())
+        .endpoint_named(&closed);
+    let e = b.get("k").await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BucketError::Unreachable {
+                indeterminate: false,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(e.is_retryable());
+    assert!(
+        words(&e).starts_with(&format!("cannot reach the endpoint {closed}: ")),
+        "{e}"
+    );
+    let e = b
+        .put("k", body("v"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, BucketError::Unreachable { .. }) && e.is_indeterminate(),
+        "{e:?}"
+    );
+
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let name = format!("missing-{}", std::process::id());
+    let b = S3Bucket::new(
+        support::s3::client(&endpoint),
+        &name,
+        "p",
+        S3Options::default(),
+    )
+    .endpoint_named(&endpoint);
+    let said = format!("bucket {name} does not exist");
+    for e in [
+        b.list("", None, 1).await.unwrap_err(),
+        b.get("k").await.unwrap_err(),
+        b.put("k", body("v"), PutCondition::None).await.unwrap_err(),
+    ] {
+        assert!(matches!(e, BucketError::NoSuchBucket { .. }), "{e:?}");
+        assert!(!e.is_retryable());
+        assert_eq!(words(&e), said);
+    }
+    // A HEAD's 404 has no body: in a missing bucket it reads as "no such object" (which is
+    // why a read-only open lists first).
+    assert!(b.head("k").await.unwrap().is_none());
 }

@@ -1,13 +1,25 @@
 //! The binary: every command exits non-zero with a one-line reason on bad input, and the
-//! happy path (write, backup, ls, verify, restore, digest) works end to end.
+//! happy path (write, backup, ls, verify, restore, digest) works end to end. The read-only
+//! commands create nothing in a destination; a missing destination, refused credentials and an
+//! unreachable endpoint are each one line in words (against moto, a moto that checks
+//! credentials, and a closed port), in the error and in the retry lines alike.
 
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
 fn mb(args: &[&str]) -> Output {
+    mb_env(args, &[])
+}
+
+fn mb_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mushroom-backup"))
         .args(args)
         .env("MUSHROOMDB_BACKUP_LOG", "off")
+        .env_remove(mushroom_backup::bucket::fs::FILE_MODE_ENV)
+        .envs(env.iter().copied())
         .output()
         .expect("run mushroom-backup")
 }
@@ -157,7 +169,8 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
             "--to",
             t.path().join("r").to_str().unwrap(),
         ],
-        "no restore point",
+        // No backup has run: the bucket directory was never made.
+        "does not exist",
     );
     fails(
         &[
@@ -221,4 +234,284 @@ fn a_junk_manifest_is_reported_never_a_panic() {
         "--to",
         t.path().join("r").to_str().unwrap(),
     ]);
+}
+
+#[test]
+fn read_only_commands_create_nothing_and_name_a_missing_destination() {
+    let t = tempfile::tempdir().unwrap();
+    let typo = t.path().join("typo");
+    let target = t.path().join("r");
+    let missing = format!("{} does not exist", url(&typo));
+    fails(&["ls", "--from", &url(&typo)], &missing);
+    fails(&["ls", "--from", &url(&typo), "--json"], &missing);
+    fails(&["verify", "--from", &url(&typo)], &missing);
+    fails(
+        &[
+            "restore",
+            "--from",
+            &url(&typo),
+            "--to",
+            target.to_str().unwrap(),
+        ],
+        &missing,
+    );
+    assert!(
+        !typo.exists(),
+        "a read-only command created {}",
+        typo.display()
+    );
+    assert!(!target.exists());
+
+    // An existing directory that is not a bucket yet: listed as empty, and left empty.
+    let empty = t.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert_eq!(ok(&["ls", "--from", &url(&empty)]), "no restore points\n");
+    fails(
+        &[
+            "restore",
+            "--from",
+            &url(&empty),
+            "--to",
+            target.to_str().unwrap(),
+        ],
+        "no restore point",
+    );
+    let left: Vec<_> = std::fs::read_dir(&empty).unwrap().collect();
+    assert!(left.is_empty(), "ls or restore created {left:?}");
+
+    // A file where the directory should be.
+    let file = t.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    fails(&["ls", "--from", &url(&file)], "not a directory");
+}
+
+/// Every file and directory under `root` (the root included), with its permission bits.
+fn modes_under(root: &Path) -> Vec<(String, bool, u32)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let shown = path.strip_prefix(root).unwrap().display().to_string();
+        out.push((shown, meta.is_dir(), meta.permissions().mode() & 0o7777));
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                todo.push(entry.unwrap().path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn backups_on_file_destinations_are_private_unless_configured() {
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    let s = store.to_str().unwrap();
+    ok(&[
+        "store",
+        "write",
+        s,
+        "--commits",
+        "300",
+        "--snapshot-every",
+        "100",
+    ]);
+    for (setting, file, dir) in [(None, 0o600, 0o700), (Some("0640"), 0o640, 0o750)] {
+        let root = t.path().join(format!("b-{}", setting.unwrap_or("default")));
+        let env: Vec<(&str, &str)> = setting
+            .map(|m| (mushroom_backup::bucket::fs::FILE_MODE_ENV, m))
+            .into_iter()
+            .collect();
+        let o = mb_env(
+            &["backup", "--store", s, "--to", &url(&root), "--once"],
+            &env,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let modes = modes_under(&root);
+        assert!(
+            modes.iter().filter(|(_, is_dir, _)| !is_dir).count() > 5,
+            "{modes:?}"
+        );
+        for (path, is_dir, mode) in &modes {
+            let want = if *is_dir { dir } else { file };
+            assert_eq!(
+                *mode, want,
+                "{setting:?}: {path:?} is {mode:o}, not {want:o}"
+            );
+        }
+        // Restored from, it restores.
+        ok(&[
+            "restore",
+            "--from",
+            &url(&root),
+            "--to",
+            t.path()
+                .join(format!("r-{}", setting.unwrap_or("default")))
+                .to_str()
+                .unwrap(),
+        ]);
+    }
+    for bad in ["0777", "0644x", "0400", "640 "] {
+        let o = mb_env(
+            &[
+                "backup",
+                "--store",
+                s,
+                "--to",
+                &url(&t.path().join("b-bad")),
+                "--once",
+            ],
+            &[(mushroom_backup::bucket::fs::FILE_MODE_ENV, bad)],
+        );
+        assert!(!o.status.success(), "{bad:?} was accepted");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(mushroom_backup::bucket::fs::FILE_MODE_ENV),
+            "{bad:?}: {err}"
+        );
+        assert!(!t.path().join("b-bad").exists());
+    }
+    // The service refuses it at start, before its first `file://` store.
+    let data = t.path().join("data");
+    let o = mb_env(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--allow-root",
+            t.path().to_str().unwrap(),
+        ],
+        &[
+            (mushroom_backup::bucket::fs::FILE_MODE_ENV, "0755"),
+            ("MUSHROOMDB_BACKUP_ADMIN_TOKEN", "a-token-for-tests"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "serve started: {err}");
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("no execute bits"),
+        "{err}"
+    );
+    assert!(!data.exists());
+}
+
+/// What the binary printed on stderr, when `args` run against the S3 endpoint `endpoint`
+/// (logging retries) failed: its one `error:` line must contain `needle`, and no line an SDK
+/// `Debug` dump.
+fn fails_on_s3(endpoint: &str, args: &[&str], needle: &str) -> Vec<String> {
+    let o = support::binary::command(endpoint)
+        .args(args)
+        .env("MUSHROOMDB_BACKUP_LOG", "info")
+        .output()
+        .expect("run mushroom-backup");
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{args:?} succeeded: {err}");
+    let lines: Vec<String> = err.lines().map(str::to_string).collect();
+    let errors: Vec<&String> = lines.iter().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{args:?}: {err}");
+    assert!(
+        errors[0].contains(needle),
+        "{args:?}: {err}\ndoes not say {needle:?}"
+    );
+    for line in &lines {
+        for dump in [
+            "ErrorMetadata",
+            "ServiceError(",
+            "DispatchFailure(",
+            "ConnectorError {",
+        ] {
+            assert!(
+                !line.contains(dump),
+                "{args:?}: a Debug dump ({dump}) in {line}"
+            );
+        }
+    }
+    lines
+}
+
+#[test]
+fn a_missing_bucket_is_named() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);
+    let name = format!("missing-{}", std::process::id());
+    let from = format!("s3://{name}/p");
+    let said = format!("bucket {name} does not exist");
+    let target = t.path().join("r");
+    fails_on_s3(&endpoint, &["ls", "--from", &from], &said);
+    fails_on_s3(&endpoint, &["verify", "--from", &from], &said);
+    fails_on_s3(
+        &endpoint,
+        &["restore", "--from", &from, "--to", target.to_str().unwrap()],
+        &said,
+    );
+    assert!(!target.exists());
+    // A backup says the same.
+    fails_on_s3(
+        &endpoint,
+        &[
+            "backup",
+            "--store",
+            store.to_str().unwrap(),
+            "--to",
+            &from,
+            "--once",
+        ],
+        &said,
+    );
+}
+
+#[test]
+fn refused_credentials_are_access_denied() {
+    let Some(moto) = support::s3::authenticating_moto() else {
+        return;
+    };
+    let said = format!(
+        "access denied to s3://b/p (check the credentials for {})",
+        moto.url
+    );
+    let lines = fails_on_s3(&moto.url, &["ls", "--from", "s3://b/p"], &said);
+    assert!(
+        lines.iter().any(|l| l.contains("InvalidAccessKeyId")),
+        "the store's code is not shown: {lines:?}"
+    );
+    let t = tempfile::tempdir().unwrap();
+    fails_on_s3(
+        &moto.url,
+        &[
+            "restore",
+            "--from",
+            "s3://b/p",
+            "--to",
+            t.path().join("r").to_str().unwrap(),
+        ],
+        &said,
+    );
+}
+
+#[test]
+fn an_unreachable_endpoint_is_named_in_the_error_and_every_retry() {
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let said = format!("cannot reach the endpoint {endpoint}: ");
+    let lines = fails_on_s3(&endpoint, &["ls", "--from", "s3://b/p"], &said);
+    let retries: Vec<&String> = lines.iter().filter(|l| l.contains("retrying")).collect();
+    assert!(!retries.is_empty(), "no retry was logged: {lines:?}");
+    for line in lines
+        .iter()
+        .filter(|l| l.contains("retrying") || l.contains("giving up"))
+    {
+        assert!(line.contains(&said), "{line}");
+    }
 }

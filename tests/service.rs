@@ -1149,3 +1149,64 @@ async fn the_node_client_reconnects_and_resends_the_newest_position() {
     drop(c);
     server.proc.terminate();
 }
+
+/// ListRestorePoints and Adopt only read a destination: one that is not there is
+/// FAILED_PRECONDITION saying so, and is not created (no directory, `.lock` or `.tmp/`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn list_restore_points_and_adopt_create_nothing_in_a_destination() {
+    let d = dirs();
+    let server = serve(&d, Some(ADMIN), "serve.log");
+    let mut c = server.client().await;
+
+    let never = d.base.join("never-written");
+    let adopted = d.root.join("adopted");
+    let a = c
+        .adopt(admin(proto::AdoptRequest {
+            store_dir: adopted.to_str().unwrap().into(),
+            destination: file_url(&never),
+            ..Default::default()
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(a.code(), Code::FailedPrecondition, "{a:?}");
+    let said = format!("{} does not exist", file_url(&never));
+    assert!(a.message().contains(&said), "{a:?}");
+    assert!(!never.exists(), "Adopt created {}", never.display());
+    assert!(!adopted.exists());
+
+    // A registered store whose destination directory is removed under it.
+    let dest = d.base.join("removed");
+    let id = c
+        .register(admin(register_req(&d.root.join("s"), &file_url(&dest))))
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id;
+    wait_for("the destination removed", || {
+        let dest = dest.clone();
+        async move {
+            match std::fs::remove_dir_all(&dest) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                // The worker wrote into it meanwhile.
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    })
+    .await;
+    let r = c
+        .list_restore_points(admin(proto::ListRestorePointsRequest {
+            store_id: id,
+            ..Default::default()
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(r.code(), Code::FailedPrecondition, "{r:?}");
+    let said = format!("{} does not exist", file_url(&dest));
+    assert!(r.message().contains(&said), "{r:?}");
+    assert!(
+        !dest.exists(),
+        "ListRestorePoints created {}",
+        dest.display()
+    );
+}

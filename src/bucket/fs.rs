@@ -5,6 +5,16 @@
 //! files start with `.` and no key may: `root/.tmp/` holds writes in flight, `root/.lock` is the
 //! file every process `flock`s around a mutation.
 //!
+//! Everything the bucket creates (objects, its own files, directories) is private to the
+//! service's user unless [`FILE_MODE_ENV`] says otherwise: files `0600`, directories `0700`
+//! (see [`FileModes`]).
+//!
+//! # Opening
+//! [`FsBucket::open`] (backups) creates the root, `.tmp/` and `.lock` as needed.
+//! [`FsBucket::open_existing`] (the read-only commands, through [`super::open_read_only`])
+//! creates nothing and removes nothing, and a missing root is an error: `ls --from
+//! file:///typo` must say the directory does not exist, not list an empty bucket it made.
+//!
 //! # Invariants
 //! - An object's file is never written in place. A write goes to a fresh temp file under
 //!   `.tmp/`, is fsynced, and only then becomes the object by `link` (create-only: atomic, fails
@@ -60,8 +70,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::ops::Range;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +81,15 @@ use sha2::{Digest, Sha256};
 
 use super::body::check_crc32;
 use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
+use etag::{cache_etag, cached_etag, etag_of_digest, etag_of_file};
+pub use mode::{FILE_MODE_ENV, FileModes};
+use walk::walk;
+
+mod etag;
+mod mode;
+#[cfg(test)]
+mod tests;
+mod walk;
 
 /// The directory (under the root) holding writes in flight.
 const TMP_DIR: &str = ".tmp";
@@ -84,8 +102,6 @@ const LEASE_SCRATCH: &str = "lease.scratch";
 const LOCK_FILE: &str = ".lock";
 /// Temp files older than this are leftovers of a crashed writer and removed on open.
 pub const STALE_TMP_AGE: Duration = Duration::from_secs(15 * 60);
-/// The extended attribute caching `<len>:<etag>` (NUL-terminated for the C call).
-const ETAG_XATTR: &[u8] = b"user.mushroom-backup.etag\0";
 /// How much of a file body is read and written at a time.
 const CHUNK: u64 = 1 << 20;
 /// S3's limit on a page of a listing; larger `max_keys` are cut to it.
@@ -101,36 +117,71 @@ struct Inner {
     root: PathBuf,
     /// Makes temp file names unique within this process (the pid makes them unique across).
     next_tmp: AtomicU64,
+    /// What files and directories this bucket creates are given.
+    modes: FileModes,
 }
 
 impl FsBucket {
-    /// Opens (creating it if needed) the directory `root` as a bucket, and removes temp files
-    /// that crashed writers left behind more than [`STALE_TMP_AGE`] ago.
+    /// Opens (creating it if needed) the directory `root` as a bucket, with the modes of
+    /// [`FILE_MODE_ENV`], and removes temp files that crashed writers left behind more than
+    /// [`STALE_TMP_AGE`] ago.
     pub fn open(root: &Path) -> Result<FsBucket, OpenError> {
+        let modes = FileModes::from_env().map_err(|reason| OpenError::Unavailable {
+            url: format!("file://{}", root.display()),
+            reason,
+        })?;
+        Self::open_with(root, modes)
+    }
+
+    /// [`FsBucket::open`] with the given modes.
+    pub fn open_with(root: &Path, modes: FileModes) -> Result<FsBucket, OpenError> {
         let unavailable = |what: &str, e: io::Error| OpenError::Unavailable {
             url: format!("file://{}", root.display()),
             reason: format!("{what}: {e}"),
         };
-        if !root.is_absolute() {
-            return Err(OpenError::BadUrl {
-                url: format!("file://{}", root.display()),
-                reason: "the bucket directory must be an absolute path".into(),
-            });
-        }
-        fs::create_dir_all(root.join(TMP_DIR)).map_err(|e| unavailable("create directory", e))?;
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(root.join(LOCK_FILE))
+        check_absolute(root)?;
+        modes
+            .create_dir_all(&root.join(TMP_DIR))
+            .map_err(|e| unavailable("create directory", e))?;
+        let bucket = FsBucket::at(root, modes);
+        bucket
+            .inner
+            .open_lock_file()
             .map_err(|e| unavailable("create lock file", e))?;
-        let bucket = FsBucket {
+        bucket.inner.remove_stale_temp_files();
+        Ok(bucket)
+    }
+
+    /// Opens the existing directory `root` to read it, creating and removing nothing: no
+    /// directory, no `.lock`, no `.tmp/`. A missing directory is [`OpenError::Missing`].
+    /// Writes through it would fail (there is no `.tmp/`) or create a `.lock`: read-only
+    /// callers take it behind [`super::read_only::ReadOnly`], as [`super::open_read_only`]
+    /// does.
+    pub fn open_existing(root: &Path) -> Result<FsBucket, OpenError> {
+        check_absolute(root)?;
+        let url = format!("file://{}", root.display());
+        match fs::metadata(root) {
+            Ok(meta) if meta.is_dir() => Ok(FsBucket::at(root, FileModes::default())),
+            Ok(_) => Err(OpenError::Unavailable {
+                url,
+                reason: "not a directory".into(),
+            }),
+            Err(e) if is_absent(&e) => Err(OpenError::Missing { what: url }),
+            Err(e) => Err(OpenError::Unavailable {
+                url,
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    fn at(root: &Path, modes: FileModes) -> FsBucket {
+        FsBucket {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
                 next_tmp: AtomicU64::new(0),
+                modes,
             }),
-        };
-        bucket.inner.remove_stale_temp_files();
-        Ok(bucket)
+        }
     }
 
     /// The directory this bucket is rooted at.
@@ -300,13 +351,18 @@ impl Inner {
                 .write(true)
                 .create(true)
                 .truncate(false)
-                .mode(0o644)
+                .mode(self.modes.file)
                 .open(&scratch)
                 .map_err(err)?;
             file.write_all_at(body, 0).map_err(err)?;
+            let meta = file.metadata().map_err(err)?;
             // Records grow by a digit now and then: a cut is rarely needed.
-            if file.metadata().map_err(err)?.len() != body.len() as u64 {
+            if meta.len() != body.len() as u64 {
                 file.set_len(body.len() as u64).map_err(err)?;
+            }
+            // Only a fresh scratch file (or one the umask narrowed) needs its mode.
+            if meta.permissions().mode() & 0o777 != self.modes.file {
+                self.modes.set_file(&file).map_err(err)?;
             }
             let etag = etag_of_digest(Sha256::digest(body).into());
             cache_etag(&file, body.len() as u64, &etag);
@@ -337,7 +393,7 @@ impl Inner {
             .root
             .join(TMP_DIR)
             .join(format!("{}-{n}-{nanos:09}.tmp", std::process::id()));
-        let written = write_file(&tmp, body);
+        let written = write_file(&tmp, body, &self.modes);
         match written {
             Ok(etag) => Ok((tmp, etag)),
             Err(e) => {
@@ -430,13 +486,36 @@ impl Inner {
 
     /// Takes the bucket-wide lock; it is released when the returned file is dropped.
     fn lock(&self, op: &'static str, key: &str) -> Result<File, BucketError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.root.join(LOCK_FILE))
+        let file = self
+            .open_lock_file()
             .map_err(|e| io_error(op, key, e, false))?;
         file.lock().map_err(|e| io_error(op, key, e, false))?;
         Ok(file)
+    }
+
+    /// Opens the lock file, creating it (with the file mode) if it is not there.
+    fn open_lock_file(&self) -> io::Result<File> {
+        let path = self.root.join(LOCK_FILE);
+        match OpenOptions::new().append(true).open(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            other => return other,
+        }
+        match OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(self.modes.file)
+            .open(&path)
+        {
+            Ok(file) => {
+                self.modes.set_file(&file)?;
+                Ok(file)
+            }
+            // Created meanwhile by another process.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                OpenOptions::new().append(true).open(&path)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Creates the missing directories above `key`, each made durable in its parent.
@@ -445,7 +524,7 @@ impl Inner {
         let segments: Vec<&str> = key.split('/').collect();
         for segment in &segments[..segments.len() - 1] {
             dir.push(segment);
-            match fs::create_dir(&dir) {
+            match self.modes.create_dir(&dir) {
                 Ok(()) => sync_parent(&dir).map_err(|e| io_error(op, key, e, false))?,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
@@ -499,14 +578,16 @@ enum WriteError {
     Temp(io::Error),
 }
 
-/// Writes `body` to the new file `path`, fsyncs it and caches its ETag; returns the ETag.
-fn write_file(path: &Path, body: &Body) -> Result<String, WriteError> {
+/// Writes `body` to the new file `path` (given the file mode), fsyncs it and caches its ETag;
+/// returns the ETag.
+fn write_file(path: &Path, body: &Body, modes: &FileModes) -> Result<String, WriteError> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(modes.file)
         .open(path)
         .map_err(WriteError::Temp)?;
+    modes.set_file(&file).map_err(WriteError::Temp)?;
     let mut hasher = Sha256::new();
     match body {
         Body::Bytes(bytes) => {
@@ -561,110 +642,15 @@ fn open_object(path: &Path) -> io::Result<Option<(File, u64)>> {
     Ok(Some((file, meta.len())))
 }
 
-/// The ETag of an object file: the cached one, else hashed from its content.
-fn etag_of_file(file: &File, len: u64) -> io::Result<String> {
-    if let Some(etag) = cached_etag(file, len) {
-        return Ok(etag);
+fn check_absolute(root: &Path) -> Result<(), OpenError> {
+    if root.is_absolute() {
+        Ok(())
+    } else {
+        Err(OpenError::BadUrl {
+            url: format!("file://{}", root.display()),
+            reason: "the bucket directory must be an absolute path".into(),
+        })
     }
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; crate::units::usize_of(CHUNK.min(len))];
-    let mut done = 0;
-    while done < len {
-        let n = crate::units::usize_of(CHUNK.min(len - done));
-        file.read_exact_at(&mut buf[..n], done)?;
-        hasher.update(&buf[..n]);
-        done += n as u64;
-    }
-    Ok(etag_of_digest(hasher.finalize().into()))
-}
-
-fn etag_of_digest(digest: [u8; 32]) -> String {
-    format!("\"{}\"", hex::encode(&digest[..16]))
-}
-
-/// Caches `len:etag` in the file's extended attribute (best effort).
-fn cache_etag(file: &File, len: u64, etag: &str) {
-    let value = format!("{len}:{etag}");
-    // SAFETY: the name is NUL-terminated, the value pointer and length describe `value`.
-    unsafe {
-        libc::fsetxattr(
-            file.as_raw_fd(),
-            ETAG_XATTR.as_ptr().cast(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        );
-    }
-}
-
-/// The cached ETag, if the attribute is there and names this length.
-fn cached_etag(file: &File, len: u64) -> Option<String> {
-    let mut buf = [0u8; 128];
-    // SAFETY: the name is NUL-terminated, the buffer pointer and length describe `buf`.
-    let n = unsafe {
-        libc::fgetxattr(
-            file.as_raw_fd(),
-            ETAG_XATTR.as_ptr().cast(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    let value = std::str::from_utf8(buf.get(..usize::try_from(n).ok()?)?).ok()?;
-    let (cached_len, etag) = value.split_once(':')?;
-    (cached_len.parse::<u64>().ok()? == len).then(|| etag.to_string())
-}
-
-/// Appends to `out`, in key order, the keys under `dir` (whose keys start with `rel`) that
-/// start with `prefix` and sort after `after`, until `out` holds `want` keys.
-///
-/// Entries are visited sorted by name, a directory's name taken with its trailing `/`: every key
-/// below directory `d` starts with `d/` and no sibling's key does, so this visits keys in exactly
-/// the byte order S3 lists them in, and whole subtrees outside the prefix or before `after` are
-/// skipped.
-fn walk(
-    dir: &Path,
-    rel: &str,
-    prefix: &str,
-    after: Option<&str>,
-    want: usize,
-    out: &mut Vec<String>,
-) -> io::Result<()> {
-    let mut entries = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        if rel.is_empty() && name.starts_with('.') {
-            continue; // the bucket's own files
-        }
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            entries.push((format!("{rel}{name}/"), true));
-        } else if kind.is_file() {
-            entries.push((format!("{rel}{name}"), false));
-        }
-    }
-    entries.sort();
-    for (key, is_dir) in entries {
-        if is_dir {
-            let relevant = key.starts_with(prefix) || prefix.starts_with(&key);
-            let passed = after.is_some_and(|a| a > key.as_str() && !a.starts_with(&key));
-            if relevant && !passed {
-                match walk(&dir.join(&key[rel.len()..]), &key, prefix, after, want, out) {
-                    // Removed meanwhile by a delete: it holds no keys.
-                    Err(e) if is_absent(&e) => {}
-                    other => other?,
-                }
-            }
-        } else if key.starts_with(prefix) && after.is_none_or(|a| key.as_str() > a) {
-            out.push(key);
-        }
-        if out.len() >= want {
-            return Ok(());
-        }
-    }
-    Ok(())
 }
 
 /// Refuses keys that could escape the root, collide with the bucket's own files or name one
@@ -778,125 +764,5 @@ fn prefix_conflict(op: &'static str, key: &str) -> BucketError {
         message: "a local-directory bucket cannot hold an object that is also a directory \
                   prefix of other keys (like `a` and `a/b`)"
             .into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bad_keys_are_refused() {
-        for key in [
-            "", "/abs", ".lock", ".tmp/x", "a//b", "a/", "a/./b", "a/../b", "..", "a\0b",
-        ] {
-            assert!(
-                matches!(check_key("put", key), Err(BucketError::Permanent { .. })),
-                "{key:?} was accepted"
-            );
-        }
-        for key in [
-            "a",
-            "a/b.c",
-            "gen/0000000001/side/store.meta.0badf00d",
-            "a/.b",
-        ] {
-            assert!(check_key("put", key).is_ok(), "{key:?} was refused");
-        }
-    }
-
-    #[test]
-    fn walk_visits_keys_in_byte_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let keys = ["a-b", "a/b", "a/c/d", "a0", "b", "ab/x"];
-        for key in keys {
-            let path = dir.path().join(key);
-            fs::create_dir_all(path.parent().unwrap()).unwrap();
-            fs::write(path, key).unwrap();
-        }
-        let mut sorted = keys.to_vec();
-        sorted.sort();
-        let mut out = Vec::new();
-        walk(dir.path(), "", "", None, 100, &mut out).unwrap();
-        assert_eq!(out, sorted);
-        out.clear();
-        walk(dir.path(), "", "a", Some("a/b"), 100, &mut out).unwrap();
-        assert_eq!(out, ["a/c/d", "a0", "ab/x"]);
-    }
-
-    #[tokio::test]
-    async fn create_cas_delete_smoke() {
-        use crate::bucket::Bucket;
-        let dir = tempfile::tempdir().unwrap();
-        let b = FsBucket::open(dir.path()).unwrap();
-        let body = |s: &'static str| Body::from(Bytes::from_static(s.as_bytes()));
-        let e1 = b
-            .put("x/y", body("one"), PutCondition::IfNoneMatch)
-            .await
-            .unwrap();
-        let again = b.put("x/y", body("two"), PutCondition::IfNoneMatch).await;
-        assert!(matches!(again, Err(BucketError::PreconditionFailed { .. })));
-        let e2 = b
-            .put("x/y", body("two"), PutCondition::IfMatch(e1.clone()))
-            .await
-            .unwrap();
-        let stale = b.put("x/y", body("three"), PutCondition::IfMatch(e1)).await;
-        assert!(matches!(stale, Err(BucketError::PreconditionFailed { .. })));
-        assert_eq!(b.get("x/y").await.unwrap().etag, e2);
-        b.delete("x/y", Some(&e2)).await.unwrap();
-        assert!(b.head("x/y").await.unwrap().is_none());
-        assert!(
-            !dir.path().join("x").exists(),
-            "the emptied directory was left"
-        );
-        assert_eq!(fs::read_dir(dir.path().join(TMP_DIR)).unwrap().count(), 0);
-    }
-
-    #[tokio::test]
-    async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
-        use crate::bucket::Bucket;
-        use std::os::unix::fs::MetadataExt;
-        assert_eq!(LEASE_KEY, crate::manifest::LEASE_KEY);
-        let dir = tempfile::tempdir().unwrap();
-        let b = FsBucket::open(dir.path()).unwrap();
-        let record = |n: u32| Body::from(Bytes::from(format!("{{\"renewals\":{n}}}")));
-        let mut etag = b
-            .put(LEASE_KEY, record(0), PutCondition::IfNoneMatch)
-            .await
-            .unwrap();
-        let mut inodes = std::collections::BTreeSet::new();
-        for n in 1..=20u32 {
-            let next = b
-                .put(LEASE_KEY, record(n), PutCondition::IfMatch(etag.clone()))
-                .await
-                .unwrap();
-            assert_ne!(next, etag);
-            let got = b.get(LEASE_KEY).await.unwrap();
-            assert_eq!(got.data, format!("{{\"renewals\":{n}}}").as_bytes());
-            assert_eq!(
-                got.etag, next,
-                "the ETag is the content's, as on every other path"
-            );
-            let meta = b.head(LEASE_KEY).await.unwrap().unwrap();
-            assert_eq!(
-                (meta.len, meta.etag.as_str()),
-                (got.data.len() as u64, next.as_str())
-            );
-            // A stale ETag is refused and changes nothing.
-            let stale = b
-                .put(LEASE_KEY, record(99), PutCondition::IfMatch(etag))
-                .await;
-            assert!(matches!(stale, Err(BucketError::PreconditionFailed { .. })));
-            assert_eq!(b.get(LEASE_KEY).await.unwrap().etag, next);
-            inodes.insert(fs::metadata(dir.path().join(LEASE_KEY)).unwrap().ino());
-            etag = next;
-        }
-        assert!(inodes.len() <= 2, "two inodes take turns: {inodes:?}");
-        // The scratch is the bucket's own file: never listed, never an object.
-        let listed = b.list("", None, 100).await.unwrap();
-        let keys: Vec<_> = listed.objects.iter().map(|o| o.key.as_str()).collect();
-        assert_eq!(keys, [LEASE_KEY]);
-        b.delete(LEASE_KEY, Some(&etag)).await.unwrap();
-        assert!(b.head(LEASE_KEY).await.unwrap().is_none());
     }
 }

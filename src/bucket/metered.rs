@@ -81,8 +81,11 @@ pub fn outcome_of(e: &BucketError) -> &'static str {
         BucketError::NotFound { .. } => "not_found",
         BucketError::PreconditionFailed { .. } => "precondition_failed",
         BucketError::Conflict { .. } => "conflict",
-        BucketError::Transient { .. } => "transient",
-        BucketError::Permanent { .. } => "permanent",
+        // Retried, like every transient failure.
+        BucketError::Transient { .. } | BucketError::Unreachable { .. } => "transient",
+        BucketError::Permanent { .. }
+        | BucketError::NoSuchBucket { .. }
+        | BucketError::AccessDenied { .. } => "permanent",
         BucketError::Cancelled => "cancelled",
         BucketError::Crashed { .. } => "crashed",
     }

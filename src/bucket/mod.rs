@@ -21,7 +21,17 @@
 //!
 //! Errors are split into *determinate* (the request did not happen) and *indeterminate* (it may
 //! have: a timeout, a dropped connection). After an indeterminate write, re-read before acting;
-//! [`put_immutable`] does that for write-once objects.
+//! [`put_immutable`] does that for write-once objects. Every error's `Display` is one line in
+//! words for the operator ("bucket b does not exist", "cannot reach the endpoint …"); no
+//! backend passes an SDK's `Debug` dump through.
+//!
+//! # Opening
+//! [`open`] opens a destination for backups: a `file://` directory is created as needed. The
+//! read-only commands (`ls`, `verify`, `restore`, the service's `ListRestorePoints` and Adopt's
+//! read phase) use [`open_read_only`], which creates nothing anywhere (no directory, no `.lock`,
+//! no `.tmp/`), refuses every write and delete ([`read_only::ReadOnly`]), and proves it can
+//! list the destination before it answers: a missing directory or S3 bucket is
+//! [`OpenError::Missing`], an access denied or an unreachable endpoint says so.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -34,6 +44,7 @@ pub mod faults;
 pub mod fs;
 pub mod mem;
 pub mod metered;
+pub mod read_only;
 pub mod retry;
 pub mod s3;
 
@@ -92,12 +103,32 @@ pub enum BucketError {
         message: String,
         indeterminate: bool,
     },
-    /// A failure that retrying cannot fix: bad credentials, no such bucket, a bad key.
+    /// A failure that retrying cannot fix: a bad key, a request the store refuses.
     #[error("{op} {key}: {message}")]
     Permanent {
         op: &'static str,
         key: String,
         message: String,
+    },
+    /// The S3 bucket itself does not exist (`NoSuchBucket`): nothing under it can be read or
+    /// written. Not retried.
+    #[error("bucket {bucket} does not exist")]
+    NoSuchBucket { bucket: String },
+    /// The store refused our credentials (HTTP 403: `AccessDenied`, `InvalidAccessKeyId`,
+    /// `SignatureDoesNotMatch`, …). Not retried. `detail` is the store's code and message.
+    #[error("access denied to {url} (check the credentials for {endpoint}): {detail}")]
+    AccessDenied {
+        url: String,
+        endpoint: String,
+        detail: String,
+    },
+    /// No answer from the endpoint: the connection could not be made, broke, or timed out.
+    /// Retried; `indeterminate` as for `Transient`.
+    #[error("cannot reach the endpoint {endpoint}: {reason}")]
+    Unreachable {
+        endpoint: String,
+        reason: String,
+        indeterminate: bool,
     },
     /// The operation was cancelled (shutdown, or the lease stopped holding).
     #[error("cancelled")]
@@ -112,7 +143,9 @@ impl BucketError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            BucketError::Transient { .. } | BucketError::Conflict { .. }
+            BucketError::Transient { .. }
+                | BucketError::Conflict { .. }
+                | BucketError::Unreachable { .. }
         )
     }
 
@@ -121,6 +154,9 @@ impl BucketError {
         matches!(
             self,
             BucketError::Transient {
+                indeterminate: true,
+                ..
+            } | BucketError::Unreachable {
                 indeterminate: true,
                 ..
             }
@@ -214,29 +250,67 @@ pub async fn put_immutable(
     }
 }
 
-/// Parses a destination URL and opens its bucket behind the one retry layer:
+/// What an opened destination may be used for; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Backups: a `file://` directory (with its `.lock` and `.tmp/`) is created as needed.
+    ReadWrite,
+    /// `ls`, `verify`, `restore`, `ListRestorePoints`, Adopt's read phase: nothing is created,
+    /// writes and deletes are refused, and a missing destination is an error.
+    ReadOnly,
+}
+
+/// Parses a destination URL and opens its bucket for backups behind the one retry layer:
 /// `file:///abs/path` or `s3://bucket/prefix`.
 pub async fn open(url: &str) -> Result<DynBucket, OpenError> {
     open_with(
         url,
+        OpenMode::ReadWrite,
         retry::RetryPolicy::default(),
         tokio_util::sync::CancellationToken::new(),
     )
     .await
 }
 
-/// [`open`] with a retry policy and a token that cancels every request and retry sleep.
+/// Opens a destination to read it, creating nothing (see the module docs).
+pub async fn open_read_only(url: &str) -> Result<DynBucket, OpenError> {
+    open_with(
+        url,
+        OpenMode::ReadOnly,
+        retry::RetryPolicy::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+}
+
+/// [`open`] or [`open_read_only`] with a retry policy and a token that cancels every request
+/// and retry sleep.
 pub async fn open_with(
     url: &str,
+    mode: OpenMode,
     policy: retry::RetryPolicy,
     cancel: tokio_util::sync::CancellationToken,
 ) -> Result<DynBucket, OpenError> {
-    let raw = open_raw(url).await?;
-    Ok(Arc::new(retry::Retrying::new(raw, policy, cancel)))
+    let raw = open_raw(url, mode).await?;
+    let retrying: DynBucket = Arc::new(retry::Retrying::new(raw, policy, cancel));
+    match mode {
+        OpenMode::ReadWrite => Ok(retrying),
+        OpenMode::ReadOnly => {
+            let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
+            // One listing of the root proves the destination is there and readable with these
+            // credentials (a HEAD of a missing S3 bucket would only say "no such object").
+            match bucket.list("", None, 1).await {
+                Ok(_) => Ok(bucket),
+                Err(e) => Err(OpenError::unreadable(url, e)),
+            }
+        }
+    }
 }
 
-/// Opens a destination's backend with no retry layer (tests, and wrappers of their own).
-pub async fn open_raw(url: &str) -> Result<DynBucket, OpenError> {
+/// Opens a destination's backend with no retry layer (tests, and wrappers of their own). In
+/// [`OpenMode::ReadOnly`] nothing is created, but writes are not refused: that is
+/// [`read_only::ReadOnly`]'s part.
+pub async fn open_raw(url: &str, mode: OpenMode) -> Result<DynBucket, OpenError> {
     if let Some(path) = url.strip_prefix("file://") {
         if !path.starts_with('/') {
             return Err(OpenError::BadUrl {
@@ -244,7 +318,11 @@ pub async fn open_raw(url: &str) -> Result<DynBucket, OpenError> {
                 reason: "a file:// destination needs an absolute path (file:///path)".into(),
             });
         }
-        Ok(Arc::new(fs::FsBucket::open(std::path::Path::new(path))?))
+        let path = std::path::Path::new(path);
+        Ok(Arc::new(match mode {
+            OpenMode::ReadWrite => fs::FsBucket::open(path)?,
+            OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
+        }))
     } else if let Some(rest) = url.strip_prefix("s3://") {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
@@ -269,6 +347,39 @@ pub async fn open_raw(url: &str) -> Result<DynBucket, OpenError> {
 pub enum OpenError {
     #[error("bad destination {url}: {reason}")]
     BadUrl { url: String, reason: String },
+    /// Opened read-only, the destination is not there: `what` is the `file://` URL of the
+    /// missing directory, or `bucket NAME`.
+    #[error("{what} does not exist")]
+    Missing { what: String },
     #[error("cannot open {url}: {reason}")]
     Unavailable { url: String, reason: String },
+    /// Opened read-only, the destination refused the first listing: access denied, or the
+    /// endpoint cannot be reached (the error names the destination or the endpoint).
+    #[error(transparent)]
+    Refused(BucketError),
+}
+
+impl OpenError {
+    /// Why a read-only open's first listing of `url` failed.
+    fn unreadable(url: &str, e: BucketError) -> OpenError {
+        match e {
+            BucketError::NoSuchBucket { bucket } => OpenError::Missing {
+                what: format!("bucket {bucket}"),
+            },
+            e @ (BucketError::AccessDenied { .. } | BucketError::Unreachable { .. }) => {
+                OpenError::Refused(e)
+            }
+            // The listing of the root has no key worth naming: the message says it all.
+            BucketError::Transient { message, .. } | BucketError::Permanent { message, .. } => {
+                OpenError::Unavailable {
+                    url: url.to_string(),
+                    reason: message,
+                }
+            }
+            e => OpenError::Unavailable {
+                url: url.to_string(),
+                reason: e.to_string(),
+            },
+        }
+    }
 }

@@ -19,8 +19,10 @@
 //!   again reports `PreconditionFailed`, which is true of the state it leaves.)
 //! - a `delete` answered `NotFound` or `PreconditionFailed` while the object is gone is `Ok`.
 //!
-//! When the attempts run out, the last error is returned as `Transient`, indeterminate if any
-//! attempt was, so the caller knows to re-read before acting.
+//! When the attempts run out, the last error is returned as `Transient` (an unreachable
+//! endpoint as `Unreachable`), indeterminate if any attempt was, so the caller knows to re-read
+//! before acting. Every retry and the giving up are logged with the error's one-line `Display`
+//! (never a `Debug` dump of an SDK error).
 
 use std::ops::Range;
 use std::time::Duration;
@@ -102,14 +104,9 @@ impl Retrying {
             };
             if number >= max_attempts {
                 tracing::warn!(op, key, attempts = number, "giving up: {e}");
-                let result = Err(BucketError::Transient {
-                    op,
-                    key: key.to_string(),
-                    message: format!("gave up after {number} attempts: {e}"),
-                    indeterminate: earlier_indeterminate || e.is_indeterminate(),
-                });
+                let indeterminate = earlier_indeterminate || e.is_indeterminate();
                 return Attempts {
-                    result,
+                    result: Err(gave_up(op, key, number, indeterminate, e)),
                     earlier_indeterminate,
                 };
             }
@@ -125,6 +122,33 @@ impl Retrying {
             delay = delay.saturating_mul(2).min(self.policy.max_delay);
             number += 1;
         }
+    }
+}
+
+/// The error returned when the attempts ran out on `e`: `Transient`, indeterminate if any
+/// attempt was, except that an unreachable endpoint stays `Unreachable` (its message names the
+/// endpoint, which is what an operator needs to see).
+fn gave_up(
+    op: &'static str,
+    key: &str,
+    attempts: u32,
+    indeterminate: bool,
+    e: BucketError,
+) -> BucketError {
+    match e {
+        BucketError::Unreachable {
+            endpoint, reason, ..
+        } => BucketError::Unreachable {
+            endpoint,
+            reason: format!("{reason} (gave up after {attempts} attempts)"),
+            indeterminate,
+        },
+        e => BucketError::Transient {
+            op,
+            key: key.to_string(),
+            message: format!("gave up after {attempts} attempts: {e}"),
+            indeterminate,
+        },
     }
 }
 

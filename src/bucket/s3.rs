@@ -16,11 +16,16 @@
 //! body is read into memory first, and the SDK adds its checksum and signs the payload.
 //!
 //! # Errors
-//! 404/`NoSuchKey` is `NotFound`; 412 is `PreconditionFailed` (matched on the HTTP status: no
-//! error type has such a variant, and a HEAD's 412 has no code); 409 is `Conflict`;
-//! 503/`SlowDown`/throttling is `Transient` and determinate (S3 did not do it); 500/502/504,
-//! timeouts and connection trouble are `Transient`, indeterminate for writes (they may have
-//! happened) and determinate for reads; anything else (400, 403, no such bucket) is `Permanent`.
+//! Mapped once, in [`error::map_error`], each into a one-line error in words. 404/`NoSuchKey`
+//! is `NotFound`; 412 is `PreconditionFailed` (matched on the HTTP status: no error type has
+//! such a variant, and a HEAD's 412 has no code); 409 is `Conflict`; 503/`SlowDown`/throttling
+//! is `Transient` and determinate (S3 did not do it); 500/502/504 are `Transient`,
+//! indeterminate for writes (they may have happened) and determinate for reads; timeouts and
+//! connection trouble are `Unreachable`, indeterminate for writes likewise; `NoSuchBucket` is
+//! `NoSuchBucket`; 403 and bad credentials are `AccessDenied`; anything else (400, say) is
+//! `Permanent`. A HEAD of any key in a missing bucket answers a bare 404, so it reads as "no
+//! such object": a read-only open lists the root first to tell the two apart
+//! ([`super::open_read_only`]).
 
 use std::ops::Range;
 use std::time::Duration;
@@ -33,10 +38,12 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::body::SdkBody;
 use bytes::Bytes;
+use error::map_error;
 
 use super::body::with_key;
 use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
 
+mod error;
 mod multipart;
 mod stream;
 
@@ -92,6 +99,8 @@ pub struct S3Bucket {
     /// No leading or trailing `/`; empty for the bucket's root.
     prefix: String,
     options: S3Options,
+    /// The endpoint, as errors name it ("cannot reach the endpoint …").
+    endpoint: String,
 }
 
 impl S3Bucket {
@@ -117,10 +126,15 @@ impl S3Bucket {
                 .is_ok_and(|v| v.eq_ignore_ascii_case("when_required")),
             ..S3Options::default()
         };
+        let endpoint = match (sdk.endpoint_url(), sdk.region()) {
+            (Some(url), _) => url.to_string(),
+            (None, Some(region)) => format!("https://s3.{region}.amazonaws.com"),
+            (None, None) => "of AWS S3".to_string(),
+        };
         let conf = aws_sdk_s3::config::Builder::from(&sdk)
             .force_path_style(path_style)
             .build();
-        Ok(Self::new(Client::from_conf(conf), bucket, prefix, options))
+        Ok(Self::new(Client::from_conf(conf), bucket, prefix, options).endpoint_named(&endpoint))
     }
 
     /// Wraps `client`, overriding its retry (off), timeout and checksum settings from `options`.
@@ -150,7 +164,14 @@ impl S3Bucket {
                 upload_concurrency: options.upload_concurrency.max(1),
                 ..options
             },
+            endpoint: "of the S3 client".to_string(),
         }
+    }
+
+    /// Names the client's endpoint in errors (the SDK's config does not say it).
+    pub fn endpoint_named(mut self, endpoint: &str) -> S3Bucket {
+        self.endpoint = endpoint.to_string();
+        self
     }
 
     /// The key in the S3 bucket of our key `key`.
@@ -216,7 +237,7 @@ impl S3Bucket {
                     key: key.to_string(),
                     message: format!("reading the body: {why}"),
                 },
-                None => map_put_error(key, cond, e),
+                None => map_put_error(self, "S3 PutObject", key, cond, e),
             }
         })?;
         etag_of(out.e_tag(), "put", key)
@@ -238,9 +259,9 @@ impl super::Bucket for S3Bucket {
             .key(self.full_key(key))
             .send()
             .await
-            .map_err(|e| map_error("get", key, false, e))?;
+            .map_err(|e| map_error(self, "S3 GetObject", key, false, e))?;
         let etag = etag_of(out.e_tag(), "get", key)?;
-        let data = read_body(out.body, "get", key).await?;
+        let data = read_body(out.body, "S3 GetObject", key).await?;
         Ok(Object { data, etag })
     }
 
@@ -264,10 +285,10 @@ impl super::Bucket for S3Bucket {
             .send()
             .await;
         match sent {
-            Ok(out) => read_body(out.body, "get_range", key).await,
+            Ok(out) => read_body(out.body, "S3 GetObject", key).await,
             // 416: the range starts at or past the end (or the object is empty).
             Err(SdkError::ServiceError(e)) if e.raw().status().as_u16() == 416 => Ok(Bytes::new()),
-            Err(e) => Err(map_error("get_range", key, false, e)),
+            Err(e) => Err(map_error(self, "S3 GetObject", key, false, e)),
         }
     }
 
@@ -280,7 +301,7 @@ impl super::Bucket for S3Bucket {
             .key(self.full_key(key))
             .send()
             .await;
-        match sent.map_err(|e| map_error("head", key, false, e)) {
+        match sent.map_err(|e| map_error(self, "S3 HeadObject", key, false, e)) {
             Ok(out) => Ok(Some(ObjectMeta {
                 key: key.to_string(),
                 len: crate::units::u64_of(out.content_length().unwrap_or(0)),
@@ -313,7 +334,7 @@ impl super::Bucket for S3Bucket {
         match req
             .send()
             .await
-            .map_err(|e| map_error("delete", key, true, e))
+            .map_err(|e| map_error(self, "S3 DeleteObject", key, true, e))
         {
             Ok(_) => Ok(()),
             // A conditional delete of a missing object fails its precondition.
@@ -346,7 +367,7 @@ impl super::Bucket for S3Bucket {
         let out = req
             .send()
             .await
-            .map_err(|e| map_error("list", prefix, false, e))?;
+            .map_err(|e| map_error(self, "S3 ListObjectsV2", prefix, false, e))?;
         let mut objects = Vec::with_capacity(out.contents().len());
         for o in out.contents() {
             let Some(key) = o.key().and_then(|k| k.strip_prefix(&root)) else {
@@ -375,10 +396,7 @@ async fn read_body(body: ByteStream, op: &'static str, key: &str) -> Result<Byte
         Err(e) => Err(BucketError::Transient {
             op,
             key: key.to_string(),
-            message: format!(
-                "reading the response: {}",
-                aws_sdk_s3::error::DisplayErrorContext(&e)
-            ),
+            message: format!("reading the response: {}", error::chain(&e)),
             indeterminate: false,
         }),
     }
@@ -393,65 +411,27 @@ fn etag_of(etag: Option<&str>, op: &'static str, key: &str) -> Result<String, Bu
         })
 }
 
-/// Maps the error of a request that writes an object under `cond`.
-fn map_put_error<E>(key: &str, cond: &PutCondition, e: SdkError<E>) -> BucketError
+/// Maps the error of the request `op` that writes an object under `cond`.
+fn map_put_error<E>(
+    b: &S3Bucket,
+    op: &'static str,
+    key: &str,
+    cond: &PutCondition,
+    e: SdkError<E>,
+) -> BucketError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    match map_error("put", key, true, e) {
+    match map_error(b, op, key, true, e) {
         // S3 answers an If-Match on a missing object with 404: its precondition failed.
         BucketError::NotFound { key } if matches!(cond, PutCondition::IfMatch(_)) => {
             BucketError::PreconditionFailed { key }
         }
         BucketError::NotFound { key } => BucketError::Permanent {
-            op: "put",
+            op,
             key,
             message: "404 on a write".into(),
         },
         e => e,
-    }
-}
-
-/// Maps an SDK error; `write` says whether the request may change the bucket.
-fn map_error<E>(op: &'static str, key: &str, write: bool, e: SdkError<E>) -> BucketError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    let key = key.to_string();
-    let message = aws_sdk_s3::error::DisplayErrorContext(&e).to_string();
-    let transient = |indeterminate| BucketError::Transient {
-        op,
-        key: key.clone(),
-        message: message.clone(),
-        indeterminate,
-    };
-    let service = match &e {
-        SdkError::ServiceError(service) => service,
-        SdkError::ConstructionFailure(_) => {
-            return BucketError::Permanent { op, key, message };
-        }
-        // Timeouts, connection errors, unparseable responses: the request may have happened.
-        _ => return transient(write),
-    };
-    let status = service.raw().status().as_u16();
-    match (status, service.err().code()) {
-        (_, Some("NoSuchBucket")) => BucketError::Permanent { op, key, message },
-        (404, _) | (_, Some("NoSuchKey")) => BucketError::NotFound { key },
-        (412, _) => BucketError::PreconditionFailed { key },
-        (409, _) | (_, Some("ConditionalRequestConflict")) => BucketError::Conflict { key },
-        (429 | 503, _)
-        | (
-            _,
-            Some(
-                "SlowDown"
-                | "Throttling"
-                | "ThrottlingException"
-                | "RequestLimitExceeded"
-                | "TooManyRequests"
-                | "ServiceUnavailable",
-            ),
-        ) => transient(false),
-        (500 | 502 | 504, _) | (_, Some("InternalError" | "RequestTimeout")) => transient(write),
-        _ => BucketError::Permanent { op, key, message },
     }
 }

@@ -65,7 +65,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
     if a.parallelism == 0 {
         anyhow::bail!("--parallelism must be at least 1");
     }
-    let bucket = bucket::open(&a.from).await?;
+    let bucket = bucket::open_read_only(&a.from).await?;
     let opts = RestoreOptions {
         at: a.at,
         restore_point_only: a.restore_point_only,
@@ -86,7 +86,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let bucket = bucket::open(&a.from).await?;
+    let bucket = bucket::open_read_only(&a.from).await?;
     let report = verify::verify(bucket.as_ref(), &VerifyOptions::default()).await?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
@@ -104,7 +104,7 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
-    let bucket = bucket::open(&a.from).await?;
+    let bucket = bucket::open_read_only(&a.from).await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;
     if a.json {
         println!("{}", serde_json::to_string(&points)?);

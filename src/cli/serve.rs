@@ -255,6 +255,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
 }
 
 pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    // Checked at start, not at the first `file://` store's registration.
+    mushroom_backup::bucket::fs::FileModes::from_env().map_err(anyhow::Error::msg)?;
     let (config, telemetry) = resolve(a)?;
     let guard = mushroom_backup::telemetry::init(&mushroom_backup::telemetry::TelemetryConfig {
         log_format: telemetry.log_format,

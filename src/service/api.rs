@@ -288,9 +288,9 @@ impl BackupControl for Api {
         }
         let size = limits::page_size(r.page_size);
         let destination = self.fleet.destination_of(&r.store_id).await?;
-        let bucket = bucket::open(&destination)
+        let bucket = bucket::open_read_only(&destination)
             .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            .map_err(super::fleet::open_error)?;
         let mut points = verify::list_restore_points(bucket.as_ref())
             .await
             .map_err(|e| ServiceError::Unavailable(e.to_string()))?;

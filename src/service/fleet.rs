@@ -139,10 +139,15 @@ fn now_ms() -> i64 {
     crate::units::unix_now_ms()
 }
 
-fn open_error(e: OpenError) -> ServiceError {
+pub(super) fn open_error(e: OpenError) -> ServiceError {
     match e {
         OpenError::BadUrl { .. } => ServiceError::InvalidArgument(e.to_string()),
-        OpenError::Unavailable { .. } => ServiceError::FailedPrecondition(e.to_string()),
+        OpenError::Refused(crate::bucket::BucketError::Unreachable { .. }) => {
+            ServiceError::Unavailable(e.to_string())
+        }
+        OpenError::Unavailable { .. } | OpenError::Missing { .. } | OpenError::Refused(_) => {
+            ServiceError::FailedPrecondition(e.to_string())
+        }
     }
 }
 
@@ -518,7 +523,9 @@ impl Fleet {
             Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = bucket::open(&checked.url).await.map_err(open_error)?;
+        let bucket = bucket::open_read_only(&checked.url)
+            .await
+            .map_err(open_error)?;
         let opts = RestoreOptions {
             at,
             adopt: true,

@@ -3,7 +3,8 @@
 //! [`endpoint`] is, in order: `MUSHROOM_TEST_S3_ENDPOINT` (what `scripts/test.sh` sets); else
 //! a `moto_server` from the crate's `.venv`, started once per test process on a free loopback
 //! port and killed with the process; else, under `CI=true`, a panic (a missing S3 must fail CI,
-//! never skip); else `None`, with a line saying the test is skipped.
+//! never skip); else `None`, with a line saying the test is skipped. [`authenticating_moto`] is
+//! a test's own moto that checks credentials.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::Path;
@@ -27,73 +28,99 @@ pub fn endpoint() -> Option<String> {
     if let Ok(url) = std::env::var(ENDPOINT_ENV) {
         return Some(url);
     }
+    let moto = moto_server()?;
+    static SPAWNED: OnceLock<String> = OnceLock::new();
+    Some(
+        SPAWNED
+            .get_or_init(|| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                // Spawned from a thread that lives as long as the process, because
+                // `PR_SET_PDEATHSIG` fires when the spawning *thread* exits: so moto dies with
+                // the process, not with the first test that asked for it.
+                std::thread::spawn(move || {
+                    let started = spawn_moto(&moto, &[]);
+                    let url = started.url.clone();
+                    let _ = tx.send(url);
+                    let _keep = started;
+                    loop {
+                        std::thread::park();
+                    }
+                });
+                rx.recv().expect("the moto thread answers")
+            })
+            .clone(),
+    )
+}
+
+/// The `moto_server` of the crate's `.venv`, or `None` (after printing why) when there is
+/// none; under `CI=true` a missing one panics.
+fn moto_server() -> Option<std::path::PathBuf> {
     let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
     if moto.exists() {
-        static SPAWNED: OnceLock<String> = OnceLock::new();
-        return Some(SPAWNED.get_or_init(|| spawn_moto(&moto)).clone());
+        return Some(moto);
     }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("S3 tests need moto: run scripts/test.sh (or set {ENDPOINT_ENV})");
     }
-    eprintln!("SKIP: no S3 endpoint (run scripts/test.sh, or set {ENDPOINT_ENV})");
+    eprintln!("SKIP: no moto_server (run scripts/test.sh, or set {ENDPOINT_ENV})");
     None
 }
 
-/// A moto server child, killed when dropped.
-struct Moto(Child);
+/// A moto server of one test's own, that checks every request's credentials
+/// (`INITIAL_NO_AUTH_ACTION_COUNT=0`: moto then knows only the access keys created in its
+/// IAM, so every key a test passes is refused with a real `403 InvalidAccessKeyId`). Killed
+/// when dropped, or when the thread that started it ends.
+pub fn authenticating_moto() -> Option<Moto> {
+    Some(spawn_moto(
+        &moto_server()?,
+        &[("INITIAL_NO_AUTH_ACTION_COUNT", "0")],
+    ))
+}
+
+/// A moto server child and its URL, killed when dropped.
+pub struct Moto {
+    child: Child,
+    pub url: String,
+}
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-/// Starts moto on a free port and waits until it answers; returns its URL.
-///
-/// The child is spawned from a thread that lives as long as the process, because
-/// `PR_SET_PDEATHSIG` fires when the spawning *thread* exits: so moto dies with the process.
-fn spawn_moto(moto: &Path) -> String {
+/// Starts moto with the extra environment `env` on a free port and waits until it answers.
+/// It gets SIGKILL when the calling thread ends (`PR_SET_PDEATHSIG`), so a test that panics
+/// leaves no server behind.
+fn spawn_moto(moto: &Path, env: &[(&str, &str)]) -> Moto {
+    use std::os::unix::process::CommandExt;
     let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .expect("pick a free port")
         .port();
-    let moto = moto.to_path_buf();
-    let shown = moto.display().to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(&moto);
-        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        match cmd.spawn() {
-            Ok(child) => {
-                let _moto = Moto(child);
-                let _ = tx.send(Ok(()));
-                // Keep the thread (and so the child's parent-death signal) as long as the process.
-                loop {
-                    std::thread::park();
-                }
+    let mut cmd = Command::new(moto);
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
-            Err(e) => {
-                let _ = tx.send(Err(e.to_string()));
-            }
-        }
-    });
-    if let Err(e) = rx.recv().expect("the moto thread answers") {
-        panic!("cannot start {shown}: {e}");
+            Ok(())
+        });
     }
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", moto.display()));
+    let moto = Moto {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
     let deadline = Instant::now() + STARTUP;
     while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
         assert!(
@@ -102,7 +129,7 @@ fn spawn_moto(moto: &Path) -> String {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    format!("http://127.0.0.1:{port}")
+    moto
 }
 
 /// A client for the test endpoint: explicit region, dummy credentials, path-style.
@@ -136,7 +163,7 @@ pub async fn bucket_with_part_size(name_hint: &str, part_size: u64) -> Option<Dy
 pub async fn s3_bucket(name_hint: &str, options: S3Options) -> Option<S3Bucket> {
     let endpoint = endpoint()?;
     let name = create_bucket(&endpoint, name_hint).await;
-    Some(S3Bucket::new(client(&endpoint), &name, "root", options))
+    Some(S3Bucket::new(client(&endpoint), &name, "root", options).endpoint_named(&endpoint))
 }
 
 /// Creates a fresh, uniquely named bucket on `endpoint`; returns its name.

@@ -16,7 +16,6 @@
 //! completed only if the parts' CRCs, combined in order, are that CRC: a file that changed after
 //! its check is aborted, never visible.
 
-use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use futures::{StreamExt, TryStreamExt};
@@ -62,7 +61,7 @@ pub(super) async fn put(
     let created = create
         .send()
         .await
-        .map_err(|e| map_error("put", key, false, e))?;
+        .map_err(|e| map_error(b, "S3 CreateMultipartUpload", key, false, e))?;
     let upload_id = created
         .upload_id()
         .ok_or_else(|| BucketError::Permanent {
@@ -72,8 +71,7 @@ pub(super) async fn put(
         })?
         .to_string();
     let mut upload = Upload {
-        client: b.client.clone(),
-        bucket: b.bucket.clone(),
+        s3: b.clone(),
         full_key,
         upload_id: Some(upload_id),
     };
@@ -109,8 +107,7 @@ async fn check_early(b: &S3Bucket, key: &str, cond: &PutCondition) -> Result<(),
 
 /// A multipart upload in progress; aborted when dropped unless completed.
 struct Upload {
-    client: Client,
-    bucket: String,
+    s3: S3Bucket,
     full_key: String,
     /// `None` once completed or aborted.
     upload_id: Option<String>,
@@ -143,9 +140,10 @@ impl Upload {
                 // S3 refuses a part number past 10,000 itself; no number wraps on the way there.
                 let number = i32::try_from(i + 1).unwrap_or(i32::MAX);
                 let mut req = self
+                    .s3
                     .client
                     .upload_part()
-                    .bucket(&self.bucket)
+                    .bucket(&self.s3.bucket)
                     .key(&self.full_key)
                     .upload_id(self.id())
                     .part_number(number);
@@ -160,7 +158,7 @@ impl Upload {
                     .body(ByteStream::from(data))
                     .send()
                     .await
-                    .map_err(|e| map_error("put", key, false, e))?;
+                    .map_err(|e| map_error(b, "S3 UploadPart", key, false, e))?;
                 let part = CompletedPart::builder()
                     .part_number(number)
                     .e_tag(etag_of(out.e_tag(), "put", key)?)
@@ -185,9 +183,10 @@ impl Upload {
             })?;
         }
         let mut complete = self
+            .s3
             .client
             .complete_multipart_upload()
-            .bucket(&self.bucket)
+            .bucket(&self.s3.bucket)
             .key(&self.full_key)
             .upload_id(self.id())
             .multipart_upload(
@@ -203,7 +202,7 @@ impl Upload {
         let out = complete
             .send()
             .await
-            .map_err(|e| map_put_error(key, cond, e))?;
+            .map_err(|e| map_put_error(b, "S3 CompleteMultipartUpload", key, cond, e))?;
         etag_of(out.e_tag(), "put", key)
     }
 
@@ -212,7 +211,7 @@ impl Upload {
         let Some(upload_id) = self.upload_id.take() else {
             return;
         };
-        abort(&self.client, &self.bucket, &self.full_key, &upload_id).await;
+        abort(&self.s3, &self.full_key, &upload_id).await;
     }
 }
 
@@ -224,29 +223,26 @@ impl Drop for Upload {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let (client, bucket, full_key) = (
-            self.client.clone(),
-            self.bucket.clone(),
-            self.full_key.clone(),
-        );
-        runtime.spawn(async move { abort(&client, &bucket, &full_key, &upload_id).await });
+        let (s3, full_key) = (self.s3.clone(), self.full_key.clone());
+        runtime.spawn(async move { abort(&s3, &full_key, &upload_id).await });
     }
 }
 
-async fn abort(client: &Client, bucket: &str, full_key: &str, upload_id: &str) {
-    let sent = client
+async fn abort(s3: &S3Bucket, full_key: &str, upload_id: &str) {
+    let sent = s3
+        .client
         .abort_multipart_upload()
-        .bucket(bucket)
+        .bucket(&s3.bucket)
         .key(full_key)
         .upload_id(upload_id)
         .send()
         .await;
     if let Err(e) = sent {
+        let e = map_error(s3, "S3 AbortMultipartUpload", full_key, true, e);
         tracing::warn!(
-            bucket,
+            bucket = s3.bucket,
             key = full_key,
-            "cannot abort a multipart upload (the lifecycle rule will): {}",
-            aws_sdk_s3::error::DisplayErrorContext(&e)
+            "cannot abort a multipart upload (the lifecycle rule will): {e}"
         );
     }
 }

@@ -1,0 +1,76 @@
+//! [`ReadOnly`]: a bucket that refuses every write and delete, for the commands that only read
+//! a destination (`ls`, `verify`, `restore`, the service's `ListRestorePoints` and Adopt's read
+//! phase; see [`super::open_read_only`]).
+//!
+//! Reads pass through unchanged. A `put` or `delete` is refused as `Permanent` before the inner
+//! bucket sees it, so nothing a read-only caller does can create, replace or remove an object,
+//! whatever the backend, and a bug that tried would fail loudly instead of writing.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use super::{Body, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+
+/// What a refused request says.
+const REFUSED: &str = "the destination was opened read-only";
+
+/// A read-only view of a bucket; see the module docs.
+pub struct ReadOnly {
+    inner: DynBucket,
+}
+
+impl ReadOnly {
+    pub fn new(inner: DynBucket) -> Self {
+        ReadOnly { inner }
+    }
+}
+
+fn refused(op: &'static str, key: &str) -> BucketError {
+    BucketError::Permanent {
+        op,
+        key: key.to_string(),
+        message: REFUSED.to_string(),
+    }
+}
+
+#[async_trait::async_trait]
+impl super::Bucket for ReadOnly {
+    fn url(&self) -> String {
+        self.inner.url()
+    }
+
+    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+        self.inner.get(key).await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
+        self.inner.get_range(key, range).await
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
+        self.inner.head(key).await
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        _body: Body,
+        _cond: PutCondition,
+    ) -> Result<String, BucketError> {
+        Err(refused("put", key))
+    }
+
+    async fn delete(&self, key: &str, _if_match: Option<&str>) -> Result<(), BucketError> {
+        Err(refused("delete", key))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+        max_keys: usize,
+    ) -> Result<ListPage, BucketError> {
+        self.inner.list(prefix, token, max_keys).await
+    }
+}
