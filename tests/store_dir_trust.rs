@@ -553,3 +553,37 @@ async fn the_offline_source_finds_frames_across_and_above_its_chunks() {
         );
     }
 }
+
+/// Without allowed roots (the standalone worker), the directory is still the one opened: one
+/// put in its place is refused, and a worker started afresh takes it.
+#[tokio::test]
+async fn a_worker_refuses_a_directory_put_in_place_of_the_one_it_opened() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 200, 0, 0);
+    let mut w = worker(&store, fs_bucket(&bucket), config());
+    w.run_once().await.unwrap();
+    let before = tree(&bucket);
+    std::fs::rename(&store, t.path().join("old")).unwrap();
+    write(&store, 300, 0, 0);
+    let e = w
+        .run_once()
+        .await
+        .expect_err("a replaced directory is refused");
+    assert!(
+        e.to_string().contains("was replaced") && e.store_refusal().is_some(),
+        "{e}"
+    );
+    assert_eq!(
+        tree(&bucket),
+        before,
+        "something was uploaded from the new directory"
+    );
+    // The new directory has no lineage and the prefix has restore points: a fresh worker
+    // refuses the prefix, as it would any other store's.
+    let e = worker(&store, fs_bucket(&bucket), config())
+        .run_once()
+        .await
+        .expect_err("another store on a used prefix");
+    assert!(e.to_string().contains("no backup.lineage"), "{e}");
+}

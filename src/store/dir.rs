@@ -69,8 +69,7 @@ pub enum DirError {
     },
     #[error(
         "store directory {path} was replaced{now}: it is no longer the directory the worker \
-         opened{under}; nothing is read or written there until the store is registered again or \
-         the service restarts"
+         opened{under}; nothing is read or written there until {remedy}"
     )]
     Replaced {
         path: PathBuf,
@@ -78,6 +77,8 @@ pub enum DirError {
         now: String,
         /// " under ROOTS" when confined.
         under: String,
+        /// What makes the worker take the new directory.
+        remedy: &'static str,
     },
     #[error("{path} is {what}; {kind} must be regular files")]
     NotRegular {
@@ -271,6 +272,10 @@ impl StoreDir {
                 None => String::new(),
                 Some(_) => format!(" under {}", self.roots_text()),
             },
+            remedy: match &self.inner.roots {
+                None => "the backup is started again",
+                Some(_) => "the store is registered again or the service restarts",
+            },
         }
     }
 
@@ -369,14 +374,6 @@ impl StoreDir {
             .expect("not poisoned")
             .clone()
             .expect("opened by the check"))
-    }
-
-    /// Whether the directory exists (opening it if it does). Checks nothing else.
-    pub fn exists(&self) -> Result<bool, DirError> {
-        if self.inner.opened.lock().expect("not poisoned").is_some() {
-            return Ok(true);
-        }
-        self.check()
     }
 
     /// `rel` (one name, or `archive/<name>`) as a path, for messages.
