@@ -80,12 +80,12 @@ pub enum DirError {
         /// What makes the worker take the new directory.
         remedy: &'static str,
     },
-    #[error("{path} is {what}; {kind} must be regular files")]
+    #[error("{path} is {what}; {rule}")]
     NotRegular {
         path: PathBuf,
         what: &'static str,
-        /// "side files", "the store's files".
-        kind: &'static str,
+        /// "side files must be regular files", …
+        rule: &'static str,
     },
     #[error("{path} is {len} bytes, over the limit of {cap} bytes for {kind}; it is not read")]
     TooLarge {
@@ -132,6 +132,13 @@ impl FileKind {
         match self {
             FileKind::Side => "side files",
             FileKind::Store => "the store's files",
+        }
+    }
+
+    fn rule(self) -> &'static str {
+        match self {
+            FileKind::Side => "side files must be regular files",
+            FileKind::Store => "the store's files must be regular files",
         }
     }
 }
@@ -319,6 +326,18 @@ impl StoreDir {
                 ) {
                     Ok(fd) => fd,
                     Err(Errno::NOENT) => return Ok(false),
+                    // What the path resolved to is not a directory (or became a link since).
+                    Err(Errno::NOTDIR)
+                        if resolved
+                            .symlink_metadata()
+                            .is_ok_and(|m| !m.is_dir() && !m.is_symlink()) =>
+                    {
+                        return Err(DirError::NotRegular {
+                            path: path.clone(),
+                            what: "not a directory",
+                            rule: "a store directory must be a directory",
+                        });
+                    }
                     Err(Errno::LOOP | Errno::NOTDIR) => {
                         return Err(self.replaced(" (it changed while it was opened)".into()));
                     }
@@ -401,7 +420,7 @@ impl StoreDir {
                 Err(DirError::NotRegular {
                     path,
                     what,
-                    kind: "the store's directories",
+                    rule: "the store's subdirectories must be directories, not links",
                 })
             }
             Err(e) => Err(io_at(&path)(e)),
@@ -546,7 +565,7 @@ fn regular(path: &Path, t: FileType, kind: FileKind) -> Result<(), DirError> {
         Err(DirError::NotRegular {
             path: path.to_path_buf(),
             what: describe(t),
-            kind: kind.words(),
+            rule: kind.rule(),
         })
     }
 }
@@ -577,7 +596,7 @@ fn open_regular(
             return Err(DirError::NotRegular {
                 path: path.to_path_buf(),
                 what: describe(FileType::Symlink),
-                kind: kind.words(),
+                rule: kind.rule(),
             });
         }
         Err(e) => return Err(io_at(path)(e)),
