@@ -12,7 +12,8 @@
 //!   (allowed on a read-only descriptor) and takes its valid frames as durable. It scans only
 //!   the bytes added since its last call, and while `wal.bin` and `snapshot.bin` keep their
 //!   inode, length and mtime since its last fsync it answers from that read (nothing was
-//!   written since, so nothing new can need syncing).
+//!   written since, so nothing new can need syncing). It reads [`OFFLINE_SCAN_CHUNK`] bytes at
+//!   a time, so a huge or sparse `wal.bin` costs time, never memory.
 //! - [`LocalSource`]: the file source while an engine holds `store.lock`, the offline source
 //!   otherwise (the standalone `backup` command). It answers from its last read while the
 //!   directory's [`DirWatch`] says nothing was written since.
@@ -31,7 +32,7 @@
 //! show a snapshot or WAL the source has not reported; sources that read the disk themselves
 //! ignore it.
 
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -40,7 +41,8 @@ use uuid::Uuid;
 use crate::store::dir::{DirError, FileKind, RECORD_CAP, StoreDir};
 use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
 use crate::store::format::{
-    FormatError, POSITION_LEN, SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames,
+    FRAME_HEADER_LEN, FormatError, POSITION_LEN, SnapshotHeader, TailStop, WAL_HEADER_LEN,
+    WalHeader, WalPosition, scan_frames,
 };
 use crate::store::watch::DirWatch;
 
@@ -227,14 +229,7 @@ impl OfflineSource {
             }
             _ => (WAL_HEADER_LEN as u64, header.floor),
         };
-        if at < meta.len() {
-            f.seek(SeekFrom::Start(at)).map_err(io(&path))?;
-            let mut rest = Vec::with_capacity(crate::units::usize_of(meta.len() - at));
-            f.read_to_end(&mut rest).map_err(io(&path))?;
-            let scan = scan_frames(&rest, last_seq + 1);
-            at += scan.valid_len as u64;
-            last_seq = scan.last_seq;
-        }
+        (at, last_seq) = scan_tail(&f, &path, meta.len(), at, last_seq)?;
         let snapshot_id = read_snapshot_id(store)?;
         let position = WalPosition {
             snapshot_id,
@@ -256,6 +251,58 @@ impl OfflineSource {
         });
         Ok(position)
     }
+}
+
+/// Bytes of `wal.bin` the offline source reads and scans at a time (more only to hold one
+/// frame, at most `MAX_FRAME_PAYLOAD`): a huge (or sparse) `wal.bin` costs time, not memory.
+pub const OFFLINE_SCAN_CHUNK: usize = 8 << 20;
+
+/// Scans the valid frames of `f` (of `file_len` bytes) from offset `at`, the first carrying
+/// `last_seq + 1`, a chunk at a time; returns the offset after the last valid frame and its
+/// seq.
+fn scan_tail(
+    f: &std::fs::File,
+    path: &Path,
+    file_len: u64,
+    mut at: u64,
+    mut last_seq: u64,
+) -> Result<(u64, u64), SourceError> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = Vec::new();
+    let mut want = OFFLINE_SCAN_CHUNK;
+    while at < file_len {
+        let left = usize::try_from(file_len - at).unwrap_or(usize::MAX);
+        let len = want.min(left);
+        buf.resize(len, 0);
+        let mut got = 0;
+        while got < len {
+            match f.read_at(&mut buf[got..], at + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(path)(e)),
+            }
+        }
+        let scan = scan_frames(&buf[..got], last_seq + 1);
+        at += scan.valid_len as u64;
+        last_seq = scan.last_seq;
+        want = OFFLINE_SCAN_CHUNK;
+        match scan.stop {
+            // Every byte read was whole frames: read on.
+            None if got == len => {}
+            // A frame cut by the chunk's end: read on from it, all of it at least.
+            Some(TailStop::Short) if got == len && len < left => {
+                let rest = &buf[scan.valid_len..got];
+                if rest.len() >= FRAME_HEADER_LEN {
+                    let frame_len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes"));
+                    want = want.max(FRAME_HEADER_LEN + frame_len as usize);
+                }
+            }
+            // The end of the file (or of what is valid).
+            _ => break,
+        }
+    }
+    Ok((at, last_seq))
 }
 
 /// `snapshot.bin`'s (inode, mtime), or `None` when there is none.

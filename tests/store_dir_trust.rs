@@ -487,3 +487,103 @@ fn the_backup_command_names_a_refused_side_file() {
     );
     assert_eq!(holds(&bucket, b"TOP-SECRET-CREDENTIALS"), None);
 }
+
+/// The largest resident set this process has had, in bytes.
+fn max_rss() -> u64 {
+    // SAFETY: getrusage fills a struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) }, 0);
+    u64::try_from(u.ru_maxrss).unwrap() * 1024
+}
+
+/// A `wal.bin` with a huge hole after its frames (sparse: it costs no disk) is scanned a
+/// chunk at a time: the offline source finds the frames, and never holds the file in memory.
+#[tokio::test]
+async fn the_offline_source_scans_a_huge_wal_in_bounded_memory() {
+    use mushroom_backup::wal_source::{OfflineSource, WalSource};
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 0, 0);
+    let wal = store.join(disk::WAL_FILE);
+    let frames_end = std::fs::metadata(&wal).unwrap().len();
+    const HOLE: u64 = 2 << 30;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&wal)
+        .unwrap()
+        .set_len(frames_end + HOLE)
+        .unwrap();
+    let pos = OfflineSource::new(&store)
+        .durable_wal_position()
+        .await
+        .unwrap();
+    assert_eq!((pos.durable_len, pos.commit_seq), (frames_end, 300));
+    let rss = max_rss();
+    assert!(
+        rss < HOLE / 4,
+        "reading the position took {rss} bytes of memory: the WAL was read whole"
+    );
+}
+
+/// Frames that cross the scan's chunks, and frames larger than a chunk, are all found.
+#[tokio::test]
+async fn the_offline_source_finds_frames_across_and_above_its_chunks() {
+    use mushroom_backup::wal_source::{OFFLINE_SCAN_CHUNK, OfflineSource, WalSource};
+    for (value_size, commits) in [(3 << 20, 7), (OFFLINE_SCAN_CHUNK + 4096, 3)] {
+        let t = tempfile::tempdir().unwrap();
+        let store = t.path().join("s");
+        write_with(
+            &store,
+            WriteOptions {
+                commits,
+                value_size,
+                ..WriteOptions::default()
+            },
+        );
+        let len = std::fs::metadata(store.join(disk::WAL_FILE)).unwrap().len();
+        assert!(len > 2 * OFFLINE_SCAN_CHUNK as u64, "{len}");
+        let pos = OfflineSource::new(&store)
+            .durable_wal_position()
+            .await
+            .unwrap();
+        assert_eq!(
+            (pos.durable_len, pos.commit_seq),
+            (len, commits),
+            "{value_size}"
+        );
+    }
+}
+
+/// Without allowed roots (the standalone worker), the directory is still the one opened: one
+/// put in its place is refused, and a worker started afresh takes it.
+#[tokio::test]
+async fn a_worker_refuses_a_directory_put_in_place_of_the_one_it_opened() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 200, 0, 0);
+    let mut w = worker(&store, fs_bucket(&bucket), config());
+    w.run_once().await.unwrap();
+    let before = tree(&bucket);
+    std::fs::rename(&store, t.path().join("old")).unwrap();
+    write(&store, 300, 0, 0);
+    let e = w
+        .run_once()
+        .await
+        .expect_err("a replaced directory is refused");
+    assert!(
+        e.to_string().contains("was replaced") && e.store_refusal().is_some(),
+        "{e}"
+    );
+    assert_eq!(
+        tree(&bucket),
+        before,
+        "something was uploaded from the new directory"
+    );
+    // The new directory has no lineage and the prefix has restore points: a fresh worker
+    // refuses the prefix, as it would any other store's.
+    let e = worker(&store, fs_bucket(&bucket), config())
+        .run_once()
+        .await
+        .expect_err("another store on a used prefix");
+    assert!(e.to_string().contains("no backup.lineage"), "{e}");
+}

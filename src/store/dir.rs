@@ -69,8 +69,7 @@ pub enum DirError {
     },
     #[error(
         "store directory {path} was replaced{now}: it is no longer the directory the worker \
-         opened{under}; nothing is read or written there until the store is registered again or \
-         the service restarts"
+         opened{under}; nothing is read or written there until {remedy}"
     )]
     Replaced {
         path: PathBuf,
@@ -78,13 +77,15 @@ pub enum DirError {
         now: String,
         /// " under ROOTS" when confined.
         under: String,
+        /// What makes the worker take the new directory.
+        remedy: &'static str,
     },
-    #[error("{path} is {what}; {kind} must be regular files")]
+    #[error("{path} is {what}; {rule}")]
     NotRegular {
         path: PathBuf,
         what: &'static str,
-        /// "side files", "the store's files".
-        kind: &'static str,
+        /// "side files must be regular files", …
+        rule: &'static str,
     },
     #[error("{path} is {len} bytes, over the limit of {cap} bytes for {kind}; it is not read")]
     TooLarge {
@@ -131,6 +132,13 @@ impl FileKind {
         match self {
             FileKind::Side => "side files",
             FileKind::Store => "the store's files",
+        }
+    }
+
+    fn rule(self) -> &'static str {
+        match self {
+            FileKind::Side => "side files must be regular files",
+            FileKind::Store => "the store's files must be regular files",
         }
     }
 }
@@ -271,6 +279,10 @@ impl StoreDir {
                 None => String::new(),
                 Some(_) => format!(" under {}", self.roots_text()),
             },
+            remedy: match &self.inner.roots {
+                None => "the backup is started again",
+                Some(_) => "the store is registered again or the service restarts",
+            },
         }
     }
 
@@ -314,6 +326,18 @@ impl StoreDir {
                 ) {
                     Ok(fd) => fd,
                     Err(Errno::NOENT) => return Ok(false),
+                    // What the path resolved to is not a directory (or became a link since).
+                    Err(Errno::NOTDIR)
+                        if resolved
+                            .symlink_metadata()
+                            .is_ok_and(|m| !m.is_dir() && !m.is_symlink()) =>
+                    {
+                        return Err(DirError::NotRegular {
+                            path: path.clone(),
+                            what: "not a directory",
+                            rule: "a store directory must be a directory",
+                        });
+                    }
                     Err(Errno::LOOP | Errno::NOTDIR) => {
                         return Err(self.replaced(" (it changed while it was opened)".into()));
                     }
@@ -371,14 +395,6 @@ impl StoreDir {
             .expect("opened by the check"))
     }
 
-    /// Whether the directory exists (opening it if it does). Checks nothing else.
-    pub fn exists(&self) -> Result<bool, DirError> {
-        if self.inner.opened.lock().expect("not poisoned").is_some() {
-            return Ok(true);
-        }
-        self.check()
-    }
-
     /// `rel` (one name, or `archive/<name>`) as a path, for messages.
     pub fn display_path(&self, rel: &str) -> PathBuf {
         self.inner.path.join(rel)
@@ -404,7 +420,7 @@ impl StoreDir {
                 Err(DirError::NotRegular {
                     path,
                     what,
-                    kind: "the store's directories",
+                    rule: "the store's subdirectories must be directories, not links",
                 })
             }
             Err(e) => Err(io_at(&path)(e)),
@@ -549,7 +565,7 @@ fn regular(path: &Path, t: FileType, kind: FileKind) -> Result<(), DirError> {
         Err(DirError::NotRegular {
             path: path.to_path_buf(),
             what: describe(t),
-            kind: kind.words(),
+            rule: kind.rule(),
         })
     }
 }
@@ -580,7 +596,7 @@ fn open_regular(
             return Err(DirError::NotRegular {
                 path: path.to_path_buf(),
                 what: describe(FileType::Symlink),
-                kind: kind.words(),
+                rule: kind.rule(),
             });
         }
         Err(e) => return Err(io_at(path)(e)),
