@@ -10,6 +10,7 @@ mod ctl;
 mod inspect;
 mod node;
 mod serve;
+mod serve_limits;
 mod settings;
 mod store;
 
@@ -35,7 +36,7 @@ enum Command {
     /// List the restore points of a destination.
     Ls(inspect::LsArgs),
     /// Run the gRPC control plane: one backup worker per registered store.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// A demo database node: the reference engine, reporting its positions to the service.
     Node(node::NodeArgs),
     /// Operator calls to the service (register, health, restore points, adopt, ...).
@@ -77,7 +78,7 @@ pub fn main() -> ExitCode {
             Command::Restore(args) => inspect::restore(args).await,
             Command::Verify(args) => inspect::verify(args).await,
             Command::Ls(args) => inspect::ls(args).await,
-            Command::Serve(args) => serve::run(args).await,
+            Command::Serve(args) => serve::run(*args).await,
             Command::Node(args) => node::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,
         }

@@ -7,6 +7,7 @@ pub mod binary;
 pub mod fault_proxy;
 pub mod hooked;
 pub mod s3;
+pub mod serve;
 pub mod store;
 
 use std::sync::Arc;
