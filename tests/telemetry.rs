@@ -6,6 +6,7 @@
 mod otlp;
 #[path = "support/prometheus.rs"]
 mod prometheus;
+mod support;
 
 use prometheus::{Family, parse_prometheus};
 
@@ -241,6 +242,136 @@ async fn spans_reach_an_otlp_receiver_with_parent_resource_and_store_id() {
     let written = line("restore point written");
     assert_eq!(written["span_id"], hex_id(&point.span.span_id));
     assert!(line("outside every span").get("trace_id").is_none());
+}
+
+/// The real service exports a span per call, and each call's span carries the store it
+/// concerns, so a trace search by `store_id` finds the calls beside the worker's steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_spans_of_the_real_service_carry_the_store_id() {
+    use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+    use support::binary::{self, run_ok};
+    use support::served as serve;
+
+    let (otlp_addr, received) = otlp::start().await;
+    let d = serve::dirs();
+    // A destination with a restore point, for Adopt (outside the allowed root).
+    let source = d.base.join("source");
+    let backed_up = format!("file://{}", d.base.join("bucket-a").display());
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["store", "write"])
+        .arg(&source)
+        .args(["--commits", "20"]);
+    run_ok("store write", cmd, serve::DEADLINE);
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["backup", "--once", "--store"])
+        .arg(&source)
+        .args(["--to", &backed_up]);
+    run_ok("backup --once", cmd, serve::DEADLINE);
+
+    let mut cmd = serve::command(&d);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp_addr}"))
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_SERVICE_NAME", "mushroom-backup-under-test");
+    let (mut server, addr) = serve::start("serve (OTLP)", cmd);
+    let mut c = BackupControlClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+
+    let reg = c
+        .register(proto::RegisterRequest {
+            store_dir: d.root.join("s1").display().to_string(),
+            destination: format!("file://{}", d.base.join("bucket-b").display()),
+            ..Default::default()
+        })
+        .await
+        .expect("Register")
+        .into_inner();
+    let id = reg.store_id.clone();
+    c.health(proto::HealthRequest {
+        store_id: id.clone(),
+    })
+    .await
+    .expect("Health");
+    c.trigger(proto::TriggerRequest {
+        store_id: id.clone(),
+        kind: proto::TriggerKind::Ship as i32,
+    })
+    .await
+    .expect("Trigger");
+    // Its answer does not matter here (the destination is still empty); its span does.
+    let _ = c
+        .list_restore_points(proto::ListRestorePointsRequest {
+            store_id: id.clone(),
+            ..Default::default()
+        })
+        .await;
+    let first = proto::PositionReport {
+        store_id: id.clone(),
+        wal_id: uuid::Uuid::new_v4().to_string(),
+        ..Default::default()
+    };
+    let mut report = tonic::Request::new(tokio_stream::iter(vec![first]));
+    report.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", reg.node_token).parse().unwrap(),
+    );
+    c.report_position(report).await.expect("ReportPosition");
+    c.deregister(proto::DeregisterRequest {
+        store_id: id.clone(),
+        flush: false,
+    })
+    .await
+    .expect("Deregister");
+    let adopted = c
+        .adopt(proto::AdoptRequest {
+            store_dir: d.root.join("adopted").display().to_string(),
+            destination: backed_up.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("Adopt")
+        .into_inner();
+
+    // SIGTERM: the service exits, flushing the spans still queued.
+    server.signal(libc::SIGTERM);
+    let status = server.wait_exit(serve::DEADLINE);
+    assert!(status.success(), "serve exited with {status}");
+
+    let want = [
+        ("Register", &id),
+        ("Health", &id),
+        ("Trigger", &id),
+        ("ListRestorePoints", &id),
+        ("ReportPosition", &id),
+        ("Deregister", &id),
+        ("Adopt", &adopted.store_id),
+    ];
+    let of = |spans: &[otlp::ReceivedSpan], method: &str| {
+        spans
+            .iter()
+            .find(|s| {
+                s.attr("rpc.service").as_deref() == Some("mushroom.backup.v1.BackupControl")
+                    && s.attr("rpc.method").as_deref() == Some(method)
+            })
+            .cloned()
+    };
+    let spans = received
+        .wait_for(Duration::from_secs(30), |spans| {
+            want.iter().all(|(m, _)| of(spans, m).is_some())
+        })
+        .await;
+    for (method, store_id) in want {
+        let span = of(&spans, method).unwrap_or_else(|| {
+            let names: Vec<&str> = spans.iter().map(|s| s.span.name.as_str()).collect();
+            panic!("no span of {method} among {names:?}")
+        });
+        assert_eq!(
+            span.attr("store_id").as_deref(),
+            Some(store_id.as_str()),
+            "{method}"
+        );
+    }
 }
 
 // ---- /metrics -------------------------------------------------------------------------

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use mushroom_backup::node_client::code_name;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
@@ -26,6 +26,12 @@ pub struct CtlArgs {
     /// PEM CA of the server's certificate, for https://.
     #[arg(long)]
     ca: Option<PathBuf>,
+    /// PEM client certificate, for a server that requires one (mutual TLS); with --client-key.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_CERT", requires = "client_key")]
+    client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_KEY", requires = "client_cert")]
+    client_key: Option<PathBuf>,
     /// Print JSON (for scripts) instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -180,7 +186,16 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
             let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
             tls = tls.ca_certificate(Certificate::from_pem(pem));
         }
+        if let (Some(cert), Some(key)) = (&a.client_cert, &a.client_key) {
+            let cert =
+                std::fs::read(cert).with_context(|| format!("--client-cert {}", cert.display()))?;
+            let key =
+                std::fs::read(key).with_context(|| format!("--client-key {}", key.display()))?;
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
         ep = ep.tls_config(tls).context("TLS")?;
+    } else if a.client_cert.is_some() {
+        anyhow::bail!("--client-cert needs an https:// server, not {:?}", a.server);
     } else if !a.server.starts_with("http://") {
         anyhow::bail!(
             "--server {:?}: must start with http:// or https://",

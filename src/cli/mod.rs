@@ -10,6 +10,7 @@ mod ctl;
 mod inspect;
 mod node;
 mod serve;
+mod serve_limits;
 mod settings;
 mod store;
 

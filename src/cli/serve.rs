@@ -13,6 +13,7 @@ use serde::Deserialize;
 use mushroom_backup::service::{self, ServiceConfig, TlsFiles};
 use mushroom_backup::worker::limits;
 
+use super::serve_limits::{LimitSettings, LimitsToml};
 use super::settings::{WorkerSettings, WorkerToml};
 
 #[derive(Args)]
@@ -55,9 +56,17 @@ pub struct ServeArgs {
     /// PEM CA whose client certificates are required (mutual TLS).
     #[arg(long, env = "MUSHROOMDB_BACKUP_TLS_CLIENT_CA")]
     tls_client_ca: Option<PathBuf>,
-    /// Listen on a non-loopback address without TLS and an admin token.
+    /// Listen on a non-loopback address without TLS (an admin token is still required there).
     #[arg(long, env = "MUSHROOMDB_BACKUP_INSECURE")]
     insecure: bool,
+    /// A file holding the admin token operator calls must present (MUSHROOMDB_BACKUP_ADMIN_TOKEN,
+    /// the token itself, wins over it; both win over the config's admin_token_file).
+    #[arg(long, env = "MUSHROOMDB_BACKUP_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
+    /// Operator calls need no admin token, even on a non-loopback listener: anyone who can
+    /// connect may register, deregister and adopt stores.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_NO_OPERATOR_AUTH")]
+    no_operator_auth: bool,
     /// This instance's id in a shared registry [default: the host name].
     #[arg(long, env = "MUSHROOMDB_BACKUP_INSTANCE_ID")]
     instance_id: Option<String>,
@@ -80,6 +89,8 @@ pub struct ServeArgs {
     owner_silent_after_ms: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
+    #[command(flatten)]
+    limits: LimitSettings,
 }
 
 /// The TOML file.
@@ -97,8 +108,10 @@ struct ServeToml {
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
+    no_operator_auth: Option<bool>,
     tls: Option<TlsToml>,
     worker: Option<WorkerToml>,
+    limits: Option<LimitsToml>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,18 +197,10 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         (None, None, None) => None,
         _ => anyhow::bail!("--tls-cert and --tls-key go together"),
     };
-    let admin_token = match std::env::var("MUSHROOMDB_BACKUP_ADMIN_TOKEN") {
-        Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
-        _ => match &file.admin_token_file {
-            Some(p) => Some(
-                std::fs::read_to_string(p)
-                    .with_context(|| format!("admin_token_file {}", p.display()))?
-                    .trim()
-                    .to_string(),
-            ),
-            None => None,
-        },
-    };
+    let admin_token = admin_token(
+        a.admin_token_file.as_deref(),
+        file.admin_token_file.as_deref(),
+    )?;
     let telemetry = Telemetry {
         metrics_listen: a.metrics_listen.or(file.metrics_listen),
         log_format: match a
@@ -242,6 +247,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         tls,
         admin_token,
         insecure: a.insecure || file.insecure.unwrap_or(false),
+        no_operator_auth: a.no_operator_auth || file.no_operator_auth.unwrap_or(false),
         instance_id: a
             .instance_id
             .or(file.instance_id)
@@ -250,8 +256,52 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         lease_ttl,
         health_report_interval,
         owner_silent_after,
+        limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
     };
     Ok((config, telemetry))
+}
+
+/// The admin token: MUSHROOMDB_BACKUP_ADMIN_TOKEN, else `--admin-token-file`, else the config's
+/// `admin_token_file`. Every source that is set is read and checked, so a blank one (a
+/// whitespace-only file, an empty variable) is an error naming it even when another wins.
+fn admin_token(
+    flag_file: Option<&Path>,
+    config_file: Option<&Path>,
+) -> anyhow::Result<Option<String>> {
+    const VAR: &str = "MUSHROOMDB_BACKUP_ADMIN_TOKEN";
+    let check = |token: &str, source: &str| -> anyhow::Result<String> {
+        let token = token.trim();
+        if token.is_empty() {
+            anyhow::bail!(
+                "the admin token from {source} is blank: it would let every operator call pass; \
+                 put a token there or remove the setting"
+            );
+        }
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            anyhow::bail!(
+                "the admin token from {source} has a space or a character that is not printable \
+                 ASCII: no client could send it"
+            );
+        }
+        Ok(token.to_string())
+    };
+    let read = |p: &Path, key: &str| -> anyhow::Result<String> {
+        let source = format!("{key} {}", p.display());
+        let text = std::fs::read_to_string(p).with_context(|| source.clone())?;
+        check(&text, &source)
+    };
+    let env = match std::env::var(VAR) {
+        Ok(t) => Some(check(&t, VAR)?),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => anyhow::bail!("{VAR} is not UTF-8"),
+    };
+    let flag = flag_file
+        .map(|p| read(p, "--admin-token-file"))
+        .transpose()?;
+    let config = config_file
+        .map(|p| read(p, "admin_token_file"))
+        .transpose()?;
+    Ok(env.or(flag).or(config))
 }
 
 pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {

@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::auth;
 use super::error::ServiceError;
 use super::fleet::{Fleet, NewStore, StoreEntry, StoreOptions};
+use super::health_watch::{HealthStream, HealthWatch};
 use super::limits;
 use super::proto::{self, backup_control_server::BackupControl};
 use crate::bucket;
@@ -27,15 +28,40 @@ pub struct Api {
     /// The service's shutdown: ends the long-lived streams (`WatchHealth`, `ReportPosition`),
     /// which the server's graceful shutdown would otherwise wait for forever.
     shutdown: CancellationToken,
+    /// Every `WatchHealth` stream, served by one poller.
+    watchers: HealthWatch,
 }
 
 impl Api {
+    /// The API, and the `WatchHealth` poller (a task until `shutdown`).
     pub fn new(fleet: Arc<Fleet>, shutdown: CancellationToken) -> Self {
-        Self { fleet, shutdown }
+        let polled = fleet.clone();
+        let watchers = HealthWatch::start(
+            move || {
+                let fleet = polled.clone();
+                async move { health_of(&fleet, "").await }
+            },
+            Duration::from_millis(250),
+            fleet.config().limits.max_health_watchers,
+            shutdown.clone(),
+        );
+        Self {
+            fleet,
+            shutdown,
+            watchers,
+        }
     }
 
     fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
         auth::require_admin(self.fleet.config().admin_token.as_deref(), req.metadata())
+    }
+}
+
+/// Puts the store a call concerns on the call's span (`grpc.request`), so that a trace search
+/// by store finds the calls beside the worker's steps.
+fn record_store_id(store_id: &str) {
+    if !store_id.is_empty() {
+        tracing::Span::current().record("store_id", store_id);
     }
 }
 
@@ -125,7 +151,6 @@ fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ServiceError> {
         .map_err(|e| ServiceError::InvalidArgument(format!("{field} {s:?} is not a UUID: {e}")))
 }
 
-type HealthStream = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;
 type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -139,6 +164,7 @@ impl BackupControl for Api {
         let r = req.into_inner();
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await?;
+        record_store_id(&entry.record.store_id);
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -152,6 +178,7 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let peer = peer(&req);
         let r = req.into_inner();
+        record_store_id(&r.store_id);
         self.fleet.deregister(&r.store_id, r.flush, peer).await?;
         Ok(Response::new(proto::DeregisterResponse {}))
     }
@@ -163,6 +190,7 @@ impl BackupControl for Api {
         use crate::worker::BackupTrigger;
         self.admin(&req)?;
         let r = req.into_inner();
+        record_store_id(&r.store_id);
         let entry = self.fleet.get_owned(&r.store_id).await?;
         let trigger = match proto::TriggerKind::try_from(r.kind) {
             Ok(proto::TriggerKind::Ship) => BackupTrigger::Ship,
@@ -186,6 +214,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::HealthResponse>, Status> {
         self.admin(&req)?;
         let r = req.into_inner();
+        record_store_id(&r.store_id);
         Ok(Response::new(self.health_of(&r.store_id).await?))
     }
 
@@ -197,56 +226,9 @@ impl BackupControl for Api {
     ) -> Result<Response<HealthStream>, Status> {
         self.admin(&req)?;
         let store_id = req.into_inner().store_id;
+        record_store_id(&store_id);
         let first = self.health_of(&store_id).await?;
-        let fleet = self.fleet.clone();
-        let shutdown = self.shutdown.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        tokio::spawn(async move {
-            let strip = |r: &proto::HealthResponse| {
-                let mut r = r.clone();
-                for s in &mut r.stores {
-                    s.reported_at_unix_ms = 0;
-                    s.lag_seconds = s.lag_seconds.floor();
-                }
-                r
-            };
-            let mut last = strip(&first);
-            if tx.send(Ok(first)).await.is_err() {
-                return;
-            }
-            let api = Api {
-                fleet,
-                shutdown: shutdown.clone(),
-            };
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            loop {
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = shutdown.cancelled() => {
-                        let _ = tx.send(Err(shutting_down())).await;
-                        return;
-                    }
-                    _ = tick.tick() => {}
-                }
-                let now = match api.health_of(&store_id).await {
-                    Ok(h) => h,
-                    Err(e) => {
-                        let _ = tx.send(Err(e.into())).await;
-                        return;
-                    }
-                };
-                let cmp = strip(&now);
-                if cmp != last {
-                    last = cmp;
-                    if tx.send(Ok(now)).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
-        )))
+        Ok(Response::new(self.watchers.subscribe(store_id, first)?))
     }
 
     async fn list_stores(
@@ -276,6 +258,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
         self.admin(&req)?;
         let r = req.into_inner();
+        record_store_id(&r.store_id);
         limits::check_store_id(&r.store_id)?;
         limits::check_page_token(&r.page_token)?;
         if !r.page_token.is_empty() && crate::manifest::parse_manifest_key(&r.page_token).is_none()
@@ -342,6 +325,7 @@ impl BackupControl for Api {
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await?;
+        record_store_id(&entry.record.store_id);
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -359,7 +343,18 @@ impl BackupControl for Api {
         let meta = req.metadata().clone();
         let from = peer(&req).unwrap_or_else(|| "an unknown peer".into());
         let mut inbound = req.into_inner();
-        let Some(first) = inbound.next().await else {
+        // The token is checked against the store the first report names: until it arrives the
+        // caller is nobody, so it is due soon (server_limits.rs).
+        let due = self.fleet.config().limits.first_report_timeout;
+        let Ok(first) = tokio::time::timeout(due, inbound.next()).await else {
+            return Err(ServiceError::DeadlineExceeded(format!(
+                "no first report within {} ms: a ReportPosition stream starts with a report \
+                 naming its store (the server's first_report_timeout_ms)",
+                due.as_millis()
+            ))
+            .into());
+        };
+        let Some(first) = first else {
             return Err(ServiceError::InvalidArgument(
                 "the stream ended before its first report".into(),
             )
@@ -443,6 +438,7 @@ impl Api {
         let Some(entry) = entry else {
             return Err(ServiceError::Unauthenticated(auth::NODE_REFUSED.into()));
         };
+        record_store_id(&entry.record.store_id);
         let position = position(first)?;
         let attachment = entry
             .source
@@ -453,34 +449,35 @@ impl Api {
     }
 
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
-        let id = &self.fleet.config().instance_id;
-        if !store_id.is_empty() {
-            match self.fleet.get(store_id) {
-                Ok(e) => {
-                    return Ok(proto::HealthResponse {
-                        stores: vec![store_health(&e, id)],
-                    });
-                }
-                Err(ServiceError::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-            let remote = self.fleet.remote().await?;
-            return match remote.iter().find(|r| r.record.store_id == store_id) {
-                Some(r) => Ok(proto::HealthResponse {
-                    stores: vec![remote_health(r)],
-                }),
-                None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
-            };
-        }
-        let mut stores: Vec<proto::StoreHealth> = self
-            .fleet
-            .list()
-            .iter()
-            .map(|e| store_health(e, id))
-            .collect();
-        stores.extend(self.fleet.remote().await?.iter().map(remote_health));
-        Ok(proto::HealthResponse { stores })
+        health_of(&self.fleet, store_id).await
     }
+}
+
+/// The health of one store (NOT_FOUND if no instance has it), or of every store when empty.
+async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
+    let id = &fleet.config().instance_id;
+    if !store_id.is_empty() {
+        match fleet.get(store_id) {
+            Ok(e) => {
+                return Ok(proto::HealthResponse {
+                    stores: vec![store_health(&e, id)],
+                });
+            }
+            Err(ServiceError::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let remote = fleet.remote().await?;
+        return match remote.iter().find(|r| r.record.store_id == store_id) {
+            Some(r) => Ok(proto::HealthResponse {
+                stores: vec![remote_health(r)],
+            }),
+            None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
+        };
+    }
+    let mut stores: Vec<proto::StoreHealth> =
+        fleet.list().iter().map(|e| store_health(e, id)).collect();
+    stores.extend(fleet.remote().await?.iter().map(remote_health));
+    Ok(proto::HealthResponse { stores })
 }
 
 /// What a long-lived stream ends with when the service stops: retry (another instance, or

@@ -1,5 +1,6 @@
 //! Who may call what: operator calls need the admin token when one is set; `ReportPosition`
-//! needs the store's node token. Tokens travel as `authorization: Bearer <token>` and are
+//! needs the store's node token. An empty token never passes: neither an empty configured
+//! admin token (start-up refuses one; this is the second line) nor an empty bearer. Tokens travel as `authorization: Bearer <token>` and are
 //! compared in constant time against the configured token or the stored hash; no token is ever
 //! logged or echoed.
 
@@ -22,9 +23,17 @@ pub fn require_admin(admin_token: Option<&str>, meta: &MetadataMap) -> Result<()
     let Some(want) = admin_token else {
         return Ok(());
     };
+    if want.is_empty() {
+        return Err(ServiceError::Unauthenticated(
+            "the server's admin token is empty: every operator call is refused".into(),
+        ));
+    }
     match bearer(meta) {
         None => Err(ServiceError::Unauthenticated(
             "this call needs `authorization: Bearer <admin token>`".into(),
+        )),
+        Some("") => Err(ServiceError::Unauthenticated(
+            "the bearer token is empty: this call needs the admin token".into(),
         )),
         Some(got) if constant_time_eq(got.as_bytes(), want.as_bytes()) => Ok(()),
         Some(_) => Err(ServiceError::Unauthenticated(
@@ -61,4 +70,35 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(authorization: Option<&str>) -> MetadataMap {
+        let mut m = MetadataMap::new();
+        if let Some(a) = authorization {
+            m.insert("authorization", a.parse().unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn an_empty_token_never_passes() {
+        // An empty configured token refuses every call, even one with an empty bearer.
+        for a in [None, Some("Bearer "), Some("Bearer   "), Some("Bearer x")] {
+            assert!(require_admin(Some(""), &meta(a)).is_err(), "{a:?}");
+        }
+        for a in [
+            None,
+            Some("Bearer "),
+            Some("Bearer  "),
+            Some("Bearer wrong"),
+        ] {
+            assert!(require_admin(Some("secret"), &meta(a)).is_err(), "{a:?}");
+        }
+        assert!(require_admin(Some("secret"), &meta(Some("Bearer secret"))).is_ok());
+        assert!(require_admin(None, &meta(None)).is_ok());
+    }
 }

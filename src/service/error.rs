@@ -23,6 +23,10 @@ pub enum ServiceError {
     FailedPrecondition(String),
     #[error("{0}")]
     Unavailable(String),
+    #[error("{0}")]
+    DeadlineExceeded(String),
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// A failure of ours; the cause is logged, the client sees a generic message.
     #[error("internal error: {0}")]
     Internal(String),
@@ -44,6 +48,8 @@ impl From<ServiceError> for Status {
             ServiceError::Unauthenticated(m) => (Code::Unauthenticated, m),
             ServiceError::FailedPrecondition(m) => (Code::FailedPrecondition, m),
             ServiceError::Unavailable(m) => (Code::Unavailable, m),
+            ServiceError::DeadlineExceeded(m) => (Code::DeadlineExceeded, m),
+            ServiceError::ResourceExhausted(m) => (Code::ResourceExhausted, m),
             ServiceError::Internal(cause) => {
                 tracing::error!(%cause, "internal error answering a request");
                 (

@@ -7,7 +7,10 @@
 //!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
 //!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
-//!   server reflection describes the API.
+//!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
+//!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
+//! - [`server_limits`]: what one client may hold (streams, calls in flight, deadlines), applied to
+//!   the server here; [`health_watch`]: every `WatchHealth` stream served by one poller.
 //!
 //! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
@@ -29,9 +32,11 @@ pub mod conflicts;
 pub mod destination;
 pub mod error;
 pub mod fleet;
+pub mod health_watch;
 pub mod limits;
 pub mod paths;
 pub mod proto;
+pub mod server_limits;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +44,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-pub use config::{ServiceConfig, TlsFiles};
+pub use config::{Limits, ServiceConfig, TlsFiles};
 use fleet::Fleet;
 use proto::backup_control_server::BackupControlServer;
 
@@ -146,11 +151,20 @@ pub async fn run(
             }
         });
     }
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| ServeError::Config(format!("reflection: {e}")))?;
+    // Both reflection versions list both reflection services.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .include_reflection_service(false)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+    };
+    let reflection_error = |e| ServeError::Config(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -162,7 +176,14 @@ pub async fn run(
         addr: config.listen,
         source,
     })?;
-    let mut server = Server::builder().layer(crate::telemetry::grpc_trace_layer());
+    let limits = &config.limits;
+    let mut server = Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .concurrency_limit_per_connection(limits.concurrency_per_connection)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .layer(crate::telemetry::grpc_trace_layer())
+        .layer(limits.call_timeouts());
     if let Some(tls) = &config.tls {
         let read = |p: &std::path::Path| {
             std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
@@ -177,13 +198,15 @@ pub async fn run(
             .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
     tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
+    log_operator_auth(&config, addr);
     if let Some(tx) = started {
         let _ = tx.send(Started { addr });
     }
     let stop = serving.clone();
     let serve = server
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(BackupControlServer::new(api::Api::new(
             fleet.clone(),
             serving.clone(),
@@ -207,4 +230,25 @@ pub async fn run(
     workers.cancel();
     fleet.release_claim().await;
     result.map_err(ServeError::from)
+}
+
+/// Says at start, loudly when it matters, who may make operator calls.
+fn log_operator_auth(config: &ServiceConfig, addr: std::net::SocketAddr) {
+    if config.admin_token.is_some() {
+        return;
+    }
+    if config.no_operator_auth {
+        tracing::error!(
+            %addr,
+            "OPERATOR AUTH IS OFF (no_operator_auth): anyone who can connect to {addr} may \
+             register, deregister, trigger and adopt stores; only behind something that \
+             authenticates every caller"
+        );
+    } else {
+        tracing::warn!(
+            %addr,
+            "no admin token: every local user and process that can connect to {addr} may make \
+             operator calls; set MUSHROOMDB_BACKUP_ADMIN_TOKEN or admin_token_file"
+        );
+    }
 }

@@ -11,6 +11,10 @@
 //! global propagator, when the caller sent one; otherwise it is a root span. The handler
 //! runs inside the span, so its logs and child spans belong to the call.
 //!
+//! The span declares an empty `store_id` field: a handler records the store its call concerns
+//! (`tracing::Span::current().record("store_id", id)`), the same attribute the worker's spans
+//! carry, so a trace search by store finds the calls beside the worker's steps.
+//!
 //! `rpc.grpc.status_code` is read from the response headers: an error a handler returns is a
 //! trailers-only response, with `grpc-status` in the headers, and marks the span as an error.
 //! A response without it is recorded as `0` (OK); a streaming call that fails after its
@@ -80,6 +84,7 @@ fn call_span(path: &str, headers: &http::HeaderMap) -> tracing::Span {
         rpc.service = service,
         rpc.method = method,
         rpc.grpc.status_code = tracing::field::Empty,
+        store_id = tracing::field::Empty,
     );
     if !span.is_disabled() {
         let parent = opentelemetry::global::get_text_map_propagator(|p| {

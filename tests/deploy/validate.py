@@ -122,6 +122,7 @@ def toml_schema() -> dict:
         "ServeToml": rust_struct_fields(serve, "ServeToml"),
         "TlsToml": rust_struct_fields(serve, "TlsToml"),
         "WorkerToml": rust_struct_fields(settings, "WorkerToml"),
+        "LimitsToml": rust_struct_fields(ROOT / "src/cli/serve_limits.rs", "LimitsToml"),
     }
 
     def resolve(fields: dict[str, str]) -> dict:
@@ -167,6 +168,8 @@ def check_toml_value(where: str, key: str, spec: dict, value) -> None:
         return
     ok = {
         "u64": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "u32": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32,
+        "usize": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "bool": lambda v: isinstance(v, bool),
         "String": lambda v: isinstance(v, str),
         "PathBuf": lambda v: isinstance(v, str) and v != "",

@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN_TOKEN = "py-e2e-admin-token"
@@ -339,17 +339,20 @@ def test_standard_health_and_reflection(server):
             f"grpc.health.v1 Check({service!r}) = {answer}"
         )
 
-    # tonic serves reflection v1; its messages are v1alpha's on the wire, so a raw call does.
-    reflect = server.channel.stream_stream(
+    # grpcio-reflection's own client speaks v1alpha; the server serves v1 too, whose messages
+    # are v1alpha's on the wire, so a raw call on the v1 path reads the same.
+    stub = reflection_pb2_grpc.ServerReflectionStub(server.channel)
+    raw_v1 = server.channel.stream_stream(
         "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
         request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
         response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
     )
-    (answer,) = list(
-        reflect(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30)
-    )
-    names = [s.name for s in answer.list_services_response.service]
-    assert SERVICE in names, f"reflection lists {names}, not {SERVICE}"
+    for version, reflect in (("v1alpha", stub.ServerReflectionInfo), ("v1", raw_v1)):
+        (answer,) = list(
+            reflect(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30)
+        )
+        names = [s.name for s in answer.list_services_response.service]
+        assert SERVICE in names, f"reflection {version} lists {names}, not {SERVICE}"
 
 
 # --- bad input ------------------------------------------------------------------------------

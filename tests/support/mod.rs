@@ -10,6 +10,7 @@ pub mod postgres;
 pub mod registry;
 pub mod s3;
 pub mod serve;
+pub mod served;
 pub mod service;
 pub mod store;
 

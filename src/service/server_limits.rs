@@ -1,0 +1,175 @@
+//! What one client may hold of the server: streams, calls in flight, time.
+//!
+//! Without these a caller with no token at all could hold the server's memory and tasks for
+//! ever: thousands of `ReportPosition` streams that never send their first report (the token
+//! is checked against the store that report names), unary calls whose request never ends,
+//! connections that went silent. [`Limits`] bounds each:
+//!
+//! - a `ReportPosition` stream's first report, and so its token check, is due within
+//!   `first_report_timeout`; the stream then ends `DEADLINE_EXCEEDED`;
+//! - every call's handler, reading its request included, ends within `call_timeout`
+//!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt`, which restores a whole store
+//!   inside the call and has `adopt_timeout`. A stream's handler ends when its response
+//!   starts, so the long-lived streams are not cut; the client's own `grpc-timeout` applies
+//!   too, whichever is shorter;
+//! - a connection has at most `max_concurrent_streams` streams open (HTTP/2
+//!   `SETTINGS_MAX_CONCURRENT_STREAMS`) and `concurrency_per_connection` calls in their
+//!   handlers at once (more wait); it is pinged every `keepalive_interval` and dropped when a
+//!   ping is not answered within `keepalive_timeout`;
+//! - at most `max_health_watchers` `WatchHealth` streams are open on the whole server (more
+//!   are `RESOURCE_EXHAUSTED`), all served by one poller (`health_watch`).
+//!
+//! A handler cut by a timeout is dropped where it stands, as when its client goes away.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::error::ServiceError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A `ReportPosition` stream's first report is due within this.
+    pub first_report_timeout: Duration,
+    /// Every call but `Adopt` ends within this.
+    pub call_timeout: Duration,
+    /// `Adopt` (a whole restore) ends within this.
+    pub adopt_timeout: Duration,
+    /// Streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Calls one connection may have in their handlers at once; more wait.
+    pub concurrency_per_connection: usize,
+    /// How often the server pings a connection.
+    pub keepalive_interval: Duration,
+    /// A ping not answered within this drops the connection.
+    pub keepalive_timeout: Duration,
+    /// `WatchHealth` streams open at once on the server.
+    pub max_health_watchers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            first_report_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(60),
+            adopt_timeout: Duration::from_secs(6 * 3600),
+            max_concurrent_streams: 256,
+            concurrency_per_connection: 64,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(20),
+            max_health_watchers: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// Every limit must be positive: a zero would refuse everything, or mean "none".
+    pub fn check(&self) -> Result<(), String> {
+        let durations = [
+            ("first_report_timeout_ms", self.first_report_timeout),
+            ("call_timeout_ms", self.call_timeout),
+            ("adopt_timeout_ms", self.adopt_timeout),
+            ("keepalive_interval_ms", self.keepalive_interval),
+            ("keepalive_timeout_ms", self.keepalive_timeout),
+        ];
+        for (name, d) in durations {
+            if d.is_zero() {
+                return Err(format!("limits: {name} must be at least 1 ms"));
+            }
+        }
+        let counts = [
+            (
+                "max_concurrent_streams",
+                u64::from(self.max_concurrent_streams),
+            ),
+            (
+                "concurrency_per_connection",
+                u64::try_from(self.concurrency_per_connection).unwrap_or(u64::MAX),
+            ),
+            (
+                "max_health_watchers",
+                u64::try_from(self.max_health_watchers).unwrap_or(u64::MAX),
+            ),
+        ];
+        for (name, n) in counts {
+            if n == 0 {
+                return Err(format!("limits: {name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The tower layer that applies `call_timeout` and `adopt_timeout`.
+    pub fn call_timeouts(&self) -> CallTimeoutLayer {
+        CallTimeoutLayer {
+            call: self.call_timeout,
+            adopt: self.adopt_timeout,
+        }
+    }
+}
+
+/// Ends every call's handler after its timeout with `DEADLINE_EXCEEDED`; see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTimeoutLayer {
+    call: Duration,
+    adopt: Duration,
+}
+
+impl<S> tower::Layer<S> for CallTimeoutLayer {
+    type Service = CallTimeout<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        CallTimeout {
+            inner,
+            limits: *self,
+        }
+    }
+}
+
+/// The service of [`CallTimeoutLayer`].
+#[derive(Debug, Clone)]
+pub struct CallTimeout<S> {
+    inner: S,
+    limits: CallTimeoutLayer,
+}
+
+const ADOPT_PATH: &str = "/mushroom.backup.v1.BackupControl/Adopt";
+
+impl<S, B, ResBody> tower::Service<http::Request<B>> for CallTimeout<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
+    S::Future: Send + 'static,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path();
+        let (limit, setting) = if path == ADOPT_PATH {
+            (self.limits.adopt, "adopt_timeout_ms")
+        } else {
+            (self.limits.call, "call_timeout_ms")
+        };
+        let method = path.rsplit('/').next().unwrap_or_default().to_string();
+        let future = self.inner.call(req);
+        Box::pin(async move {
+            match tokio::time::timeout(limit, future).await {
+                Ok(result) => result,
+                Err(_) => {
+                    let status = tonic::Status::from(ServiceError::DeadlineExceeded(format!(
+                        "{method} did not finish within {} ms (the server's {setting})",
+                        limit.as_millis()
+                    )));
+                    Ok(status.into_http())
+                }
+            }
+        })
+    }
+}

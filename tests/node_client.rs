@@ -1,0 +1,342 @@
+//! [`NodeClient`] against a fake `BackupControl` that only answers `ReportPosition` (the real
+//! service is tested end to end in `tests/service.rs` and `tests/service_edge.rs`).
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::Stream;
+use mushroom_backup::node_client::{
+    ConnectionState, NodeClient, NodeClientConfig, NodeClientError,
+};
+use mushroom_backup::service::proto::{
+    self,
+    backup_control_server::{BackupControl, BackupControlServer},
+};
+use mushroom_backup::store::format::WalPosition;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// What the fake saw: every report, and `None` when a stream ended.
+type Seen = mpsc::UnboundedSender<Option<proto::PositionReport>>;
+
+struct Fake {
+    seen: Seen,
+    /// Refresh commands to send on every stream.
+    refresh: broadcast::Sender<String>,
+    /// Ends every stream with UNAVAILABLE.
+    kill: CancellationToken,
+    calls: Arc<AtomicUsize>,
+}
+
+type Cmds = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
+type Health = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;
+
+fn no<T>() -> Result<Response<T>, Status> {
+    Err(Status::unimplemented("fake"))
+}
+
+#[tonic::async_trait]
+impl BackupControl for Fake {
+    async fn register(
+        &self,
+        _: Request<proto::RegisterRequest>,
+    ) -> Result<Response<proto::RegisterResponse>, Status> {
+        no()
+    }
+    async fn deregister(
+        &self,
+        _: Request<proto::DeregisterRequest>,
+    ) -> Result<Response<proto::DeregisterResponse>, Status> {
+        no()
+    }
+    async fn trigger(
+        &self,
+        _: Request<proto::TriggerRequest>,
+    ) -> Result<Response<proto::TriggerResponse>, Status> {
+        no()
+    }
+    async fn health(
+        &self,
+        _: Request<proto::HealthRequest>,
+    ) -> Result<Response<proto::HealthResponse>, Status> {
+        no()
+    }
+    type WatchHealthStream = Health;
+    async fn watch_health(
+        &self,
+        _: Request<proto::HealthRequest>,
+    ) -> Result<Response<Health>, Status> {
+        no()
+    }
+    async fn list_stores(
+        &self,
+        _: Request<proto::ListStoresRequest>,
+    ) -> Result<Response<proto::ListStoresResponse>, Status> {
+        no()
+    }
+    async fn list_restore_points(
+        &self,
+        _: Request<proto::ListRestorePointsRequest>,
+    ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
+        no()
+    }
+    async fn adopt(
+        &self,
+        _: Request<proto::AdoptRequest>,
+    ) -> Result<Response<proto::AdoptResponse>, Status> {
+        no()
+    }
+    type ReportPositionStream = Cmds;
+    async fn report_position(
+        &self,
+        req: Request<Streaming<proto::PositionReport>>,
+    ) -> Result<Response<Cmds>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let good = req
+            .metadata()
+            .get("authorization")
+            .is_some_and(|v| v == "Bearer good");
+        let mut inbound = req.into_inner();
+        let first = inbound
+            .next()
+            .await
+            .ok_or_else(|| Status::invalid_argument("empty"))??;
+        if !good {
+            return Err(Status::unauthenticated("bad token"));
+        }
+        if first.store_id != "s" {
+            return Err(Status::not_found("no such store"));
+        }
+        let _ = self.seen.send(Some(first));
+        let (tx, rx) = mpsc::channel(8);
+        let (seen, kill, mut refresh) = (
+            self.seen.clone(),
+            self.kill.clone(),
+            self.refresh.subscribe(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = kill.cancelled() => {
+                        let _ = tx.send(Err(Status::unavailable("killed"))).await;
+                        return;
+                    }
+                    m = inbound.next() => match m {
+                        Some(Ok(r)) => { let _ = seen.send(Some(r)); }
+                        _ => { let _ = seen.send(None); return; }
+                    },
+                    Ok(reason) = refresh.recv() => {
+                        let cmd = proto::NodeCommand {
+                            command: Some(proto::node_command::Command::Refresh(
+                                proto::Refresh { reason },
+                            )),
+                        };
+                        let _ = tx.send(Ok(cmd)).await;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+}
+
+struct Running {
+    addr: std::net::SocketAddr,
+    seen: mpsc::UnboundedReceiver<Option<proto::PositionReport>>,
+    refresh: broadcast::Sender<String>,
+    kill: CancellationToken,
+    calls: Arc<AtomicUsize>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+async fn fake(addr: &str) -> Running {
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let (tx, seen) = mpsc::unbounded_channel();
+    let refresh = broadcast::channel(8).0;
+    let kill = CancellationToken::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = Fake {
+        seen: tx,
+        refresh: refresh.clone(),
+        kill: kill.clone(),
+        calls: calls.clone(),
+    };
+    let stop = kill.clone();
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(BackupControlServer::new(svc))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                stop.cancelled_owned(),
+            )
+            .await;
+    });
+    Running {
+        addr,
+        seen,
+        refresh,
+        kill,
+        calls,
+        server,
+    }
+}
+
+fn pos(commit_seq: u64) -> WalPosition {
+    WalPosition {
+        snapshot_id: None,
+        wal_id: uuid::Uuid::from_u128(7),
+        wal_number: 1,
+        durable_len: 48 + commit_seq * 10,
+        commit_seq,
+    }
+}
+
+fn config(addr: std::net::SocketAddr, token: &str) -> NodeClientConfig {
+    let mut c = NodeClientConfig::new(format!("http://{addr}"), "s", token);
+    c.first_backoff = Duration::from_millis(10);
+    c.max_backoff = Duration::from_millis(100);
+    c
+}
+
+async fn next_seen(r: &mut Running) -> Option<proto::PositionReport> {
+    tokio::time::timeout(WAIT, r.seen.recv())
+        .await
+        .expect("the fake saw something in time")
+        .expect("the fake is running")
+}
+
+#[tokio::test]
+async fn reports_flush_refresh_and_close() {
+    let mut f = fake("127.0.0.1:0").await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut cfg = config(f.addr, "good");
+    let counted = calls.clone();
+    cfg.on_refresh = Some(Arc::new(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+    }));
+    let c = NodeClient::connect(cfg).unwrap();
+    assert!(c.flush(WAIT).await.is_ok(), "nothing to flush");
+    c.report(pos(1));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(c.state(), ConnectionState::Connected);
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+    // The same position twice is sent twice (a refresh answer may repeat it).
+    c.report(pos(2));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 2);
+    c.report(pos(2));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 2);
+
+    let mut rx = c.refresh_requests();
+    f.refresh.send("look again".into()).unwrap();
+    let r = tokio::time::timeout(WAIT, rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.reason, "look again");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Close sends the newest, then the server sees the end of the stream.
+    c.report(pos(3));
+    c.close().await;
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 3);
+    assert!(next_seen(&mut f).await.is_none(), "the stream ended");
+    assert_eq!(c.state(), ConnectionState::Closed);
+    assert!(matches!(
+        c.flush(WAIT).await,
+        Ok(()) | Err(NodeClientError::Closed)
+    ));
+    f.kill.cancel();
+}
+
+#[tokio::test]
+async fn a_refusal_is_permanent() {
+    let f = fake("127.0.0.1:0").await;
+    let c = NodeClient::connect(config(f.addr, "bad")).unwrap();
+    c.report(pos(1));
+    let e = c.flush(WAIT).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NodeClientError::Rejected {
+                code: Code::Unauthenticated,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(c.state(), ConnectionState::Failed);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(f.calls.load(Ordering::SeqCst), 1, "no reconnect loop");
+    assert!(c.last_error().unwrap().is_permanent());
+
+    let mut cfg = config(f.addr, "good");
+    cfg.store_id = "other".into();
+    let c = NodeClient::connect(cfg).unwrap();
+    c.report(pos(1));
+    let e = c.flush(WAIT).await.unwrap_err();
+    assert!(e.to_string().contains("NOT_FOUND"), "{e}");
+    f.kill.cancel();
+}
+
+#[tokio::test]
+async fn reconnects_with_backoff_and_resends_the_newest() {
+    let mut f = fake("127.0.0.1:0").await;
+    let addr = f.addr;
+    let c = NodeClient::connect(config(addr, "good")).unwrap();
+    c.report(pos(1));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+    f.kill.cancel();
+    tokio::time::timeout(WAIT, f.server).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, async {
+        while !matches!(c.state(), ConnectionState::Backoff { .. }) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the client notices");
+    // Reports while down are cheap; only the newest is sent after the reconnect.
+    for n in 2..=50 {
+        c.report(pos(n));
+    }
+    assert!(c.last_error().is_some_and(|e| !e.is_permanent()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut f = fake(&addr.to_string()).await;
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 50);
+    c.close().await;
+    f.kill.cancel();
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for (server, token) in [
+            ("ftp://x:1", "t"),
+            ("not a url", "t"),
+            ("http://127.0.0.1:1", ""),
+            ("http://127.0.0.1:1", "bad\ntoken"),
+        ] {
+            let r = NodeClient::connect(NodeClientConfig::new(server, "s", token));
+            assert!(
+                matches!(r, Err(NodeClientError::Config(_))),
+                "{server} {token:?}"
+            );
+        }
+    });
+}
