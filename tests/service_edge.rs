@@ -122,8 +122,10 @@ async fn insecure_waives_tls_only_and_open_operator_calls_are_explicit_and_loud(
         .expect("ListStores without a token");
     drop(open);
 
-    // Loopback without a token starts, with a warning.
-    let (mut local_only, _) = serve::start("serve (loopback, no token)", serve_with(&d, &[]));
+    // Loopback without a token starts, with a warning (its own data dir: the killed process
+    // above still holds its instance claim there until the claim goes stale).
+    let fresh = serve::dirs();
+    let (mut local_only, _) = serve::start("serve (loopback, no token)", serve_with(&fresh, &[]));
     serve::wait_logged(&mut local_only, &["WARN", "no admin token"]);
 }
 

@@ -1,4 +1,5 @@
-//! `mushroom-backup serve` as a child of a test, configured by environment alone (`serve` is the flag-configured twin) ([`super::binary::Running`]): on
+//! `mushroom-backup serve` as a child of a test ([`super::binary::Running`]), configured by
+//! the environment (`super::serve` is its twin configured by flags): on
 //! 127.0.0.1:0 with a temp data dir, its SQLite registry and one allowed root, configured
 //! only by what the test passes (every `MUSHROOMDB_BACKUP_*` variable of the test run is
 //! removed). [`start`] waits for its `{"listening": …}` line; [`refused`] for it to fail.
