@@ -236,6 +236,42 @@ async fn a_second_serve_with_the_same_instance_id_refuses_to_start() {
     );
 }
 
+/// A start that fails before it serves (here: its TLS key is missing) leaves no claim behind,
+/// so the operator's next start, with the file fixed, is not refused for a claim nobody holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_fails_leaves_no_claim_behind() {
+    let d = dirs();
+    let missing = d.data.with_file_name("no-such-key.pem");
+    let missing = missing.to_str().unwrap();
+    // A claim that would take an hour to go stale: only a claim never taken (or released)
+    // lets the next start through.
+    let out = tokio::task::block_in_place(|| {
+        refused(
+            "serve (TLS key missing)",
+            serve_cmd(
+                &d,
+                &[
+                    "--tls-cert",
+                    missing,
+                    "--tls-key",
+                    missing,
+                    "--owner-silent-after-ms",
+                    "3600000",
+                ],
+            ),
+        )
+    });
+    assert!(
+        out.contains("no-such-key.pem"),
+        "the error does not name the file:\n{out}"
+    );
+    let next = Serve::start(
+        "serve (TLS fixed)",
+        serve_cmd(&d, &["--owner-silent-after-ms", "3600000"]),
+    );
+    next.terminate();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serve_whose_claim_is_taken_over_stops() {
     let d = dirs();

@@ -99,6 +99,54 @@ pub async fn run(
             url: config.registry_url.clone(),
             source,
         })?;
+    // Everything that can fail without side effects comes before the claim, so a start that
+    // fails (a port in use, a TLS file missing) leaves no claim behind to block the next one.
+    // Both reflection versions list both reflection services.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .include_reflection_service(false)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
+    };
+    let reflection_error = |e| ServeError::Config(format!("reflection: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let limits = &config.limits;
+    let mut server = Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .concurrency_limit_per_connection(limits.concurrency_per_connection)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        .layer(crate::telemetry::grpc_trace_layer())
+        .layer(limits.call_timeouts());
+    if let Some(tls) = &config.tls {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
+        };
+        let mut t =
+            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+        if let Some(ca) = &tls.client_ca {
+            t = t.client_ca_root(Certificate::from_pem(read(ca)?));
+        }
+        server = server
+            .tls_config(t)
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
+    }
     let claim = InstanceClaim::take(&registry, &config.instance_id, config.owner_silent_after)
         .await
         .map_err(|e| ServeError::Claim(e.to_string()))?;
@@ -150,52 +198,6 @@ pub async fn run(
                 }
             }
         });
-    }
-    // Both reflection versions list both reflection services.
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .include_reflection_service(false)
-            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(
-                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
-            )
-    };
-    let reflection_error = |e| ServeError::Config(format!("reflection: {e}"));
-    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
-    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
-        addr: config.listen,
-        source,
-    })?;
-    let limits = &config.limits;
-    let mut server = Server::builder()
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .concurrency_limit_per_connection(limits.concurrency_per_connection)
-        .http2_keepalive_interval(Some(limits.keepalive_interval))
-        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
-        .layer(crate::telemetry::grpc_trace_layer())
-        .layer(limits.call_timeouts());
-    if let Some(tls) = &config.tls {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
-        };
-        let mut t =
-            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
-        if let Some(ca) = &tls.client_ca {
-            t = t.client_ca_root(Certificate::from_pem(read(ca)?));
-        }
-        server = server
-            .tls_config(t)
-            .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
     tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
     log_operator_auth(&config, addr);
