@@ -240,6 +240,91 @@ async fn contradicting_registrations_are_refused_across_instances_on_postgres() 
     db.drop_database().await;
 }
 
+/// After a host loss the dead owner's store still stands in the registry, and while it does
+/// its prefix cannot be adopted: another instance may deregister it once the owner has been
+/// silent (never while it is heard from), and the prefix is then adopted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_owners_store_is_deregistered_elsewhere_and_its_prefix_adopted() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "silent_owner").await;
+    let d = service::dirs();
+    let fast = ["--health-report-interval-ms", "100"];
+    let mut a = Server::start(
+        "serve a",
+        service::serve_command(&d, "a", Some(&db.url), &fast),
+    );
+    let b = Server::start(
+        "serve b",
+        service::serve_command(
+            &d,
+            "b",
+            Some(&db.url),
+            &[
+                "--health-report-interval-ms",
+                "100",
+                "--owner-silent-after-ms",
+                "1000",
+            ],
+        ),
+    );
+    let source = d.root.join("lost");
+    support::store::write(&source, 200, 80, 4096);
+    let dest = d.bucket("lost");
+    let mut backup = support::binary::command("http://127.0.0.1:1");
+    backup
+        .args(["backup", "--store"])
+        .arg(&source)
+        .args(["--to", &dest, "--once"]);
+    support::binary::run_ok("backup --once", backup, DEADLINE);
+    let mut ca = a.client().await;
+    let mut cb = b.client().await;
+    let id = register(&mut ca, source.to_str().unwrap(), &dest)
+        .await
+        .expect("Register on a");
+    let deregister = |c: &mut Client| {
+        let mut c = c.clone();
+        let req = proto::DeregisterRequest {
+            store_id: id.clone(),
+            flush: false,
+        };
+        async move { c.deregister(req).await.map(|r| r.into_inner()) }
+    };
+    refused(
+        "Deregister of a live owner's store elsewhere",
+        deregister(&mut cb).await,
+        Code::FailedPrecondition,
+        &["belongs to instance a", "which is alive"],
+    );
+
+    // The host is lost: a stops without a word.
+    tokio::task::block_in_place(|| a.child.kill());
+    let start = std::time::Instant::now();
+    loop {
+        match deregister(&mut cb).await {
+            Ok(_) => break,
+            Err(s) if s.code() == Code::FailedPrecondition && start.elapsed() < DEADLINE => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(s) => panic!("Deregister of a silent owner's store: {s:?}"),
+        }
+    }
+    assert_eq!(store_count(&mut cb).await, 0);
+    let adopted = cb
+        .adopt(proto::AdoptRequest {
+            store_dir: d.root.join("adopted").to_str().unwrap().into(),
+            destination: dest.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("Adopt once the dead owner's store is deregistered")
+        .into_inner();
+    assert_eq!(adopted.commit_seq, 200, "{adopted:?}");
+    drop((ca, cb, a, b));
+    db.drop_database().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn file_destinations_stay_out_of_the_stores_and_the_data_dir_and_inside_their_roots() {
     let d = service::dirs();

@@ -493,7 +493,13 @@ impl Fleet {
         flush: bool,
         peer: Option<String>,
     ) -> Result<(), ServiceError> {
-        let entry = self.get(store_id)?;
+        let entry = match self.get(store_id) {
+            Ok(entry) => entry,
+            Err(ServiceError::NotFound(_)) => {
+                return self.deregister_of_a_silent_owner(store_id, peer).await;
+            }
+            Err(e) => return Err(e),
+        };
         entry.handle.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
         self.stores.write().expect("not poisoned").remove(store_id);
@@ -506,6 +512,52 @@ impl Fleet {
             Some(&entry.record.store_dir),
             "ok",
             format!("flush={flush}"),
+            peer,
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Deregisters a store another instance owns, when that instance has gone silent (its
+    /// heartbeat is older than `owner_silent_after`, or it never wrote one): after a host loss
+    /// only the registry row is left of the store, and while it stands the store's prefix
+    /// cannot be adopted elsewhere. An owner still heard from keeps its store: deregister it
+    /// there, where its worker is stopped first. Should a silent owner come back, its worker
+    /// still runs until it stops (the bucket lease keeps one writer meanwhile); it is not
+    /// respawned.
+    async fn deregister_of_a_silent_owner(
+        &self,
+        store_id: &str,
+        peer: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let Some(record) = self.registry.get_store(store_id).await? else {
+            return Err(ServiceError::NotFound(format!("no store {store_id}")));
+        };
+        let owner = &record.instance_id;
+        let heard_ms = self.registry.heartbeats().await?.get(owner).copied();
+        let silent_ms = crate::units::millis_i64(self.config.owner_silent_after);
+        // This instance's own store without a worker (it failed to respawn): only the row is left.
+        let mine = *owner == self.config.instance_id;
+        if !mine && heard_ms.is_some_and(|t| now_ms().saturating_sub(t) <= silent_ms) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "store {store_id} belongs to instance {owner}, which is alive: deregister it \
+                 there (a store can be deregistered elsewhere once its owner has been silent \
+                 for {} ms)",
+                silent_ms
+            )));
+        }
+        self.registry.delete_store(store_id).await?;
+        tracing::warn!(store_id, owner = %owner, "deregistered a store that had no worker here");
+        self.audit(
+            "deregister",
+            Some(store_id),
+            Some(&record.store_dir),
+            "ok",
+            if mine {
+                "no worker was running: the registry row only".to_string()
+            } else {
+                format!("owner {owner} silent: its registry row only")
+            },
             peer,
         )
         .await;
