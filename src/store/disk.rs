@@ -48,6 +48,17 @@ pub fn archive_name(number: u64) -> String {
     format!("{number:020}.wal")
 }
 
+/// The number of an archive file name, if it is one: exactly [`archive_name`]'s form, twenty
+/// ASCII digits and `.wal` (`str::parse` alone would also take `+0000000000000000007.wal`, a
+/// second file claiming archive 7).
+pub fn parse_archive_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".wal")?;
+    if digits.len() != 20 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// What could not be looked at.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
@@ -181,16 +192,9 @@ impl DiskState {
                 for entry in entries {
                     let entry = entry.map_err(io_err(&archive_dir))?;
                     let name = entry.file_name();
-                    let Some(name) = name.to_str() else { continue };
-                    let Some(num) = name.strip_suffix(".wal") else {
+                    let Some(number) = name.to_str().and_then(parse_archive_name) else {
                         continue;
                     };
-                    let Ok(number) = num.parse::<u64>() else {
-                        continue;
-                    };
-                    if num.len() != 20 {
-                        continue;
-                    }
                     let path = entry.path();
                     let meta = entry.metadata().map_err(io_err(&path))?;
                     archives.push(ArchiveState {
