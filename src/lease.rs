@@ -244,6 +244,12 @@ impl LeaseRecord {
             .into()
     }
 
+    /// `renewals` of the record that replaces this one. Wraps at `u64::MAX` (the object is
+    /// read from the bucket: any value may be there): only that the content changes matters.
+    pub fn next_renewals(&self) -> u64 {
+        self.renewals.wrapping_add(1)
+    }
+
     /// The record's TTL, within [`MAX_TTL`].
     pub fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms).min(MAX_TTL)

@@ -42,10 +42,19 @@ pub fn manifest_key(commit_seq: u64) -> String {
     format!("{MANIFESTS_PREFIX}{commit_seq:020}.json")
 }
 
-/// The commit count a manifest key names, if it is one.
+/// The commit count a manifest key names, if it is one: exactly [`manifest_key`]'s form, so
+/// one number has one key (a `+` sign or other non-digit is not a manifest key).
 pub fn parse_manifest_key(key: &str) -> Option<u64> {
     let n = key.strip_prefix(MANIFESTS_PREFIX)?.strip_suffix(".json")?;
-    (n.len() == 20).then(|| n.parse().ok()).flatten()
+    parse_digits(n, 20)
+}
+
+/// `digits` as a number, when it is exactly `width` ASCII digits (`str::parse` alone would
+/// also take a leading `+`, so two keys could name one number).
+fn parse_digits(digits: &str, width: usize) -> Option<u64> {
+    (digits.len() == width && digits.bytes().all(|c| c.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
 }
 
 pub fn generation_prefix(generation: u64) -> String {
@@ -80,7 +89,7 @@ pub fn side_key(generation: u64, name: &str, crc: u32) -> String {
 pub fn parse_generation(key: &str) -> Option<u64> {
     let rest = key.strip_prefix(GEN_PREFIX)?;
     let (n, _) = rest.split_once('/')?;
-    (n.len() == 10).then(|| n.parse().ok()).flatten()
+    parse_digits(n, 10)
 }
 
 /// `(start, end)` of a segment key of `generation`.
@@ -89,10 +98,7 @@ pub fn parse_segment_key(generation: u64, key: &str) -> Option<(u64, u64)> {
         .strip_prefix(&segments_prefix(generation))?
         .strip_suffix(".seg")?;
     let (a, b) = rest.split_once('-')?;
-    if a.len() != 20 || b.len() != 20 {
-        return None;
-    }
-    let (start, end) = (a.parse().ok()?, b.parse().ok()?);
+    let (start, end) = (parse_digits(a, 20)?, parse_digits(b, 20)?);
     (start < end).then_some((start, end))
 }
 
@@ -201,6 +207,13 @@ impl Manifest {
             .chain(self.side_files.iter().map(|s| &s.object))
     }
 
+    /// Bytes of every object the manifest names; `None` on overflow, which [`Manifest::check`]
+    /// refuses, so it is `Some` for every decoded manifest.
+    pub fn total_len(&self) -> Option<u64> {
+        self.objects()
+            .try_fold(0u64, |acc, o| acc.checked_add(o.len))
+    }
+
     /// The end offset of the last segment (0 when none): where the next segment starts.
     pub fn segments_end(&self) -> u64 {
         self.segments.last().map_or(0, |s| s.end)
@@ -268,7 +281,7 @@ impl Manifest {
             )));
         }
         for w in self.archives.windows(2) {
-            if w[1].number != w[0].number + 1 {
+            if Some(w[1].number) != w[0].number.checked_add(1) {
                 return Err(bad(format!(
                     "archives {} and {} are not consecutive",
                     w[0].number, w[1].number
@@ -276,7 +289,7 @@ impl Manifest {
             }
         }
         if let Some(last) = self.archives.last()
-            && last.number + 1 != self.wal_number
+            && last.number.checked_add(1) != Some(self.wal_number)
         {
             return Err(bad(format!(
                 "last archive {} does not precede wal.bin number {}",
@@ -297,6 +310,9 @@ impl Manifest {
             return Err(bad(
                 "no WAL segment (a restore point always holds wal.bin's header)".into(),
             ));
+        }
+        if self.total_len().is_none() {
+            return Err(bad("object lengths add up to more than 2^64 bytes".into()));
         }
         Ok(())
     }

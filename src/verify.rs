@@ -678,7 +678,7 @@ pub async fn list_restore_points(
                     lineage: Some(m.lineage),
                     generation: Some(m.generation),
                     created_at: Some(m.created_at.clone()),
-                    bytes: Some(m.objects().map(|o| o.len).sum()),
+                    bytes: m.total_len(),
                     is_latest,
                     error: None,
                     key,

@@ -4,70 +4,17 @@
 //! exactly the frames wholly before the cut, and a WAL checked piece by piece as it is read
 //! gets exactly the answer of a scan of all of it.
 
-use std::collections::BTreeMap;
+#[path = "support/generators.rs"]
+mod generators;
 
-use mushroom_backup::store::engine::codec::{
-    Op, decode_batch, decode_map, encode_batch, encode_map,
-};
+use generators::{edge_u64, map, op, payloads, uuid, wal_file};
+use mushroom_backup::store::engine::codec::{decode_batch, decode_map, encode_batch, encode_map};
 use mushroom_backup::store::format::{
     SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, check_wal, decode_snapshot,
     encode_frame, encode_snapshot, scan_frames, scan_wal,
 };
 use proptest::prelude::*;
 use uuid::Uuid;
-
-fn uuid() -> impl Strategy<Value = Uuid> {
-    any::<u128>().prop_map(Uuid::from_u128)
-}
-
-/// Any u64, often one at or next to the edges where arithmetic overflows.
-fn edge_u64() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        Just(0u64),
-        Just(1),
-        Just(u64::MAX),
-        Just(u64::MAX - 1),
-        (0u64..70).prop_map(|d| u64::MAX - d),
-        any::<u64>(),
-    ]
-}
-
-fn payloads() -> impl Strategy<Value = Vec<Vec<u8>>> {
-    prop::collection::vec(prop::collection::vec(any::<u8>(), 0..48), 0..8)
-}
-
-/// A valid WAL file and the end offset of each of its frames.
-fn wal_file(id: Uuid, number: u64, floor: u64, payloads: &[Vec<u8>]) -> (Vec<u8>, Vec<usize>) {
-    let mut file = WalHeader {
-        wal_id: id,
-        number,
-        floor,
-    }
-    .encode()
-    .to_vec();
-    let mut ends = Vec::new();
-    for (i, p) in payloads.iter().enumerate() {
-        encode_frame(floor + 1 + i as u64, p, &mut file);
-        ends.push(file.len());
-    }
-    (file, ends)
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let bytes = || prop::collection::vec(any::<u8>(), 0..16);
-    prop_oneof![
-        (bytes(), bytes()).prop_map(|(key, value)| Op::Put { key, value }),
-        bytes().prop_map(|key| Op::Delete { key }),
-    ]
-}
-
-fn map() -> impl Strategy<Value = BTreeMap<Vec<u8>, Vec<u8>>> {
-    prop::collection::btree_map(
-        prop::collection::vec(any::<u8>(), 0..12),
-        prop::collection::vec(any::<u8>(), 0..24),
-        0..12,
-    )
-}
 
 /// Feeds `b` to every decoder; each must return, and the scans' results must be coherent.
 fn decode_everything(b: &[u8], first_seq: u64) {

@@ -2,53 +2,12 @@
 //! manifests, LATEST and GENERATION claims with bytes flipped, cut or spliced, never panic;
 //! valid encodings round-trip; a manifest whose entries do not add up is refused.
 
-use mushroom_backup::manifest::{
-    FORMAT, GenerationClaim, Latest, Manifest, ObjectEntry, SegmentEntry, manifest_key, segment_key,
-};
-use proptest::prelude::*;
-use uuid::Uuid;
+#[path = "support/generators.rs"]
+mod generators;
 
-fn manifest(frames: Vec<u64>) -> Manifest {
-    let lineage = Uuid::from_u128(7);
-    let mut end = 0;
-    let segments = frames
-        .iter()
-        .enumerate()
-        .map(|(i, f)| {
-            let start = end;
-            end += 48 + 10 * i as u64;
-            SegmentEntry {
-                object: ObjectEntry {
-                    key: segment_key(1, start, end),
-                    len: end - start,
-                    crc: i as u32,
-                    lineage,
-                    generation: 1,
-                },
-                start,
-                end,
-                frames: *f,
-            }
-        })
-        .collect();
-    let mut m = Manifest {
-        format: FORMAT,
-        lineage,
-        generation: 1,
-        commit_seq: 0,
-        created_at: "2026-12-01T00:00:00Z".into(),
-        wal_floor: 0,
-        wal_id: Uuid::from_u128(9),
-        wal_number: 1,
-        snapshot: None,
-        archives: vec![],
-        segments,
-        side_files: vec![],
-        parent: None,
-    };
-    m.commit_seq = m.computed_commit_seq().unwrap();
-    m
-}
+use generators::manifest;
+use mushroom_backup::manifest::{GenerationClaim, Latest, Manifest, manifest_key};
+use proptest::prelude::*;
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]

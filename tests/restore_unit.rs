@@ -712,22 +712,40 @@ async fn a_bad_latest_falls_back_to_the_newest_valid_manifest() {
 
 #[tokio::test]
 async fn hostile_side_file_names_are_refused() {
-    let fx = Fx::new();
-    let (g, _) = standard(&fx).await;
-    let mut m = manifest_of(&g);
-    m.segments.truncate(2);
-    m.commit_seq = 45;
-    m.side_files[0].name = "../escaped".into();
-    fx.bucket
-        .put(&m.key(), m.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
-    let e = restore(&fx.bucket, &fx.target("store"), &opts())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("not a plain file name"), "{e}");
-    assert!(!fx.work.join("escaped").exists());
-    assert_eq!(fx.work_entries(), Vec::<String>::new());
+    // Each name, as a manifest in the bucket may give it, and what the refusal says.
+    let hostile = [
+        ("../escaped", "not a plain file name"),
+        ("../../etc/passwd", "not a plain file name"),
+        ("/etc/passwd", "not a plain file name"),
+        ("sub/dir", "not a plain file name"),
+        ("..", "not a plain file name"),
+        (".", "not a plain file name"),
+        ("", "not a plain file name"),
+        (".hidden", "not a plain file name"),
+        ("nul\0byte", "not a plain file name"),
+        ("wal.bin", "reserved"),
+        ("archive", "reserved"),
+        ("wal.position", "reserved"),
+    ];
+    for (name, why) in hostile {
+        let name = name.to_string();
+        let fx = Fx::new();
+        let (g, _) = standard(&fx).await;
+        let mut m = manifest_of(&g);
+        m.segments.truncate(2);
+        m.commit_seq = 45;
+        m.side_files[0].name = name.clone();
+        fx.bucket
+            .put(&m.key(), m.encode().into(), PutCondition::None)
+            .await
+            .unwrap();
+        let e = restore(&fx.bucket, &fx.target("store"), &opts())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(why), "{name:?}: {e}");
+        assert!(!fx.work.join("escaped").exists());
+        assert_eq!(fx.work_entries(), Vec::<String>::new(), "{name:?}");
+    }
 }
 
 #[tokio::test]

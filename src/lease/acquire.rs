@@ -116,7 +116,7 @@ impl LeaseAcquirer {
                 .as_ref()
                 .is_some_and(|r| r.holder == self.config.holder);
             if ours || seen >= wait {
-                let renewals = record.as_ref().map_or(0, |r| r.renewals + 1);
+                let renewals = record.as_ref().map_or(0, LeaseRecord::next_renewals);
                 let cond = self.condition(PutCondition::IfMatch(object.etag.clone()));
                 match self
                     .write(LeaseRecord::new(&self.config, renewals), cond)

@@ -310,7 +310,7 @@ impl Shared {
             let (record, etag) = &state.in_bucket;
             let etag = etag.clone();
             let next = LeaseRecord {
-                renewals: record.renewals + 1,
+                renewals: record.next_renewals(),
                 ..record.clone()
             };
             let pending = state.pending.get_or_insert_with(|| Pending {

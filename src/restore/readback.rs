@@ -211,8 +211,11 @@ pub fn read_back(dir: &Path) -> Result<ReadBack, String> {
 /// it. Stores of other engines get the format's reading only: their payloads are their
 /// business.
 pub(crate) fn is_reference_engine_store(dir: &Path) -> bool {
-    fs::read(dir.join(crate::store::disk::META_FILE))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|v| v.get("engine").and_then(|e| e.as_str()) == Some(ENGINE_NAME))
+    fs::read(dir.join(crate::store::disk::META_FILE)).is_ok_and(|b| is_reference_engine_meta(&b))
+}
+
+/// Whether the bytes of a `store.meta` say the reference engine wrote the store.
+pub fn is_reference_engine_meta(meta: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(meta)
+        .is_ok_and(|v| v.get("engine").and_then(|e| e.as_str()) == Some(ENGINE_NAME))
 }

@@ -56,6 +56,17 @@ pub fn archive_name(number: u64) -> String {
     format!("{number:020}.wal")
 }
 
+/// The number of an archive file name, if it is one: exactly [`archive_name`]'s form, twenty
+/// ASCII digits and `.wal` (`str::parse` alone would also take `+0000000000000000007.wal`, a
+/// second file claiming archive 7).
+pub fn parse_archive_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".wal")?;
+    if digits.len() != 20 || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// What could not be looked at.
 #[derive(Debug, thiserror::Error)]
 pub enum DiskError {
@@ -153,14 +164,6 @@ fn read_header(
 }
 
 /// Whether `name` is an archive's file name (`<number:020>.wal`), and its number.
-fn archive_number(name: &str) -> Option<u64> {
-    let num = name.strip_suffix(".wal")?;
-    if num.len() != 20 {
-        return None;
-    }
-    num.parse().ok()
-}
-
 impl DiskState {
     /// Looks at `dir` (blocking: call from the blocking pool): [`DiskState::look_in`] of a
     /// [`StoreDir`] with no allowed roots, opened for this look.
@@ -222,13 +225,13 @@ impl DiskState {
         let archive_dir = dir.join(ARCHIVE_DIR);
         let mut archives: Vec<ArchiveState> = store
             .list(ARCHIVE_DIR, FileKind::Store, |name| {
-                archive_number(name).is_some()
+                parse_archive_name(name).is_some()
             })?
             .unwrap_or_default()
             .into_iter()
             .filter_map(|(name, st)| {
                 Some(ArchiveState {
-                    number: archive_number(&name)?,
+                    number: parse_archive_name(&name)?,
                     len: st.len,
                     path: archive_dir.join(name),
                 })

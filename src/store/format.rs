@@ -350,7 +350,8 @@ pub enum CheckError {
 /// The bytes are looked at while they are in the cache: a file is read once, in pieces that
 /// fit in it, rather than copied whole into memory and then scanned and hashed from memory in
 /// two more passes (on this machine the copy alone ran at a third of the speed of the pieces).
-/// Only a frame longer than `chunk` makes `buf` grow, to that frame. The answer is exactly
+/// Only a frame longer than `chunk` makes `buf` grow, to that frame, a chunk at a time as its
+/// bytes arrive (never to the length a frame header claims before they do). The answer is exactly
 /// [`scan_wal`]'s on the same bytes, wherever the pieces end.
 pub fn check_wal(
     mut read: impl std::io::Read,
@@ -364,11 +365,15 @@ pub fn check_wal(
     // grows (once, then kept from one call to the next): each read overwrites its tail.
     let mut filled = 0usize;
     // Reads until `buf` holds at least `want` bytes or the input ends; hashes what it read.
+    // `buf` grows at most a chunk past the bytes already read: a frame header's `len` (up to
+    // `MAX_FRAME_PAYLOAD`) is not trusted to size it before its bytes exist, so a short
+    // hostile file costs a chunk, not the length it claims.
     let mut fill = |buf: &mut Vec<u8>, filled: &mut usize, want: usize| -> std::io::Result<bool> {
-        if buf.len() < want {
-            buf.resize(want, 0);
-        }
         while *filled < want {
+            let room = want.min(*filled + chunk);
+            if buf.len() < room {
+                buf.resize(room, 0);
+            }
             let n = loop {
                 match read.read(&mut buf[*filled..]) {
                     Ok(n) => break n,

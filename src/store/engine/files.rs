@@ -29,13 +29,7 @@ pub fn archive_name(number: u64) -> String {
 }
 
 /// The number of an archive file name, if it is one (`<20 digits>.wal`).
-pub fn parse_archive_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".wal")?;
-    if digits.len() != 20 || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
+pub use crate::store::disk::parse_archive_name;
 
 /// Reads a whole file, or `None` if it does not exist.
 pub fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, EngineError> {

@@ -368,20 +368,25 @@ fn check_meta(dir: &Path) -> Result<(), EngineError> {
     let Some(b) = read_optional(&path)? else {
         return Ok(());
     };
-    let format = serde_json::from_slice::<serde_json::Value>(&b)
-        .ok()
-        .and_then(|v| v.get("format").cloned());
-    match format {
+    match meta_format_problem(&b) {
         None => Ok(()),
-        Some(f) if f == super::STORE_FORMAT => Ok(()),
-        Some(f) => Err(EngineError::corrupt(
-            &path,
-            format!(
-                "store format {f}, this engine reads format {}",
-                super::STORE_FORMAT
-            ),
-        )),
+        Some(problem) => Err(EngineError::corrupt(&path, problem)),
     }
+}
+
+/// Why the bytes of a `store.meta` name a store format this engine does not read, if they
+/// do: JSON with a `format` field other than [`super::STORE_FORMAT`]. Anything else (not
+/// JSON, no `format`) is another writer's business and passes.
+pub fn meta_format_problem(meta: &[u8]) -> Option<String> {
+    let format = serde_json::from_slice::<serde_json::Value>(meta)
+        .ok()
+        .and_then(|v| v.get("format").cloned())?;
+    (format != super::STORE_FORMAT).then(|| {
+        format!(
+            "store format {format}, this engine reads format {}",
+            super::STORE_FORMAT
+        )
+    })
 }
 
 /// Checks that a WAL file continues the chain after `prev` (number, last seq), or starts it
