@@ -726,6 +726,7 @@ async fn hostile_side_file_names_are_refused() {
         ("wal.bin", "reserved"),
         ("archive", "reserved"),
         ("wal.position", "reserved"),
+        ("backup.parent", "reserved"),
     ];
     for (name, why) in hostile {
         let name = name.to_string();

@@ -57,6 +57,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{ColumnIndex, Decode, PgPool, Row, SqlSafeStr, SqlitePool, Type};
 
 pub use error::RegistryError;
+pub(crate) use error::redact_url;
 pub use token::{hash_token, new_node_token, token_matches};
 
 use error::{classify, stores_unique_violation};

@@ -272,6 +272,9 @@ pub fn side_file_name_problem(name: &str) -> Option<String> {
         INTENT_FILE,
         LOCK_FILE,
         POSITION_FILE,
+        // Written by an adopting restore alone: one from the bucket would give a plain restore
+        // a parent it does not have (the worker never ships it).
+        PARENT_FILE,
     ];
     if name.is_empty() || name.contains(['/', '\0']) || name.starts_with('.') {
         Some(format!("side file name {name:?} is not a plain file name"))

@@ -21,7 +21,9 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone)]
+/// `Debug` shows whether an admin token is set, never the token, and the registry URL
+/// without its password.
+#[derive(Clone)]
 pub struct ServiceConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
@@ -51,6 +53,45 @@ pub struct ServiceConfig {
     pub owner_silent_after: Duration,
     /// What one client may hold: streams, calls, deadlines.
     pub limits: Limits,
+}
+
+impl std::fmt::Debug for ServiceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            listen,
+            data_dir,
+            allow_roots,
+            allow_destination_roots,
+            registry_url,
+            tls,
+            admin_token,
+            insecure,
+            no_operator_auth,
+            instance_id,
+            worker,
+            lease_ttl,
+            health_report_interval,
+            owner_silent_after,
+            limits,
+        } = self;
+        f.debug_struct("ServiceConfig")
+            .field("listen", listen)
+            .field("data_dir", data_dir)
+            .field("allow_roots", allow_roots)
+            .field("allow_destination_roots", allow_destination_roots)
+            .field("registry_url", &crate::registry::redact_url(registry_url))
+            .field("tls", tls)
+            .field("admin_token", &admin_token.as_ref().map(|_| "<redacted>"))
+            .field("insecure", insecure)
+            .field("no_operator_auth", no_operator_auth)
+            .field("instance_id", instance_id)
+            .field("worker", worker)
+            .field("lease_ttl", lease_ttl)
+            .field("health_report_interval", health_report_interval)
+            .field("owner_silent_after", owner_silent_after)
+            .field("limits", limits)
+            .finish()
+    }
 }
 
 impl ServiceConfig {
@@ -91,4 +132,34 @@ impl ServiceConfig {
 /// Whether a token is empty once surrounding whitespace is removed.
 pub fn blank(token: &str) -> bool {
     token.trim().is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let config = ServiceConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: PathBuf::from("/d"),
+            allow_roots: vec![],
+            allow_destination_roots: vec![],
+            registry_url: "postgres://backup:hunter2@db/registry".into(),
+            tls: None,
+            admin_token: Some("s3cret-t0ken".into()),
+            insecure: false,
+            no_operator_auth: false,
+            instance_id: "i".into(),
+            worker: WorkerConfig::default(),
+            lease_ttl: Duration::from_secs(30),
+            health_report_interval: Duration::from_secs(3),
+            owner_silent_after: Duration::from_secs(15),
+            limits: Limits::default(),
+        };
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret-t0ken"), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
 }

@@ -96,7 +96,7 @@ pub async fn run(
     let registry = Registry::open(&config.registry_url)
         .await
         .map_err(|source| ServeError::Registry {
-            url: config.registry_url.clone(),
+            url: crate::registry::redact_url(&config.registry_url),
             source,
         })?;
     // Everything that can fail without side effects comes before the claim, so a start that
