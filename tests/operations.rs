@@ -22,14 +22,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use support::binary::{self, Running, Stream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
 /// Generous: the machine running the tests may be busy.
 const DEADLINE: Duration = Duration::from_secs(90);
-const POSTGRES_ENV: &str = "MUSHROOM_TEST_POSTGRES_URL";
 
 // ---- the serve binary -------------------------------------------------------------------
 
@@ -411,49 +409,13 @@ async fn metrics_show_the_registered_stores_lag_shipped_bytes_and_health() {
 
 // ---- 3. two instances, one PostgreSQL registry ------------------------------------------
 
-/// The PostgreSQL server for tests, or `None` after a SKIP line (a panic under `CI=true`).
-fn postgres_server() -> Option<String> {
-    if let Ok(url) = std::env::var(POSTGRES_ENV) {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("PostgreSQL tests need a server: run scripts/test.sh (or set {POSTGRES_ENV})");
-    }
-    eprintln!("SKIP: no PostgreSQL (run scripts/test.sh, or set {POSTGRES_ENV})");
-    None
-}
-
-/// A fresh database on the test server; its URL.
-async fn fresh_database(server: &str) -> (String, String) {
-    let name = format!("operations_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(server)
-        .await
-        .expect("connect to the test server");
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-        .execute(&mut admin)
-        .await
-        .expect("create the test database");
-    admin.close().await.ok();
-    let mut url = url::Url::parse(server).expect("test server URL parses");
-    url.set_path(&name);
-    (name, url.to_string())
-}
-
-async fn drop_database(server: &str, name: &str) {
-    let mut admin = PgConnection::connect(server).await.expect("connect");
-    sqlx::query(AssertSqlSafe(format!(
-        "DROP DATABASE \"{name}\" WITH (FORCE)"
-    )))
-    .execute(&mut admin)
-    .await
-    .expect("drop the test database");
-    admin.close().await.ok();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once_it_stops() {
-    let Some(pg) = postgres_server() else { return };
-    let (db, registry) = fresh_database(&pg).await;
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "operations_test").await;
+    let registry = db.url.clone();
     let d = dirs();
     let store = d.root.join("shared");
     write_store(&store, 50);
@@ -555,5 +517,5 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
     drop(ca);
     drop(cb);
     drop(b);
-    drop_database(&pg, &db).await;
+    db.drop_database().await;
 }

@@ -6,9 +6,6 @@
 use std::future::Future;
 
 use mushroom_backup::registry::Registry;
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-const POSTGRES_ENV: &str = "MUSHROOM_TEST_POSTGRES_URL";
 
 // ---- backends ---------------------------------------------------------------------------
 
@@ -22,54 +19,14 @@ pub async fn sqlite_registry() -> (tempfile::TempDir, String, Registry) {
 }
 
 /// The PostgreSQL server for tests, or `None` after a SKIP line (a panic under `CI=true`).
-pub fn postgres_server() -> Option<String> {
-    if let Ok(url) = std::env::var(POSTGRES_ENV) {
-        return Some(url);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("PostgreSQL tests need a server: run scripts/test.sh (or set {POSTGRES_ENV})");
-    }
-    eprintln!("SKIP: no PostgreSQL (run scripts/test.sh, or set {POSTGRES_ENV})");
-    None
-}
+pub use super::postgres::server as postgres_server;
 
 /// A database of its own on the test server, so tests can run in parallel.
-pub struct PgDatabase {
-    server: String,
-    name: String,
-    pub url: String,
-}
+pub struct PgDatabase;
 
 impl PgDatabase {
-    pub async fn create(server: &str) -> PgDatabase {
-        let name = format!("registry_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(server)
-            .await
-            .expect("connect to test server");
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-        admin.close().await.ok();
-        let mut url = url::Url::parse(server).expect("test server URL parses");
-        url.set_path(&name);
-        PgDatabase {
-            server: server.to_string(),
-            url: url.to_string(),
-            name,
-        }
-    }
-
-    /// Drops the database (after the test closed its registries). Skipped when a test fails,
-    /// which leaves the database for a look; the throwaway server goes with the run anyway.
-    pub async fn drop_database(self) {
-        let mut admin = PgConnection::connect(&self.server).await.expect("connect");
-        let sql = format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name);
-        sqlx::query(AssertSqlSafe(sql))
-            .execute(&mut admin)
-            .await
-            .expect("drop test database");
-        admin.close().await.ok();
+    pub async fn create(server: &str) -> super::postgres::Database {
+        super::postgres::Database::create(server, "registry_test").await
     }
 }
 
