@@ -222,7 +222,14 @@ impl Fleet {
                     record.store_id
                 ))
             })?;
-        options.check()?;
+        let options = match options.check() {
+            Ok(()) => options,
+            Err(e) => {
+                // Registered before the bounds: run within them rather than not at all.
+                tracing::warn!(store_id = %record.store_id, error = %e, "a registered option is out of range: running with it clamped into range");
+                limits::clamp_options(&options)
+            }
+        };
         if let Err(e) = destination::check(&record.destination, self.placement()) {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
@@ -355,7 +362,8 @@ impl Fleet {
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now_ms(),
         };
-        // The check again, now final: under the registry's lock, in the insert's transaction.
+        // Against every registered store, final: under the registry's lock, in the insert's
+        // transaction.
         let inserted = self
             .registry
             .insert_store_unless(&record, |registered| {
