@@ -443,3 +443,57 @@ async fn the_bad_input_table_on_postgres() {
     drop(server);
     db.drop_database().await;
 }
+
+/// A store registered before these bounds (here: its row edited to what main accepted, a
+/// `keep_for_ms` of 2^63 that wrapped negative) still runs after a restart, within range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registered_option_out_of_range_runs_clamped_after_a_restart() {
+    let d = service::dirs();
+    let mut server = Server::start("serve", service::serve_command(&d, "data", None, &[]));
+    let mut c = server.client().await;
+    let b = base(&d);
+    let id = c
+        .register(b.register.clone())
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id;
+    drop(c);
+    server.child.signal(libc::SIGTERM);
+    let status = tokio::task::block_in_place(|| server.child.wait_exit(service::DEADLINE));
+    assert!(status.success(), "serve exited {status}");
+
+    let pool = sqlx::SqlitePool::connect(&d.sqlite_registry("data"))
+        .await
+        .expect("open the registry file");
+    let updated = sqlx::query("UPDATE stores SET options = $1 WHERE store_id = $2")
+        .bind(r#"{"keep_for_ms":9223372036854775808}"#)
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .expect("edit the row");
+    assert_eq!(updated.rows_affected(), 1);
+    pool.close().await;
+
+    let mut server = Server::start("serve again", service::serve_command(&d, "data", None, &[]));
+    let mut c = server.client().await;
+    let health = c
+        .health(proto::HealthRequest {
+            store_id: id.clone(),
+        })
+        .await
+        .expect("the store is respawned")
+        .into_inner();
+    assert_eq!(health.stores.len(), 1, "{health:?}");
+    // Logged at start: maybe among the lines read while waiting for the listening line.
+    let warned = |l: &support::binary::Line| l.text.contains("clamped into range");
+    if !server.child.seen().iter().any(warned) {
+        tokio::task::block_in_place(|| {
+            server.child.wait_for(
+                "warn that the option runs clamped",
+                service::DEADLINE,
+                |l| warned(l).then_some(()),
+            )
+        });
+    }
+}

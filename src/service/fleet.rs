@@ -2,10 +2,10 @@
 //! directory, and the registry that outlives the process.
 //!
 //! Registering (and Adopt) first checks every field of the request (`limits`, `paths`,
-//! `destination`) and the new store against every registered one (`conflicts`), all before
-//! any work; the registry row is then written in one transaction with the same conflict check
-//! under the registry's registration lock, so two instances cannot both register stores that
-//! contradict each other. A refusal is audited and leaves no row.
+//! `destination`); Adopt also checks the new store against every registered one
+//! (`conflicts`) before it reads the prefix. The registry row is written in one transaction
+//! with that conflict check, under the registry's registration lock, so two instances cannot
+//! both register stores that contradict each other. A refusal is audited and leaves no row.
 //!
 //! Registering writes the registry row first and then starts the worker; if the worker cannot
 //! start, the row is removed again, so a crash between the two leaves a registered store that
@@ -263,7 +263,14 @@ impl Fleet {
                     record.store_id
                 ))
             })?;
-        options.check()?;
+        let options = match options.check() {
+            Ok(()) => options,
+            Err(e) => {
+                // Registered before the bounds: run within them rather than not at all.
+                tracing::warn!(store_id = %record.store_id, error = %e, "a registered option is out of range: running with it clamped into range");
+                limits::clamp_options(&options)
+            }
+        };
         if let Err(e) = destination::check(&record.destination, self.placement()) {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
@@ -339,7 +346,7 @@ impl Fleet {
         new: NewStore,
         peer: Option<String>,
     ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
-        let checked = match self.check_new(&new, Intent::Register).await {
+        let checked = match self.check_new(&new, Intent::Register) {
             Ok(checked) => checked,
             Err(e) => {
                 return Err(self
@@ -360,9 +367,9 @@ impl Fleet {
         }
     }
 
-    /// Checks every field of `new` (limits, the directory's root, the destination's shape and
-    /// place), then `new` against the registered stores (`conflicts`), before any work.
-    async fn check_new(&self, new: &NewStore, intent: Intent) -> Result<Checked, ServiceError> {
+    /// Checks every field of `new`: limits, the directory's root, the destination's shape and
+    /// place. (Against the registered stores: in the insert, and for Adopt before it reads.)
+    fn check_new(&self, new: &NewStore, intent: Intent) -> Result<Checked, ServiceError> {
         let dir = paths::check_store_dir(&new.store_dir, &self.config.allow_roots)?;
         let destination = destination::check(&new.destination, self.placement())?;
         limits::check_labels(&new.labels)?;
@@ -372,17 +379,12 @@ impl Fleet {
                 "store_dir resolves to a non-UTF-8 path".into(),
             ));
         }
-        let checked = Checked {
+        Ok(Checked {
             url: destination.url(&new.destination),
             dir,
             destination,
             intent,
-        };
-        let registered = self.registry.list_stores(None).await?;
-        match conflicts::find(&checked.candidate(), &registered) {
-            Some(e) => Err(e),
-            None => Ok(checked),
-        }
+        })
     }
 
     async fn insert_and_spawn(
@@ -404,7 +406,8 @@ impl Fleet {
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now_ms(),
         };
-        // The check again, now final: under the registry's lock, in the insert's transaction.
+        // Against every registered store, final: under the registry's lock, in the insert's
+        // transaction.
         let inserted = self
             .registry
             .insert_store_unless(&record, |registered| {
@@ -601,7 +604,12 @@ impl Fleet {
     }
 
     async fn check_adopt(&self, new: &NewStore) -> Result<Checked, ServiceError> {
-        let checked = self.check_new(new, Intent::Adopt).await?;
+        let checked = self.check_new(new, Intent::Adopt)?;
+        // Before the restore reads the prefix; the insert checks again, under the lock.
+        let registered = self.registry.list_stores(None).await?;
+        if let Some(e) = conflicts::find(&checked.candidate(), &registered) {
+            return Err(e);
+        }
         let dir = &checked.dir;
         match std::fs::read_dir(dir) {
             Ok(mut entries) => {

@@ -157,6 +157,20 @@ pub fn check_options(o: &StoreOptions) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// `o` with every option brought into its range: what a store registered before these bounds
+/// (or with a registry edited by hand) runs with. Clamping only ever keeps more or works less
+/// often, never deletes sooner.
+pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
+    let clamp = |v: Option<u64>, max: u64| v.map(|v| v.clamp(1, max));
+    StoreOptions {
+        wal_interval_ms: clamp(o.wal_interval_ms, MAX_INTERVAL_MS),
+        restore_point_interval_ms: clamp(o.restore_point_interval_ms, MAX_INTERVAL_MS),
+        retention_interval_ms: clamp(o.retention_interval_ms, MAX_INTERVAL_MS),
+        keep_for_ms: clamp(o.keep_for_ms, MAX_KEEP_FOR_MS),
+        keep_generations: clamp(o.keep_generations, MAX_KEEP_GENERATIONS),
+    }
+}
+
 /// Checks a page token's size (its content is checked against the listing it pages).
 pub fn check_page_token(token: &str) -> Result<(), ServiceError> {
     check_text("page_token", token, MAX_PAGE_TOKEN_BYTES)
@@ -230,6 +244,16 @@ mod tests {
         ] {
             assert!(check_options(&bad).is_err(), "{bad:?}");
         }
+        let wild = StoreOptions {
+            keep_for_ms: Some(u64::MAX),
+            keep_generations: Some(0),
+            ..ok.clone()
+        };
+        let clamped = clamp_options(&wild);
+        assert!(check_options(&clamped).is_ok(), "{clamped:?}");
+        assert_eq!(clamped.keep_for_ms, Some(MAX_KEEP_FOR_MS));
+        assert_eq!(clamped.keep_generations, Some(1));
+        assert_eq!(clamp_options(&ok), ok);
         assert_eq!(page_size(0), 100);
         assert_eq!(page_size(u32::MAX), 1000);
     }
