@@ -155,17 +155,23 @@ async fn nested_dirs_and_shared_prefixes(d: &Dirs, a: &mut Client, b: &mut Clien
     assert_eq!(store_count(a).await, 5);
 }
 
-/// `a` backs up a store; `b` is asked to adopt that store's prefix while it is registered.
-async fn adopt_from_a_live_prefix(d: &Dirs, a: &mut Client, b: &mut Client) {
-    let source = d.root.join("source");
+/// A store `name` of 200 commits under the root, backed up once to the bucket `name`.
+fn backed_up(d: &Dirs, name: &str) -> (std::path::PathBuf, String) {
+    let source = d.root.join(name);
     support::store::write(&source, 200, 80, 4096);
-    let dest = d.bucket("source");
+    let dest = d.bucket(name);
     let mut backup = support::binary::command("http://127.0.0.1:1");
     backup
         .args(["backup", "--store"])
         .arg(&source)
         .args(["--to", &dest, "--once"]);
     support::binary::run_ok("backup --once", backup, DEADLINE);
+    (source, dest)
+}
+
+/// `a` backs up a store; `b` is asked to adopt that store's prefix while it is registered.
+async fn adopt_from_a_live_prefix(d: &Dirs, a: &mut Client, b: &mut Client) {
+    let (source, dest) = backed_up(d, "source");
     let id = register(a, source.to_str().unwrap(), &dest)
         .await
         .expect("Register the source");
@@ -269,15 +275,7 @@ async fn a_silent_owners_store_is_deregistered_elsewhere_and_its_prefix_adopted(
             ],
         ),
     );
-    let source = d.root.join("lost");
-    support::store::write(&source, 200, 80, 4096);
-    let dest = d.bucket("lost");
-    let mut backup = support::binary::command("http://127.0.0.1:1");
-    backup
-        .args(["backup", "--store"])
-        .arg(&source)
-        .args(["--to", &dest, "--once"]);
-    support::binary::run_ok("backup --once", backup, DEADLINE);
+    let (source, dest) = backed_up(&d, "lost");
     let mut ca = a.client().await;
     let mut cb = b.client().await;
     let id = register(&mut ca, source.to_str().unwrap(), &dest)
