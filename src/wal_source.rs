@@ -211,13 +211,7 @@ impl OfflineSource {
         let mut f = store.open(WAL_FILE, FileKind::Store)?.ok_or_else(missing)?;
         // Whatever is in the file now becomes durable: fsync it before trusting any of it.
         f.sync_all().map_err(io(&path))?;
-        let meta = f.metadata().map_err(io(&path))?;
-        let mut head = [0u8; WAL_HEADER_LEN];
-        f.read_exact(&mut head).map_err(io(&path))?;
-        let header = WalHeader::decode(&head).map_err(|source| SourceError::Format {
-            path: path.clone(),
-            source,
-        })?;
+        let (meta, header) = read_wal_header(&mut f, &path)?;
         let prev = *self.scanned.lock().expect("not poisoned");
         let (mut at, mut last_seq) = match prev {
             Some(s)
@@ -306,6 +300,21 @@ fn scan_tail(
 }
 
 /// `snapshot.bin`'s (inode, mtime), or `None` when there is none.
+/// `wal.bin`'s metadata and header, read from the start of `f` (opened at `path`).
+fn read_wal_header(
+    f: &mut std::fs::File,
+    path: &Path,
+) -> Result<(std::fs::Metadata, WalHeader), SourceError> {
+    let meta = f.metadata().map_err(io(path))?;
+    let mut head = [0u8; WAL_HEADER_LEN];
+    f.read_exact(&mut head).map_err(io(path))?;
+    let header = WalHeader::decode(&head).map_err(|source| SourceError::Format {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((meta, header))
+}
+
 fn snapshot_stamp(store: &StoreDir) -> Result<Option<(u64, i128)>, SourceError> {
     Ok(store
         .stat(disk::SNAPSHOT_FILE, FileKind::Store)?

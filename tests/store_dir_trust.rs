@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use mushroom_backup::store::disk;
 use mushroom_backup::store::engine::WriteOptions;
-use support::binary::{BIN, Running};
+use support::binary::BIN;
+use support::serve::Serve;
 use support::store::{config, fs_bucket, tree, worker, write, write_with};
 use tonic::transport::Channel;
 
@@ -57,37 +58,12 @@ fn dirs() -> Dirs {
     }
 }
 
-/// A running `serve` and its address.
-struct Server {
-    proc: Running,
-    url: String,
-}
-
-fn serve(d: &Dirs) -> Server {
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(d.base.join("data"))
-        .arg("--allow-root")
-        .arg(&d.root)
-        .args([
-            "--wal-interval-ms",
-            "50",
-            "--restore-point-interval-ms",
-            "3600000",
-            "--lease-ttl-ms",
-            "3000",
-        ])
-        .env("MUSHROOMDB_BACKUP_LOG", "info")
+/// `serve` over the test's data dir and root, with the admin token.
+fn serve(d: &Dirs) -> Serve {
+    let mut cmd = support::serve::command(&d.base.join("data"), &d.root, &[]);
+    cmd.env("MUSHROOMDB_BACKUP_LOG", "info")
         .env("MUSHROOMDB_BACKUP_ADMIN_TOKEN", ADMIN);
-    let mut proc = Running::spawn("serve", cmd);
-    let addr = proc.wait_for("print its listening line", DEADLINE, |line| {
-        let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
-        v["listening"].as_str().map(str::to_string)
-    });
-    Server {
-        proc,
-        url: format!("http://{addr}"),
-    }
+    Serve::start("serve", cmd)
 }
 
 fn admin<T>(msg: T) -> tonic::Request<T> {
@@ -97,8 +73,8 @@ fn admin<T>(msg: T) -> tonic::Request<T> {
     r
 }
 
-async fn client(s: &Server) -> BackupControlClient<Channel> {
-    BackupControlClient::connect(s.url.clone()).await.unwrap()
+async fn client(s: &Serve) -> BackupControlClient<Channel> {
+    BackupControlClient::connect(s.url()).await.unwrap()
 }
 
 async fn register(c: &mut BackupControlClient<Channel>, dir: &Path, bucket: &Path) -> String {
@@ -128,7 +104,7 @@ async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreH
 /// server's output.
 async fn wait_health(
     c: &mut BackupControlClient<Channel>,
-    s: &Server,
+    s: &Serve,
     id: &str,
     what: &str,
     f: impl Fn(&proto::StoreHealth) -> bool,
@@ -140,7 +116,7 @@ async fn wait_health(
             return h;
         }
         if start.elapsed() > DEADLINE {
-            s.proc
+            s.child
                 .fail(&format!("store {id} never got {what}; last health: {h:?}"));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -151,7 +127,7 @@ async fn wait_health(
 /// kept refusing.
 async fn more_refused_steps(
     c: &mut BackupControlClient<Channel>,
-    s: &Server,
+    s: &Serve,
     id: &str,
     h: &proto::StoreHealth,
 ) {
@@ -301,7 +277,7 @@ async fn a_store_directory_swapped_for_a_link_out_of_its_root_or_for_another_dir
     more_refused_steps(&mut c, &server, &id, &h).await;
     assert_eq!(bucket_tree(&d.bucket), before);
     assert_eq!(holds(&d.bucket, b"REPLACEMENT-MARKER"), None);
-    server.proc.signal(libc::SIGTERM);
+    server.child.signal(libc::SIGTERM);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

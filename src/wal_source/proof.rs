@@ -20,7 +20,7 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 
-use super::{SourceError, io, read_snapshot_id};
+use super::{SourceError, io, read_snapshot_id, read_wal_header};
 use crate::store::dir::{FileKind, StoreDir};
 use crate::store::disk::WAL_FILE;
 use crate::store::format::{CHECK_CHUNK, WAL_HEADER_LEN, WalHeader, WalPosition, check_wal};
@@ -54,13 +54,7 @@ pub(super) fn check(
     let Some(mut f) = dir.open(WAL_FILE, FileKind::Store)? else {
         return Err(io(&path)(std::io::ErrorKind::NotFound.into()));
     };
-    let meta = f.metadata().map_err(io(&path))?;
-    let mut head = [0u8; WAL_HEADER_LEN];
-    f.read_exact(&mut head).map_err(io(&path))?;
-    let header = WalHeader::decode(&head).map_err(|source| SourceError::Format {
-        path: path.clone(),
-        source,
-    })?;
+    let (meta, header) = read_wal_header(&mut f, &path)?;
     let contradicted = |why: String| Ok(Verdict::Contradicted(why));
     if pos.wal_id != header.wal_id {
         if pos.commit_seq > header.floor {
