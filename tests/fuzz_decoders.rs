@@ -930,7 +930,7 @@ impl Target for ClaimTarget {
     }
 }
 
-// --- The lease object (src/lease.rs).
+// --- The lease object (src/lease/mod.rs).
 
 struct LeaseTarget;
 impl Target for LeaseTarget {
