@@ -57,12 +57,6 @@ pub fn i32_of(n: i64) -> i32 {
     i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
 }
 
-/// A `u64` as an `f64` for a gauge: exact below 2^53, the nearest double above.
-#[allow(clippy::cast_precision_loss)]
-pub fn f64_of(n: u64) -> f64 {
-    n as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

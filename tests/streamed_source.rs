@@ -172,8 +172,10 @@ async fn no_stream_no_reports_and_a_closed_source_refuses_streams() {
     s.report(p6);
     assert_eq!(position(&source).await, p6);
     drop(s);
-    assert_eq!(source.streams(), 0);
     assert_eq!(position(&source).await, p6);
+    // Detached: the local source again, not the last report.
+    let p8 = commit(&mut engine, 2);
+    assert_eq!(position(&source).await, p8);
 
     let s = source.attach("node").unwrap();
     source.close();

@@ -240,9 +240,6 @@ impl WalSource for Stale {
     fn request_refresh(&self) {
         self.refreshes.fetch_add(1, Ordering::SeqCst);
     }
-    fn kind(&self) -> &'static str {
-        "stale"
-    }
 }
 
 #[tokio::test]

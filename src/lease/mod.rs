@@ -54,7 +54,9 @@
 //! and write only when the object is absent or was observed unchanged for a TTL; two processes
 //! starting at once can both believe they hold it. A renewal reads the object first and gives
 //! up the lease when it is not the one this holder last wrote (a GET and a PUT per renewal).
-//! [`BucketLease::is_conditional`] says so, for health to report.
+//! [`LeaseStatus::conditional`] (and [`BucketLease::is_conditional`]) say which mode a lease is
+//! in; health's `conditional_writes` is taken from the configuration the worker was spawned
+//! with (the lease's and the worker's setting together), not from here.
 //!
 //! # Timings (TTL = 30 s by default, [`TTL_ENV`])
 //! - renewal every TTL/3 (10 s); a failed one again after [`RENEW_RETRY`] (1 s);

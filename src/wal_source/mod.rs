@@ -27,7 +27,6 @@
 //! `snapshot.bin`, `store.lock`) is opened relative to the directory opened once, not
 //! following links, regular files only; `wal.position` is read only below [`RECORD_CAP`].
 //!
-//! The streamed source (a node's `ReportPosition` stream) lives with the gRPC service.
 //! [`WalSource::request_refresh`] is the worker's catch-up request, sent when the files on disk
 //! show a snapshot or WAL the source has not reported; sources that read the disk themselves
 //! ignore it.
@@ -88,9 +87,6 @@ pub trait WalSource: Send + Sync + 'static {
     fn problem(&self) -> Option<String> {
         None
     }
-
-    /// A short name for health and logs.
-    fn kind(&self) -> &'static str;
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
@@ -144,10 +140,6 @@ impl WalSource for FileSource {
             FileSource::read(&store)
         })
         .await
-    }
-
-    fn kind(&self) -> &'static str {
-        "file"
     }
 }
 
@@ -342,10 +334,6 @@ impl WalSource for OfflineSource {
         })
         .await
     }
-
-    fn kind(&self) -> &'static str {
-        "offline"
-    }
 }
 
 /// The file source while an engine holds `store.lock`, the offline source otherwise.
@@ -413,10 +401,6 @@ impl WalSource for LocalSource {
         });
         Ok(position)
     }
-
-    fn kind(&self) -> &'static str {
-        "local"
-    }
 }
 
 /// A position read from an embedded engine.
@@ -436,10 +420,6 @@ impl InProcessSource {
 impl WalSource for InProcessSource {
     async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
         Ok((self.read)())
-    }
-
-    fn kind(&self) -> &'static str {
-        "in-process"
     }
 }
 

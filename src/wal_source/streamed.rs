@@ -186,9 +186,9 @@ impl StreamedSource {
         self.closed.cancel();
     }
 
-    /// Streams attached now.
-    pub fn streams(&self) -> usize {
-        self.state.lock().expect("not poisoned").streams.len()
+    /// Whether any stream is attached now.
+    fn attached(&self) -> bool {
+        !self.state.lock().expect("not poisoned").streams.is_empty()
     }
 
     /// Reports the files contradicted (and that were dropped), since this source was made.
@@ -290,7 +290,7 @@ impl StreamedSource {
 #[async_trait::async_trait]
 impl WalSource for StreamedSource {
     async fn durable_wal_position(&self) -> Result<WalPosition, SourceError> {
-        if self.streams() > 0 {
+        if self.attached() {
             let checked = self.check_reports().await;
             let s = self.state.lock().expect("not poisoned");
             if let Some(m) = s.mark {
@@ -327,9 +327,5 @@ impl WalSource for StreamedSource {
         } else {
             format!("{first} (and on {others} more stream(s)); {dropped} report(s) dropped so far")
         })
-    }
-
-    fn kind(&self) -> &'static str {
-        "streamed"
     }
 }
