@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
 use crate::bucket::{BucketError, DynBucket, PutCondition};
@@ -57,6 +58,8 @@ pub struct LeaseAcquirer {
     config: LeaseConfig,
     /// The ETag of the lease object at the last look, and when it was first seen.
     observed: Option<Observed>,
+    /// Where an acquired lease's renewal task is spawned.
+    tasks: TaskTracker,
 }
 
 struct Observed {
@@ -71,7 +74,15 @@ impl LeaseAcquirer {
             bucket,
             config,
             observed: None,
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// Spawns the renewal task of every lease acquired through `tasks` (by default, a tracker
+    /// of this acquirer's own), so that whoever waits on `tasks` waits for it too.
+    pub fn tracked(mut self, tasks: TaskTracker) -> Self {
+        self.tasks = tasks;
+        self
     }
 
     pub fn config(&self) -> &LeaseConfig {
@@ -205,6 +216,7 @@ impl LeaseAcquirer {
                     record,
                     etag,
                     started,
+                    &self.tasks,
                 );
                 Ok(Some(lease))
             }
