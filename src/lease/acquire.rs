@@ -7,6 +7,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backoff::Backoff;
+
 use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
 use crate::bucket::{BucketError, DynBucket, PutCondition};
 use crate::manifest::LEASE_KEY;
@@ -49,6 +51,15 @@ impl Acquisition {
             },
         }
     }
+}
+
+/// An attempt of [`LeaseAcquirer::acquire_observed`] that did not acquire the lease.
+#[derive(Debug)]
+pub enum Attempt<'a> {
+    /// The bucket answered: another instance holds the lease.
+    HeldElsewhere(&'a Acquisition),
+    /// The request failed.
+    Failed(&'a LeaseError),
 }
 
 /// Acquires the lease of one prefix, remembering across attempts which version of the lease
@@ -163,21 +174,60 @@ impl LeaseAcquirer {
     /// Tries until the lease is acquired, waiting as [`Acquisition::HeldElsewhere`] says (and a
     /// third of a TTL after a failed request), until `cancel` is cancelled.
     pub async fn acquire(&mut self, cancel: &CancellationToken) -> Result<BucketLease, LeaseError> {
+        let every = self.config.renew_every();
+        let mut backoff = Backoff::new(every, every);
+        let store = self.config.store.clone();
+        self.acquire_observed(cancel, &mut backoff, |attempt| match attempt {
+            Attempt::HeldElsewhere(Acquisition::HeldElsewhere {
+                retry_in, holder, ..
+            }) => {
+                tracing::debug!(%holder, ?retry_in, "the bucket lease is held elsewhere");
+            }
+            Attempt::HeldElsewhere(_) => {}
+            Attempt::Failed(e) => {
+                tracing::warn!(%store, "acquiring the bucket lease: {e}");
+            }
+        })
+        .await
+    }
+
+    /// The one acquisition loop: tries until the lease is acquired or `cancel` is cancelled,
+    /// telling `observe` of every attempt that did not acquire it. While another instance holds
+    /// it, waits as [`Acquisition::HeldElsewhere`] says (and resets `backoff`: the bucket
+    /// answered); after a failed request, waits `backoff`'s next delay.
+    ///
+    /// `cancel` is checked before every attempt and races every wait, but never an attempt in
+    /// flight: an attempt dropped after its write landed would leave a lease this process holds
+    /// and never releases, so a successor would wait out its TTL.
+    pub async fn acquire_observed(
+        &mut self,
+        cancel: &CancellationToken,
+        backoff: &mut Backoff,
+        mut observe: impl FnMut(Attempt<'_>),
+    ) -> Result<BucketLease, LeaseError> {
         loop {
-            let wait = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(LeaseError::Cancelled),
-                attempt = self.try_acquire() => match attempt {
-                    Ok(Acquisition::Acquired(lease)) => return Ok(lease),
-                    Ok(Acquisition::HeldElsewhere { retry_in, holder, .. }) => {
-                        tracing::debug!(%holder, ?retry_in, "the bucket lease is held elsewhere");
-                        retry_in
+            if cancel.is_cancelled() {
+                return Err(LeaseError::Cancelled);
+            }
+            let wait = {
+                match self.try_acquire().await {
+                    Ok(Acquisition::Acquired(lease)) => {
+                        backoff.reset();
+                        return Ok(lease);
+                    }
+                    Ok(other) => {
+                        backoff.reset();
+                        observe(Attempt::HeldElsewhere(&other));
+                        match other {
+                            Acquisition::HeldElsewhere { retry_in, .. } => retry_in,
+                            Acquisition::Acquired(_) => unreachable!("matched above"),
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(store = %self.config.store, "acquiring the bucket lease: {e}");
-                        self.config.renew_every()
+                        observe(Attempt::Failed(&e));
+                        backoff.next_delay()
                     }
-                },
+                }
             };
             tokio::select! {
                 biased;

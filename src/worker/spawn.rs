@@ -54,7 +54,7 @@ use crate::backoff::Backoff;
 use crate::health::{
     self, Activity, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState,
 };
-use crate::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
+use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
 use crate::wal_source::WalSource;
 
 /// What the serve loop tells the worker, over a watch channel.
@@ -307,79 +307,75 @@ impl Runner {
 
     async fn acquire_and_hold(&mut self) -> String {
         loop {
-            if self.token.is_cancelled() {
-                return "shut down".into();
-            }
-            let wait = match self.acquirer.try_acquire().await {
-                Ok(Acquisition::Acquired(lease)) => {
-                    self.backoff.reset();
-                    self.record(|s| s.lease = Some(LeaseState::Holding));
-                    super::BackupCounters::add(&self.worker.counters.lease_acquisitions, 1);
-                    tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
-                    self.worker.forget_view();
-                    match self.hold(&lease).await {
-                        Holding::Shutdown => {
-                            if self.flush.flush() {
-                                self.flush_under(&lease).await;
-                            }
-                            let _ = lease.release().await;
-                            self.record(|s| s.lease = Some(LeaseState::Released));
-                            return "shut down".into();
-                        }
-                        Holding::Lost => {
-                            self.record(|s| s.lease = Some(lease.status().state));
-                            super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
-                            tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
-                            drop(lease);
-                            Duration::ZERO
-                        }
-                        Holding::ConcurrentWriter => {
-                            super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
-                            let _ = lease.release().await;
-                            self.record(|s| s.lease = Some(LeaseState::Released));
-                            self.backoff.next_delay()
-                        }
-                        Holding::Refused => {
-                            let _ = lease.release().await;
-                            self.record(|s| {
-                                s.lease = Some(LeaseState::Released);
-                                s.activity = Activity::Refused;
-                            });
-                            self.worker.config.refused_retry
-                        }
-                    }
-                }
-                Ok(other) => {
-                    let retry_in = match &other {
-                        Acquisition::HeldElsewhere { retry_in, .. } => *retry_in,
-                        Acquisition::Acquired(_) => unreachable!("matched above"),
-                    };
-                    // The bucket answered: whatever failed before is over.
-                    self.backoff.reset();
-                    self.record(|s| {
+            let lease = {
+                let (status, dir) = (&self.status, self.worker.dir.display());
+                let observe = |attempt: Attempt<'_>| match attempt {
+                    Attempt::HeldElsewhere(other) => record(status, |s| {
                         let state = other.state();
                         if let LeaseState::HeldElsewhere { holder, host, .. } = &state {
                             s.activity = Activity::WaitingForLease {
                                 holder: format!("{holder}@{host}"),
                             };
                         }
+                        // The bucket answered: whatever failed before is over.
                         s.lease = Some(state);
                         s.consecutive_failures = 0;
-                    });
-                    retry_in
+                    }),
+                    Attempt::Failed(e) => {
+                        tracing::warn!(store = %dir, error = %e, "acquiring the bucket lease failed");
+                        record(status, |s| {
+                            s.consecutive_failures += 1;
+                            s.last_error = Some(e.to_string());
+                            s.activity = Activity::AcquiringLease;
+                        });
+                    }
+                };
+                match self
+                    .acquirer
+                    .acquire_observed(&self.token, &mut self.backoff, observe)
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(_) => return "shut down".into(),
                 }
-                Err(e) => {
-                    tracing::warn!(store = %self.worker.dir.display(), error = %e, "acquiring the bucket lease failed");
-                    self.record(|s| {
-                        s.consecutive_failures += 1;
-                        s.last_error = Some(e.to_string());
-                        s.activity = Activity::AcquiringLease;
-                    });
+            };
+            self.record(|s| s.lease = Some(LeaseState::Holding));
+            super::BackupCounters::add(&self.worker.counters.lease_acquisitions, 1);
+            tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
+            self.worker.forget_view();
+            let wait = match self.hold(&lease).await {
+                Holding::Shutdown => {
+                    if self.flush.flush() {
+                        self.flush_under(&lease).await;
+                    }
+                    let _ = lease.release().await;
+                    self.record(|s| s.lease = Some(LeaseState::Released));
+                    return "shut down".into();
+                }
+                Holding::Lost => {
+                    self.record(|s| s.lease = Some(lease.status().state));
+                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
+                    drop(lease);
+                    Duration::ZERO
+                }
+                Holding::ConcurrentWriter => {
+                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    let _ = lease.release().await;
+                    self.record(|s| s.lease = Some(LeaseState::Released));
                     self.backoff.next_delay()
+                }
+                Holding::Refused => {
+                    let _ = lease.release().await;
+                    self.record(|s| {
+                        s.lease = Some(LeaseState::Released);
+                        s.activity = Activity::Refused;
+                    });
+                    self.worker.config.refused_retry
                 }
             };
             tokio::select! {
-                _ = self.token.cancelled() => {}
+                _ = self.token.cancelled() => return "shut down".into(),
                 _ = tokio::time::sleep(wait) => {}
             }
         }
