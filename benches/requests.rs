@@ -355,7 +355,8 @@ async fn measure(scenario: Scenario, k: f64, window: Duration, root: &Path) -> M
         holder: format!("requests-bench-{}", scenario.name),
         ..LeaseConfig::new(format!("bench-{}", scenario.name))
     };
-    let handle = worker.spawn(lease, CancellationToken::new());
+    let tasks = tokio_util::task::TaskTracker::new();
+    let handle = worker.spawn(lease, CancellationToken::new(), &tasks);
 
     wait_for(&handle, "the first restore point", |h| {
         h.lease_held && h.restore_point_commit_seq >= INITIAL_COMMITS

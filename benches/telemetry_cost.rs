@@ -249,6 +249,7 @@ fn child(on: bool) {
             consecutive_failures: 0,
             last_error: None,
             worker: WorkerState::Running,
+            activity: String::new(),
         };
         telemetry::record_store("bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");

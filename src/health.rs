@@ -7,19 +7,24 @@
 //! [`StoreHealth`] every `wal_interval`, whatever the worker is doing: it reads the durable
 //! position from the WAL source itself, so data left unshipped by a stuck worker shows as lag.
 //!
-//! Unhealthy, each with its reason, in this order of precedence:
+//! Unhealthy, each with its reason, in this order of precedence (the order in which
+//! [`evaluate`] checks them, so `reason` is the first that holds and `reasons` lists them so):
 //! 1. the worker task exited or panicked;
 //! 2. the store directory is refused: it left its allowed root or was replaced, or a file in
 //!    it is not a regular file of a sane size (see [`crate::store::dir`]), naming the path
 //!    (and the root) — the worker reads and uploads nothing from it meanwhile;
 //! 3. the prefix is refused (lineage), naming the cause;
-//! 4. another instance holds the bucket lease, naming the holder;
+//! 4. not holding the bucket lease: another instance holds it (naming the holder), or it was
+//!    lost, or released while the worker runs (after a refused write), or not acquired yet
+//!    (starting);
 //! 5. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
 //!    consecutive failed steps, naming the last error;
-//! 5. the WAL source refuses what it is told (a node reported a position the store's files
+//! 6. the WAL source refuses what it is told (a node reported a position the store's files
 //!    contradict, see [`crate::wal_source::streamed`]), naming what and who, while it holds;
-//! 6. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
-//! 7. not holding the lease yet (starting) or any more (lost, or released after a refused write).
+//! 7. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`.
+//!
+//! Health also says what the runner is doing ([`StoreHealth::activity`]: waiting for the
+//! lease, stepping, retrying, flushing…), so a step that hangs shows before the lag limit.
 //!
 //! Conditional writes being off is not unhealthy, but health says so in `notes`.
 
@@ -56,6 +61,50 @@ pub struct RunnerStatus {
     /// [`WalSource::problem`](crate::wal_source::WalSource::problem), as the supervisor last
     /// read it.
     pub source_problem: Option<String>,
+    /// What the runner is doing now (coarse: it changes per step, not per request).
+    pub activity: Activity,
+}
+
+/// What the runner is doing, for [`StoreHealth::activity`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Activity {
+    #[default]
+    Starting,
+    /// Trying to acquire the bucket lease.
+    AcquiringLease,
+    /// Another instance holds the lease (`holder@host`).
+    WaitingForLease { holder: String },
+    /// A step is running (resuming, uploading a generation, shipping a segment, writing a
+    /// restore point or running retention).
+    Stepping,
+    /// Holding the lease, nothing to do until the next tick.
+    Idle,
+    /// A step failed; the next one is due after a backoff.
+    Retrying,
+    /// Waiting to check a refused prefix again, without the lease.
+    Refused,
+    /// The last flush before shutdown.
+    Flushing,
+    /// The runner returned.
+    Stopped,
+}
+
+impl std::fmt::Display for Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Activity::Starting => f.write_str("starting"),
+            Activity::AcquiringLease => f.write_str("acquiring the bucket lease"),
+            Activity::WaitingForLease { holder } => {
+                write!(f, "waiting for the bucket lease (held by {holder})")
+            }
+            Activity::Stepping => f.write_str("stepping"),
+            Activity::Idle => f.write_str("idle"),
+            Activity::Retrying => f.write_str("retrying after a failed step"),
+            Activity::Refused => f.write_str("waiting to check the refused prefix again"),
+            Activity::Flushing => f.write_str("flushing"),
+            Activity::Stopped => f.write_str("stopped"),
+        }
+    }
 }
 
 impl Default for RunnerStatus {
@@ -69,6 +118,7 @@ impl Default for RunnerStatus {
             consecutive_failures: 0,
             last_error: None,
             source_problem: None,
+            activity: Activity::Starting,
         }
     }
 }
@@ -110,10 +160,15 @@ pub struct StoreHealth {
     pub consecutive_failures: u32,
     pub last_error: Option<String>,
     pub worker: WorkerState,
+    /// What the runner is doing ([`Activity`]); not part of [`Self::same_state`], so a change
+    /// of it alone is not a change of health (watchers are not woken per step).
+    #[serde(default)]
+    pub activity: String,
 }
 
 impl StoreHealth {
-    /// The same health but for what changes on every tick (the lag's exact value).
+    /// The same health but for what changes on every tick (the lag's exact value) and the
+    /// activity.
     pub fn same_state(&self, other: &StoreHealth) -> bool {
         // Every field named (no `..`), so a new field cannot be forgotten here; no clones, as
         // this runs for every store at every tick.
@@ -131,6 +186,7 @@ impl StoreHealth {
             consecutive_failures,
             last_error,
             worker,
+            activity: _,
         } = self;
         *healthy == other.healthy
             && *reason == other.reason
@@ -248,6 +304,7 @@ pub fn evaluate(
         consecutive_failures: status.consecutive_failures,
         last_error: status.last_error.clone(),
         worker: status.worker.clone(),
+        activity: status.activity.to_string(),
     }
 }
 

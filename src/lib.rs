@@ -20,6 +20,7 @@
     clippy::cast_sign_loss
 )]
 
+pub mod backoff;
 pub mod bucket;
 pub mod health;
 pub mod lease;

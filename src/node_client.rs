@@ -249,6 +249,8 @@ pub struct NodeClient {
     shared: Arc<Shared>,
     stop: CancellationToken,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Tracks `task`: after `close`, nothing the client spawned is left running.
+    tasks: tokio_util::task::TaskTracker,
     close_timeout: Duration,
 }
 
@@ -291,12 +293,16 @@ impl NodeClient {
             shared: shared.clone(),
             stop: stop.clone(),
         };
-        let handle = tokio::spawn(task.run());
+        // The client's one long-lived task, tracked; `close` waits for it.
+        let tasks = tokio_util::task::TaskTracker::new();
+        let handle = tasks.spawn(task.run());
+        tasks.close();
         Ok(NodeClient {
             newest,
             shared,
             stop,
             task: Mutex::new(Some(handle)),
+            tasks,
             close_timeout: config.close_timeout,
         })
     }
@@ -387,6 +393,8 @@ impl NodeClient {
             handle.abort();
             tracing::warn!("the position stream did not end in time; dropped it");
         }
+        // An aborted task ends at its next poll.
+        self.tasks.wait().await;
         self.shared.set_state(ConnectionState::Closed);
     }
 }
@@ -460,8 +468,8 @@ enum Ended {
 
 impl Task {
     async fn run(mut self) {
-        let mut backoff = self.config.first_backoff;
-        let mut attempt = 0u32;
+        let mut backoff =
+            crate::backoff::Backoff::new(self.config.first_backoff, self.config.max_backoff);
         loop {
             self.shared.set_state(ConnectionState::Connecting);
             match self.once().await {
@@ -481,24 +489,21 @@ impl Task {
                         return;
                     }
                     if accepted {
-                        backoff = self.config.first_backoff;
-                        attempt = 0;
+                        backoff.reset();
                     }
-                    attempt += 1;
-                    tracing::warn!(error = %error, retry_in = ?backoff, "position stream down");
+                    let delay = backoff.next_delay();
+                    let attempt = backoff.attempts();
+                    tracing::warn!(error = %error, retry_in = ?delay, "position stream down");
                     self.shared.set_error(error);
-                    self.shared.set_state(ConnectionState::Backoff {
-                        attempt,
-                        delay: backoff,
-                    });
+                    self.shared
+                        .set_state(ConnectionState::Backoff { attempt, delay });
                     tokio::select! {
                         _ = self.stop.cancelled() => {
                             self.shared.set_state(ConnectionState::Closed);
                             return;
                         }
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(self.config.max_backoff);
                 }
             }
         }

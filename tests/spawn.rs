@@ -18,6 +18,7 @@ use mushroom_backup::manifest::{self, Latest};
 use mushroom_backup::worker::{BackupHandle, BackupTrigger, WorkerConfig};
 use support::store::{config, fs_bucket, worker, write};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 fn lease(holder: &str) -> LeaseConfig {
     LeaseConfig {
@@ -62,14 +63,20 @@ async fn the_second_worker_ships_nothing_names_the_holder_and_takes_over_after_r
     let t = tempfile::tempdir().unwrap();
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 300, 0, 0);
-    let first =
-        worker(&store, fs_bucket(&root), fast()).spawn(lease("first"), CancellationToken::new());
+    let first = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("first"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
     wait_for(&first, "the first to ship", |h| {
         h.healthy && h.shipped_commit_seq == 300
     })
     .await;
-    let second =
-        worker(&store, fs_bucket(&root), fast()).spawn(lease("second"), CancellationToken::new());
+    let second = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("second"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
     let h = wait_for(&second, "the second to see the holder", |h| {
         !h.lease_holder.is_empty()
     })
@@ -133,7 +140,11 @@ async fn a_lease_held_elsewhere_is_unhealthy_and_names_its_holder() {
     else {
         panic!("the test could not take the lease")
     };
-    let w = worker(&store, b.clone(), fast()).spawn(lease("me"), CancellationToken::new());
+    let w = worker(&store, b.clone(), fast()).spawn(
+        lease("me"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
     let h = wait_for(&w, "held elsewhere", |h| {
         h.reason.contains("other-instance")
     })
@@ -166,7 +177,8 @@ async fn consecutive_failures_are_unhealthy_with_the_last_error() {
         }
     });
     let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
-    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let w =
+        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
     let h = wait_for(&w, "failures", |h| h.consecutive_failures >= 5).await;
     assert!(!h.healthy);
     assert!(
@@ -195,7 +207,8 @@ async fn unshipped_durable_data_is_unhealthy_lag() {
         }
     });
     let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
-    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let w =
+        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
     let h = wait_for(&w, "lag", |h| h.reason.contains("unshipped")).await;
     assert!(
         h.durable_commit_seq == 10 && h.shipped_commit_seq == 0,
@@ -215,7 +228,11 @@ async fn a_refused_prefix_is_unhealthy_with_the_cause_and_releases_the_lease() {
         .await
         .unwrap();
     write(&b_store, 80, 0, 0);
-    let w = worker(&b_store, fs_bucket(&root), fast()).spawn(lease("me"), CancellationToken::new());
+    let w = worker(&b_store, fs_bucket(&root), fast()).spawn(
+        lease("me"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
     let h = wait_for(&w, "refused", |h| h.reason.contains("prefix refused")).await;
     assert!(h.reason.contains("no backup.lineage"), "{}", h.reason);
     wait_for(&w, "the lease released", |_| true).await;
@@ -243,7 +260,8 @@ async fn a_panicking_worker_is_reported_unhealthy_never_healthy() {
         Fault::Pass
     });
     let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
-    let w = worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new());
+    let w =
+        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
     let h = wait_for(&w, "the panic", |h| {
         matches!(h.worker, WorkerState::Panicked(_))
     })
@@ -266,7 +284,11 @@ async fn a_worker_that_exited_is_unhealthy() {
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 10, 0, 0);
     let token = CancellationToken::new();
-    let w = worker(&store, fs_bucket(&root), fast()).spawn(lease("me"), token.clone());
+    let w = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("me"),
+        token.clone(),
+        &TaskTracker::new(),
+    );
     wait_for(&w, "healthy", |h| h.healthy).await;
     token.cancel();
     let h = wait_for(&w, "exited", |h| matches!(h.worker, WorkerState::Exited(_))).await;
@@ -283,7 +305,11 @@ async fn a_refused_latest_drops_the_lease_and_the_worker_starts_over() {
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 100, 0, 0);
     let b = fs_bucket(&root);
-    let w = worker(&store, b.clone(), fast()).spawn(lease("me"), CancellationToken::new());
+    let w = worker(&store, b.clone(), fast()).spawn(
+        lease("me"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
     wait_for(&w, "a first restore point", |h| {
         h.restore_point_commit_seq == 100
     })
@@ -310,4 +336,102 @@ async fn a_refused_latest_drops_the_lease_and_the_worker_starts_over() {
     let now = Latest::decode(&b.get(manifest::LATEST_KEY).await.unwrap().data).unwrap();
     assert_eq!(now.commit_seq, 120);
     w.shutdown(false).await;
+}
+
+#[tokio::test]
+async fn after_shutdown_nothing_the_worker_spawned_is_left_running() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let tasks = TaskTracker::new();
+    let w = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("me"),
+        CancellationToken::new(),
+        &tasks,
+    );
+    wait_for(&w, "the lease held and a restore point", |h| {
+        h.lease_held && h.restore_point_commit_seq == 10
+    })
+    .await;
+    // Runner, supervisor, end-watcher and the lease's renewal task.
+    assert!(tasks.len() >= 4, "{} tasks tracked", tasks.len());
+    assert!(matches!(w.shutdown(true).await, WorkerState::Exited(_)));
+    tasks.close();
+    tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+        .await
+        .expect("every tracked task ended");
+    assert!(tasks.is_empty(), "{} tasks still running", tasks.len());
+}
+
+#[tokio::test]
+async fn dropping_the_trigger_channel_does_not_stop_the_worker() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let tasks = TaskTracker::new();
+    let token = CancellationToken::new();
+    let w = worker(&store, fs_bucket(&root), fast()).spawn(lease("me"), token.clone(), &tasks);
+    let mut health = w.watch_health();
+    let counters = w.counters();
+    wait_for(&w, "healthy", |h| h.healthy).await;
+    drop(w);
+    // Still running: it ships what becomes durable later.
+    write(&store, 5, 0, 0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while counters.shipped_commit_seq.load(Ordering::Relaxed) < 15 {
+        assert!(tokio::time::Instant::now() < deadline, "the worker stopped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(health.borrow_and_update().worker, WorkerState::Running);
+    token.cancel();
+    tasks.close();
+    tokio::time::timeout(Duration::from_secs(10), tasks.wait())
+        .await
+        .expect("the token stops it");
+}
+
+#[tokio::test]
+async fn health_says_what_the_runner_is_doing() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 10, 0, 0);
+    let first = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("first"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
+    poll_for(&first, "idle", |h| h.lease_held && h.activity == "idle").await;
+    let second = worker(&store, fs_bucket(&root), fast()).spawn(
+        lease("second"),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    );
+    let h = poll_for(&second, "waiting for the lease", |h| {
+        h.activity.starts_with("waiting for the bucket lease")
+    })
+    .await;
+    assert!(h.activity.contains("first@"), "{h:#?}");
+    first.shutdown(false).await;
+    second.shutdown(false).await;
+}
+
+/// Polls health (up to 20 s) until it satisfies `pred`: the activity alone changing does not
+/// wake a watcher of health (see `StoreHealth::same_state`), so [`wait_for`] would not see it.
+async fn poll_for(
+    h: &BackupHandle,
+    what: &str,
+    pred: impl Fn(&StoreHealth) -> bool,
+) -> StoreHealth {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = h.health();
+        if pred(&now) {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; health is {now:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

@@ -413,6 +413,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         consecutive_failures: 0,
         last_error: None,
         worker: WorkerState::Running,
+        activity: String::new(),
     }
 }
 

@@ -84,7 +84,8 @@ impl Retrying {
         Fut: Future<Output = Result<T, BucketError>>,
     {
         let mut earlier_indeterminate = false;
-        let mut delay = self.policy.first_delay;
+        let mut backoff =
+            crate::backoff::Backoff::new(self.policy.first_delay, self.policy.max_delay);
         let max_attempts = self.policy.max_attempts.max(1);
         let mut number = 1;
         loop {
@@ -110,6 +111,7 @@ impl Retrying {
                     earlier_indeterminate,
                 };
             }
+            let delay = backoff.next_delay();
             tracing::info!(op, key, attempt = number, ?delay, "retrying: {e}");
             earlier_indeterminate |= e.is_indeterminate();
             tokio::select! {
@@ -119,7 +121,6 @@ impl Retrying {
                 }
                 _ = tokio::time::sleep(delay) => {}
             }
-            delay = delay.saturating_mul(2).min(self.policy.max_delay);
             number += 1;
         }
     }

@@ -75,7 +75,8 @@ async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode
     let mut lease = LeaseConfig::from_env(a.store.display().to_string())?;
     lease.conditional = lease.conditional && a.settings.conditional_on(&Default::default())?;
     let shutdown = super::shutdown_token();
-    let handle = worker.spawn(lease, shutdown.clone());
+    let tasks = tokio_util::task::TaskTracker::new();
+    let handle = worker.spawn(lease, shutdown.clone(), &tasks);
     let mut health = handle.watch_health();
     let counters = handle.counters();
     let log = tokio::spawn(async move {
@@ -114,6 +115,8 @@ async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode
     });
     let counters = handle.counters();
     let ended = handle.wait().await;
+    tasks.close();
+    tasks.wait().await;
     log.abort();
     println!("{}", summary(&counters, 0));
     match ended {

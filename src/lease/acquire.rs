@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backoff::Backoff;
 
 use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
 use crate::bucket::{BucketError, DynBucket, PutCondition};
@@ -50,6 +53,15 @@ impl Acquisition {
     }
 }
 
+/// An attempt of [`LeaseAcquirer::acquire_observed`] that did not acquire the lease.
+#[derive(Debug)]
+pub enum Attempt<'a> {
+    /// The bucket answered: another instance holds the lease.
+    HeldElsewhere(&'a Acquisition),
+    /// The request failed.
+    Failed(&'a LeaseError),
+}
+
 /// Acquires the lease of one prefix, remembering across attempts which version of the lease
 /// object this process saw first and when (on its own monotonic clock).
 pub struct LeaseAcquirer {
@@ -57,6 +69,8 @@ pub struct LeaseAcquirer {
     config: LeaseConfig,
     /// The ETag of the lease object at the last look, and when it was first seen.
     observed: Option<Observed>,
+    /// Where an acquired lease's renewal task is spawned.
+    tasks: TaskTracker,
 }
 
 struct Observed {
@@ -71,7 +85,15 @@ impl LeaseAcquirer {
             bucket,
             config,
             observed: None,
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// Spawns the renewal task of every lease acquired through `tasks` (by default, a tracker
+    /// of this acquirer's own), so that whoever waits on `tasks` waits for it too.
+    pub fn tracked(mut self, tasks: TaskTracker) -> Self {
+        self.tasks = tasks;
+        self
     }
 
     pub fn config(&self) -> &LeaseConfig {
@@ -152,21 +174,60 @@ impl LeaseAcquirer {
     /// Tries until the lease is acquired, waiting as [`Acquisition::HeldElsewhere`] says (and a
     /// third of a TTL after a failed request), until `cancel` is cancelled.
     pub async fn acquire(&mut self, cancel: &CancellationToken) -> Result<BucketLease, LeaseError> {
+        let every = self.config.renew_every();
+        let mut backoff = Backoff::new(every, every);
+        let store = self.config.store.clone();
+        self.acquire_observed(cancel, &mut backoff, |attempt| match attempt {
+            Attempt::HeldElsewhere(Acquisition::HeldElsewhere {
+                retry_in, holder, ..
+            }) => {
+                tracing::debug!(%holder, ?retry_in, "the bucket lease is held elsewhere");
+            }
+            Attempt::HeldElsewhere(_) => {}
+            Attempt::Failed(e) => {
+                tracing::warn!(%store, "acquiring the bucket lease: {e}");
+            }
+        })
+        .await
+    }
+
+    /// The one acquisition loop: tries until the lease is acquired or `cancel` is cancelled,
+    /// telling `observe` of every attempt that did not acquire it. While another instance holds
+    /// it, waits as [`Acquisition::HeldElsewhere`] says (and resets `backoff`: the bucket
+    /// answered); after a failed request, waits `backoff`'s next delay.
+    ///
+    /// `cancel` is checked before every attempt and races every wait, but never an attempt in
+    /// flight: an attempt dropped after its write landed would leave a lease this process holds
+    /// and never releases, so a successor would wait out its TTL.
+    pub async fn acquire_observed(
+        &mut self,
+        cancel: &CancellationToken,
+        backoff: &mut Backoff,
+        mut observe: impl FnMut(Attempt<'_>),
+    ) -> Result<BucketLease, LeaseError> {
         loop {
-            let wait = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(LeaseError::Cancelled),
-                attempt = self.try_acquire() => match attempt {
-                    Ok(Acquisition::Acquired(lease)) => return Ok(lease),
-                    Ok(Acquisition::HeldElsewhere { retry_in, holder, .. }) => {
-                        tracing::debug!(%holder, ?retry_in, "the bucket lease is held elsewhere");
-                        retry_in
+            if cancel.is_cancelled() {
+                return Err(LeaseError::Cancelled);
+            }
+            let wait = {
+                match self.try_acquire().await {
+                    Ok(Acquisition::Acquired(lease)) => {
+                        backoff.reset();
+                        return Ok(lease);
+                    }
+                    Ok(other) => {
+                        backoff.reset();
+                        observe(Attempt::HeldElsewhere(&other));
+                        match other {
+                            Acquisition::HeldElsewhere { retry_in, .. } => retry_in,
+                            Acquisition::Acquired(_) => unreachable!("matched above"),
+                        }
                     }
                     Err(e) => {
-                        tracing::warn!(store = %self.config.store, "acquiring the bucket lease: {e}");
-                        self.config.renew_every()
+                        observe(Attempt::Failed(&e));
+                        backoff.next_delay()
                     }
-                },
+                }
             };
             tokio::select! {
                 biased;
@@ -205,6 +266,7 @@ impl LeaseAcquirer {
                     record,
                     etag,
                     started,
+                    &self.tasks,
                 );
                 Ok(Some(lease))
             }

@@ -96,6 +96,7 @@ impl BucketLease {
         record: LeaseRecord,
         etag: String,
         started: Instant,
+        tasks: &tokio_util::task::TaskTracker,
     ) -> BucketLease {
         let deadline = started + config.may_write_for();
         tracing::info!(store = %config.store, holder = %config.holder, "holding the bucket lease");
@@ -113,7 +114,7 @@ impl BucketLease {
             }),
         });
         let stop = CancellationToken::new();
-        let task = tokio::spawn(renew_loop(shared.clone(), stop.clone(), started));
+        let task = tasks.spawn(renew_loop(shared.clone(), stop.clone(), started));
         BucketLease {
             handle: LeaseHandle { shared },
             stop,

@@ -77,7 +77,7 @@ use crate::bucket::BucketError;
 mod acquire;
 mod holding;
 
-pub use acquire::{Acquisition, LeaseAcquirer};
+pub use acquire::{Acquisition, Attempt, LeaseAcquirer};
 pub use holding::{BucketLease, LeaseHandle};
 
 /// The default TTL of a lease.

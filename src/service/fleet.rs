@@ -121,6 +121,8 @@ pub struct Fleet {
     /// Cancelled, with the reason in `claim_lost_why`, when the claim was taken over.
     claim_lost: CancellationToken,
     claim_lost_why: std::sync::Mutex<Option<String>>,
+    /// Every worker's tasks (runner, supervisor, lease renewal).
+    tasks: tokio_util::task::TaskTracker,
 }
 
 /// A store another instance owns, as the shared registry last heard of it.
@@ -173,6 +175,7 @@ impl Fleet {
             claim,
             claim_lost: CancellationToken::new(),
             claim_lost_why: std::sync::Mutex::new(None),
+            tasks: tokio_util::task::TaskTracker::new(),
         });
         tokio::spawn(keep_claim(fleet.clone()));
         let mine = fleet
@@ -289,7 +292,7 @@ impl Fleet {
             conditional: self.config.worker.conditional_writes,
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let handle = worker.spawn(lease, self.shutdown.child_token());
+        let handle = worker.spawn(lease, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
             dir,

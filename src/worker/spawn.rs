@@ -1,6 +1,12 @@
 //! [`BackupWorker::spawn`]: the worker as a long-running task under the bucket lease, with a
 //! supervisor that keeps its health.
 //!
+//! Three tasks, each spawned through the caller's [`TaskTracker`]: the [`Runner`] (the worker
+//! under the lease), the [`Supervisor`] (health), and a small task that publishes how the
+//! supervisor ended. The lease's renewal task is spawned through the same tracker (see
+//! [`LeaseAcquirer::tracked`]). So once a worker has stopped, closing and waiting on the tracker
+//! returns, and nothing it spawned is left running.
+//!
 //! The runner acquires the prefix's [`BucketLease`] before it uploads anything. While another
 //! instance holds a fresh lease it uploads nothing, records the holder (health names it) and
 //! tries again every third of a TTL, so a successor takes over within about a TTL of a
@@ -14,15 +20,26 @@
 //! requests. A lost lease is dropped and the next acquisition starts from the bucket's state
 //! afresh ([`BackupWorker::forget_view`]). A write the bucket refuses (another writer) drops
 //! the lease too. A refused prefix releases the lease (it may be another store's to write) and
-//! is checked again every `refused_retry`. Shutdown: flush (ship what is durable, write a restore
-//! point), then delete the lease.
+//! is checked again every `refused_retry`. Failed steps and failed acquisitions back off
+//! ([`Backoff`], `first_backoff` doubling to `max_backoff`).
+//!
+//! # Shutdown
+//!
+//! One mechanism: the worker's cancellation token (a child of the caller's). The runner
+//! watches nothing else. [`BackupHandle::shutdown`] records whether to flush, then cancels the
+//! token; cancelling the caller's token without a wish recorded flushes. The wish is read in
+//! one place ([`FlushWish::flush`]). Dropping the handle (and with it the trigger channel) does
+//! not stop the worker. Shutdown: flush (ship what is durable, write a restore point), then
+//! delete the lease.
 //!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
 //! the runner recorded and the durable position (the worker's reading when the worker read it
 //! since the last tick, else one the supervisor reads from the WAL source itself) and the
-//! source's [`problem`](WalSource::problem), and a runner that returns or panics is reported unhealthy with the reason. The lag it judges is
-//! the age of the oldest commit still unshipped, by when it first saw that commit durable.
+//! source's [`problem`](WalSource::problem), and a runner that returns or panics is reported
+//! unhealthy with the reason. The lag it judges is the age of the oldest commit still
+//! unshipped, by when it first saw that commit durable.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,10 +47,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use super::{BackupCounters, BackupWorker, FIRST_BACKOFF, StepOutcome, WorkerError};
-use crate::health::{self, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState};
-use crate::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
+use super::{BackupCounters, BackupWorker, StepOutcome, WorkerError};
+use crate::backoff::Backoff;
+use crate::health::{
+    self, Activity, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState,
+};
+use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
 use crate::wal_source::WalSource;
 
 /// What the serve loop tells the worker, over a watch channel.
@@ -45,7 +66,8 @@ pub enum BackupTrigger {
     RestorePoint,
     /// Run retention now.
     Retention,
-    /// Stop; with `flush`, ship what is durable and write a restore point first.
+    /// Stop; with `flush`, ship what is durable and write a restore point first. The same as
+    /// [`BackupHandle::shutdown`] without the wait.
     Shutdown { flush: bool },
 }
 
@@ -55,14 +77,43 @@ struct Triggers {
     ship: u64,
     restore_point: u64,
     retention: u64,
-    shutdown: Option<bool>,
+}
+
+/// Whether the last flush is wanted, recorded before the worker's token is cancelled.
+#[derive(Debug, Default)]
+struct FlushWish(AtomicU8);
+
+impl FlushWish {
+    const UNSET: u8 = 0;
+    const NO_FLUSH: u8 = 1;
+    const FLUSH: u8 = 2;
+
+    /// Records a wish; a flush once asked for stays asked for.
+    fn record(&self, flush: bool) {
+        if flush {
+            self.0.store(Self::FLUSH, Ordering::Release);
+        } else {
+            let _ = self.0.compare_exchange(
+                Self::UNSET,
+                Self::NO_FLUSH,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+
+    /// Whether to flush at shutdown: unless asked not to (a cancelled parent token flushes).
+    fn flush(&self) -> bool {
+        self.0.load(Ordering::Acquire) != Self::NO_FLUSH
+    }
 }
 
 /// The running worker, as the serve loop holds it.
 pub struct BackupHandle {
     triggers: watch::Sender<Triggers>,
-    /// Cancelled by a shutdown trigger (or the caller's token): abandons an in-flight step.
+    /// The worker's token (a child of the caller's): cancelled by a shutdown.
     stop: CancellationToken,
+    flush: Arc<FlushWish>,
     health: watch::Receiver<StoreHealth>,
     counters: Arc<BackupCounters>,
     /// `Some` once the supervisor has ended, with how the worker ended.
@@ -72,17 +123,18 @@ pub struct BackupHandle {
 
 impl BackupHandle {
     pub fn trigger(&self, trigger: BackupTrigger) {
-        self.triggers.send_modify(|t| match trigger {
-            BackupTrigger::Ship => t.ship += 1,
-            BackupTrigger::RestorePoint => t.restore_point += 1,
-            BackupTrigger::Retention => t.retention += 1,
-            BackupTrigger::Shutdown { flush } => {
-                t.shutdown = Some(flush || t.shutdown == Some(true))
-            }
-        });
-        if let BackupTrigger::Shutdown { .. } = trigger {
-            self.stop.cancel();
+        match trigger {
+            BackupTrigger::Ship => self.triggers.send_modify(|t| t.ship += 1),
+            BackupTrigger::RestorePoint => self.triggers.send_modify(|t| t.restore_point += 1),
+            BackupTrigger::Retention => self.triggers.send_modify(|t| t.retention += 1),
+            BackupTrigger::Shutdown { flush } => self.stop_with(flush),
         }
+    }
+
+    /// Records the flush wish, then cancels the worker's token.
+    fn stop_with(&self, flush: bool) {
+        self.flush.record(flush);
+        self.stop.cancel();
     }
 
     /// The latest health.
@@ -111,11 +163,11 @@ impl BackupHandle {
 
     /// Stops the worker (flushing first when asked) and waits for it; returns how it ended.
     pub async fn shutdown(&self, flush: bool) -> WorkerState {
-        self.trigger(BackupTrigger::Shutdown { flush });
+        self.stop_with(flush);
         self.wait().await
     }
 
-    /// Waits for the worker to end (a shutdown token, or a trigger sent earlier).
+    /// Waits for the worker to end (a shutdown token, or a shutdown sent earlier).
     pub async fn wait(&self) -> WorkerState {
         let mut ended = self.ended.clone();
         match ended.wait_for(|e| e.is_some()).await {
@@ -132,19 +184,16 @@ fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
     f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
 }
 
-/// A step (or a quiet tick) went through: whatever failed or was refused before is over.
-fn step_succeeded(status: &Status) {
-    record(status, |s| {
-        s.consecutive_failures = 0;
-        s.refused = None;
-        s.store_refused = None;
-    });
-}
-
 impl BackupWorker {
-    /// Runs the worker as a task under the lease, with a supervisor keeping its health. The
-    /// task stops on `shutdown` (flushing) or on a [`BackupTrigger::Shutdown`].
-    pub fn spawn(self, lease: LeaseConfig, shutdown: CancellationToken) -> BackupHandle {
+    /// Runs the worker as a task under the lease, with a supervisor keeping its health, every
+    /// task spawned through `tasks`. The worker stops when `shutdown` is cancelled (flushing)
+    /// or on [`BackupHandle::shutdown`].
+    pub fn spawn(
+        self,
+        lease: LeaseConfig,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> BackupHandle {
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
             wal_interval: self.config.wal_interval,
@@ -166,18 +215,32 @@ impl BackupWorker {
         let counters = self.counters.clone();
         let source = self.source.clone();
         let stop = shutdown.child_token();
-        let runner = tokio::spawn(run(self, lease, trigger_rx, stop.clone(), status.clone()));
+        let flush = Arc::new(FlushWish::default());
+        let first_backoff = self.config.first_backoff;
+        let max_backoff = self.config.max_backoff;
+        let runner = Runner {
+            store_id: lease.store.clone(),
+            acquirer: LeaseAcquirer::new(self.bucket.clone(), lease).tracked(tasks.clone()),
+            worker: self,
+            triggers: trigger_rx,
+            seen: Triggers::default(),
+            token: stop.clone(),
+            flush: flush.clone(),
+            status: status.clone(),
+            backoff: Backoff::new(first_backoff, max_backoff),
+        };
+        let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
-        let supervisor = tokio::spawn(supervise(
-            runner,
+        let supervisor = Supervisor {
             source,
-            counters.clone(),
+            counters: counters.clone(),
             status,
             policy,
-            holder.clone(),
-            health_tx,
-        ));
-        tokio::spawn(async move {
+            holder: holder.clone(),
+            health: health_tx,
+        };
+        let supervisor = tasks.spawn(supervisor.run(runner));
+        tasks.spawn(async move {
             let state = match supervisor.await {
                 Ok(state) => state,
                 Err(e) => WorkerState::Panicked(format!("the supervisor failed: {e}")),
@@ -187,6 +250,7 @@ impl BackupWorker {
         BackupHandle {
             triggers: trigger_tx,
             stop,
+            flush,
             health: health_rx,
             counters,
             ended,
@@ -197,218 +261,265 @@ impl BackupWorker {
 
 /// How a spell of holding the lease ended.
 enum Holding {
-    Shutdown {
-        flush: bool,
-    },
+    Shutdown,
     Lost,
     /// A conditional write was refused: another writer; drop the lease and start over.
     ConcurrentWriter,
     Refused,
 }
 
-async fn run(
-    mut worker: BackupWorker,
-    lease_config: LeaseConfig,
-    mut triggers: watch::Receiver<Triggers>,
-    shutdown: CancellationToken,
+/// The runner's task: the worker and everything it steps with.
+struct Runner {
+    worker: BackupWorker,
+    acquirer: LeaseAcquirer,
+    store_id: String,
+    triggers: watch::Receiver<Triggers>,
+    /// The triggers acted on so far.
+    seen: Triggers,
+    /// The worker's token: its cancellation is the one way to stop.
+    token: CancellationToken,
+    flush: Arc<FlushWish>,
     status: Status,
-) -> String {
-    let store_id = lease_config.store.clone();
-    let mut acquirer = LeaseAcquirer::new(worker.bucket.clone(), lease_config);
-    let mut seen = *triggers.borrow_and_update();
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        if shutdown.is_cancelled() || seen.shutdown.is_some() {
-            return "shut down".into();
-        }
-        let wait = match acquirer.try_acquire().await {
-            Ok(Acquisition::Acquired(lease)) => {
-                backoff = FIRST_BACKOFF;
-                record(&status, |s| s.lease = Some(LeaseState::Holding));
-                super::BackupCounters::add(&worker.counters.lease_acquisitions, 1);
-                tracing::info!(store = %worker.dir.display(), "acquired the bucket lease");
-                worker.forget_view();
-                let end = hold(
-                    &mut worker,
-                    &lease,
-                    &mut triggers,
-                    &mut seen,
-                    &shutdown,
-                    &status,
-                    &store_id,
-                )
-                .await;
-                match end {
-                    Holding::Shutdown { flush } => {
-                        if flush {
-                            flush_under(&mut worker, &lease, &status).await;
-                        }
-                        let _ = lease.release().await;
-                        record(&status, |s| s.lease = Some(LeaseState::Released));
-                        return "shut down".into();
-                    }
-                    Holding::Lost => {
-                        record(&status, |s| s.lease = Some(lease.status().state));
-                        super::BackupCounters::add(&worker.counters.lease_losses, 1);
-                        tracing::warn!(store = %worker.dir.display(), "lost the bucket lease; acquiring it again");
-                        drop(lease);
-                        Duration::ZERO
-                    }
-                    Holding::ConcurrentWriter => {
-                        super::BackupCounters::add(&worker.counters.lease_losses, 1);
-                        let _ = lease.release().await;
-                        record(&status, |s| s.lease = Some(LeaseState::Released));
-                        backoff
-                    }
-                    Holding::Refused => {
-                        let _ = lease.release().await;
-                        record(&status, |s| s.lease = Some(LeaseState::Released));
-                        worker.config.refused_retry
-                    }
-                }
-            }
-            Ok(other) => {
-                let retry_in = match &other {
-                    Acquisition::HeldElsewhere { retry_in, .. } => *retry_in,
-                    Acquisition::Acquired(_) => unreachable!("matched above"),
-                };
-                // The bucket answered: whatever failed before is over.
-                backoff = FIRST_BACKOFF;
-                record(&status, |s| {
-                    s.lease = Some(other.state());
-                    s.consecutive_failures = 0;
-                });
-                retry_in
-            }
-            Err(e) => {
-                tracing::warn!(store = %worker.dir.display(), error = %e, "acquiring the bucket lease failed");
-                record(&status, |s| {
-                    s.consecutive_failures += 1;
-                    s.last_error = Some(e.to_string());
-                });
-                let d = backoff;
-                backoff = (backoff * 2).min(worker.config.max_backoff);
-                d
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = triggers.changed() => { seen.shutdown = triggers.borrow_and_update().shutdown.or(seen.shutdown); }
-            _ = tokio::time::sleep(wait) => {}
-        }
-    }
+    /// After a failed acquisition, or a write refused by another writer.
+    backoff: Backoff,
 }
 
-/// Steps while the lease holds, until shutdown or the lease stops holding.
-async fn hold(
-    worker: &mut BackupWorker,
-    lease: &BucketLease,
-    triggers: &mut watch::Receiver<Triggers>,
-    seen: &mut Triggers,
-    shutdown: &CancellationToken,
-    status: &Status,
-    store_id: &str,
-) -> Holding {
-    use tracing::Instrument;
-    let mut backoff = worker.config.first_backoff;
-    let mut next_step = Instant::now();
-    let lost = lease.token();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => {
-                return Holding::Shutdown { flush: triggers.borrow().shutdown.unwrap_or(true) };
-            }
-            _ = lost.cancelled() => return Holding::Lost,
-            r = triggers.changed() => {
-                if r.is_err() {
-                    return Holding::Shutdown { flush: true };
-                }
-                let now = *triggers.borrow_and_update();
-                if let Some(flush) = now.shutdown {
-                    return Holding::Shutdown { flush };
-                }
-                if now.restore_point != seen.restore_point {
-                    worker.request_restore_point();
-                }
-                if now.retention != seen.retention {
-                    worker.request_retention();
-                }
-                *seen = now;
-            }
-            _ = tokio::time::sleep_until(next_step) => {}
-        }
-        next_step = crate::pacing::coalesce(
-            Instant::now() + worker.config.wal_interval,
-            worker.config.wal_interval,
-        );
-        let mut shipped = false;
+impl Runner {
+    fn record(&self, f: impl FnOnce(&mut RunnerStatus)) {
+        record(&self.status, f);
+    }
+
+    /// A step (or a quiet tick) went through: whatever failed or was refused before is over.
+    fn step_succeeded(&self) {
+        self.record(|s| {
+            s.consecutive_failures = 0;
+            s.refused = None;
+            s.store_refused = None;
+        });
+    }
+
+    async fn run(mut self) -> String {
+        self.seen = *self.triggers.borrow_and_update();
+        let why = self.acquire_and_hold().await;
+        self.record(|s| s.activity = Activity::Stopped);
+        why
+    }
+
+    async fn acquire_and_hold(&mut self) -> String {
         loop {
-            if !lease.may_write() {
-                return Holding::Lost;
-            }
-            // A quiet store's tick answers without a look, a request or a span.
-            if !shipped && matches!(worker.quiet().await, Ok(true)) {
-                step_succeeded(status);
-                break;
-            }
-            let grace = worker.config.shutdown_grace;
-            let span = tracing::info_span!("backup.step", store_id = %store_id);
-            let mut step = Box::pin(lease.guard(tick_step(worker, shipped)).instrument(span));
-            let stepped = tokio::select! {
-                r = &mut step => r,
-                _ = shutdown.cancelled() => {
-                    // Let the step finish if it can; abandon it only if it hangs (a request
-                    // that never answers must not hold up shutdown).
-                    let finished = tokio::time::timeout(grace, &mut step).await.is_ok();
-                    drop(step);
-                    if !finished {
-                        // Its requests were dropped mid-way (a blocking file write may even
-                        // land later): what it learnt is not to be trusted.
-                        worker.forget_view();
+            let lease = {
+                let (status, dir) = (&self.status, self.worker.dir.display());
+                let observe = |attempt: Attempt<'_>| match attempt {
+                    Attempt::HeldElsewhere(other) => record(status, |s| {
+                        let state = other.state();
+                        if let LeaseState::HeldElsewhere { holder, host, .. } = &state {
+                            s.activity = Activity::WaitingForLease {
+                                holder: format!("{holder}@{host}"),
+                            };
+                        }
+                        // The bucket answered: whatever failed before is over.
+                        s.lease = Some(state);
+                        s.consecutive_failures = 0;
+                    }),
+                    Attempt::Failed(e) => {
+                        tracing::warn!(store = %dir, error = %e, "acquiring the bucket lease failed");
+                        record(status, |s| {
+                            s.consecutive_failures += 1;
+                            s.last_error = Some(e.to_string());
+                            s.activity = Activity::AcquiringLease;
+                        });
                     }
-                    let flush = triggers.borrow().shutdown.unwrap_or(true);
-                    return Holding::Shutdown { flush };
+                };
+                match self
+                    .acquirer
+                    .acquire_observed(&self.token, &mut self.backoff, observe)
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(_) => return "shut down".into(),
                 }
             };
-            drop(step);
-            match stepped {
-                Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
-                Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {
-                    backoff = worker.config.first_backoff;
-                    step_succeeded(status);
-                    break;
-                }
-                Ok(Ok(outcome)) => {
-                    tracing::debug!(?outcome, "step");
-                    if let StepOutcome::Shipped { bytes, .. } = outcome {
-                        // A segment near the cap means a backlog: ship on at once.
-                        shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
+            self.record(|s| s.lease = Some(LeaseState::Holding));
+            super::BackupCounters::add(&self.worker.counters.lease_acquisitions, 1);
+            tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
+            self.worker.forget_view();
+            let wait = match self.hold(&lease).await {
+                Holding::Shutdown => {
+                    if self.flush.flush() {
+                        self.flush_under(&lease).await;
                     }
-                    step_succeeded(status);
+                    let _ = lease.release().await;
+                    self.record(|s| s.lease = Some(LeaseState::Released));
+                    return "shut down".into();
                 }
-                Ok(Err(e)) => {
-                    tracing::warn!(store = %worker.dir.display(), error = %e, "backup step failed");
-                    let refusal = e.is_refusal();
-                    record(status, |s| {
-                        s.last_error = Some(e.to_string());
-                        s.store_refused = e.store_refusal().map(|r| r.to_string());
-                        if let WorkerError::Refused { reason } = &e {
-                            s.refused = Some(reason.clone());
-                        } else {
-                            s.consecutive_failures += 1;
-                        }
+                Holding::Lost => {
+                    self.record(|s| s.lease = Some(lease.status().state));
+                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
+                    drop(lease);
+                    Duration::ZERO
+                }
+                Holding::ConcurrentWriter => {
+                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    let _ = lease.release().await;
+                    self.record(|s| s.lease = Some(LeaseState::Released));
+                    self.backoff.next_delay()
+                }
+                Holding::Refused => {
+                    let _ = lease.release().await;
+                    self.record(|s| {
+                        s.lease = Some(LeaseState::Released);
+                        s.activity = Activity::Refused;
                     });
-                    if refusal {
-                        return Holding::Refused;
+                    self.worker.config.refused_retry
+                }
+            };
+            tokio::select! {
+                _ = self.token.cancelled() => return "shut down".into(),
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Steps while the lease holds, until shutdown or the lease stops holding.
+    async fn hold(&mut self, lease: &BucketLease) -> Holding {
+        use tracing::Instrument;
+        let wal_interval = self.worker.config.wal_interval;
+        let mut backoff = Backoff::new(
+            self.worker.config.first_backoff,
+            self.worker.config.max_backoff,
+        );
+        let mut next_step = Instant::now();
+        let lost = lease.token();
+        // A closed trigger channel (the handle dropped) is not a shutdown: triggers just stop.
+        let mut triggers_open = true;
+        loop {
+            tokio::select! {
+                _ = self.token.cancelled() => return Holding::Shutdown,
+                _ = lost.cancelled() => return Holding::Lost,
+                r = self.triggers.changed(), if triggers_open => {
+                    if r.is_err() {
+                        triggers_open = false;
+                        continue;
                     }
-                    if matches!(e, WorkerError::ConcurrentWriter { .. }) {
-                        return Holding::ConcurrentWriter;
+                    let now = *self.triggers.borrow_and_update();
+                    if now.restore_point != self.seen.restore_point {
+                        self.worker.request_restore_point();
                     }
-                    next_step = Instant::now() + backoff;
-                    backoff = (backoff * 2).min(worker.config.max_backoff);
+                    if now.retention != self.seen.retention {
+                        self.worker.request_retention();
+                    }
+                    self.seen = now;
+                }
+                _ = tokio::time::sleep_until(next_step) => {}
+            }
+            next_step = crate::pacing::coalesce(Instant::now() + wal_interval, wal_interval);
+            let mut shipped = false;
+            let mut stepped_once = false;
+            loop {
+                if !lease.may_write() {
+                    return Holding::Lost;
+                }
+                // A quiet store's tick answers without a look, a request or a span.
+                if !shipped && matches!(self.worker.quiet().await, Ok(true)) {
+                    self.step_succeeded();
                     break;
+                }
+                if !stepped_once {
+                    stepped_once = true;
+                    self.record(|s| s.activity = Activity::Stepping);
+                }
+                let grace = self.worker.config.shutdown_grace;
+                let span = tracing::info_span!("backup.step", store_id = %self.store_id);
+                let mut step = Box::pin(
+                    lease
+                        .guard(tick_step(&mut self.worker, shipped))
+                        .instrument(span),
+                );
+                let stepped = tokio::select! {
+                    r = &mut step => r,
+                    _ = self.token.cancelled() => {
+                        // Let the step finish if it can; abandon it only if it hangs (a request
+                        // that never answers must not hold up shutdown).
+                        let finished = tokio::time::timeout(grace, &mut step).await.is_ok();
+                        drop(step);
+                        if !finished {
+                            // Its requests were dropped mid-way (a blocking file write may even
+                            // land later): what it learnt is not to be trusted.
+                            self.worker.forget_view();
+                        }
+                        return Holding::Shutdown;
+                    }
+                };
+                drop(step);
+                match stepped {
+                    Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
+                    Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {
+                        backoff.reset();
+                        self.step_succeeded();
+                        self.record(|s| s.activity = Activity::Idle);
+                        break;
+                    }
+                    Ok(Ok(outcome)) => {
+                        tracing::debug!(?outcome, "step");
+                        if let StepOutcome::Shipped { bytes, .. } = outcome {
+                            // A segment near the cap means a backlog: ship on at once.
+                            shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
+                        }
+                        self.step_succeeded();
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(store = %self.worker.dir.display(), error = %e, "backup step failed");
+                        let refusal = e.is_refusal();
+                        self.record(|s| {
+                            s.last_error = Some(e.to_string());
+                            s.store_refused = e.store_refusal().map(|r| r.to_string());
+                            if let WorkerError::Refused { reason } = &e {
+                                s.refused = Some(reason.clone());
+                            } else {
+                                s.consecutive_failures += 1;
+                            }
+                            s.activity = Activity::Retrying;
+                        });
+                        if refusal {
+                            return Holding::Refused;
+                        }
+                        if matches!(e, WorkerError::ConcurrentWriter { .. }) {
+                            return Holding::ConcurrentWriter;
+                        }
+                        next_step = Instant::now() + backoff.next_delay();
+                        break;
+                    }
                 }
             }
+        }
+    }
+
+    /// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
+    async fn flush_under(&mut self, lease: &BucketLease) {
+        self.record(|s| s.activity = Activity::Flushing);
+        let worker = &mut self.worker;
+        let timeout = worker.config.flush_timeout;
+        let flush = async {
+            match lease.guard(worker.run_once()).await {
+                // Another writer — or a write of an abandoned step landing late: start over once.
+                Ok(Err(WorkerError::ConcurrentWriter { .. })) => {
+                    worker.forget_view();
+                    lease.guard(worker.run_once()).await
+                }
+                other => other,
+            }
+        };
+        match tokio::time::timeout(timeout, flush).await {
+            Ok(Ok(Ok(report))) => tracing::info!(?report, "flushed a last restore point"),
+            Ok(Ok(Err(e))) => {
+                tracing::warn!(error = %e, "the last flush failed");
+                self.record(|s| s.last_error = Some(format!("the last flush failed: {e}")));
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the lease stopped holding during the last flush")
+            }
+            Err(_) => tracing::warn!("the last flush did not finish in time"),
         }
     }
 }
@@ -445,126 +556,114 @@ async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutco
     result
 }
 
-/// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
-async fn flush_under(worker: &mut BackupWorker, lease: &BucketLease, status: &Status) {
-    let timeout = worker.config.flush_timeout;
-    let flush = async {
-        match lease.guard(worker.run_once()).await {
-            // Another writer — or a write of an abandoned step landing late: start over once.
-            Ok(Err(WorkerError::ConcurrentWriter { .. })) => {
-                worker.forget_view();
-                lease.guard(worker.run_once()).await
-            }
-            other => other,
-        }
-    };
-    match tokio::time::timeout(timeout, flush).await {
-        Ok(Ok(Ok(report))) => tracing::info!(?report, "flushed a last restore point"),
-        Ok(Ok(Err(e))) => {
-            tracing::warn!(error = %e, "the last flush failed");
-            record(status, |s| {
-                s.last_error = Some(format!("the last flush failed: {e}"))
-            });
-        }
-        Ok(Err(e)) => tracing::warn!(error = %e, "the lease stopped holding during the last flush"),
-        Err(_) => tracing::warn!("the last flush did not finish in time"),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn supervise(
-    mut runner: JoinHandle<String>,
+/// The supervisor's task: health, from what the runner records and the durable position.
+struct Supervisor {
     source: Arc<dyn WalSource>,
     counters: Arc<BackupCounters>,
     status: Status,
     policy: HealthPolicy,
     holder: String,
     health: watch::Sender<StoreHealth>,
-) -> WorkerState {
-    let mut unshipped = Unshipped::default();
-    // The inputs of the last evaluation.
-    let mut evaluated: Option<(Progress, RunnerStatus)> = None;
-    // `counters.durable_reads` at the last tick.
-    let mut worker_reads = 0;
-    let period = policy.wal_interval;
-    let mut next_tick = Instant::now();
-    let ended = loop {
-        tokio::select! {
-            r = &mut runner => break match r {
-                Ok(why) => WorkerState::Exited(why),
-                Err(e) if e.is_panic() => {
-                    let p = e.into_panic();
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "a panic without a message".into());
-                    WorkerState::Panicked(msg)
-                }
-                Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
-            },
-            _ = tokio::time::sleep_until(next_tick) => {}
-        }
-        next_tick = crate::pacing::coalesce(Instant::now() + period, period);
-        let reads = counters
-            .durable_reads
-            .load(std::sync::atomic::Ordering::Acquire);
-        let durable = if reads != worker_reads {
-            // The worker read the durable position since the last tick: that reading will do.
-            worker_reads = reads;
-            counters
-                .durable_commit_seq
-                .load(std::sync::atomic::Ordering::Relaxed)
-        } else {
-            // Otherwise read it ourselves: a stuck worker must still show lag. Most reads answer
-            // at once (a reported or cached position): only the others get a timer.
-            let mut read = source.durable_wal_position();
-            let read = match futures::FutureExt::now_or_never(&mut read) {
-                Some(r) => Ok(r),
-                None => {
-                    tokio::time::timeout(policy.wal_interval.max(Duration::from_millis(100)), read)
+}
+
+impl Supervisor {
+    async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
+        let Supervisor {
+            source,
+            counters,
+            status,
+            policy,
+            holder,
+            health,
+        } = self;
+        let mut unshipped = Unshipped::default();
+        // The inputs of the last evaluation.
+        let mut evaluated: Option<(Progress, RunnerStatus)> = None;
+        // `counters.durable_reads` at the last tick.
+        let mut worker_reads = 0;
+        let period = policy.wal_interval;
+        let mut next_tick = Instant::now();
+        let ended = loop {
+            tokio::select! {
+                r = &mut runner => break match r {
+                    Ok(why) => WorkerState::Exited(why),
+                    Err(e) if e.is_panic() => {
+                        let p = e.into_panic();
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "a panic without a message".into());
+                        WorkerState::Panicked(msg)
+                    }
+                    Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
+                },
+                _ = tokio::time::sleep_until(next_tick) => {}
+            }
+            next_tick = crate::pacing::coalesce(Instant::now() + period, period);
+            let reads = counters
+                .durable_reads
+                .load(std::sync::atomic::Ordering::Acquire);
+            let durable = if reads != worker_reads {
+                // The worker read the durable position since the last tick: that reading will do.
+                worker_reads = reads;
+                counters
+                    .durable_commit_seq
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            } else {
+                // Otherwise read it ourselves: a stuck worker must still show lag. Most reads
+                // answer at once (a reported or cached position): only the others get a timer.
+                let mut read = source.durable_wal_position();
+                let read = match futures::FutureExt::now_or_never(&mut read) {
+                    Some(r) => Ok(r),
+                    None => {
+                        tokio::time::timeout(
+                            policy.wal_interval.max(Duration::from_millis(100)),
+                            read,
+                        )
                         .await
+                    }
+                };
+                match read {
+                    Ok(Ok(p)) => {
+                        super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
+                        p.commit_seq
+                    }
+                    _ => counters
+                        .durable_commit_seq
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 }
             };
-            match read {
-                Ok(Ok(p)) => {
-                    super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
-                    p.commit_seq
+            let progress = progress(&counters, durable, &mut unshipped);
+            // Health is a function of these two: when neither changed, neither did it.
+            let s = {
+                let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
+                now.source_problem = source.problem();
+                if evaluated
+                    .as_ref()
+                    .is_some_and(|(p, st)| *p == progress && *st == *now)
+                {
+                    continue;
                 }
-                _ => counters
-                    .durable_commit_seq
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            }
+                now.clone()
+            };
+            let next = health::evaluate(&s, progress, &policy, &holder);
+            health.send_if_modified(|h| {
+                let changed = !h.same_state(&next);
+                *h = next;
+                changed
+            });
+            evaluated = Some((progress, s));
         };
+        record(&status, |s| s.worker = ended.clone());
+        let durable = counters
+            .durable_commit_seq
+            .load(std::sync::atomic::Ordering::Relaxed);
         let progress = progress(&counters, durable, &mut unshipped);
-        // Health is a function of these two: when neither changed, neither did it.
-        let s = {
-            let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
-            now.source_problem = source.problem();
-            if evaluated
-                .as_ref()
-                .is_some_and(|(p, st)| *p == progress && *st == *now)
-            {
-                continue;
-            }
-            now.clone()
-        };
-        let next = health::evaluate(&s, progress, &policy, &holder);
-        health.send_if_modified(|h| {
-            let changed = !h.same_state(&next);
-            *h = next;
-            changed
-        });
-        evaluated = Some((progress, s));
-    };
-    record(&status, |s| s.worker = ended.clone());
-    let durable = counters
-        .durable_commit_seq
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let progress = progress(&counters, durable, &mut unshipped);
-    let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
-    ended
+        let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
+        ended
+    }
 }
 
 fn progress(counters: &BackupCounters, durable: u64, unshipped: &mut Unshipped) -> Progress {
