@@ -250,7 +250,7 @@ fn child(on: bool) {
             last_error: None,
             worker: WorkerState::Running,
         };
-        telemetry::record_store("bench", &health, &counters);
+        mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");
         let shipped = counters
             .bytes_shipped
