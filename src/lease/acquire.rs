@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
-use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::bucket::{BucketError, DynBucket, PutCondition, PutHint, PutOpts};
 use crate::manifest::LEASE_KEY;
 
 /// Rounds of "look, write, lose the race" before [`LeaseAcquirer::try_acquire`] gives up.
@@ -194,7 +194,7 @@ impl LeaseAcquirer {
         let started = Instant::now();
         match self
             .bucket
-            .put(LEASE_KEY, record.to_json().into(), cond)
+            .put_with(LEASE_KEY, record.to_json().into(), frequent(cond))
             .await
         {
             Ok(etag) => {
@@ -211,5 +211,13 @@ impl LeaseAcquirer {
             Err(BucketError::PreconditionFailed { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// How the lease object is written: a frequent rewrite (`FsBucket` swaps it in place).
+pub(super) fn frequent(cond: PutCondition) -> PutOpts {
+    PutOpts {
+        cond,
+        hint: PutHint::FrequentRewrite,
     }
 }
