@@ -251,7 +251,7 @@ fn child(on: bool) {
             worker: WorkerState::Running,
             activity: String::new(),
         };
-        telemetry::record_store("bench", &health, &counters);
+        mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");
         let shipped = counters
             .bytes_shipped

@@ -96,7 +96,8 @@ use futures::{StreamExt, TryFutureExt, TryStreamExt};
 use mushroom_backup::bucket::retry::{RetryPolicy, Retrying};
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition, list_all,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition,
+    PutOpts, list_all,
 };
 use mushroom_backup::manifest::{self, Latest, Manifest};
 use mushroom_backup::restore::stage::RANGE_CHUNK;
@@ -940,9 +941,9 @@ impl Bucket for Logged {
         self.timed("head", |_| 0, self.inner.head(key)).await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         let len = body.len();
-        self.timed("put", |_| len, self.inner.put(key, body, cond))
+        self.timed("put", |_| len, self.inner.put_with(key, body, opts))
             .await
     }
 
@@ -951,13 +952,8 @@ impl Bucket for Logged {
             .await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        let call = self.inner.list(prefix, token, max_keys);
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let call = self.inner.list(query);
         self.timed("list", |_| 0, call).await
     }
 }

@@ -17,7 +17,7 @@ use mushroom_backup::bucket::read_only::ReadOnly;
 use mushroom_backup::bucket::retry::Retrying;
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, Created, DynBucket, OpenError, PutCondition, list_all,
+    Body, Bucket, BucketError, Created, DynBucket, ListQuery, OpenError, PutCondition, list_all,
     open_read_only, put_immutable,
 };
 use support::{body, fast_retries, fs_bucket, is_precondition_failed};
@@ -162,7 +162,7 @@ async fn listing(b: &dyn Bucket) {
 
     let (mut paged, mut token, mut pages) = (Vec::new(), None, 0);
     loop {
-        let page = b.list("list/", token, 7).await.unwrap();
+        let page = b.list(ListQuery::new("list/", token, 7)).await.unwrap();
         assert!(
             page.objects.len() <= 7,
             "{} keys in a page",
@@ -836,7 +836,7 @@ async fn s3_errors_are_one_line_in_words() {
     .endpoint_named(&endpoint);
     let said = format!("bucket {name} does not exist");
     for e in [
-        b.list("", None, 1).await.unwrap_err(),
+        b.list(ListQuery::new("", None, 1)).await.unwrap_err(),
         b.get("k").await.unwrap_err(),
         b.put("k", body("v"), PutCondition::None).await.unwrap_err(),
     ] {

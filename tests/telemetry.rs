@@ -20,6 +20,7 @@ use mushroom_backup::bucket::mem::MemBucket;
 use mushroom_backup::bucket::metered::MeteredBucket;
 use mushroom_backup::bucket::{Body, Bucket, PutCondition};
 use mushroom_backup::health::{StoreHealth, WorkerState};
+use mushroom_backup::service::store_metrics::{forget_store, record_store};
 use mushroom_backup::telemetry::{self, LogFormat, TelemetryConfig};
 use mushroom_backup::worker::BackupCounters;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -453,8 +454,8 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
     a.restore_points.store(1, Ordering::Relaxed);
     let b = BackupCounters::default();
     b.failures.store(7, Ordering::Relaxed);
-    telemetry::record_store("store-a", &health(true, 2.5, true, "me@host"), &a);
-    telemetry::record_store("store-b", &health(false, 0.0, false, "other@db7"), &b);
+    record_store("store-a", "a", &health(true, 2.5, true, "me@host"), &a);
+    record_store("store-b", "b", &health(false, 0.0, false, "other@db7"), &b);
     telemetry::record_fleet(2, 1);
     let bucket = MeteredBucket::new(Arc::new(MemBucket::new()));
     bucket
@@ -602,12 +603,17 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
 
     // A new worker for store-a counts from zero: the exported counter goes on rising.
     a.bytes_shipped.store(5000, Ordering::Relaxed);
-    telemetry::record_store("store-a", &health(true, 0.0, true, "me@host"), &a);
+    record_store("store-a", "a", &health(true, 0.0, true, "me@host"), &a);
     let restarted = BackupCounters::default();
     restarted.bytes_shipped.store(100, Ordering::Relaxed);
-    telemetry::record_store("store-a", &health(true, 0.0, true, "me@host"), &restarted);
+    record_store(
+        "store-a",
+        "restarted",
+        &health(true, 0.0, true, "me@host"),
+        &restarted,
+    );
     // A deregistered store disappears, and comes back when recorded again.
-    telemetry::forget_store("store-b");
+    forget_store("store-b");
     let (_, text) = get(addr, "/metrics").await;
     let families = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let g = |name: &str, id: &str| value(&families, name, name, &[("store_id", id)]);
@@ -617,7 +623,7 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
     );
     assert!(!text.contains("store-b"), "{text}");
     assert_eq!(g("mushroom_backup_store_lag_seconds", "store-a"), Some(0.0));
-    telemetry::record_store("store-b", &health(true, 0.0, true, "me@host"), &b);
+    record_store("store-b", "b", &health(true, 0.0, true, "me@host"), &b);
     let (_, text) = get(addr, "/metrics").await;
     let families = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let g = |name: &str, id: &str| value(&families, name, name, &[("store_id", id)]);

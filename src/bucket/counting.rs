@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 
 use super::faults::Op;
-use super::{Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+use super::{
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
+};
 
 /// Requests counted by kind; shared between [`CountingBucket`]s and whoever reports them.
 #[derive(Debug, Default)]
@@ -164,9 +166,9 @@ impl Bucket for CountingBucket {
         self.inner.head(key).await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         self.counts.record(Op::Put);
-        self.inner.put(key, body, cond).await
+        self.inner.put_with(key, body, opts).await
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
@@ -174,20 +176,16 @@ impl Bucket for CountingBucket {
         self.inner.delete(key, if_match).await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.counts.record(Op::List);
-        self.inner.list(prefix, token, max_keys).await
+        self.inner.list(query).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::PutCondition;
     use crate::bucket::faults::{Fault, FaultPlan, FaultyBucket};
     use crate::bucket::mem::MemBucket;
 
@@ -207,7 +205,7 @@ mod tests {
         b.head("a").await.unwrap();
         b.head("missing").await.unwrap();
         b.head("b").await.unwrap();
-        b.list("", None, 10).await.unwrap();
+        b.list(ListQuery::new("", None, 10)).await.unwrap();
         b.delete("a", Some(&e)).await.unwrap();
         let want = RequestCountsSnapshot {
             get: 1,
@@ -246,7 +244,7 @@ mod tests {
         let before = counts.snapshot();
         b.get("k").await.unwrap();
         a.get("k").await.unwrap();
-        b.list("", None, 1).await.unwrap();
+        b.list(ListQuery::new("", None, 1)).await.unwrap();
         let after = counts.snapshot();
         assert_eq!((after.put, after.get, after.total), (1, 2, 4));
         let delta = after.since(&before);

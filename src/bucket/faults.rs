@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::{Body, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+use super::{
+    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+};
 
 /// A bucket operation, as counted and logged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -392,10 +394,15 @@ impl super::Bucket for FaultyBucket {
         self.run(Op::Head, key, false, self.inner.head(key)).await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
-        let conditional = cond != PutCondition::None;
-        self.run(Op::Put, key, conditional, self.inner.put(key, body, cond))
-            .await
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
+        let conditional = opts.cond != PutCondition::None;
+        self.run(
+            Op::Put,
+            key,
+            conditional,
+            self.inner.put_with(key, body, opts),
+        )
+        .await
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
@@ -409,19 +416,10 @@ impl super::Bucket for FaultyBucket {
         .await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        self.run(
-            Op::List,
-            prefix,
-            false,
-            self.inner.list(prefix, token, max_keys),
-        )
-        .await
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let prefix = query.prefix;
+        self.run(Op::List, prefix, false, self.inner.list(query))
+            .await
     }
 }
 

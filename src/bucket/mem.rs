@@ -42,7 +42,9 @@ use sha2::{Digest, Sha256};
 
 use super::body::with_key;
 use super::fs::check_key;
-use super::{Body, Bucket, BucketError, ListPage, Object, ObjectMeta, PutCondition};
+use super::{
+    Body, Bucket, BucketError, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+};
 
 /// S3's limit on a page of a listing; larger `max_keys` are cut to it.
 const MAX_PAGE: usize = 1000;
@@ -104,7 +106,9 @@ impl Bucket for MemBucket {
     }
 
     async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        let stored = self.stored("get", key)?.ok_or_else(|| not_found(key))?;
+        let stored = self
+            .stored("get", key)?
+            .ok_or_else(|| BucketError::not_found(key))?;
         Ok(Object {
             data: stored.data,
             etag: stored.etag,
@@ -114,7 +118,7 @@ impl Bucket for MemBucket {
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
         let data = self
             .stored("get_range", key)?
-            .ok_or_else(|| not_found(key))?
+            .ok_or_else(|| BucketError::not_found(key))?
             .data;
         let len = data.len() as u64;
         let (start, end) = (range.start.min(len), range.end.min(len));
@@ -128,7 +132,8 @@ impl Bucket for MemBucket {
         Ok(self.stored("head", key)?.map(|s| meta(key, &s)))
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
+        let cond = opts.cond;
         check_key("put", key)?;
         let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
         let etag = etag_of(&data);
@@ -140,7 +145,7 @@ impl Bucket for MemBucket {
             PutCondition::IfMatch(expected) => current == Some(expected.as_str()),
         };
         if !allowed {
-            return Err(precondition_failed(key));
+            return Err(BucketError::precondition_failed(key));
         }
         objects.insert(
             key.to_string(),
@@ -158,18 +163,14 @@ impl Bucket for MemBucket {
         if let Some(expected) = if_match
             && objects.get(key).map(|s| s.etag.as_str()) != Some(expected)
         {
-            return Err(precondition_failed(key));
+            return Err(BucketError::precondition_failed(key));
         }
         objects.remove(key);
         Ok(())
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let (prefix, token, max_keys) = (query.prefix, query.token, query.max_keys);
         let max_keys = max_keys.clamp(1, MAX_PAGE);
         let objects = self.objects();
         let start = match &token {
@@ -208,18 +209,6 @@ fn meta(key: &str, stored: &Stored) -> ObjectMeta {
 /// The local-directory bucket's ETag of `data`.
 fn etag_of(data: &[u8]) -> String {
     format!("\"{}\"", hex::encode(&Sha256::digest(data)[..16]))
-}
-
-fn not_found(key: &str) -> BucketError {
-    BucketError::NotFound {
-        key: key.to_string(),
-    }
-}
-
-fn precondition_failed(key: &str) -> BucketError {
-    BucketError::PreconditionFailed {
-        key: key.to_string(),
-    }
 }
 
 #[cfg(test)]
@@ -289,7 +278,7 @@ mod tests {
         let b = MemBucket::new();
         b.put("a", body("1"), PutCondition::None).await.unwrap();
         b.put("a/b", body("2"), PutCondition::None).await.unwrap();
-        let page = b.list("a", None, 10).await.unwrap();
+        let page = b.list(ListQuery::new("a", None, 10)).await.unwrap();
         let keys: Vec<&str> = page.objects.iter().map(|o| o.key.as_str()).collect();
         assert_eq!(keys, ["a", "a/b"]);
     }

@@ -24,7 +24,9 @@ use bytes::Bytes;
 use tracing::Instrument as _;
 
 use super::faults::Op;
-use super::{Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+use super::{
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
+};
 use crate::telemetry::metrics::{BUCKET_REQUEST_DURATION, BUCKET_REQUESTS};
 
 /// Every `outcome` label.
@@ -164,28 +166,17 @@ impl Bucket for MeteredBucket {
         .await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
-        metered(self, Op::Put, key, self.inner.put(key, body, cond), ok).await
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
+        metered(self, Op::Put, key, self.inner.put_with(key, body, opts), ok).await
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
         metered(self, Op::Delete, key, self.inner.delete(key, if_match), ok).await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        metered(
-            self,
-            Op::List,
-            prefix,
-            self.inner.list(prefix, token, max_keys),
-            ok,
-        )
-        .await
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let prefix = query.prefix;
+        metered(self, Op::List, prefix, self.inner.list(query), ok).await
     }
 }
 
@@ -194,6 +185,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::bucket::PutCondition;
     use crate::bucket::mem::MemBucket;
 
     #[tokio::test]
@@ -219,7 +211,14 @@ mod tests {
         assert_eq!(b.get("a").await.unwrap().data, Bytes::from_static(b"1"));
         assert_eq!(b.head("a").await.unwrap().unwrap().etag, etag);
         assert!(b.head("missing").await.unwrap().is_none());
-        assert_eq!(b.list("", None, 10).await.unwrap().objects.len(), 1);
+        assert_eq!(
+            b.list(ListQuery::new("", None, 10))
+                .await
+                .unwrap()
+                .objects
+                .len(),
+            1
+        );
         b.delete("a", Some(&etag)).await.unwrap();
         assert!(matches!(
             b.get("a").await,

@@ -18,6 +18,9 @@
 //! - `list` returns keys in lexicographic order, at most `max_keys` a page, with a token for the
 //!   next page.
 //! - ETags are opaque strings: pass them back unchanged.
+//! - A [`PutHint`] (given with [`Bucket::put_with`]) may change how a backend writes an
+//!   object, never what is written or under which condition: the lease marks its writes
+//!   [`PutHint::FrequentRewrite`], which only [`fs::FsBucket`] acts on; wrappers pass it on.
 //!
 //! Errors are split into *determinate* (the request did not happen) and *indeterminate* (it may
 //! have: a timeout, a dropped connection). After an indeterminate write, re-read before acting;
@@ -84,6 +87,53 @@ pub enum PutCondition {
     IfMatch(String),
 }
 
+/// What a writer knows of how an object will be written, for a backend that can use it;
+/// every backend writes the same object, with the same semantics, whatever the hint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PutHint {
+    /// An ordinary object.
+    #[default]
+    Normal,
+    /// An object rewritten every few seconds (the bucket lease): [`fs::FsBucket`] replaces it
+    /// by exchange with a scratch file instead of creating a new file each time.
+    FrequentRewrite,
+}
+
+/// How a write is made: its precondition and a [`PutHint`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutOpts {
+    pub cond: PutCondition,
+    pub hint: PutHint,
+}
+
+impl From<PutCondition> for PutOpts {
+    fn from(cond: PutCondition) -> PutOpts {
+        PutOpts {
+            cond,
+            hint: PutHint::Normal,
+        }
+    }
+}
+
+/// What a listing asks for: the keys under `prefix`, at most `max_keys` of them, after the
+/// page `token` ends (from the start when `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListQuery<'a> {
+    pub prefix: &'a str,
+    pub token: Option<String>,
+    pub max_keys: usize,
+}
+
+impl<'a> ListQuery<'a> {
+    pub fn new(prefix: &'a str, token: Option<String>, max_keys: usize) -> ListQuery<'a> {
+        ListQuery {
+            prefix,
+            token,
+            max_keys,
+        }
+    }
+}
+
 /// A bucket request that failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BucketError {
@@ -139,6 +189,18 @@ pub enum BucketError {
 }
 
 impl BucketError {
+    pub fn not_found(key: &str) -> BucketError {
+        BucketError::NotFound {
+            key: key.to_string(),
+        }
+    }
+
+    pub fn precondition_failed(key: &str) -> BucketError {
+        BucketError::PreconditionFailed {
+            key: key.to_string(),
+        }
+    }
+
     /// Whether a retry may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -181,18 +243,18 @@ pub trait Bucket: Send + Sync + 'static {
 
     /// Writes a whole object under `cond`; returns its new ETag. Large bodies go up in parts
     /// (multipart on S3), still all or nothing under the final key.
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError>;
+    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+        self.put_with(key, body, cond.into()).await
+    }
+
+    /// [`Bucket::put`] with a [`PutHint`] beside the condition: what every backend implements.
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError>;
 
     /// Deletes an object; see the module docs for `if_match`.
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError>;
 
-    /// One page of the keys under `prefix`, in order.
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError>;
+    /// One page of the keys under the query's prefix, in order.
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError>;
 }
 
 /// A shared bucket handle.
@@ -203,7 +265,7 @@ pub async fn list_all(bucket: &dyn Bucket, prefix: &str) -> Result<Vec<ObjectMet
     let mut out = Vec::new();
     let mut token = None;
     loop {
-        let page = bucket.list(prefix, token, 1000).await?;
+        let page = bucket.list(ListQuery::new(prefix, token, 1000)).await?;
         out.extend(page.objects);
         match page.next_token {
             Some(t) => token = Some(t),
@@ -299,7 +361,7 @@ pub async fn open_with(
             let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
             // One listing of the root proves the destination is there and readable with these
             // credentials (a HEAD of a missing S3 bucket would only say "no such object").
-            match bucket.list("", None, 1).await {
+            match bucket.list(ListQuery::new("", None, 1)).await {
                 Ok(_) => Ok(bucket),
                 Err(e) => Err(OpenError::unreadable(url, e)),
             }

@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::{Body, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+use super::{Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts};
 
 /// What a refused request says.
 const REFUSED: &str = "the destination was opened read-only";
@@ -52,12 +52,7 @@ impl super::Bucket for ReadOnly {
         self.inner.head(key).await
     }
 
-    async fn put(
-        &self,
-        key: &str,
-        _body: Body,
-        _cond: PutCondition,
-    ) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, _body: Body, _: PutOpts) -> Result<String, BucketError> {
         Err(refused("put", key))
     }
 
@@ -65,12 +60,7 @@ impl super::Bucket for ReadOnly {
         Err(refused("delete", key))
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        self.inner.list(prefix, token, max_keys).await
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        self.inner.list(query).await
     }
 }

@@ -30,7 +30,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
-use super::{Body, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition};
+use super::{
+    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+};
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -179,15 +181,15 @@ impl super::Bucket for Retrying {
             .result
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         let done = self
             .attempts("put", key, || {
-                self.inner.put(key, body.clone(), cond.clone())
+                self.inner.put_with(key, body.clone(), opts.clone())
             })
             .await;
         match done.result {
             Err(BucketError::PreconditionFailed { .. })
-                if done.earlier_indeterminate && cond != PutCondition::None =>
+                if done.earlier_indeterminate && opts.cond != PutCondition::None =>
             {
                 match self.get(key).await {
                     Ok(there) if body.same_content(&there.data).await? => {
@@ -226,16 +228,9 @@ impl super::Bucket for Retrying {
         }
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        self.attempts("list", prefix, || {
-            self.inner.list(prefix, token.clone(), max_keys)
-        })
-        .await
-        .result
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        self.attempts("list", query.prefix, || self.inner.list(query.clone()))
+            .await
+            .result
     }
 }

@@ -329,7 +329,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         }
     });
     let result = service::run(config, shutdown, Some(tx)).await;
-    drop(guard);
+    guard.shutdown().await;
     result?;
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use crate::backoff::Backoff;
 
 use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
-use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::bucket::{BucketError, DynBucket, PutCondition, PutHint, PutOpts};
 use crate::manifest::LEASE_KEY;
 
 /// Rounds of "look, write, lose the race" before [`LeaseAcquirer::try_acquire`] gives up.
@@ -255,7 +255,7 @@ impl LeaseAcquirer {
         let started = Instant::now();
         match self
             .bucket
-            .put(LEASE_KEY, record.to_json().into(), cond)
+            .put_with(LEASE_KEY, record.to_json().into(), frequent(cond))
             .await
         {
             Ok(etag) => {
@@ -273,5 +273,13 @@ impl LeaseAcquirer {
             Err(BucketError::PreconditionFailed { .. }) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// How the lease object is written: a frequent rewrite (`FsBucket` swaps it in place).
+pub(super) fn frequent(cond: PutCondition) -> PutOpts {
+    PutOpts {
+        cond,
+        hint: PutHint::FrequentRewrite,
     }
 }

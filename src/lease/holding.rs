@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use super::acquire::frequent;
 use super::{
     LeaseConfig, LeaseError, LeaseRecord, LeaseState, LeaseStatus, LostReason, ReleaseOutcome,
 };
@@ -323,7 +324,11 @@ impl Shared {
         };
         let written = if self.config.conditional {
             self.bucket
-                .put(LEASE_KEY, body.into(), PutCondition::IfMatch(etag))
+                .put_with(
+                    LEASE_KEY,
+                    body.into(),
+                    frequent(PutCondition::IfMatch(etag)),
+                )
                 .await
         } else {
             self.put_if_still_ours(body, &etag).await

@@ -511,7 +511,7 @@ impl Fleet {
         self.stores.write().expect("not poisoned").remove(store_id);
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
-        crate::telemetry::forget_store(store_id);
+        super::store_metrics::forget_store(store_id);
         self.audit(
             "deregister",
             Some(store_id),
@@ -709,7 +709,8 @@ async fn report_health(fleet: Arc<Fleet>) {
         let mut changed = Vec::new();
         for entry in &entries {
             let h = entry.handle.health();
-            crate::telemetry::record_store(&entry.record.store_id, &h, &entry.handle.counters());
+            let (id, worker) = (&entry.record.store_id, entry.handle.holder());
+            super::store_metrics::record_store(id, worker, &h, &entry.handle.counters());
             let Ok(json) = serde_json::to_string(&h) else {
                 continue;
             };

@@ -10,7 +10,8 @@
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
 //! - [`server_limits`]: what one client may hold (streams, calls in flight, deadlines), applied to
-//!   the server here; [`health_watch`]: every `WatchHealth` stream served by one poller.
+//!   the server here; [`health_watch`]: every `WatchHealth` stream served by one poller;
+//!   [`store_metrics`]: every hosted store's health and counters as Prometheus series.
 //!
 //! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
@@ -37,6 +38,7 @@ pub mod limits;
 pub mod paths;
 pub mod proto;
 pub mod server_limits;
+pub mod store_metrics;
 
 use std::sync::Arc;
 use std::time::Duration;

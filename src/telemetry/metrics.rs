@@ -1,70 +1,49 @@
 //! The metric contract: names, labels and meaning that dashboards and alert rules rely on.
 //! Renaming one, or adding a label of high cardinality, breaks them.
 //!
-//! Per store, label `store_id` only, set by [`record_store`] (the service calls it
-//! periodically for every store it hosts):
+//! This module holds the names, their help text ([`describe`]) and what needs no knowledge of
+//! the layers above telemetry: the fleet gauges ([`record_fleet`]) and the hiding of a store's
+//! series ([`hide_store`]). The per-store series are set by the service (its `store_metrics`
+//! module, which reads a store's health and its worker's counters).
+//!
+//! Per store, label `store_id` ([`STORE_ID_LABEL`]) only:
 //!
 //! | name | type | unit | from |
 //! | --- | --- | --- | --- |
-//! | `mushroom_backup_store_lag_seconds` | gauge | seconds | [`StoreHealth::lag_seconds`] |
-//! | `mushroom_backup_store_healthy` | gauge | 0/1 | [`StoreHealth::healthy`] |
-//! | `mushroom_backup_store_durable_commit_seq` | gauge | commits | [`StoreHealth::durable_commit_seq`] |
-//! | `mushroom_backup_store_shipped_commit_seq` | gauge | commits | [`StoreHealth::shipped_commit_seq`] |
-//! | `mushroom_backup_store_restore_point_commit_seq` | gauge | commits | [`StoreHealth::restore_point_commit_seq`] |
-//! | `mushroom_backup_store_lease_held` | gauge | 0/1 | [`StoreHealth::lease_held`] |
+//! | `mushroom_backup_store_lag_seconds` | gauge | seconds | the store health's `lag_seconds` |
+//! | `mushroom_backup_store_healthy` | gauge | 0/1 | the store health's `healthy` |
+//! | `mushroom_backup_store_durable_commit_seq` | gauge | commits | `durable_commit_seq` |
+//! | `mushroom_backup_store_shipped_commit_seq` | gauge | commits | `shipped_commit_seq` |
+//! | `mushroom_backup_store_restore_point_commit_seq` | gauge | commits | `restore_point_commit_seq` |
+//! | `mushroom_backup_store_lease_held` | gauge | 0/1 | `lease_held` |
 //! | `mushroom_backup_store_lease_held_elsewhere` | gauge | 0/1 | not held here and a holder is named |
-//! | `mushroom_backup_store_last_restore_point_timestamp_seconds` | gauge | unix seconds | see below |
-//! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | [`BackupCounters::bytes_shipped`] |
-//! | `mushroom_backup_store_shipped_objects_total` | counter | objects | [`BackupCounters::objects_shipped`] |
-//! | `mushroom_backup_store_restore_points_total` | counter | restore points | [`BackupCounters::restore_points`] |
-//! | `mushroom_backup_store_failures_total` | counter | failed steps | [`BackupCounters::failures`] |
+//! | `mushroom_backup_store_last_restore_point_timestamp_seconds` | gauge | unix seconds | when this process saw the newest restore point appear |
+//! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped` |
+//! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
+//! | `mushroom_backup_store_restore_points_total` | counter | restore points | the worker's `restore_points` |
+//! | `mushroom_backup_store_failures_total` | counter | failed steps | the worker's `failures` |
 //!
 //! Fleet, no labels, set by [`record_fleet`]: `mushroom_backup_stores` (stores hosted) and
 //! `mushroom_backup_stores_unhealthy`.
 //!
 //! Bucket requests, labels `op` (`get`, `get_range`, `head`, `put`, `delete`, `list`) and
 //! `outcome` (`ok`, `not_found`, `precondition_failed`, `conflict`, `transient`,
-//! `permanent`, `cancelled`, `crashed`), recorded by
-//! [`MeteredBucket`](crate::bucket::metered::MeteredBucket):
+//! `permanent`, `cancelled`, `crashed`), recorded by the bucket layer's `MeteredBucket`:
 //! `mushroom_backup_bucket_request_duration_seconds` (histogram, [`BUCKET_DURATION_BUCKETS`])
 //! and `mushroom_backup_bucket_requests_total` (counter).
 //!
-//! # Counters from cumulative values
+//! # Hiding a store
 //!
-//! [`BackupCounters`] are cumulative per worker, and a store's worker may be replaced (a
-//! restart, a deregister and register again) by one whose counters start at zero. The
-//! `metrics` crate's `absolute` keeps the maximum it has seen, so after such a restart the
-//! exported counter would stand still until the new worker passed the old one's total. So
-//! [`record_store`] remembers, per store, which `BackupCounters` it last read (by address)
-//! and their values, and adds the difference; other counters, or a value below the last one,
-//! are a new worker's, whose whole value is added. The exported counters only rise, by what
-//! was really done.
-//!
-//! # The last restore point's time
-//!
-//! Neither [`StoreHealth`] nor [`BackupCounters`] carries when the newest restore point was
-//! written, so `…_last_restore_point_timestamp_seconds` is the wall-clock time at which
-//! [`record_store`] first saw the store's restore point commit seq change (or its
-//! `restore_points` counter rise). It is absent until then: a process that resumed a prefix
-//! with an older restore point does not know that point's time. Its precision is the
-//! service's recording period.
-//!
-//! # Forgetting a store
-//!
-//! The `metrics` crate cannot delete a series. [`forget_store`] hides every series labelled with its `store_id` from `/metrics` (so a
-//! deregistered store neither alerts nor shows as stale data); a later [`record_store`] for
-//! the same id shows them again, the counters continuing from where they were. The hidden
-//! series still take a little memory in the recorder: one entry per metric and store ever
-//! registered in the process's life.
+//! The `metrics` crate cannot delete a series. [`hide_store`] hides every series labelled
+//! with a `store_id` from `/metrics` (so a deregistered store neither alerts nor shows as
+//! stale data); [`show_store`] shows them again, counters continuing from where they were.
+//! The hidden series still take a little memory in the recorder: one entry per metric and
+//! store ever registered in the process's life.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::collections::HashSet;
+use std::sync::RwLock;
 
-use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge};
-
-use crate::health::StoreHealth;
-use crate::worker::BackupCounters;
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
 
 pub const STORE_LAG_SECONDS: &str = "mushroom_backup_store_lag_seconds";
 pub const STORE_HEALTHY: &str = "mushroom_backup_store_healthy";
@@ -177,129 +156,28 @@ pub fn describe() {
     );
 }
 
-/// What [`record_store`] remembers of a store between calls.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Seen {
-    /// The address of the [`BackupCounters`] read last: another one is another worker.
-    counters: usize,
-    shipped_bytes: u64,
-    shipped_objects: u64,
-    restore_points: u64,
-    failures: u64,
-    restore_point_commit_seq: Option<u64>,
-}
+static HIDDEN: RwLock<Option<HashSet<String>>> = RwLock::new(None);
 
-/// How much a cumulative counter grew since `last`; a smaller value is a new worker's total.
-fn growth(last: &mut u64, now: u64) -> u64 {
-    let grown = if now >= *last { now - *last } else { now };
-    *last = now;
-    grown
-}
-
-static SEEN: Mutex<Option<HashMap<String, Seen>>> = Mutex::new(None);
-static FORGOTTEN: RwLock<Option<HashSet<String>>> = RwLock::new(None);
-
-fn seen() -> MutexGuard<'static, Option<HashMap<String, Seen>>> {
-    SEEN.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn unforget(store_id: &str) {
-    let forgotten = FORGOTTEN.read().unwrap_or_else(|e| e.into_inner());
-    if !forgotten.as_ref().is_some_and(|f| f.contains(store_id)) {
-        return;
-    }
-    drop(forgotten);
-    if let Some(f) = FORGOTTEN
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_mut()
-    {
-        f.remove(store_id);
-    }
-}
-
-fn flag(b: bool) -> f64 {
-    if b { 1.0 } else { 0.0 }
-}
-
-/// Records one store's health and counters; see the module docs for each series.
-pub fn record_store(store_id: &str, health: &StoreHealth, counters: &BackupCounters) {
-    unforget(store_id);
-    let label = [(STORE_ID_LABEL, store_id.to_string())];
-    let held_elsewhere = !health.lease_held && !health.lease_holder.is_empty();
-    gauge!(STORE_LAG_SECONDS, &label).set(health.lag_seconds);
-    gauge!(STORE_HEALTHY, &label).set(flag(health.healthy));
-    gauge!(STORE_DURABLE_COMMIT_SEQ, &label).set(health.durable_commit_seq as f64);
-    gauge!(STORE_SHIPPED_COMMIT_SEQ, &label).set(health.shipped_commit_seq as f64);
-    gauge!(STORE_RESTORE_POINT_COMMIT_SEQ, &label).set(health.restore_point_commit_seq as f64);
-    gauge!(STORE_LEASE_HELD, &label).set(flag(health.lease_held));
-    gauge!(STORE_LEASE_HELD_ELSEWHERE, &label).set(flag(held_elsewhere));
-
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    let (bytes, objects, points, failures) = (
-        load(&counters.bytes_shipped),
-        load(&counters.objects_shipped),
-        load(&counters.restore_points),
-        load(&counters.failures),
-    );
-    let (grown, new_restore_point) = {
-        let mut all = seen();
-        let s = all
-            .get_or_insert_with(HashMap::new)
-            .entry(store_id.to_string())
-            .or_default();
-        let identity = counters as *const BackupCounters as usize;
-        if s.counters != identity {
-            *s = Seen {
-                counters: identity,
-                restore_point_commit_seq: s.restore_point_commit_seq,
-                ..Seen::default()
-            };
-        }
-        let grown = [
-            growth(&mut s.shipped_bytes, bytes),
-            growth(&mut s.shipped_objects, objects),
-            growth(&mut s.restore_points, points),
-            growth(&mut s.failures, failures),
-        ];
-        let seq = health.restore_point_commit_seq;
-        let new_restore_point = match s.restore_point_commit_seq.replace(seq) {
-            Some(last) => last != seq || grown[2] > 0,
-            // The first look: a restore point this worker wrote is new; one it found is not.
-            None => grown[2] > 0,
-        };
-        (grown, new_restore_point)
-    };
-    for (name, n) in [
-        STORE_SHIPPED_BYTES,
-        STORE_SHIPPED_OBJECTS,
-        STORE_RESTORE_POINTS,
-        STORE_FAILURES,
-    ]
-    .into_iter()
-    .zip(grown)
-    {
-        // Registered even at zero, so every store has every series from its first record.
-        counter!(name, &label).increment(n);
-    }
-    if new_restore_point && health.restore_point_commit_seq > 0 {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        gauge!(STORE_LAST_RESTORE_POINT_TIMESTAMP, &label).set(now);
-    }
-}
-
-/// Forgets a deregistered store: its series disappear from `/metrics` (see the module docs).
-///
-/// What [`record_store`] remembers of the store is kept, so a late record of the same worker
-/// does not count its totals twice.
-pub fn forget_store(store_id: &str) {
-    FORGOTTEN
+/// Hides every series labelled `store_id="<store_id>"` from `/metrics` (see the module docs).
+pub fn hide_store(store_id: &str) {
+    HIDDEN
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashSet::new)
         .insert(store_id.to_string());
+}
+
+/// Shows a store's series again after [`hide_store`]; cheap (a read lock) when it is not
+/// hidden.
+pub fn show_store(store_id: &str) {
+    let hidden = HIDDEN.read().unwrap_or_else(|e| e.into_inner());
+    if !hidden.as_ref().is_some_and(|f| f.contains(store_id)) {
+        return;
+    }
+    drop(hidden);
+    if let Some(f) = HIDDEN.write().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        f.remove(store_id);
+    }
 }
 
 /// Records the fleet: stores hosted, and how many of them are unhealthy.
@@ -308,10 +186,10 @@ pub fn record_fleet(stores: usize, unhealthy: usize) {
     gauge!(STORES_UNHEALTHY).set(unhealthy as f64);
 }
 
-/// `text` (the Prometheus text format) without the samples of forgotten stores.
-pub(super) fn hide_forgotten(text: String) -> String {
-    let forgotten = FORGOTTEN.read().unwrap_or_else(|e| e.into_inner());
-    let Some(ids) = forgotten.as_ref().filter(|f| !f.is_empty()) else {
+/// `text` (the Prometheus text format) without the samples of hidden stores.
+pub(super) fn without_hidden(text: String) -> String {
+    let hidden = HIDDEN.read().unwrap_or_else(|e| e.into_inner());
+    let Some(ids) = hidden.as_ref().filter(|f| !f.is_empty()) else {
         return text;
     };
     let needles: Vec<String> = ids
@@ -348,27 +226,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn growth_adds_differences_and_a_restart_adds_its_whole_value() {
-        let mut last = 0;
-        assert_eq!(growth(&mut last, 10), 10);
-        assert_eq!(growth(&mut last, 10), 0);
-        assert_eq!(growth(&mut last, 25), 15);
-        // A new worker, counting from zero again.
-        assert_eq!(growth(&mut last, 4), 4);
-        assert_eq!(growth(&mut last, 9), 5);
-    }
-
-    #[test]
     fn hidden_stores_lose_their_samples_and_nothing_else() {
-        forget_store("gone\"x");
+        hide_store("gone\"x");
         let text = "# HELP m help\n# TYPE m gauge\nm{store_id=\"keep\"} 1\n\
                     m{store_id=\"gone\\\"x\"} 2\nm{store_id=\"gone\\\"xy\"} 3\n";
-        let out = hide_forgotten(text.to_string());
+        let out = without_hidden(text.to_string());
         assert_eq!(
             out,
             "# HELP m help\n# TYPE m gauge\nm{store_id=\"keep\"} 1\nm{store_id=\"gone\\\"xy\"} 3\n"
         );
-        unforget("gone\"x");
-        assert_eq!(hide_forgotten(text.to_string()), text);
+        show_store("gone\"x");
+        assert_eq!(without_hidden(text.to_string()), text);
     }
 }

@@ -31,7 +31,8 @@
 //! [`init`] must run inside a Tokio runtime context when traces or metrics are on (the gRPC
 //! channel and the `/metrics` server are tasks of that runtime). Dropping the guard flushes
 //! the spans still queued and shuts the tracer provider down, waiting at most
-//! [`SHUTDOWN_TIMEOUT`], and stops the `/metrics` server. The export itself runs on the
+//! [`SHUTDOWN_TIMEOUT`], and stops the `/metrics` server ([`TelemetryGuard::shutdown`] does
+//! the same after waiting for the server's tasks to end). The export itself runs on the
 //! runtime, so drop the guard while the runtime is alive — after `block_on` returns, before
 //! the runtime is dropped. (Dropped on a multi-threaded runtime's worker it moves off the
 //! worker with `block_in_place`; on a current-thread runtime's own thread the flush can only
@@ -56,7 +57,7 @@ use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
 pub use grpc::{GrpcTraceLayer, grpc_trace_layer};
-pub use metrics::{forget_store, record_fleet, record_store};
+pub use metrics::{hide_store, record_fleet, show_store};
 
 /// The log filter's own variable; `RUST_LOG` is read when it is unset.
 pub const LOG_ENV: &str = "MUSHROOMDB_BACKUP_LOG";
@@ -128,6 +129,14 @@ pub struct TelemetryGuard {
 }
 
 impl TelemetryGuard {
+    /// Shuts telemetry down as dropping the guard does, but first waits until every task of
+    /// the `/metrics` server (its upkeep, its listener, its connections) has ended.
+    pub async fn shutdown(mut self) {
+        if let Some(metrics) = self.metrics.take() {
+            metrics.shutdown().await;
+        }
+    }
+
     /// Where `/metrics` is served, when metrics are on.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().map(|m| m.addr())

@@ -4,7 +4,9 @@
 //! binds the listener itself (port 0 works) and serves the rendered text with hyper: HTTP/1.1,
 //! one task per connection, `GET /metrics` (or `HEAD`), 404 for any other path, 405 for any
 //! other method. The recorder's upkeep (draining histogram samples) runs every
-//! [`UPKEEP_INTERVAL`] beside it.
+//! [`UPKEEP_INTERVAL`] beside it. Every task (the upkeep, the accept loop, each connection) is
+//! spawned on the server's [`TaskTracker`], so [`MetricsServer::shutdown`] can wait for them
+//! all to end.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -14,19 +16,22 @@ use bytes::Bytes;
 use http_body_util::Full;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::TelemetryError;
-use super::metrics::{BUCKET_DURATION_BUCKETS, BUCKET_REQUEST_DURATION, describe, hide_forgotten};
+use super::metrics::{BUCKET_DURATION_BUCKETS, BUCKET_REQUEST_DURATION, describe, without_hidden};
 
 /// How often the recorder's upkeep runs.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// The longest a scrape connection may stay idle before it is closed.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The running `/metrics` server; [`MetricsServer::stop`] ends it.
+/// The running `/metrics` server; [`MetricsServer::stop`] ends it, [`MetricsServer::shutdown`]
+/// ends it and waits for its tasks.
 pub(super) struct MetricsServer {
     addr: SocketAddr,
     stop: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl MetricsServer {
@@ -48,18 +53,31 @@ impl MetricsServer {
         describe();
 
         let stop = CancellationToken::new();
-        tokio::spawn(upkeep(handle.clone(), stop.clone()));
-        tokio::spawn(serve(listener, handle, stop.clone()));
+        let tasks = TaskTracker::new();
+        tasks.spawn(upkeep(handle.clone(), stop.clone()));
+        tasks.spawn(serve(listener, handle, stop.clone(), tasks.clone()));
         tracing::info!(addr = %bound, "serving metrics on /metrics");
-        Ok(Self { addr: bound, stop })
+        Ok(Self {
+            addr: bound,
+            stop,
+            tasks,
+        })
     }
 
     pub(super) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    pub(super) fn stop(self) {
+    /// Tells every task to end, without waiting for them.
+    pub(super) fn stop(&self) {
         self.stop.cancel();
+        self.tasks.close();
+    }
+
+    /// Ends the server and waits until every one of its tasks has ended.
+    pub(super) async fn shutdown(self) {
+        self.stop();
+        self.tasks.wait().await;
     }
 }
 
@@ -77,6 +95,7 @@ async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
     stop: CancellationToken,
+    tasks: TaskTracker,
 ) {
     loop {
         let stream = tokio::select! {
@@ -93,7 +112,7 @@ async fn serve(
         };
         let handle = handle.clone();
         let stop = stop.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let handle = handle.clone();
                 async move { Ok::<_, Infallible>(respond(&req, &handle)) }
@@ -129,7 +148,7 @@ fn respond<B>(req: &http::Request<B>, handle: &PrometheusHandle) -> http::Respon
     if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
         return status(http::StatusCode::METHOD_NOT_ALLOWED, "GET /metrics\n");
     }
-    let text = hide_forgotten(handle.render());
+    let text = without_hidden(handle.render());
     let mut r = http::Response::new(Full::new(Bytes::from(text)));
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -7,7 +7,7 @@ use std::ops::Range;
 use bytes::Bytes;
 use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, DynBucket, ListPage, Object, ObjectMeta, PutCondition,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
 };
 
 pub struct Hooked<F> {
@@ -36,9 +36,9 @@ impl<F: Fn(Op, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
         self.inner.head(key).await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         (self.hook)(Op::Put, key);
-        self.inner.put(key, body, cond).await
+        self.inner.put_with(key, body, opts).await
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
@@ -46,13 +46,8 @@ impl<F: Fn(Op, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
         self.inner.delete(key, if_match).await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        (self.hook)(Op::List, prefix);
-        self.inner.list(prefix, token, max_keys).await
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        (self.hook)(Op::List, query.prefix);
+        self.inner.list(query).await
     }
 }

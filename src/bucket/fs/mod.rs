@@ -21,7 +21,8 @@
 //!   with `EEXIST` when the key exists) or `rename` (plain write and compare-and-swap), followed
 //!   by an fsync of the parent directory. So a reader sees either the old object or the whole new
 //!   one, never half of one, and an object that a `put` acknowledged survives a power cut. (The
-//!   lease object's renewals are the one exception, below.)
+//!   compare-and-swaps of frequently rewritten objects, the lease's renewals, are the one
+//!   exception, below.)
 //! - Every mutation (put, delete, and the directories they create or remove) runs under an
 //!   exclusive `flock` on `root/.lock`, opened anew for each request, so it also excludes other
 //!   `FsBucket`s on the same directory in this process and in other processes. The check of an
@@ -33,17 +34,17 @@
 //!   read whole objects. Where extended attributes are not supported, or were lost by a copy,
 //!   the hash is computed from the content: the ETag is the same either way.
 //!
-//! # The lease object
-//! The bucket lease (key `lease`) is renewed every few seconds by every worker, so a fleet
-//! renews hundreds of times a second; creating, fsyncing and renaming a new file for each
-//! renewal was most of an idle fleet's CPU. Its compare-and-swap (`If-Match`) is therefore done,
-//! under the same lock and check, by writing the new record into a scratch file
-//! (`.tmp/lease.scratch`) and exchanging the two names in one atomic `renameat2`
+//! # Frequently rewritten objects (the lease)
+//! A write with [`PutHint::FrequentRewrite`] is one of an object rewritten every few seconds:
+//! the bucket lease, renewed by every worker, so a fleet renews hundreds of times a second;
+//! creating, fsyncing and renaming a new file for each renewal was most of an idle fleet's
+//! CPU. Its compare-and-swap (`If-Match`, with the body in memory) is therefore done, under
+//! the same lock and check, by writing the new record into the key's scratch file (`lease`'s
+//! is `.tmp/lease.scratch`) and exchanging the two names in one atomic `renameat2`
 //! (`RENAME_EXCHANGE`): the object is replaced whole, as by a rename, and the previous record
 //! becomes the next scratch, so no inode is created or freed. It is not fsynced: a renewal lost
 //! in a power cut leaves an earlier record, which only makes a successor wait a TTL longer, and a
-//! power cut ends every holder on this machine anyway (the lease is advisory; see
-//! `crate::lease`). A reader that opened the lease just before an exchange may, in the rare case
+//! power cut ends every holder on this machine anyway (the lease is advisory). A reader that opened the lease just before an exchange may, in the rare case
 //! that two renewals pass while it reads, see a torn record: the lease's reader treats a record it
 //! cannot parse as held by an unknown holder, and the `If-Match` under the lock is what decides.
 //! Where names cannot be exchanged (NFS), the ordinary path below is taken.
@@ -80,7 +81,10 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
 use super::body::check_crc32;
-use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
+use super::{
+    Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, PutCondition, PutHint,
+    PutOpts,
+};
 use etag::{cache_etag, cached_etag, etag_of_digest, etag_of_file};
 pub use mode::{FILE_MODE_ENV, FileModes};
 use walk::walk;
@@ -93,11 +97,8 @@ mod walk;
 
 /// The directory (under the root) holding writes in flight.
 const TMP_DIR: &str = ".tmp";
-/// The bucket lease's key (`crate::manifest::LEASE_KEY`; the bucket layer does not depend on
-/// the layers above it, a test checks the two agree): rewritten by [`Inner::swap_lease`].
-const LEASE_KEY: &str = "lease";
-/// The scratch file under [`TMP_DIR`] that the lease object is exchanged with.
-const LEASE_SCRATCH: &str = "lease.scratch";
+/// How the name of a frequently rewritten object's scratch file under [`TMP_DIR`] ends.
+const SCRATCH_SUFFIX: &str = ".scratch";
 /// The file every process locks around a mutation.
 const LOCK_FILE: &str = ".lock";
 /// Temp files older than this are leftovers of a crashed writer and removed on open.
@@ -232,10 +233,10 @@ impl super::Bucket for FsBucket {
         self.blocking("head", key, move |b| b.head(&k)).await
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         check_key("put", key)?;
         let k = key.to_string();
-        self.blocking("put", key, move |b| b.put(&k, &body, &cond))
+        self.blocking("put", key, move |b| b.put(&k, &body, &opts))
             .await
     }
 
@@ -247,14 +248,9 @@ impl super::Bucket for FsBucket {
             .await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
-        let p = prefix.to_string();
-        self.blocking("list", prefix, move |b| {
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let (p, token, max_keys) = (query.prefix.to_string(), query.token, query.max_keys);
+        self.blocking("list", query.prefix, move |b| {
             b.list(&p, token.as_deref(), max_keys)
         })
         .await
@@ -269,7 +265,7 @@ impl Inner {
     fn get(&self, key: &str) -> Result<Object, BucketError> {
         let err = |e| io_error("get", key, e, false);
         let Some((mut file, len)) = open_object(&self.path(key)).map_err(err)? else {
-            return Err(not_found(key));
+            return Err(BucketError::not_found(key));
         };
         let mut data = Vec::with_capacity(crate::units::usize_of(len));
         file.read_to_end(&mut data).map_err(err)?;
@@ -286,7 +282,7 @@ impl Inner {
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
         let err = |e| io_error("get_range", key, e, false);
         let Some((file, len)) = open_object(&self.path(key)).map_err(err)? else {
-            return Err(not_found(key));
+            return Err(BucketError::not_found(key));
         };
         let (start, end) = (range.start.min(len), range.end.min(len));
         if start >= end {
@@ -319,12 +315,13 @@ impl Inner {
         }
     }
 
-    fn put(&self, key: &str, body: &Body, cond: &PutCondition) -> Result<String, BucketError> {
-        if key == LEASE_KEY
+    fn put(&self, key: &str, body: &Body, opts: &PutOpts) -> Result<String, BucketError> {
+        let cond = &opts.cond;
+        if opts.hint == PutHint::FrequentRewrite
             && let (PutCondition::IfMatch(expected), Body::Bytes(bytes)) = (cond, body)
-            && let Some(renewed) = self.swap_lease(bytes, expected)
+            && let Some(swapped) = self.swap(key, bytes, expected)
         {
-            return renewed;
+            return swapped;
         }
         let (tmp, etag) = self.write_temp(key, body)?;
         let committed = self.commit(key, &tmp, cond);
@@ -333,17 +330,17 @@ impl Inner {
         committed.map(|()| etag)
     }
 
-    /// A compare-and-swap of the lease object by exchange with a scratch file (see the module
-    /// docs): `None` where the file system cannot exchange names (then the ordinary path runs).
-    fn swap_lease(&self, body: &Bytes, expected: &str) -> Option<Result<String, BucketError>> {
-        let key = LEASE_KEY;
+    /// A compare-and-swap of a frequently rewritten object by exchange with its scratch file
+    /// (see the module docs): `None` where the file system cannot exchange names, or the key
+    /// is too long for a scratch name (then the ordinary path runs).
+    fn swap(&self, key: &str, body: &Bytes, expected: &str) -> Option<Result<String, BucketError>> {
+        let scratch = self.root.join(TMP_DIR).join(scratch_name(key)?);
         let err = |e| io_error("put", key, e, false);
         let swapped = (|| -> Result<Option<String>, BucketError> {
             let _lock = self.lock("put", key)?;
             if self.current_etag("put", key)?.as_deref() != Some(expected) {
-                return Err(precondition_failed(key));
+                return Err(BucketError::precondition_failed(key));
             }
-            let scratch = self.root.join(TMP_DIR).join(LEASE_SCRATCH);
             // Overwritten from the start and cut to length, never truncated to nothing first:
             // ext4 flushes a file emptied by a truncate when it is closed, at the cost of a
             // disk write per renewal.
@@ -423,13 +420,13 @@ impl Inner {
             PutCondition::IfNoneMatch => match fs::hard_link(tmp, &path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return Err(precondition_failed(key));
+                    return Err(BucketError::precondition_failed(key));
                 }
                 Err(e) => return Err(err(e)),
             },
             PutCondition::IfMatch(expected) => {
                 if self.current_etag("put", key)?.as_deref() != Some(expected.as_str()) {
-                    return Err(precondition_failed(key));
+                    return Err(BucketError::precondition_failed(key));
                 }
                 fs::rename(tmp, &path).map_err(err)?;
             }
@@ -444,7 +441,7 @@ impl Inner {
         if let Some(expected) = if_match
             && self.current_etag("delete", key)?.as_deref() != Some(expected)
         {
-            return Err(precondition_failed(key));
+            return Err(BucketError::precondition_failed(key));
         }
         let path = self.path(key);
         match fs::remove_file(&path) {
@@ -678,6 +675,13 @@ pub(super) fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> 
     })
 }
 
+/// The scratch file name of `key` under [`TMP_DIR`]: the key with `%` and `/` escaped (`lease`
+/// is `lease.scratch`), or `None` when that is longer than a file name may be.
+fn scratch_name(key: &str) -> Option<String> {
+    let name = key.replace('%', "%25").replace('/', "%2F") + SCRATCH_SUFFIX;
+    (name.len() <= 255).then_some(name)
+}
+
 /// Swaps the names `a` and `b` in one atomic step (`renameat2` with `RENAME_EXCHANGE`).
 fn exchange(a: &Path, b: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
@@ -742,18 +746,6 @@ fn io_error(op: &'static str, key: &str, e: io::Error, indeterminate: bool) -> B
             key: key.to_string(),
             message: e.to_string(),
         }
-    }
-}
-
-fn not_found(key: &str) -> BucketError {
-    BucketError::NotFound {
-        key: key.to_string(),
-    }
-}
-
-fn precondition_failed(key: &str) -> BucketError {
-    BucketError::PreconditionFailed {
-        key: key.to_string(),
     }
 }
 

@@ -73,19 +73,28 @@ async fn create_cas_delete_smoke() {
 #[tokio::test]
 async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
     use crate::bucket::Bucket;
+    use crate::bucket::{PutHint, PutOpts};
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(LEASE_KEY, crate::manifest::LEASE_KEY);
+    const LEASE_KEY: &str = "lease";
+    let hinted = |cond| PutOpts {
+        cond,
+        hint: PutHint::FrequentRewrite,
+    };
     let dir = tempfile::tempdir().unwrap();
     let b = FsBucket::open(dir.path()).unwrap();
     let record = |n: u32| Body::from(Bytes::from(format!("{{\"renewals\":{n}}}")));
     let mut etag = b
-        .put(LEASE_KEY, record(0), PutCondition::IfNoneMatch)
+        .put_with(LEASE_KEY, record(0), hinted(PutCondition::IfNoneMatch))
         .await
         .unwrap();
     let mut inodes = std::collections::BTreeSet::new();
     for n in 1..=20u32 {
         let next = b
-            .put(LEASE_KEY, record(n), PutCondition::IfMatch(etag.clone()))
+            .put_with(
+                LEASE_KEY,
+                record(n),
+                hinted(PutCondition::IfMatch(etag.clone())),
+            )
             .await
             .unwrap();
         assert_ne!(next, etag);
@@ -102,7 +111,7 @@ async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
         );
         // A stale ETag is refused and changes nothing.
         let stale = b
-            .put(LEASE_KEY, record(99), PutCondition::IfMatch(etag))
+            .put_with(LEASE_KEY, record(99), hinted(PutCondition::IfMatch(etag)))
             .await;
         assert!(matches!(stale, Err(BucketError::PreconditionFailed { .. })));
         assert_eq!(b.get(LEASE_KEY).await.unwrap().etag, next);
@@ -111,7 +120,10 @@ async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
     }
     assert!(inodes.len() <= 2, "two inodes take turns: {inodes:?}");
     // The scratch is the bucket's own file: never listed, never an object.
-    let listed = b.list("", None, 100).await.unwrap();
+    let listed = b
+        .list(crate::bucket::ListQuery::new("", None, 100))
+        .await
+        .unwrap();
     let keys: Vec<_> = listed.objects.iter().map(|o| o.key.as_str()).collect();
     assert_eq!(keys, [LEASE_KEY]);
     b.delete(LEASE_KEY, Some(&etag)).await.unwrap();

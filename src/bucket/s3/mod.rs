@@ -41,7 +41,9 @@ use bytes::Bytes;
 use error::map_error;
 
 use super::body::with_key;
-use super::{Body, BucketError, ListPage, Object, ObjectMeta, OpenError, PutCondition};
+use super::{
+    Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, PutCondition, PutOpts,
+};
 
 mod error;
 mod multipart;
@@ -312,7 +314,9 @@ impl super::Bucket for S3Bucket {
         }
     }
 
-    async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
+    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
+        // The hint is for backends that write objects themselves; S3 has one way to write.
+        let cond = opts.cond;
         super::fs::check_key("put", key)?;
         if body.len() > self.options.multipart_threshold {
             multipart::put(self, key, &body, &cond).await
@@ -348,12 +352,8 @@ impl super::Bucket for S3Bucket {
         }
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        token: Option<String>,
-        max_keys: usize,
-    ) -> Result<ListPage, BucketError> {
+    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
+        let (prefix, token, max_keys) = (query.prefix, query.token, query.max_keys);
         let root = self.full_key("");
         let mut req = self
             .client
