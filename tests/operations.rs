@@ -149,33 +149,6 @@ impl Server {
     }
 }
 
-fn register_req(dir: &Path, dest: &Path) -> proto::RegisterRequest {
-    proto::RegisterRequest {
-        store_dir: dir.to_str().unwrap().to_string(),
-        destination: format!("file://{}", dest.display()),
-        ..Default::default()
-    }
-}
-
-/// Polls `f` until it returns `Ok`, or panics after `DEADLINE` naming `what` and the last
-/// observation.
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) if start.elapsed() > DEADLINE => {
-                panic!("waited {DEADLINE:?} for {what}; last saw: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// The health of one store as `c`'s instance reports it.
 async fn health(
     c: &mut BackupControlClient<Channel>,
@@ -228,7 +201,10 @@ async fn traces_continue_the_callers_traceparent_and_worker_spans_carry_the_stor
 
     const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
     const PARENT_ID: &str = "00f067aa0ba902b7";
-    let mut req = tonic::Request::new(register_req(&store, &d.base.join("bucket")));
+    let mut req = tonic::Request::new(support::register_req(
+        &store,
+        &support::file_url(&d.base.join("bucket")),
+    ));
     req.metadata_mut().insert(
         "traceparent",
         format!("00-{TRACE_ID}-{PARENT_ID}-01").parse().unwrap(),
@@ -360,13 +336,17 @@ async fn metrics_show_the_registered_stores_lag_shipped_bytes_and_health() {
     let metrics = server.metrics.expect("a metrics address");
     let mut c = server.client().await;
     let id = c
-        .register(register_req(&store, &d.base.join("bucket")))
+        .register(support::register_req(
+            &store,
+            &support::file_url(&d.base.join("bucket")),
+        ))
         .await
         .unwrap_or_else(|e| server.child.fail(&format!("Register failed: {e}")))
         .into_inner()
         .store_id;
 
-    let (lag, shipped) = wait_for(
+    let (lag, shipped) = support::wait_for(
+        DEADLINE,
         &format!("/metrics on {metrics} to show store {id} healthy with bytes shipped"),
         || async {
             let (status, text) = get(metrics, "/metrics").await?;
@@ -449,49 +429,61 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
     let mut ca = a.client().await;
     let cb = b.client().await;
     let id = ca
-        .register(register_req(&store, &d.base.join("bucket")))
+        .register(support::register_req(
+            &store,
+            &support::file_url(&d.base.join("bucket")),
+        ))
         .await
         .unwrap_or_else(|e| a.child.fail(&format!("Register on a failed: {e}")))
         .into_inner()
         .store_id;
 
-    wait_for(&format!("b's ListStores to list {id} owned by a"), || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let stores = cb
-                .list_stores(proto::ListStoresRequest {})
-                .await
-                .map_err(|e| format!("ListStores failed: {e}"))?
-                .into_inner()
-                .stores;
-            match stores.iter().find(|s| s.store_id == id) {
-                Some(s) if s.instance_id == "a" => Ok(()),
-                _ => Err(format!("{stores:?}")),
+    support::wait_for(
+        DEADLINE,
+        &format!("b's ListStores to list {id} owned by a"),
+        || {
+            let mut cb = cb.clone();
+            let id = id.clone();
+            async move {
+                let stores = cb
+                    .list_stores(proto::ListStoresRequest {})
+                    .await
+                    .map_err(|e| format!("ListStores failed: {e}"))?
+                    .into_inner()
+                    .stores;
+                match stores.iter().find(|s| s.store_id == id) {
+                    Some(s) if s.instance_id == "a" => Ok(()),
+                    _ => Err(format!("{stores:?}")),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
 
-    let healthy = wait_for(&format!("b's Health to show {id} healthy"), || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let h = health(&mut cb, &id).await?;
-            if h.healthy {
-                Ok(h)
-            } else {
-                Err(format!("{h:?}"))
+    let healthy = support::wait_for(
+        DEADLINE,
+        &format!("b's Health to show {id} healthy"),
+        || {
+            let mut cb = cb.clone();
+            let id = id.clone();
+            async move {
+                let h = health(&mut cb, &id).await?;
+                if h.healthy {
+                    Ok(h)
+                } else {
+                    Err(format!("{h:?}"))
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(healthy.instance_id, "a", "{healthy:?}");
 
     let stopped = Instant::now();
     a.terminate();
 
-    let silent = wait_for(
+    let silent = support::wait_for(
+        DEADLINE,
         &format!("b's Health to show {id} unhealthy, its owner a silent"),
         || {
             let mut cb = cb.clone();

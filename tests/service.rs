@@ -20,6 +20,8 @@ use mushroom_backup::store::format::WalPosition;
 use tonic::Code;
 use tonic::transport::Channel;
 
+mod support;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mushroom-backup");
 const ADMIN: &str = "admin-secret-for-tests";
 /// Generous: the machine running the tests may be busy.
@@ -197,33 +199,6 @@ fn file_url(p: &Path) -> String {
     format!("file://{}", p.display())
 }
 
-fn register_req(dir: &Path, dest: &str) -> proto::RegisterRequest {
-    proto::RegisterRequest {
-        store_dir: dir.to_str().unwrap().to_string(),
-        destination: dest.to_string(),
-        ..Default::default()
-    }
-}
-
-/// Polls `f` until it returns `Ok`, or panics after `DEADLINE` naming `what` and the last
-/// observation.
-async fn wait_for<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match f().await {
-            Ok(v) => return v,
-            Err(last) if start.elapsed() > DEADLINE => {
-                panic!("waited {DEADLINE:?} for {what}; last saw: {last}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreHealth {
     let r = c
         .health(admin(proto::HealthRequest {
@@ -238,7 +213,8 @@ async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreH
 
 /// Waits until the store is healthy with `commits` durable and shipped.
 async fn wait_shipped(c: &mut BackupControlClient<Channel>, id: &str, commits: u64) {
-    wait_for(
+    support::wait_for(
+        DEADLINE,
         &format!("store {id} healthy with {commits} shipped"),
         || {
             let mut c = c.clone();
@@ -274,22 +250,26 @@ async fn restore_point(c: &mut BackupControlClient<Channel>, id: &str, commits: 
     }))
     .await
     .expect("Trigger");
-    wait_for(&format!("a restore point at commit {commits}"), || {
-        let mut c = c.clone();
-        async move {
-            let points = all_points(&mut c, id).await;
-            let h = health(&mut c, id).await;
-            if points
-                .iter()
-                .any(|p| p.commit_seq == commits && p.is_latest)
-                && h.restore_point_commit_seq == commits
-            {
-                Ok(())
-            } else {
-                Err(format!("{points:?} / {h:?}"))
+    support::wait_for(
+        DEADLINE,
+        &format!("a restore point at commit {commits}"),
+        || {
+            let mut c = c.clone();
+            async move {
+                let points = all_points(&mut c, id).await;
+                let h = health(&mut c, id).await;
+                if points
+                    .iter()
+                    .any(|p| p.commit_seq == commits && p.is_latest)
+                    && h.restore_point_commit_seq == commits
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{points:?} / {h:?}"))
+                }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -375,7 +355,7 @@ async fn a_node_streams_health_restore_points_restart_and_adopt() {
     let mut c = server.client().await;
 
     let reg = c
-        .register(admin(register_req(&store, &dest)))
+        .register(admin(support::register_req(&store, &dest)))
         .await
         .expect("Register")
         .into_inner();
@@ -955,7 +935,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
     )
     .expect("open the store");
     let reg = c
-        .register(tonic::Request::new(register_req(
+        .register(tonic::Request::new(support::register_req(
             &store,
             &file_url(&bucket),
         )))
@@ -1086,7 +1066,7 @@ async fn the_node_client_reconnects_and_resends_the_newest_position() {
     )
     .expect("open the store");
     let reg = c
-        .register(tonic::Request::new(register_req(
+        .register(tonic::Request::new(support::register_req(
             &store,
             &file_url(&bucket),
         )))
@@ -1108,12 +1088,16 @@ async fn the_node_client_reconnects_and_resends_the_newest_position() {
     server.proc.terminate();
     let p = commit(&mut engine, 7);
     nc.report(p);
-    wait_for("the client to notice the server is gone", || async {
-        match nc.state() {
-            ConnectionState::Backoff { .. } | ConnectionState::Connecting => Ok(()),
-            s => Err(format!("{s:?}")),
-        }
-    })
+    support::wait_for(
+        DEADLINE,
+        "the client to notice the server is gone",
+        || async {
+            match nc.state() {
+                ConnectionState::Backoff { .. } | ConnectionState::Connecting => Ok(()),
+                s => Err(format!("{s:?}")),
+            }
+        },
+    )
     .await;
     assert!(nc.last_error().is_some_and(|e| !e.is_permanent()));
     let log = d.base.join("serve2.log");
@@ -1177,12 +1161,15 @@ async fn list_restore_points_and_adopt_create_nothing_in_a_destination() {
     // A registered store whose destination directory is removed under it.
     let dest = d.base.join("removed");
     let id = c
-        .register(admin(register_req(&d.root.join("s"), &file_url(&dest))))
+        .register(admin(support::register_req(
+            &d.root.join("s"),
+            &file_url(&dest),
+        )))
         .await
         .expect("Register")
         .into_inner()
         .store_id;
-    wait_for("the destination removed", || {
+    support::wait_for(DEADLINE, "the destination removed", || {
         let dest = dest.clone();
         async move {
             match std::fs::remove_dir_all(&dest) {

@@ -242,208 +242,265 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             dir,
             destination,
             store,
-        } => {
-            let req = proto::RegisterRequest {
-                store_dir: dir,
-                destination,
-                labels: store.labels(),
-                options: store.options(),
-            };
-            let r = ctl
-                .client
-                .register(ctl.request(req, true))
-                .await
-                .map_err(|s| failed("Register", s))?
-                .into_inner();
-            print(
-                j,
-                json!({"store_id": r.store_id, "node_token": r.node_token}),
-                format!(
-                    "registered store {}\nnode token (shown once): {}",
-                    r.store_id, r.node_token
-                ),
-            );
-        }
-        Call::Deregister { store_id, flush } => {
-            let req = proto::DeregisterRequest {
-                store_id: store_id.clone(),
-                flush,
-            };
-            ctl.client
-                .deregister(ctl.request(req, true))
-                .await
-                .map_err(|s| failed("Deregister", s))?;
-            print(
-                j,
-                json!({"deregistered": store_id, "flushed": flush}),
-                format!("deregistered store {store_id}"),
-            );
-        }
-        Call::Trigger { store_id, kind } => {
-            let (k, name) = match kind {
-                Kind::Ship => (proto::TriggerKind::Ship, "ship"),
-                Kind::RestorePoint => (proto::TriggerKind::RestorePoint, "restore-point"),
-                Kind::Retention => (proto::TriggerKind::Retention, "retention"),
-            };
-            let req = proto::TriggerRequest {
-                store_id: store_id.clone(),
-                kind: k as i32,
-            };
-            ctl.client
-                .trigger(ctl.request(req, true))
-                .await
-                .map_err(|s| failed("Trigger", s))?;
-            print(
-                j,
-                json!({"triggered": name, "store_id": store_id}),
-                format!("triggered {name} on store {store_id}"),
-            );
-        }
-        Call::Health { store_id } => {
-            let req = proto::HealthRequest {
-                store_id: store_id.unwrap_or_default(),
-            };
-            let r = ctl
-                .client
-                .health(ctl.request(req, true))
-                .await
-                .map_err(|s| failed("Health", s))?
-                .into_inner();
-            print(j, health_json(&r), health_text(&r));
-        }
-        Call::WatchHealth { store_id, count } => {
-            let req = proto::HealthRequest {
-                store_id: store_id.unwrap_or_default(),
-            };
-            let mut stream = ctl
-                .client
-                .watch_health(ctl.request(req, false))
-                .await
-                .map_err(|s| failed("WatchHealth", s))?
-                .into_inner();
-            let mut seen = 0u64;
-            while count.is_none_or(|c| seen < c) {
-                match stream.message().await {
-                    Ok(Some(r)) => {
-                        seen += 1;
-                        print(j, health_json(&r), format!("{}\n", health_text(&r)));
-                    }
-                    Ok(None) => break,
-                    Err(s) => return Err(failed("WatchHealth", s)),
-                }
-            }
-        }
-        Call::ListStores => {
-            let r = ctl
-                .client
-                .list_stores(ctl.request(proto::ListStoresRequest {}, true))
-                .await
-                .map_err(|s| failed("ListStores", s))?
-                .into_inner();
-            let text = if r.stores.is_empty() {
-                "no stores".to_string()
-            } else {
-                r.stores
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{}  {}  -> {}  (instance {})",
-                            s.store_id, s.store_dir, s.destination, s.instance_id
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            };
-            let stores: Vec<Value> = r.stores.iter().map(store_json).collect();
-            print(j, json!({"stores": stores}), text);
-        }
+        } => register(&mut ctl, j, dir, destination, store).await?,
+        Call::Deregister { store_id, flush } => deregister(&mut ctl, j, store_id, flush).await?,
+        Call::Trigger { store_id, kind } => trigger(&mut ctl, j, store_id, kind).await?,
+        Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
+        Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
+        Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::ListRestorePoints {
             store_id,
             page_size,
             page_token,
             all,
-        } => {
-            let mut token = page_token.unwrap_or_default();
-            let mut points = Vec::new();
-            let next = loop {
-                let req = proto::ListRestorePointsRequest {
-                    store_id: store_id.clone(),
-                    page_size,
-                    page_token: token.clone(),
-                };
-                let r = ctl
-                    .client
-                    .list_restore_points(ctl.request(req, true))
-                    .await
-                    .map_err(|s| failed("ListRestorePoints", s))?
-                    .into_inner();
-                points.extend(r.restore_points);
-                if !all || r.next_page_token.is_empty() {
-                    break r.next_page_token;
-                }
-                token = r.next_page_token;
-            };
-            let mut text: Vec<String> = points
-                .iter()
-                .map(|p| {
-                    format!(
-                        "commit {:>10}  generation {:>4}  {:>10} bytes  {}{}",
-                        p.commit_seq,
-                        p.generation,
-                        p.bytes,
-                        p.manifest_key,
-                        if p.is_latest { "  (LATEST)" } else { "" }
-                    )
-                })
-                .collect();
-            if points.is_empty() {
-                text.push("no restore points".into());
-            }
-            if !next.is_empty() {
-                text.push(format!("more: --page-token {next}"));
-            }
-            let list: Vec<Value> = points.iter().map(restore_point_json).collect();
-            print(
-                j,
-                json!({"restore_points": list, "next_page_token": next}),
-                text.join("\n"),
-            );
-        }
+        } => list_restore_points(&mut ctl, j, store_id, page_size, page_token, all).await?,
         Call::Adopt {
             dir,
             destination,
             at,
             store,
-        } => {
-            let req = proto::AdoptRequest {
-                store_dir: dir,
-                destination,
-                at_commit_seq: at.unwrap_or(0),
-                labels: store.labels(),
-                options: store.options(),
-            };
-            let r = ctl
-                .client
-                .adopt(ctl.request(req, true))
-                .await
-                .map_err(|s| failed("Adopt", s))?
-                .into_inner();
-            print(
-                j,
-                json!({
-                    "store_id": r.store_id,
-                    "node_token": r.node_token,
-                    "commit_seq": r.commit_seq,
-                    "parent_manifest": r.parent_manifest,
-                }),
-                format!(
-                    "adopted store {} at commit {} (from {})\nnode token (shown once): {}",
-                    r.store_id, r.commit_seq, r.parent_manifest, r.node_token
-                ),
-            );
-        }
+        } => adopt(&mut ctl, j, dir, destination, at, store).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ctl register`.
+async fn register(
+    ctl: &mut Ctl,
+    j: bool,
+    dir: String,
+    destination: String,
+    store: StoreFlags,
+) -> anyhow::Result<()> {
+    let req = proto::RegisterRequest {
+        store_dir: dir,
+        destination,
+        labels: store.labels(),
+        options: store.options(),
+    };
+    let r = ctl
+        .client
+        .register(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Register", s))?
+        .into_inner();
+    print(
+        j,
+        json!({"store_id": r.store_id, "node_token": r.node_token}),
+        format!(
+            "registered store {}\nnode token (shown once): {}",
+            r.store_id, r.node_token
+        ),
+    );
+    Ok(())
+}
+
+/// `ctl deregister`.
+async fn deregister(ctl: &mut Ctl, j: bool, store_id: String, flush: bool) -> anyhow::Result<()> {
+    let req = proto::DeregisterRequest {
+        store_id: store_id.clone(),
+        flush,
+    };
+    ctl.client
+        .deregister(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Deregister", s))?;
+    print(
+        j,
+        json!({"deregistered": store_id, "flushed": flush}),
+        format!("deregistered store {store_id}"),
+    );
+    Ok(())
+}
+
+/// `ctl trigger`.
+async fn trigger(ctl: &mut Ctl, j: bool, store_id: String, kind: Kind) -> anyhow::Result<()> {
+    let (k, name) = match kind {
+        Kind::Ship => (proto::TriggerKind::Ship, "ship"),
+        Kind::RestorePoint => (proto::TriggerKind::RestorePoint, "restore-point"),
+        Kind::Retention => (proto::TriggerKind::Retention, "retention"),
+    };
+    let req = proto::TriggerRequest {
+        store_id: store_id.clone(),
+        kind: k as i32,
+    };
+    ctl.client
+        .trigger(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Trigger", s))?;
+    print(
+        j,
+        json!({"triggered": name, "store_id": store_id}),
+        format!("triggered {name} on store {store_id}"),
+    );
+    Ok(())
+}
+
+/// `ctl health`.
+async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Result<()> {
+    let req = proto::HealthRequest {
+        store_id: store_id.unwrap_or_default(),
+    };
+    let r = ctl
+        .client
+        .health(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Health", s))?
+        .into_inner();
+    print(j, health_json(&r), health_text(&r));
+    Ok(())
+}
+
+/// `ctl watch-health`.
+async fn watch_health(
+    ctl: &mut Ctl,
+    j: bool,
+    store_id: Option<String>,
+    count: Option<u64>,
+) -> anyhow::Result<()> {
+    let req = proto::HealthRequest {
+        store_id: store_id.unwrap_or_default(),
+    };
+    let mut stream = ctl
+        .client
+        .watch_health(ctl.request(req, false))
+        .await
+        .map_err(|s| failed("WatchHealth", s))?
+        .into_inner();
+    let mut seen = 0u64;
+    while count.is_none_or(|c| seen < c) {
+        match stream.message().await {
+            Ok(Some(r)) => {
+                seen += 1;
+                print(j, health_json(&r), format!("{}\n", health_text(&r)));
+            }
+            Ok(None) => break,
+            Err(s) => return Err(failed("WatchHealth", s)),
+        }
+    }
+    Ok(())
+}
+
+/// `ctl list-stores`.
+async fn list_stores(ctl: &mut Ctl, j: bool) -> anyhow::Result<()> {
+    let r = ctl
+        .client
+        .list_stores(ctl.request(proto::ListStoresRequest {}, true))
+        .await
+        .map_err(|s| failed("ListStores", s))?
+        .into_inner();
+    let text = if r.stores.is_empty() {
+        "no stores".to_string()
+    } else {
+        r.stores
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}  {}  -> {}  (instance {})",
+                    s.store_id, s.store_dir, s.destination, s.instance_id
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let stores: Vec<Value> = r.stores.iter().map(store_json).collect();
+    print(j, json!({"stores": stores}), text);
+    Ok(())
+}
+
+/// `ctl list-restore-points`.
+async fn list_restore_points(
+    ctl: &mut Ctl,
+    j: bool,
+    store_id: String,
+    page_size: u32,
+    page_token: Option<String>,
+    all: bool,
+) -> anyhow::Result<()> {
+    let mut token = page_token.unwrap_or_default();
+    let mut points = Vec::new();
+    let next = loop {
+        let req = proto::ListRestorePointsRequest {
+            store_id: store_id.clone(),
+            page_size,
+            page_token: token.clone(),
+        };
+        let r = ctl
+            .client
+            .list_restore_points(ctl.request(req, true))
+            .await
+            .map_err(|s| failed("ListRestorePoints", s))?
+            .into_inner();
+        points.extend(r.restore_points);
+        if !all || r.next_page_token.is_empty() {
+            break r.next_page_token;
+        }
+        token = r.next_page_token;
+    };
+    let mut text: Vec<String> = points
+        .iter()
+        .map(|p| {
+            format!(
+                "commit {:>10}  generation {:>4}  {:>10} bytes  {}{}",
+                p.commit_seq,
+                p.generation,
+                p.bytes,
+                p.manifest_key,
+                if p.is_latest { "  (LATEST)" } else { "" }
+            )
+        })
+        .collect();
+    if points.is_empty() {
+        text.push("no restore points".into());
+    }
+    if !next.is_empty() {
+        text.push(format!("more: --page-token {next}"));
+    }
+    let list: Vec<Value> = points.iter().map(restore_point_json).collect();
+    print(
+        j,
+        json!({"restore_points": list, "next_page_token": next}),
+        text.join("\n"),
+    );
+    Ok(())
+}
+
+/// `ctl adopt`.
+async fn adopt(
+    ctl: &mut Ctl,
+    j: bool,
+    dir: String,
+    destination: String,
+    at: Option<u64>,
+    store: StoreFlags,
+) -> anyhow::Result<()> {
+    let req = proto::AdoptRequest {
+        store_dir: dir,
+        destination,
+        at_commit_seq: at.unwrap_or(0),
+        labels: store.labels(),
+        options: store.options(),
+    };
+    let r = ctl
+        .client
+        .adopt(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Adopt", s))?
+        .into_inner();
+    print(
+        j,
+        json!({
+            "store_id": r.store_id,
+            "node_token": r.node_token,
+            "commit_seq": r.commit_seq,
+            "parent_manifest": r.parent_manifest,
+        }),
+        format!(
+            "adopted store {} at commit {} (from {})\nnode token (shown once): {}",
+            r.store_id, r.commit_seq, r.parent_manifest, r.node_token
+        ),
+    );
+    Ok(())
 }
 
 fn health_json(r: &proto::HealthResponse) -> Value {

@@ -319,7 +319,7 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     let shutdown = super::shutdown_token();
     let (tx, rx) = tokio::sync::oneshot::channel::<service::Started>();
     let instance = config.instance_id.clone();
-    tokio::spawn(async move {
+    let announce = async move {
         if let Ok(s) = rx.await {
             // One line on stdout once listening, for scripts and tests (port 0 picks a port).
             println!(
@@ -327,8 +327,10 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
                 serde_json::json!({"listening": s.addr.to_string(), "instance_id": instance})
             );
         }
-    });
-    let result = service::run(config, shutdown, Some(tx)).await;
+    };
+    // Beside the service, not a task of its own: done when the service is listening (or
+    // stopped before it could).
+    let (result, ()) = tokio::join!(service::run(config, shutdown, Some(tx)), announce);
     guard.shutdown().await;
     result?;
     Ok(ExitCode::SUCCESS)

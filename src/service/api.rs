@@ -1,6 +1,6 @@
 //! The `BackupControl` gRPC API: each handler checks its caller, turns the request into a fleet
-//! call and the answer into a response. Errors are [`ServiceError`]s, mapped to status in one
-//! place (`error.rs`).
+//! call (`request.rs` reads the fields) and the answer into a response. Errors are
+//! [`ServiceError`]s, mapped to status in one place (`error.rs`); nothing here picks a code.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -10,17 +10,13 @@ use futures::Stream;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
-use uuid::Uuid;
 
-use super::auth;
+use super::auth::{self, AuthError};
 use super::error::ServiceError;
-use super::fleet::{Fleet, NewStore, StoreEntry, StoreOptions};
+use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use super::health_watch::{HealthStream, HealthWatch};
-use super::limits;
 use super::proto::{self, backup_control_server::BackupControl};
-use crate::bucket;
-use crate::store::format::WalPosition;
-use crate::verify;
+use super::request::{self, new_store, position};
 use crate::wal_source::StreamAttachment;
 
 pub struct Api {
@@ -44,6 +40,7 @@ impl Api {
             Duration::from_millis(250),
             fleet.config().limits.max_health_watchers,
             shutdown.clone(),
+            &fleet.tasks,
         );
         Self {
             fleet,
@@ -53,7 +50,17 @@ impl Api {
     }
 
     fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
-        auth::require_admin(self.fleet.config().admin_token.as_deref(), req.metadata())
+        Ok(auth::require_admin(
+            self.fleet.config().admin_token.as_deref(),
+            req.metadata(),
+        )?)
+    }
+
+    /// An operator call's caller checked; its peer and its message.
+    fn operator<T>(&self, req: Request<T>) -> Result<(Option<String>, T), ServiceError> {
+        self.admin(&req)?;
+        let peer = peer(&req);
+        Ok((peer, req.into_inner()))
     }
 }
 
@@ -67,28 +74,6 @@ fn record_store_id(store_id: &str) {
 
 fn peer<T>(req: &Request<T>) -> Option<String> {
     req.remote_addr().map(|a| a.to_string())
-}
-
-fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
-    let o = o.unwrap_or_default();
-    let nz = |v: u64| (v != 0).then_some(v);
-    StoreOptions {
-        wal_interval_ms: nz(o.wal_interval_ms),
-        restore_point_interval_ms: nz(o.restore_point_interval_ms),
-        retention_interval_ms: nz(o.retention_interval_ms),
-        keep_for_ms: nz(o.keep_for_ms),
-        keep_generations: nz(o.keep_generations),
-    }
-}
-
-fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
-    proto::StoreOptions {
-        wal_interval_ms: o.wal_interval_ms.unwrap_or(0),
-        restore_point_interval_ms: o.restore_point_interval_ms.unwrap_or(0),
-        retention_interval_ms: o.retention_interval_ms.unwrap_or(0),
-        keep_for_ms: o.keep_for_ms.unwrap_or(0),
-        keep_generations: o.keep_generations.unwrap_or(0),
-    }
 }
 
 fn now_ms() -> i64 {
@@ -127,28 +112,8 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         instance_id: r.instance_id.clone(),
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
-        options: Some(proto_options(&opts)),
+        options: Some(request::proto_options(&opts)),
     }
-}
-
-/// What Register and Adopt ask for (the fleet checks every field).
-fn new_store(
-    store_dir: String,
-    destination: String,
-    labels: std::collections::HashMap<String, String>,
-    o: Option<proto::StoreOptions>,
-) -> NewStore {
-    NewStore {
-        store_dir,
-        destination,
-        labels: labels.into_iter().collect(),
-        options: options(o),
-    }
-}
-
-fn parse_uuid(field: &str, s: &str) -> Result<Uuid, ServiceError> {
-    Uuid::parse_str(s)
-        .map_err(|e| ServiceError::InvalidArgument(format!("{field} {s:?} is not a UUID: {e}")))
 }
 
 type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
@@ -159,11 +124,9 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::RegisterRequest>,
     ) -> Result<Response<proto::RegisterResponse>, Status> {
-        self.admin(&req)?;
-        let peer = peer(&req);
-        let r = req.into_inner();
+        let (peer, r) = self.operator(req)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
-        let (entry, token) = self.fleet.register(new, peer).await?;
+        let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
@@ -175,11 +138,12 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
-        self.admin(&req)?;
-        let peer = peer(&req);
-        let r = req.into_inner();
+        let (peer, r) = self.operator(req)?;
         record_store_id(&r.store_id);
-        self.fleet.deregister(&r.store_id, r.flush, peer).await?;
+        self.fleet
+            .deregister(&r.store_id, r.flush, peer)
+            .await
+            .map_err(err)?;
         Ok(Response::new(proto::DeregisterResponse {}))
     }
 
@@ -187,24 +151,10 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::TriggerRequest>,
     ) -> Result<Response<proto::TriggerResponse>, Status> {
-        use crate::worker::BackupTrigger;
-        self.admin(&req)?;
-        let r = req.into_inner();
+        let (_, r) = self.operator(req)?;
         record_store_id(&r.store_id);
-        let entry = self.fleet.get_owned(&r.store_id).await?;
-        let trigger = match proto::TriggerKind::try_from(r.kind) {
-            Ok(proto::TriggerKind::Ship) => BackupTrigger::Ship,
-            Ok(proto::TriggerKind::RestorePoint) => BackupTrigger::RestorePoint,
-            Ok(proto::TriggerKind::Retention) => BackupTrigger::Retention,
-            _ => {
-                return Err(ServiceError::InvalidArgument(format!(
-                    "kind {} is not a trigger (SHIP, RESTORE_POINT or RETENTION)",
-                    r.kind
-                ))
-                .into());
-            }
-        };
-        entry.handle.trigger(trigger);
+        let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
+        entry.handle.trigger(request::trigger(r.kind).map_err(err)?);
         Ok(Response::new(proto::TriggerResponse {}))
     }
 
@@ -245,7 +195,8 @@ impl BackupControl for Api {
         stores.extend(
             self.fleet
                 .remote()
-                .await?
+                .await
+                .map_err(err)?
                 .iter()
                 .map(|r| store_info(&r.record)),
         );
@@ -259,72 +210,23 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let r = req.into_inner();
         record_store_id(&r.store_id);
-        limits::check_store_id(&r.store_id)?;
-        limits::check_page_token(&r.page_token)?;
-        if !r.page_token.is_empty() && crate::manifest::parse_manifest_key(&r.page_token).is_none()
-        {
-            return Err(ServiceError::InvalidArgument(format!(
-                "page_token {:?} is not one this server gave",
-                r.page_token
-            ))
-            .into());
-        }
-        let size = limits::page_size(r.page_size);
-        let destination = self.fleet.destination_of(&r.store_id).await?;
-        let bucket = bucket::open_read_only(&destination)
-            .await
-            .map_err(super::fleet::open_error)?;
-        let mut points = verify::list_restore_points(bucket.as_ref())
-            .await
-            .map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-        points.retain(|p| p.error.is_none());
-        points.sort_by(|a, b| b.key.cmp(&a.key));
-        let start = if r.page_token.is_empty() {
-            0
-        } else {
-            points
-                .iter()
-                .position(|p| p.key < r.page_token)
-                .unwrap_or(points.len())
-        };
-        let page: Vec<_> = points[start..].iter().take(size).collect();
-        let next = if start + page.len() < points.len() {
-            page.last().map(|p| p.key.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        let restore_points = page
-            .into_iter()
-            .map(|p| proto::RestorePoint {
-                commit_seq: p.commit_seq.unwrap_or(0),
-                manifest_key: p.key.clone(),
-                lineage: p.lineage.map(|l| l.to_string()).unwrap_or_default(),
-                generation: p.generation.unwrap_or(0),
-                created_at_unix_ms: p
-                    .created_at
-                    .as_deref()
-                    .and_then(crate::manifest::parse_time_ms)
-                    .unwrap_or(0),
-                bytes: p.bytes.unwrap_or(0),
-                is_latest: p.is_latest,
-            })
-            .collect();
-        Ok(Response::new(proto::ListRestorePointsResponse {
-            restore_points,
-            next_page_token: next,
-        }))
+        request::check_listing(&r).map_err(err)?;
+        let points = self.fleet.restore_points(&r.store_id).await.map_err(err)?;
+        Ok(Response::new(request::page(
+            points,
+            &r.page_token,
+            r.page_size,
+        )))
     }
 
     async fn adopt(
         &self,
         req: Request<proto::AdoptRequest>,
     ) -> Result<Response<proto::AdoptResponse>, Status> {
-        self.admin(&req)?;
-        let peer = peer(&req);
-        let r = req.into_inner();
+        let (peer, r) = self.operator(req)?;
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
-        let (entry, token, report) = self.fleet.adopt(new, at, peer).await?;
+        let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
@@ -347,34 +249,29 @@ impl BackupControl for Api {
         // caller is nobody, so it is due soon (server_limits.rs).
         let due = self.fleet.config().limits.first_report_timeout;
         let Ok(first) = tokio::time::timeout(due, inbound.next()).await else {
-            return Err(ServiceError::DeadlineExceeded(format!(
-                "no first report within {} ms: a ReportPosition stream starts with a report \
-                 naming its store (the server's first_report_timeout_ms)",
-                due.as_millis()
-            ))
+            return Err(ServiceError::NoFirstReport {
+                ms: due.as_millis(),
+            }
             .into());
         };
         let Some(first) = first else {
-            return Err(ServiceError::InvalidArgument(
-                "the stream ended before its first report".into(),
-            )
-            .into());
+            return Err(err(request::no_first_report()));
         };
         let first = first?;
         let attachment = self.attach_node(&meta, &first, from)?;
         let store_id = first.store_id.clone();
         let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
-        tokio::spawn(async move {
+        self.fleet.tasks.spawn(async move {
             let mut attachment = attachment;
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => {
-                        let _ = tx.send(Err(shutting_down())).await;
+                        let _ = tx.send(Err(ServiceError::ShuttingDown.into())).await;
                         return;
                     }
                     _ = attachment.closed() => {
-                        let _ = tx.send(Err(deregistered(&store_id).into())).await;
+                        let _ = tx.send(Err(ServiceError::Deregistered(store_id).into())).await;
                         return;
                     }
                     msg = inbound.next() => match msg {
@@ -384,16 +281,10 @@ impl BackupControl for Api {
                             return;
                         }
                         Some(Ok(r)) => {
-                            if r.store_id != store_id {
-                                let _ = tx.send(Err(ServiceError::InvalidArgument(format!(
-                                    "a stream reports for one store ({store_id}), not {}", r.store_id
-                                )).into())).await;
-                                return;
-                            }
-                            match position(&r) {
+                            match request::same_store(&store_id, &r).and_then(|()| position(&r)) {
                                 Ok(p) => attachment.report(p),
                                 Err(e) => {
-                                    let _ = tx.send(Err(e.into())).await;
+                                    let _ = tx.send(Err(err(e))).await;
                                     return;
                                 }
                             }
@@ -436,14 +327,14 @@ impl Api {
             entry.as_ref().map(|e| e.record.node_token_hash.as_str()),
         )?;
         let Some(entry) = entry else {
-            return Err(ServiceError::Unauthenticated(auth::NODE_REFUSED.into()));
+            return Err(AuthError(auth::NODE_REFUSED.into()).into());
         };
         record_store_id(&entry.record.store_id);
         let position = position(first)?;
         let attachment = entry
             .source
             .attach(from)
-            .map_err(|_| deregistered(&first.store_id))?;
+            .map_err(|_| ServiceError::Deregistered(first.store_id.clone()))?;
         attachment.report(position);
         Ok(attachment)
     }
@@ -463,15 +354,15 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
                     stores: vec![store_health(&e, id)],
                 });
             }
-            Err(ServiceError::NotFound(_)) => {}
-            Err(e) => return Err(e),
+            Err(FleetError::NotHere(_)) => {}
+            Err(e) => return Err(e.into()),
         }
         let remote = fleet.remote().await?;
         return match remote.iter().find(|r| r.record.store_id == store_id) {
             Some(r) => Ok(proto::HealthResponse {
                 stores: vec![remote_health(r)],
             }),
-            None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
+            None => Err(FleetError::UnknownStore(store_id.to_string()).into()),
         };
     }
     let mut stores: Vec<proto::StoreHealth> =
@@ -480,16 +371,9 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
     Ok(proto::HealthResponse { stores })
 }
 
-/// What a long-lived stream ends with when the service stops: retry (another instance, or
-/// this one restarted).
-fn shutting_down() -> Status {
-    Status::unavailable("the service is shutting down")
-}
-
-/// What a store's position streams end with once it is deregistered (and what a stream that
-/// arrives while it is being deregistered gets).
-fn deregistered(store_id: &str) -> ServiceError {
-    ServiceError::NotFound(format!("store {store_id} was deregistered"))
+/// A fleet's (or a field's) error as the status the API answers (chosen in `error.rs`).
+fn err(e: impl Into<ServiceError>) -> Status {
+    Status::from(e.into())
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.
@@ -533,18 +417,4 @@ fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
         out.reason = why;
     }
     out
-}
-
-fn position(r: &proto::PositionReport) -> Result<WalPosition, ServiceError> {
-    Ok(WalPosition {
-        snapshot_id: if r.snapshot_id.is_empty() {
-            None
-        } else {
-            Some(parse_uuid("snapshot_id", &r.snapshot_id)?)
-        },
-        wal_id: parse_uuid("wal_id", &r.wal_id)?,
-        wal_number: r.wal_number,
-        durable_len: r.durable_len,
-        commit_seq: r.commit_seq,
-    })
 }

@@ -6,8 +6,13 @@
 
 use tonic::metadata::MetadataMap;
 
-use super::error::ServiceError;
 use crate::registry;
+
+/// A caller without the token its call needs (`UNAUTHENTICATED`, `error.rs`); the message never
+/// holds a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct AuthError(pub String);
 
 /// The bearer token of a request, if it carries one.
 pub fn bearer(meta: &MetadataMap) -> Option<&str> {
@@ -19,26 +24,24 @@ pub fn bearer(meta: &MetadataMap) -> Option<&str> {
 }
 
 /// Checks an operator call against the admin token, when one is configured.
-pub fn require_admin(admin_token: Option<&str>, meta: &MetadataMap) -> Result<(), ServiceError> {
+pub fn require_admin(admin_token: Option<&str>, meta: &MetadataMap) -> Result<(), AuthError> {
     let Some(want) = admin_token else {
         return Ok(());
     };
     if want.is_empty() {
-        return Err(ServiceError::Unauthenticated(
+        return Err(AuthError(
             "the server's admin token is empty: every operator call is refused".into(),
         ));
     }
     match bearer(meta) {
-        None => Err(ServiceError::Unauthenticated(
+        None => Err(AuthError(
             "this call needs `authorization: Bearer <admin token>`".into(),
         )),
-        Some("") => Err(ServiceError::Unauthenticated(
+        Some("") => Err(AuthError(
             "the bearer token is empty: this call needs the admin token".into(),
         )),
         Some(got) if constant_time_eq(got.as_bytes(), want.as_bytes()) => Ok(()),
-        Some(_) => Err(ServiceError::Unauthenticated(
-            "the admin token is wrong".into(),
-        )),
+        Some(_) => Err(AuthError("the admin token is wrong".into())),
     }
 }
 
@@ -49,9 +52,9 @@ pub const NODE_REFUSED: &str = "unknown store (on this instance) or wrong node t
 /// Checks a node's token against the stored token hash of the store it names, `None` when this
 /// instance has no such store. Both refusals are the same `UNAUTHENTICATED` [`NODE_REFUSED`],
 /// and an unknown store costs the same hash and comparison as a known one.
-pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), ServiceError> {
+pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), AuthError> {
     let Some(got) = bearer(meta) else {
-        return Err(ServiceError::Unauthenticated(
+        return Err(AuthError(
             "ReportPosition needs `authorization: Bearer <node token>`".into(),
         ));
     };
@@ -61,7 +64,7 @@ pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), 
     if matches && token_hash.is_some() {
         Ok(())
     } else {
-        Err(ServiceError::Unauthenticated(NODE_REFUSED.into()))
+        Err(AuthError(NODE_REFUSED.into()))
     }
 }
 

@@ -1,7 +1,8 @@
 //! A new registration against the stores already registered, on every instance (the registry
 //! is shared, so a PostgreSQL registry's other instances count as much as this one).
 //!
-//! Refused, in this order (the first that applies answers):
+//! Refused with a [`Conflict`], in this order (the first that applies answers; the codes are
+//! chosen in `error.rs`):
 //! - the same store directory: `ALREADY_EXISTS`;
 //! - a directory inside or above a registered store's: `FAILED_PRECONDITION` naming that store
 //!   (one store's files would be another's, and two workers would read them);
@@ -18,8 +19,21 @@
 use std::path::Path;
 
 use super::destination::Destination;
-use super::error::ServiceError;
 use crate::registry::StoreRecord;
+
+/// Why a new store cannot join the registered ones (codes: `error.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Conflict {
+    /// The same store directory is registered already.
+    #[error("{0}")]
+    SameDir(String),
+    /// The directory is inside or above a registered store's.
+    #[error("{0}")]
+    NestedDir(String),
+    /// The destination shares objects with a registered store's.
+    #[error("{0}")]
+    SharedDestination(String),
+}
 
 /// What the new store is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,12 +51,12 @@ pub struct Candidate<'a> {
 }
 
 /// Why `new` cannot join `registered`, if it cannot.
-pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<ServiceError> {
+pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
     if let Some(r) = registered
         .iter()
         .find(|r| Path::new(&r.store_dir) == new.dir)
     {
-        return Some(ServiceError::AlreadyExists(format!(
+        return Some(Conflict::SameDir(format!(
             "store_dir {} is already registered (store {} on instance {})",
             new.dir.display(),
             r.store_id,
@@ -58,7 +72,7 @@ pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<ServiceEr
         } else {
             continue;
         };
-        return Some(ServiceError::FailedPrecondition(format!(
+        return Some(Conflict::NestedDir(format!(
             "store_dir {} is {how} the directory {} of store {} (instance {}): a store \
              directory cannot hold another store",
             new.dir.display(),
@@ -75,7 +89,7 @@ pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<ServiceEr
         if !shared {
             continue;
         }
-        return Some(ServiceError::FailedPrecondition(match new.intent {
+        return Some(Conflict::SharedDestination(match new.intent {
             Intent::Register => format!(
                 "destination {} shares objects with {}, where store {} (instance {}) backs \
                  up: one prefix holds one store's backups; choose another prefix",
@@ -118,9 +132,10 @@ mod tests {
         };
         match find(&c, reg) {
             None => "ok".into(),
-            Some(ServiceError::AlreadyExists(m)) => format!("exists: {m}"),
-            Some(ServiceError::FailedPrecondition(m)) => format!("precondition: {m}"),
-            Some(e) => format!("other: {e}"),
+            Some(Conflict::SameDir(m)) => format!("exists: {m}"),
+            Some(Conflict::NestedDir(m) | Conflict::SharedDestination(m)) => {
+                format!("precondition: {m}")
+            }
         }
     }
 

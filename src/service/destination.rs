@@ -17,9 +17,19 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::error::ServiceError;
-use super::limits::{self, MAX_DESTINATION_BYTES, quote};
+use super::limits::{self, FieldError, MAX_DESTINATION_BYTES, quote};
 use super::paths;
+
+/// Why a destination is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DestinationError {
+    /// Not a destination: the scheme, the path or the bucket name is wrong, or it is too long.
+    #[error(transparent)]
+    Bad(#[from] FieldError),
+    /// A `file://` destination where the service may not write (see the module docs).
+    #[error("{0}")]
+    Placement(String),
+}
 
 /// A destination, normalized for comparison.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,20 +51,21 @@ pub struct Placement<'a> {
 
 impl Destination {
     /// Parses and normalizes `raw` (shape and bounds only; see [`check`] for placement).
-    pub fn parse(raw: &str) -> Result<Destination, ServiceError> {
+    pub fn parse(raw: &str) -> Result<Destination, DestinationError> {
         Self::parse_with(raw, true)
     }
 
     /// Parses a destination the registry holds: recorded after [`Destination::url`], so its
     /// path is taken as it stands (no look at the filesystem per registered store).
-    pub fn recorded(raw: &str) -> Result<Destination, ServiceError> {
+    pub fn recorded(raw: &str) -> Result<Destination, DestinationError> {
         Self::parse_with(raw, false)
     }
 
-    fn parse_with(raw: &str, resolve: bool) -> Result<Destination, ServiceError> {
+    fn parse_with(raw: &str, resolve: bool) -> Result<Destination, DestinationError> {
         limits::check_text("destination", raw, MAX_DESTINATION_BYTES)?;
-        let bad =
-            |why: &str| ServiceError::InvalidArgument(format!("destination {}: {why}", quote(raw)));
+        let bad = |why: &str| {
+            DestinationError::Bad(FieldError(format!("destination {}: {why}", quote(raw))))
+        };
         if let Some(path) = raw.strip_prefix("file://") {
             if !path.starts_with('/') {
                 return Err(bad(
@@ -123,11 +134,11 @@ fn overlap(a: &Path, b: &Path) -> bool {
 }
 
 /// Parses `raw` and checks where it may be: see the module docs.
-pub fn check(raw: &str, placement: Placement<'_>) -> Result<Destination, ServiceError> {
+pub fn check(raw: &str, placement: Placement<'_>) -> Result<Destination, DestinationError> {
     let dest = Destination::parse(raw)?;
     if let Destination::File(path) = &dest {
         let denied = |why: String| {
-            ServiceError::PermissionDenied(format!(
+            DestinationError::Placement(format!(
                 "destination {} (resolved: {}) {why}",
                 quote(raw),
                 path.display()
@@ -181,7 +192,7 @@ mod tests {
             "s3://b/a\0b",
         ] {
             let e = Destination::parse(bad).unwrap_err();
-            assert!(matches!(e, ServiceError::InvalidArgument(_)), "{bad}: {e}");
+            assert!(matches!(e, DestinationError::Bad(_)), "{bad}: {e}");
         }
     }
 
@@ -220,10 +231,10 @@ mod tests {
             destination_roots: &[],
         };
         let url = |p: &Path| format!("file://{}", p.display());
-        let code = |r: Result<Destination, ServiceError>| match r {
+        let code = |r: Result<Destination, DestinationError>| match r {
             Ok(_) => "ok",
-            Err(ServiceError::PermissionDenied(_)) => "denied",
-            Err(_) => "other",
+            Err(DestinationError::Placement(_)) => "denied",
+            Err(DestinationError::Bad(_)) => "other",
         };
         assert_eq!(code(check(&url(&base.join("elsewhere")), p)), "ok");
         assert_eq!(code(check(&url(&base.join("stores/x")), p)), "denied");

@@ -1,78 +1,169 @@
 //! The service's errors, and their one mapping to gRPC status (the API edge).
 //!
-//! Every handler returns [`ServiceError`]; [`From<ServiceError> for tonic::Status`] is the only
-//! place a status code is chosen. Internal errors become `INTERNAL` with a generic message; their
-//! cause is logged here, once, and never sent to the client (it may name paths or hosts). No
-//! message ever carries a token.
+//! Every module says what went wrong in its own terms, never as a status code: a request
+//! field out of bounds ([`FieldError`], `limits`), a caller without its token ([`AuthError`],
+//! `auth`), a store directory or destination refused ([`StoreDirError`], [`DestinationError`]),
+//! a contradiction with a registered store ([`Conflict`]), too many watchers ([`WatchersFull`]),
+//! and whatever the fleet answers ([`FleetError`]: an unknown store, one owned elsewhere, a
+//! destination that does not open, a restore that fails, the registry). Every handler returns
+//! [`ServiceError`], and [`From<ServiceError> for tonic::Status`] is the only place a status
+//! code is chosen: this module is the one place that knows gRPC codes (the tower timeout layer
+//! and the codec build their status through [`ServiceError`] and [`malformed_request`] too).
+//!
+//! A destination that does not open is `INVALID_ARGUMENT` when its URL is bad, `UNAVAILABLE`
+//! when its endpoint cannot be reached and `FAILED_PRECONDITION` when it is missing, refuses
+//! access or cannot be opened, whichever call opened it (`Register`, `Adopt`,
+//! `ListRestorePoints`).
+//!
+//! Internal errors become `INTERNAL` with a generic message; their cause is logged here, once,
+//! and never sent to the client (it may name paths or hosts). No message ever carries a token.
 
 use tonic::{Code, Status};
 
+pub use super::auth::AuthError;
+pub use super::conflicts::Conflict;
+pub use super::destination::DestinationError;
+pub use super::fleet::FleetError;
+pub use super::health_watch::WatchersFull;
+pub use super::limits::FieldError;
+pub use super::paths::StoreDirError;
+use crate::bucket::{BucketError, OpenError};
+use crate::registry::RegistryError;
+use crate::restore::RestoreError;
+
+/// Why a call failed, as the API answers it.
 #[derive(Debug, thiserror::Error)]
 pub enum ServiceError {
-    #[error("{0}")]
-    InvalidArgument(String),
-    #[error("{0}")]
-    PermissionDenied(String),
-    #[error("{0}")]
-    AlreadyExists(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Unauthenticated(String),
-    #[error("{0}")]
-    FailedPrecondition(String),
-    #[error("{0}")]
-    Unavailable(String),
-    #[error("{0}")]
-    DeadlineExceeded(String),
-    #[error("{0}")]
-    ResourceExhausted(String),
-    /// A failure of ours; the cause is logged, the client sees a generic message.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl ServiceError {
-    pub fn internal(cause: impl std::fmt::Display) -> Self {
-        ServiceError::Internal(cause.to_string())
-    }
+    #[error(transparent)]
+    Field(#[from] FieldError),
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    #[error(transparent)]
+    Fleet(#[from] FleetError),
+    #[error(transparent)]
+    WatchersFull(#[from] WatchersFull),
+    /// A `ReportPosition` stream whose first report did not come in time.
+    #[error(
+        "no first report within {ms} ms: a ReportPosition stream starts with a report naming \
+         its store (the server's first_report_timeout_ms)"
+    )]
+    NoFirstReport { ms: u128 },
+    /// A call's handler cut by its timeout (`server_limits`).
+    #[error("{method} did not finish within {ms} ms (the server's {setting})")]
+    CallTimeout {
+        method: String,
+        ms: u128,
+        setting: &'static str,
+    },
+    /// What the long-lived streams end with when the service stops: retry (another instance,
+    /// or this one restarted).
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// What a store's position streams end with once it is deregistered (and what a stream
+    /// that arrives while it is being deregistered gets).
+    #[error("store {0} was deregistered")]
+    Deregistered(String),
 }
 
 impl From<ServiceError> for Status {
     fn from(e: ServiceError) -> Status {
-        let (code, msg) = match e {
-            ServiceError::InvalidArgument(m) => (Code::InvalidArgument, m),
-            ServiceError::PermissionDenied(m) => (Code::PermissionDenied, m),
-            ServiceError::AlreadyExists(m) => (Code::AlreadyExists, m),
-            ServiceError::NotFound(m) => (Code::NotFound, m),
-            ServiceError::Unauthenticated(m) => (Code::Unauthenticated, m),
-            ServiceError::FailedPrecondition(m) => (Code::FailedPrecondition, m),
-            ServiceError::Unavailable(m) => (Code::Unavailable, m),
-            ServiceError::DeadlineExceeded(m) => (Code::DeadlineExceeded, m),
-            ServiceError::ResourceExhausted(m) => (Code::ResourceExhausted, m),
-            ServiceError::Internal(cause) => {
-                tracing::error!(%cause, "internal error answering a request");
-                (
-                    Code::Internal,
-                    "internal error (see the server's log)".to_string(),
-                )
+        let code = match &e {
+            ServiceError::Field(_) => Code::InvalidArgument,
+            ServiceError::Auth(_) => Code::Unauthenticated,
+            ServiceError::Fleet(f) => match fleet_code(f) {
+                Some(code) => code,
+                None => return internal(f),
+            },
+            ServiceError::WatchersFull(_) => Code::ResourceExhausted,
+            ServiceError::NoFirstReport { .. } | ServiceError::CallTimeout { .. } => {
+                Code::DeadlineExceeded
             }
+            ServiceError::ShuttingDown => Code::Unavailable,
+            ServiceError::Deregistered(_) => Code::NotFound,
         };
-        Status::new(code, msg)
+        Status::new(code, e.to_string())
     }
 }
 
-impl From<crate::registry::RegistryError> for ServiceError {
-    fn from(e: crate::registry::RegistryError) -> Self {
-        use crate::registry::RegistryError as R;
-        match e {
-            R::AlreadyExists { what, value } => ServiceError::AlreadyExists(format!(
-                "a store with {what} {value} is already registered"
-            )),
-            R::Unavailable { detail } => {
-                ServiceError::Unavailable(format!("the registry is unavailable: {detail}"))
-            }
-            other => ServiceError::internal(other),
+/// The code of a fleet error; `None`: a failure of ours (`INTERNAL`).
+fn fleet_code(e: &FleetError) -> Option<Code> {
+    Some(match e {
+        FleetError::Field(_) => Code::InvalidArgument,
+        FleetError::StoreDir(StoreDirError::Bad(_)) => Code::InvalidArgument,
+        FleetError::StoreDir(StoreDirError::OutsideRoots(_)) => Code::PermissionDenied,
+        FleetError::Destination(DestinationError::Bad(_)) => Code::InvalidArgument,
+        FleetError::Destination(DestinationError::Placement(_)) => Code::PermissionDenied,
+        FleetError::Conflict(Conflict::SameDir(_)) => Code::AlreadyExists,
+        FleetError::Conflict(Conflict::NestedDir(_) | Conflict::SharedDestination(_)) => {
+            Code::FailedPrecondition
         }
+        FleetError::NotHere(_) | FleetError::UnknownStore(_) => Code::NotFound,
+        FleetError::OwnedElsewhere { .. } | FleetError::OwnerAlive { .. } => {
+            Code::FailedPrecondition
+        }
+        FleetError::AdoptTarget(_) => Code::FailedPrecondition,
+        FleetError::Open(OpenError::BadUrl { .. }) => Code::InvalidArgument,
+        FleetError::Open(OpenError::Refused(BucketError::Unreachable { .. })) => Code::Unavailable,
+        FleetError::Open(
+            OpenError::Unavailable { .. } | OpenError::Missing { .. } | OpenError::Refused(_),
+        ) => Code::FailedPrecondition,
+        FleetError::Listing(_) => Code::Unavailable,
+        FleetError::Restore(r) => match r {
+            RestoreError::TargetNotEmpty { .. }
+            | RestoreError::BadTarget { .. }
+            | RestoreError::NoRestorePoint { .. }
+            | RestoreError::Unreachable { .. }
+            | RestoreError::Manifest(_)
+            | RestoreError::CrcMismatch { .. }
+            | RestoreError::BadObject { .. }
+            | RestoreError::ReadBack { .. } => Code::FailedPrecondition,
+            RestoreError::Bucket(_) => Code::Unavailable,
+            RestoreError::Io { .. } | RestoreError::Disk(_) => return None,
+        },
+        FleetError::Registry(r) => match r {
+            RegistryError::AlreadyExists { .. } => Code::AlreadyExists,
+            RegistryError::Unavailable { .. } => Code::Unavailable,
+            _ => return None,
+        },
+        FleetError::Internal(_) => return None,
+    })
+}
+
+/// A failure of ours: the cause is logged, the client sees a generic message.
+fn internal(cause: &FleetError) -> Status {
+    tracing::error!(%cause, "internal error answering a request");
+    Status::new(Code::Internal, "internal error (see the server's log)")
+}
+
+/// What the codec answers for a request that does not decode (`decoded` is prost's
+/// complaint): the client sent bad input, `INVALID_ARGUMENT`, not tonic's default `INTERNAL`.
+pub fn malformed_request(decoded: &Status) -> Status {
+    Status::new(
+        Code::InvalidArgument,
+        format!("malformed request: {}", decoded.message()),
+    )
+}
+
+/// How a restore error reads (audited, and sent to the client unless internal).
+pub(super) fn restore_message(e: &RestoreError) -> String {
+    match e {
+        RestoreError::Manifest(_)
+        | RestoreError::CrcMismatch { .. }
+        | RestoreError::BadObject { .. }
+        | RestoreError::ReadBack { .. } => format!("the destination cannot be restored: {e}"),
+        RestoreError::Bucket(b) => format!("the destination is unavailable: {b}"),
+        RestoreError::Io { .. } | RestoreError::Disk(_) => format!("internal error: {e}"),
+        _ => e.to_string(),
+    }
+}
+
+/// How a registry error reads (audited, and sent to the client unless internal).
+pub(super) fn registry_message(e: &RegistryError) -> String {
+    match e {
+        RegistryError::AlreadyExists { what, value } => {
+            format!("a store with {what} {value} is already registered")
+        }
+        RegistryError::Unavailable { detail } => format!("the registry is unavailable: {detail}"),
+        other => format!("internal error: {other}"),
     }
 }

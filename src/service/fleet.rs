@@ -23,12 +23,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
-use super::conflicts::{self, Candidate, Intent};
-use super::destination::{self, Destination, Placement};
-use super::error::ServiceError;
-use super::{limits, paths};
+use super::conflicts::{self, Candidate, Conflict, Intent};
+use super::destination::{self, Destination, DestinationError, Placement};
+use super::error::{registry_message, restore_message};
+use super::limits::{self, FieldError};
+use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
 use crate::lease::LeaseConfig;
 use crate::registry::{self, AuditEntry, ClaimError, InstanceClaim, Registry, StoreRecord};
@@ -70,7 +72,7 @@ impl StoreOptions {
     }
 
     /// Each option unset or in its range ([`limits::check_options`]).
-    pub fn check(&self) -> Result<(), ServiceError> {
+    pub fn check(&self) -> Result<(), FieldError> {
         limits::check_options(self)
     }
 }
@@ -111,7 +113,61 @@ impl Checked {
     }
 }
 
+/// What the fleet answers when it cannot do what it was asked, in its own terms (the status
+/// codes are chosen in `error.rs`).
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// A field of the request out of bounds (a store id, labels, options).
+    #[error(transparent)]
+    Field(#[from] FieldError),
+    #[error(transparent)]
+    StoreDir(#[from] StoreDirError),
+    #[error(transparent)]
+    Destination(#[from] DestinationError),
+    /// The new store contradicts a registered one.
+    #[error(transparent)]
+    Conflict(#[from] Conflict),
+    /// No such store runs on this instance (it may be registered elsewhere).
+    #[error("no store {0} on this instance")]
+    NotHere(String),
+    /// No instance has this store.
+    #[error("no store {0}")]
+    UnknownStore(String),
+    /// The store is registered, but another instance runs it.
+    #[error("store {store} belongs to instance {owner}: call that instance")]
+    OwnedElsewhere { store: String, owner: String },
+    /// Deregistering a store whose owner is still heard from.
+    #[error(
+        "store {store} belongs to instance {owner}, which is alive: deregister it there (a \
+         store can be deregistered elsewhere once its owner has been silent for {silent_ms} ms)"
+    )]
+    OwnerAlive {
+        store: String,
+        owner: String,
+        silent_ms: i64,
+    },
+    /// Adopt's target directory is not empty, or cannot be read.
+    #[error("{0}")]
+    AdoptTarget(String),
+    /// The destination does not open.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The destination's restore points cannot be listed.
+    #[error(transparent)]
+    Listing(#[from] crate::verify::VerifyError),
+    #[error("{}", restore_message(.0))]
+    Restore(#[from] restore::RestoreError),
+    #[error("{}", registry_message(.0))]
+    Registry(#[from] registry::RegistryError),
+    /// A failure of ours.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
 pub struct Fleet {
+    /// Every long-lived task of the service (the claim's renewal, the health reports, the
+    /// API's streams and pollers): closed and waited for at shutdown ([`Fleet::stop_tasks`]).
+    pub tasks: TaskTracker,
     registry: Registry,
     config: Arc<ServiceConfig>,
     stores: RwLock<BTreeMap<String, Arc<StoreEntry>>>,
@@ -141,18 +197,6 @@ fn now_ms() -> i64 {
     crate::units::unix_now_ms()
 }
 
-pub(super) fn open_error(e: OpenError) -> ServiceError {
-    match e {
-        OpenError::BadUrl { .. } => ServiceError::InvalidArgument(e.to_string()),
-        OpenError::Refused(crate::bucket::BucketError::Unreachable { .. }) => {
-            ServiceError::Unavailable(e.to_string())
-        }
-        OpenError::Unavailable { .. } | OpenError::Missing { .. } | OpenError::Refused(_) => {
-            ServiceError::FailedPrecondition(e.to_string())
-        }
-    }
-}
-
 impl Fleet {
     /// Opens the fleet under this process's `claim` on its instance id and respawns a worker
     /// for every store the instance owns. The claim is renewed every third of its
@@ -163,11 +207,12 @@ impl Fleet {
         claim: InstanceClaim,
         config: Arc<ServiceConfig>,
         shutdown: CancellationToken,
-    ) -> Result<Arc<Fleet>, ServiceError> {
+    ) -> Result<Arc<Fleet>, FleetError> {
         if let Some(previous) = claim.taken_over() {
             tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
         }
         let fleet = Arc::new(Fleet {
+            tasks: TaskTracker::new(),
             registry,
             config,
             stores: RwLock::new(BTreeMap::new()),
@@ -177,7 +222,7 @@ impl Fleet {
             claim_lost_why: std::sync::Mutex::new(None),
             tasks: tokio_util::task::TaskTracker::new(),
         });
-        tokio::spawn(keep_claim(fleet.clone()));
+        fleet.tasks.spawn(keep_claim(fleet.clone()));
         let mine = fleet
             .registry
             .list_stores(Some(&fleet.config.instance_id))
@@ -192,12 +237,12 @@ impl Fleet {
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");
-        tokio::spawn(report_health(fleet.clone()));
+        fleet.tasks.spawn(report_health(fleet.clone()));
         Ok(fleet)
     }
 
     /// The stores other instances own, with what they last reported.
-    pub async fn remote(&self) -> Result<Vec<RemoteStore>, ServiceError> {
+    pub async fn remote(&self) -> Result<Vec<RemoteStore>, FleetError> {
         let me = &self.config.instance_id;
         let records = self.registry.list_stores(None).await?;
         let mut health: BTreeMap<String, crate::registry::HealthRow> = self
@@ -257,11 +302,11 @@ impl Fleet {
         &self.config
     }
 
-    async fn spawn(&self, record: StoreRecord) -> Result<Arc<StoreEntry>, ServiceError> {
+    async fn spawn(&self, record: StoreRecord) -> Result<Arc<StoreEntry>, FleetError> {
         let dir = paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let options: StoreOptions =
             serde_json::from_value(record.options.clone()).map_err(|e| {
-                ServiceError::internal(format!(
+                FleetError::Internal(format!(
                     "store {} has unreadable options: {e}",
                     record.store_id
                 ))
@@ -278,9 +323,7 @@ impl Fleet {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
         }
-        let bucket = bucket::open(&record.destination)
-            .await
-            .map_err(open_error)?;
+        let bucket = bucket::open(&record.destination).await?;
         // One directory handle for the worker and its WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
@@ -335,9 +378,9 @@ impl Fleet {
         &self,
         action: &str,
         store_dir: Option<&str>,
-        e: ServiceError,
+        e: FleetError,
         peer: Option<String>,
-    ) -> ServiceError {
+    ) -> FleetError {
         self.audit(action, None, store_dir, "refused", e.to_string(), peer)
             .await;
         e
@@ -348,7 +391,7 @@ impl Fleet {
         &self,
         new: NewStore,
         peer: Option<String>,
-    ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
+    ) -> Result<(Arc<StoreEntry>, String), FleetError> {
         let checked = match self.check_new(&new, Intent::Register) {
             Ok(checked) => checked,
             Err(e) => {
@@ -372,15 +415,13 @@ impl Fleet {
 
     /// Checks every field of `new`: limits, the directory's root, the destination's shape and
     /// place. (Against the registered stores: in the insert, and for Adopt before it reads.)
-    fn check_new(&self, new: &NewStore, intent: Intent) -> Result<Checked, ServiceError> {
+    fn check_new(&self, new: &NewStore, intent: Intent) -> Result<Checked, FleetError> {
         let dir = paths::check_store_dir(&new.store_dir, &self.config.allow_roots)?;
         let destination = destination::check(&new.destination, self.placement())?;
         limits::check_labels(&new.labels)?;
         new.options.check()?;
         if dir.to_str().is_none() {
-            return Err(ServiceError::InvalidArgument(
-                "store_dir resolves to a non-UTF-8 path".into(),
-            ));
+            return Err(FieldError("store_dir resolves to a non-UTF-8 path".into()).into());
         }
         Ok(Checked {
             url: destination.url(&new.destination),
@@ -397,14 +438,15 @@ impl Fleet {
         action: &str,
         detail: String,
         peer: Option<String>,
-    ) -> Result<(Arc<StoreEntry>, String), ServiceError> {
+    ) -> Result<(Arc<StoreEntry>, String), FleetError> {
         let token = registry::new_node_token();
         let record = StoreRecord {
             store_id: uuid::Uuid::new_v4().to_string(),
             store_dir: checked.dir.to_string_lossy().into_owned(),
             destination: checked.url.clone(),
             labels: new.labels,
-            options: serde_json::to_value(&new.options).map_err(ServiceError::internal)?,
+            options: serde_json::to_value(&new.options)
+                .map_err(|e| FleetError::Internal(e.to_string()))?,
             node_token_hash: registry::hash_token(&token),
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now_ms(),
@@ -419,8 +461,8 @@ impl Fleet {
             .await;
         let refusal = match inserted {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e),
-            Err(e) => Some(ServiceError::from(e)),
+            Ok(Err(e)) => Some(FleetError::from(e)),
+            Err(e) => Some(FleetError::from(e)),
         };
         if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
@@ -446,42 +488,56 @@ impl Fleet {
         }
     }
 
-    /// A store this instance runs; `INVALID_ARGUMENT` for what cannot be a store id.
-    pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, ServiceError> {
+    /// A store this instance runs ([`FleetError::Field`] for what cannot be a store id,
+    /// [`FleetError::NotHere`] for a store this instance does not run).
+    pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, FleetError> {
         limits::check_store_id(store_id)?;
         self.stores
             .read()
             .expect("not poisoned")
             .get(store_id)
             .cloned()
-            .ok_or_else(|| ServiceError::NotFound(format!("no store {store_id} on this instance")))
+            .ok_or_else(|| FleetError::NotHere(store_id.to_string()))
+    }
+
+    /// A store in the registry that this instance does not run ([`Fleet::get`] said
+    /// [`FleetError::NotHere`]); [`FleetError::UnknownStore`] if no instance has it.
+    async fn registered(&self, store_id: &str) -> Result<StoreRecord, FleetError> {
+        self.registry
+            .get_store(store_id)
+            .await?
+            .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))
     }
 
     /// The destination of any store in the registry (local or owned by another instance).
-    pub async fn destination_of(&self, store_id: &str) -> Result<String, ServiceError> {
+    pub async fn destination_of(&self, store_id: &str) -> Result<String, FleetError> {
         match self.get(store_id) {
             Ok(e) => Ok(e.record.destination.clone()),
-            Err(ServiceError::NotFound(_)) => match self.registry.get_store(store_id).await? {
-                Some(r) => Ok(r.destination),
-                None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
-            },
+            Err(FleetError::NotHere(_)) => Ok(self.registered(store_id).await?.destination),
             Err(e) => Err(e),
         }
     }
 
     /// A local store, or — for a store another instance owns — an error naming the owner.
-    pub async fn get_owned(&self, store_id: &str) -> Result<Arc<StoreEntry>, ServiceError> {
+    pub async fn get_owned(&self, store_id: &str) -> Result<Arc<StoreEntry>, FleetError> {
         match self.get(store_id) {
             Ok(e) => Ok(e),
-            Err(ServiceError::NotFound(m)) => match self.registry.get_store(store_id).await? {
-                Some(r) => Err(ServiceError::FailedPrecondition(format!(
-                    "store {store_id} belongs to instance {}: call that instance",
-                    r.instance_id
-                ))),
-                None => Err(ServiceError::NotFound(m.replace(" on this instance", ""))),
-            },
+            Err(FleetError::NotHere(_)) => Err(FleetError::OwnedElsewhere {
+                store: store_id.to_string(),
+                owner: self.registered(store_id).await?.instance_id,
+            }),
             Err(e) => Err(e),
         }
+    }
+
+    /// The restore points of any store in the registry, read from its destination.
+    pub async fn restore_points(
+        &self,
+        store_id: &str,
+    ) -> Result<Vec<crate::verify::RestorePointInfo>, FleetError> {
+        let destination = self.destination_of(store_id).await?;
+        let bucket = bucket::open_read_only(&destination).await?;
+        Ok(crate::verify::list_restore_points(bucket.as_ref()).await?)
     }
 
     pub fn list(&self) -> Vec<Arc<StoreEntry>> {
@@ -498,10 +554,10 @@ impl Fleet {
         store_id: &str,
         flush: bool,
         peer: Option<String>,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<(), FleetError> {
         let entry = match self.get(store_id) {
             Ok(entry) => entry,
-            Err(ServiceError::NotFound(_)) => {
+            Err(FleetError::NotHere(_)) => {
                 return self.deregister_of_a_silent_owner(store_id, peer).await;
             }
             Err(e) => return Err(e),
@@ -535,22 +591,19 @@ impl Fleet {
         &self,
         store_id: &str,
         peer: Option<String>,
-    ) -> Result<(), ServiceError> {
-        let Some(record) = self.registry.get_store(store_id).await? else {
-            return Err(ServiceError::NotFound(format!("no store {store_id}")));
-        };
+    ) -> Result<(), FleetError> {
+        let record = self.registered(store_id).await?;
         let owner = &record.instance_id;
         let heard_ms = self.registry.heartbeats().await?.get(owner).copied();
         let silent_ms = crate::units::millis_i64(self.config.owner_silent_after);
         // This instance's own store without a worker (it failed to respawn): only the row is left.
         let mine = *owner == self.config.instance_id;
         if !mine && heard_ms.is_some_and(|t| now_ms().saturating_sub(t) <= silent_ms) {
-            return Err(ServiceError::FailedPrecondition(format!(
-                "store {store_id} belongs to instance {owner}, which is alive: deregister it \
-                 there (a store can be deregistered elsewhere once its owner has been silent \
-                 for {} ms)",
-                silent_ms
-            )));
+            return Err(FleetError::OwnerAlive {
+                store: store_id.to_string(),
+                owner: owner.clone(),
+                silent_ms,
+            });
         }
         self.registry.delete_store(store_id).await?;
         tracing::warn!(store_id, owner = %owner, "deregistered a store that had no worker here");
@@ -576,14 +629,12 @@ impl Fleet {
         new: NewStore,
         at: Option<u64>,
         peer: Option<String>,
-    ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), ServiceError> {
+    ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), FleetError> {
         let checked = match self.check_adopt(&new).await {
             Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = bucket::open_read_only(&checked.url)
-            .await
-            .map_err(open_error)?;
+        let bucket = bucket::open_read_only(&checked.url).await?;
         let opts = RestoreOptions {
             at,
             adopt: true,
@@ -592,7 +643,7 @@ impl Fleet {
         let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {
             Ok(r) => r,
             Err(e) => {
-                let e = restore_error(e);
+                let e = FleetError::Restore(e);
                 return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await);
             }
         };
@@ -606,18 +657,18 @@ impl Fleet {
         Ok((entry, token, report))
     }
 
-    async fn check_adopt(&self, new: &NewStore) -> Result<Checked, ServiceError> {
+    async fn check_adopt(&self, new: &NewStore) -> Result<Checked, FleetError> {
         let checked = self.check_new(new, Intent::Adopt)?;
         // Before the restore reads the prefix; the insert checks again, under the lock.
         let registered = self.registry.list_stores(None).await?;
         if let Some(e) = conflicts::find(&checked.candidate(), &registered) {
-            return Err(e);
+            return Err(e.into());
         }
         let dir = &checked.dir;
         match std::fs::read_dir(dir) {
             Ok(mut entries) => {
                 if entries.next().is_some() {
-                    return Err(ServiceError::FailedPrecondition(format!(
+                    return Err(FleetError::AdoptTarget(format!(
                         "{} is not empty: Adopt restores only into an empty or missing directory",
                         dir.display()
                     )));
@@ -625,10 +676,7 @@ impl Fleet {
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
-                return Err(ServiceError::FailedPrecondition(format!(
-                    "{}: {e}",
-                    dir.display()
-                )));
+                return Err(FleetError::AdoptTarget(format!("{}: {e}", dir.display())));
             }
         }
         Ok(checked)
@@ -639,22 +687,12 @@ impl Fleet {
         let entries = self.list();
         futures::future::join_all(entries.iter().map(|e| e.handle.shutdown(flush))).await;
     }
-}
 
-fn restore_error(e: restore::RestoreError) -> ServiceError {
-    use restore::RestoreError as R;
-    match e {
-        R::TargetNotEmpty { .. } | R::BadTarget { .. } => {
-            ServiceError::FailedPrecondition(e.to_string())
-        }
-        R::NoRestorePoint { .. } | R::Unreachable { .. } => {
-            ServiceError::FailedPrecondition(e.to_string())
-        }
-        R::Manifest(_) | R::CrcMismatch { .. } | R::BadObject { .. } | R::ReadBack { .. } => {
-            ServiceError::FailedPrecondition(format!("the destination cannot be restored: {e}"))
-        }
-        R::Bucket(b) => ServiceError::Unavailable(format!("the destination is unavailable: {b}")),
-        other => ServiceError::internal(other),
+    /// Closes [`Fleet::tasks`] and waits for every task in it to end (each ends on its
+    /// cancellation token: call this after cancelling them).
+    pub async fn stop_tasks(&self) {
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 }
 

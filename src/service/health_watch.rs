@@ -7,8 +7,8 @@
 //! sends what changed for it; so N watchers cost one registry read per interval, not N. With
 //! no watcher the poller sleeps until one subscribes.
 //!
-//! At most `max` watchers are open at once; one more is refused with `RESOURCE_EXHAUSTED`
-//! naming the limit. A watcher's slot is freed when its stream ends (the client went away, the
+//! At most `max` watchers are open at once; one more is refused ([`WatchersFull`],
+//! `RESOURCE_EXHAUSTED`) naming the limit. A watcher's slot is freed when its stream ends (the client went away, the
 //! store went away, the service stops).
 //!
 //! "Changed" ignores `reported_at_unix_ms` and sub-second lag, which change on every read.
@@ -21,10 +21,22 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::Status;
 
 use super::error::ServiceError;
+use super::fleet::FleetError;
 use super::proto;
+
+/// One more watcher than `max_health_watchers` (`RESOURCE_EXHAUSTED`, `error.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{max} WatchHealth streams are open, the server's limit (max_health_watchers): close one, \
+     or poll Health"
+)]
+pub struct WatchersFull {
+    pub max: usize,
+}
 
 /// What a `WatchHealth` call answers.
 pub type HealthStream = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;
@@ -40,16 +52,18 @@ pub struct HealthWatch {
     slots: Arc<Semaphore>,
     max: usize,
     shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 impl HealthWatch {
-    /// Starts the poller (a task of the current runtime, until `shutdown`). `poll` reads the
-    /// health of every store.
+    /// Starts the poller (a task in `tasks`, until `shutdown`; so is each watcher's). `poll`
+    /// reads the health of every store.
     pub fn start<F, Fut>(
         poll: F,
         interval: Duration,
         max: usize,
         shutdown: CancellationToken,
+        tasks: &TaskTracker,
     ) -> HealthWatch
     where
         F: Fn() -> Fut + Send + 'static,
@@ -58,7 +72,7 @@ impl HealthWatch {
         let (tx, _) = watch::channel(None);
         let feed = Arc::new(tx);
         let wake = Arc::new(Notify::new());
-        tokio::spawn(poller(
+        tasks.spawn(poller(
             feed.clone(),
             wake.clone(),
             poll,
@@ -71,6 +85,7 @@ impl HealthWatch {
             slots: Arc::new(Semaphore::new(max)),
             max,
             shutdown,
+            tasks: tasks.clone(),
         }
     }
 
@@ -81,18 +96,16 @@ impl HealthWatch {
         store_id: String,
         first: proto::HealthResponse,
     ) -> Result<HealthStream, ServiceError> {
-        let slot = self.slots.clone().try_acquire_owned().map_err(|_| {
-            ServiceError::ResourceExhausted(format!(
-                "{} WatchHealth streams are open, the server's limit (max_health_watchers): \
-                 close one, or poll Health",
-                self.max
-            ))
-        })?;
+        let slot = self
+            .slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| WatchersFull { max: self.max })?;
         let mut feed = self.feed.subscribe();
         self.wake.notify_one();
         let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _slot = slot;
             let mut last = comparable(&first);
             if tx.send(Ok(first)).await.is_err() {
@@ -102,8 +115,7 @@ impl HealthWatch {
                 tokio::select! {
                     _ = tx.closed() => return,
                     _ = shutdown.cancelled() => {
-                        let stopping = ServiceError::Unavailable("the service is shutting down".into());
-                        let _ = tx.send(Err(stopping.into())).await;
+                        let _ = tx.send(Err(ServiceError::ShuttingDown.into())).await;
                         return;
                     }
                     changed = feed.changed() => if changed.is_err() { return },
@@ -186,7 +198,7 @@ fn part(
         Some(s) => Ok(proto::HealthResponse {
             stores: vec![s.clone()],
         }),
-        None => Err(ServiceError::NotFound(format!("no store {store_id}"))),
+        None => Err(FleetError::UnknownStore(store_id.to_string()).into()),
     }
 }
 
@@ -231,6 +243,7 @@ mod tests {
             Duration::from_millis(250),
             20,
             stop.clone(),
+            &TaskTracker::new(),
         );
         let mut streams: Vec<HealthStream> = (0..20)
             .map(|_| w.subscribe("s".into(), health(0)).expect("a slot"))
@@ -240,7 +253,7 @@ mod tests {
             .err()
             .expect("over the cap");
         assert!(
-            matches!(&refused, ServiceError::ResourceExhausted(m) if m.contains("20")),
+            matches!(&refused, ServiceError::WatchersFull(w) if w.to_string().contains("20")),
             "{refused:?}"
         );
         for s in &mut streams {

@@ -3,7 +3,8 @@
 //! Every text field a client sends has a byte limit and holds no control character (a NUL in
 //! particular: PostgreSQL refuses it in `TEXT`, SQLite stores it, so without this check the two
 //! registries would answer the same request differently); every number has a range. A value
-//! out of bounds is `INVALID_ARGUMENT` with a message naming the field and its limit, and shows
+//! out of bounds is a [`FieldError`] (`INVALID_ARGUMENT`, `error.rs`) with a message naming the
+//! field and its limit, and shows
 //! at most [`QUOTED_CHARS`] characters of what was sent, so an error never echoes a megabyte
 //! back. Nothing here touches the registry: a refused request leaves it as it was.
 //!
@@ -12,7 +13,6 @@
 
 use std::collections::BTreeMap;
 
-use super::error::ServiceError;
 use super::fleet::StoreOptions;
 // The flags' ranges: an option the API takes is one a flag would take, and the reverse.
 use crate::worker::limits as worker_limits;
@@ -42,6 +42,11 @@ pub const MAX_PAGE_TOKEN_BYTES: usize = 64;
 /// How much of a refused value an error message shows.
 pub const QUOTED_CHARS: usize = 256;
 
+/// A request field that is not what it may be: the message names the field and its bound.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FieldError(pub String);
+
 /// `s` in quotes for an error message: Debug-escaped, cut after [`QUOTED_CHARS`] characters.
 pub fn quote(s: &str) -> String {
     match s.char_indices().nth(QUOTED_CHARS) {
@@ -51,9 +56,9 @@ pub fn quote(s: &str) -> String {
 }
 
 /// Checks a text field: at most `max` bytes, and no control character.
-pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ServiceError> {
+pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     if value.len() > max {
-        return Err(ServiceError::InvalidArgument(format!(
+        return Err(FieldError(format!(
             "{field} is longer than {max} bytes ({} bytes)",
             value.len()
         )));
@@ -64,7 +69,7 @@ pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ServiceErr
         } else {
             format!("a control character (U+{:04X})", u32::from(c))
         };
-        return Err(ServiceError::InvalidArgument(format!(
+        return Err(FieldError(format!(
             "{field} must not contain {what} (found at byte {at} of {})",
             quote(value)
         )));
@@ -73,12 +78,12 @@ pub fn check_text(field: &str, value: &str, max: usize) -> Result<(), ServiceErr
 }
 
 /// Checks a store id: store ids are the UUIDs `Register` and `Adopt` hand out.
-pub fn check_store_id(id: &str) -> Result<(), ServiceError> {
+pub fn check_store_id(id: &str) -> Result<(), FieldError> {
     if id.is_empty() {
-        return Err(ServiceError::InvalidArgument("store_id is empty".into()));
+        return Err(FieldError("store_id is empty".into()));
     }
     if id.len() > 36 || uuid::Uuid::try_parse(id).is_err() {
-        return Err(ServiceError::InvalidArgument(format!(
+        return Err(FieldError(format!(
             "store_id must be a store id (a UUID of 36 characters), not {}",
             quote(id)
         )));
@@ -88,16 +93,16 @@ pub fn check_store_id(id: &str) -> Result<(), ServiceError> {
 
 /// Checks a store's labels: at most [`MAX_LABELS`], keys 1 to [`MAX_LABEL_KEY_BYTES`] bytes,
 /// values at most [`MAX_LABEL_VALUE_BYTES`], no control characters.
-pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), FieldError> {
     if labels.len() > MAX_LABELS {
-        return Err(ServiceError::InvalidArgument(format!(
+        return Err(FieldError(format!(
             "labels: at most {MAX_LABELS} entries ({} given)",
             labels.len()
         )));
     }
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_LABEL_KEY_BYTES {
-            return Err(ServiceError::InvalidArgument(format!(
+            return Err(FieldError(format!(
                 "label key must be 1 to {MAX_LABEL_KEY_BYTES} bytes ({} bytes: {})",
                 k.len(),
                 quote(k)
@@ -114,7 +119,7 @@ pub fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceErro
 }
 
 /// Checks a store's options: each either unset (the service's default) or in its range.
-pub fn check_options(o: &StoreOptions) -> Result<(), ServiceError> {
+pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     let intervals = format!("{MAX_INTERVAL_MS} (1 day)");
     let keep_for = format!("{MAX_KEEP_FOR_MS} (100 years)");
     let generations = MAX_KEEP_GENERATIONS.to_string();
@@ -149,7 +154,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), ServiceError> {
         if let Some(v) = value
             && !(1..=max).contains(&v)
         {
-            return Err(ServiceError::InvalidArgument(format!(
+            return Err(FieldError(format!(
                 "options.{field} must be 1 to {shown}, or 0 for the service's default ({v} given)"
             )));
         }
@@ -172,7 +177,7 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
 }
 
 /// Checks a page token's size (its content is checked against the listing it pages).
-pub fn check_page_token(token: &str) -> Result<(), ServiceError> {
+pub fn check_page_token(token: &str) -> Result<(), FieldError> {
     check_text("page_token", token, MAX_PAGE_TOKEN_BYTES)
 }
 

@@ -1,8 +1,10 @@
 //! `mushroom-backup serve`: the gRPC control plane hosting one backup worker per registered
 //! store directory (DESIGN.md section 1).
 //!
-//! - [`api`]: the `BackupControl` handlers; [`error`]: the one mapping to gRPC status.
-//! - [`fleet`]: the workers and the registry; [`paths`]: what a store directory may be;
+//! - [`api`]: the `BackupControl` handlers, a thin translation from proto messages to the
+//!   fleet's typed calls and back ([`request`]: what the request fields mean); [`error`]: the
+//!   one place a gRPC status code is chosen, for every module's typed errors.
+//! - [`fleet`]: the workers and the registry, answering [`fleet::FleetError`]s; [`paths`]: what a store directory may be;
 //!   [`destination`]: what a destination may be; [`limits`]: the bounds of every request
 //!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
 //!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
@@ -17,7 +19,10 @@
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
 //! every connection to close, and they never would by themselves), every worker flushes a
 //! last restore point and releases its lease, the instance claim is released, then [`run`]
-//! returns.
+//! returns. Every long-lived task of the service (the claim's renewal, the health reports to
+//! the registry and to `grpc.health.v1`, the `WatchHealth` poller and watchers, each
+//! `ReportPosition` stream) runs in the fleet's one [`TaskTracker`](tokio_util::task::TaskTracker)
+//! (`Fleet::tasks`); after the cancellation tokens, shutdown closes it and waits for all of them.
 //!
 //! One process per instance id: [`run`] claims the id in the registry
 //! ([`InstanceClaim`]) before it respawns any store, and refuses to start, naming the holder,
@@ -37,6 +42,7 @@ pub mod health_watch;
 pub mod limits;
 pub mod paths;
 pub mod proto;
+pub mod request;
 pub mod server_limits;
 pub mod store_metrics;
 
@@ -78,7 +84,7 @@ pub enum ServeError {
     #[error("the server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("starting the fleet: {0}")]
-    Fleet(#[from] error::ServiceError),
+    Fleet(#[from] fleet::FleetError),
     /// Another live process holds this instance id, or took it over while this one ran.
     #[error("{0}")]
     Claim(String),
@@ -161,7 +167,7 @@ pub async fn run(
     {
         let lost = fleet.claim_lost();
         let serving = serving.clone();
-        tokio::spawn(async move {
+        fleet.tasks.spawn(async move {
             tokio::select! {
                 _ = lost.cancelled() => serving.cancel(),
                 _ = serving.cancelled() => {}
@@ -176,16 +182,16 @@ pub async fn run(
     let reporter_stop = shutdown.child_token();
     {
         let reporter = health_reporter.clone();
-        let fleet = fleet.clone();
+        let polled = fleet.clone();
         let stop = reporter_stop.clone();
-        tokio::spawn(async move {
+        fleet.tasks.spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(5));
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
-                match fleet.registry().ping().await {
+                match polled.registry().ping().await {
                     Ok(()) => {
                         reporter
                             .set_serving::<BackupControlServer<api::Api>>()
@@ -222,16 +228,19 @@ pub async fn run(
             },
         );
     let result = serve.await;
+    serving.cancel();
     reporter_stop.cancel();
     if let Some(why) = fleet.claim_lost_why() {
         // Another process runs these stores now: stop at once, no last flush.
         fleet.shutdown_all(false).await;
         workers.cancel();
+        fleet.stop_tasks().await;
         return Err(ServeError::Claim(why));
     }
     tracing::info!("stopping: flushing every store");
     fleet.shutdown_all(true).await;
     workers.cancel();
+    fleet.stop_tasks().await;
     fleet.release_claim().await;
     result.map_err(ServeError::from)
 }

@@ -12,20 +12,33 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::error::ServiceError;
-use super::limits;
+use super::limits::{self, FieldError};
+
+/// Why a store directory is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreDirError {
+    /// Not a well-formed path (empty, relative, `..`, too long, a control character).
+    #[error(transparent)]
+    Bad(#[from] FieldError),
+    /// Well formed, but not strictly under an allowed root once resolved.
+    #[error("{0}")]
+    OutsideRoots(String),
+}
 
 /// The longest store path accepted.
 pub const MAX_PATH_BYTES: usize = 4096;
 
 /// Resolves `raw` and checks it lies under one of `roots` (themselves resolved).
-pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, ServiceError> {
+pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, StoreDirError> {
     if raw.is_empty() {
-        return Err(ServiceError::InvalidArgument("store_dir is empty".into()));
+        return Err(FieldError("store_dir is empty".into()).into());
     }
     limits::check_text("store_dir", raw, MAX_PATH_BYTES)?;
     let bad = |why: &str| {
-        ServiceError::InvalidArgument(format!("store_dir {}: {why}", limits::quote(raw)))
+        StoreDirError::Bad(FieldError(format!(
+            "store_dir {}: {why}",
+            limits::quote(raw)
+        )))
     };
     let path = Path::new(raw);
     if !path.is_absolute() {
@@ -45,7 +58,7 @@ pub fn check_store_dir(raw: &str, roots: &[PathBuf]) -> Result<PathBuf, ServiceE
         }
     }
     let roots: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-    Err(ServiceError::PermissionDenied(format!(
+    Err(StoreDirError::OutsideRoots(format!(
         "store_dir {} (resolved: {}) is not under an allowed root ({})",
         limits::quote(raw),
         resolved.display(),
@@ -100,11 +113,10 @@ mod tests {
         let roots = vec![root.clone()];
         let ok = check_store_dir(root.join("a/b").to_str().unwrap(), &roots).unwrap();
         assert_eq!(ok, root.join("a/b"));
-        let code = |r: Result<PathBuf, ServiceError>| match r {
-            Err(ServiceError::InvalidArgument(_)) => "invalid",
-            Err(ServiceError::PermissionDenied(_)) => "denied",
+        let code = |r: Result<PathBuf, StoreDirError>| match r {
+            Err(StoreDirError::Bad(_)) => "invalid",
+            Err(StoreDirError::OutsideRoots(_)) => "denied",
             Ok(_) => "ok",
-            Err(_) => "other",
         };
         assert_eq!(code(check_store_dir("relative/x", &roots)), "invalid");
         assert_eq!(

@@ -163,10 +163,11 @@ where
             match tokio::time::timeout(limit, future).await {
                 Ok(result) => result,
                 Err(_) => {
-                    let status = tonic::Status::from(ServiceError::DeadlineExceeded(format!(
-                        "{method} did not finish within {} ms (the server's {setting})",
-                        limit.as_millis()
-                    )));
+                    let status = tonic::Status::from(ServiceError::CallTimeout {
+                        method,
+                        ms: limit.as_millis(),
+                        setting,
+                    });
                     Ok(status.into_http())
                 }
             }

@@ -14,13 +14,15 @@ pub mod served;
 pub mod service;
 pub mod store;
 
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mushroom_backup::bucket::fs::FsBucket;
 use mushroom_backup::bucket::retry::RetryPolicy;
 use mushroom_backup::bucket::{Body, BucketError};
+use mushroom_backup::service::proto;
 
 /// A body from a string.
 pub fn body(s: impl Into<String>) -> Body {
@@ -44,5 +46,38 @@ pub fn fast_retries() -> RetryPolicy {
         first_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(8),
         max_attempts: 12,
+    }
+}
+
+/// A `Register` of the store directory `dir` backing up to `destination`, nothing else set.
+pub fn register_req(dir: &Path, destination: &str) -> proto::RegisterRequest {
+    proto::RegisterRequest {
+        store_dir: dir.to_str().unwrap().to_string(),
+        destination: destination.to_string(),
+        ..Default::default()
+    }
+}
+
+/// The `file://` URL of a local-directory destination.
+pub fn file_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+/// Polls `f` until it returns `Ok`, or panics after `deadline` naming `what` and the last
+/// observation.
+pub async fn wait_for<T, F, Fut>(deadline: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        match f().await {
+            Ok(v) => return v,
+            Err(last) if start.elapsed() > deadline => {
+                panic!("waited {deadline:?} for {what}; last saw: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
 }
