@@ -166,7 +166,8 @@ pub enum FleetError {
 
 pub struct Fleet {
     /// Every long-lived task of the service (the claim's renewal, the health reports, the
-    /// API's streams and pollers): closed and waited for at shutdown ([`Fleet::stop_tasks`]).
+    /// API's streams and pollers, every worker's runner, supervisor and lease renewal): closed
+    /// and waited for at shutdown ([`Fleet::stop_tasks`]).
     pub tasks: TaskTracker,
     registry: Registry,
     config: Arc<ServiceConfig>,
@@ -177,8 +178,6 @@ pub struct Fleet {
     /// Cancelled, with the reason in `claim_lost_why`, when the claim was taken over.
     claim_lost: CancellationToken,
     claim_lost_why: std::sync::Mutex<Option<String>>,
-    /// Every worker's tasks (runner, supervisor, lease renewal).
-    tasks: tokio_util::task::TaskTracker,
 }
 
 /// A store another instance owns, as the shared registry last heard of it.
@@ -220,7 +219,6 @@ impl Fleet {
             claim,
             claim_lost: CancellationToken::new(),
             claim_lost_why: std::sync::Mutex::new(None),
-            tasks: tokio_util::task::TaskTracker::new(),
         });
         fleet.tasks.spawn(keep_claim(fleet.clone()));
         let mine = fleet
