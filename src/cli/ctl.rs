@@ -3,7 +3,6 @@
 //! with one line naming the call and its gRPC code: `error: Register: PERMISSION_DENIED: …`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -23,15 +22,8 @@ pub struct CtlArgs {
     /// The admin token, when the server has one.
     #[arg(long, env = "MUSHROOMDB_BACKUP_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// PEM CA of the server's certificate, for https://.
-    #[arg(long)]
-    ca: Option<PathBuf>,
-    /// PEM client certificate, for a server that requires one (mutual TLS); with --client-key.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_CERT", requires = "client_key")]
-    client_cert: Option<PathBuf>,
-    /// PEM private key of --client-cert.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_KEY", requires = "client_cert")]
-    client_key: Option<PathBuf>,
+    #[command(flatten)]
+    tls: super::client_tls::ClientTlsArgs,
     /// Print JSON (for scripts) instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -181,20 +173,16 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
         .with_context(|| format!("--server {:?}", a.server))?
         .connect_timeout(timeout);
     if a.server.starts_with("https://") {
+        let pem = a.tls.read()?;
         let mut tls = ClientTlsConfig::new();
-        if let Some(ca) = &a.ca {
-            let pem = std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?;
-            tls = tls.ca_certificate(Certificate::from_pem(pem));
+        if let Some(ca) = pem.ca {
+            tls = tls.ca_certificate(Certificate::from_pem(ca));
         }
-        if let (Some(cert), Some(key)) = (&a.client_cert, &a.client_key) {
-            let cert =
-                std::fs::read(cert).with_context(|| format!("--client-cert {}", cert.display()))?;
-            let key =
-                std::fs::read(key).with_context(|| format!("--client-key {}", key.display()))?;
+        if let Some((cert, key)) = pem.identity {
             tls = tls.identity(Identity::from_pem(cert, key));
         }
         ep = ep.tls_config(tls).context("TLS")?;
-    } else if a.client_cert.is_some() {
+    } else if a.tls.wants_identity() {
         anyhow::bail!("--client-cert needs an https:// server, not {:?}", a.server);
     } else if !a.server.starts_with("http://") {
         anyhow::bail!(

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backup;
+mod client_tls;
 mod ctl;
 mod inspect;
 mod node;

@@ -32,15 +32,8 @@ pub struct NodeArgs {
     /// The node token Register (or Adopt) returned (prefer the variable: argv is public).
     #[arg(long, env = "MUSHROOMDB_BACKUP_NODE_TOKEN", hide_env_values = true)]
     token: String,
-    /// PEM CA of the server's certificate, for https://.
-    #[arg(long)]
-    ca: Option<PathBuf>,
-    /// PEM client certificate, for a server that requires one (mutual TLS); with --client-key.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_CERT", requires = "client_key")]
-    client_cert: Option<PathBuf>,
-    /// PEM private key of --client-cert.
-    #[arg(long, env = "MUSHROOMDB_BACKUP_CLIENT_KEY", requires = "client_cert")]
-    client_key: Option<PathBuf>,
+    #[command(flatten)]
+    tls: super::client_tls::ClientTlsArgs,
     /// Commits to append.
     #[arg(long, default_value_t = 1000)]
     commits: u64,
@@ -71,16 +64,9 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--rate {rate} must be a positive number of commits per second");
     }
     let mut config = NodeClientConfig::new(a.server.clone(), a.store_id.clone(), a.token.clone());
-    if let Some(ca) = &a.ca {
-        config.tls_ca_pem =
-            Some(std::fs::read(ca).with_context(|| format!("--ca {}", ca.display()))?);
-    }
-    if let (Some(cert), Some(key)) = (&a.client_cert, &a.client_key) {
-        config.tls_client_identity_pem = Some((
-            std::fs::read(cert).with_context(|| format!("--client-cert {}", cert.display()))?,
-            std::fs::read(key).with_context(|| format!("--client-key {}", key.display()))?,
-        ));
-    }
+    let pem = a.tls.read()?;
+    config.tls_ca_pem = pem.ca;
+    config.tls_client_identity_pem = pem.identity;
     let client = Arc::new(NodeClient::connect(config)?);
 
     let engine = {
