@@ -32,16 +32,16 @@
 //! ignore it.
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
 use crate::store::dir::{DirError, FileKind, RECORD_CAP, StoreDir};
-use crate::store::disk::{self, DiskState, POSITION_FILE, WAL_FILE};
+use crate::store::disk::{self, DiskError, DiskState, POSITION_FILE, WAL_FILE};
 use crate::store::format::{
-    FRAME_HEADER_LEN, FormatError, POSITION_LEN, SnapshotHeader, TailStop, WAL_HEADER_LEN,
-    WalHeader, WalPosition, scan_frames,
+    FRAME_HEADER_LEN, POSITION_LEN, SnapshotHeader, TailStop, WAL_HEADER_LEN, WalHeader,
+    WalPosition, scan_frames,
 };
 use crate::store::watch::DirWatch;
 
@@ -53,13 +53,7 @@ pub use streamed::{Closed, StreamAttachment, StreamedSource};
 /// Why no position could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}")]
-    Format { path: PathBuf, source: FormatError },
+    /// A file could not be read or decoded, or the directory is not to be trusted.
     #[error(transparent)]
     Disk(#[from] disk::DiskError),
     #[error("{0}")]
@@ -90,9 +84,11 @@ pub trait WalSource: Send + Sync + 'static {
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SourceError + '_ {
-    move |source| SourceError::Io {
-        path: path.to_path_buf(),
-        source,
+    move |source| {
+        SourceError::Disk(DiskError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 }
 
@@ -114,7 +110,7 @@ impl FileSource {
         for _ in 0..20 {
             let bytes = store
                 .read_capped(POSITION_FILE, FileKind::Store, RECORD_CAP)?
-                .ok_or_else(|| SourceError::Io {
+                .ok_or_else(|| DiskError::Io {
                     path: path.clone(),
                     source: std::io::ErrorKind::NotFound.into(),
                 })?;
@@ -124,10 +120,11 @@ impl FileSource {
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
-        Err(SourceError::Format {
+        Err(DiskError::Format {
             path,
             source: last.expect("at least one attempt"),
-        })
+        }
+        .into())
     }
 }
 
@@ -178,7 +175,7 @@ impl OfflineSource {
         use std::os::unix::fs::MetadataExt;
         let store = &self.store;
         let path = store.display_path(WAL_FILE);
-        let missing = || SourceError::Io {
+        let missing = || DiskError::Io {
             path: path.clone(),
             source: std::io::ErrorKind::NotFound.into(),
         };
@@ -300,7 +297,7 @@ fn read_wal_header(
     let meta = f.metadata().map_err(io(path))?;
     let mut head = [0u8; WAL_HEADER_LEN];
     f.read_exact(&mut head).map_err(io(path))?;
-    let header = WalHeader::decode(&head).map_err(|source| SourceError::Format {
+    let header = WalHeader::decode(&head).map_err(|source| DiskError::Format {
         path: path.to_path_buf(),
         source,
     })?;
@@ -320,7 +317,7 @@ fn read_snapshot_id(store: &StoreDir) -> Result<Option<Uuid>, SourceError> {
     };
     let mut buf = [0u8; crate::store::format::SNAPSHOT_HEADER_LEN];
     f.read_exact(&mut buf).map_err(io(&path))?;
-    let h = SnapshotHeader::decode(&buf).map_err(|source| SourceError::Format { path, source })?;
+    let h = SnapshotHeader::decode(&buf).map_err(|source| DiskError::Format { path, source })?;
     Ok(Some(h.snapshot_id))
 }
 

@@ -22,7 +22,7 @@ use std::os::unix::fs::MetadataExt;
 
 use super::{SourceError, io, read_snapshot_id, read_wal_header};
 use crate::store::dir::{FileKind, StoreDir};
-use crate::store::disk::WAL_FILE;
+use crate::store::disk::{DiskError, WAL_FILE};
 use crate::store::format::{CHECK_CHUNK, WAL_HEADER_LEN, WalHeader, WalPosition, check_wal};
 
 /// What the files say of one reported position.
@@ -106,11 +106,11 @@ pub(super) fn check(
     f.seek(SeekFrom::Start(start)).map_err(io(&path))?;
     let frames = std::io::Cursor::new(floor_header.encode()).chain(f.take(pos.durable_len - start));
     let scanned = check_wal(frames, CHECK_CHUNK, &mut Vec::new()).map_err(|e| match e {
-        crate::store::format::CheckError::Io(source) => SourceError::Io {
+        crate::store::format::CheckError::Io(source) => DiskError::Io {
             path: path.clone(),
             source,
         },
-        crate::store::format::CheckError::Format(source) => SourceError::Format {
+        crate::store::format::CheckError::Format(source) => DiskError::Format {
             path: path.clone(),
             source,
         },
