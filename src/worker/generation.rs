@@ -16,8 +16,8 @@ use uuid::Uuid;
 
 use super::local::{Reading, read_side_files};
 use super::view::Generation;
-use super::{BackupCounters, BackupWorker, DeferReason, StepOutcome, WorkerError};
-use crate::bucket::{self, Body, BucketError, Created, DynBucket, PutCondition};
+use super::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use crate::bucket::Body;
 use crate::manifest::{
     self, ArchiveEntry, GenerationClaim, ObjectEntry, SideFileEntry, SnapshotEntry,
 };
@@ -29,28 +29,6 @@ use crate::store::format::WalPosition;
 /// in flight); a few at once keep the link busy while one waits for the store to take its
 /// bytes. `benches/throughput.rs` copies this shape into its baselines.
 pub const GENERATION_UPLOADS_IN_FLIGHT: usize = 4;
-
-/// Uploads a write-once object; an object already there with other content means another
-/// writer owns this generation.
-///
-/// No HEAD goes first: the generation's claim (`If-None-Match: *`) makes its keys this run's
-/// alone, so the only object that can be there already is one of this run's own attempts,
-/// which [`bucket::put_immutable`] recognises after its 412. A HEAD would cost a request per
-/// object, and on a busy endpoint a round trip of queueing before every upload.
-pub(super) async fn upload(
-    bucket: &DynBucket,
-    key: &str,
-    body: Body,
-    cond: &PutCondition,
-) -> Result<Created, WorkerError> {
-    match bucket::put_immutable(bucket.as_ref(), key, body, cond).await {
-        Ok(c) => Ok(c),
-        Err(BucketError::PreconditionFailed { .. }) => {
-            Err(WorkerError::ConcurrentWriter { key: key.into() })
-        }
-        Err(e) => Err(e.into()),
-    }
-}
 
 fn entry(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> ObjectEntry {
     ObjectEntry {
@@ -89,9 +67,7 @@ pub(super) async fn start(
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }
 
-    let cond = w.cond_create();
-    let bucket = w.bucket.clone();
-    let counters = w.counters.clone();
+    let uploader = w.uploader();
     let view = w.view.as_mut().expect("resumed");
     let lineage = view.lineage;
     let number = view.max_generation + 1;
@@ -104,13 +80,12 @@ pub(super) async fn start(
         wal_number: disk.wal.header.number,
         created_at: manifest::now_rfc3339(),
     };
-    upload(
-        &bucket,
-        &manifest::generation_key(number),
-        Body::from(claim.encode()),
-        &cond,
-    )
-    .await?;
+    uploader
+        .put(
+            &manifest::generation_key(number),
+            Body::from(claim.encode()),
+        )
+        .await?;
     view.max_generation = number;
     view.claims.insert(number, Some(claim));
 
@@ -222,8 +197,8 @@ pub(super) async fn start(
     let bytes: u64 = uploads.iter().map(|(_, body)| body.len()).sum();
     futures::stream::iter(uploads)
         .map(|(key, body)| {
-            let (bucket, cond) = (bucket.clone(), cond.clone());
-            async move { upload(&bucket, &key, body, &cond).await }
+            let uploader = uploader.clone();
+            async move { uploader.put(&key, body).await }
         })
         .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
         .try_collect::<Vec<_>>()
@@ -248,10 +223,6 @@ pub(super) async fn start(
         segments,
         shipped_end,
     });
-    BackupCounters::add(&counters.generations, 1);
-    BackupCounters::add(&counters.objects_shipped, uploaded);
-    BackupCounters::add(&counters.objects_reused, reused);
-    BackupCounters::add(&counters.bytes_shipped, bytes);
     tracing::info!(
         generation = number,
         uploaded,
@@ -262,5 +233,6 @@ pub(super) async fn start(
         generation: number,
         uploaded,
         reused,
+        bytes,
     })
 }

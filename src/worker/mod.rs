@@ -73,12 +73,41 @@
 //! fleet of idle stores costs a non-blocking `read` of one inotify queue per store and tick,
 //! not a dozen file system calls on the blocking pool.
 //!
+//! # One step, one ledger
+//!
+//! Every step goes through [`BackupWorker::step_as`], in one of its [`StepMode`]s: `Full`
+//! ([`BackupWorker::step`]), `ReadAhead` ([`BackupWorker::run_once`]) and `AfterShipping` (the
+//! runner's tick after a segment: only a restore point or retention). Its [`StepOutcome`] says
+//! what it did (objects, bytes, the commits shipped or named by a restore point, a deferral and
+//! why); `step_as` books it, or the failure, in one place: the ledger (`ledger.rs`) is the only
+//! writer of [`BackupCounters`], and a refusal by another writer forgets the view there. The
+//! children (`generation`, `segment`, `restore_point`, `retention`) return what they did and
+//! count nothing; store-data uploads go through one `Uploader` (`upload.rs`). The durable
+//! position the worker reads is handed to the supervisor through a [`DurableReading`].
+//!
+//! # Cancellation
+//!
+//! Which futures may be dropped where:
+//! - A step may be dropped at any await. The runner drops one only at shutdown, after letting
+//!   it run for `shutdown_grace`; it then calls [`BackupWorker::forget_view`], because what the
+//!   step learnt of the bucket (an upload that may or may not have landed) is not to be
+//!   trusted. The next step resumes from the bucket's state.
+//! - Every step runs under the lease's guard ([`crate::lease::BucketLease::guard`]): a lease
+//!   that stops holding drops the step, cancelling its in-flight requests; the runner then drops
+//!   the lease and forgets the view at the next acquisition.
+//! - Reads of the store run on Tokio's blocking pool: dropping the step does not stop them, so
+//!   a read (never a write to the bucket: uploads follow the read in the step itself) may
+//!   finish after the step is gone; its result is discarded.
+//! - The last flush at shutdown is bounded by `flush_timeout`, then abandoned the same way.
+//! - A lease acquisition in flight is never dropped (only the waits between attempts race the
+//!   token): a dropped attempt whose write landed would hold the lease until its TTL runs out.
+//!
 //! [`BackupWorker::run_once`] and [`BackupWorker::step`] take no lease: they are for tests and
 //! for callers that hold one themselves.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket, PutCondition};
@@ -88,6 +117,7 @@ use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod generation;
+mod ledger;
 pub mod limits;
 pub mod lineage;
 mod local;
@@ -95,9 +125,11 @@ mod restore_point;
 pub mod retention;
 mod segment;
 mod spawn;
+mod upload;
 mod view;
 
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
+pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
 pub use spawn::{BackupHandle, BackupTrigger};
 
@@ -229,6 +261,10 @@ pub enum StepOutcome {
     Resumed {
         lineage: uuid::Uuid,
         generation: Option<u64>,
+        /// Commits the resumed generation has shipped.
+        shipped_commit_seq: Option<u64>,
+        /// Commits in this lineage's newest restore point.
+        restore_point_commit_seq: Option<u64>,
     },
     Deferred(DeferReason),
     /// Claimed a generation and uploaded its snapshot, archives and side files.
@@ -236,12 +272,16 @@ pub enum StepOutcome {
         generation: u64,
         uploaded: u64,
         reused: u64,
+        /// Bytes of the uploaded objects.
+        bytes: u64,
     },
     /// Shipped one WAL segment.
     Shipped {
         key: String,
         bytes: u64,
         frames: u64,
+        /// Commits shipped in the generation after it.
+        shipped_commit_seq: u64,
     },
     /// Wrote a manifest (or found it written) and moved LATEST.
     RestorePoint {
@@ -256,7 +296,22 @@ pub enum StepOutcome {
     Idle,
 }
 
-/// The worker's counters, shared with whoever reports them.
+/// How [`BackupWorker::step_as`] steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepMode {
+    /// One unit of work: resume, start a generation, ship a segment, a restore point,
+    /// retention, or nothing ([`BackupWorker::step`]).
+    Full,
+    /// [`Self::Full`], and a resume also starts reading the store's files
+    /// ([`BackupWorker::run_once`]; see there).
+    ReadAhead,
+    /// After a tick shipped its segment: only a restore point when due, then retention when
+    /// due (see the runner's `tick_step`).
+    AfterShipping,
+}
+
+/// The worker's counters, shared with whoever reports them. Written only by the step's
+/// outcome ledger (`ledger.rs`).
 #[derive(Debug, Default)]
 pub struct BackupCounters {
     pub bytes_shipped: AtomicU64,
@@ -267,11 +322,9 @@ pub struct BackupCounters {
     pub generations: AtomicU64,
     pub objects_deleted: AtomicU64,
     pub failures: AtomicU64,
-    /// Commits durable in the store, as last read from the source.
+    /// Commits durable in the store, as last read from the source (by the worker or its
+    /// supervisor).
     pub durable_commit_seq: AtomicU64,
-    /// Reads of the durable position by the worker: while it keeps reading, the supervisor
-    /// takes its reading instead of reading the source again.
-    pub durable_reads: AtomicU64,
     /// Commits shipped (in segments).
     pub shipped_commit_seq: AtomicU64,
     /// Commits in the newest restore point this worker wrote or found.
@@ -287,20 +340,6 @@ pub struct BackupCounters {
     pub requests: Arc<crate::bucket::counting::RequestCounts>,
 }
 
-impl BackupCounters {
-    pub(crate) fn add(field: &AtomicU64, n: u64) {
-        field.fetch_add(n, Ordering::Relaxed);
-    }
-    pub(crate) fn set(field: &AtomicU64, n: u64) {
-        field.store(n, Ordering::Relaxed);
-    }
-    /// Records a fresh reading of the durable position.
-    fn record_durable(&self, commit_seq: u64) {
-        self.durable_commit_seq.store(commit_seq, Ordering::Relaxed);
-        self.durable_reads.fetch_add(1, Ordering::Release);
-    }
-}
-
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {
     /// The store directory's path (for messages); every read goes through `store`.
@@ -309,7 +348,8 @@ pub struct BackupWorker {
     bucket: DynBucket,
     source: Arc<dyn WalSource>,
     config: WorkerConfig,
-    counters: Arc<BackupCounters>,
+    /// Writes the counters, from each step's outcome.
+    ledger: ledger::Ledger,
     /// What this worker knows of the prefix; `None` until resumed, and after a refusal.
     view: Option<view::View>,
     last_restore_point: Option<tokio::time::Instant>,
@@ -359,7 +399,7 @@ impl BackupWorker {
             bucket,
             source,
             config,
-            counters,
+            ledger: ledger::Ledger::new(counters),
             view: None,
             last_restore_point: None,
             last_retention: None,
@@ -374,7 +414,7 @@ impl BackupWorker {
     }
 
     pub fn counters(&self) -> Arc<BackupCounters> {
-        self.counters.clone()
+        self.ledger.counters().clone()
     }
 
     pub fn config(&self) -> &WorkerConfig {
@@ -406,23 +446,46 @@ impl BackupWorker {
         }
     }
 
-    /// Does one unit of work.
-    pub async fn step(&mut self) -> Result<StepOutcome, WorkerError> {
-        self.step_with(false).await
+    /// What the step's write-once uploads go through.
+    fn uploader(&self) -> upload::Uploader {
+        upload::Uploader {
+            bucket: self.bucket.clone(),
+            cond: self.cond_create(),
+        }
     }
 
-    /// [`Self::step`]; a resume also starts a [`local::Reading`] when `read_ahead` is set.
-    async fn step_with(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
-        let result = self.step_inner(read_ahead).await;
-        match &result {
-            Err(WorkerError::ConcurrentWriter { .. }) => {
-                self.view = None;
-                BackupCounters::add(&self.counters.failures, 1);
-            }
-            Err(_) => BackupCounters::add(&self.counters.failures, 1),
-            Ok(_) => {}
+    /// Does one unit of work ([`StepMode::Full`]).
+    pub async fn step(&mut self) -> Result<StepOutcome, WorkerError> {
+        self.step_as(StepMode::Full).await
+    }
+
+    /// The one step: does one unit of work as `mode` says, then books its outcome in one place
+    /// (the counters; a refusal by another writer forgets the view of the bucket).
+    pub async fn step_as(&mut self, mode: StepMode) -> Result<StepOutcome, WorkerError> {
+        let result = match mode {
+            StepMode::Full => self.full_step(false).await,
+            StepMode::ReadAhead => self.full_step(true).await,
+            StepMode::AfterShipping => self.after_shipping().await,
+        };
+        if let Err(WorkerError::ConcurrentWriter { .. }) = &result {
+            self.forget_view();
         }
+        self.ledger.step(&result);
         result
+    }
+
+    /// What a step finds to do once everything is shipped: a restore point when one is due,
+    /// then retention when due.
+    async fn after_shipping(&mut self) -> Result<StepOutcome, WorkerError> {
+        if self.restore_point_due()
+            && let Some(outcome) = restore_point::write(self).await?
+        {
+            return Ok(outcome);
+        }
+        if self.retention_due() {
+            return retention::run(self).await;
+        }
+        Ok(StepOutcome::Idle)
     }
 
     /// Whether a step would find nothing to do without looking at the directory (see
@@ -448,7 +511,7 @@ impl BackupWorker {
             && !self.retention_due()
         {
             let pos = self.source.durable_wal_position().await?;
-            self.counters.record_durable(pos.commit_seq);
+            self.ledger.durable(pos.commit_seq);
             if pos == quiet.position {
                 self.quiet = Some(quiet);
                 return Ok(true);
@@ -457,14 +520,14 @@ impl BackupWorker {
         Ok(false)
     }
 
-    async fn step_inner(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
+    async fn full_step(&mut self, read_ahead: bool) -> Result<StepOutcome, WorkerError> {
         // One stamp serves both the quiet check and, when the look finds nothing, the next one.
         let stamp = self.watch.stamp();
         if self.still_quiet(stamp).await? {
             return Ok(StepOutcome::Idle);
         }
         let looked_at = tokio::time::Instant::now();
-        BackupCounters::add(&self.counters.looks, 1);
+        self.ledger.looked();
         let disk = DiskState::look_async(&self.store).await?;
         if disk.intent {
             return Ok(StepOutcome::Deferred(DeferReason::SnapshotInFlight));
@@ -474,7 +537,7 @@ impl BackupWorker {
         let ahead =
             (read_ahead && self.view.is_none()).then(|| local::Reading::start(&self.store, &disk));
         let pos = self.source.durable_wal_position().await?;
-        self.counters.record_durable(pos.commit_seq);
+        self.ledger.durable(pos.commit_seq);
         if !names_disk(&pos, &disk) || pos.durable_len > disk.wal.len {
             self.source.request_refresh();
             return Ok(StepOutcome::Deferred(DeferReason::CatchUp));
@@ -488,13 +551,9 @@ impl BackupWorker {
             let outcome = StepOutcome::Resumed {
                 lineage: view.lineage,
                 generation: view.current.as_ref().map(|g| g.number),
+                shipped_commit_seq: view.current.as_ref().map(|g| g.shipped_seq()),
+                restore_point_commit_seq: view.newest_own.as_ref().map(|m| m.commit_seq),
             };
-            if let Some(g) = &view.current {
-                BackupCounters::set(&self.counters.shipped_commit_seq, g.shipped_seq());
-            }
-            if let Some(m) = &view.newest_own {
-                BackupCounters::set(&self.counters.restore_point_commit_seq, m.commit_seq);
-            }
             self.view = Some(view);
             return Ok(outcome);
         };
@@ -515,13 +574,9 @@ impl BackupWorker {
                 ),
             });
         }
-        if self.restore_point_due()
-            && let Some(outcome) = restore_point::write(self).await?
-        {
+        let outcome = self.after_shipping().await?;
+        if outcome != StepOutcome::Idle {
             return Ok(outcome);
-        }
-        if self.retention_due() {
-            return retention::run(self).await;
         }
         self.quiet = stamp.map(|stamp| Quiet {
             stamp,
@@ -576,7 +631,7 @@ impl BackupWorker {
         let mut report = RunReport::default();
         let mut deferred = 0u32;
         loop {
-            match self.step_with(true).await? {
+            match self.step_as(StepMode::ReadAhead).await? {
                 StepOutcome::Idle => break,
                 StepOutcome::Deferred(reason) => {
                     deferred += 1;

@@ -8,7 +8,7 @@
 //! on the ETag last written or read; a refusal is another writer too. A crash between the two
 //! writes leaves a manifest LATEST does not name yet, which is still a valid restore point.
 
-use super::{BackupCounters, BackupWorker, StepOutcome, WorkerError};
+use super::{BackupWorker, StepOutcome, WorkerError};
 use crate::bucket::{Body, BucketError, PutCondition};
 use crate::manifest::{LATEST_KEY, Latest, Manifest};
 
@@ -78,8 +78,6 @@ pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, W
     view.newest_own = Some(m);
     w.last_restore_point = Some(tokio::time::Instant::now());
     w.restore_point_requested = false;
-    BackupCounters::add(&w.counters.restore_points, 1);
-    BackupCounters::set(&w.counters.restore_point_commit_seq, commit_seq);
     tracing::info!(%key, commit_seq, "wrote a restore point");
     Ok(Some(StepOutcome::RestorePoint { key, commit_seq }))
 }

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use super::view::claim;
-use super::{BackupCounters, BackupWorker, StepOutcome, WorkerError};
+use super::{BackupWorker, StepOutcome, WorkerError};
 use crate::bucket::{self, BucketError};
 use crate::manifest::{self, Manifest};
 
@@ -173,7 +173,6 @@ pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError
             deleted += 1;
         }
     }
-    BackupCounters::add(&w.counters.objects_deleted, deleted);
     if deleted > 0 {
         tracing::info!(deleted, "retention deleted objects");
     }

@@ -9,11 +9,8 @@
 //! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
 //! removes.
 
-use super::generation::upload;
 use super::view::read_wal_range;
-use super::{
-    BackupCounters, BackupWorker, DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError,
-};
+use super::{BackupWorker, DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError};
 use crate::bucket::Body;
 use crate::manifest::{self, ObjectEntry, SegmentEntry};
 use crate::store::disk::DiskState;
@@ -96,8 +93,7 @@ pub(super) async fn ship(
     let key = manifest::segment_key(number, start, end);
     let crc = crc32fast::hash(&keep);
     let len = keep.len() as u64;
-    let cond = w.cond_create();
-    upload(&w.bucket, &key, Body::Bytes(keep), &cond).await?;
+    w.uploader().put(&key, Body::Bytes(keep)).await?;
 
     let lineage = w.view.as_ref().expect("resumed").lineage;
     let g = w
@@ -118,13 +114,10 @@ pub(super) async fn ship(
         frames,
     });
     g.shipped_end = end;
-    BackupCounters::set(&w.counters.shipped_commit_seq, g.shipped_seq());
-    BackupCounters::add(&w.counters.segments_shipped, 1);
-    BackupCounters::add(&w.counters.objects_shipped, 1);
-    BackupCounters::add(&w.counters.bytes_shipped, len);
     Ok(StepOutcome::Shipped {
         key,
         bytes: len,
         frames,
+        shipped_commit_seq: g.shipped_seq(),
     })
 }

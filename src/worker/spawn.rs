@@ -49,7 +49,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::{BackupCounters, BackupWorker, StepOutcome, WorkerError};
+use super::{BackupCounters, BackupWorker, DurableReading, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
 use crate::health::{
     self, Activity, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState,
@@ -212,7 +212,8 @@ impl BackupWorker {
             &holder,
         );
         let (health_tx, health_rx) = watch::channel(first);
-        let counters = self.counters.clone();
+        let ledger = self.ledger.clone();
+        let counters = ledger.counters().clone();
         let source = self.source.clone();
         let stop = shutdown.child_token();
         let flush = Arc::new(FlushWish::default());
@@ -233,7 +234,7 @@ impl BackupWorker {
         let (ended_tx, ended) = watch::channel(None);
         let supervisor = Supervisor {
             source,
-            counters: counters.clone(),
+            ledger,
             status,
             policy,
             holder: holder.clone(),
@@ -340,7 +341,7 @@ impl Runner {
                 }
             };
             self.record(|s| s.lease = Some(LeaseState::Holding));
-            super::BackupCounters::add(&self.worker.counters.lease_acquisitions, 1);
+            self.worker.ledger.lease_acquired();
             tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
             self.worker.forget_view();
             let wait = match self.hold(&lease).await {
@@ -354,13 +355,13 @@ impl Runner {
                 }
                 Holding::Lost => {
                     self.record(|s| s.lease = Some(lease.status().state));
-                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    self.worker.ledger.lease_lost();
                     tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
                     drop(lease);
                     Duration::ZERO
                 }
                 Holding::ConcurrentWriter => {
-                    super::BackupCounters::add(&self.worker.counters.lease_losses, 1);
+                    self.worker.ledger.lease_lost();
                     let _ = lease.release().await;
                     self.record(|s| s.lease = Some(LeaseState::Released));
                     self.backoff.next_delay()
@@ -531,35 +532,20 @@ impl Runner {
 /// a step would never find everything shipped, so segments would go up back to back (one per
 /// PUT's latency, not one per `wal_interval`) and no restore point would be written.
 async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutcome, WorkerError> {
-    if !shipped {
-        return worker.step().await;
-    }
-    let result = async {
-        if worker.restore_point_due()
-            && let Some(outcome) = super::restore_point::write(worker).await?
-        {
-            return Ok(outcome);
-        }
-        if worker.retention_due() {
-            return super::retention::run(worker).await;
-        }
-        Ok(StepOutcome::Idle)
-    }
-    .await;
-    // What `step` does with a failure.
-    if let Err(e) = &result {
-        if matches!(e, WorkerError::ConcurrentWriter { .. }) {
-            worker.forget_view();
-        }
-        BackupCounters::add(&worker.counters.failures, 1);
-    }
-    result
+    worker
+        .step_as(if shipped {
+            StepMode::AfterShipping
+        } else {
+            StepMode::Full
+        })
+        .await
 }
 
 /// The supervisor's task: health, from what the runner records and the durable position.
 struct Supervisor {
     source: Arc<dyn WalSource>,
-    counters: Arc<BackupCounters>,
+    /// The worker's ledger: the supervisor's own readings of the durable position go there.
+    ledger: super::ledger::Ledger,
     status: Status,
     policy: HealthPolicy,
     holder: String,
@@ -570,7 +556,7 @@ impl Supervisor {
     async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
         let Supervisor {
             source,
-            counters,
+            ledger,
             status,
             policy,
             holder,
@@ -579,8 +565,8 @@ impl Supervisor {
         let mut unshipped = Unshipped::default();
         // The inputs of the last evaluation.
         let mut evaluated: Option<(Progress, RunnerStatus)> = None;
-        // `counters.durable_reads` at the last tick.
-        let mut worker_reads = 0;
+        let counters = ledger.counters().clone();
+        let readings: Arc<DurableReading> = ledger.durable_reading();
         let period = policy.wal_interval;
         let mut next_tick = Instant::now();
         let ended = loop {
@@ -601,15 +587,9 @@ impl Supervisor {
                 _ = tokio::time::sleep_until(next_tick) => {}
             }
             next_tick = crate::pacing::coalesce(Instant::now() + period, period);
-            let reads = counters
-                .durable_reads
-                .load(std::sync::atomic::Ordering::Acquire);
-            let durable = if reads != worker_reads {
+            let durable = if let Some(seq) = readings.take_fresh() {
                 // The worker read the durable position since the last tick: that reading will do.
-                worker_reads = reads;
-                counters
-                    .durable_commit_seq
-                    .load(std::sync::atomic::Ordering::Relaxed)
+                seq
             } else {
                 // Otherwise read it ourselves: a stuck worker must still show lag. Most reads
                 // answer at once (a reported or cached position): only the others get a timer.
@@ -626,7 +606,7 @@ impl Supervisor {
                 };
                 match read {
                     Ok(Ok(p)) => {
-                        super::BackupCounters::set(&counters.durable_commit_seq, p.commit_seq);
+                        ledger.durable_by_supervisor(p.commit_seq);
                         p.commit_seq
                     }
                     _ => counters

@@ -1,0 +1,157 @@
+//! The outcome ledger: the one place the worker's [`BackupCounters`] are written, from what a
+//! step returned ([`Ledger::step`]) and from the few events outside a step (a look at the
+//! directory, a reading of the durable position, the lease acquired or lost). The step's
+//! children (`generation`, `segment`, `restore_point`, `retention`) return what they did in
+//! their [`StepOutcome`] and bump nothing.
+//!
+//! Also [`DurableReading`], the hand-off of the durable position from the worker to the
+//! supervisor, so that the supervisor reads the source itself only when the worker has not.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::{BackupCounters, StepOutcome, WorkerError};
+
+/// The newest reading of the durable position, and whether the supervisor has taken it.
+#[derive(Debug, Default)]
+pub struct DurableReading {
+    commit_seq: AtomicU64,
+    fresh: AtomicBool,
+}
+
+impl DurableReading {
+    /// A fresh reading of the durable position.
+    pub fn record(&self, commit_seq: u64) {
+        self.commit_seq.store(commit_seq, Ordering::Relaxed);
+        self.fresh.store(true, Ordering::Release);
+    }
+
+    /// The reading recorded since the last call, if any.
+    pub fn take_fresh(&self) -> Option<u64> {
+        self.fresh
+            .swap(false, Ordering::Acquire)
+            .then(|| self.commit_seq.load(Ordering::Relaxed))
+    }
+}
+
+/// Writes the counters; see the module docs.
+#[derive(Debug, Clone)]
+pub(crate) struct Ledger {
+    counters: Arc<BackupCounters>,
+    durable: Arc<DurableReading>,
+}
+
+fn add(field: &AtomicU64, n: u64) {
+    field.fetch_add(n, Ordering::Relaxed);
+}
+
+fn set(field: &AtomicU64, n: u64) {
+    field.store(n, Ordering::Relaxed);
+}
+
+impl Ledger {
+    pub(crate) fn new(counters: Arc<BackupCounters>) -> Self {
+        Ledger {
+            counters,
+            durable: Arc::new(DurableReading::default()),
+        }
+    }
+
+    pub(crate) fn counters(&self) -> &Arc<BackupCounters> {
+        &self.counters
+    }
+
+    /// The worker's readings, for the supervisor.
+    pub(crate) fn durable_reading(&self) -> Arc<DurableReading> {
+        self.durable.clone()
+    }
+
+    /// A step looked at the store directory.
+    pub(crate) fn looked(&self) {
+        add(&self.counters.looks, 1);
+    }
+
+    /// The worker read the durable position.
+    pub(crate) fn durable(&self, commit_seq: u64) {
+        set(&self.counters.durable_commit_seq, commit_seq);
+        self.durable.record(commit_seq);
+    }
+
+    /// The supervisor read the durable position itself (not a hand-off: it read it).
+    pub(crate) fn durable_by_supervisor(&self, commit_seq: u64) {
+        set(&self.counters.durable_commit_seq, commit_seq);
+    }
+
+    pub(crate) fn lease_acquired(&self) {
+        add(&self.counters.lease_acquisitions, 1);
+    }
+
+    pub(crate) fn lease_lost(&self) {
+        add(&self.counters.lease_losses, 1);
+    }
+
+    /// What one step did (or that it failed).
+    pub(crate) fn step(&self, result: &Result<StepOutcome, WorkerError>) {
+        let c = &*self.counters;
+        let outcome = match result {
+            Ok(outcome) => outcome,
+            Err(_) => return add(&c.failures, 1),
+        };
+        match outcome {
+            StepOutcome::Resumed {
+                shipped_commit_seq,
+                restore_point_commit_seq,
+                ..
+            } => {
+                if let Some(seq) = shipped_commit_seq {
+                    set(&c.shipped_commit_seq, *seq);
+                }
+                if let Some(seq) = restore_point_commit_seq {
+                    set(&c.restore_point_commit_seq, *seq);
+                }
+            }
+            StepOutcome::NewGeneration {
+                uploaded,
+                reused,
+                bytes,
+                ..
+            } => {
+                add(&c.generations, 1);
+                add(&c.objects_shipped, *uploaded);
+                add(&c.objects_reused, *reused);
+                add(&c.bytes_shipped, *bytes);
+            }
+            StepOutcome::Shipped {
+                bytes,
+                shipped_commit_seq,
+                ..
+            } => {
+                set(&c.shipped_commit_seq, *shipped_commit_seq);
+                add(&c.segments_shipped, 1);
+                add(&c.objects_shipped, 1);
+                add(&c.bytes_shipped, *bytes);
+            }
+            StepOutcome::RestorePoint { commit_seq, .. } => {
+                add(&c.restore_points, 1);
+                set(&c.restore_point_commit_seq, *commit_seq);
+            }
+            StepOutcome::Retention { deleted } => add(&c.objects_deleted, *deleted),
+            StepOutcome::Deferred(_) | StepOutcome::Idle => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reading_is_taken_once() {
+        let r = DurableReading::default();
+        assert_eq!(r.take_fresh(), None);
+        r.record(5);
+        r.record(7);
+        assert_eq!(r.take_fresh(), Some(7));
+        assert_eq!(r.take_fresh(), None);
+    }
+}
