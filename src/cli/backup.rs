@@ -79,7 +79,8 @@ async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode
     let handle = worker.spawn(lease, shutdown.clone(), &tasks);
     let mut health = handle.watch_health();
     let counters = handle.counters();
-    let log = tokio::spawn(async move {
+    // Ends when the worker's health channel closes (its supervisor ended).
+    tasks.spawn(async move {
         let mut last = None;
         loop {
             let h = health.borrow_and_update().clone();
@@ -117,7 +118,6 @@ async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode
     let ended = handle.wait().await;
     tasks.close();
     tasks.wait().await;
-    log.abort();
     println!("{}", summary(&counters, 0));
     match ended {
         WorkerState::Exited(_) => Ok(ExitCode::SUCCESS),

@@ -97,6 +97,22 @@ pub fn main() -> ExitCode {
 pub fn shutdown_token() -> tokio_util::sync::CancellationToken {
     let token = tokio_util::sync::CancellationToken::new();
     let t = token.clone();
+    on_signal(move || t.cancel());
+    token
+}
+
+/// A flag set by the first SIGINT or SIGTERM, for a writer on the blocking pool to poll.
+pub fn shutdown_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f = flag.clone();
+    on_signal(move || f.store(true, std::sync::atomic::Ordering::SeqCst));
+    flag
+}
+
+/// Runs `f` at the first SIGINT or SIGTERM. The one task not spawned through a
+/// [`TaskTracker`](tokio_util::task::TaskTracker): it lives as long as the process, holds
+/// nothing, and no shutdown can wait for it (it is what starts one).
+fn on_signal(f: impl FnOnce() + Send + 'static) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut int)) = (
@@ -109,7 +125,6 @@ pub fn shutdown_token() -> tokio_util::sync::CancellationToken {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        t.cancel();
+        f();
     });
-    token
 }

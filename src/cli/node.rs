@@ -92,10 +92,11 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     let reporting = Arc::new(std::sync::Mutex::new(()));
     let handle = engine.position_handle();
     let mut refresh = client.refresh_requests();
+    let tasks = tokio_util::task::TaskTracker::new();
     let refresher = {
         let client = client.clone();
         let reporting = reporting.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             while let Ok(r) = refresh.recv().await {
                 tracing::info!(reason = %r.reason, "refresh requested: reporting again");
                 let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
@@ -104,15 +105,7 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         })
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    {
-        let token = super::shutdown_token();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            token.cancelled().await;
-            stop.store(true, Ordering::SeqCst);
-        });
-    }
+    let stop = super::shutdown_flag();
     let writer = {
         let client = client.clone();
         let stop = stop.clone();
@@ -131,6 +124,8 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     let flushed = client.flush(timeout).await;
     client.close().await;
     refresher.abort();
+    tasks.close();
+    tasks.wait().await;
     flushed.context("reporting the last position to the service")?;
     let digest = engine.digest();
     println!(

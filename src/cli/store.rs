@@ -2,8 +2,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -51,13 +49,7 @@ pub struct WriteArgs {
 pub async fn run(cmd: StoreCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         StoreCommand::Write(a) => {
-            let stop = Arc::new(AtomicBool::new(false));
-            let token = super::shutdown_token();
-            let flag = stop.clone();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                flag.store(true, Ordering::SeqCst);
-            });
+            let stop = super::shutdown_flag();
             let opts = WriteOptions {
                 commits: a.commits,
                 value_size: a.value_size,
