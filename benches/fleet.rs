@@ -19,8 +19,8 @@
 //! The idle measurement starts `FLEET_SETTLE_SECS` (default 15) after the fleet turned
 //! healthy, so that it sees the steady state: every worker renews its bucket lease for the first
 //! time a third of a TTL (10 s) after acquiring it, and on the local-directory bucket that first
-//! renewal creates the lease's scratch file (`src/bucket/fs/mod.rs`), a one-off cost per store. Set
-//! it to 0 to include that round.
+//! renewal creates the lease's scratch file (`src/bucket/fs/mod.rs`), a one-off cost per store.
+//! Set it to 0 to include that round.
 //!
 //! `cargo bench --bench fleet`; `FLEET_STORES`, `FLEET_COMMITS`, `FLEET_IDLE_SECS` and
 //! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16); `MUSHROOM_BACKUP_BIN` runs
