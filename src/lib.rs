@@ -1,16 +1,20 @@
 //! mushroom-backup: continuous, crash-safe backup of database stores to an object store, with
 //! restore points that are proven restorable. See `DESIGN.md` in the project's shared folder
-//! and the module docs below, top to bottom:
+//! and the module docs below, floor by floor from the bottom: a module uses only the floors
+//! below it (`tests/architecture.rs` checks it).
 //!
-//! - [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
-//! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry).
-//! - [`manifest`]: restore points, object keys, LATEST.
-//! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee.
-//! - [`wal_source`]: where the worker learns how much WAL is durable.
-//! - [`worker`]: the backup worker (generations, segments, restore points, lineage, retention).
-//! - [`restore`]: restore, `--at`, adopt; [`verify`]: verify and `ls`.
+//! - [`units`], [`pacing`], [`backoff`]: saturating conversions, the process's tick grid, the
+//!   one retry delay. [`telemetry`]: logs, traces, metric names, the Prometheus endpoint.
+//!   [`manifest`]: restore points, object keys, LATEST.
+//! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
+//!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
+//! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
+//!   [`wal_source`]: where the worker learns how much WAL is durable.
+//! - [`health`]: what a runner records, and the health judged from it.
+//! - [`worker`]: the backup worker (one step, its ledger, generations, segments, restore
+//!   points, lineage, retention, the runner under the lease); [`restore`]: restore, `--at`,
+//!   adopt; [`verify`]: verify and `ls`; [`registry`]: stores, tokens and instance claims.
 //! - [`service`]: the gRPC control plane; [`node_client`]: the position reporter a node embeds.
-//! - [`units`]: every conversion of durations, counts and lengths saturates.
 
 // A cast that wraps or truncates turned `keep_for` of 2^63 ms into a negative age once; every
 // conversion goes through `units` (or a checked `try_from`) instead.
