@@ -14,9 +14,10 @@
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
+use super::ctx::Ctx;
 use super::local::{Reading, read_side_files};
-use super::view::Generation;
-use super::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use super::view::{Generation, View};
+use super::{DeferReason, StepOutcome, WorkerError};
 use crate::bucket::Body;
 use crate::manifest::{
     self, ArchiveEntry, GenerationClaim, ObjectEntry, SideFileEntry, SnapshotEntry,
@@ -40,35 +41,35 @@ fn entry(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> Obj
     }
 }
 
-/// Claims generation `max + 1` for the files on disk and uploads what it needs.
+/// Claims generation `max + 1` for the files on disk and uploads what it needs. `read_ahead` is
+/// a reading a resume started, used when it read these files.
 #[tracing::instrument(name = "backup.generation", skip_all, fields(generation = tracing::field::Empty))]
 pub(super) async fn start(
-    w: &mut BackupWorker,
+    cx: &Ctx<'_>,
+    view: &mut View,
+    read_ahead: Option<Reading>,
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
-    let reading = w
-        .read_ahead
-        .take()
+    let reading = read_ahead
         .filter(|r| r.serves(disk))
-        .unwrap_or_else(|| Reading::start(&w.store, disk));
+        .unwrap_or_else(|| Reading::start(cx.store, disk));
     let Some(local) = reading.finish().await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let store = w.store.clone();
+    let store = cx.store.clone();
     let side = tokio::task::spawn_blocking(move || read_side_files(&store))
         .await
         .map_err(|e| WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: e.to_string(),
         })??;
-    let after = DiskState::look_async(&w.store).await?;
+    let after = DiskState::look_async(cx.store).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }
 
-    let uploader = w.uploader();
-    let view = w.view.as_mut().expect("resumed");
+    let uploader = &cx.uploader;
     let lineage = view.lineage;
     let number = view.max_generation + 1;
     tracing::Span::current().record("generation", number);
