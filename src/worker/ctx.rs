@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use super::upload::Uploader;
 use crate::bucket::{DynBucket, PutCondition};
+use crate::health::StepActivity;
 use crate::store::dir::StoreDir;
 
 /// The worker's parts one step's children use.
@@ -22,6 +23,8 @@ pub(super) struct Ctx<'a> {
     pub uploader: Uploader,
     /// Conditional writes (`If-None-Match`, `If-Match`) are on.
     pub conditional_writes: bool,
+    /// Where the child says which phase it is in (at most once per object or phase), for health.
+    pub activity: &'a StepActivity,
 }
 
 impl Ctx<'_> {

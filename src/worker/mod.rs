@@ -88,7 +88,9 @@
 //! position, the retention policy, a reading started ahead); it returns what it did and counts
 //! nothing. The worker splits its borrows to call them (`BackupWorker::parts`) and keeps its
 //! own state — timers, requests, the idle stamp — itself. The durable position the worker
-//! reads is handed to the supervisor through a [`DurableReading`].
+//! reads is handed to the supervisor through a [`DurableReading`], and the phase a step is in
+//! ("uploading archive 3 of 9", "shipping a segment"…) through a [`StepActivity`] the children
+//! write once per object or phase and `step_as` clears (a quiet tick writes nothing).
 //!
 //! # Cancellation
 //!
@@ -116,6 +118,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket};
+use crate::health::StepActivity;
 use crate::store::dir::{DirError, StoreDir};
 use crate::store::disk::{DiskError, DiskState};
 use crate::store::watch::DirWatch;
@@ -368,6 +371,9 @@ pub struct BackupWorker {
     quiet: Option<Quiet>,
     /// The reading a resume started ([`Self::run_once`]), for the step that starts a generation.
     read_ahead: Option<local::Reading>,
+    /// The running step's phase, for the supervisor's health; set by the step's children,
+    /// cleared by [`Self::step_as`].
+    activity: StepActivity,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -412,6 +418,7 @@ impl BackupWorker {
             restore_point_requested: false,
             retention_requested: false,
             read_ahead: None,
+            activity: StepActivity::default(),
         }
     }
 
@@ -456,6 +463,7 @@ impl BackupWorker {
                 cond: ctx::cond_create(self.config.conditional_writes),
             },
             conditional_writes: self.config.conditional_writes,
+            activity: &self.activity,
         };
         (cx, &mut self.view)
     }
@@ -468,6 +476,8 @@ impl BackupWorker {
     /// The one step: does one unit of work as `mode` says, then books its outcome in one place
     /// (the counters; a refusal by another writer forgets the view of the bucket).
     pub async fn step_as(&mut self, mode: StepMode) -> Result<StepOutcome, WorkerError> {
+        // A step dropped mid-way left its phase behind.
+        self.activity.clear();
         let result = match mode {
             StepMode::Full => self.full_step(false).await,
             StepMode::ReadAhead => self.full_step(true).await,
@@ -477,6 +487,7 @@ impl BackupWorker {
             self.forget_view();
         }
         self.ledger.step(&result);
+        self.activity.clear();
         result
     }
 

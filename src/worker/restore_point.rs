@@ -12,6 +12,7 @@ use super::ctx::Ctx;
 use super::view::View;
 use super::{StepOutcome, WorkerError};
 use crate::bucket::{Body, BucketError, PutCondition};
+use crate::health::StepPhase;
 use crate::manifest::{LATEST_KEY, Latest, Manifest};
 
 /// Writes a restore point for everything shipped; `None` when there is nothing to write. The
@@ -30,6 +31,9 @@ pub(super) async fn write(
     tracing::Span::current().record("generation", m.generation);
     tracing::Span::current().record("commit_seq", m.commit_seq);
     debug_assert!(m.check(&key).is_ok(), "{:?}", m.check(&key));
+    cx.activity.set(StepPhase::WritingRestorePoint {
+        commit_seq: m.commit_seq,
+    });
 
     match bucket.put(&key, Body::from(m.encode()), cond).await {
         Ok(_) => {}

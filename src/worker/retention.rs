@@ -68,6 +68,7 @@ pub(super) async fn run(
     {
         return Ok(StepOutcome::Retention { deleted: 0 });
     }
+    cx.activity.set(crate::health::StepPhase::RunningRetention);
     let lineage = view.lineage;
     let now_ms = manifest::parse_time_ms(&manifest::now_rfc3339()).unwrap_or(0);
 

@@ -13,6 +13,7 @@ use super::ctx::Ctx;
 use super::view::{View, read_wal_range};
 use super::{DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError};
 use crate::bucket::Body;
+use crate::health::StepPhase;
 use crate::manifest::{self, ObjectEntry, SegmentEntry};
 use crate::store::disk::DiskState;
 use crate::store::format::{WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames};
@@ -91,6 +92,10 @@ pub(super) async fn ship(
     let key = manifest::segment_key(number, start, end);
     let crc = crc32fast::hash(&keep);
     let len = keep.len() as u64;
+    cx.activity.set(StepPhase::ShippingSegment {
+        generation: number,
+        bytes: len,
+    });
     cx.uploader.put(&key, Body::Bytes(keep)).await?;
 
     let lineage = view.lineage;

@@ -209,6 +209,7 @@ impl View {
         // The generations are listed while the restore points are read: the listing is needed
         // whatever LATEST says (unless the lineage is refused, and a LIST changes nothing), so
         // it need not wait for them.
+        cx.activity.set(crate::health::StepPhase::Resuming);
         let bucket = cx.bucket;
         let (found, generations) = tokio::join!(
             newest_restore_point(bucket),
