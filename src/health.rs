@@ -24,10 +24,15 @@
 //! 7. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`.
 //!
 //! Health also says what the runner is doing ([`StoreHealth::activity`]: waiting for the
-//! lease, stepping, retrying, flushing…), so a step that hangs shows before the lag limit.
+//! lease, retrying, flushing…) and, while a step runs, which part of it ([`StepPhase`]:
+//! "uploading archive 12 of 40", "shipping a segment"…), so a step that hangs shows what it
+//! hangs on before the lag limit. The step writes its phase into a [`StepActivity`] at most
+//! once per object or phase; the supervisor reads it when it evaluates health.
 //!
 //! Conditional writes being off is not unhealthy, but health says so in `notes`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -63,6 +68,104 @@ pub struct RunnerStatus {
     pub source_problem: Option<String>,
     /// What the runner is doing now (coarse: it changes per step, not per request).
     pub activity: Activity,
+    /// The running step's phase, as the supervisor last read it from the [`StepActivity`];
+    /// shown in place of [`Activity::Stepping`] (and beside [`Activity::Flushing`]).
+    pub step: Option<StepPhase>,
+}
+
+/// Which part of a step is running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepPhase {
+    /// Reading the bucket's state (LATEST, the newest manifest, the generations).
+    Resuming,
+    /// Reading and checking the store's files for a new generation.
+    ReadingFiles,
+    /// Writing a generation's GENERATION claim.
+    Claiming {
+        generation: u64,
+    },
+    /// Uploading one of a generation's new objects: the oldest still in flight, `what` naming it
+    /// ("the snapshot", "archive 12 of 40", "side file NAME"); `done` of `of` are up.
+    Uploading {
+        generation: u64,
+        what: String,
+        done: u64,
+        of: u64,
+    },
+    /// Uploading a WAL segment.
+    ShippingSegment {
+        generation: u64,
+        bytes: u64,
+    },
+    /// Writing a manifest and LATEST.
+    WritingRestorePoint {
+        commit_seq: u64,
+    },
+    RunningRetention,
+}
+
+impl std::fmt::Display for StepPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepPhase::Resuming => f.write_str("resuming from the bucket's state"),
+            StepPhase::ReadingFiles => f.write_str("reading the store's files"),
+            StepPhase::Claiming { generation } => write!(f, "claiming generation {generation}"),
+            StepPhase::Uploading {
+                generation,
+                what,
+                done,
+                of,
+            } => write!(
+                f,
+                "uploading {what} (generation {generation}, {done} of {of} objects up)"
+            ),
+            StepPhase::ShippingSegment { generation, bytes } => write!(
+                f,
+                "shipping a segment of generation {generation} ({bytes} bytes)"
+            ),
+            StepPhase::WritingRestorePoint { commit_seq } => {
+                write!(f, "writing a restore point at commit {commit_seq}")
+            }
+            StepPhase::RunningRetention => f.write_str("running retention"),
+        }
+    }
+}
+
+/// The running step's [`StepPhase`], shared by the worker (writes, at most once per object or
+/// phase) and its supervisor (reads, when it evaluates health). Clearing one that is clear
+/// takes no lock, so a step that does nothing costs an atomic load.
+#[derive(Debug, Clone, Default)]
+pub struct StepActivity(Arc<StepActivityInner>);
+
+#[derive(Debug, Default)]
+struct StepActivityInner {
+    set: AtomicBool,
+    phase: Mutex<Option<StepPhase>>,
+}
+
+impl StepActivity {
+    pub fn set(&self, phase: StepPhase) {
+        *self.0.phase.lock().unwrap_or_else(|p| p.into_inner()) = Some(phase);
+        self.0.set.store(true, Ordering::Release);
+    }
+
+    /// The step ended (or is starting): no phase.
+    pub fn clear(&self) {
+        if self.0.set.load(Ordering::Acquire) && self.0.set.swap(false, Ordering::AcqRel) {
+            *self.0.phase.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+    }
+
+    pub fn get(&self) -> Option<StepPhase> {
+        if !self.0.set.load(Ordering::Acquire) {
+            return None;
+        }
+        self.0
+            .phase
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// What the runner is doing, for [`StoreHealth::activity`].
@@ -74,8 +177,9 @@ pub enum Activity {
     AcquiringLease,
     /// Another instance holds the lease (`holder@host`).
     WaitingForLease { holder: String },
-    /// A step is running (resuming, uploading a generation, shipping a segment, writing a
-    /// restore point or running retention).
+    /// A step is running; health shows its [`StepPhase`] instead once the step reports one
+    /// (resuming, uploading a generation's objects, shipping a segment, writing a restore point,
+    /// running retention).
     Stepping,
     /// Holding the lease, nothing to do until the next tick.
     Idle,
@@ -119,6 +223,7 @@ impl Default for RunnerStatus {
             last_error: None,
             source_problem: None,
             activity: Activity::Starting,
+            step: None,
         }
     }
 }
@@ -304,7 +409,11 @@ pub fn evaluate(
         consecutive_failures: status.consecutive_failures,
         last_error: status.last_error.clone(),
         worker: status.worker.clone(),
-        activity: status.activity.to_string(),
+        activity: match (&status.activity, &status.step) {
+            (Activity::Stepping, Some(phase)) => phase.to_string(),
+            (Activity::Flushing, Some(phase)) => format!("flushing: {phase}"),
+            (activity, _) => activity.to_string(),
+        },
     }
 }
 
@@ -325,6 +434,45 @@ mod tests {
             lease: Some(LeaseState::Holding),
             ..RunnerStatus::default()
         }
+    }
+
+    #[test]
+    fn a_step_shows_its_phase_and_a_phase_alone_is_no_change_of_state() {
+        let activity = StepActivity::default();
+        assert_eq!(activity.get(), None);
+        let mut s = RunnerStatus {
+            activity: Activity::Stepping,
+            ..holding()
+        };
+        let before = evaluate(&s, Progress::default(), &policy(), "me");
+        assert_eq!(before.activity, "stepping");
+        activity.set(StepPhase::Uploading {
+            generation: 3,
+            what: "archive 12 of 40".into(),
+            done: 11,
+            of: 42,
+        });
+        s.step = activity.get();
+        let h = evaluate(&s, Progress::default(), &policy(), "me");
+        assert_eq!(
+            h.activity,
+            "uploading archive 12 of 40 (generation 3, 11 of 42 objects up)"
+        );
+        assert!(h.same_state(&before));
+        s.activity = Activity::Flushing;
+        let h = evaluate(&s, Progress::default(), &policy(), "me");
+        assert!(
+            h.activity.starts_with("flushing: uploading archive 12"),
+            "{h:?}"
+        );
+        // Not stepping: the phase is not shown.
+        s.activity = Activity::Idle;
+        assert_eq!(
+            evaluate(&s, Progress::default(), &policy(), "me").activity,
+            "idle"
+        );
+        activity.clear();
+        assert_eq!(activity.get(), None);
     }
 
     #[test]

@@ -435,3 +435,37 @@ async fn poll_for(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn a_step_hung_in_an_upload_names_that_upload_in_health() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 100, 40, 0);
+    // The snapshot's upload hangs: the step is stuck in it, everything else goes through.
+    let plan = FaultPlan::custom(|r| {
+        if r.op == Op::Put && r.key.ends_with("snapshot.bin") {
+            Fault::Delay(Duration::from_secs(60))
+        } else {
+            Fault::Pass
+        }
+    });
+    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let w =
+        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    // A change of activity alone sends no health (it is not part of `same_state`): poll.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let h = loop {
+        let h = w.health();
+        if h.activity.starts_with("uploading the snapshot") {
+            break h;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for the snapshot's upload in health: {h:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(h.activity.contains("generation 1"), "{h:#?}");
+    assert!(h.lease_held, "stuck in an upload, but holding the lease");
+    w.shutdown(false).await;
+}

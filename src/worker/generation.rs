@@ -11,13 +11,18 @@
 //! flight) after the claim leaves a claimed generation with some objects and no manifest, which
 //! retention removes after its grace period.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
+use super::ctx::Ctx;
 use super::local::{Reading, read_side_files};
-use super::view::Generation;
-use super::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use super::view::{Generation, View};
+use super::{DeferReason, StepOutcome, WorkerError};
 use crate::bucket::Body;
+use crate::health::{StepActivity, StepPhase};
 use crate::manifest::{
     self, ArchiveEntry, GenerationClaim, ObjectEntry, SideFileEntry, SnapshotEntry,
 };
@@ -40,35 +45,79 @@ fn entry(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> Obj
     }
 }
 
-/// Claims generation `max + 1` for the files on disk and uploads what it needs.
+/// The uploads of one generation in flight, shown in health as the oldest of them (the one a
+/// hung upload keeps shown). The phase is written when an upload starts with none shown, and
+/// when the shown one finishes: at most once per object.
+struct InFlight<'a> {
+    activity: &'a StepActivity,
+    generation: u64,
+    of: u64,
+    /// What is in flight, by position in the upload order, and how many are up.
+    state: Mutex<(BTreeMap<usize, String>, u64)>,
+}
+
+impl InFlight<'_> {
+    fn started(&self, i: usize, what: String) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let first = state.0.is_empty();
+        state.0.insert(i, what);
+        if first {
+            self.show(&state);
+        }
+    }
+
+    fn finished(&self, i: usize) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let shown = state.0.first_key_value().is_some_and(|(k, _)| *k == i);
+        state.0.remove(&i);
+        state.1 += 1;
+        if shown {
+            self.show(&state);
+        }
+    }
+
+    fn show(&self, state: &(BTreeMap<usize, String>, u64)) {
+        if let Some((_, what)) = state.0.first_key_value() {
+            self.activity.set(StepPhase::Uploading {
+                generation: self.generation,
+                what: what.clone(),
+                done: state.1,
+                of: self.of,
+            });
+        }
+    }
+}
+
+/// Claims generation `max + 1` for the files on disk and uploads what it needs. `read_ahead` is
+/// a reading a resume started, used when it read these files.
 #[tracing::instrument(name = "backup.generation", skip_all, fields(generation = tracing::field::Empty))]
 pub(super) async fn start(
-    w: &mut BackupWorker,
+    cx: &Ctx<'_>,
+    view: &mut View,
+    read_ahead: Option<Reading>,
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
-    let reading = w
-        .read_ahead
-        .take()
+    cx.activity.set(StepPhase::ReadingFiles);
+    let reading = read_ahead
         .filter(|r| r.serves(disk))
-        .unwrap_or_else(|| Reading::start(&w.store, disk));
+        .unwrap_or_else(|| Reading::start(cx.store, disk));
     let Some(local) = reading.finish().await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let store = w.store.clone();
+    let store = cx.store.clone();
     let side = tokio::task::spawn_blocking(move || read_side_files(&store))
         .await
         .map_err(|e| WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: e.to_string(),
         })??;
-    let after = DiskState::look_async(&w.store).await?;
+    let after = DiskState::look_async(cx.store).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }
 
-    let uploader = w.uploader();
-    let view = w.view.as_mut().expect("resumed");
+    let uploader = &cx.uploader;
     let lineage = view.lineage;
     let number = view.max_generation + 1;
     tracing::Span::current().record("generation", number);
@@ -80,6 +129,7 @@ pub(super) async fn start(
         wal_number: disk.wal.header.number,
         created_at: manifest::now_rfc3339(),
     };
+    cx.activity.set(StepPhase::Claiming { generation: number });
     uploader
         .put(
             &manifest::generation_key(number),
@@ -114,7 +164,7 @@ pub(super) async fn start(
     // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
     // all before this returns (so before any manifest can name them).
     let mut reused = 0u64;
-    let mut uploads: Vec<(String, Body)> = Vec::new();
+    let mut uploads: Vec<(String, Body, String)> = Vec::new();
     let snapshot = match &local.snapshot {
         None => None,
         Some(s) => {
@@ -136,7 +186,7 @@ pub(super) async fn start(
                         len: s.len,
                         crc32: Some(s.crc),
                     };
-                    uploads.push((key.clone(), body));
+                    uploads.push((key.clone(), body, "the snapshot".into()));
                     SnapshotEntry {
                         object: entry(key, s.len, s.crc, lineage, number),
                         snapshot_id: s.header.snapshot_id,
@@ -147,7 +197,8 @@ pub(super) async fn start(
         }
     };
     let mut archives = Vec::new();
-    for a in &local.archives {
+    let of_archives = local.archives.len();
+    for (i, a) in local.archives.iter().enumerate() {
         let reuse = known_archives
             .iter()
             .find(|k| k.number == a.number && k.object.len == a.len && k.object.crc == a.crc);
@@ -164,7 +215,11 @@ pub(super) async fn start(
                     len: a.len,
                     crc32: Some(a.crc),
                 };
-                uploads.push((key.clone(), body));
+                uploads.push((
+                    key.clone(),
+                    body,
+                    format!("archive {} of {of_archives}", i + 1),
+                ));
                 ArchiveEntry {
                     object: entry(key, a.len, a.crc, lineage, number),
                     number: a.number,
@@ -185,7 +240,11 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::side_key(number, name, *crc);
-                uploads.push((key.clone(), Body::Bytes(data.clone())));
+                uploads.push((
+                    key.clone(),
+                    Body::Bytes(data.clone()),
+                    format!("side file {name}"),
+                ));
                 SideFileEntry {
                     object: entry(key, data.len() as u64, *crc, lineage, number),
                     name: name.clone(),
@@ -194,11 +253,23 @@ pub(super) async fn start(
         });
     }
     let uploaded = uploads.len() as u64;
-    let bytes: u64 = uploads.iter().map(|(_, body)| body.len()).sum();
-    futures::stream::iter(uploads)
-        .map(|(key, body)| {
+    let bytes: u64 = uploads.iter().map(|(_, body, _)| body.len()).sum();
+    let in_flight = InFlight {
+        activity: cx.activity,
+        generation: number,
+        of: uploaded,
+        state: Mutex::default(),
+    };
+    let in_flight = &in_flight;
+    futures::stream::iter(uploads.into_iter().enumerate())
+        .map(|(i, (key, body, what))| {
             let uploader = uploader.clone();
-            async move { uploader.put(&key, body).await }
+            async move {
+                in_flight.started(i, what);
+                let created = uploader.put(&key, body).await;
+                in_flight.finished(i);
+                created
+            }
         })
         .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
         .try_collect::<Vec<_>>()

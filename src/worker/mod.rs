@@ -81,9 +81,16 @@
 //! what it did (objects, bytes, the commits shipped or named by a restore point, a deferral and
 //! why); `step_as` books it, or the failure, in one place: the ledger (`ledger.rs`) is the only
 //! writer of [`BackupCounters`], and a refusal by another writer forgets the view there. The
-//! children (`generation`, `segment`, `restore_point`, `retention`) return what they did and
-//! count nothing; store-data uploads go through one `Uploader` (`upload.rs`). The durable
-//! position the worker reads is handed to the supervisor through a [`DurableReading`].
+//! children (`generation`, `segment`, `restore_point`, `retention`, and the resume in `view`)
+//! do not see the worker: each takes a `Ctx` (`ctx.rs`: the store directory, the bucket, the
+//! `Uploader` of `upload.rs` that every store-data upload goes through, whether conditional
+//! writes are on), the worker's `View` by `&mut`, and what else it needs (the disk state and
+//! position, the retention policy, a reading started ahead); it returns what it did and counts
+//! nothing. The worker splits its borrows to call them (`BackupWorker::parts`) and keeps its
+//! own state — timers, requests, the idle stamp — itself. The durable position the worker
+//! reads is handed to the supervisor through a [`DurableReading`], and the phase a step is in
+//! ("uploading archive 3 of 9", "shipping a segment"…) through a [`StepActivity`] the children
+//! write once per object or phase and `step_as` clears (a quiet tick writes nothing).
 //!
 //! # Cancellation
 //!
@@ -110,12 +117,14 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::bucket::{BucketError, DynBucket, PutCondition};
+use crate::bucket::{BucketError, DynBucket};
+use crate::health::StepActivity;
 use crate::store::dir::{DirError, StoreDir};
 use crate::store::disk::{DiskError, DiskState};
 use crate::store::watch::DirWatch;
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
+mod ctx;
 mod generation;
 mod ledger;
 pub mod limits;
@@ -362,6 +371,9 @@ pub struct BackupWorker {
     quiet: Option<Quiet>,
     /// The reading a resume started ([`Self::run_once`]), for the step that starts a generation.
     read_ahead: Option<local::Reading>,
+    /// The running step's phase, for the supervisor's health; set by the step's children,
+    /// cleared by [`Self::step_as`].
+    activity: StepActivity,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -406,6 +418,7 @@ impl BackupWorker {
             restore_point_requested: false,
             retention_requested: false,
             read_ahead: None,
+            activity: StepActivity::default(),
         }
     }
 
@@ -438,20 +451,21 @@ impl BackupWorker {
         self.read_ahead = None;
     }
 
-    fn cond_create(&self) -> PutCondition {
-        if self.config.conditional_writes {
-            PutCondition::IfNoneMatch
-        } else {
-            PutCondition::None
-        }
-    }
-
-    /// What the step's write-once uploads go through.
-    fn uploader(&self) -> upload::Uploader {
-        upload::Uploader {
-            bucket: self.bucket.clone(),
-            cond: self.cond_create(),
-        }
+    /// What the step's children borrow ([`ctx::Ctx`]), and the view beside it: the borrows
+    /// are split so that a child gets the view by `&mut` and nothing else of the worker.
+    fn parts(&mut self) -> (ctx::Ctx<'_>, &mut Option<view::View>) {
+        let cx = ctx::Ctx {
+            dir: &self.dir,
+            store: &self.store,
+            bucket: &self.bucket,
+            uploader: upload::Uploader {
+                bucket: self.bucket.clone(),
+                cond: ctx::cond_create(self.config.conditional_writes),
+            },
+            conditional_writes: self.config.conditional_writes,
+            activity: &self.activity,
+        };
+        (cx, &mut self.view)
     }
 
     /// Does one unit of work ([`StepMode::Full`]).
@@ -462,6 +476,8 @@ impl BackupWorker {
     /// The one step: does one unit of work as `mode` says, then books its outcome in one place
     /// (the counters; a refusal by another writer forgets the view of the bucket).
     pub async fn step_as(&mut self, mode: StepMode) -> Result<StepOutcome, WorkerError> {
+        // A step dropped mid-way left its phase behind.
+        self.activity.clear();
         let result = match mode {
             StepMode::Full => self.full_step(false).await,
             StepMode::ReadAhead => self.full_step(true).await,
@@ -471,19 +487,30 @@ impl BackupWorker {
             self.forget_view();
         }
         self.ledger.step(&result);
+        self.activity.clear();
         result
     }
 
     /// What a step finds to do once everything is shipped: a restore point when one is due,
     /// then retention when due.
     async fn after_shipping(&mut self) -> Result<StepOutcome, WorkerError> {
-        if self.restore_point_due()
-            && let Some(outcome) = restore_point::write(self).await?
-        {
-            return Ok(outcome);
+        if self.restore_point_due() {
+            let (cx, view) = self.parts();
+            let view = view.as_mut().expect("resumed");
+            if let Some(outcome) = restore_point::write(&cx, view).await? {
+                self.last_restore_point = Some(tokio::time::Instant::now());
+                self.restore_point_requested = false;
+                return Ok(outcome);
+            }
         }
         if self.retention_due() {
-            return retention::run(self).await;
+            // Counted as run from its start, whatever it ends with.
+            self.retention_requested = false;
+            self.last_retention = Some(tokio::time::Instant::now());
+            let policy = self.config.retention.clone();
+            let (cx, view) = self.parts();
+            let view = view.as_mut().expect("resumed");
+            return retention::run(&cx, view, &policy).await;
         }
         Ok(StepOutcome::Idle)
     }
@@ -544,7 +571,8 @@ impl BackupWorker {
         }
 
         let Some(view) = self.view.as_mut() else {
-            let view = view::View::resume(self, &disk, &pos).await?;
+            let (cx, _) = self.parts();
+            let view = view::View::resume(&cx, &disk, &pos).await?;
             // Kept only for a step that starts a generation.
             let continues = view.current.as_ref().is_some_and(|g| g.is_of(&pos));
             self.read_ahead = ahead.filter(|_| !continues);
@@ -559,11 +587,16 @@ impl BackupWorker {
         };
 
         if !view.current.as_ref().is_some_and(|g| g.is_of(&pos)) {
-            return generation::start(self, &disk, &pos).await;
+            let read_ahead = self.read_ahead.take();
+            let (cx, view) = self.parts();
+            let view = view.as_mut().expect("resumed");
+            return generation::start(&cx, view, read_ahead, &disk, &pos).await;
         }
         let current = view.current.as_ref().expect("checked above");
         if pos.durable_len > current.shipped_end {
-            return segment::ship(self, &disk, &pos).await;
+            let (cx, view) = self.parts();
+            let view = view.as_mut().expect("resumed");
+            return segment::ship(&cx, view, &disk, &pos).await;
         }
         if pos.durable_len < current.shipped_end {
             return Err(WorkerError::Store {

@@ -8,23 +8,32 @@
 //! on the ETag last written or read; a refusal is another writer too. A crash between the two
 //! writes leaves a manifest LATEST does not name yet, which is still a valid restore point.
 
-use super::{BackupWorker, StepOutcome, WorkerError};
+use super::ctx::Ctx;
+use super::view::View;
+use super::{StepOutcome, WorkerError};
 use crate::bucket::{Body, BucketError, PutCondition};
+use crate::health::StepPhase;
 use crate::manifest::{LATEST_KEY, Latest, Manifest};
 
-/// Writes a restore point for everything shipped; `None` when there is nothing to write.
+/// Writes a restore point for everything shipped; `None` when there is nothing to write. The
+/// caller restarts its restore-point timer on `Some`.
 #[tracing::instrument(name = "backup.restore_point", skip_all, fields(generation = tracing::field::Empty, commit_seq = tracing::field::Empty))]
-pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, WorkerError> {
-    let cond = w.cond_create();
-    let conditional = w.config.conditional_writes;
-    let bucket = w.bucket.clone();
-    let view = w.view.as_mut().expect("resumed");
+pub(super) async fn write(
+    cx: &Ctx<'_>,
+    view: &mut View,
+) -> Result<Option<StepOutcome>, WorkerError> {
+    let cond = cx.cond_create();
+    let conditional = cx.conditional_writes;
+    let bucket = cx.bucket;
     let g = view.current.as_ref().expect("generation started");
     let mut m = g.manifest(view.lineage, view.parent.clone());
     let key = m.key();
     tracing::Span::current().record("generation", m.generation);
     tracing::Span::current().record("commit_seq", m.commit_seq);
     debug_assert!(m.check(&key).is_ok(), "{:?}", m.check(&key));
+    cx.activity.set(StepPhase::WritingRestorePoint {
+        commit_seq: m.commit_seq,
+    });
 
     match bucket.put(&key, Body::from(m.encode()), cond).await {
         Ok(_) => {}
@@ -76,8 +85,6 @@ pub(super) async fn write(w: &mut BackupWorker) -> Result<Option<StepOutcome>, W
     view.manifests.insert(key.clone(), Some(m.clone()));
     let commit_seq = m.commit_seq;
     view.newest_own = Some(m);
-    w.last_restore_point = Some(tokio::time::Instant::now());
-    w.restore_point_requested = false;
     tracing::info!(%key, commit_seq, "wrote a restore point");
     Ok(Some(StepOutcome::RestorePoint { key, commit_seq }))
 }

@@ -22,8 +22,9 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use super::view::claim;
-use super::{BackupWorker, StepOutcome, WorkerError};
+use super::ctx::Ctx;
+use super::view::{View, claim};
+use super::{StepOutcome, WorkerError};
 use crate::bucket::{self, BucketError};
 use crate::manifest::{self, Manifest};
 
@@ -53,18 +54,21 @@ fn age_ms(created_at: &str, now_ms: i64) -> i64 {
 }
 
 #[tracing::instrument(name = "backup.retention", skip_all)]
-pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError> {
-    w.retention_requested = false;
-    w.last_retention = Some(tokio::time::Instant::now());
-    let policy = w.config.retention.clone();
-    let bucket = w.bucket.clone();
-    let view = w.view.as_mut().expect("resumed");
+/// Runs retention under `policy` over the prefix `view` knows; the caller restarts its
+/// retention timer.
+pub(super) async fn run(
+    cx: &Ctx<'_>,
+    view: &mut View,
+    policy: &RetentionPolicy,
+) -> Result<StepOutcome, WorkerError> {
+    let bucket = cx.bucket;
     if view
         .found_empty_at
         .is_some_and(|at| at.elapsed() < policy.keep_for.min(policy.orphan_grace))
     {
         return Ok(StepOutcome::Retention { deleted: 0 });
     }
+    cx.activity.set(crate::health::StepPhase::RunningRetention);
     let lineage = view.lineage;
     let now_ms = manifest::parse_time_ms(&manifest::now_rfc3339()).unwrap_or(0);
 
@@ -151,7 +155,7 @@ pub(super) async fn run(w: &mut BackupWorker) -> Result<StepOutcome, WorkerError
         if g >= current || junk_present {
             continue;
         }
-        let Some(c) = claim(&bucket, &mut view.claims, g).await? else {
+        let Some(c) = claim(bucket, &mut view.claims, g).await? else {
             continue;
         };
         if c.lineage != lineage || age_ms(&c.created_at, now_ms) < grace_ms {

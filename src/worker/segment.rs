@@ -9,25 +9,24 @@
 //! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
 //! removes.
 
-use super::view::read_wal_range;
-use super::{BackupWorker, DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError};
+use super::ctx::Ctx;
+use super::view::{View, read_wal_range};
+use super::{DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError};
 use crate::bucket::Body;
+use crate::health::StepPhase;
 use crate::manifest::{self, ObjectEntry, SegmentEntry};
 use crate::store::disk::DiskState;
 use crate::store::format::{WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames};
 
 #[tracing::instrument(name = "backup.segment", skip_all, fields(generation = tracing::field::Empty, commit_seq = pos.commit_seq))]
 pub(super) async fn ship(
-    w: &mut BackupWorker,
+    cx: &Ctx<'_>,
+    view: &mut View,
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
     let (start, first_seq, number, wal_id) = {
-        let g = w
-            .view
-            .as_ref()
-            .and_then(|v| v.current.as_ref())
-            .expect("generation started");
+        let g = view.current.as_ref().expect("generation started");
         (g.shipped_end, g.shipped_seq() + 1, g.number, g.wal_id)
     };
     tracing::Span::current().record("generation", number);
@@ -37,10 +36,10 @@ pub(super) async fn ship(
     } else {
         pos.durable_len
     };
-    let Some(bytes) = read_wal_range(w, disk, start, end).await? else {
+    let Some(bytes) = read_wal_range(cx, disk, start, end).await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let after = DiskState::look_async(&w.store).await?;
+    let after = DiskState::look_async(cx.store).await?;
     if !disk.unchanged_until(&after) {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     }
@@ -48,7 +47,7 @@ pub(super) async fn ship(
     let header_len = if start == 0 { WAL_HEADER_LEN } else { 0 };
     if start == 0 {
         let h = WalHeader::decode(&bytes).map_err(|e| WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: format!("wal.bin: {e}"),
         })?;
         if h.wal_id != wal_id {
@@ -63,7 +62,7 @@ pub(super) async fn ship(
         bytes.slice(..valid)
     } else {
         return Err(WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: format!(
                 "wal.bin bytes {start}..{end} below the durable position do not parse as whole frames \
                  ({} after {} valid bytes): the WAL source reported a position that is not durable frames",
@@ -81,7 +80,7 @@ pub(super) async fn ship(
         .count() as u64;
     if end == pos.durable_len && first_seq - 1 + frames != pos.commit_seq {
         return Err(WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: format!(
                 "the WAL source says {} commits are durable but wal.bin's frames reach {}",
                 pos.commit_seq,
@@ -93,14 +92,14 @@ pub(super) async fn ship(
     let key = manifest::segment_key(number, start, end);
     let crc = crc32fast::hash(&keep);
     let len = keep.len() as u64;
-    w.uploader().put(&key, Body::Bytes(keep)).await?;
+    cx.activity.set(StepPhase::ShippingSegment {
+        generation: number,
+        bytes: len,
+    });
+    cx.uploader.put(&key, Body::Bytes(keep)).await?;
 
-    let lineage = w.view.as_ref().expect("resumed").lineage;
-    let g = w
-        .view
-        .as_mut()
-        .and_then(|v| v.current.as_mut())
-        .expect("generation started");
+    let lineage = view.lineage;
+    let g = view.current.as_mut().expect("generation started");
     g.segments.push(SegmentEntry {
         object: ObjectEntry {
             key: key.clone(),

@@ -35,7 +35,9 @@
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
 //! the runner recorded and the durable position (the worker's reading when the worker read it
 //! since the last tick, else one the supervisor reads from the WAL source itself) and the
-//! source's [`problem`](WalSource::problem), and a runner that returns or panics is reported
+//! source's [`problem`](WalSource::problem) and the running step's phase
+//! ([`StepActivity`](health::StepActivity), shown as the activity but not a change of health),
+//! and a runner that returns or panics is reported
 //! unhealthy with the reason. The lag it judges is the age of the oldest commit still
 //! unshipped, by when it first saw that commit durable.
 
@@ -217,6 +219,7 @@ impl BackupWorker {
         let source = self.source.clone();
         let stop = shutdown.child_token();
         let flush = Arc::new(FlushWish::default());
+        let activity = self.activity.clone();
         let first_backoff = self.config.first_backoff;
         let max_backoff = self.config.max_backoff;
         let runner = Runner {
@@ -234,6 +237,7 @@ impl BackupWorker {
         let (ended_tx, ended) = watch::channel(None);
         let supervisor = Supervisor {
             source,
+            activity,
             ledger,
             status,
             policy,
@@ -544,6 +548,8 @@ async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutco
 /// The supervisor's task: health, from what the runner records and the durable position.
 struct Supervisor {
     source: Arc<dyn WalSource>,
+    /// The running step's phase, read at each evaluation.
+    activity: health::StepActivity,
     /// The worker's ledger: the supervisor's own readings of the durable position go there.
     ledger: super::ledger::Ledger,
     status: Status,
@@ -556,6 +562,7 @@ impl Supervisor {
     async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
         let Supervisor {
             source,
+            activity,
             ledger,
             status,
             policy,
@@ -619,6 +626,7 @@ impl Supervisor {
             let s = {
                 let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
                 now.source_problem = source.problem();
+                now.step = activity.get();
                 if evaluated
                     .as_ref()
                     .is_some_and(|(p, st)| *p == progress && *st == *now)

@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, HashMap};
 use bytes::Bytes;
 use uuid::Uuid;
 
+use super::WorkerError;
+use super::ctx::Ctx;
 use super::lineage::{self, Decision, NewestRestorePoint};
-use super::{BackupWorker, WorkerError};
 use crate::bucket::{self, BucketError, DynBucket};
 use crate::manifest::{
     self, ArchiveEntry, GenerationClaim, LATEST_KEY, Latest, Manifest, ParentRef, SegmentEntry,
@@ -201,14 +202,15 @@ async fn newest_restore_point(bucket: &DynBucket) -> Result<Found, WorkerError> 
 impl View {
     /// Reads the prefix's state and decides, with the store's lineage, whether and how to go on.
     pub async fn resume(
-        w: &BackupWorker,
+        cx: &Ctx<'_>,
         disk: &DiskState,
         pos: &WalPosition,
     ) -> Result<View, WorkerError> {
         // The generations are listed while the restore points are read: the listing is needed
         // whatever LATEST says (unless the lineage is refused, and a LIST changes nothing), so
         // it need not wait for them.
-        let bucket = &w.bucket;
+        cx.activity.set(crate::health::StepPhase::Resuming);
+        let bucket = cx.bucket;
         let (found, generations) = tokio::join!(
             newest_restore_point(bucket),
             bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX),
@@ -220,7 +222,7 @@ impl View {
             newest,
         } = found?;
 
-        let store = w.store.clone();
+        let store = cx.store.clone();
         let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
             Ok::<_, disk::DiskError>((
                 disk::read_lineage_in(&store)?,
@@ -229,7 +231,7 @@ impl View {
         })
         .await
         .map_err(|e| WorkerError::Store {
-            dir: w.dir.clone(),
+            dir: cx.dir.clone(),
             detail: e.to_string(),
         })??;
 
@@ -279,9 +281,9 @@ impl View {
             // a new generation at the next step, which carries them over).
             if m.wal_id == pos.wal_id {
                 let mut g = Generation::from_manifest(m);
-                check_not_diverged(w, disk, pos, &g).await?;
+                check_not_diverged(cx, disk, pos, &g).await?;
                 extend_with_shipped_segments(
-                    w,
+                    cx,
                     pos,
                     &mut g,
                     lineage,
@@ -293,11 +295,11 @@ impl View {
         }
 
         if write_lineage {
-            let store = w.store.clone();
+            let store = cx.store.clone();
             tokio::task::spawn_blocking(move || disk::write_lineage(&store, lineage))
                 .await
                 .map_err(|e| WorkerError::Store {
-                    dir: w.dir.clone(),
+                    dir: cx.dir.clone(),
                     detail: e.to_string(),
                 })??;
         }
@@ -318,15 +320,15 @@ impl View {
 
 /// Reads bytes `[start, end)` of `wal.bin` (blocking pool).
 pub(super) async fn read_wal_range(
-    w: &BackupWorker,
+    cx: &Ctx<'_>,
     disk: &DiskState,
     start: u64,
     end: u64,
 ) -> Result<Option<Bytes>, WorkerError> {
     use std::os::unix::fs::{FileExt, MetadataExt};
-    let path = w.dir.join(disk::WAL_FILE);
+    let path = cx.dir.join(disk::WAL_FILE);
     let inode = disk.wal.inode;
-    let store = w.store.clone();
+    let store = cx.store.clone();
     let io = move |source| WorkerError::Io {
         path: path.clone(),
         source,
@@ -347,7 +349,7 @@ pub(super) async fn read_wal_range(
     })
     .await
     .map_err(|e| WorkerError::Store {
-        dir: w.dir.clone(),
+        dir: cx.dir.clone(),
         detail: e.to_string(),
     })?
 }
@@ -356,7 +358,7 @@ pub(super) async fn read_wal_range(
 /// restored from an older backup and written to since, say): continuing would splice two
 /// histories.
 async fn check_not_diverged(
-    w: &BackupWorker,
+    cx: &Ctx<'_>,
     disk: &DiskState,
     pos: &WalPosition,
     g: &Generation,
@@ -367,7 +369,7 @@ async fn check_not_diverged(
     let diverged = if pos.durable_len < last.end {
         true
     } else {
-        match read_wal_range(w, disk, last.start, last.end).await? {
+        match read_wal_range(cx, disk, last.start, last.end).await? {
             Some(local) => crc32fast::hash(&local) != last.object.crc,
             None => false,
         }
@@ -387,14 +389,14 @@ async fn check_not_diverged(
 /// Takes on the segments shipped after the newest manifest (by a run that stopped before its
 /// next restore point), as long as they match the local WAL byte for byte.
 async fn extend_with_shipped_segments(
-    w: &BackupWorker,
+    cx: &Ctx<'_>,
     pos: &WalPosition,
     g: &mut Generation,
     lineage: Uuid,
     mut keys: Vec<(u64, u64, String)>,
 ) -> Result<(), WorkerError> {
     keys.sort();
-    let disk = DiskState::look_async(&w.store).await?;
+    let disk = DiskState::look_async(cx.store).await?;
     loop {
         let Some((start, end, key)) = keys
             .iter()
@@ -404,10 +406,10 @@ async fn extend_with_shipped_segments(
         else {
             return Ok(());
         };
-        let Some(o) = get_opt(&w.bucket, &key).await? else {
+        let Some(o) = get_opt(cx.bucket, &key).await? else {
             return Ok(());
         };
-        let Some(local) = read_wal_range(w, &disk, start, end).await? else {
+        let Some(local) = read_wal_range(cx, &disk, start, end).await? else {
             return Ok(());
         };
         if o.data != local {
