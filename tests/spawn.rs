@@ -199,14 +199,7 @@ async fn unshipped_durable_data_is_unhealthy_lag() {
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 10, 0, 0);
     // Segment uploads hang for a minute: the worker is stuck, the store moves on.
-    let plan = FaultPlan::custom(|r| {
-        if r.op == Op::Put && r.key.contains("/wal/") {
-            Fault::Delay(Duration::from_secs(60))
-        } else {
-            Fault::Pass
-        }
-    });
-    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let b = puts_hang(&root, |key| key.contains("/wal/"));
     let w =
         worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
     let h = wait_for(&w, "lag", |h| h.reason.contains("unshipped")).await;
@@ -415,6 +408,18 @@ async fn health_says_what_the_runner_is_doing() {
     second.shutdown(false).await;
 }
 
+/// A local-directory bucket at `root` whose PUTs of the keys `hangs` picks take a minute.
+fn puts_hang(root: &std::path::Path, hangs: fn(&str) -> bool) -> DynBucket {
+    let plan = FaultPlan::custom(move |r| {
+        if r.op == Op::Put && hangs(&r.key) {
+            Fault::Delay(Duration::from_secs(60))
+        } else {
+            Fault::Pass
+        }
+    });
+    Arc::new(FaultyBucket::new(fs_bucket(root), plan))
+}
+
 /// Polls health (up to 20 s) until it satisfies `pred`: the activity alone changing does not
 /// wake a watcher of health (see `StoreHealth::same_state`), so [`wait_for`] would not see it.
 async fn poll_for(
@@ -442,29 +447,13 @@ async fn a_step_hung_in_an_upload_names_that_upload_in_health() {
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 100, 40, 0);
     // The snapshot's upload hangs: the step is stuck in it, everything else goes through.
-    let plan = FaultPlan::custom(|r| {
-        if r.op == Op::Put && r.key.ends_with("snapshot.bin") {
-            Fault::Delay(Duration::from_secs(60))
-        } else {
-            Fault::Pass
-        }
-    });
-    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let b = puts_hang(&root, |key| key.ends_with("snapshot.bin"));
     let w =
         worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
-    // A change of activity alone sends no health (it is not part of `same_state`): poll.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let h = loop {
-        let h = w.health();
-        if h.activity.starts_with("uploading the snapshot") {
-            break h;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for the snapshot's upload in health: {h:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let h = poll_for(&w, "the snapshot's upload in health", |h| {
+        h.activity.starts_with("uploading the snapshot")
+    })
+    .await;
     assert!(h.activity.contains("generation 1"), "{h:#?}");
     assert!(h.lease_held, "stuck in an upload, but holding the lease");
     w.shutdown(false).await;
