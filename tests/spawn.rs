@@ -411,7 +411,7 @@ async fn health_says_what_the_runner_is_doing() {
 /// A local-directory bucket at `root` whose PUTs of the keys `hangs` picks take a minute.
 fn puts_hang(root: &std::path::Path, hangs: fn(&str) -> bool) -> DynBucket {
     let plan = FaultPlan::custom(move |r| {
-        if r.op == Op::Put && hangs(&r.key) {
+        if r.op == Op::Put && hangs(r.key) {
             Fault::Delay(Duration::from_secs(60))
         } else {
             Fault::Pass
