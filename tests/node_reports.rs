@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use mushroom_backup::node_client::position_report;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::store::engine::{Engine, EngineOptions};
 use mushroom_backup::store::format::WalPosition;
 use support::serve::{self, DEADLINE, Serve};
 use tokio::sync::mpsc;
@@ -97,16 +97,7 @@ async fn wait_health(
     }
 }
 
-/// `n` commits, each synced; the position after the last.
-fn commit(engine: &mut Engine, n: u64) -> WalPosition {
-    let mut pos = engine.position();
-    for _ in 0..n {
-        let seq = engine.commit_seq() + 1;
-        engine.commit(&workload_ops(3, seq, 64)).unwrap();
-        pos = engine.sync().unwrap();
-    }
-    pos
-}
+use support::store::commit_synced as commit;
 
 /// A raw `ReportPosition` stream: its sender and the server's commands.
 struct RawStream {

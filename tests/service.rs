@@ -15,7 +15,7 @@ use mushroom_backup::node_client::{
     ConnectionState, NodeClient, NodeClientConfig, NodeClientError, position_report,
 };
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::store::engine::{Engine, EngineOptions};
 use mushroom_backup::store::format::WalPosition;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -90,28 +90,7 @@ struct Server {
     addr: String,
 }
 
-/// The directories one test's service uses.
-struct Dirs {
-    _tmp: tempfile::TempDir,
-    base: PathBuf,
-    data: PathBuf,
-    /// The allowed root (canonical).
-    root: PathBuf,
-}
-
-fn dirs() -> Dirs {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
-    let data = base.join("data");
-    let root = base.join("stores");
-    std::fs::create_dir_all(&root).unwrap();
-    Dirs {
-        _tmp: tmp,
-        base,
-        data,
-        root,
-    }
-}
+use support::served::{Dirs, dirs};
 
 fn serve(d: &Dirs, admin: Option<&str>, log_name: &str) -> Server {
     let log = d.base.join(log_name);
@@ -907,15 +886,7 @@ fn segments(bucket: &Path) -> Vec<(u64, u64, u64)> {
     out
 }
 
-fn commit(engine: &mut Engine, n: u64) -> WalPosition {
-    let mut pos = engine.position();
-    for _ in 0..n {
-        let seq = engine.commit_seq() + 1;
-        engine.commit(&workload_ops(3, seq, 64)).unwrap();
-        pos = engine.sync().unwrap();
-    }
-    pos
-}
+use support::store::commit_synced as commit;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {

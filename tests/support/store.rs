@@ -101,3 +101,18 @@ pub fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// `n` commits of the deterministic workload (seed 3, 64-byte values), each synced; the
+/// position after the last.
+pub fn commit_synced(
+    engine: &mut engine::Engine,
+    n: u64,
+) -> mushroom_backup::store::format::WalPosition {
+    let mut pos = engine.position();
+    for _ in 0..n {
+        let seq = engine.commit_seq() + 1;
+        engine.commit(&engine::workload_ops(3, seq, 64)).unwrap();
+        pos = engine.sync().unwrap();
+    }
+    pos
+}
