@@ -75,10 +75,13 @@ use std::time::Duration;
 use crate::bucket::BucketError;
 
 mod acquire;
+mod fence_watch;
 mod holding;
+pub mod instance;
 
 pub use acquire::{Acquisition, Attempt, LeaseAcquirer};
 pub use holding::{BucketLease, LeaseHandle};
+pub use instance::{Fence, InstanceLeaseConfig, InstanceLeases};
 
 /// The default TTL of a lease.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -217,6 +220,38 @@ pub struct LeaseRecord {
     pub renewals: u64,
     /// When the holder acquired it, by the holder's wall clock: for people, never for timing.
     pub acquired_at: String,
+    /// For a store lease under an instance lease ([`instance`]): the instance lease that
+    /// fences it. Such a store lease is not renewed; it holds while that lease does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<FenceRef>,
+}
+
+/// The instance lease a store lease names ([`LeaseRecord::fence`]): its key under the lease
+/// root of the store's destination ([`instance::lease_root`]) and the holder that must be
+/// renewing it for the store lease to hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FenceRef {
+    pub key: String,
+    pub holder: String,
+}
+
+impl FenceRef {
+    /// Whether the key is one this process would ever write: `instances/<name>.lease`, the
+    /// name made of [`instance::key_for`]'s characters. A store lease object is read from the
+    /// bucket; whatever else it names is not looked at.
+    pub fn is_plausible(&self) -> bool {
+        self.key
+            .strip_prefix(instance::INSTANCES_PREFIX)
+            .and_then(|k| k.strip_suffix(".lease"))
+            .is_some_and(|name| {
+                !name.is_empty()
+                    && name.len() <= 200
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.%".contains(&b))
+                    && !name.starts_with('.')
+            })
+    }
 }
 
 impl LeaseRecord {
@@ -231,6 +266,7 @@ impl LeaseRecord {
             ttl_ms: config.ttl.as_millis().try_into().unwrap_or(u64::MAX),
             renewals,
             acquired_at,
+            fence: None,
         }
     }
 
@@ -277,6 +313,9 @@ pub enum LeaseError {
     Contended { rounds: u32 },
     #[error("cancelled while waiting for the bucket lease")]
     Cancelled,
+    /// The lease root a store lease's fence lives in cannot be read.
+    #[error("the lease root {url} cannot be read: {reason}")]
+    FenceRoot { url: String, reason: String },
 }
 
 /// Where a lease stands, for health.
@@ -305,6 +344,8 @@ pub enum LostReason {
     TakenOver,
     /// Renewals failed until the deadline passed.
     Expired,
+    /// The instance lease that fenced this store lease stopped holding ([`instance`]).
+    InstanceLeaseEnded,
 }
 
 /// A snapshot of a lease, for health.
