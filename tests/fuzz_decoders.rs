@@ -947,15 +947,17 @@ impl Target for LeaseTarget {
             edge_u64(),
             proptest::option::of(("[a-z0-9%/._-]{0,40}", "[0-9a-f/-]{0,40}")),
         )
-            .prop_map(|(holder, host, store, ttl_ms, renewals, fence)| LeaseRecord {
-                holder,
-                host,
-                store,
-                ttl_ms,
-                renewals,
-                acquired_at: "2026-12-02T14:00:00Z".into(),
-                fence: fence.map(|(key, holder)| FenceRef { key, holder }),
-            })
+            .prop_map(
+                |(holder, host, store, ttl_ms, renewals, fence)| LeaseRecord {
+                    holder,
+                    host,
+                    store,
+                    ttl_ms,
+                    renewals,
+                    acquired_at: "2026-12-02T14:00:00Z".into(),
+                    fence: fence.map(|(key, holder)| FenceRef { key, holder }),
+                },
+            )
             .boxed()
     }
     fn encode(v: &LeaseRecord) -> Vec<u8> {

@@ -257,7 +257,10 @@ async fn failing_instance_renewals_stop_every_store_at_the_fences_deadline() {
     ));
     let (uploaded, _) = tokio::join!(upload, async {
         sleep_until(deadline - MS).await;
-        assert!(lx.may_write() && ly.may_write(), "stopped before the deadline");
+        assert!(
+            lx.may_write() && ly.may_write(),
+            "stopped before the deadline"
+        );
         assert!(lx.status().last_renewal_error.is_some());
     });
     assert!(matches!(uploaded, Err(LeaseError::Lost)), "{uploaded:?}");
@@ -343,7 +346,14 @@ async fn a_restart_without_proof_waits_a_ttl_for_its_old_instance_lease_then_tak
     let root: DynBucket = Arc::new(MemBucket::new());
     let store: DynBucket = Arc::new(MemBucket::new());
     let old = instance("a", "n1", &[]);
-    std::mem::forget(acquired(&mut acquirer(&store, &old.fence_at(ROOT, root.clone()), "w")).await);
+    std::mem::forget(
+        acquired(&mut acquirer(
+            &store,
+            &old.fence_at(ROOT, root.clone()),
+            "w",
+        ))
+        .await,
+    );
     drop(old);
 
     let t0 = Instant::now();
@@ -367,7 +377,10 @@ async fn a_restart_without_proof_waits_a_ttl_for_its_old_instance_lease_then_tak
         acquired_at - t0
     );
     let names = names.lock().unwrap().clone();
-    assert!(!names.is_empty() && names.iter().all(|n| n == "a/n1"), "{names:?}");
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n == "a/n1"),
+        "{names:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]

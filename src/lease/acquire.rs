@@ -206,7 +206,11 @@ impl LeaseAcquirer {
             {
                 match self.judge(f, fence.as_ref()).await? {
                     Verdict::Stopped { why } => Some(why),
-                    Verdict::Alive { host, seen, wait: w } => {
+                    Verdict::Alive {
+                        host,
+                        seen,
+                        wait: w,
+                    } => {
                         (seen_for, wait, host_seen) = (seen, w, Some(host));
                         None
                     }

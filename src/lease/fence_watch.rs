@@ -24,7 +24,6 @@ use tokio::time::Instant;
 use super::{FenceRef, LeaseError, LeaseRecord};
 use crate::bucket::{self, BucketError, DynBucket, OpenError};
 
-
 /// What the watch concluded about a store lease's fence.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Verdict {

@@ -422,7 +422,9 @@ impl Shared {
     async fn put_if_still_ours(&self, body: Bytes, etag: &str) -> Result<String, BucketError> {
         let there = match self.bucket.get(&self.key).await {
             Ok(there) => there,
-            Err(BucketError::NotFound { .. }) => return Err(BucketError::precondition_failed(&self.key)),
+            Err(BucketError::NotFound { .. }) => {
+                return Err(BucketError::precondition_failed(&self.key));
+            }
             Err(e) => return Err(e),
         };
         if there.etag != etag {
@@ -511,4 +513,3 @@ impl Shared {
         }
     }
 }
-

@@ -95,6 +95,19 @@ pub fn lease_root(destination: &str) -> Option<String> {
     Some(format!("file://{parent}/{LEASE_DIR}"))
 }
 
+/// `destination` with a `file://` path resolved (symbolic links, `..`) when it exists, so that
+/// two spellings of one directory share one lease root: two roots holding one lease object
+/// under one holder id would take it from each other in turn.
+fn resolved(destination: &str) -> String {
+    match destination.strip_prefix("file://") {
+        Some(path) => match std::fs::canonicalize(path) {
+            Ok(p) => format!("file://{}", p.display()),
+            Err(_) => destination.to_string(),
+        },
+        None => destination.to_string(),
+    }
+}
+
 /// The key of an instance lease under its lease root: `instances/<id>.lease`, every byte of the
 /// id but ASCII letters, digits, `-` and `_` escaped as `%XX`.
 pub fn key_for(instance_id: &str) -> String {
@@ -226,7 +239,7 @@ impl InstanceLeases {
     /// The fence of a store backed up to `destination`: its lease root's instance lease (the
     /// root is opened once, on first use).
     pub async fn fence_for(&self, destination: &str) -> Result<Fence, LeaseError> {
-        let url = lease_root(destination).ok_or_else(|| LeaseError::FenceRoot {
+        let url = lease_root(&resolved(destination)).ok_or_else(|| LeaseError::FenceRoot {
             url: destination.to_string(),
             reason: "only s3:// and file:///PARENT/NAME destinations have a lease root".into(),
         })?;
@@ -319,8 +332,12 @@ impl InstanceLeases {
             let lease = root.state.lock().await.lease.take();
             if let Some(lease) = lease {
                 match lease.release().await {
-                    Ok(outcome) => tracing::info!(root = %root.url, ?outcome, "released the instance lease"),
-                    Err(e) => tracing::warn!(root = %root.url, error = %e, "cannot release the instance lease; a successor takes it over after a TTL"),
+                    Ok(outcome) => {
+                        tracing::info!(root = %root.url, ?outcome, "released the instance lease")
+                    }
+                    Err(e) => {
+                        tracing::warn!(root = %root.url, error = %e, "cannot release the instance lease; a successor takes it over after a TTL")
+                    }
                 }
             }
         }
@@ -435,7 +452,13 @@ mod tests {
             lease_root("file:///store-1").as_deref(),
             Some("file:///.mushroom-backup")
         );
-        for bad in ["file:///", "file://relative/x", "s3://", "mem://x", "/tmp/x"] {
+        for bad in [
+            "file:///",
+            "file://relative/x",
+            "s3://",
+            "mem://x",
+            "/tmp/x",
+        ] {
             assert_eq!(lease_root(bad), None, "{bad}");
         }
     }
@@ -449,7 +472,12 @@ mod tests {
             holder: "h".into(),
         };
         assert!(named.is_plausible());
-        for bad in ["lease", "instances/../x.lease", "instances/.lease", "x/instances/a.lease"] {
+        for bad in [
+            "lease",
+            "instances/../x.lease",
+            "instances/.lease",
+            "x/instances/a.lease",
+        ] {
             let f = super::super::FenceRef {
                 key: bad.into(),
                 holder: "h".into(),

@@ -63,6 +63,13 @@
 //! - `may_write` ends TTL − TTL/10 (27 s) after the last successful renewal's start;
 //! - takeover after a TTL of observed staleness; looking again every TTL/3.
 //!
+//! # Under an instance lease
+//! In the service, a store's lease object is not renewed: it names (in [`LeaseRecord::fence`])
+//! the instance lease of its lease root, one object renewed for every store of the process
+//! there, and holds while that does. See [`instance`] for how that keeps every guarantee above
+//! at no request per idle store; the standalone `backup` command keeps a renewing lease of its
+//! own. Either kind of acquirer judges either kind of lease object it finds.
+//!
 //! # What a crash leaves
 //! A lease object naming the dead holder. A successor takes it over once it has seen it
 //! unchanged for a TTL (a restart that keeps its holder id, at once). A clean shutdown
