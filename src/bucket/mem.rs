@@ -22,6 +22,10 @@
 //! default would refuse. Unlike that bucket, and like S3, a key may also be a prefix of other
 //! keys (`a` and `a/b`).
 //!
+//! An object's age ([`Object::age`]) is the tokio clock's time since its write: under
+//! `tokio::time::pause()` it advances with the paused clock, so a test can age an object by
+//! advancing time.
+//!
 //! The ETag is the local-directory bucket's: quoted hex of the first 16 bytes of the content's
 //! SHA-256. So equal content has equal ETags, and new content a new one.
 //!
@@ -68,6 +72,8 @@ struct Inner {
 struct Stored {
     data: Bytes,
     etag: String,
+    /// When it was written, by the tokio clock (so a paused test clock ages it).
+    written: tokio::time::Instant,
 }
 
 impl Default for MemBucket {
@@ -112,6 +118,7 @@ impl Bucket for MemBucket {
         Ok(Object {
             data: stored.data,
             etag: stored.etag,
+            age: Some(stored.written.elapsed()),
         })
     }
 
@@ -152,6 +159,7 @@ impl Bucket for MemBucket {
             Stored {
                 data,
                 etag: etag.clone(),
+                written: tokio::time::Instant::now(),
             },
         );
         Ok(etag)

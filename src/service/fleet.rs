@@ -33,7 +33,9 @@ use super::limits::{self, FieldError};
 use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
 use crate::lease::LeaseConfig;
-use crate::registry::{self, AuditEntry, ClaimError, InstanceClaim, Registry, StoreRecord};
+use crate::registry::{
+    self, AuditEntry, ClaimError, InstanceClaim, Predecessor, Registry, StoreRecord,
+};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
@@ -207,8 +209,14 @@ impl Fleet {
         config: Arc<ServiceConfig>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Fleet>, FleetError> {
-        if let Some(previous) = claim.taken_over() {
-            tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
+        match claim.predecessor() {
+            Some(Predecessor::ProvenDead(previous)) => {
+                tracing::info!(instance_id = %config.instance_id, previous = %previous, "took over at once the claim of this data directory's previous process, proven stopped by its lock");
+            }
+            Some(Predecessor::Stale(previous)) => {
+                tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
+            }
+            None => {}
         }
         let fleet = Arc::new(Fleet {
             tasks: TaskTracker::new(),
