@@ -5,7 +5,8 @@
 //!
 //! - [`units`], [`pacing`], [`backoff`]: saturating conversions, the process's tick grid, the
 //!   one retry delay. [`telemetry`]: logs, traces, metric names, the Prometheus endpoint.
-//!   [`manifest`]: restore points, object keys, LATEST.
+//!   [`manifest`]: restore points, object keys, LATEST. [`instance_lock`]: the data
+//!   directory's lock, and what a free one proves about the process that held it.
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
 //!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
 //! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
@@ -27,6 +28,7 @@
 pub mod backoff;
 pub mod bucket;
 pub mod health;
+pub mod instance_lock;
 pub mod lease;
 pub mod manifest;
 pub mod node_client;

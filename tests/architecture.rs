@@ -22,6 +22,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("backoff", &[]),
     ("telemetry", &[]),
     ("manifest", &[]),
+    ("instance_lock", &[]),
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
     (
@@ -49,7 +50,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         "verify",
         &["units", "bucket", "manifest", "store", "restore"],
     ),
-    ("registry", &["units", "lease"]),
+    ("registry", &["units", "lease", "instance_lock"]),
 ];
 
 /// The `crate::X` modules a file's code (not its comments) names.

@@ -9,6 +9,7 @@ mod support;
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use mushroom_backup::bucket::faults::{Fault, FaultPlan, FaultyBucket, SeededFaults};
 use mushroom_backup::bucket::fs::FsBucket;
@@ -36,7 +37,22 @@ async fn conformance(b: DynBucket) {
     checked_file_bodies(&*b).await;
     immutable(&*b).await;
     bad_keys(&*b).await;
+    fresh_objects_are_young(&*b).await;
     racing_cas(b).await;
+}
+
+/// The most a freshly written object's age may read: generous, as the machine may be busy,
+/// and far below the ages the tests below make (an hour for a file, whose mtime is set).
+const YOUNG: Duration = Duration::from_secs(60);
+
+/// Every backend here tells an object's age by its clock, and a fresh object's is small.
+async fn fresh_objects_are_young(b: &dyn Bucket) {
+    b.put("age/fresh", body("new"), PutCondition::None)
+        .await
+        .unwrap();
+    let age = b.get("age/fresh").await.unwrap().age;
+    let age = age.unwrap_or_else(|| panic!("{}: a get without an age", b.url()));
+    assert!(age < YOUNG, "{}: a fresh object is {age:?} old", b.url());
 }
 
 async fn put_get_head(b: &dyn Bucket) {
@@ -847,4 +863,113 @@ async fn s3_errors_are_one_line_in_words() {
     // A HEAD's 404 has no body: in a missing bucket it reads as "no such object" (which is
     // why a read-only open lists first).
     assert!(b.head("k").await.unwrap().is_none());
+}
+
+// ---- the bucket's clock -------------------------------------------------------------------
+
+/// A file whose mtime says it was written an hour ago reads an hour old (the local clock is
+/// the directory bucket's clock), and a rewrite makes it young again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_fs_object_is_as_old_as_its_file() {
+    let (dir, b) = fs_bucket();
+    b.put("old", body("then"), PutCondition::None)
+        .await
+        .unwrap();
+    let hour = Duration::from_secs(3600);
+    let file = std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("old"))
+        .unwrap();
+    file.set_modified(std::time::SystemTime::now() - hour)
+        .unwrap();
+    let age = b.get("old").await.unwrap().age.expect("an age");
+    assert!(age >= hour && age < hour + YOUNG, "{age:?}");
+    b.put("old", body("now"), PutCondition::None).await.unwrap();
+    let age = b.get("old").await.unwrap().age.expect("an age");
+    assert!(age < YOUNG, "rewritten, yet {age:?} old");
+}
+
+/// On moto the age is the store's `Date` minus its `Last-Modified`: an object read two
+/// seconds after its write is at least a second old (the headers have whole seconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_object_ages_by_the_stores_clock() {
+    let Some(b) = support::s3::bucket("ages").await else {
+        return;
+    };
+    b.put("aging", body("x"), PutCondition::None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let age = b
+        .get("aging")
+        .await
+        .unwrap()
+        .age
+        .expect("moto sends a Date");
+    assert!(age >= Duration::from_secs(1), "{age:?}");
+}
+
+/// A minimal S3 endpoint on 127.0.0.1:0 that answers every request with one GetObject
+/// response, with `Last-Modified` and with `date` (when given) as its `Date` header, and
+/// closes the connection. Returns its URL.
+async fn fixed_get_endpoint(date: Option<&'static str>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => seen.extend_from_slice(&buf[..n]),
+                }
+            }
+            let date = date.map_or(String::new(), |d| format!("Date: {d}\r\n"));
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nETag: \"e\"\r\n\
+                 Last-Modified: Tue, 01 Dec 2026 10:00:00 GMT\r\n{date}Connection: close\r\n\r\nhello"
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+            let _ = conn.shutdown().await;
+        }
+    });
+    url
+}
+
+/// The age is read from the raw response's headers, through the SDK: seven seconds between
+/// `Last-Modified` and `Date` read as exactly seven; an endpoint that sends no `Date` gives
+/// no age, and the object still reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_age_is_date_minus_last_modified_and_none_without_a_date() {
+    let with_date = fixed_get_endpoint(Some("Tue, 01 Dec 2026 10:00:07 GMT")).await;
+    let b = S3Bucket::new(
+        support::s3::client(&with_date),
+        "b",
+        "p",
+        S3Options::default(),
+    );
+    let got = b.get("k").await.unwrap();
+    assert_eq!(&got.data[..], b"hello");
+    assert_eq!(got.age, Some(Duration::from_secs(7)));
+
+    let without = fixed_get_endpoint(None).await;
+    let b = S3Bucket::new(
+        support::s3::client(&without),
+        "b",
+        "p",
+        S3Options::default(),
+    );
+    let got = b.get("k").await.unwrap();
+    assert_eq!((&got.data[..], got.etag.as_str()), (&b"hello"[..], "\"e\""));
+    assert_eq!(got.age, None, "no Date header, no age");
+}
+
+/// The memory bucket ages by the tokio clock, so a paused test clock ages its objects.
+#[tokio::test(start_paused = true)]
+async fn a_mem_object_ages_with_the_tokio_clock() {
+    let b = MemBucket::new();
+    b.put("m", body("x"), PutCondition::None).await.unwrap();
+    assert_eq!(b.get("m").await.unwrap().age, Some(Duration::ZERO));
+    tokio::time::advance(Duration::from_secs(90)).await;
+    assert_eq!(b.get("m").await.unwrap().age, Some(Duration::from_secs(90)));
 }

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use support::registry::{PgDatabase, postgres_server};
 
-use mushroom_backup::registry::{ClaimError, ClaimRecord, InstanceClaim, Registry};
+use mushroom_backup::instance_lock::DeadHolder;
+use mushroom_backup::registry::{ClaimError, ClaimRecord, InstanceClaim, Predecessor, Registry};
 use support::binary::Running;
 use support::serve::{self, DEADLINE, Serve};
 
@@ -16,6 +17,7 @@ both_backends!(
     a_live_claim_refuses_a_second_process,
     a_stale_claim_is_taken_over_and_its_holder_loses_it,
     a_released_claim_is_taken_at_once,
+    a_claim_whose_holder_is_proven_dead_is_taken_at_once,
 );
 
 /// Long enough that no claim in a test goes stale by itself.
@@ -95,6 +97,12 @@ mod suite {
         let replaced = new
             .taken_over()
             .expect("a take-over names what it replaced");
+        // Stale is all that is known of it: not proven dead.
+        assert!(
+            matches!(new.predecessor(), Some(Predecessor::Stale(v)) if v == replaced),
+            "{:?}",
+            new.predecessor()
+        );
         assert_eq!(replaced.record.nonce, old.record().nonce);
         assert_eq!(replaced.record.pid, 101);
         // The first process renews: its claim is gone, and the error names who has it.
@@ -117,6 +125,59 @@ mod suite {
                 .nonce,
             new.record().nonce
         );
+    }
+
+    pub async fn a_claim_whose_holder_is_proven_dead_is_taken_at_once(reg: Registry) {
+        let old = InstanceClaim::take_as(&reg, process("i1", "db-a", 101), LIVE)
+            .await
+            .expect("the first claim");
+        old.renew().await.expect("a fresh heartbeat");
+        let dead = |nonce: &str, host: &str, pid| DeadHolder {
+            nonce: nonce.into(),
+            host: host.into(),
+            pid,
+        };
+        // Proofs about other processes prove nothing about this one: the claim is live.
+        let nonce = old.record().nonce.clone();
+        for wrong in [
+            dead("another-nonce", "db-a", 101),
+            dead(&nonce, "db-b", 101),
+            dead(&nonce, "db-a", 102),
+        ] {
+            let e = InstanceClaim::take_as_after(
+                &reg,
+                process("i1", "db-a", 303),
+                LIVE,
+                std::slice::from_ref(&wrong),
+            )
+            .await
+            .expect_err("a proof about another process");
+            assert!(
+                matches!(e, ClaimError::HeldElsewhere { .. }),
+                "{wrong:?}: {e:?}"
+            );
+        }
+        // Proven dead: taken over at once, though its heartbeat is fresh and staleness an hour.
+        let proofs = [dead("older", "db-a", 99), dead(&nonce, "db-a", 101)];
+        let new = InstanceClaim::take_as_after(&reg, process("i1", "db-a", 303), LIVE, &proofs)
+            .await
+            .expect("a proven-dead holder's claim");
+        match new.predecessor() {
+            Some(p @ Predecessor::ProvenDead(v)) => {
+                assert!(p.proven_dead());
+                assert_eq!(p.nonce(), nonce);
+                assert_eq!(v.record.pid, 101);
+                assert!(v.heartbeat_age < LIVE);
+            }
+            other => panic!("expected ProvenDead, got {other:?}"),
+        }
+        assert_eq!(new.taken_over().map(|v| v.record.pid), Some(101));
+        let e = old
+            .renew()
+            .await
+            .expect_err("the dead holder's claim is gone");
+        assert!(matches!(e, ClaimError::Lost { .. }), "{e:?}");
+        new.renew().await.expect("the successor holds");
     }
 
     pub async fn a_released_claim_is_taken_at_once(reg: Registry) {
@@ -154,9 +215,13 @@ fn dirs() -> Dirs {
 }
 
 fn serve_cmd(d: &Dirs, extra: &[&str]) -> std::process::Command {
+    serve_cmd_as(d, "shared-id", extra)
+}
+
+fn serve_cmd_as(d: &Dirs, instance_id: &str, extra: &[&str]) -> std::process::Command {
     let mut args = vec![
         "--instance-id",
-        "shared-id",
+        instance_id,
         "--health-report-interval-ms",
         "100",
     ];
@@ -172,37 +237,212 @@ fn refused(name: &str, cmd: std::process::Command) -> String {
     child.output()
 }
 
+/// A second `serve` on a data directory in use is refused by the directory's lock, naming
+/// the holder, whatever instance id it was given; a clean stop frees the lock and the claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_serve_with_the_same_instance_id_refuses_to_start() {
+async fn a_second_serve_on_one_data_dir_is_refused_naming_the_lock() {
     let d = dirs();
     let first = Serve::start("serve (first)", serve_cmd(&d, &[]));
-    let out = tokio::task::block_in_place(|| refused("serve (second)", serve_cmd(&d, &[])));
     let host = mushroom_backup::lease::host_name();
-    for part in [
-        "held by another live process".to_string(),
-        format!("pid {}", first.child.pid()),
-        format!("host {host}"),
-        "started ".to_string(),
+    for (name, id) in [
+        ("serve (second)", "shared-id"),
+        ("serve (another id)", "other-id"),
     ] {
-        assert!(out.contains(&part), "{part:?} missing from:\n{out}");
+        let out = tokio::task::block_in_place(|| refused(name, serve_cmd_as(&d, id, &[])));
+        for part in [
+            "instance.lock is held by another live process".to_string(),
+            format!("pid {} on host {host}", first.child.pid()),
+        ] {
+            assert!(out.contains(&part), "{name}: {part:?} missing from:\n{out}");
+        }
     }
 
-    // A clean stop releases the claim: a successor starts at once, even one that would wait
-    // an hour for a claim to go stale.
+    // A clean stop releases the lock and the claim: a successor starts at once, even one that
+    // would wait an hour for a claim to go stale, and has no predecessor to take over.
     first.terminate();
-    let second = Serve::start(
+    let mut second = Serve::start(
         "serve (after a clean stop)",
         serve_cmd(&d, &["--owner-silent-after-ms", "3600000"]),
     );
+    second.child.signal(libc::SIGTERM);
+    let status = tokio::task::block_in_place(|| second.child.wait_exit(DEADLINE));
+    let out = second.child.output();
+    assert!(status.success() && !out.contains("took over"), "{out}");
+}
 
-    // A killed holder's claim goes stale and is taken over.
-    let mut second = second;
-    second.child.kill();
+/// Waits until `child` has printed a line containing `part` (stdout and stderr are read by
+/// two threads, so a log line on stderr may arrive after a later line on stdout).
+fn printed(child: &mut Running, part: &str) {
+    if child.seen().iter().any(|l| l.text.contains(part)) {
+        return;
+    }
+    tokio::task::block_in_place(|| {
+        child.wait_for(&format!("print {part:?}"), DEADLINE, |l| {
+            l.text.contains(part).then_some(())
+        })
+    });
+}
+
+/// Where the serves of one test keep their registry: a SQLite file outside every data dir, or
+/// a database of its own on the PostgreSQL server.
+enum SharedRegistry {
+    Sqlite {
+        _tmp: tempfile::TempDir,
+        url: String,
+    },
+    Postgres(support::postgres::Database),
+}
+
+impl SharedRegistry {
+    fn sqlite() -> SharedRegistry {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}/shared.db", tmp.path().display());
+        SharedRegistry::Sqlite { _tmp: tmp, url }
+    }
+
+    async fn postgres() -> Option<SharedRegistry> {
+        let pg = postgres_server()?;
+        Some(SharedRegistry::Postgres(PgDatabase::create(&pg).await))
+    }
+
+    fn url(&self) -> &str {
+        match self {
+            SharedRegistry::Sqlite { url, .. } => url,
+            SharedRegistry::Postgres(db) => &db.url,
+        }
+    }
+
+    /// The claim on the tests' instance id.
+    async fn claim(&self) -> ClaimRecord {
+        let reg = Registry::open(self.url())
+            .await
+            .expect("the shared registry");
+        let claim = reg
+            .instance_claim("shared-id")
+            .await
+            .unwrap()
+            .expect("a claim");
+        reg.close().await;
+        claim.record
+    }
+
+    async fn done(self) {
+        if let SharedRegistry::Postgres(db) = self {
+            db.drop_database().await;
+        }
+    }
+}
+
+/// A SIGKILLed `serve` restarted at once on its data directory claims its id at once: its
+/// lock is free, so the process whose nonce the claim names is dead, however fresh its
+/// heartbeat (and the restart would wait an hour for it to go stale).
+async fn a_killed_serve_restarted_at_once_claims_at_once(reg: SharedRegistry) {
+    let d = dirs();
+    let args = [
+        "--registry",
+        reg.url(),
+        "--owner-silent-after-ms",
+        "3600000",
+    ];
+    let mut first = Serve::start("serve (to be killed)", serve_cmd(&d, &args));
+    let killed = first.child.pid();
+    assert_eq!(reg.claim().await.pid, i64::from(killed));
+    first.child.kill();
+    let mut second = Serve::start("serve (restarted at once)", serve_cmd(&d, &args));
+    printed(&mut second.child, "proven stopped by its lock");
+    let out = second.child.output();
+    assert!(out.contains(&format!("previous=pid {killed} ")), "{out}");
+    assert_eq!(reg.claim().await.pid, i64::from(second.child.pid()));
+    second.terminate();
+    reg.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_serve_restarted_at_once_claims_at_once_on_sqlite() {
+    a_killed_serve_restarted_at_once_claims_at_once(SharedRegistry::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_serve_restarted_at_once_claims_at_once_on_postgres() {
+    let Some(reg) = SharedRegistry::postgres().await else {
+        return;
+    };
+    a_killed_serve_restarted_at_once_claims_at_once(reg).await;
+}
+
+/// A data directory copied while its `serve` runs carries a lock record naming the live
+/// claim's nonce; a `serve` on the copy is free to lock the copied file, but that file is not
+/// the one the live process holds, so it proves nothing: the copy is refused by the live
+/// claim, and the claim stays the original's.
+async fn a_copied_data_dir_does_not_steal_a_live_claim(reg: SharedRegistry) {
+    let (original, copy) = (dirs(), dirs());
+    let args = [
+        "--registry",
+        reg.url(),
+        "--owner-silent-after-ms",
+        "3600000",
+    ];
+    let live = Serve::start("serve (original)", serve_cmd(&original, &args));
+    std::fs::create_dir_all(&copy.data).unwrap();
+    let lock = |d: &Dirs| d.data.join("instance.lock");
+    std::fs::copy(lock(&original), lock(&copy)).unwrap();
+    // The copied record names the live claim: only the file's identity tells them apart.
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(lock(&copy)).unwrap()).unwrap();
+    let held = reg.claim().await;
+    assert_eq!(record["holder"]["nonce"], held.nonce.as_str());
+    assert_eq!(held.pid, i64::from(live.child.pid()));
+
+    let out = tokio::task::block_in_place(|| refused("serve (on a copy)", serve_cmd(&copy, &args)));
+    for part in [
+        "its record names another file".to_string(),
+        "is held by another live process".to_string(),
+        format!("pid {}", live.child.pid()),
+    ] {
+        assert!(out.contains(&part), "{part:?} missing from:\n{out}");
+    }
+    let now = reg.claim().await;
+    assert_eq!(
+        (now.nonce, now.pid, now.started_at_ms),
+        (held.nonce, held.pid, held.started_at_ms),
+        "the copy changed the live claim (only its heartbeat moves)"
+    );
+    live.terminate();
+    reg.done().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_data_dir_does_not_steal_a_live_claim_on_sqlite() {
+    a_copied_data_dir_does_not_steal_a_live_claim(SharedRegistry::sqlite()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_data_dir_does_not_steal_a_live_claim_on_postgres() {
+    let Some(reg) = SharedRegistry::postgres().await else {
+        return;
+    };
+    a_copied_data_dir_does_not_steal_a_live_claim(reg).await;
+}
+
+/// A killed holder of the id on *another* data directory is not proven dead by any lock this
+/// one holds: its claim is taken over only once its heartbeat is stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_serve_elsewhere_is_taken_over_once_stale() {
+    let reg = SharedRegistry::sqlite();
+    let (a, b) = (dirs(), dirs());
+    let mut first = Serve::start(
+        "serve (elsewhere)",
+        serve_cmd(&a, &["--registry", reg.url()]),
+    );
+    first.child.kill();
     let start = Instant::now();
-    let third = loop {
+    let taker = loop {
         let mut child = Running::spawn(
-            "serve (after a kill)",
-            serve_cmd(&d, &["--owner-silent-after-ms", "300"]),
+            "serve (after a kill elsewhere)",
+            serve_cmd(
+                &b,
+                &["--registry", reg.url(), "--owner-silent-after-ms", "300"],
+            ),
         );
         let listening = tokio::task::block_in_place(|| {
             let deadline = Instant::now() + DEADLINE;
@@ -229,11 +469,10 @@ async fn a_second_serve_with_the_same_instance_id_refuses_to_start() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert!(
-        third.output().contains("took over the stale claim"),
-        "{}",
-        third.output()
-    );
+    let mut taker = taker;
+    printed(&mut taker, "took over the stale claim");
+    drop(taker);
+    reg.done().await;
 }
 
 /// A start that fails before it serves (here: its TLS key is missing) leaves no claim behind,

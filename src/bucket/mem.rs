@@ -22,6 +22,10 @@
 //! default would refuse. Unlike that bucket, and like S3, a key may also be a prefix of other
 //! keys (`a` and `a/b`).
 //!
+//! An object's age ([`Object::age`]) is the tokio clock's time since its write: under
+//! `tokio::time::pause()` it advances with the paused clock, so a test can age an object by
+//! advancing time.
+//!
 //! The ETag is the local-directory bucket's: quoted hex of the first 16 bytes of the content's
 //! SHA-256. So equal content has equal ETags, and new content a new one.
 //!
@@ -61,6 +65,9 @@ pub struct MemBucket {
 struct Inner {
     id: u64,
     objects: Mutex<BTreeMap<String, Stored>>,
+    /// Whether `get` reports ages ([`MemBucket::without_clock`]: like an endpoint that sends
+    /// no `Date`).
+    clock: bool,
 }
 
 /// One object as stored.
@@ -68,6 +75,8 @@ struct Inner {
 struct Stored {
     data: Bytes,
     etag: String,
+    /// When it was written, by the tokio clock (so a paused test clock ages it).
+    written: tokio::time::Instant,
 }
 
 impl Default for MemBucket {
@@ -79,10 +88,22 @@ impl Default for MemBucket {
 impl MemBucket {
     /// A new, empty bucket.
     pub fn new() -> Self {
+        Self::with_clock(true)
+    }
+
+    /// A new, empty bucket whose objects have no known age (`Object::age` is `None`), like an
+    /// S3 endpoint that sends no `Date`: for tests of what a reader does without the bucket's
+    /// clock.
+    pub fn without_clock() -> Self {
+        Self::with_clock(false)
+    }
+
+    fn with_clock(clock: bool) -> Self {
         MemBucket {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 objects: Mutex::new(BTreeMap::new()),
+                clock,
             }),
         }
     }
@@ -112,6 +133,7 @@ impl Bucket for MemBucket {
         Ok(Object {
             data: stored.data,
             etag: stored.etag,
+            age: self.inner.clock.then(|| stored.written.elapsed()),
         })
     }
 
@@ -152,6 +174,7 @@ impl Bucket for MemBucket {
             Stored {
                 data,
                 etag: etag.clone(),
+                written: tokio::time::Instant::now(),
             },
         );
         Ok(etag)

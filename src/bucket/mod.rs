@@ -35,9 +35,28 @@
 //! no `.tmp/`), refuses every write and delete ([`read_only::ReadOnly`]), and proves it can
 //! list the destination before it answers: a missing directory or S3 bucket is
 //! [`OpenError::Missing`], an access denied or an unreachable endpoint says so.
+//!
+//! # The bucket's clock
+//! [`Object::age`] is how long ago the object read was last written, by the clock of whatever
+//! stamps the bucket's objects, never by the reader's: two processes on hosts whose clocks
+//! disagree read the same age of one object (give or take the time between their reads). So
+//! a reader may judge "written more than a TTL ago" without trusting its own clock against a
+//! writer's. Per backend:
+//! - S3: the response's `Date` header minus the object's `Last-Modified`, both the store's,
+//!   to the second ([`s3`]); `None` when the store sends no `Date` (or no `Last-Modified`).
+//! - A local directory ([`fs::FsBucket`]): now minus the file's mtime. Every process sharing
+//!   the directory shares the host's clock, which is that bucket's clock; a step of it moves
+//!   every age by the step.
+//! - Memory ([`mem::MemBucket`]): the tokio clock (paused in tests) since the write.
+//! - The wrappers pass the inner bucket's age through.
+//!
+//! An age is never negative: an object stamped after the moment of the read (a clock stepped
+//! back, frontends that disagree) reads as zero, the reading least likely to make a caller act
+//! early. A `None` must be handled as "unknown", never as "young" or "old".
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -74,6 +93,9 @@ pub struct ListPage {
 pub struct Object {
     pub data: Bytes,
     pub etag: String,
+    /// How long ago the object was last written, by the bucket's own clock (see the module
+    /// docs, "The bucket's clock"); `None` when the bucket did not say.
+    pub age: Option<Duration>,
 }
 
 /// The precondition of a write.

@@ -217,6 +217,8 @@ impl LeaseAcquirer {
                 }
             } else if seen >= wait {
                 Some("it was not renewed for a TTL")
+            } else if super::stale_by_bucket_clock(object.age, wait) {
+                Some("the bucket's clock shows it unrenewed for a TTL")
             } else {
                 None
             };

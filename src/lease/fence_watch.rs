@@ -8,7 +8,8 @@
 //! Besides, the fenced holder has certainly stopped writing when
 //! - the instance lease object is gone (its holder released it after stopping every store
 //!   under it, or it was deleted: its holder's next renewal fails and it stops), or
-//! - it names another holder (it was taken over, so its former holder lost it).
+//! - it names another holder (it was taken over, so its former holder lost it), or
+//! - the bucket's own clock shows it unwritten for a TTL ([`super::stale_by_bucket_clock`]).
 //!
 //! In both cases the waiter may take the store lease at once; the conditional writes on
 //! `GENERATION`, manifests and `LATEST` remain the fence against a holder paused past its
@@ -137,6 +138,11 @@ impl FenceWatch {
         if seen >= wait {
             return Ok(Verdict::Stopped {
                 why: "its instance lease was not renewed for a TTL",
+            });
+        }
+        if super::stale_by_bucket_clock(object.age, wait) {
+            return Ok(Verdict::Stopped {
+                why: "the bucket's clock shows its instance lease unrenewed for a TTL",
             });
         }
         Ok(Verdict::Alive {

@@ -14,7 +14,12 @@
 //!   restart that kept its id). Nothing in the content is trusted as a time: not
 //!   `acquired_at`, not another host's clock. The TTL waited is the longer of ours and the
 //!   record's `ttl_ms` (so a holder configured with a longer TTL is not cut short), at most
-//!   [`MAX_TTL`].
+//!   [`MAX_TTL`]. Or at once when the bucket's own clock shows it unwritten for that long
+//!   ([`crate::bucket::Object::age`]: the response's `Date` minus its `Last-Modified`, plus
+//!   [`BUCKET_CLOCK_RESOLUTION`]): that is one clock, the bucket's, judging its own stamps, so
+//!   a successor that just started (a restart, a failover) need not watch for a TTL first.
+//!   The holder's deadline runs from the *start* of its last write, before the stamp, so it
+//!   has stopped writing by then.
 //! - otherwise, or when a conditional write answers 412 (someone else won the race), the answer
 //!   is [`Acquisition::HeldElsewhere`], naming the holder and saying when to look again: a third
 //!   of a TTL, or sooner when the observed TTL runs out before. So a successor waiting on a
@@ -96,6 +101,15 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub const MIN_TTL: Duration = Duration::from_millis(30);
 /// The longest TTL accepted, from the environment or from a lease object's `ttl_ms`.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// How coarse a bucket's clock may be ([`crate::bucket::Object::age`]: S3's `Date` and
+/// `Last-Modified` are to the second): an age counts as a TTL only when it is a TTL and this.
+pub const BUCKET_CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// Whether an object of age `age` by the bucket's own clock has gone unwritten for `wait`.
+pub(crate) fn stale_by_bucket_clock(age: Option<Duration>, wait: Duration) -> bool {
+    age.is_some_and(|age| age >= wait + BUCKET_CLOCK_RESOLUTION)
+}
+
 /// Retry delay after a failed lease renewal (capped at the renewal interval).
 pub const RENEW_RETRY: Duration = Duration::from_secs(1);
 /// The variable holding the TTL in milliseconds.

@@ -18,6 +18,27 @@
 //!   saw (and the heartbeat still being stale), so of two processes taking over the same stale
 //!   claim one wins; a fresher claim refuses with [`ClaimError::HeldElsewhere`], naming the
 //!   holder. Every step is one statement; a lost race is read again and retried.
+//! - [`InstanceClaim::take_as_after`]: the same, told which earlier processes are proven to
+//!   have stopped ([`DeadHolder`]s, from the data directory's [`InstanceLock`]): a row whose
+//!   nonce, host and pid are one of theirs is taken over at once by compare-and-set on that
+//!   nonce, whatever its heartbeat. This is how `serve` restarts at once after a SIGKILL.
+//!
+//! # Taken over: proven dead, or only stale
+//!
+//! [`InstanceClaim::predecessor`] says which of the two a take-over was:
+//! - [`Predecessor::ProvenDead`]: the lock the predecessor held for its whole life is free,
+//!   so it has stopped, and nothing it started still writes (see [`crate::instance_lock`] for
+//!   what the lock does not prove: a copied data directory, NFS).
+//! - [`Predecessor::Stale`]: its heartbeat is older than `stale_after`. It stopped *renewing
+//!   the registry*; it may still be running, cut off from the database, and writing buckets.
+//!
+//! The rule for a row whose nonce matches a dead holder's: the nonce is compared against the
+//! row, never the heartbeat (a process killed a moment ago has as fresh a heartbeat as a live
+//! one). What keeps a copied data directory from stealing a live claim is that its lock proves
+//! nothing (the lock file's identity and host are recorded and checked), so it offers no dead
+//! holders, and the claim is judged by its heartbeat as it always was. The host and pid are
+//! compared too: a nonce is unique to one process, so they always agree when the nonce does;
+//! a row that disagrees is not the process the lock speaks of, and proves nothing.
 //! - [`InstanceClaim::renew`]: moves the heartbeat, only while the row still has this
 //!   process's nonce; otherwise [`ClaimError::Lost`] (another process took the claim over, so
 //!   this one was judged dead: it must stop running the stores).
@@ -29,8 +50,8 @@
 //! A crash leaves the row; it goes stale `stale_after` after its last heartbeat and is taken
 //! over then. A claim whose heartbeat is older than `stale_after` by the database's clock means
 //! its holder has not renewed for that long; a holder renewing every third of `stale_after`
-//! that finds its claim taken ([`ClaimError::Lost`]) stops. [`InstanceClaim::taken_over`] keeps
-//! the stale claim a take-over replaced, for whoever needs to know whose work it inherits. A
+//! that finds its claim taken ([`ClaimError::Lost`]) stops. [`InstanceClaim::predecessor`] keeps
+//! the claim a take-over replaced, for whoever needs to know whose work it inherits. A
 //! holder that cannot reach the registry for longer than `stale_after` may run on beside its
 //! successor until its next renewal reaches the registry: the claim bounds how long two
 //! processes share an id, the bucket leases keep them from corrupting any prefix meanwhile.
@@ -41,6 +62,9 @@ use std::time::Duration;
 use sqlx::{AssertSqlSafe, ColumnIndex, Decode, Row, Type};
 
 use super::{Backend, Registry, RegistryError};
+use crate::instance_lock::DeadHolder;
+#[cfg(doc)]
+use crate::instance_lock::InstanceLock;
 
 /// The database's clock, in milliseconds since the Unix epoch, per backend.
 const SQLITE_NOW: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
@@ -94,6 +118,58 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| format!("{ms} ms after the epoch"))
 }
 
+impl ClaimRecord {
+    /// The row of this process (host name, pid, now, a fresh nonce) for `instance_id`.
+    pub fn for_this_process(instance_id: &str) -> ClaimRecord {
+        ClaimRecord {
+            instance_id: instance_id.to_string(),
+            nonce: uuid::Uuid::new_v4().to_string(),
+            host: crate::lease::host_name(),
+            pid: i64::from(std::process::id()),
+            started_at_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            heartbeat_ms: 0,
+        }
+    }
+
+    /// Whether this row is the claim of one of `dead`.
+    fn held_by_one_of(&self, dead: &[DeadHolder]) -> bool {
+        dead.iter()
+            .any(|d| d.nonce == self.nonce && d.host == self.host && d.pid == self.pid)
+    }
+}
+
+/// The claim a take-over replaced, and what is known of its holder; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Predecessor {
+    /// Its holder is proven to have stopped: it held the data directory's lock until it died,
+    /// and the lock is free. Taken over at once, whatever its heartbeat.
+    ProvenDead(ClaimView),
+    /// Its heartbeat was older than `stale_after`: its holder stopped renewing the registry,
+    /// which does not prove it stopped writing the bucket.
+    Stale(ClaimView),
+}
+
+impl Predecessor {
+    /// The claim as it was read just before it was taken over.
+    pub fn view(&self) -> &ClaimView {
+        match self {
+            Predecessor::ProvenDead(v) | Predecessor::Stale(v) => v,
+        }
+    }
+
+    /// The nonce of the process it was.
+    pub fn nonce(&self) -> &str {
+        &self.view().record.nonce
+    }
+
+    /// Whether its holder is proven to have stopped.
+    pub fn proven_dead(&self) -> bool {
+        matches!(self, Predecessor::ProvenDead(_))
+    }
+}
+
 /// Why a claim could not be taken or kept.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
@@ -133,7 +209,7 @@ pub struct InstanceClaim {
     registry: Registry,
     record: ClaimRecord,
     stale_after: Duration,
-    taken_over: Option<ClaimView>,
+    predecessor: Option<Predecessor>,
 }
 
 impl InstanceClaim {
@@ -145,18 +221,8 @@ impl InstanceClaim {
         instance_id: &str,
         stale_after: Duration,
     ) -> Result<InstanceClaim, ClaimError> {
-        let started_at_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let mine = ClaimRecord {
-            instance_id: instance_id.to_string(),
-            nonce: uuid::Uuid::new_v4().to_string(),
-            host: crate::lease::host_name(),
-            pid: i64::from(std::process::id()),
-            started_at_ms,
-            heartbeat_ms: 0,
-        };
-        InstanceClaim::take_as(registry, mine, stale_after).await
+        let mine = ClaimRecord::for_this_process(instance_id);
+        InstanceClaim::take_as_after(registry, mine, stale_after, &[]).await
     }
 
     /// [`InstanceClaim::take`] with the row's identity given (tests pose as other processes).
@@ -165,14 +231,34 @@ impl InstanceClaim {
         mine: ClaimRecord,
         stale_after: Duration,
     ) -> Result<InstanceClaim, ClaimError> {
+        InstanceClaim::take_as_after(registry, mine, stale_after, &[]).await
+    }
+
+    /// [`InstanceClaim::take_as`], knowing that the processes `dead` have stopped: a claim held
+    /// by one of them is taken over at once ([`Predecessor::ProvenDead`]).
+    pub async fn take_as_after(
+        registry: &Registry,
+        mine: ClaimRecord,
+        stale_after: Duration,
+        dead: &[DeadHolder],
+    ) -> Result<InstanceClaim, ClaimError> {
         let stale_ms = i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
         for _ in 0..TAKE_ATTEMPTS {
-            let taken_over = match registry.instance_claim(&mine.instance_id).await? {
+            let predecessor = match registry.instance_claim(&mine.instance_id).await? {
                 None => {
                     if !registry.insert_claim(&mine).await? {
                         continue;
                     }
                     None
+                }
+                Some(gone) if gone.record.held_by_one_of(dead) => {
+                    if !registry
+                        .take_over_claim(&mine, &gone.record.nonce, None)
+                        .await?
+                    {
+                        continue;
+                    }
+                    Some(Predecessor::ProvenDead(gone))
                 }
                 Some(held) if held.heartbeat_age <= stale_after => {
                     return Err(ClaimError::HeldElsewhere {
@@ -183,12 +269,12 @@ impl InstanceClaim {
                 }
                 Some(stale) => {
                     if !registry
-                        .take_over_claim(&mine, &stale.record.nonce, stale_ms)
+                        .take_over_claim(&mine, &stale.record.nonce, Some(stale_ms))
                         .await?
                     {
                         continue;
                     }
-                    Some(stale)
+                    Some(Predecessor::Stale(stale))
                 }
             };
             let record = match registry.instance_claim(&mine.instance_id).await? {
@@ -204,7 +290,7 @@ impl InstanceClaim {
                 registry: registry.clone(),
                 record,
                 stale_after,
-                taken_over,
+                predecessor,
             });
         }
         Err(ClaimError::Contended {
@@ -222,9 +308,14 @@ impl InstanceClaim {
         self.stale_after
     }
 
-    /// The stale claim this one replaced, if it was a take-over.
+    /// The claim this one replaced, if it was a take-over, proven dead or only stale.
     pub fn taken_over(&self) -> Option<&ClaimView> {
-        self.taken_over.as_ref()
+        self.predecessor.as_ref().map(Predecessor::view)
+    }
+
+    /// The claim this one replaced and what is known of its holder, if it was a take-over.
+    pub fn predecessor(&self) -> Option<&Predecessor> {
+        self.predecessor.as_ref()
     }
 
     /// Moves the heartbeat; [`ClaimError::Lost`] when the claim is no longer this process's.
@@ -287,20 +378,23 @@ impl Registry {
         self.claim_statement(sql, c, None).await
     }
 
-    /// Replaces the claim with nonce `stale_nonce` by `c`, if its heartbeat is still older
-    /// than `stale_ms`; `false` when it is not (renewed, or replaced meanwhile).
+    /// Replaces the claim with nonce `old_nonce` by `c`: if its heartbeat is still older than
+    /// `stale_ms` when that is given, whatever its heartbeat when not (its holder is proven
+    /// dead); `false` when it is not replaced (renewed, or replaced meanwhile).
     async fn take_over_claim(
         &self,
         c: &ClaimRecord,
-        stale_nonce: &str,
-        stale_ms: i64,
+        old_nonce: &str,
+        stale_ms: Option<i64>,
     ) -> Result<bool, RegistryError> {
-        let sql = self.at_db_time(
-            "UPDATE instance_claims SET nonce = $2, host = $3, pid = $4, started_at_ms = $5, \
-             heartbeat_ms = {now} WHERE instance_id = $1 AND nonce = $6 \
-             AND heartbeat_ms < {now} - $7",
-        );
-        self.claim_statement(sql, c, Some((stale_nonce, stale_ms)))
+        const SET: &str = "UPDATE instance_claims SET nonce = $2, host = $3, pid = $4, \
+                           started_at_ms = $5, heartbeat_ms = {now} \
+                           WHERE instance_id = $1 AND nonce = $6";
+        let sql = match stale_ms {
+            Some(_) => self.at_db_time(&format!("{SET} AND heartbeat_ms < {{now}} - $7")),
+            None => self.at_db_time(SET),
+        };
+        self.claim_statement(sql, c, Some((old_nonce, stale_ms)))
             .await
     }
 
@@ -308,7 +402,7 @@ impl Registry {
         &self,
         sql: String,
         c: &ClaimRecord,
-        take_over: Option<(&str, i64)>,
+        take_over: Option<(&str, Option<i64>)>,
     ) -> Result<bool, RegistryError> {
         with_pool!(self, |pool| {
             let mut q = sqlx::query(AssertSqlSafe(sql))
@@ -318,7 +412,10 @@ impl Registry {
                 .bind(c.pid)
                 .bind(c.started_at_ms);
             if let Some((nonce, stale_ms)) = take_over {
-                q = q.bind(nonce).bind(stale_ms);
+                q = q.bind(nonce);
+                if let Some(stale_ms) = stale_ms {
+                    q = q.bind(stale_ms);
+                }
             }
             q.execute(pool).await.map(|done| done.rows_affected() == 1)
         })

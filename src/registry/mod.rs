@@ -205,7 +205,7 @@ pub fn audit_text(s: &str) -> String {
 
 // After the macros above, which it uses.
 mod claim;
-pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim};
+pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim, Predecessor};
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

@@ -32,8 +32,10 @@ use super::error::{registry_message, restore_message};
 use super::limits::{self, FieldError};
 use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
-use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig};
-use crate::registry::{self, AuditEntry, ClaimError, InstanceClaim, Registry, StoreRecord};
+use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
+use crate::registry::{
+    self, AuditEntry, ClaimError, InstanceClaim, Predecessor, Registry, StoreRecord,
+};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
@@ -213,14 +215,29 @@ impl Fleet {
         config: Arc<ServiceConfig>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Fleet>, FleetError> {
-        if let Some(previous) = claim.taken_over() {
-            tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
+        match claim.predecessor() {
+            Some(Predecessor::ProvenDead(previous)) => {
+                tracing::info!(instance_id = %config.instance_id, previous = %previous, "took over at once the claim of this data directory's previous process, proven stopped by its lock");
+            }
+            Some(Predecessor::Stale(previous)) => {
+                tracing::warn!(instance_id = %config.instance_id, previous = %previous, "took over the stale claim of a process that stopped renewing it");
+            }
+            None => {}
         }
         let tasks = TaskTracker::new();
+        // A predecessor its lock proves dead wrote its leases under its nonce: they are taken
+        // at once. One only stale may still be writing: its leases go by the usual rules.
+        let proven_dead = claim
+            .predecessor()
+            .filter(|p| p.proven_dead())
+            .map(|p| instance::holder_id(&config.instance_id, p.nonce()))
+            .into_iter()
+            .collect();
         let leases = InstanceLeases::new(
             InstanceLeaseConfig {
                 ttl: config.lease_ttl,
                 conditional: config.worker.conditional_writes,
+                proven_dead,
                 ..InstanceLeaseConfig::new(&config.instance_id, &claim.record().nonce)
             },
             &tasks,

@@ -24,9 +24,17 @@
 //! `ReportPosition` stream) runs in the fleet's one [`TaskTracker`](tokio_util::task::TaskTracker)
 //! (`Fleet::tasks`); after the cancellation tokens, shutdown closes it and waits for all of them.
 //!
+//! One process per data directory: [`run`] first takes the directory's lock
+//! ([`InstanceLock`], `<data_dir>/instance.lock`) and refuses to start, naming the holder's
+//! pid, while another live process holds it; it holds the lock until it returns, after every
+//! task and worker has stopped, and records in it the nonce of its claim.
+//!
 //! One process per instance id: [`run`] claims the id in the registry
 //! ([`InstanceClaim`]) before it respawns any store, and refuses to start, naming the holder,
-//! while another live process holds it. Should another process take the claim over while this
+//! while another live process holds it. A claim whose holder the lock proves dead (the
+//! previous process of this data directory, killed a moment ago) is taken over at once; any
+//! other claim only once its heartbeat is `owner_silent_after` old
+//! ([`crate::registry::Predecessor`] says which it was). Should another process take the claim over while this
 //! one runs (this one was judged dead: no renewal for `owner_silent_after`), it stops serving,
 //! stops its workers without a last flush, and [`run`] returns [`ServeError::Claim`].
 
@@ -56,7 +64,8 @@ pub use config::{Limits, ServiceConfig, TlsFiles};
 use fleet::Fleet;
 use proto::backup_control_server::BackupControlServer;
 
-use crate::registry::{InstanceClaim, Registry};
+use crate::instance_lock::{InstanceLock, LockError};
+use crate::registry::{ClaimRecord, InstanceClaim, Registry};
 
 /// A running server's address, for whoever started it.
 #[derive(Debug, Clone)]
@@ -88,6 +97,9 @@ pub enum ServeError {
     /// Another live process holds this instance id, or took it over while this one ran.
     #[error("{0}")]
     Claim(String),
+    /// Another live process runs on this data directory, or its lock file cannot be used.
+    #[error(transparent)]
+    Lock(#[from] LockError),
 }
 
 /// Runs the service until `shutdown`; `started` hears the bound address once it listens.
@@ -97,6 +109,17 @@ pub async fn run(
     started: Option<tokio::sync::oneshot::Sender<Started>>,
 ) -> Result<(), ServeError> {
     config.check().map_err(ServeError::Config)?;
+    // The data directory's lock first, before the registry (which may live in it) and the
+    // port: a second process on this directory is refused naming the first. Held until this
+    // function returns, after every task and worker has stopped.
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| ServeError::Config(format!("data dir {}: {e}", config.data_dir.display())))?;
+    let mine = ClaimRecord::for_this_process(&config.instance_id);
+    let mut lock = InstanceLock::take(&config.data_dir, &mine.host)?;
+    if let Some(why) = lock.unproven() {
+        tracing::info!(lock = %lock.path().display(), "the previous holder of the lock is not proven dead: {why}");
+    }
+    lock.record(&mine.nonce, mine.pid, mine.started_at_ms)?;
     for root in &config.allow_roots {
         std::fs::create_dir_all(root)
             .map_err(|e| ServeError::Config(format!("allowed root {}: {e}", root.display())))?;
@@ -155,9 +178,10 @@ pub async fn run(
             .tls_config(t)
             .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
-    let claim = InstanceClaim::take(&registry, &config.instance_id, config.owner_silent_after)
-        .await
-        .map_err(|e| ServeError::Claim(e.to_string()))?;
+    let claim =
+        InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
+            .await
+            .map_err(|e| ServeError::Claim(e.to_string()))?;
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
@@ -236,6 +260,7 @@ pub async fn run(
         fleet.release_leases().await;
         workers.cancel();
         fleet.stop_tasks().await;
+        drop(lock);
         return Err(ServeError::Claim(why));
     }
     tracing::info!("stopping: flushing every store");
@@ -244,6 +269,7 @@ pub async fn run(
     workers.cancel();
     fleet.stop_tasks().await;
     fleet.release_claim().await;
+    drop(lock);
     result.map_err(ServeError::from)
 }
 

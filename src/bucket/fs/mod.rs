@@ -49,6 +49,13 @@
 //! cannot parse as held by an unknown holder, and the `If-Match` under the lock is what decides.
 //! Where names cannot be exchanged (NFS), the ordinary path below is taken.
 //!
+//! # The bucket's clock
+//! A `get` reports the object's age ([`Object::age`]) as the local clock now minus the file's
+//! mtime: every process sharing the directory reads the host's one clock, which is this
+//! bucket's clock. Every write ends in a file written just before it became the object (the
+//! temp file linked or renamed, or the scratch file exchanged), so the mtime is the write's.
+//! A file whose mtime is in the future (the clock stepped back) reads as age zero.
+//!
 //! # The crash story
 //! A process dying at any point leaves every object either as it was before the request or as
 //! the request made it. What it may leave besides:
@@ -267,6 +274,18 @@ impl Inner {
         let Some((mut file, len)) = open_object(&self.path(key)).map_err(err)? else {
             return Err(BucketError::not_found(key));
         };
+        // Taken before the read: an object replaced meanwhile is read through this descriptor,
+        // so both the age and the data are the opened file's.
+        let age = file
+            .metadata()
+            .map_err(err)?
+            .modified()
+            .ok()
+            .map(|written| {
+                SystemTime::now()
+                    .duration_since(written)
+                    .unwrap_or(Duration::ZERO)
+            });
         let mut data = Vec::with_capacity(crate::units::usize_of(len));
         file.read_to_end(&mut data).map_err(err)?;
         let etag = match cached_etag(&file, data.len() as u64) {
@@ -276,6 +295,7 @@ impl Inner {
         Ok(Object {
             data: Bytes::from(data),
             etag,
+            age,
         })
     }
 

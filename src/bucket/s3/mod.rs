@@ -26,6 +26,10 @@
 //! `Permanent`. A HEAD of any key in a missing bucket answers a bare 404, so it reads as "no
 //! such object": a read-only open lists the root first to tell the two apart
 //! ([`super::open_read_only`]).
+//!
+//! # The bucket's clock
+//! A `get` reports the object's age by the store's own clock: the response's `Date` minus the
+//! object's `Last-Modified`, to the second (see [`clock`]).
 
 use std::ops::Range;
 use std::time::Duration;
@@ -45,6 +49,7 @@ use super::{
     Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, PutCondition, PutOpts,
 };
 
+mod clock;
 mod error;
 mod multipart;
 mod stream;
@@ -254,17 +259,21 @@ impl super::Bucket for S3Bucket {
 
     async fn get(&self, key: &str) -> Result<Object, BucketError> {
         super::fs::check_key("get", key)?;
+        let date = clock::ResponseDate::default();
         let out = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(self.full_key(key))
+            .customize()
+            .interceptor(date.clone())
             .send()
             .await
             .map_err(|e| map_error(self, "S3 GetObject", key, false, e))?;
         let etag = etag_of(out.e_tag(), "get", key)?;
+        let age = clock::age(date.date().as_deref(), out.last_modified());
         let data = read_body(out.body, "S3 GetObject", key).await?;
-        Ok(Object { data, etag })
+        Ok(Object { data, etag, age })
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
