@@ -14,7 +14,8 @@
 //! - [`health`]: what a runner records, and the health judged from it.
 //! - [`worker`]: the backup worker (one step, its ledger, generations, segments, restore
 //!   points, lineage, retention, the runner under the lease); [`restore`]: restore, `--at`,
-//!   adopt; [`verify`]: verify and `ls`; [`registry`]: stores, tokens and instance claims.
+//!   adopt; [`verify`]: verify and `ls`; [`listing`]: restore points a page at a time, at
+//!   the cost of a page; [`registry`]: stores, tokens and instance claims.
 //! - [`service`]: the gRPC control plane; [`node_client`]: the position reporter a node embeds.
 
 // A cast that wraps or truncates turned `keep_for` of 2^63 ms into a negative age once; every
@@ -30,6 +31,7 @@ pub mod bucket;
 pub mod health;
 pub mod instance_lock;
 pub mod lease;
+pub mod listing;
 pub mod manifest;
 pub mod node_client;
 pub mod pacing;

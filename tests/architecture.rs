@@ -50,6 +50,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         "verify",
         &["units", "bucket", "manifest", "store", "restore"],
     ),
+    ("listing", &["units", "bucket", "manifest"]),
     ("registry", &["units", "lease", "instance_lock"]),
 ];
 

@@ -32,6 +32,7 @@ async fn conformance(b: DynBucket) {
     compare_and_swap(&*b).await;
     deletes(&*b).await;
     listing(&*b).await;
+    listing_start_after(&*b).await;
     ranges(&*b).await;
     large_file_body(&*b).await;
     checked_file_bodies(&*b).await;
@@ -208,6 +209,75 @@ async fn listing(b: &dyn Bucket) {
     );
     assert_eq!(partial, expect, "partial-segment prefix");
     assert!(list_all(b, "nothing/").await.unwrap().is_empty());
+}
+
+/// `start_after` (S3's `StartAfter`): only keys after it, whether or not it is a key itself,
+/// paged as any listing, and combined with a token the later of the two bounds.
+async fn listing_start_after(b: &dyn Bucket) {
+    let keys: Vec<String> = (0..30).map(|i| format!("after/m/{i:04}.json")).collect();
+    for key in &keys {
+        b.put(key, body(key.clone()), PutCondition::None)
+            .await
+            .unwrap();
+    }
+    b.put("after/n", body("outside"), PutCondition::None)
+        .await
+        .unwrap();
+    let listed = |page: mushroom_backup::bucket::ListPage| -> Vec<String> {
+        page.objects.into_iter().map(|o| o.key).collect()
+    };
+
+    // After an existing key: the keys after it, not it.
+    let page = b
+        .list(ListQuery::new("after/m/", None, 1000).starting_after("after/m/0010.json"))
+        .await
+        .unwrap();
+    assert!(page.next_token.is_none(), "{:?}", page.next_token);
+    assert_eq!(listed(page), keys[11..].to_vec(), "after an existing key");
+
+    // After a key that is not there (a key's own prefix sorts just before it): from that key on.
+    let page = b
+        .list(ListQuery::new("after/m/", None, 1000).starting_after("after/m/0020"))
+        .await
+        .unwrap();
+    assert_eq!(listed(page), keys[20..].to_vec(), "after a missing key");
+
+    // After a key before the prefix: the whole prefix; after every key: nothing.
+    let page = b
+        .list(ListQuery::new("after/m/", None, 1000).starting_after("after/a"))
+        .await
+        .unwrap();
+    assert_eq!(listed(page), keys, "after a key before the prefix");
+    let page = b
+        .list(ListQuery::new("after/m/", None, 1000).starting_after("after/m/9"))
+        .await
+        .unwrap();
+    assert!(page.objects.is_empty() && page.next_token.is_none());
+
+    // Paged from a start: every key after it once, in order.
+    let (mut paged, mut token, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let q = ListQuery::new("after/m/", token, 4).starting_after("after/m/0005.json");
+        let page = b.list(q).await.unwrap();
+        assert!(page.objects.len() <= 4);
+        pages += 1;
+        assert!(pages < 100, "pagination does not end");
+        let next = page.next_token.clone();
+        paged.extend(listed(page));
+        match next {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(paged, keys[6..].to_vec(), "pages after a start");
+
+    // A token and a start: the later bound wins, whichever it is.
+    let q = ListQuery::new("after/m/", Some("after/m/0003.json".into()), 1000)
+        .starting_after("after/m/0025.json");
+    assert_eq!(listed(b.list(q).await.unwrap()), keys[26..].to_vec());
+    let q = ListQuery::new("after/m/", Some("after/m/0027.json".into()), 1000)
+        .starting_after("after/m/0002.json");
+    assert_eq!(listed(b.list(q).await.unwrap()), keys[28..].to_vec());
 }
 
 async fn ranges(b: &dyn Bucket) {
@@ -460,6 +530,28 @@ async fn faulty_bucket_without_faults_conforms() {
     conformance(b.clone()).await;
     assert!(b.requests() > 100, "only {} requests counted", b.requests());
     assert!(b.log().iter().all(|e| e.fault == Fault::Pass));
+}
+
+/// The counting and metering wrappers pass every request on unchanged (a listing's
+/// `start_after` too), over a local directory and over S3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counting_and_metered_wrappers_conform() {
+    use mushroom_backup::bucket::counting::CountingBucket;
+    use mushroom_backup::bucket::metered::MeteredBucket;
+    let (_dir, fs) = fs_bucket();
+    let b = Arc::new(CountingBucket::new(Arc::new(MeteredBucket::new(fs))));
+    conformance(b.clone()).await;
+    assert!(
+        b.counts().snapshot().list > 10,
+        "{:?}",
+        b.counts().snapshot()
+    );
+    if let Some(s3) = support::s3::bucket_with_part_size("conformance-wrapped", 5 << 20).await {
+        conformance(Arc::new(CountingBucket::new(Arc::new(MeteredBucket::new(
+            s3,
+        )))))
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -370,6 +370,84 @@ async fn segments_shipped_after_the_last_restore_point_are_taken_on_after_a_rest
     assert_eq!(m.segments.len(), 2);
 }
 
+/// Resume takes on the segments shipped after the newest restore point (fetched several at
+/// once) in order, up to a gap, and never past it: a segment missing from the bucket, or whose
+/// bytes are not the local WAL's, ends the extension there, and the segments after it (valid
+/// on their own) are not spliced on; the bytes from the gap on are shipped again.
+#[tokio::test]
+async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
+    for gap in ["missing", "corrupt"] {
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        write(&store, 300, 0, 0);
+        worker(&store, fs_bucket(&root), config())
+            .run_once()
+            .await
+            .unwrap();
+        // Three segments shipped after it by runs that "die" before a restore point.
+        let mut cfg = config();
+        cfg.restore_point_interval = std::time::Duration::from_secs(3600);
+        for _ in 0..3 {
+            write(&store, 50, 0, 0);
+            let mut w = worker(&store, fs_bucket(&root), cfg.clone());
+            assert!(matches!(
+                w.step().await.unwrap(),
+                StepOutcome::Resumed { .. }
+            ));
+            assert!(matches!(
+                w.step().await.unwrap(),
+                StepOutcome::Shipped { .. }
+            ));
+        }
+        let b = fs_bucket(&root);
+        let mut segments: Vec<(u64, u64, String)> =
+            bucket::list_all(b.as_ref(), &manifest::segments_prefix(1))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter_map(|o| manifest::parse_segment_key(1, &o.key).map(|(s, e)| (s, e, o.key)))
+                .collect();
+        segments.sort();
+        assert_eq!(segments.len(), 4, "{gap}: {segments:?}");
+        let (taken, hole, after) = (&segments[1], &segments[2], &segments[3]);
+        match gap {
+            "missing" => b.delete(&hole.2, None).await.unwrap(),
+            _ => {
+                let len = usize::try_from(hole.1 - hole.0).unwrap();
+                b.put(
+                    &hole.2,
+                    bucket::Body::from(vec![0xab; len]),
+                    bucket::PutCondition::None,
+                )
+                .await
+                .unwrap();
+            }
+        }
+
+        let mut w = worker(&store, fs_bucket(&root), cfg);
+        match w.step().await.unwrap() {
+            StepOutcome::Resumed {
+                shipped_commit_seq, ..
+            } => assert_eq!(shipped_commit_seq, Some(350), "{gap}: up to the gap"),
+            other => panic!("{gap}: expected a resume, got {other:?}"),
+        }
+        w.request_restore_point();
+        w.run_once().await.unwrap();
+        let (_, m) = latest(b.as_ref()).await;
+        assert_eq!(m.commit_seq, 450, "{gap}");
+        let keys: Vec<&str> = m.segments.iter().map(|s| s.object.key.as_str()).collect();
+        assert!(keys.contains(&taken.2.as_str()), "{gap}: {keys:?}");
+        assert!(
+            !keys.contains(&hole.2.as_str()) && !keys.contains(&after.2.as_str()),
+            "{gap}: a segment at or past the gap is named: {keys:?}"
+        );
+        let report = mushroom_backup::verify::verify(b.as_ref(), &Default::default())
+            .await
+            .unwrap();
+        assert!(report.manifests.last().unwrap().ok, "{gap}: {report}");
+    }
+}
+
 #[tokio::test]
 async fn a_snapshot_that_keeps_its_wal_reuses_the_shipped_segments() {
     let t = tempfile::tempdir().unwrap();
@@ -543,6 +621,57 @@ async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_ther
         4 + 1 + 2,
         "resume lists the generations (LATEST names the newest manifest), retention both"
     );
+}
+
+/// Retention remembers, while its view lives, which generations hold nothing it may delete: a
+/// run with nothing to delete lists `manifests/` alone, a run after a new generation lists
+/// only the generations that may have lost their last manifest, and what the narrowed runs
+/// left is exactly what a fresh worker's full listing leaves (it finds nothing more to delete).
+#[tokio::test]
+async fn retention_lists_only_generations_that_can_have_lost_their_last_manifest() {
+    use mushroom_backup::bucket::counting::CountingBucket;
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let mut cfg = config();
+    cfg.retention.keep_for = std::time::Duration::ZERO;
+    cfg.retention.keep_generations = 2;
+    cfg.retention.orphan_grace = std::time::Duration::ZERO;
+    let counting = Arc::new(CountingBucket::new(fs_bucket(&root)));
+    let lists = || counting.counts().snapshot().list;
+    let mut w = worker(&store, counting.clone(), cfg.clone());
+    let mut deleted = 0;
+    for _ in 0..5 {
+        write(&store, 200, 150, 4 << 10);
+        deleted += w.run_once().await.unwrap().deleted;
+    }
+    assert!(deleted > 0, "the old generations were deleted");
+
+    // Nothing new, nothing to delete: one LIST, of manifests/ (it was 2 + a page per 1,000
+    // objects of gen/ before).
+    let before = lists();
+    w.request_retention();
+    let r = w.run_once().await.unwrap();
+    assert_eq!(r.deleted, 0);
+    assert_eq!(lists() - before, 1, "a second run lists manifests/ alone");
+
+    // A new generation: the run lists manifests/ and the generations its deletions touch.
+    write(&store, 200, 150, 4 << 10);
+    let before = lists();
+    let r = w.run_once().await.unwrap();
+    assert!(r.deleted > 0, "{r:?}");
+    let narrowed = lists() - before;
+    eprintln!("retention after a new generation: {narrowed} LISTs");
+    assert!((2..=4).contains(&narrowed), "{narrowed} LISTs");
+
+    // A fresh worker lists everything and finds nothing the narrowed runs missed.
+    let mut fresh = worker(&store, fs_bucket(&root), cfg);
+    let r = fresh.run_once().await.unwrap();
+    assert_eq!(r.deleted, 0, "the narrowed runs left something deletable");
+    let b = fs_bucket(&root);
+    let report = mushroom_backup::verify::verify(b.as_ref(), &Default::default())
+        .await
+        .unwrap();
+    assert!(report.ok, "{report}");
 }
 
 #[tokio::test]

@@ -193,11 +193,11 @@ impl Bucket for MemBucket {
     }
 
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
-        let (prefix, token, max_keys) = (query.prefix, query.token, query.max_keys);
+        let (prefix, max_keys) = (query.prefix, query.max_keys);
         let max_keys = max_keys.clamp(1, MAX_PAGE);
         let objects = self.objects();
-        let start = match &token {
-            Some(after) => Bound::Excluded(after.as_str()),
+        let start = match query.after() {
+            Some(after) => Bound::Excluded(after),
             None => Bound::Included(prefix),
         };
         let mut found: Vec<ObjectMeta> = objects

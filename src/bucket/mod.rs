@@ -138,12 +138,17 @@ impl From<PutCondition> for PutOpts {
 }
 
 /// What a listing asks for: the keys under `prefix`, at most `max_keys` of them, after the
-/// page `token` ends (from the start when `None`).
+/// page `token` ends (from the start when `None`) and after the key `start_after` (S3's
+/// `StartAfter`: a key, present or not, that every listed key sorts after).
+///
+/// A token is itself the last key of the page it ends, so the two bounds are one kind of
+/// bound: a listing starts after the greater of them ([`ListQuery::after`]), in every backend.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery<'a> {
     pub prefix: &'a str,
     pub token: Option<String>,
     pub max_keys: usize,
+    pub start_after: Option<String>,
 }
 
 impl<'a> ListQuery<'a> {
@@ -152,6 +157,21 @@ impl<'a> ListQuery<'a> {
             prefix,
             token,
             max_keys,
+            start_after: None,
+        }
+    }
+
+    /// This query, listing only keys that sort after `key`.
+    pub fn starting_after(mut self, key: impl Into<String>) -> ListQuery<'a> {
+        self.start_after = Some(key.into());
+        self
+    }
+
+    /// The key every listed key sorts after: the greater of the token and `start_after`.
+    pub fn after(&self) -> Option<&str> {
+        match (self.token.as_deref(), self.start_after.as_deref()) {
+            (Some(t), Some(s)) => Some(t.max(s)),
+            (t, s) => t.or(s),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::auth::{self, AuthError};
 use super::error::ServiceError;
 use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use super::health_watch::{HealthStream, HealthWatch};
+use super::limits;
 use super::proto::{self, backup_control_server::BackupControl};
 use super::request::{self, new_store, position};
 use crate::wal_source::StreamAttachment;
@@ -210,13 +211,13 @@ impl BackupControl for Api {
         self.admin(&req)?;
         let r = req.into_inner();
         record_store_id(&r.store_id);
-        request::check_listing(&r).map_err(err)?;
-        let points = self.fleet.restore_points(&r.store_id).await.map_err(err)?;
-        Ok(Response::new(request::page(
-            points,
-            &r.page_token,
-            r.page_size,
-        )))
+        let cursor = request::check_listing(&r).map_err(err)?;
+        let page = self
+            .fleet
+            .restore_points(&r.store_id, cursor, limits::page_size(r.page_size))
+            .await
+            .map_err(err)?;
+        Ok(Response::new(request::page(page)))
     }
 
     async fn adopt(

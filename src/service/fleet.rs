@@ -156,7 +156,7 @@ pub enum FleetError {
     Open(#[from] OpenError),
     /// The destination's restore points cannot be listed.
     #[error(transparent)]
-    Listing(#[from] crate::verify::VerifyError),
+    Listing(#[from] crate::listing::ListingError),
     #[error("{}", restore_message(.0))]
     Restore(#[from] restore::RestoreError),
     #[error("{}", registry_message(.0))]
@@ -567,14 +567,17 @@ impl Fleet {
         }
     }
 
-    /// The restore points of any store in the registry, read from its destination.
+    /// One page of the restore points of any store in the registry, read from its
+    /// destination at the cost of a page (`crate::listing`).
     pub async fn restore_points(
         &self,
         store_id: &str,
-    ) -> Result<Vec<crate::verify::RestorePointInfo>, FleetError> {
+        cursor: Option<crate::listing::Cursor>,
+        page_size: usize,
+    ) -> Result<crate::listing::Page, FleetError> {
         let destination = self.destination_of(store_id).await?;
         let bucket = bucket::open_read_only(&destination).await?;
-        Ok(crate::verify::list_restore_points(bucket.as_ref()).await?)
+        Ok(crate::listing::page(bucket.as_ref(), cursor, page_size).await?)
     }
 
     pub fn list(&self) -> Vec<Arc<StoreEntry>> {

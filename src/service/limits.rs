@@ -37,7 +37,8 @@ pub const MAX_KEEP_GENERATIONS: u64 = worker_limits::KEEP_GENERATIONS.max;
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size when a request names none.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
-/// The longest page token (the tokens this server gives are manifest keys, 35 bytes).
+/// The longest page token (the tokens this server gives are a manifest key and a span, at
+/// most 56 bytes: `crate::listing::Cursor::token`).
 pub const MAX_PAGE_TOKEN_BYTES: usize = 64;
 /// How much of a refused value an error message shows.
 pub const QUOTED_CHARS: usize = 256;

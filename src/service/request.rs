@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::fleet::{NewStore, StoreOptions};
 use super::limits::{self, FieldError};
 use super::proto;
+use crate::listing::{Cursor, Page};
 use crate::store::format::WalPosition;
-use crate::verify::RestorePointInfo;
 use crate::worker::BackupTrigger;
 
 /// A store's options: 0 (or no options at all) is the service's default.
@@ -65,62 +65,42 @@ pub fn trigger(kind: i32) -> Result<BackupTrigger, FieldError> {
 }
 
 /// Checks a `ListRestorePoints` request's store id and page token (empty, or one this server
-/// gave: a manifest key).
-pub fn check_listing(r: &proto::ListRestorePointsRequest) -> Result<(), FieldError> {
+/// gave: `crate::listing::Cursor::token`, or a bare manifest key as earlier servers gave);
+/// returns the cursor the token names.
+pub fn check_listing(r: &proto::ListRestorePointsRequest) -> Result<Option<Cursor>, FieldError> {
     limits::check_store_id(&r.store_id)?;
     limits::check_page_token(&r.page_token)?;
-    if !r.page_token.is_empty() && crate::manifest::parse_manifest_key(&r.page_token).is_none() {
-        return Err(FieldError(format!(
+    if r.page_token.is_empty() {
+        return Ok(None);
+    }
+    match Cursor::parse(&r.page_token) {
+        Some(c) => Ok(Some(c)),
+        None => Err(FieldError(format!(
             "page_token {:?} is not one this server gave",
             r.page_token
-        )));
+        ))),
     }
-    Ok(())
 }
 
-/// One page of `points` (the readable ones, newest first) after `page_token`, and the token
+/// A page of restore points (valid ones, newest first) as the API answers it, with the token
 /// of the next page (empty on the last).
-pub fn page(
-    mut points: Vec<RestorePointInfo>,
-    page_token: &str,
-    page_size: u32,
-) -> proto::ListRestorePointsResponse {
-    let size = limits::page_size(page_size);
-    points.retain(|p| p.error.is_none());
-    points.sort_by(|a, b| b.key.cmp(&a.key));
-    let start = if page_token.is_empty() {
-        0
-    } else {
-        points
-            .iter()
-            .position(|p| p.key.as_str() < page_token)
-            .unwrap_or(points.len())
-    };
-    let page: Vec<_> = points[start..].iter().take(size).collect();
-    let next_page_token = if start + page.len() < points.len() {
-        page.last().map(|p| p.key.clone()).unwrap_or_default()
-    } else {
-        String::new()
-    };
+pub fn page(page: Page) -> proto::ListRestorePointsResponse {
     let restore_points = page
+        .points
         .into_iter()
         .map(|p| proto::RestorePoint {
-            commit_seq: p.commit_seq.unwrap_or(0),
-            manifest_key: p.key.clone(),
-            lineage: p.lineage.map(|l| l.to_string()).unwrap_or_default(),
-            generation: p.generation.unwrap_or(0),
-            created_at_unix_ms: p
-                .created_at
-                .as_deref()
-                .and_then(crate::manifest::parse_time_ms)
-                .unwrap_or(0),
-            bytes: p.bytes.unwrap_or(0),
+            commit_seq: p.manifest.commit_seq,
+            lineage: p.manifest.lineage.to_string(),
+            generation: p.manifest.generation,
+            created_at_unix_ms: crate::manifest::parse_time_ms(&p.manifest.created_at).unwrap_or(0),
+            bytes: p.manifest.total_len().unwrap_or(0),
             is_latest: p.is_latest,
+            manifest_key: p.key,
         })
         .collect();
     proto::ListRestorePointsResponse {
         restore_points,
-        next_page_token,
+        next_page_token: page.next.map(|c| c.token()).unwrap_or_default(),
     }
 }
 

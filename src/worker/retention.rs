@@ -14,12 +14,37 @@
 //! their claim). Skipping can only delay a deletion, never make one. A first backup of a store
 //! so costs no LIST for retention.
 //!
+//! # Which generations are listed
+//! The first run in a view's life lists all of `gen/`. It then remembers, in the view
+//! ([`Settled`]), which generations hold nothing retention may delete: every object there was
+//! named by a manifest when listed (unnamed ones were just deleted), or the generation is
+//! another lineage's, or its claim cannot be read (never acted on). A later run lists
+//! `gen/<g>/` only for the generations that may have changed since:
+//! - those not settled (the generation being shipped, a claim younger than `orphan_grace`,
+//!   everything while a junk manifest is present);
+//! - those an object of a manifest that is gone names: the manifests this run deletes, and
+//!   any manifest read earlier that the listing of `manifests/` no longer shows (another
+//!   lineage's retention, an operator). A junk manifest gone, whose content was never known,
+//!   makes the run list all of `gen/` again;
+//! - the generations numbered after the last run's listing, up to the one being shipped (a
+//!   generation this worker shipped and has since left).
+//!
+//! That is enough because an object can become deletable only by losing the last manifest
+//! naming it (every such manifest was read, so its disappearance is seen in the listing of
+//! `manifests/`), or by being uploaded into a generation that is not settled: only the
+//! generation being shipped is written to, under this worker's lease. Over
+//! [`MAX_NARROW_LISTS`] generations to look at, one listing of all of `gen/` is cheaper and is
+//! made instead. `manifests/` is listed every run (1 request per 1,000 keys): its keys say
+//! which manifests of every lineage are there, which the safety rule needs. A new view (a
+//! restart, a lost lease) starts over with a full listing; what is remembered only ever skips
+//! a LIST whose keys retention would not act on, never makes a deletion.
+//!
 //! Order: manifests first, then the objects they no longer name. A crash between the two
 //! leaves unnamed objects, which the next run deletes. GENERATION claims of emptied
 //! generations are deleted too, except the highest number in the prefix, so numbers stay
 //! unique.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use super::ctx::Ctx;
@@ -46,6 +71,47 @@ impl Default for RetentionPolicy {
             keep_generations: 2,
             orphan_grace: Duration::from_secs(3600),
         }
+    }
+}
+
+/// The most generations a run lists one by one; more, and it lists all of `gen/` once.
+pub const MAX_NARROW_LISTS: usize = 16;
+
+/// What retention proved of the prefix's generations while a view lives (module docs).
+#[derive(Debug, Default)]
+pub(super) struct Settled {
+    /// Every generation numbered up to this was listed by a run; `None` before the first run
+    /// that listed `gen/`.
+    through: Option<u64>,
+    /// Generations up to `through` that are *not* settled: listed again by the next run.
+    unsettled: BTreeSet<u64>,
+    /// Set when a junk manifest disappeared: the next run lists all of `gen/`.
+    list_all: bool,
+}
+
+impl Settled {
+    /// The generations of the objects `m` names may have lost their last manifest.
+    fn manifest_gone(&mut self, m: Option<&Manifest>) {
+        match m {
+            Some(m) => self.unsettled.extend(
+                m.objects()
+                    .filter_map(|o| manifest::parse_generation(&o.key)),
+            ),
+            None => self.list_all = true,
+        }
+    }
+
+    /// The generations to list one by one below `upper`, or `None`: list all of `gen/`.
+    fn narrow(&self, upper: u64) -> Option<BTreeSet<u64>> {
+        let through = self.through.filter(|_| !self.list_all)?;
+        let mut look: BTreeSet<u64> = self.unsettled.range(..upper).copied().collect();
+        for g in through.saturating_add(1)..upper {
+            look.insert(g);
+            if look.len() > MAX_NARROW_LISTS {
+                return None;
+            }
+        }
+        (look.len() <= MAX_NARROW_LISTS).then_some(look)
     }
 }
 
@@ -78,7 +144,13 @@ pub(super) async fn run(
         .filter(|o| manifest::parse_manifest_key(&o.key).is_some())
         .map(|o| o.key)
         .collect();
-    view.manifests.retain(|k, _| keys.contains(k));
+    let listed: HashSet<&String> = keys.iter().collect();
+    for (k, m) in &view.manifests {
+        if !listed.contains(k) {
+            view.settled.manifest_gone(m.as_ref());
+        }
+    }
+    view.manifests.retain(|k, _| listed.contains(k));
     for key in &keys {
         if view.manifests.contains_key(key) {
             continue;
@@ -128,6 +200,9 @@ pub(super) async fn run(
         .collect();
     let mut deleted = 0u64;
     for key in &doomed {
+        if let Some(m) = view.manifests.get(key) {
+            view.settled.manifest_gone(m.as_ref());
+        }
         bucket.delete(key, None).await?;
         view.manifests.remove(key);
         deleted += 1;
@@ -143,22 +218,63 @@ pub(super) async fn run(
         .collect();
     let junk_present = view.manifests.values().any(|m| m.is_none());
     let current = view.current.as_ref().map_or(u64::MAX, |g| g.number);
+    // This lineage's generations are numbered at most `max_generation`, and the one being
+    // shipped is never touched: generations below `upper` are the ones to look at.
+    let upper = current.min(view.max_generation.saturating_add(1));
     let mut by_generation: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
-        if let Some(g) = manifest::parse_generation(&o.key) {
-            by_generation.entry(g).or_default().push(o.key);
+    let narrow = view.settled.narrow(upper);
+    let max_generation = match &narrow {
+        None => {
+            // Until this run ends, the next one lists everything too.
+            view.settled.list_all = true;
+            view.settled.unsettled.clear();
+            for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
+                if let Some(g) = manifest::parse_generation(&o.key) {
+                    by_generation.entry(g).or_default().push(o.key);
+                }
+            }
+            by_generation.keys().next_back().copied().unwrap_or(0)
         }
-    }
-    let max_generation = by_generation.keys().next_back().copied().unwrap_or(0);
+        Some(look) => {
+            for &g in look {
+                let keys: Vec<String> =
+                    bucket::list_all(bucket.as_ref(), &manifest::generation_prefix(g))
+                        .await?
+                        .into_iter()
+                        .map(|o| o.key)
+                        .collect();
+                if keys.is_empty() {
+                    // An empty generation holds nothing to delete.
+                    view.settled.unsettled.remove(&g);
+                } else {
+                    by_generation.insert(g, keys);
+                }
+            }
+            let listed_max = by_generation.keys().next_back().copied().unwrap_or(0);
+            listed_max
+                .max(view.max_generation)
+                .max(view.settled.through.unwrap_or(0))
+        }
+    };
     let grace_ms = crate::units::millis_i64(policy.orphan_grace);
     for (g, keys) in by_generation {
         if g >= current || junk_present {
+            if g < upper {
+                view.settled.unsettled.insert(g);
+            }
             continue;
         }
         let Some(c) = claim(bucket, &mut view.claims, g).await? else {
+            // No readable claim (cached as such): never acted on.
+            view.settled.unsettled.remove(&g);
             continue;
         };
-        if c.lineage != lineage || age_ms(&c.created_at, now_ms) < grace_ms {
+        if c.lineage != lineage {
+            view.settled.unsettled.remove(&g);
+            continue;
+        }
+        if age_ms(&c.created_at, now_ms) < grace_ms {
+            view.settled.unsettled.insert(g);
             continue;
         }
         let claim_key = manifest::generation_key(g);
@@ -167,6 +283,7 @@ pub(super) async fn run(
             .filter(|k| **k != claim_key && !named.contains(*k))
             .collect();
         let emptied = keys.iter().all(|k| *k == claim_key || !named.contains(k));
+        view.settled.unsettled.insert(g);
         for key in unnamed {
             bucket.delete(key, None).await?;
             deleted += 1;
@@ -176,7 +293,14 @@ pub(super) async fn run(
             view.claims.remove(&g);
             deleted += 1;
         }
+        // Every object left is named by a manifest that is there.
+        view.settled.unsettled.remove(&g);
     }
+    if upper > 0 {
+        let through = view.settled.through.map_or(upper - 1, |t| t.max(upper - 1));
+        view.settled.through = Some(through);
+    }
+    view.settled.list_all = false;
     if deleted > 0 {
         tracing::info!(deleted, "retention deleted objects");
     }

@@ -110,6 +110,8 @@ pub(super) struct View {
     /// When resume found the prefix empty (no LATEST, no manifest, no generation): everything
     /// in it since was written after this (see [`super::retention`]).
     pub found_empty_at: Option<tokio::time::Instant>,
+    /// What retention proved of the generations while this view lives.
+    pub settled: super::retention::Settled,
 }
 
 async fn get_opt(
@@ -314,6 +316,7 @@ impl View {
             manifests,
             claims: HashMap::new(),
             found_empty_at,
+            settled: Default::default(),
         })
     }
 }
@@ -386,8 +389,38 @@ async fn check_not_diverged(
     Ok(())
 }
 
+/// Segment GETs in flight at once while resume takes on shipped segments.
+const SEGMENT_GETS: usize = 8;
+
+/// The segments shipped after the newest manifest that could continue it, in order: from
+/// `shipped_end`, each time the longest segment starting where the last ended and within
+/// `durable_len`. A gap (no segment starting where the last ended) ends the chain there.
+fn segment_chain(
+    keys: &[(u64, u64, String)],
+    shipped_end: u64,
+    durable_len: u64,
+) -> Vec<(u64, u64, String)> {
+    let mut chain: Vec<(u64, u64, String)> = Vec::new();
+    let mut at = shipped_end;
+    while let Some(next) = keys
+        .iter()
+        .filter(|(s, e, _)| *s == at && *e > at && *e <= durable_len)
+        .max_by_key(|(_, e, _)| *e)
+    {
+        at = next.1;
+        chain.push(next.clone());
+    }
+    chain
+}
+
 /// Takes on the segments shipped after the newest manifest (by a run that stopped before its
 /// next restore point), as long as they match the local WAL byte for byte.
+///
+/// The chain of candidates is read from the keys alone ([`segment_chain`]), its segments are
+/// fetched [`SEGMENT_GETS`] at a time, in order, and checked one after another as they come: a
+/// segment that is missing, differs from the local WAL, or does not hold whole frames
+/// continuing the commits before it ends the extension there, and no later segment is taken
+/// (the GETs still in flight are dropped).
 async fn extend_with_shipped_segments(
     cx: &Ctx<'_>,
     pos: &WalPosition,
@@ -395,18 +428,27 @@ async fn extend_with_shipped_segments(
     lineage: Uuid,
     mut keys: Vec<(u64, u64, String)>,
 ) -> Result<(), WorkerError> {
+    use futures::StreamExt;
     keys.sort();
+    let chain = segment_chain(&keys, g.shipped_end, pos.durable_len);
+    if chain.is_empty() {
+        return Ok(());
+    }
     let disk = DiskState::look_async(cx.store).await?;
-    loop {
-        let Some((start, end, key)) = keys
-            .iter()
-            .filter(|(s, e, _)| *s == g.shipped_end && *e <= pos.durable_len)
-            .max_by_key(|(_, e, _)| *e)
-            .cloned()
-        else {
+    let bucket = cx.bucket;
+    let mut fetched = futures::stream::iter(chain)
+        .map(|(start, end, key)| async move {
+            let o = get_opt(bucket, &key).await?;
+            Ok::<_, WorkerError>((start, end, key, o))
+        })
+        .buffered(SEGMENT_GETS);
+    while let Some(next) = fetched.next().await {
+        let (start, end, key, o) = next?;
+        // The chain is contiguous by construction; checked again, as it is what matters.
+        if start != g.shipped_end {
             return Ok(());
-        };
-        let Some(o) = get_opt(cx.bucket, &key).await? else {
+        }
+        let Some(o) = o else {
             return Ok(());
         };
         let Some(local) = read_wal_range(cx, &disk, start, end).await? else {
@@ -438,6 +480,7 @@ async fn extend_with_shipped_segments(
         });
         g.shipped_end = end;
     }
+    Ok(())
 }
 
 /// Reads a GENERATION claim, cached.
@@ -456,4 +499,37 @@ pub(super) async fn claim(
     };
     claims.insert(generation, c.clone());
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment_chain;
+
+    fn seg(s: u64, e: u64) -> (u64, u64, String) {
+        (s, e, format!("{s}-{e}"))
+    }
+
+    #[test]
+    fn the_chain_takes_the_longest_next_segment_and_stops_at_a_gap_or_the_durable_end() {
+        let keys = vec![
+            seg(10, 20),
+            seg(10, 30),
+            seg(30, 40),
+            seg(40, 40),
+            seg(40, 90),
+            seg(50, 60),
+        ];
+        let ends =
+            |c: Vec<(u64, u64, String)>| c.into_iter().map(|(s, e, _)| (s, e)).collect::<Vec<_>>();
+        assert_eq!(
+            ends(segment_chain(&keys, 10, 100)),
+            [(10, 30), (30, 40), (40, 90)]
+        );
+        // Past the durable end: not taken, and nothing after it either.
+        assert_eq!(ends(segment_chain(&keys, 10, 80)), [(10, 30), (30, 40)]);
+        // A gap: 50..60 does not continue 40 (only 40..90 would).
+        let gapped = vec![seg(10, 30), seg(50, 60), seg(60, 70)];
+        assert_eq!(ends(segment_chain(&gapped, 10, 100)), [(10, 30)]);
+        assert!(segment_chain(&gapped, 0, 100).is_empty());
+    }
 }

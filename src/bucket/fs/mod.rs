@@ -256,9 +256,10 @@ impl super::Bucket for FsBucket {
     }
 
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
-        let (p, token, max_keys) = (query.prefix.to_string(), query.token, query.max_keys);
+        let (p, max_keys) = (query.prefix.to_string(), query.max_keys);
+        let after = query.after().map(str::to_string);
         self.blocking("list", query.prefix, move |b| {
-            b.list(&p, token.as_deref(), max_keys)
+            b.list(&p, after.as_deref(), max_keys)
         })
         .await
     }

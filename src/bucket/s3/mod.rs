@@ -362,7 +362,7 @@ impl super::Bucket for S3Bucket {
     }
 
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
-        let (prefix, token, max_keys) = (query.prefix, query.token, query.max_keys);
+        let (prefix, max_keys) = (query.prefix, query.max_keys);
         let root = self.full_key("");
         let mut req = self
             .client
@@ -370,8 +370,9 @@ impl super::Bucket for S3Bucket {
             .bucket(&self.bucket)
             .prefix(format!("{root}{prefix}"))
             .max_keys(i32::try_from(max_keys.clamp(1, 1000)).unwrap_or(1000));
-        if let Some(token) = &token {
-            req = req.start_after(format!("{root}{token}"));
+        // Our tokens are keys (the last of the page), so both bounds are S3's StartAfter.
+        if let Some(after) = query.after() {
+            req = req.start_after(format!("{root}{after}"));
         }
         let out = req
             .send()
