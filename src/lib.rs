@@ -10,6 +10,7 @@
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
 //!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
 //! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
+//!   in the service, one instance lease per lease root fences every store lease ([`lease::instance`]);
 //!   [`wal_source`]: where the worker learns how much WAL is durable.
 //! - [`health`]: what a runner records, and the health judged from it.
 //! - [`worker`]: the backup worker (one step, its ledger, generations, segments, restore

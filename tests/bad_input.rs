@@ -69,6 +69,14 @@ const GENERATIONS_LIMIT: &str = "options.keep_generations must be 1 to 100000";
 const NOT_A_STORE_ID: &str = "store_id must be a store id (a UUID of 36 characters)";
 
 static CASES: &[Case] = &[
+    Case {
+        code: Code::PermissionDenied,
+        ..reg(
+            "destination inside the bucket's lease root",
+            |r| r.destination = "s3://bucket/.mushroom-backup/instances".into(),
+            "is inside a lease root (.mushroom-backup/)",
+        )
+    },
     reg(
         "destination over 4 KiB",
         |r| r.destination = format!("s3://bucket/{}", "p".repeat(4100)),

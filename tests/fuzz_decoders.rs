@@ -49,7 +49,7 @@ use std::path::{Component, Path};
 use std::time::{Duration, Instant};
 
 use generators::{edge_u64, map, op, payloads, uuid};
-use mushroom_backup::lease::{LeaseRecord, MAX_TTL};
+use mushroom_backup::lease::{FenceRef, LeaseRecord, MAX_TTL};
 use mushroom_backup::manifest::{
     ArchiveEntry, FORMAT, GenerationClaim, Latest, Manifest, ObjectEntry, ParentRef, SegmentEntry,
     SideFileEntry, SnapshotEntry, archive_key, generation_key, manifest_key, parse_generation,
@@ -945,15 +945,19 @@ impl Target for LeaseTarget {
             "[0-9a-f-]{0,36}",
             edge_u64(),
             edge_u64(),
+            proptest::option::of(("[a-z0-9%/._-]{0,40}", "[0-9a-f/-]{0,40}")),
         )
-            .prop_map(|(holder, host, store, ttl_ms, renewals)| LeaseRecord {
-                holder,
-                host,
-                store,
-                ttl_ms,
-                renewals,
-                acquired_at: "2026-12-02T14:00:00Z".into(),
-            })
+            .prop_map(
+                |(holder, host, store, ttl_ms, renewals, fence)| LeaseRecord {
+                    holder,
+                    host,
+                    store,
+                    ttl_ms,
+                    renewals,
+                    acquired_at: "2026-12-02T14:00:00Z".into(),
+                    fence: fence.map(|(key, holder)| FenceRef { key, holder }),
+                },
+            )
             .boxed()
     }
     fn encode(v: &LeaseRecord) -> Vec<u8> {
@@ -1464,6 +1468,7 @@ async fn regression_a_lease_with_renewals_at_u64_max_is_taken_over_and_renewed()
             ttl_ms: 30_000,
             renewals,
             acquired_at: "2026-12-02T14:00:00Z".into(),
+            fence: None,
         };
         bucket
             .put(LEASE_KEY, record.to_json().into(), PutCondition::None)

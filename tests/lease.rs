@@ -121,7 +121,8 @@ async fn acquires_an_empty_prefix() {
 
 #[tokio::test(start_paused = true)]
 async fn takes_over_only_after_a_full_ttl_of_observed_staleness() {
-    let mem = MemBucket::new();
+    // Without the bucket's clock (an endpoint with no `Date`): only what this process saw.
+    let mem = MemBucket::without_clock();
     let bucket: DynBucket = Arc::new(mem.clone());
     let t0 = Instant::now();
     let a = acquire(&bucket, config("a")).await;
@@ -168,6 +169,32 @@ async fn takes_over_only_after_a_full_ttl_of_observed_staleness() {
     let after = lease_object(&mem).await.0;
     assert_eq!(after.holder, "b");
     assert_eq!(after.renewals, before.renewals + 1, "the counter goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_the_buckets_clock_shows_stale_is_taken_at_once() {
+    let mem = MemBucket::new();
+    let bucket: DynBucket = Arc::new(mem.clone());
+    let a = acquire(&bucket, config("a")).await;
+    sleep(TTL / 6).await;
+    drop(a); // a crash: its only write is TTL/6 old
+    let t = Instant::now();
+    let mut b = LeaseAcquirer::new(bucket.clone(), config("b"));
+    // First look: the object is young by the bucket's clock, and new to `b`.
+    let (_, seen, retry_in) = held_elsewhere(b.try_acquire().await);
+    assert_eq!((seen, retry_in), (Duration::ZERO, TTL / 3));
+    // The bucket's clock, not `b`'s observation, decides: a TTL and the clock's resolution
+    // after the write, long before `b` has watched it for a TTL.
+    let written = t - TTL / 6;
+    let stale_at = written + TTL + mushroom_backup::lease::BUCKET_CLOCK_RESOLUTION;
+    sleep_until(stale_at - MS).await;
+    assert_eq!(held_elsewhere(b.try_acquire().await).0, "a");
+    sleep(MS).await;
+    let Ok(Acquisition::Acquired(lease)) = b.try_acquire().await else {
+        panic!("not taken at once though the bucket's clock shows it stale");
+    };
+    assert!(lease.may_write());
+    assert!(Instant::now() - t < TTL, "watched for a TTL anyway");
 }
 
 #[tokio::test(start_paused = true)]

@@ -250,6 +250,7 @@ async fn ctl_list_all_follows_the_pages_at_a_cost_in_proportion_to_the_points() 
         ttl_ms: 3_600_000,
         renewals: 0,
         acquired_at: manifest::now_rfc3339(),
+        fence: None,
     };
     c.direct
         .put(

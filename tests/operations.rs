@@ -175,8 +175,9 @@ fn hex_id(bytes: &[u8]) -> String {
 
 /// Worker spans that carry `store_id` (others, like `backup.segment`, inherit it from their
 /// `backup.step` parent in the trace but not as an attribute).
-const WORKER_SPANS: [&str; 6] = [
+const WORKER_SPANS: [&str; 7] = [
     "backup.step",
+    "lease.acquire",
     "backup.segment",
     "backup.generation",
     "backup.restore_point",

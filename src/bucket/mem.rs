@@ -65,6 +65,9 @@ pub struct MemBucket {
 struct Inner {
     id: u64,
     objects: Mutex<BTreeMap<String, Stored>>,
+    /// Whether `get` reports ages ([`MemBucket::without_clock`]: like an endpoint that sends
+    /// no `Date`).
+    clock: bool,
 }
 
 /// One object as stored.
@@ -85,10 +88,22 @@ impl Default for MemBucket {
 impl MemBucket {
     /// A new, empty bucket.
     pub fn new() -> Self {
+        Self::with_clock(true)
+    }
+
+    /// A new, empty bucket whose objects have no known age (`Object::age` is `None`), like an
+    /// S3 endpoint that sends no `Date`: for tests of what a reader does without the bucket's
+    /// clock.
+    pub fn without_clock() -> Self {
+        Self::with_clock(false)
+    }
+
+    fn with_clock(clock: bool) -> Self {
         MemBucket {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 objects: Mutex::new(BTreeMap::new()),
+                clock,
             }),
         }
     }
@@ -118,7 +133,7 @@ impl Bucket for MemBucket {
         Ok(Object {
             data: stored.data,
             etag: stored.etag,
-            age: Some(stored.written.elapsed()),
+            age: self.inner.clock.then(|| stored.written.elapsed()),
         })
     }
 

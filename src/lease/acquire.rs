@@ -9,7 +9,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::backoff::Backoff;
 
-use super::{BucketLease, LeaseConfig, LeaseError, LeaseRecord, LeaseState};
+use super::fence_watch::{FenceWatch, Verdict};
+use super::instance::{Fence, FenceHold};
+use super::{BucketLease, FenceRef, LeaseConfig, LeaseError, LeaseHandle, LeaseRecord, LeaseState};
 use crate::bucket::{BucketError, DynBucket, PutCondition, PutHint, PutOpts};
 use crate::manifest::LEASE_KEY;
 
@@ -71,6 +73,16 @@ pub struct LeaseAcquirer {
     observed: Option<Observed>,
     /// Where an acquired lease's renewal task is spawned.
     tasks: TaskTracker,
+    /// Under an instance lease: held first, and named in the store lease, which is then not
+    /// renewed ([`super::instance`]). `None`: the lease renews itself.
+    fence: Option<Fence>,
+    /// Holder ids proven to have stopped (a restarted process's predecessor): a lease naming
+    /// one is taken at once.
+    proven_dead: Vec<String>,
+    /// Judges the instance lease a store lease names, when it names one.
+    watch: FenceWatch,
+    /// The lease object's key: [`LEASE_KEY`] unless [`LeaseAcquirer::at_key`].
+    key: String,
 }
 
 struct Observed {
@@ -86,7 +98,38 @@ impl LeaseAcquirer {
             config,
             observed: None,
             tasks: TaskTracker::new(),
+            fence: None,
+            proven_dead: Vec::new(),
+            watch: FenceWatch::new(),
+            key: LEASE_KEY.to_string(),
         }
+    }
+
+    /// The lease object is `key` (an instance lease's) rather than [`LEASE_KEY`].
+    pub fn at_key(mut self, key: &str) -> Self {
+        self.key = key.to_string();
+        self
+    }
+
+    /// Acquires the lease under `fence`, an instance lease: the store lease names it, is
+    /// written once per acquisition and never renewed, and holds while the fence does.
+    pub fn fenced(mut self, fence: Fence) -> Self {
+        self.watch = FenceWatch::at(fence.bucket());
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Reads the instance leases that store leases name from `root` (the lease root of this
+    /// prefix's destination) instead of opening it from the destination's URL.
+    pub fn watching_fences_in(mut self, root: DynBucket) -> Self {
+        self.watch = FenceWatch::at(root);
+        self
+    }
+
+    /// Takes at once a lease whose holder is one of `holders`: ids proven to have stopped.
+    pub fn proven_dead(mut self, holders: Vec<String>) -> Self {
+        self.proven_dead = holders;
+        self
     }
 
     /// Spawns the renewal task of every lease acquired through `tasks` (by default, a tracker
@@ -101,11 +144,24 @@ impl LeaseAcquirer {
     }
 
     /// One attempt: acquire the lease if it is free, stale, or this holder's; otherwise say
-    /// who holds it and when to look again.
+    /// who holds it and when to look again. Under a fence, the fence is held first (an
+    /// instance lease held elsewhere is answered as [`Acquisition::HeldElsewhere`]).
+    #[tracing::instrument(name = "lease.acquire", skip_all, fields(store_id = %self.config.store))]
     pub async fn try_acquire(&mut self) -> Result<Acquisition, LeaseError> {
+        let fence = match &self.fence {
+            None => None,
+            Some(f) => match f.hold().await? {
+                FenceHold::Held(handle) => Some(handle),
+                FenceHold::Elsewhere(answer) => return Ok(answer),
+            },
+        };
+        let me = match &self.fence {
+            Some(f) => f.holder().to_string(),
+            None => self.config.holder.clone(),
+        };
         for _ in 0..MAX_ROUNDS {
             let asked = Instant::now();
-            let found = match self.bucket.get(LEASE_KEY).await {
+            let found = match self.bucket.get(&self.key).await {
                 Ok(object) => Some(object),
                 Err(BucketError::NotFound { .. }) => None,
                 Err(e) => return Err(e.into()),
@@ -114,7 +170,8 @@ impl LeaseAcquirer {
             let Some(object) = found else {
                 self.observed = None;
                 let cond = self.condition(PutCondition::IfNoneMatch);
-                match self.write(LeaseRecord::new(&self.config, 0), cond).await? {
+                let record = self.record(&me, 0);
+                match self.write(record, cond, fence.as_ref()).await? {
                     Some(lease) => return Ok(Acquisition::Acquired(lease)),
                     None => continue, // created by someone else meanwhile: look at theirs
                 }
@@ -130,45 +187,111 @@ impl LeaseAcquirer {
                     Duration::ZERO
                 }
             };
-            let wait = match &record {
+            let mut wait = match &record {
                 Some(r) => self.config.ttl.max(r.ttl()),
                 None => self.config.ttl,
             };
             let ours = record
                 .as_ref()
-                .is_some_and(|r| r.holder == self.config.holder);
-            if ours || seen >= wait {
+                .is_some_and(|r| r.holder == me || self.proven_dead.contains(&r.holder));
+            let mut seen_for = seen;
+            let mut host_seen = None;
+            let stopped = if ours {
+                Some("it is this holder's")
+            } else if let Some(f) = record
+                .as_ref()
+                .and_then(|r| r.fence.as_ref())
+                // Not a key any holder of ours writes: the store lease is judged by itself.
+                .filter(|f| f.is_plausible())
+            {
+                match self.judge(f, fence.as_ref()).await? {
+                    Verdict::Stopped { why } => Some(why),
+                    Verdict::Alive {
+                        host,
+                        seen,
+                        wait: w,
+                    } => {
+                        (seen_for, wait, host_seen) = (seen, w, Some(host));
+                        None
+                    }
+                }
+            } else if seen >= wait {
+                Some("it was not renewed for a TTL")
+            } else if super::stale_by_bucket_clock(object.age, wait) {
+                Some("the bucket's clock shows it unrenewed for a TTL")
+            } else {
+                None
+            };
+            if let Some(why) = stopped {
                 let renewals = record.as_ref().map_or(0, LeaseRecord::next_renewals);
                 let cond = self.condition(PutCondition::IfMatch(object.etag.clone()));
-                match self
-                    .write(LeaseRecord::new(&self.config, renewals), cond)
-                    .await?
-                {
+                let new = self.record(&me, renewals);
+                match self.write(new, cond, fence.as_ref()).await? {
                     Some(lease) => {
-                        tracing::info!(
-                            store = %self.config.store,
-                            previous = ?record.as_ref().map(|r| &r.holder),
-                            stale_for = ?seen,
-                            "took over the bucket lease"
-                        );
+                        if !ours {
+                            tracing::info!(
+                                store = %self.config.store,
+                                previous = ?record.as_ref().map(|r| &r.holder),
+                                stale_for = ?seen_for,
+                                why,
+                                "took over the bucket lease"
+                            );
+                        }
                         return Ok(Acquisition::Acquired(lease));
                     }
                     None => continue, // someone else took it over first: look at theirs
                 }
             }
             let (holder, host, store) = match record {
-                Some(r) => (r.holder, r.host, r.store),
+                Some(r) => (r.holder, host_seen.unwrap_or(r.host), r.store),
                 None => ("?".into(), "?".into(), "?".into()),
             };
             return Ok(Acquisition::HeldElsewhere {
                 holder,
                 host,
                 store,
-                seen_unchanged_for: seen,
-                retry_in: self.config.renew_every().min(wait - seen),
+                seen_unchanged_for: seen_for,
+                retry_in: self
+                    .config
+                    .renew_every()
+                    .min(wait.saturating_sub(seen_for))
+                    .max(Duration::from_millis(1)),
             });
         }
         Err(LeaseError::Contended { rounds: MAX_ROUNDS })
+    }
+
+    /// Whether the holder of a store lease naming `named` has stopped. A fence that is this
+    /// acquirer's own instance lease, now held by this process under a new holder id, proves
+    /// it without a request: taking an instance lease over means its former holder stopped.
+    async fn judge(
+        &mut self,
+        named: &FenceRef,
+        ours: Option<&LeaseHandle>,
+    ) -> Result<Verdict, LeaseError> {
+        if let (Some(f), Some(_)) = (&self.fence, ours)
+            && f.key() == named.key
+        {
+            return Ok(Verdict::Stopped {
+                why: "its instance lease is held by this process now",
+            });
+        }
+        let url = self.bucket.url();
+        self.watch.judge(&url, named, self.config.ttl).await
+    }
+
+    /// The record this acquirer writes, holder `me`, under its fence if it has one.
+    fn record(&self, me: &str, renewals: u64) -> LeaseRecord {
+        let mut record = LeaseRecord::new(&self.config, renewals);
+        record.holder = me.to_string();
+        if let Some(f) = &self.fence {
+            record.ttl_ms = crate::units::millis_u64(f.ttl());
+            record.fence = Some(FenceRef {
+                key: f.key().to_string(),
+                holder: me.to_string(),
+            });
+        }
+        record
     }
 
     /// Tries until the lease is acquired, waiting as [`Acquisition::HeldElsewhere`] says (and a
@@ -251,17 +374,29 @@ impl LeaseAcquirer {
         &mut self,
         record: LeaseRecord,
         cond: PutCondition,
+        fence: Option<&LeaseHandle>,
     ) -> Result<Option<BucketLease>, LeaseError> {
         let started = Instant::now();
         match self
             .bucket
-            .put_with(LEASE_KEY, record.to_json().into(), frequent(cond))
+            .put_with(&self.key, record.to_json().into(), frequent(cond))
             .await
         {
             Ok(etag) => {
                 self.observed = None;
+                if let Some(fence) = fence {
+                    return Ok(Some(BucketLease::start_fenced(
+                        self.bucket.clone(),
+                        self.key.clone(),
+                        self.config.clone(),
+                        record,
+                        etag,
+                        fence.clone(),
+                    )));
+                }
                 let lease = BucketLease::start(
                     self.bucket.clone(),
+                    self.key.clone(),
                     self.config.clone(),
                     record,
                     etag,

@@ -11,6 +11,11 @@
 //!   false with the token not yet cancelled.
 //! - `in_bucket` is the lease object as this holder last knew it to be there, updated by every
 //!   successful write even after the lease ended, so release deletes the right version.
+//! - A *fenced* lease (a store lease under an instance lease, [`BucketLease::start_fenced`])
+//!   has no renewal task and no deadline of its own: it holds while it has not ended and its
+//!   fence holds, and its token is a child of the fence's, so it is cancelled the moment the
+//!   fence stops holding. Whoever first finds the fence ended ends the fenced lease too, with
+//!   [`LostReason::InstanceLeaseEnded`].
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -24,7 +29,6 @@ use super::{
     LeaseConfig, LeaseError, LeaseRecord, LeaseState, LeaseStatus, LostReason, ReleaseOutcome,
 };
 use crate::bucket::{BucketError, DynBucket, Object, PutCondition};
-use crate::manifest::LEASE_KEY;
 
 /// A held bucket lease. Renews itself from a task it owns until released or dropped; dropping
 /// it without [`BucketLease::release`] leaves the lease object behind, as a crash would.
@@ -45,7 +49,11 @@ pub struct LeaseHandle {
 
 struct Shared {
     bucket: DynBucket,
+    /// The lease object's key: [`LEASE_KEY`](crate::manifest::LEASE_KEY) for a store lease.
+    key: String,
     config: LeaseConfig,
+    /// The instance lease this (store) lease holds under; `None`: it renews itself.
+    fence: Option<LeaseHandle>,
     /// Cancelled the moment the lease stops holding.
     holds: CancellationToken,
     state: Mutex<State>,
@@ -93,6 +101,7 @@ impl BucketLease {
     /// Starts holding: `record` was written with ETag `etag` by a request started at `started`.
     pub(super) fn start(
         bucket: DynBucket,
+        key: String,
         config: LeaseConfig,
         record: LeaseRecord,
         etag: String,
@@ -103,7 +112,9 @@ impl BucketLease {
         tracing::info!(store = %config.store, holder = %config.holder, "holding the bucket lease");
         let shared = Arc::new(Shared {
             bucket,
+            key,
             config,
+            fence: None,
             holds: CancellationToken::new(),
             state: Mutex::new(State {
                 in_bucket: (record, etag),
@@ -120,6 +131,41 @@ impl BucketLease {
             handle: LeaseHandle { shared },
             stop,
             task: Some(task),
+        }
+    }
+
+    /// Starts holding a store lease under `fence` (an instance lease): `record` was written
+    /// with ETag `etag`. Nothing renews it; it holds while `fence` does (see the module docs).
+    pub(super) fn start_fenced(
+        bucket: DynBucket,
+        key: String,
+        config: LeaseConfig,
+        record: LeaseRecord,
+        etag: String,
+        fence: LeaseHandle,
+    ) -> BucketLease {
+        tracing::debug!(store = %config.store, fence = %fence.shared.config.holder, "holding the store lease under the instance lease");
+        let holds = fence.shared.holds.child_token();
+        let shared = Arc::new(Shared {
+            bucket,
+            key,
+            config,
+            fence: Some(fence),
+            holds,
+            state: Mutex::new(State {
+                in_bucket: (record, etag),
+                // Unused: the fence's deadline is the one that counts.
+                deadline: Instant::now(),
+                renewals: 0,
+                last_error: None,
+                pending: None,
+                ended: None,
+            }),
+        });
+        BucketLease {
+            handle: LeaseHandle { shared },
+            stop: CancellationToken::new(),
+            task: None,
         }
     }
 
@@ -218,6 +264,14 @@ impl LeaseHandle {
         shared.holding_until();
         let state = shared.state();
         let now_state = state.ended.clone().unwrap_or(LeaseState::Holding);
+        let (renewals, last_renewal_error) = match &shared.fence {
+            // A fenced lease is renewed by its fence.
+            Some(fence) => {
+                let f = fence.shared.state();
+                (f.renewals, f.last_error.clone())
+            }
+            None => (state.renewals, state.last_error.clone()),
+        };
         LeaseStatus {
             state: now_state,
             holder: shared.config.holder.clone(),
@@ -225,8 +279,8 @@ impl LeaseHandle {
             store: shared.config.store.clone(),
             ttl: shared.config.ttl,
             conditional: shared.config.conditional,
-            renewals: state.renewals,
-            last_renewal_error: state.last_error.clone(),
+            renewals,
+            last_renewal_error,
         }
     }
 }
@@ -273,6 +327,18 @@ impl Shared {
         let state = self.state();
         if state.ended.is_some() {
             return None;
+        }
+        if let Some(fence) = &self.fence {
+            drop(state);
+            // The fence's own check ends the fence (cancelling its token, and so this one's)
+            // before it answers `None`.
+            return match fence.shared.holding_until() {
+                Some(deadline) => Some(deadline),
+                None => {
+                    self.lose(LostReason::InstanceLeaseEnded);
+                    None
+                }
+            };
         }
         if Instant::now() < state.deadline {
             return Some(state.deadline);
@@ -325,7 +391,7 @@ impl Shared {
         let written = if self.config.conditional {
             self.bucket
                 .put_with(
-                    LEASE_KEY,
+                    &self.key,
                     body.into(),
                     frequent(PutCondition::IfMatch(etag)),
                 )
@@ -339,7 +405,7 @@ impl Shared {
             Err(BucketError::PreconditionFailed { .. }) if !self.may_have_landed() => {
                 Renewal::TakenOver
             }
-            Err(BucketError::PreconditionFailed { .. }) => match self.bucket.get(LEASE_KEY).await {
+            Err(BucketError::PreconditionFailed { .. }) => match self.bucket.get(&self.key).await {
                 Ok(there) => match self.landed(&there) {
                     Some(base) => self.renewed(base, there.etag),
                     None => Renewal::TakenOver,
@@ -354,17 +420,19 @@ impl Shared {
     /// The renewal of a lease without conditional writes: a plain PUT, only when the object
     /// is still the version this holder wrote (best effort: not atomic).
     async fn put_if_still_ours(&self, body: Bytes, etag: &str) -> Result<String, BucketError> {
-        let there = match self.bucket.get(LEASE_KEY).await {
+        let there = match self.bucket.get(&self.key).await {
             Ok(there) => there,
-            Err(BucketError::NotFound { .. }) => return Err(precondition_failed()),
+            Err(BucketError::NotFound { .. }) => {
+                return Err(BucketError::precondition_failed(&self.key));
+            }
             Err(e) => return Err(e),
         };
         if there.etag != etag {
             // Perhaps an earlier attempt of ours landed: the caller reads it and decides.
-            return Err(precondition_failed());
+            return Err(BucketError::precondition_failed(&self.key));
         }
         self.bucket
-            .put(LEASE_KEY, body.into(), PutCondition::None)
+            .put(&self.key, body.into(), PutCondition::None)
             .await
     }
 
@@ -419,16 +487,16 @@ impl Shared {
     async fn delete(&self) -> Result<ReleaseOutcome, LeaseError> {
         let etag = self.state().in_bucket.1.clone();
         let first = if self.config.conditional {
-            self.bucket.delete(LEASE_KEY, Some(&etag)).await
+            self.bucket.delete(&self.key, Some(&etag)).await
         } else {
-            Err(precondition_failed()) // look before deleting: there is no If-Match
+            Err(BucketError::precondition_failed(&self.key)) // look before deleting: there is no If-Match
         };
         match first {
             Ok(()) => return Ok(ReleaseOutcome::Deleted),
             Err(BucketError::PreconditionFailed { .. }) => {}
             Err(e) => return Err(e.into()),
         }
-        let there = match self.bucket.get(LEASE_KEY).await {
+        let there = match self.bucket.get(&self.key).await {
             Ok(there) => there,
             Err(BucketError::NotFound { .. }) => return Ok(ReleaseOutcome::TakenOver),
             Err(e) => return Err(e.into()),
@@ -438,16 +506,10 @@ impl Shared {
             return Ok(ReleaseOutcome::TakenOver);
         }
         let if_match = self.config.conditional.then_some(there.etag.as_str());
-        match self.bucket.delete(LEASE_KEY, if_match).await {
+        match self.bucket.delete(&self.key, if_match).await {
             Ok(()) => Ok(ReleaseOutcome::Deleted),
             Err(BucketError::PreconditionFailed { .. }) => Ok(ReleaseOutcome::TakenOver),
             Err(e) => Err(e.into()),
         }
-    }
-}
-
-fn precondition_failed() -> BucketError {
-    BucketError::PreconditionFailed {
-        key: LEASE_KEY.to_string(),
     }
 }

@@ -14,7 +14,12 @@
 //!   restart that kept its id). Nothing in the content is trusted as a time: not
 //!   `acquired_at`, not another host's clock. The TTL waited is the longer of ours and the
 //!   record's `ttl_ms` (so a holder configured with a longer TTL is not cut short), at most
-//!   [`MAX_TTL`].
+//!   [`MAX_TTL`]. Or at once when the bucket's own clock shows it unwritten for that long
+//!   ([`crate::bucket::Object::age`]: the response's `Date` minus its `Last-Modified`, plus
+//!   [`BUCKET_CLOCK_RESOLUTION`]): that is one clock, the bucket's, judging its own stamps, so
+//!   a successor that just started (a restart, a failover) need not watch for a TTL first.
+//!   The holder's deadline runs from the *start* of its last write, before the stamp, so it
+//!   has stopped writing by then.
 //! - otherwise, or when a conditional write answers 412 (someone else won the race), the answer
 //!   is [`Acquisition::HeldElsewhere`], naming the holder and saying when to look again: a third
 //!   of a TTL, or sooner when the observed TTL runs out before. So a successor waiting on a
@@ -63,6 +68,13 @@
 //! - `may_write` ends TTL − TTL/10 (27 s) after the last successful renewal's start;
 //! - takeover after a TTL of observed staleness; looking again every TTL/3.
 //!
+//! # Under an instance lease
+//! In the service, a store's lease object is not renewed: it names (in [`LeaseRecord::fence`])
+//! the instance lease of its lease root, one object renewed for every store of the process
+//! there, and holds while that does. See [`instance`] for how that keeps every guarantee above
+//! at no request per idle store; the standalone `backup` command keeps a renewing lease of its
+//! own. Either kind of acquirer judges either kind of lease object it finds.
+//!
 //! # What a crash leaves
 //! A lease object naming the dead holder. A successor takes it over once it has seen it
 //! unchanged for a TTL (a restart that keeps its holder id, at once). A clean shutdown
@@ -75,10 +87,13 @@ use std::time::Duration;
 use crate::bucket::BucketError;
 
 mod acquire;
+mod fence_watch;
 mod holding;
+pub mod instance;
 
 pub use acquire::{Acquisition, Attempt, LeaseAcquirer};
 pub use holding::{BucketLease, LeaseHandle};
+pub use instance::{Fence, InstanceLeaseConfig, InstanceLeases};
 
 /// The default TTL of a lease.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -86,6 +101,15 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub const MIN_TTL: Duration = Duration::from_millis(30);
 /// The longest TTL accepted, from the environment or from a lease object's `ttl_ms`.
 pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// How coarse a bucket's clock may be ([`crate::bucket::Object::age`]: S3's `Date` and
+/// `Last-Modified` are to the second): an age counts as a TTL only when it is a TTL and this.
+pub const BUCKET_CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
+
+/// Whether an object of age `age` by the bucket's own clock has gone unwritten for `wait`.
+pub(crate) fn stale_by_bucket_clock(age: Option<Duration>, wait: Duration) -> bool {
+    age.is_some_and(|age| age >= wait + BUCKET_CLOCK_RESOLUTION)
+}
+
 /// Retry delay after a failed lease renewal (capped at the renewal interval).
 pub const RENEW_RETRY: Duration = Duration::from_secs(1);
 /// The variable holding the TTL in milliseconds.
@@ -217,6 +241,38 @@ pub struct LeaseRecord {
     pub renewals: u64,
     /// When the holder acquired it, by the holder's wall clock: for people, never for timing.
     pub acquired_at: String,
+    /// For a store lease under an instance lease ([`instance`]): the instance lease that
+    /// fences it. Such a store lease is not renewed; it holds while that lease does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<FenceRef>,
+}
+
+/// The instance lease a store lease names ([`LeaseRecord::fence`]): its key under the lease
+/// root of the store's destination ([`instance::lease_root`]) and the holder that must be
+/// renewing it for the store lease to hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FenceRef {
+    pub key: String,
+    pub holder: String,
+}
+
+impl FenceRef {
+    /// Whether the key is one this process would ever write: `instances/<name>.lease`, the
+    /// name made of [`instance::key_for`]'s characters. A store lease object is read from the
+    /// bucket; whatever else it names is not looked at.
+    pub fn is_plausible(&self) -> bool {
+        self.key
+            .strip_prefix(instance::INSTANCES_PREFIX)
+            .and_then(|k| k.strip_suffix(".lease"))
+            .is_some_and(|name| {
+                !name.is_empty()
+                    && name.len() <= 200
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.%".contains(&b))
+                    && !name.starts_with('.')
+            })
+    }
 }
 
 impl LeaseRecord {
@@ -231,6 +287,7 @@ impl LeaseRecord {
             ttl_ms: config.ttl.as_millis().try_into().unwrap_or(u64::MAX),
             renewals,
             acquired_at,
+            fence: None,
         }
     }
 
@@ -277,6 +334,9 @@ pub enum LeaseError {
     Contended { rounds: u32 },
     #[error("cancelled while waiting for the bucket lease")]
     Cancelled,
+    /// The lease root a store lease's fence lives in cannot be read.
+    #[error("the lease root {url} cannot be read: {reason}")]
+    FenceRoot { url: String, reason: String },
 }
 
 /// Where a lease stands, for health.
@@ -305,6 +365,8 @@ pub enum LostReason {
     TakenOver,
     /// Renewals failed until the deadline passed.
     Expired,
+    /// The instance lease that fenced this store lease stopped holding ([`instance`]).
+    InstanceLeaseEnded,
 }
 
 /// A snapshot of a lease, for health.

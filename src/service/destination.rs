@@ -14,6 +14,10 @@
 //! `--allow-destination-root` is given, strictly under one of those roots. These are checked at
 //! `Register` and `Adopt`; a store registered before a root was narrowed keeps its destination
 //! (a warning at start says so).
+//!
+//! No destination may lie inside a lease root (a path component or prefix part
+//! `.mushroom-backup`, [`crate::lease::instance::LEASE_DIR`]): the instance leases live there,
+//! beside the stores' prefixes.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -136,6 +140,18 @@ fn overlap(a: &Path, b: &Path) -> bool {
 /// Parses `raw` and checks where it may be: see the module docs.
 pub fn check(raw: &str, placement: Placement<'_>) -> Result<Destination, DestinationError> {
     let dest = Destination::parse(raw)?;
+    let lease_dir = crate::lease::instance::LEASE_DIR;
+    let in_lease_root = match &dest {
+        Destination::File(path) => path.iter().any(|c| c == lease_dir),
+        Destination::S3 { prefix, .. } => prefix.iter().any(|c| c == lease_dir),
+    };
+    if in_lease_root {
+        return Err(DestinationError::Placement(format!(
+            "destination {} is inside a lease root ({lease_dir}/): that is where instance \
+             leases live, beside the stores' prefixes",
+            quote(raw)
+        )));
+    }
     if let Destination::File(path) = &dest {
         let denied = |why: String| {
             DestinationError::Placement(format!(

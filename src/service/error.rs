@@ -107,7 +107,7 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
         FleetError::Open(
             OpenError::Unavailable { .. } | OpenError::Missing { .. } | OpenError::Refused(_),
         ) => Code::FailedPrecondition,
-        FleetError::Listing(_) => Code::Unavailable,
+        FleetError::Listing(_) | FleetError::LeaseRoot(_) => Code::Unavailable,
         FleetError::Restore(r) => match r {
             RestoreError::TargetNotEmpty { .. }
             | RestoreError::BadTarget { .. }

@@ -32,7 +32,7 @@ use super::error::{registry_message, restore_message};
 use super::limits::{self, FieldError};
 use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
-use crate::lease::LeaseConfig;
+use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
 use crate::registry::{
     self, AuditEntry, ClaimError, InstanceClaim, Predecessor, Registry, StoreRecord,
 };
@@ -161,6 +161,9 @@ pub enum FleetError {
     Restore(#[from] restore::RestoreError),
     #[error("{}", registry_message(.0))]
     Registry(#[from] registry::RegistryError),
+    /// The lease root of the destination (where the instance lease lives) cannot be opened.
+    #[error("{0}")]
+    LeaseRoot(String),
     /// A failure of ours.
     #[error("internal error: {0}")]
     Internal(String),
@@ -180,6 +183,9 @@ pub struct Fleet {
     /// Cancelled, with the reason in `claim_lost_why`, when the claim was taken over.
     claim_lost: CancellationToken,
     claim_lost_why: std::sync::Mutex<Option<String>>,
+    /// One bucket lease per lease root, fencing every store's lease under it: the only lease
+    /// renewals the service sends ([`crate::lease::instance`]).
+    leases: InstanceLeases,
 }
 
 /// A store another instance owns, as the shared registry last heard of it.
@@ -218,8 +224,27 @@ impl Fleet {
             }
             None => {}
         }
+        let tasks = TaskTracker::new();
+        // A predecessor its lock proves dead wrote its leases under its nonce: they are taken
+        // at once. One only stale may still be writing: its leases go by the usual rules.
+        let proven_dead = claim
+            .predecessor()
+            .filter(|p| p.proven_dead())
+            .map(|p| instance::holder_id(&config.instance_id, p.nonce()))
+            .into_iter()
+            .collect();
+        let leases = InstanceLeases::new(
+            InstanceLeaseConfig {
+                ttl: config.lease_ttl,
+                conditional: config.worker.conditional_writes,
+                proven_dead,
+                ..InstanceLeaseConfig::new(&config.instance_id, &claim.record().nonce)
+            },
+            &tasks,
+        );
         let fleet = Arc::new(Fleet {
-            tasks: TaskTracker::new(),
+            tasks,
+            leases,
             registry,
             config,
             stores: RwLock::new(BTreeMap::new()),
@@ -341,7 +366,13 @@ impl Fleet {
             conditional: self.config.worker.conditional_writes,
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let handle = worker.spawn(lease, self.shutdown.child_token(), &self.tasks);
+        let fence = self
+            .leases
+            .fence_for(&record.destination)
+            .await
+            .map_err(|e| FleetError::LeaseRoot(e.to_string()))?;
+        let acquirer = LeaseAcquirer::new(worker.bucket(), lease).fenced(fence);
+        let handle = worker.spawn_under(acquirer, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
             dir,
@@ -695,6 +726,11 @@ impl Fleet {
     pub async fn shutdown_all(&self, flush: bool) {
         let entries = self.list();
         futures::future::join_all(entries.iter().map(|e| e.handle.shutdown(flush))).await;
+    }
+
+    /// Releases the instance leases: after [`Fleet::shutdown_all`], once no store writes.
+    pub async fn release_leases(&self) {
+        self.leases.release_all().await;
     }
 
     /// Closes [`Fleet::tasks`] and waits for every task in it to end (each ends on its

@@ -257,6 +257,7 @@ pub async fn run(
     if let Some(why) = fleet.claim_lost_why() {
         // Another process runs these stores now: stop at once, no last flush.
         fleet.shutdown_all(false).await;
+        fleet.release_leases().await;
         workers.cancel();
         fleet.stop_tasks().await;
         drop(lock);
@@ -264,6 +265,7 @@ pub async fn run(
     }
     tracing::info!("stopping: flushing every store");
     fleet.shutdown_all(true).await;
+    fleet.release_leases().await;
     workers.cancel();
     fleet.stop_tasks().await;
     fleet.release_claim().await;

@@ -422,6 +422,13 @@ impl BackupWorker {
         }
     }
 
+    /// The bucket as the worker writes it (its requests counted in the worker's counters): for
+    /// a [`LeaseAcquirer`](crate::lease::LeaseAcquirer) given to
+    /// [`BackupWorker::spawn_under`].
+    pub fn bucket(&self) -> DynBucket {
+        self.bucket.clone()
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -196,6 +196,20 @@ impl BackupWorker {
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> BackupHandle {
+        let acquirer = LeaseAcquirer::new(self.bucket.clone(), lease);
+        self.spawn_under(acquirer, shutdown, tasks)
+    }
+
+    /// [`BackupWorker::spawn`] with the lease taken by `acquirer`: e.g. one
+    /// [fenced](LeaseAcquirer::fenced) by the instance lease, so that the store costs no
+    /// renewals.
+    pub fn spawn_under(
+        self,
+        acquirer: LeaseAcquirer,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> BackupHandle {
+        let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
             wal_interval: self.config.wal_interval,
@@ -224,7 +238,7 @@ impl BackupWorker {
         let max_backoff = self.config.max_backoff;
         let runner = Runner {
             store_id: lease.store.clone(),
-            acquirer: LeaseAcquirer::new(self.bucket.clone(), lease).tracked(tasks.clone()),
+            acquirer: acquirer.tracked(tasks.clone()),
             worker: self,
             triggers: trigger_rx,
             seen: Triggers::default(),
