@@ -29,18 +29,21 @@
 //! the defaults).
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;
 
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use mushroom_backup::service::proto::{HealthRequest, RegisterRequest};
 use mushroom_backup::store::engine::{self, WriteOptions};
+
+#[path = "support/serve.rs"]
+mod serve;
+use serve::{Server, env_or, memory, sample, syscalls, ticks_by_thread, verdict};
 
 const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
 const IDLE_CPU_TARGET_PCT: f64 = 5.0;
@@ -55,173 +58,6 @@ struct Shape {
     /// Waited after the fleet turned healthy, before the idle measurement (see the docs).
     settle: Duration,
     concurrency: usize,
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> anyhow::Result<T> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a number")),
-        Err(_) => Ok(default),
-    }
-}
-
-/// The `serve` process; killed when dropped (a benchmark that fails leaves nothing running).
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(data_dir: &Path, root: &Path, log: &Path, extra_args: &str) -> anyhow::Result<Server> {
-        let binary = std::env::var_os("MUSHROOM_BACKUP_BIN").map_or_else(
-            || env!("CARGO_BIN_EXE_mushroom-backup").into(),
-            PathBuf::from,
-        );
-        let mut child = Command::new(binary)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .arg("--allow-root")
-            .arg(root)
-            .args(extra_args.split_whitespace())
-            .env("MUSHROOMDB_BACKUP_LOG", "warn,mushroom_backup=info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(log)?)
-            .spawn()
-            .context("start mushroom-backup serve")?;
-        // The one JSON line on stdout once it listens; EOF if it exits first.
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
-        let started: serde_json::Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(_) => {
-                let _ = child.kill();
-                bail!(
-                    "serve did not print its listening line; its log:\n{}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-        };
-        let addr = started["listening"]
-            .as_str()
-            .context("no listening address")?
-            .to_string();
-        Ok(Server { child, addr })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// SIGTERM, then waits (every store flushes first): the exit status and how long it
-    /// took, or `None` if it is still running after `timeout` (then it is killed on drop).
-    async fn stop(
-        &mut self,
-        timeout: Duration,
-    ) -> anyhow::Result<Option<(std::process::ExitStatus, Duration)>> {
-        let t = Instant::now();
-        // SAFETY: plain kill(2) of our own child's pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        while t.elapsed() < timeout {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(Some((status, t.elapsed())));
-            }
-            // Async: the runtime must stay free to answer the server's GOAWAY.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(None)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Counters of one process (or one of its threads) from /proc.
-#[derive(Debug, Clone, Default)]
-struct ProcSample {
-    cpu_ticks: u64,
-    ctx_switches: u64,
-}
-
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
-}
-
-/// utime + stime (fields 14 and 15) of a /proc `stat` file, and its command name.
-fn stat_ticks(path: &Path) -> Option<(String, u64)> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let (head, rest) = text.rsplit_once(')')?;
-    let name = head.split_once('(')?.1.to_string();
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state).
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some((name, utime + stime))
-}
-
-fn status_field(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn sample(pid: u32) -> anyhow::Result<ProcSample> {
-    let (_, cpu_ticks) =
-        stat_ticks(&PathBuf::from(format!("/proc/{pid}/stat"))).context("read /proc/PID/stat")?;
-    let mut ctx_switches = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
-            continue;
-        };
-        ctx_switches += status_field(&status, "voluntary_ctxt_switches:").unwrap_or(0)
-            + status_field(&status, "nonvoluntary_ctxt_switches:").unwrap_or(0);
-    }
-    Ok(ProcSample {
-        cpu_ticks,
-        ctx_switches,
-    })
-}
-
-/// CPU ticks by thread name (tokio workers, blocking-pool threads, …).
-fn ticks_by_thread(pid: u32) -> BTreeMap<String, (usize, u64)> {
-    let mut out = BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        if let Some((name, ticks)) = stat_ticks(&task.path().join("stat")) {
-            let e = out.entry(name).or_insert((0, 0));
-            e.0 += 1;
-            e.1 += ticks;
-        }
-    }
-    out
-}
-
-/// `syscr` and `syscw` of /proc/PID/io.
-fn syscalls(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-    (
-        status_field(&text, "syscr:").unwrap_or(0),
-        status_field(&text, "syscw:").unwrap_or(0),
-    )
-}
-
-fn memory(pid: u32) -> anyhow::Result<(f64, f64, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let kib = |k| status_field(&text, k).unwrap_or(0) as f64;
-    Ok((
-        kib("VmRSS:") / 1024.0,
-        kib("VmHWM:") / 1024.0,
-        status_field(&text, "Threads:").unwrap_or(0),
-    ))
 }
 
 fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
@@ -327,10 +163,6 @@ async fn wait_all_healthy(
     }
 }
 
-fn verdict(ok: bool) -> &'static str {
-    if ok { "ok" } else { "MISSED" }
-}
-
 async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join("stores");
@@ -397,7 +229,7 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let threads1 = ticks_by_thread(pid);
     let (r1, w1) = syscalls(pid);
     let (rss, hwm, threads) = memory(pid)?;
-    let cpu_pct = (s1.cpu_ticks - s0.cpu_ticks) as f64 / clock_ticks() / secs * 100.0;
+    let cpu_pct = serve::cpu_pct(&s0, &s1, secs);
 
     let healthy_ok = healthy.is_some_and(|d| d <= HEALTHY_WITHIN);
     let cpu_ok = cpu_pct < IDLE_CPU_TARGET_PCT;
@@ -452,11 +284,7 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
         (w1 - w0) as f64 / secs
     );
     println!("  idle CPU by thread name:");
-    for (name, (count, ticks)) in &threads1 {
-        let before = threads0.get(name).map_or(0, |t| t.1);
-        let pct = ticks.saturating_sub(before) as f64 / clock_ticks() / secs * 100.0;
-        println!("    {name:<20} x{count:<4} {pct:>6.2} %");
-    }
+    serve::print_cpu_by_thread(&threads0, &threads1, secs);
 
     // A graceful shutdown waits for open connections: close ours first, as a client would.
     drop(client);
@@ -476,10 +304,8 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
         ),
     }
     if !shutdown_ok {
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
         println!("  the last 20 lines of serve's log:");
-        for l in &lines[lines.len().saturating_sub(20)..] {
+        for l in serve::log_tail(&log, 20) {
             println!("    {l}");
         }
     }

@@ -319,6 +319,50 @@ async fn reconnects_with_backoff_and_resends_the_newest() {
     f.kill.cancel();
 }
 
+/// Reports faster than `min_report_interval` coalesce: at most one per interval reaches the
+/// server (after the first), always the newest, and closing does not wait the interval out.
+#[tokio::test]
+async fn fast_reports_coalesce_into_the_newest() {
+    let mut f = fake("127.0.0.1:0").await;
+    let mut cfg = config(f.addr, "good");
+    cfg.min_report_interval = Duration::from_secs(1);
+    let c = NodeClient::connect(cfg).unwrap();
+    c.report(pos(1));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+
+    // Fifty reports with room between them for the client to send each (it would, unpaced).
+    let start = std::time::Instant::now();
+    for seq in 2..=51 {
+        c.report(pos(seq));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    c.flush(WAIT).await.unwrap();
+    let elapsed = start.elapsed();
+    let mut seen = Vec::new();
+    loop {
+        let r = next_seen(&mut f).await.expect("a report");
+        seen.push(r.commit_seq);
+        if r.commit_seq == 51 {
+            break;
+        }
+    }
+    let bound = 2 + elapsed.as_secs() as usize;
+    assert!(
+        seen.len() <= bound,
+        "{} reports in {elapsed:?} at one a second: {seen:?}",
+        seen.len()
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order: {seen:?}");
+
+    // One more inside the interval: close sends it at once, then ends the stream.
+    c.report(pos(52));
+    c.close().await;
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 52);
+    assert!(next_seen(&mut f).await.is_none(), "the stream ended");
+    f.kill.cancel();
+}
+
 #[test]
 fn bad_configurations_are_refused() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -338,5 +382,11 @@ fn bad_configurations_are_refused() {
                 "{server} {token:?}"
             );
         }
+        let mut slow = NodeClientConfig::new("http://127.0.0.1:1", "s", "t");
+        slow.min_report_interval = Duration::from_secs(2);
+        assert!(matches!(
+            NodeClient::connect(slow),
+            Err(NodeClientError::Config(_))
+        ));
     });
 }
