@@ -597,7 +597,8 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
             println!("  idle bucket requests        n/a   (FLEET_S3=1 counts them at the bucket)")
         }
     }
-    let ctx_per_sec = (s1.ctx_switches - s0.ctx_switches) as f64 / secs;
+    // Saturating: a thread that ended between the samples takes its switches with it.
+    let ctx_per_sec = s1.ctx_switches.saturating_sub(s0.ctx_switches) as f64 / secs;
     println!("  idle wakeups           {ctx_per_sec:>8.0} context switches/s");
     println!(
         "  idle syscalls          {:>8.0} reads/s, {:.0} writes/s",
