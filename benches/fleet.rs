@@ -1,4 +1,5 @@
-//! The fleet benchmark: 1,000 stores on one `serve` instance, at the default intervals.
+//! The fleet benchmark: 1,000 stores (or 5,000, 10,000…) on one `serve` instance, at the default
+//! intervals.
 //!
 //! Untimed set-up: 1,000 small reference-engine stores (20 commits each) under one allowed root.
 //! Then the release binary's `serve` starts (port 0, a temporary data dir, SQLite registry),
@@ -11,6 +12,11 @@
 //!   one core; target: under 5 %) and its resident memory (`VmRSS`; target: under 400 MiB);
 //! - to tell what the idle CPU is spent on: context switches (wakeups) per second, read and
 //!   write syscalls per second, and CPU by thread name;
+//! - the server's open file descriptors (entries of `/proc/PID/fd`), after the idle window;
+//! - with `FLEET_S3=1`, bucket requests per hour while idle, counted at the bucket: every store
+//!   backs up to `s3://fleet/store-N` on a `moto_server` the benchmark starts from the crate's
+//!   `.venv` (its request log, one line per request, is counted over the idle window). On the
+//!   default local-directory destinations that figure is not measured.
 //! - how long SIGTERM takes (every store flushes a last restore point; target: exit 0 within
 //!   3 minutes).
 //!
@@ -22,18 +28,22 @@
 //! renewal creates the lease's scratch file (`src/bucket/fs/mod.rs`), a one-off cost per store.
 //! Set it to 0 to include that round.
 //!
-//! `cargo bench --bench fleet`; `FLEET_STORES`, `FLEET_COMMITS`, `FLEET_IDLE_SECS` and
-//! `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16); `MUSHROOM_BACKUP_BIN` runs
+//! `cargo bench --bench fleet`; `FLEET_STORES` (a number, or a list run one after the other:
+//! `FLEET_STORES=1000,5000,10000`, with a table of all at the end), `FLEET_COMMITS`,
+//! `FLEET_IDLE_SECS` and `FLEET_CONCURRENCY` change the shape (defaults 1000, 20, 60, 16);
+//! `FLEET_LEASE_TTL_MS` sets the bucket lease's TTL (`MUSHROOMDB_BACKUP_LEASE_TTL_MS` of the
+//! server; renewals every third of it), to see the fleet without most renewals;
+//! `MUSHROOM_BACKUP_BIN` runs
 //! another binary than this build's (e.g. a copy, when several work trees share one target dir);
 //! `FLEET_SERVE_ARGS` adds flags to `serve`, to see what a setting costs (the targets are for
 //! the defaults).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use futures::StreamExt;
 use tonic::transport::Channel;
 
@@ -47,7 +57,7 @@ use serve::{Server, env_or, memory, sample, syscalls, ticks_by_thread, verdict};
 
 const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
 const IDLE_CPU_TARGET_PCT: f64 = 5.0;
-const RSS_TARGET_MIB: f64 = 400.0;
+const RSS_TARGET_MIB: f64 = 512.0;
 /// Every store flushes a last restore point on SIGTERM; a deployment's grace period is finite.
 const SHUTDOWN_WITHIN: Duration = Duration::from_secs(180);
 
@@ -58,6 +68,105 @@ struct Shape {
     /// Waited after the fleet turned healthy, before the idle measurement (see the docs).
     settle: Duration,
     concurrency: usize,
+    /// Back up to S3 (a moto server of the benchmark's own) rather than local directories.
+    s3: bool,
+    lease_ttl_ms: Option<u64>,
+}
+
+/// One run's figures, for the table at the end.
+struct Figures {
+    stores: usize,
+    registered: Duration,
+    healthy: Option<Duration>,
+    idle_cpu_pct: f64,
+    rss_mib: f64,
+    fds: usize,
+    ctx_per_sec: f64,
+    requests_per_hour: Option<f64>,
+    ok: bool,
+}
+
+/// The `moto_server` of the crate's `.venv`, its request log counted; killed when dropped.
+struct Moto {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl Moto {
+    fn start(log: &Path) -> anyhow::Result<Moto> {
+        let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(&moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .with_context(|| format!("start {}", moto.display()))?;
+        let m = Moto {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log: log.to_path_buf(),
+        };
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!("moto_server did not answer on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(m)
+    }
+
+    /// Requests served so far: the lines of its request log (`"PUT /fleet/… HTTP/1.1" 200 -`).
+    fn requests(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" HTTP/1.1\" "))
+            .count()
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL", self.url.clone()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_REGION", "us-east-1".into()),
+        ]
+    }
+
+    async fn create_bucket(&self, name: &str) -> anyhow::Result<()> {
+        use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+        let conf = aws_sdk_s3::config::Builder::new()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("test", "test", None, None, "fleet"))
+            .endpoint_url(&self.url)
+            .force_path_style(true)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+            .create_bucket()
+            .bucket(name)
+            .send()
+            .await
+            .with_context(|| format!("create bucket {name}"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
@@ -92,13 +201,13 @@ fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
 async fn register_all(
     client: &BackupControlClient<Channel>,
     dirs: &[PathBuf],
-    buckets: &Path,
+    buckets: &str,
     concurrency: usize,
 ) -> anyhow::Result<()> {
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(dirs.iter().enumerate())
         .map(|(i, dir)| {
             let mut client = client.clone();
-            let destination = format!("file://{}/store-{i:04}", buckets.display());
+            let destination = format!("{buckets}/store-{i:04}");
             async move {
                 client
                     .register(RegisterRequest {
@@ -163,7 +272,7 @@ async fn wait_all_healthy(
     }
 }
 
-async fn bench(shape: Shape) -> anyhow::Result<bool> {
+async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
     let tmp = tempfile::tempdir()?;
     let root = tmp.path().join("stores");
     let buckets = tmp.path().join("buckets");
@@ -172,7 +281,7 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let root = std::fs::canonicalize(&root)?;
 
     let t = Instant::now();
-    let dirs = create_stores(&root, &shape)?;
+    let dirs = create_stores(&root, shape)?;
     println!(
         "set-up: {} stores of {} commits written in {:.1} s (not timed)",
         dirs.len(),
@@ -182,7 +291,22 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
 
     let log = tmp.path().join("serve.log");
     let extra = std::env::var("FLEET_SERVE_ARGS").unwrap_or_default();
-    let mut server = Server::start(&tmp.path().join("data"), &root, &log, &extra)?;
+    let moto = if shape.s3 {
+        let moto = Moto::start(&tmp.path().join("moto.log"))?;
+        moto.create_bucket("fleet").await?;
+        Some(moto)
+    } else {
+        None
+    };
+    let mut env = moto.as_ref().map(Moto::env).unwrap_or_default();
+    if let Some(ttl) = shape.lease_ttl_ms {
+        env.push(("MUSHROOMDB_BACKUP_LEASE_TTL_MS", ttl.to_string()));
+    }
+    let destinations = match &moto {
+        Some(_) => "s3://fleet".to_string(),
+        None => format!("file://{}", buckets.display()),
+    };
+    let mut server = Server::start_with_env(&tmp.path().join("data"), &root, &log, &extra, &env)?;
     let pid = server.pid();
     let channel = Channel::from_shared(format!("http://{}", server.addr))?
         .connect()
@@ -191,7 +315,7 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let (rss_empty, _, _) = memory(pid)?;
 
     let start = Instant::now();
-    register_all(&client, &dirs, &buckets, shape.concurrency).await?;
+    register_all(&client, &dirs, &destinations, shape.concurrency).await?;
     let registered = start.elapsed();
     println!(
         "registered {} stores in {:.1} s ({:.0}/s, {} at a time)",
@@ -219,6 +343,7 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
         "idling {} s (serve pid {pid}, for perf or strace)",
         shape.idle.as_secs()
     );
+    let q0 = moto.as_ref().map(Moto::requests);
     let (r0, w0) = syscalls(pid);
     let s0 = sample(pid)?;
     let threads0 = ticks_by_thread(pid);
@@ -228,18 +353,34 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     let s1 = sample(pid)?;
     let threads1 = ticks_by_thread(pid);
     let (r1, w1) = syscalls(pid);
+    let q1 = moto.as_ref().map(Moto::requests);
     let (rss, hwm, threads) = memory(pid)?;
+    let fds = open_fds(pid);
+    let requests_per_hour = q0
+        .zip(q1)
+        .map(|(a, b)| b.saturating_sub(a) as f64 / secs * 3600.0);
     let cpu_pct = serve::cpu_pct(&s0, &s1, secs);
 
     let healthy_ok = healthy.is_some_and(|d| d <= HEALTHY_WITHIN);
     let cpu_ok = cpu_pct < IDLE_CPU_TARGET_PCT;
     let rss_ok = rss < RSS_TARGET_MIB;
     println!();
+    let dest = if shape.s3 {
+        "S3 (moto)"
+    } else {
+        "local directories"
+    };
+    let ttl = shape
+        .lease_ttl_ms
+        .map_or(String::new(), |t| format!(", lease TTL {t} ms"));
     if extra.trim().is_empty() {
-        println!("fleet of {} stores, default intervals:", dirs.len());
+        println!(
+            "fleet of {} stores on {dest}{ttl}, default intervals:",
+            dirs.len()
+        );
     } else {
         println!(
-            "fleet of {} stores, serve {extra} (targets are for the defaults):",
+            "fleet of {} stores on {dest}{ttl}, serve {extra} (targets are for the defaults):",
             dirs.len()
         );
     }
@@ -274,10 +415,16 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
     println!(
         "    (empty server {rss_empty:.1} MiB, after catch-up {rss_busy:.1} MiB, peak {hwm:.1} MiB, {threads} threads)"
     );
-    println!(
-        "  idle wakeups           {:>8.0} context switches/s",
-        (s1.ctx_switches - s0.ctx_switches) as f64 / secs
-    );
+    println!("  open file descriptors  {fds:>8}");
+    match requests_per_hour {
+        Some(r) => println!("  idle bucket requests   {r:>8.0} per hour (counted at moto)"),
+        None => {
+            println!("  idle bucket requests        n/a   (FLEET_S3=1 counts them at the bucket)")
+        }
+    }
+    // Saturating: a thread that ended between the samples takes its switches with it.
+    let ctx_per_sec = s1.ctx_switches.saturating_sub(s0.ctx_switches) as f64 / secs;
+    println!("  idle wakeups           {ctx_per_sec:>8.0} context switches/s");
     println!(
         "  idle syscalls          {:>8.0} reads/s, {:.0} writes/s",
         (r1 - r0) as f64 / secs,
@@ -309,26 +456,78 @@ async fn bench(shape: Shape) -> anyhow::Result<bool> {
             println!("    {l}");
         }
     }
-    Ok(healthy_ok && cpu_ok && rss_ok && shutdown_ok)
+    Ok(Figures {
+        stores: dirs.len(),
+        registered,
+        healthy,
+        idle_cpu_pct: cpu_pct,
+        rss_mib: rss,
+        fds,
+        ctx_per_sec,
+        requests_per_hour,
+        ok: healthy_ok && cpu_ok && rss_ok && shutdown_ok,
+    })
+}
+
+fn table(all: &[Figures]) {
+    println!();
+    println!(
+        "| stores | registration | all healthy | idle CPU | resident | open fds | wakeups/s | idle requests/hour |"
+    );
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for f in all {
+        println!(
+            "| {} | {:.1} s | {} | {:.2} % | {:.1} MiB | {} | {:.0} | {} |",
+            f.stores,
+            f.registered.as_secs_f64(),
+            f.healthy
+                .map_or("never".to_string(), |d| format!("{:.1} s", d.as_secs_f64())),
+            f.idle_cpu_pct,
+            f.rss_mib,
+            f.fds,
+            f.ctx_per_sec,
+            f.requests_per_hour
+                .map_or("n/a".to_string(), |r| format!("{r:.0}")),
+        );
+    }
 }
 
 fn main() -> ExitCode {
-    let shape = || -> anyhow::Result<Shape> {
-        Ok(Shape {
-            stores: env_or("FLEET_STORES", 1000)?,
-            commits: env_or("FLEET_COMMITS", 20)?,
-            idle: Duration::from_secs(env_or("FLEET_IDLE_SECS", 60)?),
-            settle: Duration::from_secs(env_or("FLEET_SETTLE_SECS", 15)?),
-            concurrency: env_or("FLEET_CONCURRENCY", 16)?,
-        })
+    let shapes = || -> anyhow::Result<Vec<Shape>> {
+        let sizes = std::env::var("FLEET_STORES").unwrap_or_else(|_| "1000".into());
+        let mut shapes = Vec::new();
+        for size in sizes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            shapes.push(Shape {
+                stores: size
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("FLEET_STORES: {size:?} is not a number"))?,
+                commits: env_or("FLEET_COMMITS", 20)?,
+                idle: Duration::from_secs(env_or("FLEET_IDLE_SECS", 60)?),
+                settle: Duration::from_secs(env_or("FLEET_SETTLE_SECS", 15)?),
+                concurrency: env_or("FLEET_CONCURRENCY", 16)?,
+                s3: std::env::var("FLEET_S3").is_ok_and(|v| v == "1"),
+                lease_ttl_ms: match std::env::var("FLEET_LEASE_TTL_MS") {
+                    Ok(v) => Some(v.parse().map_err(|_| {
+                        anyhow::anyhow!("FLEET_LEASE_TTL_MS={v:?} is not a number")
+                    })?),
+                    Err(_) => None,
+                },
+            });
+        }
+        Ok(shapes)
     };
     let run = || -> anyhow::Result<bool> {
-        let shape = shape()?;
+        let shapes = shapes()?;
         // One thread: the client should cost the 2-core machine as little as possible.
-        tokio::runtime::Builder::new_current_thread()
+        let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
-            .build()?
-            .block_on(bench(shape))
+            .build()?;
+        let mut all = Vec::new();
+        for shape in &shapes {
+            all.push(rt.block_on(bench(shape))?);
+        }
+        table(&all);
+        Ok(all.iter().all(|f| f.ok))
     };
     match run() {
         Ok(true) => ExitCode::SUCCESS,

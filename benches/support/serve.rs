@@ -38,6 +38,17 @@ impl Server {
         log: &Path,
         extra_args: &str,
     ) -> anyhow::Result<Server> {
+        Self::start_with_env(data_dir, root, log, extra_args, &[])
+    }
+
+    /// [`Server::start`] with variables `env` set for the server.
+    pub fn start_with_env(
+        data_dir: &Path,
+        root: &Path,
+        log: &Path,
+        extra_args: &str,
+        env: &[(&'static str, String)],
+    ) -> anyhow::Result<Server> {
         let binary = std::env::var_os("MUSHROOM_BACKUP_BIN").map_or_else(
             || env!("CARGO_BIN_EXE_mushroom-backup").into(),
             PathBuf::from,
@@ -49,6 +60,7 @@ impl Server {
             .arg(root)
             .args(extra_args.split_whitespace())
             .env("MUSHROOMDB_BACKUP_LOG", "warn,mushroom_backup=info")
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?)

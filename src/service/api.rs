@@ -259,12 +259,14 @@ impl BackupControl for Api {
             return Err(err(request::no_first_report()));
         };
         let first = first?;
-        let attachment = self.attach_node(&meta, &first, from)?;
+        let (attachment, entry) = self.attach_node(&meta, &first, from)?;
         let store_id = first.store_id.clone();
         let shutdown = self.shutdown.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         self.fleet.tasks.spawn(async move {
             let mut attachment = attachment;
+            // The stream's report stops counting when it ends: the worker looks again then.
+            let _nudge = NudgeOnEnd(entry);
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => {
@@ -283,7 +285,11 @@ impl BackupControl for Api {
                         }
                         Some(Ok(r)) => {
                             match request::same_store(&store_id, &r).and_then(|()| position(&r)) {
-                                Ok(p) => attachment.report(p),
+                                Ok(p) => {
+                                    attachment.report(p);
+                                    // A resting worker and supervisor look at it.
+                                    _nudge.0.handle.nudge();
+                                }
                                 Err(e) => {
                                     let _ = tx.send(Err(err(e))).await;
                                     return;
@@ -312,6 +318,15 @@ impl BackupControl for Api {
     }
 }
 
+/// Nudges the store's worker ([`crate::worker::BackupHandle::nudge`]) when dropped.
+struct NudgeOnEnd(Arc<StoreEntry>);
+
+impl Drop for NudgeOnEnd {
+    fn drop(&mut self) {
+        self.0.handle.nudge();
+    }
+}
+
 impl Api {
     /// Checks the node token of a stream's first report and attaches the stream to the store
     /// it names, its first report recorded. An unknown store and a wrong token get the same
@@ -321,7 +336,7 @@ impl Api {
         meta: &tonic::metadata::MetadataMap,
         first: &proto::PositionReport,
         from: String,
-    ) -> Result<StreamAttachment, ServiceError> {
+    ) -> Result<(StreamAttachment, Arc<StoreEntry>), ServiceError> {
         let entry = self.fleet.get(&first.store_id).ok();
         auth::require_node(
             meta,
@@ -337,7 +352,8 @@ impl Api {
             .attach(from)
             .map_err(|_| ServiceError::Deregistered(first.store_id.clone()))?;
         attachment.report(position);
-        Ok(attachment)
+        entry.handle.nudge();
+        Ok((attachment, entry))
     }
 
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {

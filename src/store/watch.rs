@@ -33,6 +33,17 @@
 //! These re-reads are the only looks an idle store makes; at 30 s everywhere they were a fifth
 //! of an idle fleet's CPU.
 //!
+//! # Being told instead of asking
+//! A watch made with [`DirWatch::signalling`] also raises a [`Signal`] (a `watch` channel's
+//! counter) whenever an event of its directory is read from the queue, by whoever reads it: a
+//! [`DirWatch::stamp`], or the process's one `dir-watch` thread, which blocks in `poll(2)` on
+//! the queue and drains it when something arrives. So a quiet store's runner can sleep until
+//! its directory changes (or its trust runs out) instead of asking every `wal_interval`; an
+//! idle process has that one thread asleep in the kernel. The signal says "look again", never
+//! what changed: the stamp stays the exact test. It is raised after the event is counted, so
+//! a stamp taken after the signal was seen always differs from one taken before the write. A
+//! queue overflow raises every signal.
+//!
 //! A queue overflow (`IN_Q_OVERFLOW`, when events pile up unread) changes every stamp. A
 //! directory that is deleted, moved away or unmounted has no stamp (`None`: look every time)
 //! until a directory is found at its path again, which is watched afresh under a new stamp.
@@ -46,8 +57,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::disk::ARCHIVE_DIR;
 
@@ -105,9 +118,24 @@ const MASK: u32 = libc::IN_MODIFY
 /// Events after which a watch no longer follows the directory at its path.
 const GONE: u32 = libc::IN_IGNORED | libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_UNMOUNT;
 
+/// Raised (its counter incremented) whenever an event of a [`DirWatch::signalling`] watch's
+/// directory is read from the queue: "something here may have changed; look".
+pub type Signal = Arc<watch::Sender<u64>>;
+
+/// A fresh [`Signal`], nobody subscribed yet.
+pub fn signal() -> Signal {
+    Arc::new(watch::channel(0).0)
+}
+
+fn raise(signal: &Signal) {
+    signal.send_modify(|n| *n = n.wrapping_add(1));
+}
+
 /// One kernel watch (one directory inode), shared by every [`DirWatch`] of that directory.
 struct Watched {
     users: usize,
+    /// The signals of the [`DirWatch`]es using this watch (those made with one).
+    listeners: Vec<Signal>,
     /// Events seen for this watch.
     events: u64,
     /// The directory was deleted, moved or unmounted: the watch no longer follows the path.
@@ -125,6 +153,8 @@ struct Table {
 struct Inotify {
     fd: OwnedFd,
     table: Mutex<Table>,
+    /// The `dir-watch` thread runs: signals are raised without anybody asking.
+    thread: bool,
 }
 
 /// The process's inotify instance, or `None` where the kernel refuses one.
@@ -141,6 +171,12 @@ fn inotify() -> Option<&'static Inotify> {
                 );
                 return None;
             }
+            let spawned = std::thread::Builder::new()
+                .name("dir-watch".into())
+                .spawn(move || wait_for_events(fd));
+            if let Err(e) = &spawned {
+                tracing::warn!(error = %e, "no dir-watch thread: quiet stores are looked at every interval");
+            }
             Some(Inotify {
                 // SAFETY: `fd` is a fresh descriptor nothing else owns.
                 fd: unsafe { OwnedFd::from_raw_fd(fd) },
@@ -148,9 +184,37 @@ fn inotify() -> Option<&'static Inotify> {
                     by_wd: HashMap::new(),
                     overflows: 0,
                 }),
+                thread: spawned.is_ok(),
             })
         })
         .as_ref()
+}
+
+/// The `dir-watch` thread: sleeps in `poll(2)` until the queue has events, then drains it
+/// (raising the signals). The descriptor lives as long as the process (a static).
+fn wait_for_events(fd: i32) {
+    loop {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd we own; the descriptor is never closed (a static).
+        let n = unsafe { libc::poll(&mut p, 1, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        if p.revents & (libc::POLLNVAL | libc::POLLERR) != 0 {
+            return;
+        }
+        if let Some(ino) = inotify() {
+            drop(ino.drained());
+        }
+    }
 }
 
 impl Inotify {
@@ -160,6 +224,8 @@ impl Inotify {
         // Left uninitialised (this runs for every store at every tick): only the bytes the
         // kernel wrote are ever looked at. u64 words keep it aligned for `inotify_event`.
         let mut buf = std::mem::MaybeUninit::<[u64; 1024]>::uninit();
+        // The watches that had events, each signalled once when the queue is empty.
+        let mut touched: Vec<i32> = Vec::new();
         loop {
             // SAFETY: reads into a buffer we own, at most its size.
             let n = unsafe {
@@ -171,6 +237,11 @@ impl Inotify {
             };
             if n <= 0 {
                 // EAGAIN: the queue is empty. Any other error: nothing more to read now.
+                for wd in touched {
+                    if let Some(w) = table.by_wd.get(&wd) {
+                        w.listeners.iter().for_each(raise);
+                    }
+                }
                 return table;
             }
             // SAFETY: the kernel initialised the first `n` bytes of the buffer.
@@ -185,9 +256,13 @@ impl Inotify {
                 at += head + ev.len as usize;
                 if ev.mask & libc::IN_Q_OVERFLOW != 0 {
                     table.overflows += 1;
+                    touched = table.by_wd.keys().copied().collect();
                     continue;
                 }
                 if let Some(w) = table.by_wd.get_mut(&ev.wd) {
+                    if !touched.contains(&ev.wd) {
+                        touched.push(ev.wd);
+                    }
                     w.events += 1;
                     w.gone |= ev.mask & GONE != 0;
                     w.dropped |= ev.mask & libc::IN_IGNORED != 0;
@@ -198,7 +273,7 @@ impl Inotify {
 
     /// Watches `path` (a directory); `None` when it cannot be watched (absent, not a
     /// directory, out of watches).
-    fn add(&self, table: &mut Table, path: &Path) -> Option<i32> {
+    fn add(&self, table: &mut Table, path: &Path, listener: Option<&Signal>) -> Option<i32> {
         let c = CString::new(path.as_os_str().as_bytes()).ok()?;
         // SAFETY: a NUL-terminated path and our own descriptor.
         let wd = unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), MASK) };
@@ -207,6 +282,7 @@ impl Inotify {
         }
         let w = table.by_wd.entry(wd).or_insert(Watched {
             users: 0,
+            listeners: Vec::new(),
             events: 0,
             gone: false,
             dropped: false,
@@ -218,11 +294,19 @@ impl Inotify {
             w.dropped = false;
         }
         w.users += 1;
+        if let Some(l) = listener {
+            w.listeners.push(l.clone());
+        }
         Some(wd)
     }
 
-    fn release(&self, table: &mut Table, wd: i32) {
+    fn release(&self, table: &mut Table, wd: i32, listener: Option<&Signal>) {
         if let Some(w) = table.by_wd.get_mut(&wd) {
+            if let Some(l) = listener
+                && let Some(i) = w.listeners.iter().position(|x| Arc::ptr_eq(x, l))
+            {
+                w.listeners.swap_remove(i);
+            }
             w.users = w.users.saturating_sub(1);
             if w.users == 0 {
                 let dropped = w.dropped;
@@ -244,6 +328,8 @@ pub struct DirWatch {
     /// [`DirWatch::trust`] in milliseconds: asked of the filesystem whenever the directory is
     /// (re)watched.
     trust_ms: AtomicU64,
+    /// Raised on the directory's events ([`DirWatch::signalling`]).
+    signal: Option<Signal>,
 }
 
 #[derive(Default)]
@@ -260,13 +346,32 @@ struct Inner {
 impl DirWatch {
     /// Starts watching `dir`. Never fails: a directory that cannot be watched has no stamp.
     pub fn new(dir: impl Into<PathBuf>) -> DirWatch {
+        Self::made(dir.into(), None)
+    }
+
+    /// Starts watching `dir`, raising `signal` whenever an event of it (or of its `archive/`)
+    /// is read: see the module docs.
+    pub fn signalling(dir: impl Into<PathBuf>, signal: Signal) -> DirWatch {
+        Self::made(dir.into(), Some(signal))
+    }
+
+    fn made(dir: PathBuf, signal: Option<Signal>) -> DirWatch {
         let w = DirWatch {
-            dir: dir.into(),
+            dir,
             inner: Mutex::new(Inner::default()),
             trust_ms: AtomicU64::new(crate::units::millis_u64(WATCH_TRUST)),
+            signal,
         };
         let _ = w.stamp();
         w
+    }
+
+    /// Whether the directory's changes raise the signal without anybody asking: a signal was
+    /// given, the directory is watched now and the `dir-watch` thread runs. When not, a caller
+    /// must ask ([`DirWatch::stamp`]) at its own pace.
+    pub fn signals(&self) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.signal.is_some() && inner.dir_wd.is_some() && inotify().is_some_and(|i| i.thread)
     }
 
     /// A value that changes whenever the directory or its `archive/` changed: equal stamps
@@ -277,19 +382,20 @@ impl DirWatch {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut table = ino.drained();
         // The directory itself: (re)watch it when it is not, or no longer, followed.
+        let signal = self.signal.as_ref();
         if let Some(wd) = inner.dir_wd
             && table.by_wd.get(&wd).is_none_or(|w| w.gone)
         {
-            ino.release(&mut table, wd);
+            ino.release(&mut table, wd, signal);
             inner.dir_wd = None;
             if let Some(a) = inner.archive_wd.take() {
-                ino.release(&mut table, a);
+                ino.release(&mut table, a, signal);
             }
             inner.archive_tried_at = None;
             inner.restarts += 1;
         }
         if inner.dir_wd.is_none() {
-            inner.dir_wd = Some(ino.add(&mut table, &self.dir)?);
+            inner.dir_wd = Some(ino.add(&mut table, &self.dir, signal)?);
             let trust = crate::units::millis_u64(trust_for(&self.dir));
             self.trust_ms.store(trust, Ordering::Relaxed);
         }
@@ -300,12 +406,12 @@ impl DirWatch {
         if let Some(a) = inner.archive_wd
             && table.by_wd.get(&a).is_none_or(|w| w.gone)
         {
-            ino.release(&mut table, a);
+            ino.release(&mut table, a, signal);
             inner.archive_wd = None;
         }
         if inner.archive_wd.is_none() && inner.archive_tried_at != Some(dir_events) {
             inner.archive_tried_at = Some(dir_events);
-            inner.archive_wd = ino.add(&mut table, &self.dir.join(ARCHIVE_DIR));
+            inner.archive_wd = ino.add(&mut table, &self.dir.join(ARCHIVE_DIR), signal);
         }
         let archive_events = inner
             .archive_wd
@@ -337,7 +443,7 @@ impl Drop for DirWatch {
             .into_iter()
             .flatten()
         {
-            ino.release(&mut table, wd);
+            ino.release(&mut table, wd, self.signal.as_ref());
         }
     }
 }

@@ -69,9 +69,10 @@
 //! [`StepOutcome::Idle`] without looking at the directory: no write completed in it since, so a
 //! look would find what the last one found. The stamp is exact for completed writes (see
 //! [`crate::store::watch`]); writes it cannot see (through `mmap`, or by another host on a
-//! network filesystem) are found within [`DirWatch::trust`], after which a step looks again. So a
-//! fleet of idle stores costs a non-blocking `read` of one inotify queue per store and tick,
-//! not a dozen file system calls on the blocking pool.
+//! network filesystem) are found within [`DirWatch::trust`], after which a step looks again. And
+//! a spawned worker does not even tick while quiet: it rests until the directory's watch (or
+//! the service, on a node's report) raises its change signal, or until the deadline
+//! [`BackupWorker::quiet_until`] names (see `rest.rs`).
 //!
 //! # One step, one ledger
 //!
@@ -121,7 +122,7 @@ use crate::bucket::{BucketError, DynBucket};
 use crate::health::StepActivity;
 use crate::store::dir::{DirError, StoreDir};
 use crate::store::disk::{DiskError, DiskState};
-use crate::store::watch::DirWatch;
+use crate::store::watch::{DirWatch, Signal};
 use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod ctx;
@@ -130,6 +131,7 @@ mod ledger;
 pub mod limits;
 pub mod lineage;
 mod local;
+mod rest;
 mod restore_point;
 pub mod retention;
 mod segment;
@@ -367,6 +369,11 @@ pub struct BackupWorker {
     retention_requested: bool,
     /// Says when the store directory has not changed since an idle step.
     watch: DirWatch,
+    /// Raised on the directory's changes ([`Self::changes`]).
+    changes: Signal,
+    /// Every change of the source's position raises `changes` too
+    /// ([`Self::with_signalled_positions`]).
+    positions_signalled: bool,
     /// The last step found nothing to do, with this stamp and position (see [`Quiet`]).
     quiet: Option<Quiet>,
     /// The reading a resume started ([`Self::run_once`]), for the step that starts a generation.
@@ -403,8 +410,11 @@ impl BackupWorker {
         ));
         let store: StoreDir = dir.into();
         let dir = store.path().to_path_buf();
+        let changes = crate::store::watch::signal();
         Self {
-            watch: DirWatch::new(dir.clone()),
+            watch: DirWatch::signalling(dir.clone(), changes.clone()),
+            changes,
+            positions_signalled: false,
             quiet: None,
             dir,
             store,
@@ -627,10 +637,15 @@ impl BackupWorker {
     }
 
     fn restore_point_due(&self) -> bool {
-        let Some(view) = &self.view else { return false };
-        let Some(current) = &view.current else {
-            return false;
-        };
+        let now = tokio::time::Instant::now();
+        self.restore_point_due_at(now).is_some_and(|t| t <= now)
+    }
+
+    /// When a restore point falls due (`now` or earlier: it is), or `None` while none will by
+    /// the clock alone (nothing shipped since the last one).
+    fn restore_point_due_at(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let view = self.view.as_ref()?;
+        let current = view.current.as_ref()?;
         let newest = view.newest_own.as_ref().map(|m| m.commit_seq);
         let fresh_generation = newest.is_none()
             || view
@@ -638,23 +653,66 @@ impl BackupWorker {
                 .as_ref()
                 .is_some_and(|m| m.generation != current.number);
         if current.segments.is_empty() || newest == Some(current.shipped_seq()) {
-            return false;
+            return None;
         }
         if view.skip_restore_point_at == Some(current.shipped_seq()) {
-            return false;
+            return None;
         }
-        self.restore_point_requested
-            || fresh_generation
-            || self
-                .last_restore_point
-                .is_none_or(|t| t.elapsed() >= self.config.restore_point_interval)
+        if self.restore_point_requested || fresh_generation {
+            return Some(now);
+        }
+        Some(
+            self.last_restore_point
+                .map_or(now, |t| t + self.config.restore_point_interval),
+        )
     }
 
     fn retention_due(&self) -> bool {
-        self.retention_requested
-            || self
-                .last_retention
-                .is_none_or(|t| t.elapsed() >= self.config.retention_interval)
+        let now = tokio::time::Instant::now();
+        self.retention_due_at(now) <= now
+    }
+
+    /// When retention falls due (`now` or earlier: it is).
+    fn retention_due_at(&self, now: tokio::time::Instant) -> tokio::time::Instant {
+        match self.last_retention {
+            Some(t) if !self.retention_requested => t + self.config.retention_interval,
+            _ => now,
+        }
+    }
+
+    /// While the last step found the store quiet: the first instant at which a step could find
+    /// something to do that nothing signals — the stamp's trust running out, a restore point or
+    /// retention falling due. `None` when the worker cannot rest: it is not quiet, or a change
+    /// could go unsignalled on [`Self::changes`] (the directory is not watched with the
+    /// `dir-watch` thread, or the source's positions are not signalled: see
+    /// [`Self::with_signalled_positions`]). A runner may sleep until then, or until the
+    /// signal is raised.
+    pub fn quiet_until(&self) -> Option<tokio::time::Instant> {
+        let quiet = self.quiet.as_ref()?;
+        if !self.positions_signalled || !self.watch.signals() {
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        let mut until = quiet.at + self.watch.trust();
+        if let Some(t) = self.restore_point_due_at(now) {
+            until = until.min(t);
+        }
+        Some(until.min(self.retention_due_at(now)))
+    }
+
+    /// Raised whenever the store directory changes (and by whoever else knows of a change:
+    /// the service, on a node's position report): a resting runner's wake-up.
+    pub fn changes(&self) -> Signal {
+        self.changes.clone()
+    }
+
+    /// Declares that every change of the source's durable position is signalled on
+    /// [`Self::changes`]: true of sources that read the store directory (its writes raise the
+    /// signal), and of the service's streamed sources, whose reports the service signals. Only
+    /// then may a quiet worker rest past `wal_interval` ([`Self::quiet_until`]).
+    pub fn with_signalled_positions(mut self) -> Self {
+        self.positions_signalled = true;
+        self
     }
 
     /// Steps until nothing is left: everything durable shipped, a restore point written for

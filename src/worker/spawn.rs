@@ -32,6 +32,10 @@
 //! not stop the worker. Shutdown: flush (ship what is durable, write a restore point), then
 //! delete the lease.
 //!
+//! A quiet store's runner and supervisor **rest** between the events that can change it
+//! instead of ticking every `wal_interval` (see [`super::rest`]; a deviation from DESIGN.md
+//! section 7's "every `wal_interval`", with the same health).
+//!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
 //! the runner recorded and the durable position (the worker's reading when the worker read it
 //! since the last tick, else one the supervisor reads from the WAL source itself) and the
@@ -41,8 +45,8 @@
 //! unhealthy with the reason. The lag it judges is the age of the oldest commit still
 //! unshipped, by when it first saw that commit durable.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -51,12 +55,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::rest::StatusCell;
 use super::{BackupCounters, BackupWorker, DurableReading, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
 use crate::health::{
     self, Activity, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState,
 };
 use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
+use crate::store::watch::Signal;
 use crate::wal_source::WalSource;
 
 /// What the serve loop tells the worker, over a watch channel.
@@ -112,6 +118,10 @@ impl FlushWish {
 
 /// The running worker, as the serve loop holds it.
 pub struct BackupHandle {
+    /// [`BackupHandle::health_serial`].
+    serial: Arc<AtomicU64>,
+    /// The store's change signal ([`BackupWorker::changes`]).
+    changes: Signal,
     triggers: watch::Sender<Triggers>,
     /// The worker's token (a child of the caller's): cancelled by a shutdown.
     stop: CancellationToken,
@@ -133,6 +143,12 @@ impl BackupHandle {
         }
     }
 
+    /// Something of the store may have changed that its directory does not show (a node
+    /// reported a position, a stream ended): a resting worker and supervisor look again.
+    pub fn nudge(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     /// Records the flush wish, then cancels the worker's token.
     fn stop_with(&self, flush: bool) {
         self.flush.record(flush);
@@ -142,6 +158,17 @@ impl BackupHandle {
     /// The latest health.
     pub fn health(&self) -> StoreHealth {
         self.health.borrow().clone()
+    }
+
+    /// Whether the latest health is healthy (without copying it).
+    pub fn healthy(&self) -> bool {
+        self.health.borrow().healthy
+    }
+
+    /// Counts the evaluations that replaced the health (a change of any field, the lag's
+    /// included): while it stays the same, so does [`Self::health`].
+    pub fn health_serial(&self) -> u64 {
+        self.serial.load(Ordering::Acquire)
     }
 
     /// Health, changing whenever it does.
@@ -180,10 +207,10 @@ impl BackupHandle {
 }
 
 /// Shared between the runner (writes) and the supervisor (reads).
-type Status = Arc<Mutex<RunnerStatus>>;
+type Status = Arc<StatusCell>;
 
 fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
-    f(&mut status.lock().unwrap_or_else(|p| p.into_inner()));
+    super::rest::record(status, f);
 }
 
 impl BackupWorker {
@@ -216,10 +243,11 @@ impl BackupWorker {
             min_unhealthy_lag: self.config.min_unhealthy_lag,
             unhealthy_after_failures: super::UNHEALTHY_AFTER_FAILURES,
         };
-        let status: Status = Arc::new(Mutex::new(RunnerStatus {
+        let status: Status = StatusCell::new(RunnerStatus {
             conditional_writes: lease.conditional && self.config.conditional_writes,
             ..RunnerStatus::default()
-        }));
+        });
+        let changes = self.changes();
         let holder = lease.holder.clone();
         let first = health::evaluate(
             &status.lock().expect("fresh").clone(),
@@ -249,7 +277,10 @@ impl BackupWorker {
         };
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
+        let serial = Arc::new(AtomicU64::new(0));
         let supervisor = Supervisor {
+            serial: serial.clone(),
+            changes: changes.clone(),
             source,
             activity,
             ledger,
@@ -267,6 +298,8 @@ impl BackupWorker {
             let _ = ended_tx.send(Some(state));
         });
         BackupHandle {
+            serial,
+            changes,
             triggers: trigger_tx,
             stop,
             flush,
@@ -412,9 +445,19 @@ impl Runner {
         let lost = lease.token();
         // A closed trigger channel (the handle dropped) is not a shutdown: triggers just stop.
         let mut triggers_open = true;
+        // Resting (`super::rest`): until when, unless the store's signal comes first.
+        let mut changes = self.worker.changes().subscribe();
+        let mut rest: Option<(Instant, super::rest::RestGuard)> = None;
         loop {
             tokio::select! {
                 _ = self.token.cancelled() => return Holding::Shutdown,
+                _ = changes.changed(), if rest.is_some() => {
+                    // Back to the regular tick (at most one per `wal_interval`).
+                    if let Some((_, guard)) = rest.take() {
+                        guard.wake();
+                    }
+                    continue;
+                }
                 _ = lost.cancelled() => return Holding::Lost,
                 r = self.triggers.changed(), if triggers_open => {
                     if r.is_err() {
@@ -430,8 +473,11 @@ impl Runner {
                     }
                     self.seen = now;
                 }
-                _ = tokio::time::sleep_until(next_step) => {}
+                _ = tokio::time::sleep_until(rest.as_ref().map_or(next_step, |r| r.0)) => {}
             }
+            rest = None;
+            // Changes from here on wake the next rest: none slips between this and the stamp.
+            changes.borrow_and_update();
             next_step = crate::pacing::coalesce(Instant::now() + wal_interval, wal_interval);
             let mut shipped = false;
             let mut stepped_once = false;
@@ -511,6 +557,10 @@ impl Runner {
                     }
                 }
             }
+            if let Some(until) = self.worker.quiet_until() {
+                let until = crate::pacing::coalesce(until.max(next_step), wal_interval);
+                rest = Some((until, self.status.rest()));
+            }
         }
     }
 
@@ -561,6 +611,10 @@ async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutco
 
 /// The supervisor's task: health, from what the runner records and the durable position.
 struct Supervisor {
+    /// [`BackupHandle::health_serial`].
+    serial: Arc<AtomicU64>,
+    /// The store's change signal: wakes a resting supervisor.
+    changes: Signal,
     source: Arc<dyn WalSource>,
     /// The running step's phase, read at each evaluation.
     activity: health::StepActivity,
@@ -575,6 +629,8 @@ struct Supervisor {
 impl Supervisor {
     async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
         let Supervisor {
+            serial,
+            changes,
             source,
             activity,
             ledger,
@@ -590,6 +646,10 @@ impl Supervisor {
         let readings: Arc<DurableReading> = ledger.durable_reading();
         let period = policy.wal_interval;
         let mut next_tick = Instant::now();
+        // Resting (`super::rest`): woken by the store's signal or the runner's record.
+        let mut resting = false;
+        let mut changes = changes.subscribe();
+        let mut recorded = status.recorded();
         let ended = loop {
             tokio::select! {
                 r = &mut runner => break match r {
@@ -605,8 +665,17 @@ impl Supervisor {
                     }
                     Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
                 },
-                _ = tokio::time::sleep_until(next_tick) => {}
+                _ = super::rest::changed(&mut changes, &mut recorded), if resting => {
+                    // Evaluate at the regular tick (at most one per `wal_interval`).
+                    resting = false;
+                    continue;
+                }
+                _ = tokio::time::sleep_until(next_tick), if !resting => {}
             }
+            // Changes from here on wake the next rest.
+            changes.borrow_and_update();
+            recorded.borrow_and_update();
+            let runner_rests = status.resting();
             next_tick = crate::pacing::coalesce(Instant::now() + period, period);
             let durable = if let Some(seq) = readings.take_fresh() {
                 // The worker read the durable position since the last tick: that reading will do.
@@ -636,6 +705,8 @@ impl Supervisor {
                 }
             };
             let progress = progress(&counters, durable, &mut unshipped);
+            // Nothing unshipped: no lag can grow while the runner rests.
+            resting = runner_rests && progress.durable_commit_seq <= progress.shipped_commit_seq;
             // Health is a function of these two: when neither changed, neither did it.
             let s = {
                 let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
@@ -655,6 +726,7 @@ impl Supervisor {
                 *h = next;
                 changed
             });
+            serial.fetch_add(1, Ordering::Release);
             evaluated = Some((progress, s));
         };
         record(&status, |s| s.worker = ended.clone());
@@ -664,6 +736,7 @@ impl Supervisor {
         let progress = progress(&counters, durable, &mut unshipped);
         let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
+        serial.fetch_add(1, Ordering::Release);
         ended
     }
 }
