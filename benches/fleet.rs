@@ -17,6 +17,9 @@
 //!   backs up to `s3://fleet/store-N` on a `moto_server` the benchmark starts from the crate's
 //!   `.venv` (its request log, one line per request, is counted over the idle window). On the
 //!   default local-directory destinations that figure is not measured.
+//! - after the idle window, a crash: SIGKILL, one more commit in every store, `serve` started
+//!   again on its data directory, and how long until every store has shipped that commit
+//!   (target: within 15 s, not a lease TTL; `FLEET_RESTART=0` skips it);
 //! - how long SIGTERM takes (every store flushes a last restore point; target: exit 0 within
 //!   3 minutes).
 //!
@@ -60,6 +63,8 @@ const IDLE_CPU_TARGET_PCT: f64 = 5.0;
 const RSS_TARGET_MIB: f64 = 512.0;
 /// Every store flushes a last restore point on SIGTERM; a deployment's grace period is finite.
 const SHUTDOWN_WITHIN: Duration = Duration::from_secs(180);
+/// "Within a few seconds, not a TTL" (30 s) of a restart after SIGKILL.
+const RESTART_WITHIN: Duration = Duration::from_secs(15);
 
 struct Shape {
     stores: usize,
@@ -71,6 +76,8 @@ struct Shape {
     /// Back up to S3 (a moto server of the benchmark's own) rather than local directories.
     s3: bool,
     lease_ttl_ms: Option<u64>,
+    /// After the idle window: SIGKILL, one more commit in every store, start again.
+    restart: bool,
 }
 
 /// One run's figures, for the table at the end.
@@ -83,6 +90,8 @@ struct Figures {
     fds: usize,
     ctx_per_sec: f64,
     requests_per_hour: Option<f64>,
+    /// From the restart after SIGKILL until every store had shipped its new commit.
+    restart: Option<Duration>,
     ok: bool,
 }
 
@@ -173,6 +182,12 @@ fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
     let dirs: Vec<PathBuf> = (0..shape.stores)
         .map(|i| root.join(format!("store-{i:04}")))
         .collect();
+    append_commits(&dirs, shape.commits)?;
+    Ok(dirs)
+}
+
+/// Appends `commits` workload commits to every store in `dirs`, four writers at a time.
+fn append_commits(dirs: &[PathBuf], commits: u64) -> anyhow::Result<()> {
     std::thread::scope(|s| {
         let workers: Vec<_> = dirs
             .chunks(dirs.len().div_ceil(4).max(1))
@@ -180,7 +195,7 @@ fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
                 s.spawn(move || -> anyhow::Result<()> {
                     for (i, dir) in chunk.iter().enumerate() {
                         let opts = WriteOptions {
-                            commits: shape.commits,
+                            commits,
                             seed: i as u64,
                             ..WriteOptions::default()
                         };
@@ -195,7 +210,7 @@ fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
             .into_iter()
             .try_for_each(|w| w.join().expect("a writer thread panicked"))
     })?;
-    Ok(dirs)
+    Ok(())
 }
 
 async fn register_all(
@@ -311,7 +326,7 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
     let channel = Channel::from_shared(format!("http://{}", server.addr))?
         .connect()
         .await?;
-    let client = BackupControlClient::new(channel).max_decoding_message_size(64 << 20);
+    let mut client = BackupControlClient::new(channel).max_decoding_message_size(64 << 20);
     let (rss_empty, _, _) = memory(pid)?;
 
     let start = Instant::now();
@@ -433,6 +448,35 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
     println!("  idle CPU by thread name:");
     serve::print_cpu_by_thread(&threads0, &threads1, secs);
 
+    // A crash and a restart: SIGKILL, one more commit in every store (not timed), `serve`
+    // again on the same data directory. Its lock proves the killed process dead, so its claim,
+    // its instance lease and every store lease are taken at once, not a lease TTL later.
+    let mut restart = None;
+    let mut restart_ok = true;
+    if shape.restart {
+        drop(client);
+        server.kill()?;
+        append_commits(&dirs, 1)?;
+        let t = Instant::now();
+        server = Server::start_with_env(&tmp.path().join("data"), &root, &log, &extra, &env)?;
+        let channel = Channel::from_shared(format!("http://{}", server.addr))?
+            .connect()
+            .await?;
+        client = BackupControlClient::new(channel).max_decoding_message_size(64 << 20);
+        restart = wait_all_healthy(&client, dirs.len(), shape.commits + 1, t, HEALTHY_WITHIN)
+            .await?;
+        restart_ok = restart.is_some_and(|d| d <= RESTART_WITHIN);
+        match restart {
+            Some(d) => println!(
+                "  restart after SIGKILL  {:>8.1} s until every store shipped its new commit   target < {} s   {}",
+                d.as_secs_f64(),
+                RESTART_WITHIN.as_secs(),
+                verdict(restart_ok)
+            ),
+            None => println!("  restart after SIGKILL     never   {}", verdict(false)),
+        }
+    }
+
     // A graceful shutdown waits for open connections: close ours first, as a client would.
     drop(client);
     let stopped = server.stop(SHUTDOWN_WITHIN).await?;
@@ -465,19 +509,20 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
         fds,
         ctx_per_sec,
         requests_per_hour,
-        ok: healthy_ok && cpu_ok && rss_ok && shutdown_ok,
+        restart,
+        ok: healthy_ok && cpu_ok && rss_ok && shutdown_ok && restart_ok,
     })
 }
 
 fn table(all: &[Figures]) {
     println!();
     println!(
-        "| stores | registration | all healthy | idle CPU | resident | open fds | wakeups/s | idle requests/hour |"
+        "| stores | registration | all healthy | idle CPU | resident | open fds | wakeups/s | idle requests/hour | restart after SIGKILL |"
     );
-    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for f in all {
         println!(
-            "| {} | {:.1} s | {} | {:.2} % | {:.1} MiB | {} | {:.0} | {} |",
+            "| {} | {:.1} s | {} | {:.2} % | {:.1} MiB | {} | {:.0} | {} | {} |",
             f.stores,
             f.registered.as_secs_f64(),
             f.healthy
@@ -488,6 +533,8 @@ fn table(all: &[Figures]) {
             f.ctx_per_sec,
             f.requests_per_hour
                 .map_or("n/a".to_string(), |r| format!("{r:.0}")),
+            f.restart
+                .map_or("n/a".to_string(), |d| format!("{:.1} s", d.as_secs_f64())),
         );
     }
 }
@@ -512,6 +559,7 @@ fn main() -> ExitCode {
                     })?),
                     Err(_) => None,
                 },
+                restart: std::env::var("FLEET_RESTART").map_or(true, |v| v != "0"),
             });
         }
         Ok(shapes)

@@ -90,6 +90,13 @@ impl Server {
         self.child.id()
     }
 
+    /// SIGKILL, and waits for the exit: a crash, nothing flushed or released.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// SIGTERM, then waits (every store flushes first): the exit status and how long it
     /// took, or `None` if it is still running after `timeout` (then it is killed on drop).
     pub async fn stop(
