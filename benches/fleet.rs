@@ -463,8 +463,8 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
             .connect()
             .await?;
         client = BackupControlClient::new(channel).max_decoding_message_size(64 << 20);
-        restart = wait_all_healthy(&client, dirs.len(), shape.commits + 1, t, HEALTHY_WITHIN)
-            .await?;
+        restart =
+            wait_all_healthy(&client, dirs.len(), shape.commits + 1, t, HEALTHY_WITHIN).await?;
         restart_ok = restart.is_some_and(|d| d <= RESTART_WITHIN);
         match restart {
             Some(d) => println!(

@@ -269,6 +269,79 @@ mod suite {
 
 // ---- SQLite only ------------------------------------------------------------------------
 
+/// Two handles on one registry (two instances): the registration check of one sees what the
+/// other registered and deregistered, whether it reads every store or the ones it read last.
+async fn the_registration_check_sees_every_instances_changes(a: Registry, b: Registry) {
+    // Refuses a candidate while any store has directory `dir`, and counts the stores it saw.
+    async fn register(reg: &Registry, rec: &StoreRecord, taken: &str) -> Result<usize, usize> {
+        let mut seen = 0;
+        let verdict = reg
+            .insert_store_unless(rec, |stores| {
+                seen = stores.len();
+                stores.iter().any(|s| s.store_dir == taken).then_some(())
+            })
+            .await
+            .expect("insert_store_unless");
+        match verdict {
+            Ok(()) => Ok(seen),
+            Err(()) => Err(seen),
+        }
+    }
+    assert_eq!(
+        register(&a, &record("s1", "/d/1", "a", 1), "/d/x").await,
+        Ok(0)
+    );
+    // `a` again: the check sees the store it just registered (from what it read last).
+    assert_eq!(
+        register(&a, &record("s2", "/d/2", "a", 2), "/d/x").await,
+        Ok(1)
+    );
+    // `b` registers /d/x: `a`'s next check must see it, not what it read before.
+    b.insert_store(&record("s3", "/d/x", "b", 3)).await.unwrap();
+    assert_eq!(
+        register(&a, &record("s4", "/d/4", "a", 4), "/d/x").await,
+        Err(3)
+    );
+    // Refused again from what it read last, then `b` deregisters it: the check sees that too.
+    assert_eq!(
+        register(&a, &record("s4", "/d/4", "a", 4), "/d/x").await,
+        Err(3)
+    );
+    assert!(b.delete_store("s3").await.unwrap());
+    assert_eq!(
+        register(&a, &record("s4", "/d/4", "a", 4), "/d/x").await,
+        Ok(2)
+    );
+    // And a store `a` deregistered itself.
+    assert!(a.delete_store("s1").await.unwrap());
+    assert_eq!(
+        register(&b, &record("s5", "/d/5", "b", 5), "/d/1").await,
+        Ok(2)
+    );
+    assert_eq!(a.list_stores(None).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn the_registration_check_sees_every_instances_changes_on_sqlite() {
+    let (_dir, url, a) = sqlite_registry().await;
+    let b = Registry::open(&url).await.expect("a second handle");
+    the_registration_check_sees_every_instances_changes(a, b).await;
+}
+
+#[tokio::test]
+async fn the_registration_check_sees_every_instances_changes_on_postgres() {
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let db = PgDatabase::create(&server).await;
+    let a = Registry::open(&db.url).await.expect("open a");
+    let b = Registry::open(&db.url).await.expect("open b");
+    the_registration_check_sees_every_instances_changes(a.clone(), b.clone()).await;
+    a.close().await;
+    b.close().await;
+    db.drop_database().await;
+}
+
 #[tokio::test]
 async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
     let (_dir, url, reg) = sqlite_registry().await;
@@ -299,7 +372,7 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(applied, vec![(1, true), (2, true), (3, true)]);
+    assert_eq!(applied, vec![(1, true), (2, true), (3, true), (4, true)]);
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut conn)
         .await

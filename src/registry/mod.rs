@@ -44,6 +44,17 @@
 //! unique keys and the registration lock settle races between them. The registry does not
 //! decide which instance runs a store (that is the bucket lease's job), only that one process
 //! at a time runs an instance id's stores ([`InstanceClaim`]).
+//!
+//! # The registration check
+//!
+//! [`Registry::insert_store_unless`] checks a new store against every registered one, under the
+//! registration lock. Reading every row for every registration made registering a fleet
+//! quadratic (10,000 stores: 50 million rows read). So the table `stores_serial` counts the
+//! changes to `stores`: every insert and delete moves it in its own transaction. A check reads
+//! the serial (under the lock) and, when it is the one this handle left after its own last
+//! check, checks against the stores it read then plus those it inserted since; otherwise it
+//! reads every row again. Another instance's insert or delete moves the serial, so it is never
+//! missed. A commit whose answer was lost forgets what was read (the next check reads again).
 
 mod error;
 mod postgres;
@@ -52,6 +63,7 @@ pub mod token;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{ColumnIndex, Decode, PgPool, Row, SqlSafeStr, SqlitePool, Type};
@@ -137,6 +149,14 @@ pub struct Registry {
     backend: Backend,
     /// Where the database is, without secrets, for error messages.
     location: String,
+    /// The stores as the last registration check read them, and the `stores_serial` then.
+    checked: Arc<Mutex<Option<Checked>>>,
+}
+
+/// What [`Registry::insert_store_unless`] read last: valid while `stores_serial` is `serial`.
+struct Checked {
+    serial: i64,
+    stores: Vec<StoreRecord>,
 }
 
 #[derive(Clone)]
@@ -217,12 +237,14 @@ impl Registry {
             Ok(Registry {
                 backend: Backend::Sqlite(pool),
                 location,
+                checked: Arc::default(),
             })
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             let (pool, location) = postgres::open(url).await?;
             Ok(Registry {
                 backend: Backend::Postgres(pool),
                 location,
+                checked: Arc::default(),
             })
         } else {
             Err(RegistryError::BadUrl {
@@ -279,24 +301,54 @@ impl Registry {
         refuse: impl FnOnce(&[StoreRecord]) -> Option<E>,
     ) -> Result<Result<(), E>, RegistryError> {
         const ALL: &str = select_stores!("ORDER BY registered_at_ms, store_id");
+        const SERIAL: &str = "SELECT serial FROM stores_serial WHERE id = 1";
+        const BUMP: &str = "UPDATE stores_serial SET serial = serial + 1 WHERE id = 1";
         const INSERT: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
                               options, node_token_hash, instance_id, registered_at_ms) \
                               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
         let labels = serde_json::to_string(&rec.labels).expect("string maps serialize");
         let options = rec.options.to_string();
-        // The body, once per backend: read every store, ask `refuse`, insert, commit.
+        // Called exactly once below, on whichever stores the check uses.
+        let mut refuse = Some(refuse);
+        let mut refuse = |stores: &[StoreRecord]| refuse.take().and_then(|f| f(stores));
+        // The body, once per backend: read the serial, and every store unless the serial
+        // says the ones read last are still those; ask `refuse`; insert, move the serial,
+        // commit; then remember the stores with this one, at the new serial.
         macro_rules! read_check_insert {
             ($tx:ident) => {{
-                let rows = sqlx::query(ALL)
-                    .fetch_all(&mut *$tx)
+                let serial: i64 = sqlx::query_scalar(SERIAL)
+                    .fetch_one(&mut *$tx)
                     .await
                     .map_err(|e| self.err(e))?;
-                let stores = rows
-                    .iter()
-                    .map(|r| store_from_row(r, &self.location))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if let Some(reason) = refuse(&stores) {
+                let cached = {
+                    let mut checked = self.checked();
+                    match checked.as_ref() {
+                        Some(c) if c.serial == serial => Some(refuse(&c.stores)),
+                        _ => {
+                            *checked = None;
+                            None
+                        }
+                    }
+                };
+                let (verdict, read) = match cached {
+                    Some(verdict) => (verdict, None),
+                    None => {
+                        let rows = sqlx::query(ALL)
+                            .fetch_all(&mut *$tx)
+                            .await
+                            .map_err(|e| self.err(e))?;
+                        let stores = rows
+                            .iter()
+                            .map(|r| store_from_row(r, &self.location))
+                            .collect::<Result<Vec<_>, _>>()?;
+                        (refuse(&stores), Some(stores))
+                    }
+                };
+                if let Some(reason) = verdict {
                     $tx.rollback().await.map_err(|e| self.err(e))?;
+                    if let Some(stores) = read {
+                        *self.checked() = Some(Checked { serial, stores });
+                    }
                     return Ok(Err(reason));
                 }
                 sqlx::query(INSERT)
@@ -311,7 +363,24 @@ impl Registry {
                     .execute(&mut *$tx)
                     .await
                     .map_err(|e| self.insert_error(e, rec))?;
+                sqlx::query(BUMP)
+                    .execute(&mut *$tx)
+                    .await
+                    .map_err(|e| self.err(e))?;
+                // Forgotten until the commit is known to have landed: a commit whose answer
+                // was lost leaves the serial moved or not, and the next check reads again.
+                let mut stores = match read {
+                    Some(stores) => Some(stores),
+                    None => self.checked().take().map(|c| c.stores),
+                };
                 $tx.commit().await.map_err(|e| self.err(e))?;
+                if let Some(stores) = stores.as_mut() {
+                    stores.push(rec.clone());
+                }
+                *self.checked() = stores.map(|stores| Checked {
+                    serial: serial + 1,
+                    stores,
+                });
                 Ok(Ok(()))
             }};
         }
@@ -335,6 +404,11 @@ impl Registry {
         }
     }
 
+    fn checked(&self) -> std::sync::MutexGuard<'_, Option<Checked>> {
+        // Every update under the lock is one assignment.
+        self.checked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Sorts a failed insert of `rec`: a unique key taken, or the database failing.
     fn insert_error(&self, e: sqlx::Error, rec: &StoreRecord) -> RegistryError {
         match stores_unique_violation(&e) {
@@ -350,15 +424,23 @@ impl Registry {
         }
     }
 
-    /// Removes a store (and its health row). `false` when there was none.
+    /// Removes a store (and its health row). `false` when there was none. Moves
+    /// `stores_serial` in the same transaction, so the next registration check reads again.
     pub async fn delete_store(&self, store_id: &str) -> Result<bool, RegistryError> {
         const SQL: &str = "DELETE FROM stores WHERE store_id = $1";
+        const BUMP: &str = "UPDATE stores_serial SET serial = serial + 1 WHERE id = 1";
+        *self.checked() = None;
         with_pool!(self, |pool| {
-            sqlx::query(SQL)
-                .bind(store_id)
-                .execute(pool)
-                .await
-                .map(|done| done.rows_affected() > 0)
+            async {
+                let mut tx = pool.begin().await?;
+                let deleted = sqlx::query(SQL).bind(store_id).execute(&mut *tx).await?;
+                if deleted.rows_affected() > 0 {
+                    sqlx::query(BUMP).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok::<_, sqlx::Error>(deleted.rows_affected() > 0)
+            }
+            .await
         })
         .map_err(|e| self.err(e))
     }

@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instance claims",
         include_str!("../../migrations/postgres/0003_instance_claims.sql"),
     ),
+    (
+        4,
+        "stores serial",
+        include_str!("../../migrations/postgres/0004_stores_serial.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

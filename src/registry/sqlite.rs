@@ -43,6 +43,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instance claims",
         include_str!("../../migrations/sqlite/0003_instance_claims.sql"),
     ),
+    (
+        4,
+        "stores serial",
+        include_str!("../../migrations/sqlite/0004_stores_serial.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.
