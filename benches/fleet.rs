@@ -52,11 +52,10 @@ use tonic::transport::Channel;
 
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use mushroom_backup::service::proto::{HealthRequest, RegisterRequest};
-use mushroom_backup::store::engine::{self, WriteOptions};
 
 #[path = "support/serve.rs"]
 mod serve;
-use serve::{Server, env_or, memory, sample, syscalls, ticks_by_thread, verdict};
+use serve::{Server, append_commits, env_or, memory, sample, syscalls, ticks_by_thread, verdict};
 
 const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
 const IDLE_CPU_TARGET_PCT: f64 = 5.0;
@@ -184,33 +183,6 @@ fn create_stores(root: &Path, shape: &Shape) -> anyhow::Result<Vec<PathBuf>> {
         .collect();
     append_commits(&dirs, shape.commits)?;
     Ok(dirs)
-}
-
-/// Appends `commits` workload commits to every store in `dirs`, four writers at a time.
-fn append_commits(dirs: &[PathBuf], commits: u64) -> anyhow::Result<()> {
-    std::thread::scope(|s| {
-        let workers: Vec<_> = dirs
-            .chunks(dirs.len().div_ceil(4).max(1))
-            .map(|chunk| {
-                s.spawn(move || -> anyhow::Result<()> {
-                    for (i, dir) in chunk.iter().enumerate() {
-                        let opts = WriteOptions {
-                            commits,
-                            seed: i as u64,
-                            ..WriteOptions::default()
-                        };
-                        engine::write_commits(dir, &opts)
-                            .with_context(|| format!("write {}", dir.display()))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("a writer thread panicked"))
-    })?;
-    Ok(())
 }
 
 async fn register_all(

@@ -80,11 +80,11 @@ use mushroom_backup::node_client::{
 };
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use mushroom_backup::service::proto::{HealthRequest, RegisterRequest};
-use mushroom_backup::store::engine::{self, Engine, EngineOptions, WriteOptions, workload_ops};
+use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
 
 #[path = "support/serve.rs"]
 mod serve;
-use serve::{Server, env_or, verdict};
+use serve::{Server, append_commits, env_or, verdict};
 
 const SETUP_COMMITS: u64 = 10;
 const VALUE_SIZE: usize = 64;
@@ -314,28 +314,7 @@ fn create_stores(root: &Path, count: usize) -> anyhow::Result<Vec<PathBuf>> {
     let dirs: Vec<PathBuf> = (0..count)
         .map(|i| root.join(format!("store-{i:04}")))
         .collect();
-    std::thread::scope(|s| {
-        let workers: Vec<_> = dirs
-            .chunks(dirs.len().div_ceil(4).max(1))
-            .map(|chunk| {
-                s.spawn(move || -> anyhow::Result<()> {
-                    for (i, dir) in chunk.iter().enumerate() {
-                        let opts = WriteOptions {
-                            commits: SETUP_COMMITS,
-                            seed: i as u64,
-                            ..WriteOptions::default()
-                        };
-                        engine::write_commits(dir, &opts)
-                            .with_context(|| format!("write {}", dir.display()))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().expect("a writer thread panicked"))
-    })?;
+    append_commits(&dirs, SETUP_COMMITS)?;
     Ok(dirs)
 }
 

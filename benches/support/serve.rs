@@ -1,5 +1,6 @@
 //! What the `serve` benchmarks share: the release binary's `serve` as a child process, and the
-//! server's counters from /proc (CPU ticks, context switches, syscalls, memory).
+//! server's counters from /proc (CPU ticks, context switches, syscalls, memory), and the
+//! reference-engine stores they register.
 //!
 //! Included by `#[path]` (benches have no library of their own), so not every bench uses every
 //! item.
@@ -238,4 +239,31 @@ pub fn memory(pid: u32) -> anyhow::Result<(f64, f64, u64)> {
 
 pub fn verdict(ok: bool) -> &'static str {
     if ok { "ok" } else { "MISSED" }
+}
+
+/// Appends `commits` workload commits to every store in `dirs`, four writers at a time.
+pub fn append_commits(dirs: &[PathBuf], commits: u64) -> anyhow::Result<()> {
+    std::thread::scope(|s| {
+        let workers: Vec<_> = dirs
+            .chunks(dirs.len().div_ceil(4).max(1))
+            .map(|chunk| {
+                s.spawn(move || -> anyhow::Result<()> {
+                    for (i, dir) in chunk.iter().enumerate() {
+                        let opts = mushroom_backup::store::engine::WriteOptions {
+                            commits,
+                            seed: i as u64,
+                            ..Default::default()
+                        };
+                        mushroom_backup::store::engine::write_commits(dir, &opts)
+                            .with_context(|| format!("write {}", dir.display()))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().expect("a writer thread panicked"))
+    })?;
+    Ok(())
 }

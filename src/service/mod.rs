@@ -46,6 +46,7 @@ pub mod conflicts;
 pub mod destination;
 pub mod error;
 pub mod fleet;
+mod health_report;
 pub mod health_watch;
 pub mod limits;
 pub mod paths;

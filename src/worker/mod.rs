@@ -127,6 +127,7 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod ctx;
 mod generation;
+mod lag;
 mod ledger;
 pub mod limits;
 pub mod lineage;
