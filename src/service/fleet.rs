@@ -186,6 +186,8 @@ pub struct Fleet {
     /// One bucket lease per lease root, fencing every store's lease under it: the only lease
     /// renewals the service sends ([`crate::lease::instance`]).
     leases: InstanceLeases,
+    /// What registration checks need of each registered store, computed once.
+    conflicts: conflicts::Memo,
 }
 
 /// A store another instance owns, as the shared registry last heard of it.
@@ -245,6 +247,7 @@ impl Fleet {
         let fleet = Arc::new(Fleet {
             tasks,
             leases,
+            conflicts: conflicts::Memo::default(),
             registry,
             config,
             stores: RwLock::new(BTreeMap::new()),
@@ -504,7 +507,7 @@ impl Fleet {
         let inserted = self
             .registry
             .insert_store_unless(&record, |registered| {
-                conflicts::find(&checked.candidate(), registered)
+                conflicts::find_with(&self.conflicts, &checked.candidate(), registered)
             })
             .await;
         let refusal = match inserted {
@@ -712,7 +715,7 @@ impl Fleet {
         let checked = self.check_new(new, Intent::Adopt)?;
         // Before the restore reads the prefix; the insert checks again, under the lock.
         let registered = self.registry.list_stores(None).await?;
-        if let Some(e) = conflicts::find(&checked.candidate(), &registered) {
+        if let Some(e) = conflicts::find_with(&self.conflicts, &checked.candidate(), &registered) {
             return Err(e.into());
         }
         let dir = &checked.dir;
