@@ -302,7 +302,16 @@ async fn bench(shape: &Shape) -> anyhow::Result<Figures> {
     let (rss_empty, _, _) = memory(pid)?;
 
     let start = Instant::now();
-    register_all(&client, &dirs, &destinations, shape.concurrency).await?;
+    if let Err(e) = register_all(&client, &dirs, &destinations, shape.concurrency).await {
+        // The temporary directory goes with the error: keep what says why.
+        let kept = std::env::temp_dir().join(format!("fleet-serve-{pid}.log"));
+        let _ = std::fs::copy(&log, &kept);
+        let fds = open_fds(pid);
+        anyhow::bail!(
+            "{e} (server log kept in {}; {fds} fds open)",
+            kept.display()
+        );
+    }
     let registered = start.elapsed();
     println!(
         "registered {} stores in {:.1} s ({:.0}/s, {} at a time)",

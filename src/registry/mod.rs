@@ -55,6 +55,9 @@
 //! check, checks against the stores it read then plus those it inserted since; otherwise it
 //! reads every row again. Another instance's insert or delete moves the serial, so it is never
 //! missed. A commit whose answer was lost forgets what was read (the next check reads again).
+//! Each full read gets a number unique in the process ([`Registered::read`]); the stores a
+//! check is shown under one number only grow at the end, so the service keeps an index of
+//! them from one check to the next (`service::conflicts`) instead of walking every store.
 
 mod error;
 mod postgres;
@@ -157,6 +160,25 @@ pub struct Registry {
 struct Checked {
     serial: i64,
     stores: Vec<StoreRecord>,
+    /// Which full read `stores` grew from (see [`Registered::read`]).
+    read: u64,
+}
+
+/// The stores a registration check is shown: every store registered, by any instance.
+#[derive(Clone, Copy)]
+pub struct Registered<'a> {
+    pub stores: &'a [StoreRecord],
+    /// Names the full read of the table these stores descend from, unique in the process:
+    /// two checks shown the same `read` were shown the same stores in the same order, the
+    /// later one perhaps with more at the end (the stores inserted since). So a caller may
+    /// keep what it derived from the stores of one read and add only the new tail.
+    pub read: u64,
+}
+
+/// A fresh [`Registered::read`].
+fn next_read() -> u64 {
+    static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 #[derive(Clone)]
@@ -300,6 +322,17 @@ impl Registry {
         rec: &StoreRecord,
         refuse: impl FnOnce(&[StoreRecord]) -> Option<E>,
     ) -> Result<Result<(), E>, RegistryError> {
+        self.insert_store_checked(rec, |registered| refuse(registered.stores))
+            .await
+    }
+
+    /// [`Registry::insert_store_unless`], with `refuse` told which read the stores descend
+    /// from ([`Registered::read`]), so that it can keep an index of them across calls.
+    pub async fn insert_store_checked<E>(
+        &self,
+        rec: &StoreRecord,
+        refuse: impl FnOnce(Registered<'_>) -> Option<E>,
+    ) -> Result<Result<(), E>, RegistryError> {
         const ALL: &str = select_stores!("ORDER BY registered_at_ms, store_id");
         const SERIAL: &str = "SELECT serial FROM stores_serial WHERE id = 1";
         const BUMP: &str = "UPDATE stores_serial SET serial = serial + 1 WHERE id = 1";
@@ -310,7 +343,9 @@ impl Registry {
         let options = rec.options.to_string();
         // Called exactly once below, on whichever stores the check uses.
         let mut refuse = Some(refuse);
-        let mut refuse = |stores: &[StoreRecord]| refuse.take().and_then(|f| f(stores));
+        let mut refuse = |stores: &[StoreRecord], read: u64| {
+            refuse.take().and_then(|f| f(Registered { stores, read }))
+        };
         // The body, once per backend: read the serial, and every store unless the serial
         // says the ones read last are still those; ask `refuse`; insert, move the serial,
         // commit; then remember the stores with this one, at the new serial.
@@ -323,7 +358,7 @@ impl Registry {
                 let cached = {
                     let mut checked = self.checked();
                     match checked.as_ref() {
-                        Some(c) if c.serial == serial => Some(refuse(&c.stores)),
+                        Some(c) if c.serial == serial => Some(refuse(&c.stores, c.read)),
                         _ => {
                             *checked = None;
                             None
@@ -341,13 +376,18 @@ impl Registry {
                             .iter()
                             .map(|r| store_from_row(r, &self.location))
                             .collect::<Result<Vec<_>, _>>()?;
-                        (refuse(&stores), Some(stores))
+                        let read = next_read();
+                        (refuse(&stores, read), Some((stores, read)))
                     }
                 };
                 if let Some(reason) = verdict {
                     $tx.rollback().await.map_err(|e| self.err(e))?;
-                    if let Some(stores) = read {
-                        *self.checked() = Some(Checked { serial, stores });
+                    if let Some((stores, read)) = read {
+                        *self.checked() = Some(Checked {
+                            serial,
+                            stores,
+                            read,
+                        });
                     }
                     return Ok(Err(reason));
                 }
@@ -370,16 +410,17 @@ impl Registry {
                 // Forgotten until the commit is known to have landed: a commit whose answer
                 // was lost leaves the serial moved or not, and the next check reads again.
                 let mut stores = match read {
-                    Some(stores) => Some(stores),
-                    None => self.checked().take().map(|c| c.stores),
+                    Some(read) => Some(read),
+                    None => self.checked().take().map(|c| (c.stores, c.read)),
                 };
                 $tx.commit().await.map_err(|e| self.err(e))?;
-                if let Some(stores) = stores.as_mut() {
+                if let Some((stores, _)) = stores.as_mut() {
                     stores.push(rec.clone());
                 }
-                *self.checked() = stores.map(|stores| Checked {
+                *self.checked() = stores.map(|(stores, read)| Checked {
                     serial: serial + 1,
                     stores,
+                    read,
                 });
                 Ok(Ok(()))
             }};

@@ -18,20 +18,21 @@
 //!
 //! # Cost
 //!
-//! A check walks every registered store, so it must cost little per store: a [`Prepared`]
-//! memo keeps each registered store's directory as normalized bytes (its path components
-//! joined by `/`, so that "inside" is a byte prefix ending at a `/`, exactly
-//! [`Path::starts_with`]) and its destination parsed, keyed by store id and checked against
-//! the record's text. A store's row never changes, so an entry is built once; entries of
-//! stores no longer registered are dropped when the memo has grown to twice the fleet.
+//! A check must not walk every registered store: registering a fleet of 10,000 would then be
+//! quadratic, under the registry's lock. The stores are kept in an [`Index`]: directories
+//! and destinations as [`PathKey`]s in a [`PathIndex`] each, so the same directory, one
+//! inside or above, and a destination equal, inside or above are each a lookup or a range
+//! (`path_index`'s module docs). The index is built once per full read of the registry and
+//! extended by the stores appended since ([`Registered::read`]); any other change rebuilds it.
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use super::destination::Destination;
-use crate::registry::StoreRecord;
+use super::path_index::{PathIndex, PathKey};
+use crate::registry::{Registered, StoreRecord};
 
 /// Why a new store cannot join the registered ones (codes: `error.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -62,107 +63,94 @@ pub struct Candidate<'a> {
     pub intent: Intent,
 }
 
-/// What a check needs of one registered store, computed once.
-struct Prepared {
-    /// The record's text, to tell a memo entry still describes it.
-    raw_dir: String,
-    raw_destination: String,
-    /// The directory's components joined by `/` (see the module docs).
-    dir: Vec<u8>,
-    /// The destination parsed, or `None` when it no longer parses (compared as text).
-    destination: Option<Destination>,
-}
-
-impl Prepared {
-    fn of(r: &StoreRecord) -> Prepared {
-        Prepared {
-            raw_dir: r.store_dir.clone(),
-            raw_destination: r.destination.clone(),
-            dir: normalized(Path::new(&r.store_dir)),
-            destination: Destination::recorded(&r.destination).ok(),
-        }
-    }
-
-    fn describes(&self, r: &StoreRecord) -> bool {
-        self.raw_dir == r.store_dir && self.raw_destination == r.destination
-    }
-}
-
-/// The registered stores as checks need them, by store id (see the module docs).
+/// The registered stores, indexed for checks (see the module docs).
 #[derive(Default)]
-pub struct Memo(Mutex<HashMap<String, Prepared>>);
-
-/// `path`'s components joined by `/`: two paths are equal, or one inside the other, exactly
-/// when these bytes are equal, or one is a prefix of the other ending where a `/` follows.
-fn normalized(path: &Path) -> Vec<u8> {
-    path.components()
-        .collect::<PathBuf>()
-        .as_os_str()
-        .as_bytes()
-        .to_vec()
+struct Index {
+    /// The registry read the indexed stores came from, and how many of them are indexed.
+    read: u64,
+    len: usize,
+    dirs: PathIndex,
+    destinations: PathIndex,
+    /// Destinations that no longer parse (written by an older version), compared as text.
+    unparsed: HashMap<String, Vec<usize>>,
 }
 
-/// Whether normalized `a` is `b` or inside it ([`Path::starts_with`] on the paths).
-fn within(a: &[u8], b: &[u8]) -> bool {
-    a.starts_with(b) && (a.len() == b.len() || b.ends_with(b"/") || a[b.len()] == b'/')
+/// A directory's components, as [`Path::starts_with`] and `==` on paths compare them.
+fn dir_key(dir: &Path) -> PathKey {
+    let components: Vec<_> = dir.components().collect();
+    PathKey::new(components.iter().map(|c| c.as_os_str().as_bytes()))
 }
 
-/// Why `new` cannot join `registered`, if it cannot.
-pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
-    find_with(&Memo::default(), new, registered)
-}
-
-/// [`find`], with what it needs of each registered store from `memo` (built there on first use).
-pub fn find_with(memo: &Memo, new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
-    let mut memo = memo.0.lock().unwrap_or_else(|e| e.into_inner());
-    if memo.len() > 2 * registered.len() + 64 {
-        let ids: std::collections::HashSet<&str> =
-            registered.iter().map(|r| r.store_id.as_str()).collect();
-        memo.retain(|id, _| ids.contains(id.as_str()));
-    }
-    for r in registered {
-        let fresh = memo.get(&r.store_id).is_some_and(|p| p.describes(r));
-        if !fresh {
-            memo.insert(r.store_id.clone(), Prepared::of(r));
+/// A destination's key: two overlap ([`Destination::overlaps`]) exactly when their keys are
+/// equal or one is above the other.
+fn destination_key(d: &Destination) -> PathKey {
+    match d {
+        Destination::File(path) => {
+            let components: Vec<_> = path.components().collect();
+            PathKey::new(
+                std::iter::once(&b"file"[..])
+                    .chain(components.iter().map(|c| c.as_os_str().as_bytes())),
+            )
         }
+        Destination::S3 { bucket, prefix } => PathKey::new(
+            [&b"s3"[..], bucket.as_bytes()]
+                .into_iter()
+                .chain(prefix.iter().map(|p| p.as_bytes())),
+        ),
     }
-    let prepared = |r: &StoreRecord| &memo[&r.store_id];
-    let new_dir = normalized(new.dir);
-    if let Some(r) = registered.iter().find(|r| prepared(r).dir == new_dir) {
-        return Some(Conflict::SameDir(format!(
-            "store_dir {} is already registered (store {} on instance {})",
-            new.dir.display(),
-            r.store_id,
-            r.instance_id
-        )));
-    }
-    for r in registered {
-        let theirs = &prepared(r).dir;
-        let how = if within(&new_dir, theirs) {
-            "inside"
-        } else if within(theirs, &new_dir) {
-            "above"
-        } else {
-            continue;
-        };
-        return Some(Conflict::NestedDir(format!(
-            "store_dir {} is {how} the directory {} of store {} (instance {}): a store \
-             directory cannot hold another store",
-            new.dir.display(),
-            r.store_dir,
-            r.store_id,
-            r.instance_id
-        )));
-    }
-    for r in registered {
-        let shared = match &prepared(r).destination {
-            Some(theirs) => new.parsed.overlaps(theirs),
-            None => r.destination == new.destination,
-        };
-        if !shared {
-            continue;
+}
+
+impl Index {
+    /// Indexes `stores[self.len..]`.
+    fn extend(&mut self, stores: &[StoreRecord]) {
+        for (i, r) in stores.iter().enumerate().skip(self.len) {
+            self.dirs.insert(dir_key(Path::new(&r.store_dir)), i);
+            match Destination::recorded(&r.destination) {
+                Ok(d) => self.destinations.insert(destination_key(&d), i),
+                Err(_) => self
+                    .unparsed
+                    .entry(r.destination.clone())
+                    .or_default()
+                    .push(i),
+            }
         }
-        return Some(Conflict::SharedDestination(match new.intent {
+        self.len = stores.len();
+    }
+
+    fn find(&self, new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
+        let dir = dir_key(new.dir);
+        if let Some(r) = self.dirs.equal(&dir).map(|i| &registered[i]) {
+            return Some(Conflict::SameDir(format!(
+                "store_dir {} is already registered (store {} on instance {})",
+                new.dir.display(),
+                r.store_id,
+                r.instance_id
+            )));
+        }
+        let inside = self.dirs.above(&dir).map(|i| (i, "inside"));
+        let above = self.dirs.below(&dir).map(|i| (i, "above"));
+        if let Some((i, how)) = [inside, above].into_iter().flatten().min() {
+            let r = &registered[i];
+            return Some(Conflict::NestedDir(format!(
+                "store_dir {} is {how} the directory {} of store {} (instance {}): a store \
+                 directory cannot hold another store",
+                new.dir.display(),
+                r.store_dir,
+                r.store_id,
+                r.instance_id
+            )));
+        }
+        let key = destination_key(new.parsed);
+        let shared = [
+            self.destinations.equal(&key),
+            self.destinations.above(&key),
+            self.destinations.below(&key),
+            self.unparsed
+                .get(new.destination)
+                .and_then(|p| p.first().copied()),
+        ];
+        let r = &registered[shared.into_iter().flatten().min()?];
+        Some(Conflict::SharedDestination(match new.intent {
             Intent::Register => format!(
                 "destination {} shares objects with {}, where store {} (instance {}) backs \
                  up: one prefix holds one store's backups; choose another prefix",
@@ -173,9 +161,32 @@ pub fn find_with(memo: &Memo, new: &Candidate<'_>, registered: &[StoreRecord]) -
                  its backups into a new store",
                 r.store_id, r.instance_id, r.destination
             ),
-        }));
+        }))
     }
-    None
+}
+
+/// The index of the last check, kept for the next (see the module docs).
+#[derive(Default)]
+pub struct Memo(Mutex<Index>);
+
+/// Why `new` cannot join `registered`, if it cannot.
+pub fn find(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
+    let mut index = Index::default();
+    index.extend(registered);
+    index.find(new, registered)
+}
+
+/// [`find`] on the stores of a registry check, with the index `memo` kept from the last one.
+pub fn find_in(memo: &Memo, new: &Candidate<'_>, registered: Registered<'_>) -> Option<Conflict> {
+    let mut index = memo.0.lock().unwrap_or_else(|e| e.into_inner());
+    if index.read != registered.read || index.len > registered.stores.len() {
+        *index = Index {
+            read: registered.read,
+            ..Index::default()
+        };
+    }
+    index.extend(registered.stores);
+    index.find(new, registered.stores)
 }
 
 #[cfg(test)]
@@ -212,57 +223,80 @@ mod tests {
         }
     }
 
-    #[test]
-    fn within_is_path_starts_with_on_the_normalized_paths() {
-        let paths = [
-            "/", "/r", "/r/", "/r/a", "/r//a", "/r/./a", "/r/a/", "/r/ab", "/r/a/x", "/r/a/x/y",
-            "/s", "/r/b",
-        ];
-        for a in paths {
-            for b in paths {
-                let (na, nb) = (normalized(Path::new(a)), normalized(Path::new(b)));
-                assert_eq!(
-                    within(&na, &nb),
-                    Path::new(a).starts_with(b),
-                    "{a} within {b}"
-                );
-                assert_eq!(na == nb, Path::new(a) == Path::new(b), "{a} == {b}");
-            }
+    /// The walk the index replaces: every registered store, in order.
+    fn walk(new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<(usize, &'static str)> {
+        if let Some(i) = registered
+            .iter()
+            .position(|r| Path::new(&r.store_dir) == new.dir)
+        {
+            return Some((i, "same"));
         }
+        if let Some(i) = registered.iter().position(|r| {
+            new.dir.starts_with(&r.store_dir) || Path::new(&r.store_dir).starts_with(new.dir)
+        }) {
+            return Some((i, "nested"));
+        }
+        registered
+            .iter()
+            .position(|r| match Destination::recorded(&r.destination) {
+                Ok(theirs) => new.parsed.overlaps(&theirs),
+                Err(_) => r.destination == new.destination,
+            })
+            .map(|i| (i, "shared"))
     }
 
-    #[test]
-    fn a_memo_entry_is_rebuilt_when_the_record_differs_and_pruned() {
-        let memo = Memo::default();
-        let parsed = Destination::parse("s3://b/p/b").unwrap();
-        let c = Candidate {
-            dir: Path::new("/r/b"),
-            destination: "s3://b/p/b",
-            parsed: &parsed,
-            intent: Intent::Register,
-        };
-        assert_eq!(
-            find_with(&memo, &c, &[record("A", "/r/a", "s3://b/p/a")]),
-            None
-        );
-        // The same id now with another directory (a test's registry reused): not the memo's.
-        let moved = [record("A", "/r/b/inner", "s3://b/p/a")];
-        assert!(matches!(
-            find_with(&memo, &c, &moved),
-            Some(Conflict::NestedDir(_))
-        ));
-        let many: Vec<StoreRecord> = (0..100)
-            .map(|i| {
-                record(
-                    &format!("S{i}"),
-                    &format!("/t/{i}"),
-                    &format!("s3://b/q/{i}"),
-                )
-            })
-            .collect();
-        assert_eq!(find_with(&memo, &c, &many), None);
-        assert_eq!(find_with(&memo, &c, &many[..1]), None);
-        assert!(memo.0.lock().unwrap().len() <= 66, "not pruned");
+    proptest::proptest! {
+        #[test]
+        fn the_index_answers_as_the_walk(
+            stores in proptest::collection::vec((0u8..40, 0u8..40, proptest::bool::ANY), 0..30),
+            queries in proptest::collection::vec((0u8..40, 0u8..40), 1..20),
+        ) {
+            // Small alphabets, so that equal, nested and shared paths are common.
+            let dir = |n: u8| ["/r", "/r/a", "/r/a/b", "/r/ab", "/s", "/r/a/b/c", "/r//a"]
+                [usize::from(n % 7)].to_string() + &format!("/{}", n / 7 % 3);
+            let dest = |n: u8| match n % 5 {
+                0 => format!("s3://b/p/{}", n / 5 % 4),
+                1 => format!("s3://b/p/{}/x", n / 5 % 4),
+                2 => format!("s3://c/p/{}", n / 5 % 4),
+                3 => "s3://b".to_string(),
+                _ => format!("file:///d/{}", n / 5 % 4),
+            };
+            let mut registered: Vec<StoreRecord> = Vec::new();
+            let memo = Memo::default();
+            for (k, (d, t, legacy)) in stores.iter().enumerate() {
+                let destination = if *legacy { format!("legacy {t}") } else { dest(*t) };
+                registered.push(record(&format!("S{k}"), &dir(*d), &destination));
+                for (qd, qt) in &queries {
+                    let (qdir, qdest) = (dir(*qd), dest(*qt));
+                    let parsed = Destination::parse(&qdest).unwrap();
+                    let c = Candidate {
+                        dir: Path::new(&qdir),
+                        destination: &qdest,
+                        parsed: &parsed,
+                        intent: Intent::Register,
+                    };
+                    let expected = walk(&c, &registered)
+                        .map(|(i, kind)| (registered[i].store_id.clone(), kind));
+                    let named = |found: Option<Conflict>| {
+                        found.map(|f| {
+                            let (m, kind) = match f {
+                                Conflict::SameDir(m) => (m, "same"),
+                                Conflict::NestedDir(m) => (m, "nested"),
+                                Conflict::SharedDestination(m) => (m, "shared"),
+                            };
+                            let id = registered
+                                .iter()
+                                .find(|r| m.contains(&format!("store {} ", r.store_id)))
+                                .map_or(m.clone(), |r| r.store_id.clone());
+                            (id, kind)
+                        })
+                    };
+                    let read = Registered { stores: &registered, read: 7 };
+                    proptest::prop_assert_eq!(&named(find_in(&memo, &c, read)), &expected);
+                    proptest::prop_assert_eq!(&named(find(&c, &registered)), &expected);
+                }
+            }
+        }
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub struct Fleet {
     /// One bucket lease per lease root, fencing every store's lease under it: the only lease
     /// renewals the service sends ([`crate::lease::instance`]).
     leases: InstanceLeases,
-    /// What registration checks need of each registered store, computed once.
+    /// The registered stores indexed for registration checks, kept from one to the next.
     conflicts: conflicts::Memo,
 }
 
@@ -506,8 +506,8 @@ impl Fleet {
         // transaction.
         let inserted = self
             .registry
-            .insert_store_unless(&record, |registered| {
-                conflicts::find_with(&self.conflicts, &checked.candidate(), registered)
+            .insert_store_checked(&record, |registered| {
+                conflicts::find_in(&self.conflicts, &checked.candidate(), registered)
             })
             .await;
         let refusal = match inserted {
@@ -715,7 +715,7 @@ impl Fleet {
         let checked = self.check_new(new, Intent::Adopt)?;
         // Before the restore reads the prefix; the insert checks again, under the lock.
         let registered = self.registry.list_stores(None).await?;
-        if let Some(e) = conflicts::find_with(&self.conflicts, &checked.candidate(), &registered) {
+        if let Some(e) = conflicts::find(&checked.candidate(), &registered) {
             return Err(e.into());
         }
         let dir = &checked.dir;

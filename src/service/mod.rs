@@ -49,6 +49,7 @@ pub mod fleet;
 mod health_report;
 pub mod health_watch;
 pub mod limits;
+pub mod path_index;
 pub mod paths;
 pub mod proto;
 pub mod request;
