@@ -611,3 +611,30 @@ fn store_record_debug_redacts_the_token_hash() {
     assert!(shown.contains(&rec.node_token_hash[..8]), "{shown}");
     assert!(shown.contains("/data/1"), "{shown}");
 }
+
+/// A registry that another writer holds past the busy timeout answers `Unavailable` (retry
+/// later), not a database error that the service would report as its own bug.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registry_held_by_another_writer_is_unavailable_not_an_error() {
+    let (_dir, url, reg) = sqlite_registry().await;
+    let path = url.trim_start_matches("sqlite://");
+    let mut other = sqlx::SqliteConnection::connect(&format!("sqlite://{path}"))
+        .await
+        .unwrap();
+    sqlx::query("BEGIN EXCLUSIVE")
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let err = reg
+        .insert_store(&record("st-1", "/r/a", "i", 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Unavailable { ref detail } if detail.contains("busy")),
+        "{err:?}"
+    );
+    sqlx::query("ROLLBACK").execute(&mut other).await.unwrap();
+    reg.insert_store(&record("st-1", "/r/a", "i", 1))
+        .await
+        .expect("once the other writer is gone");
+}

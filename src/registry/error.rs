@@ -2,8 +2,8 @@
 //!
 //! Sorting is by what the caller can do about it: [`RegistryError::AlreadyExists`] is an answer
 //! about the data (the write did not happen), [`RegistryError::Unavailable`] is the database
-//! being out of reach (a write that failed this way may or may not have happened: re-read
-//! before acting), the rest are bugs or damage.
+//! being out of reach or busy past the wait for it (a write that failed this way may or may
+//! not have happened: re-read before acting), the rest are bugs or damage.
 //! Constraint violations are recognised by the database's error code and constraint name,
 //! never by message text.
 
@@ -52,7 +52,23 @@ pub(crate) fn classify(location: &str, e: sqlx::Error) -> RegistryError {
         sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => RegistryError::Corrupt {
             detail: format!("{location}: {e}"),
         },
+        // Another writer held the database past the wait for it: out of reach for now, as a
+        // dropped connection is, and worth a retry (not a bug of ours).
+        sqlx::Error::Database(ref db) if busy(db.code().as_deref()) => RegistryError::Unavailable {
+            detail: format!("{location}: busy, another writer held it too long: {e}"),
+        },
         other => RegistryError::Database(other),
+    }
+}
+
+/// Whether a database error code says the database was busy or locked: SQLite's
+/// `SQLITE_BUSY` and `SQLITE_LOCKED` with their extended codes (the low byte is the primary
+/// code), PostgreSQL's `lock_not_available`.
+fn busy(code: Option<&str>) -> bool {
+    match code {
+        Some("55P03") => true,
+        Some(code) => code.parse::<u32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6)),
+        None => false,
     }
 }
 
