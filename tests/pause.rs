@@ -270,13 +270,8 @@ async fn a_pause_past_its_deadline_is_unhealthy_and_stays_paused_until_resume() 
     let dir = d.root.join("overdue");
     let bucket = d.base.join("bucket");
     support::store::write(&dir, 10, 0, 0);
-    let (_server, addr) = served::start(
-        "serve",
-        serve(
-            &d,
-            &["--pause-default-ms", "300", "--pause-max-ms", "600000"],
-        ),
-    );
+    let flags = ["--pause-default-ms", "300", "--pause-max-ms", "600000"];
+    let (mut server, addr) = served::start("serve", serve(&d, &flags));
     let c = client(addr).await;
     let id = c
         .clone()
@@ -354,6 +349,14 @@ async fn a_pause_past_its_deadline_is_unhealthy_and_stays_paused_until_resume() 
     );
     wait_health(&c, &id, "healthy and paused again", |h| {
         h.healthy && h.paused && h.paused_reason == "kernel upgrade"
+    })
+    .await;
+    // Killed (no clean stop), the service starts the store paused again.
+    server.kill();
+    let (_server, addr) = served::start("serve (after SIGKILL)", serve(&d, &flags));
+    let c = client(addr).await;
+    wait_health(&c, &id, "paused after a SIGKILL and a restart", |h| {
+        h.healthy && h.paused && h.paused_reason == "kernel upgrade" && h.lease_held
     })
     .await;
     let out = ctl(addr, &["--json", "resume", &id]);

@@ -290,7 +290,6 @@ impl BackupWorker {
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> BackupHandle {
-        let gate = PauseGate::new(pause);
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -298,10 +297,16 @@ impl BackupWorker {
             min_unhealthy_lag: self.config.min_unhealthy_lag,
             unhealthy_after_failures: super::UNHEALTHY_AFTER_FAILURES,
         };
+        // Paused from the first health on, not from the supervisor's first tick.
         let status: Status = StatusCell::new(RunnerStatus {
             conditional_writes: lease.conditional && self.config.conditional_writes,
+            pause_overdue: pause
+                .as_ref()
+                .is_some_and(|p| p.overdue_at(crate::units::unix_now_ms())),
+            pause: pause.clone(),
             ..RunnerStatus::default()
         });
+        let gate = PauseGate::new(pause);
         let changes = self.changes();
         let holder = lease.holder.clone();
         let first = health::evaluate(
