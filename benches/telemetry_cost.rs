@@ -250,6 +250,7 @@ fn child(on: bool) {
             last_error: None,
             worker: WorkerState::Running,
             activity: String::new(),
+            paused: None,
         };
         mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");

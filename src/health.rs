@@ -23,6 +23,14 @@
 //!    contradict, see [`crate::wal_source::streamed`]), naming what and who, while it holds;
 //! 7. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`.
 //!
+//! A **pause** ([`Pause`], the service's `Pause` call) changes this: while the store is paused
+//! its unshipped data is the operator's doing, so the lag (7) is no reason; within its
+//! deadline the store stays healthy, with the pause in [`StoreHealth::paused`] and a note.
+//! Past its deadline (the supervisor compares it with the wall clock at every evaluation:
+//! [`RunnerStatus::pause_overdue`]) the store is unhealthy, "paused past its deadline", placed
+//! after the lease (4): it stays paused, uploading nothing, until Resume — a deadline is an
+//! alarm, not an automatic resume, so that a pause forgotten is seen rather than undone.
+//!
 //! Health also says what the runner is doing ([`StoreHealth::activity`]: waiting for the
 //! lease, retrying, flushing…) and, while a step runs, which part of it ([`StepPhase`]:
 //! "uploading archive 12 of 40", "shipping a segment"…), so a step that hangs shows what it
@@ -71,6 +79,37 @@ pub struct RunnerStatus {
     /// The running step's phase, as the supervisor last read it from the [`StepActivity`];
     /// shown in place of [`Activity::Stepping`] (and beside [`Activity::Flushing`]).
     pub step: Option<StepPhase>,
+    /// The store's uploads are paused (the runner records it when it applies a pause).
+    pub pause: Option<Pause>,
+    /// The pause's deadline has passed, as the supervisor last read the clock.
+    pub pause_overdue: bool,
+}
+
+/// A pause of a store's uploads: why, since and until when (milliseconds since the epoch).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    pub reason: String,
+    pub paused_at_unix_ms: i64,
+    /// The deadline: past it the store is unhealthy (and still paused).
+    pub until_unix_ms: i64,
+}
+
+impl Pause {
+    /// Whether the deadline has passed at `now_unix_ms`.
+    pub fn overdue_at(&self, now_unix_ms: i64) -> bool {
+        now_unix_ms >= self.until_unix_ms
+    }
+}
+
+/// `ms` since the epoch as RFC 3339 UTC (or as a count, out of the calendar's range).
+pub fn rfc3339_ms(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
 }
 
 /// Which part of a step is running.
@@ -187,6 +226,8 @@ pub enum Activity {
     Retrying,
     /// Waiting to check a refused prefix again, without the lease.
     Refused,
+    /// Holding the lease, uploading nothing until Resume.
+    Paused,
     /// The last flush before shutdown.
     Flushing,
     /// The runner returned.
@@ -205,6 +246,7 @@ impl std::fmt::Display for Activity {
             Activity::Idle => f.write_str("idle"),
             Activity::Retrying => f.write_str("retrying after a failed step"),
             Activity::Refused => f.write_str("waiting to check the refused prefix again"),
+            Activity::Paused => f.write_str("paused: uploading nothing until Resume"),
             Activity::Flushing => f.write_str("flushing"),
             Activity::Stopped => f.write_str("stopped"),
         }
@@ -224,6 +266,8 @@ impl Default for RunnerStatus {
             source_problem: None,
             activity: Activity::Starting,
             step: None,
+            pause: None,
+            pause_overdue: false,
         }
     }
 }
@@ -269,6 +313,9 @@ pub struct StoreHealth {
     /// of it alone is not a change of health (watchers are not woken per step).
     #[serde(default)]
     pub activity: String,
+    /// The pause, while the store is paused (see the module docs).
+    #[serde(default)]
+    pub paused: Option<Pause>,
 }
 
 impl StoreHealth {
@@ -292,6 +339,7 @@ impl StoreHealth {
             last_error,
             worker,
             activity: _,
+            paused,
         } = self;
         *healthy == other.healthy
             && *reason == other.reason
@@ -306,6 +354,7 @@ impl StoreHealth {
             && *consecutive_failures == other.consecutive_failures
             && *last_error == other.last_error
             && *worker == other.worker
+            && *paused == other.paused
     }
 }
 
@@ -368,6 +417,14 @@ pub fn evaluate(
             (String::new(), false)
         }
     };
+    if let Some(p) = status.pause.as_ref().filter(|_| status.pause_overdue) {
+        reasons.push(format!(
+            "paused past its deadline ({}; reason: {}): it stays paused, uploading nothing, \
+             until Resume",
+            rfc3339_ms(p.until_unix_ms),
+            p.reason
+        ));
+    }
     if status.consecutive_failures >= policy.unhealthy_after_failures {
         reasons.push(format!(
             "{} consecutive backup steps failed; last: {}",
@@ -378,7 +435,7 @@ pub fn evaluate(
     if let Some(p) = &status.source_problem {
         reasons.push(format!("position reports refused: {p}"));
     }
-    if progress.unshipped_for > policy.max_lag() {
+    if status.pause.is_none() && progress.unshipped_for > policy.max_lag() {
         reasons.push(format!(
             "durable commits {}..={} unshipped for {:.0} s (limit {:.0} s)",
             progress.shipped_commit_seq + 1,
@@ -394,6 +451,14 @@ pub fn evaluate(
              and nothing fences a second writer"
                 .to_string(),
         );
+    }
+    if let Some(p) = &status.pause {
+        notes.push(format!(
+            "paused since {} until {} (reason: {}): uploading nothing until Resume",
+            rfc3339_ms(p.paused_at_unix_ms),
+            rfc3339_ms(p.until_unix_ms),
+            p.reason
+        ));
     }
     StoreHealth {
         healthy: reasons.is_empty(),
@@ -414,6 +479,7 @@ pub fn evaluate(
             (Activity::Flushing, Some(phase)) => format!("flushing: {phase}"),
             (activity, _) => activity.to_string(),
         },
+        paused: status.pause.clone(),
     }
 }
 
@@ -556,6 +622,41 @@ mod tests {
                 && h.reason
                     .contains("position reports refused: a report from 10.0.0.7"),
             "{h:?}"
+        );
+    }
+
+    #[test]
+    fn a_pause_is_healthy_within_its_deadline_and_unhealthy_past_it() {
+        let p = policy();
+        let lagging = Progress {
+            durable_commit_seq: 90,
+            shipped_commit_seq: 40,
+            restore_point_commit_seq: 40,
+            unshipped_for: Duration::from_secs(3600),
+        };
+        let mut s = holding();
+        s.pause = Some(Pause {
+            reason: "maintenance".into(),
+            paused_at_unix_ms: 1_000,
+            until_unix_ms: 2_000,
+        });
+        assert!(!s.pause.as_ref().unwrap().overdue_at(1_999));
+        assert!(s.pause.as_ref().unwrap().overdue_at(2_000));
+        let h = evaluate(&s, lagging, &p, "me");
+        assert!(h.healthy, "a pause's lag is no reason: {h:?}");
+        assert_eq!(h.paused, s.pause);
+        assert!(h.notes.iter().any(|n| n.contains("maintenance")), "{h:?}");
+        s.pause_overdue = true;
+        let h = evaluate(&s, lagging, &p, "me");
+        assert!(!h.healthy, "{h:?}");
+        assert!(h.reason.starts_with("paused past its deadline"), "{h:?}");
+        assert!(h.reason.contains("until Resume"), "{h:?}");
+        assert_eq!(h.reasons.len(), 1, "and not the lag: {h:?}");
+        s.pause = None;
+        s.pause_overdue = false;
+        assert!(
+            !evaluate(&s, lagging, &p, "me").healthy,
+            "unpaused, the lag counts"
         );
     }
 

@@ -29,6 +29,8 @@ enum Call {
     WatchHealth(fn(&mut proto::HealthRequest)),
     Trigger(fn(&mut proto::TriggerRequest)),
     Deregister(fn(&mut proto::DeregisterRequest)),
+    Pause(fn(&mut proto::PauseRequest)),
+    Resume(fn(&mut proto::ResumeRequest)),
 }
 
 /// One bad input: what it is, the change, the code and a fragment of the message.
@@ -247,6 +249,46 @@ static CASES: &[Case] = &[
         Call::Deregister(|r| r.store_id.push('\0')),
         NOT_A_STORE_ID,
     ),
+    bad(
+        "Pause: store_id with a NUL",
+        Call::Pause(|r| r.store_id.push('\0')),
+        NOT_A_STORE_ID,
+    ),
+    bad(
+        "Pause: reason over 512 bytes",
+        Call::Pause(|r| r.reason = "r".repeat(513)),
+        "reason is longer than 512 bytes (513 bytes)",
+    ),
+    bad(
+        "Pause: reason with a NUL",
+        Call::Pause(|r| r.reason = "disk\0swap".into()),
+        "reason must not contain NUL",
+    ),
+    bad(
+        "Pause: reason of two lines",
+        Call::Pause(|r| r.reason = "disk\nswap".into()),
+        "reason must not contain a control character (U+000A)",
+    ),
+    bad(
+        "Pause: until_unix_ms negative",
+        Call::Pause(|r| r.until_unix_ms = -1),
+        "until_unix_ms must not be negative",
+    ),
+    bad(
+        "Pause: until_unix_ms in the past",
+        Call::Pause(|r| r.until_unix_ms = 1),
+        "until_unix_ms 1 (1970-01-01T00:00:00.001Z) is not in the future",
+    ),
+    bad(
+        "Pause: until_unix_ms beyond the maximum pause",
+        Call::Pause(|r| r.until_unix_ms = i64::MAX),
+        "is beyond the server's maximum pause of 86400000 ms",
+    ),
+    bad(
+        "Resume: store_id with a NUL",
+        Call::Resume(|r| r.store_id.push('\0')),
+        NOT_A_STORE_ID,
+    ),
 ];
 
 /// The longest message a refusal may carry: it quotes at most a bounded part of the input.
@@ -332,6 +374,22 @@ async fn answer(
                 flush: false,
             },
             deregister
+        ),
+        Call::Pause(f) => run!(
+            f,
+            proto::PauseRequest {
+                store_id: UNKNOWN.into(),
+                reason: "maintenance".into(),
+                until_unix_ms: 0,
+            },
+            pause
+        ),
+        Call::Resume(f) => run!(
+            f,
+            proto::ResumeRequest {
+                store_id: UNKNOWN.into(),
+            },
+            resume
         ),
     }
 }

@@ -43,6 +43,18 @@ fn no<T>() -> Result<Response<T>, Status> {
 
 #[tonic::async_trait]
 impl BackupControl for Fake {
+    async fn pause(
+        &self,
+        _: Request<proto::PauseRequest>,
+    ) -> Result<Response<proto::PauseResponse>, Status> {
+        no()
+    }
+    async fn resume(
+        &self,
+        _: Request<proto::ResumeRequest>,
+    ) -> Result<Response<proto::ResumeResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

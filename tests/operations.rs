@@ -386,6 +386,49 @@ async fn metrics_show_the_registered_stores_lag_shipped_bytes_and_health() {
     .await;
     assert!(lag.is_finite() && lag >= 0.0, "lag {lag}");
     eprintln!("store {id}: lag {lag} s, {shipped} bytes shipped");
+
+    // The paused gauge follows Pause and Resume.
+    let paused_is = |want: f64| {
+        let id = id.clone();
+        async move {
+            support::wait_for(
+                DEADLINE,
+                &format!("/metrics on {metrics} to show store {id} paused = {want}"),
+                || async {
+                    let (_, text) = get(metrics, "/metrics").await?;
+                    let families = prometheus::parse_prometheus(&text)
+                        .unwrap_or_else(|e| panic!("/metrics is not Prometheus text ({e})"));
+                    let found = prometheus::samples(&families)
+                        .find(|s| {
+                            s.name == "mushroom_backup_store_paused"
+                                && s.labels.get("store_id") == Some(&id)
+                        })
+                        .map(|s| s.value);
+                    if found == Some(want) {
+                        Ok(())
+                    } else {
+                        Err(format!("{found:?}"))
+                    }
+                },
+            )
+            .await
+        }
+    };
+    paused_is(0.0).await;
+    c.pause(proto::PauseRequest {
+        store_id: id.clone(),
+        reason: "metered pause".into(),
+        until_unix_ms: 0,
+    })
+    .await
+    .unwrap_or_else(|e| server.child.fail(&format!("Pause failed: {e}")));
+    paused_is(1.0).await;
+    c.resume(proto::ResumeRequest {
+        store_id: id.clone(),
+    })
+    .await
+    .unwrap_or_else(|e| server.child.fail(&format!("Resume failed: {e}")));
+    paused_is(0.0).await;
 }
 
 // ---- 3. two instances, one PostgreSQL registry ------------------------------------------
@@ -479,6 +522,68 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
     )
     .await;
     assert_eq!(healthy.instance_id, "a", "{healthy:?}");
+
+    // Pause and Resume are the owner's: b refuses them as every store-scoped call.
+    let elsewhere = cb
+        .clone()
+        .pause(proto::PauseRequest {
+            store_id: id.clone(),
+            reason: "from b".into(),
+            until_unix_ms: 0,
+        })
+        .await
+        .expect_err("Pause on b of a's store");
+    assert_eq!(
+        elsewhere.code(),
+        tonic::Code::FailedPrecondition,
+        "{elsewhere:?}"
+    );
+    assert!(
+        elsewhere.message().contains("belongs to instance a"),
+        "{elsewhere:?}"
+    );
+    let elsewhere = cb
+        .clone()
+        .resume(proto::ResumeRequest {
+            store_id: id.clone(),
+        })
+        .await
+        .expect_err("Resume on b of a's store");
+    assert_eq!(
+        elsewhere.code(),
+        tonic::Code::FailedPrecondition,
+        "{elsewhere:?}"
+    );
+    // Paused on a, the pause is in a's health reports: b shows it.
+    ca.pause(proto::PauseRequest {
+        store_id: id.clone(),
+        reason: "from a".into(),
+        until_unix_ms: 0,
+    })
+    .await
+    .unwrap_or_else(|e| a.child.fail(&format!("Pause on a failed: {e}")));
+    support::wait_for(
+        DEADLINE,
+        &format!("b's Health to show {id} paused by a"),
+        || {
+            let mut cb = cb.clone();
+            let id = id.clone();
+            async move {
+                let h = health(&mut cb, &id).await?;
+                if h.paused && h.paused_reason == "from a" && h.healthy {
+                    Ok(h)
+                } else {
+                    Err(format!("{h:?}"))
+                }
+            }
+        },
+    )
+    .await;
+    ca.resume(proto::ResumeRequest {
+        store_id: id.clone(),
+    })
+    .await
+    .unwrap_or_else(|e| a.child.fail(&format!("Resume on a failed: {e}")));
 
     let stopped = Instant::now();
     a.terminate();

@@ -8,8 +8,8 @@ mod support;
 use std::collections::BTreeMap;
 
 use mushroom_backup::registry::{
-    AuditEntry, HealthRow, Registry, RegistryError, StoreRecord, hash_token, new_node_token,
-    token_matches,
+    AuditEntry, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord, hash_token,
+    new_node_token, token_matches,
 };
 use sqlx::Connection;
 use support::registry::{PgDatabase, postgres_server, sqlite_registry};
@@ -21,6 +21,7 @@ both_backends!(
     audit_newest_first,
     health_upsert_and_cascade,
     a_health_report_is_one_transaction_with_a_heartbeat,
+    pauses_upsert_clear_and_cascade,
     ping_and_location,
 );
 
@@ -218,6 +219,39 @@ mod suite {
         );
     }
 
+    pub async fn pauses_upsert_clear_and_cascade(reg: Registry) {
+        two_stores(&reg).await;
+        let pause = |reason: &str, until_ms: i64| PauseRecord {
+            reason: reason.into(),
+            paused_at_ms: 100,
+            until_ms,
+        };
+        assert!(reg.pauses().await.unwrap().is_empty());
+        assert!(
+            reg.set_pause("st-1", &pause("disk swap", 200))
+                .await
+                .unwrap()
+        );
+        assert!(reg.set_pause("st-2", &pause("upgrade", 300)).await.unwrap());
+        // A second pause replaces the first.
+        assert!(
+            reg.set_pause("st-1", &pause("longer swap", 400))
+                .await
+                .unwrap()
+        );
+        let all = reg.pauses().await.unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all["st-1"], pause("longer swap", 400));
+        assert_eq!(all["st-2"], pause("upgrade", 300));
+        // A store that is not registered takes no pause.
+        assert!(!reg.set_pause("st-9", &pause("x", 1)).await.unwrap());
+        assert!(reg.clear_pause("st-1").await.unwrap());
+        assert!(!reg.clear_pause("st-1").await.unwrap(), "cleared twice");
+        // Deleting a store deletes its pause.
+        assert!(reg.delete_store("st-2").await.unwrap());
+        assert!(reg.pauses().await.unwrap().is_empty());
+    }
+
     pub async fn a_health_report_is_one_transaction_with_a_heartbeat(reg: Registry) {
         two_stores(&reg).await;
         assert!(reg.heartbeats().await.unwrap().is_empty());
@@ -372,7 +406,10 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(applied, vec![(1, true), (2, true), (3, true), (4, true)]);
+    assert_eq!(
+        applied,
+        vec![(1, true), (2, true), (3, true), (4, true), (5, true)]
+    );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut conn)
         .await

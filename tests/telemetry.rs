@@ -415,6 +415,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         last_error: None,
         worker: WorkerState::Running,
         activity: String::new(),
+        paused: None,
     }
 }
 

@@ -1,6 +1,9 @@
 //! `ctl`: every `BackupControl` call for operators. Plain text by default, one JSON document
 //! per answer with `--json` (one per line for `watch-health`). A failed call exits non-zero
 //! with one line naming the call and its gRPC code: `error: Register: PERMISSION_DENIED: …`.
+//!
+//! `pause --for DURATION` turns the duration into a deadline by this machine's clock (the
+//! server checks it against its own: in the future, within its maximum pause).
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -11,6 +14,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
+use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::node_client::code_name;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 
@@ -56,6 +60,26 @@ enum Call {
     },
     /// Ask a store's worker to ship, write a restore point or run retention now.
     Trigger { store_id: String, kind: Kind },
+    /// Pause a store's uploads until `resume`: it uploads nothing (no segment, archive,
+    /// manifest, LATEST or retention delete) and keeps its bucket lease, so no standby takes
+    /// over. The pause survives a restart of the service. Past its deadline the store is
+    /// unhealthy ("paused past its deadline") and stays paused until `resume`. Pausing a paused
+    /// store replaces its reason and deadline.
+    Pause {
+        store_id: String,
+        /// Why, shown in health (at most 512 bytes, one line).
+        #[arg(long)]
+        reason: String,
+        /// For how long: e.g. 45m, 2h, 1h30m, 90s, 1d [default: the server's default pause, 1 h
+        /// unless its --pause-default-ms says otherwise].
+        #[arg(long = "for", value_parser = parse_duration, conflicts_with = "until")]
+        for_: Option<Duration>,
+        /// Until this instant, RFC 3339 with its UTC offset (2026-12-03T06:00:00Z).
+        #[arg(long, value_parser = parse_instant)]
+        until: Option<i64>,
+    },
+    /// End a store's pause: it ships everything durable since (OK if it was not paused).
+    Resume { store_id: String },
     /// The health of one store, or of every store.
     Health { store_id: Option<String> },
     /// Health as it changes, until interrupted (or `--count` answers).
@@ -133,6 +157,50 @@ impl StoreFlags {
             keep_generations: self.keep_generations.unwrap_or(0),
         })
     }
+}
+
+/// `45m`, `2h`, `1h30m`, `90s`, `500ms`, `1d`: numbers each with a unit, longer than zero.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration such as 45m, 2h, 1h30m, 90s or 1d");
+    let mut total = Duration::ZERO;
+    let mut rest = s.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ms = match &rest[..unit] {
+            "ms" => 1,
+            "s" => 1000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit..];
+        total = total
+            .checked_add(Duration::from_millis(n.checked_mul(ms).ok_or_else(bad)?))
+            .ok_or_else(bad)?;
+    }
+    if total.is_zero() {
+        return Err(format!("{s:?}: a pause must last longer than zero"));
+    }
+    Ok(total)
+}
+
+/// An RFC 3339 instant with its offset, as milliseconds since the epoch.
+fn parse_instant(s: &str) -> Result<i64, String> {
+    let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| {
+            format!("{s:?} is not an RFC 3339 instant with its offset (2026-12-03T06:00:00Z): {e}")
+        })?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| format!("{s:?} is out of range"))
 }
 
 fn parse_label(s: &str) -> Result<(String, String), String> {
@@ -233,6 +301,21 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         } => register(&mut ctl, j, dir, destination, store).await?,
         Call::Deregister { store_id, flush } => deregister(&mut ctl, j, store_id, flush).await?,
         Call::Trigger { store_id, kind } => trigger(&mut ctl, j, store_id, kind).await?,
+        Call::Pause {
+            store_id,
+            reason,
+            for_,
+            until,
+        } => {
+            let until = match (for_, until) {
+                (Some(d), _) => mushroom_backup::units::unix_now_ms()
+                    .saturating_add(mushroom_backup::units::millis_i64(d)),
+                (None, Some(t)) => t,
+                (None, None) => 0,
+            };
+            pause(&mut ctl, j, store_id, reason, until).await?
+        }
+        Call::Resume { store_id } => resume(&mut ctl, j, store_id).await?,
         Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
@@ -320,6 +403,68 @@ async fn trigger(ctl: &mut Ctl, j: bool, store_id: String, kind: Kind) -> anyhow
         j,
         json!({"triggered": name, "store_id": store_id}),
         format!("triggered {name} on store {store_id}"),
+    );
+    Ok(())
+}
+
+/// `ctl pause`.
+async fn pause(
+    ctl: &mut Ctl,
+    j: bool,
+    store_id: String,
+    reason: String,
+    until_unix_ms: i64,
+) -> anyhow::Result<()> {
+    let req = proto::PauseRequest {
+        store_id: store_id.clone(),
+        reason,
+        until_unix_ms,
+    };
+    let r = ctl
+        .client
+        .pause(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Pause", s))?
+        .into_inner();
+    print(
+        j,
+        json!({
+            "store_id": store_id,
+            "paused": true,
+            "reason": r.reason,
+            "until_unix_ms": r.until_unix_ms,
+            "paused_at_unix_ms": r.paused_at_unix_ms,
+            "was_paused": r.was_paused,
+        }),
+        format!(
+            "{} store {store_id} until {}: {}",
+            if r.was_paused { "re-paused" } else { "paused" },
+            rfc3339_ms(r.until_unix_ms),
+            r.reason
+        ),
+    );
+    Ok(())
+}
+
+/// `ctl resume`.
+async fn resume(ctl: &mut Ctl, j: bool, store_id: String) -> anyhow::Result<()> {
+    let req = proto::ResumeRequest {
+        store_id: store_id.clone(),
+    };
+    let r = ctl
+        .client
+        .resume(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Resume", s))?
+        .into_inner();
+    print(
+        j,
+        json!({"store_id": store_id, "resumed": true, "was_paused": r.was_paused}),
+        if r.was_paused {
+            format!("resumed store {store_id}")
+        } else {
+            format!("store {store_id} was not paused")
+        },
     );
     Ok(())
 }
@@ -514,6 +659,10 @@ fn health_json(r: &proto::HealthResponse) -> Value {
                 "consecutive_failures": s.consecutive_failures,
                 "last_error": s.last_error,
                 "reported_at_unix_ms": s.reported_at_unix_ms,
+                "paused": s.paused,
+                "paused_reason": s.paused_reason,
+                "paused_until_unix_ms": s.paused_until_unix_ms,
+                "paused_at_unix_ms": s.paused_at_unix_ms,
             })
         })
         .collect();
@@ -527,11 +676,19 @@ fn health_text(r: &proto::HealthResponse) -> String {
     r.stores
         .iter()
         .map(|s| {
-            let state = if s.healthy {
+            let mut state = if s.healthy {
                 "healthy".to_string()
             } else {
                 format!("UNHEALTHY: {}", s.reason)
             };
+            if s.paused {
+                // The note beside it says since when and why.
+                state.push_str(&format!(
+                    "  PAUSED until {}: {}",
+                    rfc3339_ms(s.paused_until_unix_ms),
+                    s.paused_reason
+                ));
+            }
             let mut line = format!(
                 "{}  {}  {state}\n  durable {}  shipped {}  restore point {}  lag {:.1}s  lease {}",
                 s.store_id,

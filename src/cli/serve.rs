@@ -87,6 +87,13 @@ pub struct ServeArgs {
     /// [default: 15000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OWNER_SILENT_AFTER_MS")]
     owner_silent_after_ms: Option<u64>,
+    /// A Pause without a deadline is due after this long; past its deadline a paused store is
+    /// unhealthy (and stays paused until Resume), ms [default: 3600000, 1 hour].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_PAUSE_DEFAULT_MS")]
+    pause_default_ms: Option<u64>,
+    /// The furthest deadline a Pause may set, ms [default: 86400000, 24 hours].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_PAUSE_MAX_MS")]
+    pause_max_ms: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -105,6 +112,8 @@ struct ServeToml {
     allow_destination_roots: Option<Vec<PathBuf>>,
     registry: Option<String>,
     instance_id: Option<String>,
+    pause_default_ms: Option<u64>,
+    pause_max_ms: Option<u64>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -235,6 +244,23 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         3000,
     )?;
     let owner_silent_after = period("--owner-silent-after-ms", a.owner_silent_after_ms, 15_000)?;
+    let pause_ms = |flag: &str, v: Option<u64>, default: u64| {
+        limits::PAUSE_MS
+            .check_ms(flag, v.unwrap_or(default))
+            .map_err(anyhow::Error::msg)
+    };
+    let pause = service::pause::PauseLimits {
+        default: pause_ms(
+            "--pause-default-ms",
+            a.pause_default_ms.or(file.pause_default_ms),
+            3_600_000,
+        )?,
+        max: pause_ms(
+            "--pause-max-ms",
+            a.pause_max_ms.or(file.pause_max_ms),
+            86_400_000,
+        )?,
+    };
     let config = ServiceConfig {
         listen: a
             .listen
@@ -257,6 +283,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         health_report_interval,
         owner_silent_after,
         limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
+        pause,
     };
     Ok((config, telemetry))
 }

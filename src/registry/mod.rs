@@ -23,6 +23,8 @@
 //!   heard from.
 //! - `instance_claims`: which live process holds each instance id ([`InstanceClaim`]), so
 //!   that two processes started with one id never both run its stores.
+//! - `store_pauses`: the stores whose uploads an operator paused ([`PauseRecord`]), deleted on
+//!   Resume and with their store (`ON DELETE CASCADE`).
 //!
 //! # Crash story
 //!
@@ -248,6 +250,8 @@ pub fn audit_text(s: &str) -> String {
 // After the macros above, which it uses.
 mod claim;
 pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim, Predecessor};
+mod pause;
+pub use pause::PauseRecord;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

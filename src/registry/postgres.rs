@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "stores serial",
         include_str!("../../migrations/postgres/0004_stores_serial.sql"),
     ),
+    (
+        5,
+        "store pauses",
+        include_str!("../../migrations/postgres/0005_store_pauses.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

@@ -48,6 +48,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "stores serial",
         include_str!("../../migrations/sqlite/0004_stores_serial.sql"),
     ),
+    (
+        5,
+        "store pauses",
+        include_str!("../../migrations/sqlite/0005_store_pauses.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

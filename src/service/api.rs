@@ -16,6 +16,7 @@ use super::error::ServiceError;
 use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use super::health_watch::{HealthStream, HealthWatch};
 use super::limits;
+use super::pause::{self, PauseAsk};
 use super::proto::{self, backup_control_server::BackupControl};
 use super::request::{self, new_store, position};
 use crate::wal_source::StreamAttachment;
@@ -101,6 +102,21 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
         lease_held: h.lease_held,
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
+        ..pause_fields(h.paused.as_ref())
+    }
+}
+
+/// The pause fields of a `StoreHealth` (the rest default).
+fn pause_fields(p: Option<&crate::health::Pause>) -> proto::StoreHealth {
+    match p {
+        None => proto::StoreHealth::default(),
+        Some(p) => proto::StoreHealth {
+            paused: true,
+            paused_reason: p.reason.clone(),
+            paused_until_unix_ms: p.until_unix_ms,
+            paused_at_unix_ms: p.paused_at_unix_ms,
+            ..Default::default()
+        },
     }
 }
 
@@ -155,8 +171,48 @@ impl BackupControl for Api {
         let (_, r) = self.operator(req)?;
         record_store_id(&r.store_id);
         let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
-        entry.handle.trigger(request::trigger(r.kind).map_err(err)?);
+        let trigger = request::trigger(r.kind).map_err(err)?;
+        if let Some(p) = entry.handle.paused() {
+            return Err(err(FleetError::Paused {
+                store: r.store_id,
+                reason: p.reason,
+            }));
+        }
+        entry.handle.trigger(trigger);
         Ok(Response::new(proto::TriggerResponse {}))
+    }
+
+    async fn pause(
+        &self,
+        req: Request<proto::PauseRequest>,
+    ) -> Result<Response<proto::PauseResponse>, Status> {
+        let (peer, r) = self.operator(req)?;
+        record_store_id(&r.store_id);
+        let ask = PauseAsk {
+            reason: r.reason,
+            until_unix_ms: r.until_unix_ms,
+        };
+        let done = pause::pause(&self.fleet, &r.store_id, ask, peer)
+            .await
+            .map_err(err)?;
+        Ok(Response::new(proto::PauseResponse {
+            reason: done.pause.reason,
+            until_unix_ms: done.pause.until_unix_ms,
+            paused_at_unix_ms: done.pause.paused_at_unix_ms,
+            was_paused: done.was_paused,
+        }))
+    }
+
+    async fn resume(
+        &self,
+        req: Request<proto::ResumeRequest>,
+    ) -> Result<Response<proto::ResumeResponse>, Status> {
+        let (peer, r) = self.operator(req)?;
+        record_store_id(&r.store_id);
+        let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
+            .await
+            .map_err(err)?;
+        Ok(Response::new(proto::ResumeResponse { was_paused }))
     }
 
     async fn health(
@@ -416,6 +472,11 @@ fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
         out.lease_held = h.lease_held;
         out.consecutive_failures = h.consecutive_failures;
         out.last_error = h.last_error.clone().unwrap_or_default();
+        let p = pause_fields(h.paused.as_ref());
+        out.paused = p.paused;
+        out.paused_reason = p.paused_reason;
+        out.paused_until_unix_ms = p.paused_until_unix_ms;
+        out.paused_at_unix_ms = p.paused_at_unix_ms;
     }
     if r.silent {
         let why = match r.reported_at_ms {

@@ -53,6 +53,8 @@ pub struct ServiceConfig {
     pub owner_silent_after: Duration,
     /// What one client may hold: streams, calls, deadlines.
     pub limits: Limits,
+    /// A `Pause`'s default and longest deadline.
+    pub pause: super::pause::PauseLimits,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -73,6 +75,7 @@ impl std::fmt::Debug for ServiceConfig {
             health_report_interval,
             owner_silent_after,
             limits,
+            pause,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -90,6 +93,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("health_report_interval", health_report_interval)
             .field("owner_silent_after", owner_silent_after)
             .field("limits", limits)
+            .field("pause", pause)
             .finish()
     }
 }
@@ -122,6 +126,7 @@ impl ServiceConfig {
                 ));
             }
         }
+        self.pause.check()?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
@@ -156,6 +161,7 @@ mod tests {
             health_report_interval: Duration::from_secs(3),
             owner_silent_after: Duration::from_secs(15),
             limits: Limits::default(),
+            pause: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

@@ -98,9 +98,9 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             Code::FailedPrecondition
         }
         FleetError::NotHere(_) | FleetError::UnknownStore(_) => Code::NotFound,
-        FleetError::OwnedElsewhere { .. } | FleetError::OwnerAlive { .. } => {
-            Code::FailedPrecondition
-        }
+        FleetError::OwnedElsewhere { .. }
+        | FleetError::OwnerAlive { .. }
+        | FleetError::Paused { .. } => Code::FailedPrecondition,
         FleetError::AdoptTarget(_) => Code::FailedPrecondition,
         FleetError::Open(OpenError::BadUrl { .. }) => Code::InvalidArgument,
         FleetError::Open(OpenError::Refused(BucketError::Unreachable { .. })) => Code::Unavailable,

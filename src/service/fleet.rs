@@ -138,6 +138,9 @@ pub enum FleetError {
     /// The store is registered, but another instance runs it.
     #[error("store {store} belongs to instance {owner}: call that instance")]
     OwnedElsewhere { store: String, owner: String },
+    /// A call that would upload (Trigger) on a paused store.
+    #[error("store {store} is paused ({reason}): Resume it first")]
+    Paused { store: String, reason: String },
     /// Deregistering a store whose owner is still heard from.
     #[error(
         "store {store} belongs to instance {owner}, which is alive: deregister it there (a \
@@ -190,17 +193,7 @@ pub struct Fleet {
     conflicts: conflicts::Memo,
 }
 
-/// A store another instance owns, as the shared registry last heard of it.
-pub struct RemoteStore {
-    pub record: StoreRecord,
-    /// The owner's last report, if it ever reported.
-    pub health: Option<crate::health::StoreHealth>,
-    /// When the owner was last heard from (its report of this store, or a later heartbeat
-    /// while that report still stood); `None` if it never reported this store.
-    pub reported_at_ms: Option<i64>,
-    /// The owner has not reported for longer than `owner_silent_after`.
-    pub silent: bool,
-}
+pub use super::remote::RemoteStore;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -262,9 +255,11 @@ impl Fleet {
             .list_stores(Some(&fleet.config.instance_id))
             .await?;
         let count = mine.len();
+        let mut pauses = fleet.registry.pauses().await?;
         for record in mine {
             let id = record.store_id.clone();
-            if let Err(e) = fleet.spawn(record).await {
+            let pause = pauses.remove(&id).map(|p| super::pause::from_record(&p));
+            if let Err(e) = fleet.spawn(record, pause).await {
                 // The store stays registered (an operator may fix its root or destination);
                 // it just has no worker in this process.
                 tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store");
@@ -275,41 +270,6 @@ impl Fleet {
             .tasks
             .spawn(super::health_report::report_health(fleet.clone()));
         Ok(fleet)
-    }
-
-    /// The stores other instances own, with what they last reported.
-    pub async fn remote(&self) -> Result<Vec<RemoteStore>, FleetError> {
-        let me = &self.config.instance_id;
-        let records = self.registry.list_stores(None).await?;
-        let mut health: BTreeMap<String, crate::registry::HealthRow> = self
-            .registry
-            .all_health()
-            .await?
-            .into_iter()
-            .map(|h| (h.store_id.clone(), h))
-            .collect();
-        let heartbeats = self.registry.heartbeats().await?;
-        let silent_ms = crate::units::millis_i64(self.config.owner_silent_after);
-        let now = now_ms();
-        Ok(records
-            .into_iter()
-            .filter(|r| &r.instance_id != me)
-            .map(|record| {
-                let row = health.remove(&record.store_id);
-                // A row is rewritten only when the health changes: the owner's heartbeat says
-                // whether the unchanged report still stands.
-                let heartbeat = heartbeats.get(&record.instance_id).copied();
-                let reported_at_ms = row
-                    .as_ref()
-                    .map(|r| r.reported_at_ms.max(heartbeat.unwrap_or(i64::MIN)));
-                RemoteStore {
-                    health: row.and_then(|r| serde_json::from_str(&r.health_json).ok()),
-                    silent: reported_at_ms.is_none_or(|t| now - t > silent_ms),
-                    reported_at_ms,
-                    record,
-                }
-            })
-            .collect())
     }
 
     pub fn registry(&self) -> &Registry {
@@ -343,7 +303,12 @@ impl Fleet {
         &self.config
     }
 
-    async fn spawn(&self, record: StoreRecord) -> Result<Arc<StoreEntry>, FleetError> {
+    /// Starts a store's worker (paused, with the pause the registry holds for it).
+    async fn spawn(
+        &self,
+        record: StoreRecord,
+        pause: Option<crate::health::Pause>,
+    ) -> Result<Arc<StoreEntry>, FleetError> {
         let dir = paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let options: StoreOptions =
             serde_json::from_value(record.options.clone()).map_err(|e| {
@@ -386,7 +351,7 @@ impl Fleet {
             .await
             .map_err(|e| FleetError::LeaseRoot(e.to_string()))?;
         let acquirer = LeaseAcquirer::new(worker.bucket(), lease).fenced(fence);
-        let handle = worker.spawn_under(acquirer, self.shutdown.child_token(), &self.tasks);
+        let handle = worker.spawn_paused(acquirer, pause, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
             dir,
@@ -400,7 +365,7 @@ impl Fleet {
         Ok(entry)
     }
 
-    async fn audit(
+    pub(super) async fn audit(
         &self,
         action: &str,
         store_id: Option<&str>,
@@ -518,7 +483,7 @@ impl Fleet {
         if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
-        match self.spawn(record.clone()).await {
+        match self.spawn(record.clone(), None).await {
             Ok(entry) => {
                 self.audit(
                     action,
@@ -616,6 +581,10 @@ impl Fleet {
             }
             Err(e) => return Err(e),
         };
+        if flush {
+            // A flush asked for is an upload asked for: a paused store flushes too.
+            entry.handle.resume().await;
+        }
         entry.handle.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
         self.stores.write().expect("not poisoned").remove(store_id);

@@ -7,7 +7,8 @@
 //! - [`fleet`]: the workers and the registry, answering [`fleet::FleetError`]s; [`paths`]: what a store directory may be;
 //!   [`destination`]: what a destination may be; [`limits`]: the bounds of every request
 //!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
-//!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`.
+//!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`; [`pause`]: `Pause` and
+//!   `Resume`, stored in the registry.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
@@ -51,7 +52,9 @@ pub mod health_watch;
 pub mod limits;
 pub mod path_index;
 pub mod paths;
+pub mod pause;
 pub mod proto;
+pub mod remote;
 pub mod request;
 pub mod server_limits;
 pub mod store_metrics;

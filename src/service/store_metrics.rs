@@ -37,7 +37,7 @@ use metrics::{counter, gauge};
 use crate::health::StoreHealth;
 use crate::telemetry::metrics::{
     STORE_DURABLE_COMMIT_SEQ, STORE_FAILURES, STORE_HEALTHY, STORE_ID_LABEL, STORE_LAG_SECONDS,
-    STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE,
+    STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE, STORE_PAUSED,
     STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS, STORE_SHIPPED_BYTES,
     STORE_SHIPPED_COMMIT_SEQ, STORE_SHIPPED_OBJECTS,
 };
@@ -86,6 +86,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
     gauge!(STORE_RESTORE_POINT_COMMIT_SEQ, &label).set(health.restore_point_commit_seq as f64);
     gauge!(STORE_LEASE_HELD, &label).set(flag(health.lease_held));
     gauge!(STORE_LEASE_HELD_ELSEWHERE, &label).set(flag(held_elsewhere));
+    gauge!(STORE_PAUSED, &label).set(flag(health.paused.is_some()));
 
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let (bytes, objects, points, failures) = (

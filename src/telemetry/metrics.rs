@@ -17,6 +17,7 @@
 //! | `mushroom_backup_store_restore_point_commit_seq` | gauge | commits | `restore_point_commit_seq` |
 //! | `mushroom_backup_store_lease_held` | gauge | 0/1 | `lease_held` |
 //! | `mushroom_backup_store_lease_held_elsewhere` | gauge | 0/1 | not held here and a holder is named |
+//! | `mushroom_backup_store_paused` | gauge | 0/1 | the store health's `paused` (an operator's Pause) |
 //! | `mushroom_backup_store_last_restore_point_timestamp_seconds` | gauge | unix seconds | when this process saw the newest restore point appear |
 //! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped` |
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
@@ -52,6 +53,7 @@ pub const STORE_SHIPPED_COMMIT_SEQ: &str = "mushroom_backup_store_shipped_commit
 pub const STORE_RESTORE_POINT_COMMIT_SEQ: &str = "mushroom_backup_store_restore_point_commit_seq";
 pub const STORE_LEASE_HELD: &str = "mushroom_backup_store_lease_held";
 pub const STORE_LEASE_HELD_ELSEWHERE: &str = "mushroom_backup_store_lease_held_elsewhere";
+pub const STORE_PAUSED: &str = "mushroom_backup_store_paused";
 pub const STORE_LAST_RESTORE_POINT_TIMESTAMP: &str =
     "mushroom_backup_store_last_restore_point_timestamp_seconds";
 pub const STORE_SHIPPED_BYTES: &str = "mushroom_backup_store_shipped_bytes_total";
@@ -112,6 +114,11 @@ pub fn describe() {
         STORE_LEASE_HELD_ELSEWHERE,
         None,
         "1 while another instance holds the store's bucket lease (this one uploads nothing).",
+    );
+    g(
+        STORE_PAUSED,
+        None,
+        "1 while an operator's Pause stops the store's uploads (the health API names the reason and deadline).",
     );
     g(
         STORE_LAST_RESTORE_POINT_TIMESTAMP,

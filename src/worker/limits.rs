@@ -52,6 +52,12 @@ pub const LEASE_TTL_MS: Limit = Limit {
 };
 /// The service's health report interval and owner silence: 1 ms to 1 day.
 pub const SERVICE_PERIOD_MS: Limit = INTERVAL_MS;
+/// A pause's default and longest deadline (the service's `Pause`): 1 ms to 1 year.
+pub const PAUSE_MS: Limit = Limit {
+    min: 1,
+    max: 365 * DAY_MS,
+    unit: "ms",
+};
 
 impl Limit {
     /// `value` if it lies in the range, else an error naming `field` and the range.

@@ -132,11 +132,13 @@ mod ledger;
 pub mod limits;
 pub mod lineage;
 mod local;
+mod pause;
 mod rest;
 mod restore_point;
 pub mod retention;
 mod segment;
 mod spawn;
+mod supervisor;
 mod upload;
 mod view;
 

@@ -2,8 +2,8 @@
 //! supervisor that keeps its health.
 //!
 //! Three tasks, each spawned through the caller's [`TaskTracker`]: the [`Runner`] (the worker
-//! under the lease), the [`Supervisor`] (health), and a small task that publishes how the
-//! supervisor ended. The lease's renewal task is spawned through the same tracker (see
+//! under the lease), the [`Supervisor`] (health, `supervisor.rs`), and a small task that
+//! publishes how the supervisor ended. The lease's renewal task is spawned through the same tracker (see
 //! [`LeaseAcquirer::tracked`]). So once a worker has stopped, closing and waiting on the tracker
 //! returns, and nothing it spawned is left running.
 //!
@@ -22,6 +22,9 @@
 //! the lease too. A refused prefix releases the lease (it may be another store's to write) and
 //! is checked again every `refused_retry`. Failed steps and failed acquisitions back off
 //! ([`Backoff`], `first_backoff` doubling to `max_backoff`).
+//!
+//! [`BackupHandle::pause`] stops every step (and the last flush) while the runner keeps the
+//! lease; [`BackupHandle::resume`] lets them go on from the bucket's state (see `pause.rs`).
 //!
 //! # Shutdown
 //!
@@ -50,21 +53,20 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::lag::{Unshipped, progress};
+use super::pause::PauseGate;
 use super::rest::StatusCell;
-use super::{BackupCounters, BackupWorker, DurableReading, StepMode, StepOutcome, WorkerError};
+use super::supervisor::Supervisor;
+use super::{BackupCounters, BackupWorker, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
 use crate::health::{
-    self, Activity, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState,
+    self, Activity, HealthPolicy, Pause, Progress, RunnerStatus, StoreHealth, WorkerState,
 };
 use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
 use crate::store::watch::Signal;
-use crate::wal_source::WalSource;
 
 /// What the serve loop tells the worker, over a watch channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,9 +134,47 @@ pub struct BackupHandle {
     /// `Some` once the supervisor has ended, with how the worker ended.
     ended: watch::Receiver<Option<WorkerState>>,
     holder: String,
+    gate: PauseGate,
 }
 
 impl BackupHandle {
+    /// Pauses the worker's uploads (replacing the reason and deadline of a pause already set:
+    /// `true` then), and returns once no step is in flight: from then on the worker uploads
+    /// nothing, and deletes nothing, until [`Self::resume`]. It keeps its bucket lease. By
+    /// then [`Self::health`] shows the pause (unless the worker has ended).
+    pub async fn pause(&self, pause: Pause) -> bool {
+        let was = self.gate.pause(pause.clone()).await;
+        self.nudge();
+        self.health_shows(Some(pause)).await;
+        was
+    }
+
+    /// Ends the pause (`false`: there was none); the worker steps at once. Returns once
+    /// [`Self::health`] no longer shows a pause (or the worker has ended).
+    pub async fn resume(&self) -> bool {
+        let was = self.gate.resume();
+        self.nudge();
+        self.health_shows(None).await;
+        was
+    }
+
+    /// Waits until the supervisor's health shows `pause` (it evaluates within a
+    /// `wal_interval` of a nudge), or the worker ends.
+    async fn health_shows(&self, pause: Option<Pause>) {
+        let mut health = self.health.clone();
+        let mut ended = self.ended.clone();
+        // Both senders live as long as the worker's tasks; a closed channel ends the wait.
+        tokio::select! {
+            _ = async { let _ = health.wait_for(|h| h.paused == pause).await; } => {}
+            _ = async { let _ = ended.wait_for(|e| e.is_some()).await; } => {}
+        }
+    }
+
+    /// The pause, while one is set.
+    pub fn paused(&self) -> Option<Pause> {
+        self.gate.current()
+    }
+
     pub fn trigger(&self, trigger: BackupTrigger) {
         match trigger {
             BackupTrigger::Ship => self.triggers.send_modify(|t| t.ship += 1),
@@ -208,9 +248,9 @@ impl BackupHandle {
 }
 
 /// Shared between the runner (writes) and the supervisor (reads).
-type Status = Arc<StatusCell>;
+pub(super) type Status = Arc<StatusCell>;
 
-fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
+pub(super) fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
     super::rest::record(status, f);
 }
 
@@ -237,6 +277,19 @@ impl BackupWorker {
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> BackupHandle {
+        self.spawn_paused(acquirer, None, shutdown, tasks)
+    }
+
+    /// [`BackupWorker::spawn_under`], paused from the start when `pause` is set (a store the
+    /// registry says is paused): the runner takes the lease, and uploads nothing until
+    /// [`BackupHandle::resume`].
+    pub fn spawn_paused(
+        self,
+        acquirer: LeaseAcquirer,
+        pause: Option<Pause>,
+        shutdown: CancellationToken,
+        tasks: &TaskTracker,
+    ) -> BackupHandle {
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -244,10 +297,16 @@ impl BackupWorker {
             min_unhealthy_lag: self.config.min_unhealthy_lag,
             unhealthy_after_failures: super::UNHEALTHY_AFTER_FAILURES,
         };
+        // Paused from the first health on, not from the supervisor's first tick.
         let status: Status = StatusCell::new(RunnerStatus {
             conditional_writes: lease.conditional && self.config.conditional_writes,
+            pause_overdue: pause
+                .as_ref()
+                .is_some_and(|p| p.overdue_at(crate::units::unix_now_ms())),
+            pause: pause.clone(),
             ..RunnerStatus::default()
         });
+        let gate = PauseGate::new(pause);
         let changes = self.changes();
         let holder = lease.holder.clone();
         let first = health::evaluate(
@@ -275,6 +334,7 @@ impl BackupWorker {
             flush: flush.clone(),
             status: status.clone(),
             backoff: Backoff::new(first_backoff, max_backoff),
+            gate: gate.clone(),
         };
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
@@ -289,6 +349,7 @@ impl BackupWorker {
             policy,
             holder: holder.clone(),
             health: health_tx,
+            gate: gate.clone(),
         };
         let supervisor = tasks.spawn(supervisor.run(runner));
         tasks.spawn(async move {
@@ -308,6 +369,7 @@ impl BackupWorker {
             counters,
             ended,
             holder,
+            gate,
         }
     }
 }
@@ -335,6 +397,8 @@ struct Runner {
     status: Status,
     /// After a failed acquisition, or a write refused by another writer.
     backoff: Backoff,
+    /// Passed before every step and the last flush (`pause.rs`).
+    gate: PauseGate,
 }
 
 impl Runner {
@@ -449,6 +513,8 @@ impl Runner {
         // Resting (`super::rest`): until when, unless the store's signal comes first.
         let mut changes = self.worker.changes().subscribe();
         let mut rest: Option<(Instant, super::rest::RestGuard)> = None;
+        // A pause arriving while a step runs (`pause.rs`).
+        let mut pausing = self.gate.subscribe();
         loop {
             tokio::select! {
                 _ = self.token.cancelled() => return Holding::Shutdown,
@@ -482,10 +548,16 @@ impl Runner {
             next_step = crate::pacing::coalesce(Instant::now() + wal_interval, wal_interval);
             let mut shipped = false;
             let mut stepped_once = false;
+            let mut paused = false;
             loop {
                 if !lease.may_write() {
                     return Holding::Lost;
                 }
+                // Held until the step's outcome is booked; a pause waits for it.
+                let Some(_stepping) = self.gate.begin_step() else {
+                    paused = true;
+                    break;
+                };
                 // A quiet store's tick answers without a look, a request or a span.
                 if !shipped && matches!(self.worker.quiet().await, Ok(true)) {
                     self.step_succeeded();
@@ -515,6 +587,18 @@ impl Runner {
                             self.worker.forget_view();
                         }
                         return Holding::Shutdown;
+                    }
+                    () = super::pause::paused(&mut pausing) => {
+                        // As at shutdown: the step may finish, and is abandoned if it hangs.
+                        match tokio::time::timeout(grace, &mut step).await {
+                            Ok(r) => r,
+                            Err(_) => {
+                                drop(step);
+                                self.worker.forget_view();
+                                paused = true;
+                                break;
+                            }
+                        }
                     }
                 };
                 drop(step);
@@ -558,6 +642,15 @@ impl Runner {
                     }
                 }
             }
+            if paused {
+                match self.hold_paused(lease).await {
+                    Some(holding) => return holding,
+                    None => {
+                        next_step = Instant::now();
+                        continue;
+                    }
+                }
+            }
             if let Some(until) = self.worker.quiet_until() {
                 let until = crate::pacing::coalesce(until.max(next_step), wal_interval);
                 rest = Some((until, self.status.rest()));
@@ -565,8 +658,36 @@ impl Runner {
         }
     }
 
+    /// Paused, holding the lease: waits for Resume (`None`: step on, from the bucket's state),
+    /// shutdown or the lease to stop holding. Sends nothing.
+    async fn hold_paused(&mut self, lease: &BucketLease) -> Option<Holding> {
+        let mut gate = self.gate.subscribe();
+        let lost = lease.token();
+        let reason = gate.borrow_and_update().pause.as_ref()?.reason.clone();
+        tracing::info!(store_id = %self.store_id, %reason, "paused: uploading nothing until Resume");
+        self.record(|s| s.activity = Activity::Paused);
+        loop {
+            tokio::select! {
+                _ = self.token.cancelled() => return Some(Holding::Shutdown),
+                _ = lost.cancelled() => return Some(Holding::Lost),
+                // The sender lives in `self.gate`: this wait ends only on a change.
+                _ = gate.changed() => {}
+            }
+            if gate.borrow_and_update().pause.is_none() {
+                tracing::info!(store_id = %self.store_id, "resumed: shipping what is durable");
+                self.record(|s| s.activity = Activity::Idle);
+                self.worker.forget_view();
+                return None;
+            }
+        }
+    }
+
     /// The last flush before a clean shutdown, under the lease; bounded so shutdown stays quick.
     async fn flush_under(&mut self, lease: &BucketLease) {
+        let Some(_stepping) = self.gate.begin_step() else {
+            tracing::info!(store_id = %self.store_id, "paused: no last flush");
+            return;
+        };
         self.record(|s| s.activity = Activity::Flushing);
         let worker = &mut self.worker;
         let timeout = worker.config.flush_timeout;
@@ -608,136 +729,4 @@ async fn tick_step(worker: &mut BackupWorker, shipped: bool) -> Result<StepOutco
             StepMode::Full
         })
         .await
-}
-
-/// The supervisor's task: health, from what the runner records and the durable position.
-struct Supervisor {
-    /// [`BackupHandle::health_serial`].
-    serial: Arc<AtomicU64>,
-    /// The store's change signal: wakes a resting supervisor.
-    changes: Signal,
-    source: Arc<dyn WalSource>,
-    /// The running step's phase, read at each evaluation.
-    activity: health::StepActivity,
-    /// The worker's ledger: the supervisor's own readings of the durable position go there.
-    ledger: super::ledger::Ledger,
-    status: Status,
-    policy: HealthPolicy,
-    holder: String,
-    health: watch::Sender<StoreHealth>,
-}
-
-impl Supervisor {
-    async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
-        let Supervisor {
-            serial,
-            changes,
-            source,
-            activity,
-            ledger,
-            status,
-            policy,
-            holder,
-            health,
-        } = self;
-        let mut unshipped = Unshipped::default();
-        // The inputs of the last evaluation.
-        let mut evaluated: Option<(Progress, RunnerStatus)> = None;
-        let counters = ledger.counters().clone();
-        let readings: Arc<DurableReading> = ledger.durable_reading();
-        let period = policy.wal_interval;
-        let mut next_tick = Instant::now();
-        // Resting (`super::rest`): woken by the store's signal or the runner's record.
-        let mut resting = false;
-        let mut changes = changes.subscribe();
-        let mut recorded = status.recorded();
-        let ended = loop {
-            tokio::select! {
-                r = &mut runner => break match r {
-                    Ok(why) => WorkerState::Exited(why),
-                    Err(e) if e.is_panic() => {
-                        let p = e.into_panic();
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "a panic without a message".into());
-                        WorkerState::Panicked(msg)
-                    }
-                    Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
-                },
-                _ = super::rest::changed(&mut changes, &mut recorded), if resting => {
-                    // Evaluate at the regular tick (at most one per `wal_interval`).
-                    resting = false;
-                    continue;
-                }
-                _ = tokio::time::sleep_until(next_tick), if !resting => {}
-            }
-            // Changes from here on wake the next rest.
-            changes.borrow_and_update();
-            recorded.borrow_and_update();
-            let runner_rests = status.resting();
-            next_tick = crate::pacing::coalesce(Instant::now() + period, period);
-            let durable = if let Some(seq) = readings.take_fresh() {
-                // The worker read the durable position since the last tick: that reading will do.
-                seq
-            } else {
-                // Otherwise read it ourselves: a stuck worker must still show lag. Most reads
-                // answer at once (a reported or cached position): only the others get a timer.
-                let mut read = source.durable_wal_position();
-                let read = match futures::FutureExt::now_or_never(&mut read) {
-                    Some(r) => Ok(r),
-                    None => {
-                        tokio::time::timeout(
-                            policy.wal_interval.max(Duration::from_millis(100)),
-                            read,
-                        )
-                        .await
-                    }
-                };
-                match read {
-                    Ok(Ok(p)) => {
-                        ledger.durable_by_supervisor(p.commit_seq);
-                        p.commit_seq
-                    }
-                    _ => counters
-                        .durable_commit_seq
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                }
-            };
-            let progress = progress(&counters, durable, &mut unshipped);
-            // Nothing unshipped: no lag can grow while the runner rests.
-            resting = runner_rests && progress.durable_commit_seq <= progress.shipped_commit_seq;
-            // Health is a function of these two: when neither changed, neither did it.
-            let s = {
-                let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
-                now.source_problem = source.problem();
-                now.step = activity.get();
-                if evaluated
-                    .as_ref()
-                    .is_some_and(|(p, st)| *p == progress && *st == *now)
-                {
-                    continue;
-                }
-                now.clone()
-            };
-            let next = health::evaluate(&s, progress, &policy, &holder);
-            health.send_if_modified(|h| {
-                let changed = !h.same_state(&next);
-                *h = next;
-                changed
-            });
-            serial.fetch_add(1, Ordering::Release);
-            evaluated = Some((progress, s));
-        };
-        record(&status, |s| s.worker = ended.clone());
-        let durable = counters
-            .durable_commit_seq
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let progress = progress(&counters, durable, &mut unshipped);
-        let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
-        serial.fetch_add(1, Ordering::Release);
-        ended
-    }
 }

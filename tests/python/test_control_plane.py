@@ -435,6 +435,18 @@ BAD_INPUTS = [
         ),
     ),
     (
+        "unknown store_id (Pause)",
+        "NOT_FOUND",
+        lambda s, d, r: s.call("Pause", s.pb.m.PauseRequest(store_id=str(uuid.uuid4()))),
+    ),
+    (
+        "Pause until a past instant",
+        "INVALID_ARGUMENT",
+        lambda s, d, r: s.call(
+            "Pause", s.pb.m.PauseRequest(store_id=r["store_id"], until_unix_ms=1)
+        ),
+    ),
+    (
         "ftp:// destination",
         "INVALID_ARGUMENT",
         _register(lambda d: f"{d.root}/ftp-store", destination="ftp://example.com/backups"),
@@ -463,6 +475,22 @@ def test_bad_input_gets_its_code(server, dirs, registered, case, expected, call)
         f"{case}: expected {expected}, got {code.name}: {details}"
     )
     assert ADMIN_TOKEN not in (details or ""), f"{case}: the error message echoes a token"
+
+
+def test_pause_and_resume(server, registered):
+    m = server.pb.m
+    store_id = registered["store_id"]
+    p = server.call("Pause", m.PauseRequest(store_id=store_id, reason="python maintenance"))
+    assert p.reason == "python maintenance" and not p.was_paused, p
+    assert p.until_unix_ms > p.paused_at_unix_ms, p
+    # Pause answers once health shows it.
+    h = health_of(server, store_id)
+    assert h.paused and h.paused_reason == "python maintenance", h
+    assert h.paused_until_unix_ms == p.until_unix_ms and h.healthy, h
+    r = server.call("Resume", m.ResumeRequest(store_id=store_id))
+    assert r.was_paused, r
+    assert not health_of(server, store_id).paused
+    assert not server.call("Resume", m.ResumeRequest(store_id=store_id)).was_paused
 
 
 # --- the lifecycle --------------------------------------------------------------------------

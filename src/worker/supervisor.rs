@@ -1,0 +1,169 @@
+//! The supervisor of a spawned worker (see `spawn.rs`): health, re-evaluated every
+//! `wal_interval` from what the runner records, the durable position and the pause, whatever
+//! the worker is doing; it owns the runner's task and reports how it ended.
+//!
+//! A pause's deadline is a wall-clock instant: the supervisor compares it with the clock at
+//! every evaluation ([`crate::health::RunnerStatus::pause_overdue`]), and never rests while
+//! the store is paused: it ticks every `wal_interval` then, so a pause turns overdue in health
+//! within one `wal_interval` of its deadline.
+//!
+//! What a crash leaves: nothing, all of it is memory.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::DurableReading;
+use super::lag::{Unshipped, progress};
+use super::pause::PauseGate;
+use super::spawn::{Status, record};
+use crate::health::{self, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState};
+use crate::store::watch::Signal;
+use crate::wal_source::WalSource;
+
+/// The supervisor's task: health, from what the runner records and the durable position.
+pub(super) struct Supervisor {
+    /// [`BackupHandle::health_serial`].
+    pub(super) serial: Arc<AtomicU64>,
+    /// The store's change signal: wakes a resting supervisor.
+    pub(super) changes: Signal,
+    pub(super) source: Arc<dyn WalSource>,
+    /// The running step's phase, read at each evaluation.
+    pub(super) activity: health::StepActivity,
+    /// The worker's ledger: the supervisor's own readings of the durable position go there.
+    pub(super) ledger: super::ledger::Ledger,
+    pub(super) status: Status,
+    pub(super) policy: HealthPolicy,
+    pub(super) holder: String,
+    pub(super) health: watch::Sender<StoreHealth>,
+    /// The worker's pause, shown in health with whether its deadline passed.
+    pub(super) gate: PauseGate,
+}
+
+impl Supervisor {
+    pub(super) async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
+        let Supervisor {
+            serial,
+            changes,
+            source,
+            activity,
+            ledger,
+            status,
+            policy,
+            holder,
+            health,
+            gate,
+        } = self;
+        let mut unshipped = Unshipped::default();
+        // The inputs of the last evaluation.
+        let mut evaluated: Option<(Progress, RunnerStatus)> = None;
+        let counters = ledger.counters().clone();
+        let readings: Arc<DurableReading> = ledger.durable_reading();
+        let period = policy.wal_interval;
+        let mut next_tick = Instant::now();
+        // Resting (`super::rest`): woken by the store's signal or the runner's record.
+        let mut resting = false;
+        let mut changes = changes.subscribe();
+        let mut recorded = status.recorded();
+        let ended = loop {
+            tokio::select! {
+                r = &mut runner => break match r {
+                    Ok(why) => WorkerState::Exited(why),
+                    Err(e) if e.is_panic() => {
+                        let p = e.into_panic();
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "a panic without a message".into());
+                        WorkerState::Panicked(msg)
+                    }
+                    Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
+                },
+                _ = super::rest::changed(&mut changes, &mut recorded), if resting => {
+                    // Evaluate at the regular tick (at most one per `wal_interval`).
+                    resting = false;
+                    continue;
+                }
+                _ = tokio::time::sleep_until(next_tick), if !resting => {}
+            }
+            // Changes from here on wake the next rest.
+            changes.borrow_and_update();
+            recorded.borrow_and_update();
+            let runner_rests = status.resting();
+            next_tick = crate::pacing::coalesce(Instant::now() + period, period);
+            let durable = if let Some(seq) = readings.take_fresh() {
+                // The worker read the durable position since the last tick: that reading will do.
+                seq
+            } else {
+                // Otherwise read it ourselves: a stuck worker must still show lag. Most reads
+                // answer at once (a reported or cached position): only the others get a timer.
+                let mut read = source.durable_wal_position();
+                let read = match futures::FutureExt::now_or_never(&mut read) {
+                    Some(r) => Ok(r),
+                    None => {
+                        tokio::time::timeout(
+                            policy.wal_interval.max(Duration::from_millis(100)),
+                            read,
+                        )
+                        .await
+                    }
+                };
+                match read {
+                    Ok(Ok(p)) => {
+                        ledger.durable_by_supervisor(p.commit_seq);
+                        p.commit_seq
+                    }
+                    _ => counters
+                        .durable_commit_seq
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                }
+            };
+            let progress = progress(&counters, durable, &mut unshipped);
+            // Nothing unshipped: no lag can grow while the runner rests.
+            // Nor while paused: a pause's deadline comes by the clock alone.
+            resting = runner_rests
+                && progress.durable_commit_seq <= progress.shipped_commit_seq
+                && gate.current().is_none();
+            // Health is a function of these two: when neither changed, neither did it.
+            let s = {
+                let mut now = status.lock().unwrap_or_else(|p| p.into_inner());
+                now.source_problem = source.problem();
+                now.pause = gate.current();
+                now.pause_overdue = now
+                    .pause
+                    .as_ref()
+                    .is_some_and(|p| p.overdue_at(crate::units::unix_now_ms()));
+                now.step = activity.get();
+                if evaluated
+                    .as_ref()
+                    .is_some_and(|(p, st)| *p == progress && *st == *now)
+                {
+                    continue;
+                }
+                now.clone()
+            };
+            let next = health::evaluate(&s, progress, &policy, &holder);
+            health.send_if_modified(|h| {
+                let changed = !h.same_state(&next);
+                *h = next;
+                changed
+            });
+            serial.fetch_add(1, Ordering::Release);
+            evaluated = Some((progress, s));
+        };
+        record(&status, |s| s.worker = ended.clone());
+        let durable = counters
+            .durable_commit_seq
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let progress = progress(&counters, durable, &mut unshipped);
+        let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
+        serial.fetch_add(1, Ordering::Release);
+        ended
+    }
+}
