@@ -254,7 +254,7 @@ impl<W: Write> OpenWriter<W> {
             header: Vec::with_capacity(HEADER),
             aad: Vec::new(),
             decryptor: None,
-            buf: Vec::with_capacity(CHUNK + TAG + 1),
+            buf: Vec::with_capacity(CHUNK + TAG),
             chunk: 0,
             failed: false,
         }
@@ -289,9 +289,8 @@ impl<W: Write> OpenWriter<W> {
         Ok(())
     }
 
-    /// Opens the full chunk at the front of the buffer (more bytes follow it).
+    /// Opens the full chunk in the buffer (more bytes follow it).
     fn open_chunk(&mut self) -> io::Result<()> {
-        let rest = self.buf.split_off(CHUNK + TAG);
         let Some(dec) = self.decryptor.as_mut() else {
             return Err(self.fail(StreamError::Poisoned {
                 key: self.key.clone(),
@@ -306,7 +305,7 @@ impl<W: Write> OpenWriter<W> {
         }
         self.chunk += 1;
         let r = self.inner.write_all(&self.buf);
-        self.buf = rest;
+        self.buf.clear();
         r.inspect_err(|_| self.failed = true)
     }
 
@@ -363,10 +362,10 @@ impl<W: Write> Write for OpenWriter<W> {
             return Ok(n);
         }
         // A full sealed chunk is opened as "not last" only once a byte past it has come.
-        if self.buf.len() > CHUNK + TAG {
+        if self.buf.len() == CHUNK + TAG {
             self.open_chunk()?;
         }
-        let n = data.len().min(CHUNK + TAG + 1 - self.buf.len());
+        let n = data.len().min(CHUNK + TAG - self.buf.len());
         self.buf.extend_from_slice(&data[..n]);
         Ok(n)
     }
