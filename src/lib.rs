@@ -8,7 +8,8 @@
 //!   [`manifest`]: restore points, object keys, LATEST. [`instance_lock`]: the data
 //!   directory's lock, and what a free one proves about the process that held it.
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
-//!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine.
+//!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine;
+//!   [`crypto`]: envelope encryption (sealed objects, data keys, their wrappers, rekey).
 //! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
 //!   in the service, one instance lease per lease root fences every store lease ([`lease::instance`]);
 //!   [`wal_source`]: where the worker learns how much WAL is durable.
@@ -29,6 +30,7 @@
 
 pub mod backoff;
 pub mod bucket;
+pub mod crypto;
 pub mod health;
 pub mod instance_lock;
 pub mod lease;

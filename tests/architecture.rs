@@ -25,6 +25,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("instance_lock", &[]),
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
+    ("crypto", &["units", "bucket", "manifest"]),
     (
         "lease",
         &["units", "pacing", "backoff", "bucket", "manifest"],

@@ -30,9 +30,12 @@ pub struct BackupArgs {
     once: bool,
     #[command(flatten)]
     settings: WorkerSettings,
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
 }
 
 pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
+    a.encryption.load_for_writing("backup")?;
     let config = a.settings.config()?;
     if !a
         .store

@@ -39,6 +39,8 @@ pub struct RestoreArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
 }
 
 #[derive(Args)]
@@ -49,6 +51,8 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
 }
 
 #[derive(Args)]
@@ -65,6 +69,8 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
     if a.parallelism == 0 {
         anyhow::bail!("--parallelism must be at least 1");
     }
+    // Loaded and checked (fail closed), not yet used by the data path.
+    let _keys = a.encryption.load_for_reading()?;
     let bucket = bucket::open_read_only(&a.from).await?;
     let opts = RestoreOptions {
         at: a.at,
@@ -86,6 +92,8 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
+    // Loaded and checked (fail closed), not yet used by the data path.
+    let _keys = a.encryption.load_for_reading()?;
     let bucket = bucket::open_read_only(&a.from).await?;
     let report = verify::verify(bucket.as_ref(), &VerifyOptions::default()).await?;
     if a.json {

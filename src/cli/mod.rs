@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod backup;
 mod client_tls;
 mod ctl;
+mod encryption;
 mod inspect;
 mod node;
 mod serve;
@@ -42,6 +43,12 @@ enum Command {
     Node(node::NodeArgs),
     /// Operator calls to the service (register, health, restore points, adopt, ...).
     Ctl(ctl::CtlArgs),
+    /// Key files and age identities: make one, show its recipient or key id.
+    #[command(subcommand)]
+    Key(encryption::KeyCommand),
+    /// Re-wrap every generation's data key for new keys, then remove the old wrappers (no
+    /// data object is touched).
+    Rekey(encryption::RekeyArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -82,6 +89,8 @@ pub fn main() -> ExitCode {
             Command::Serve(args) => serve::run(*args).await,
             Command::Node(args) => node::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,
+            Command::Key(cmd) => encryption::key(cmd),
+            Command::Rekey(args) => encryption::rekey(args).await,
         }
     });
     match result {

@@ -98,6 +98,8 @@ pub struct ServeArgs {
     worker: WorkerSettings,
     #[command(flatten)]
     limits: LimitSettings,
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
 }
 
 /// The TOML file.
@@ -332,6 +334,7 @@ fn admin_token(
 }
 
 pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    a.encryption.load_for_writing("serve")?;
     // Checked at start, not at the first `file://` store's registration.
     mushroom_backup::bucket::fs::FileModes::from_env().map_err(anyhow::Error::msg)?;
     let (config, telemetry) = resolve(a)?;
