@@ -27,6 +27,7 @@
     clippy::cast_sign_loss
 )]
 
+pub mod at_rest;
 pub mod backoff;
 pub mod bucket;
 pub mod health;

@@ -25,6 +25,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("instance_lock", &[]),
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
+    ("at_rest", &["units", "bucket", "manifest"]),
     (
         "lease",
         &["units", "pacing", "backoff", "bucket", "manifest"],
@@ -43,12 +44,16 @@ const FLOORS: &[(&str, &[&str])] = &[
             "lease",
             "wal_source",
             "health",
+            "at_rest",
         ],
     ),
-    ("restore", &["units", "bucket", "manifest", "store"]),
+    (
+        "restore",
+        &["units", "bucket", "manifest", "store", "at_rest"],
+    ),
     (
         "verify",
-        &["units", "bucket", "manifest", "store", "restore"],
+        &["units", "bucket", "manifest", "store", "restore", "at_rest"],
     ),
     ("listing", &["units", "bucket", "manifest"]),
     ("registry", &["units", "lease", "instance_lock"]),

@@ -9,6 +9,13 @@
 //! into the same target) never removes the directory of a restore that is still running. The
 //! lock file is removed just before the rename; the lock itself is released when the restore
 //! ends.
+//!
+//! An encoded object (compressed, `src/at_rest/`) cannot be fetched by ranges into plain
+//! offsets: it is one job of the download, which GETs its ranges in order,
+//! [`DECODE_AHEAD`] ahead, and pushes them through the decoder into its file as they come
+//! (on the blocking pool); the decoder checks the stored length and CRC and the plain length
+//! and CRC. Encoded objects still download in parallel with each other and with raw ones.
+//! An object stored raw (codec `none`) keeps the ranged path.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -28,6 +35,8 @@ use uuid::Uuid;
 use super::RestoreError;
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
+use crate::at_rest::AtRestError;
+use crate::at_rest::decode::Decoder;
 use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
@@ -40,6 +49,8 @@ use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
 const LOCK_NAME: &str = ".restore.lock";
 /// Objects larger than this are fetched by ranged GETs of this size, in parallel.
 pub const RANGE_CHUNK: u64 = 8 << 20;
+/// Ranges of one encoded object in flight at once (they are decoded in order).
+pub const DECODE_AHEAD: usize = 3;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     move |source| RestoreError::Io {
@@ -238,6 +249,8 @@ struct Piece {
     file: usize,
     /// Where the object's first byte goes in that file.
     offset: u64,
+    /// The entry, when the object is encoded (decoded on the way in).
+    encoded: Option<ObjectEntry>,
 }
 
 /// The files of the restored store and the objects that fill them.
@@ -308,6 +321,7 @@ pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
             crc: object.crc,
             file,
             offset,
+            encoded: object.is_encoded().then(|| object.clone()),
         });
     };
     if let Some(s) = &m.snapshot {
@@ -416,6 +430,16 @@ pub(crate) async fn download(
 
     let mut chunks = Vec::new();
     for (p, piece) in layout.pieces.iter().enumerate() {
+        if piece.encoded.is_some() {
+            // One job: ranges fetched and decoded in order (`decode_piece`).
+            chunks.push(Chunk {
+                piece: p,
+                index: 0,
+                range: 0..piece.len,
+                whole: true,
+            });
+            continue;
+        }
         if piece.len <= RANGE_CHUNK || cached.contains_key(&piece.key) {
             chunks.push(Chunk {
                 piece: p,
@@ -459,7 +483,13 @@ pub(crate) async fn download(
             let file = files[piece.file].clone();
             let cached = cached.get(&piece.key).cloned();
             async move {
-                let hasher = fetch_chunk(bucket, piece, &c, cached, file).await?;
+                let hasher = match &piece.encoded {
+                    Some(entry) => {
+                        decode_piece(bucket, piece, entry, cached, file).await?;
+                        None
+                    }
+                    None => Some(fetch_chunk(bucket, piece, &c, cached, file).await?),
+                };
                 Ok::<_, RestoreError>((c, hasher))
             }
         })
@@ -470,7 +500,8 @@ pub(crate) async fn download(
                 let Some(done) = done else { break };
                 let (c, hasher) = done?;
                 progress.inc(c.range.end - c.range.start);
-                hashers[c.piece][c.index] = Some(hasher);
+                let decoded = hasher.is_none();
+                hashers[c.piece][c.index] = hasher;
                 remaining[c.piece] -= 1;
                 if remaining[c.piece] > 0 {
                     continue;
@@ -481,7 +512,8 @@ pub(crate) async fn download(
                 }
                 let piece = &layout.pieces[c.piece];
                 let got = whole.finalize();
-                if got != piece.crc {
+                // A decoded piece was checked by its decoder.
+                if !decoded && got != piece.crc {
                     return Err(RestoreError::CrcMismatch {
                         key: piece.key.clone(),
                         expected: piece.crc,
@@ -531,6 +563,105 @@ async fn read_file_back(
             .map_err(|detail| RestoreError::ReadBack { dir, detail })
     })
     .await
+}
+
+/// Writes at increasing offsets of a file.
+struct FileAt {
+    file: Arc<File>,
+    pos: u64,
+}
+
+impl std::io::Write for FileAt {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write_all_at(buf, self.pos)?;
+        self.pos += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn at_rest_error(e: AtRestError) -> RestoreError {
+    match e {
+        AtRestError::Io { key, what, source } => RestoreError::Io {
+            path: PathBuf::from(format!("({what} of {key})")),
+            source,
+        },
+        AtRestError::Corrupt { key, detail } => RestoreError::BadObject { key, detail },
+        e @ (AtRestError::Sealed { .. }
+        | AtRestError::Changed { .. }
+        | AtRestError::Settings { .. }) => RestoreError::BadObject {
+            key: String::new(),
+            detail: e.to_string(),
+        },
+    }
+}
+
+/// Fetches an encoded object's ranges in order ([`DECODE_AHEAD`] in flight), decoding them
+/// into its file at its offset; the decoder checks stored and plain length and CRC.
+async fn decode_piece(
+    bucket: &dyn Bucket,
+    piece: &Piece,
+    entry: &ObjectEntry,
+    cached: Option<Bytes>,
+    file: Arc<File>,
+) -> Result<(), RestoreError> {
+    let out = FileAt {
+        file,
+        pos: piece.offset,
+    };
+    let mut decoder = Some(Decoder::new(entry, None, out).map_err(at_rest_error)?);
+    let ranges: Vec<Range<u64>> = match &cached {
+        Some(_) => vec![0..piece.len],
+        None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))
+            .map(|i| i * RANGE_CHUNK..((i + 1) * RANGE_CHUNK).min(piece.len))
+            .collect(),
+    };
+    let last = ranges.len() - 1;
+    let mut fetched = futures::stream::iter(ranges.into_iter().enumerate())
+        .map(|(i, r)| {
+            let cached = cached.clone();
+            async move {
+                if let Some(b) = cached {
+                    return Ok::<_, RestoreError>((r, b));
+                }
+                // The last range asks for one byte more, to notice an object longer than stated.
+                let end = if i == last { r.end + 1 } else { r.end };
+                let data = if i == 0 && last == 0 {
+                    bucket.get(&piece.key).await?.data
+                } else {
+                    bucket.get_range(&piece.key, r.start..end).await?
+                };
+                Ok((r, data))
+            }
+        })
+        .buffered(DECODE_AHEAD);
+    while let Some(next) = fetched.next().await {
+        let (r, data) = next?;
+        if data.len() as u64 != r.end - r.start {
+            return Err(RestoreError::BadObject {
+                key: piece.key.clone(),
+                detail: format!(
+                    "{} bytes at {}, the manifest states {} in all",
+                    data.len(),
+                    r.start,
+                    piece.len
+                ),
+            });
+        }
+        let mut d = decoder.take().expect("decoder is put back");
+        decoder = Some(
+            blocking(move || {
+                d.write_stored(&data).map_err(at_rest_error)?;
+                Ok(d)
+            })
+            .await?,
+        );
+    }
+    let d = decoder.take().expect("decoder is put back");
+    blocking(move || d.finish().map(|_| ()).map_err(at_rest_error)).await
 }
 
 /// Fetches one chunk, checks its length, writes it at its offset; returns its CRC state.
