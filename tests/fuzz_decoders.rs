@@ -723,7 +723,7 @@ fn object(key: String, len: u64, generation: u64) -> ObjectEntry {
         generation,
         ..Default::default()
     };
-    if len % 3 == 0 {
+    if len.is_multiple_of(3) {
         e.codec = mushroom_backup::manifest::Codec::Zstd;
         e.len = len / 2 + 1;
         e.crc = crc ^ 0x5555_5555;

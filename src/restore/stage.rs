@@ -614,7 +614,7 @@ async fn decode_piece(
     };
     let mut decoder = Some(Decoder::new(entry, None, out).map_err(at_rest_error)?);
     let ranges: Vec<Range<u64>> = match &cached {
-        Some(_) => vec![0..piece.len],
+        Some(_) => std::iter::once(0..piece.len).collect(),
         None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))
             .map(|i| i * RANGE_CHUNK..((i + 1) * RANGE_CHUNK).min(piece.len))
             .collect(),

@@ -38,7 +38,7 @@ use crate::health::StoreHealth;
 use crate::telemetry::metrics::{
     STORE_DURABLE_COMMIT_SEQ, STORE_FAILURES, STORE_HEALTHY, STORE_ID_LABEL, STORE_LAG_SECONDS,
     STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE,
-    STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS, STORE_SHIPPED_BYTES,
+    STORE_LOGICAL_BYTES, STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS, STORE_SHIPPED_BYTES,
     STORE_SHIPPED_COMMIT_SEQ, STORE_SHIPPED_OBJECTS,
 };
 use crate::telemetry::{hide_store, show_store};
@@ -50,6 +50,7 @@ struct Seen {
     /// The id of the worker read last: another one is another worker.
     worker: String,
     shipped_bytes: u64,
+    logical_bytes: u64,
     shipped_objects: u64,
     restore_points: u64,
     failures: u64,
@@ -88,6 +89,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
     gauge!(STORE_LEASE_HELD_ELSEWHERE, &label).set(flag(held_elsewhere));
 
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let logical = load(&counters.bytes_logical);
     let (bytes, objects, points, failures) = (
         load(&counters.bytes_shipped),
         load(&counters.objects_shipped),
@@ -112,6 +114,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
             growth(&mut s.shipped_objects, objects),
             growth(&mut s.restore_points, points),
             growth(&mut s.failures, failures),
+            growth(&mut s.logical_bytes, logical),
         ];
         let seq = health.restore_point_commit_seq;
         let new_restore_point = match s.restore_point_commit_seq.replace(seq) {
@@ -126,6 +129,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
         STORE_SHIPPED_OBJECTS,
         STORE_RESTORE_POINTS,
         STORE_FAILURES,
+        STORE_LOGICAL_BYTES,
     ]
     .into_iter()
     .zip(grown)
