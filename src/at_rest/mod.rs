@@ -27,6 +27,11 @@
 //! checked them with (an archive or snapshot changed after its check is refused, nothing is
 //! uploaded); the manifest's `len`/`crc` are the stored bytes', `plain_len`/`plain_crc` the
 //! plain bytes' ([`crate::manifest::ObjectEntry`]).
+//!
+//! Beyond DESIGN.md: the manifest records `plain_crc` as well as the codec and `plain_len`,
+//! because the worker decides reuse (an archive, snapshot or side file already in the prefix)
+//! and divergence of `wal.bin` by the plain CRC of the local file; with encryption that field
+//! must become keyed ([`seal`]).
 
 pub mod decode;
 pub mod encode;

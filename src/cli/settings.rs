@@ -58,7 +58,7 @@ pub struct WorkerToml {
     pub conditional: Option<String>,
     pub lease_ttl_ms: Option<u64>,
     pub compression: Option<String>,
-    pub compression_level: Option<i64>,
+    pub compression_level: Option<u32>,
 }
 
 impl WorkerSettings {
@@ -84,7 +84,9 @@ impl WorkerSettings {
             .as_deref()
             .or(file.compression.as_deref())
             .unwrap_or("zstd");
-        let level = self.compression_level.or(file.compression_level);
+        let level = self
+            .compression_level
+            .or(file.compression_level.map(i64::from));
         if kind == "none" && level.is_some() {
             anyhow::bail!("--compression-level applies to --compression zstd, not none");
         }

@@ -7,7 +7,8 @@
 //! parse below the durable length, fail the step rather than ship something a restore would
 //! cut. A segment is written with `If-None-Match: *`; a crash after the PUT leaves a segment no
 //! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
-//! removes.
+//! removes. The segment goes up encoded ([`super::upload::Uploader::put_encoded`]); its
+//! entry's plain length is `end - start`, what `Manifest::check` and restore check.
 
 use super::ctx::Ctx;
 use super::view::{View, read_wal_range};
