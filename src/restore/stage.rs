@@ -12,7 +12,7 @@
 //!
 //! An encoded object (compressed, `src/at_rest/`) cannot be fetched by ranges into plain
 //! offsets: it is one job of the download, which GETs its ranges in order,
-//! [`DECODE_AHEAD`] ahead, and pushes them through the decoder into its file as they come
+//! [`super::decode::DECODE_AHEAD`] ahead, and pushes them through the decoder into its file as they come
 //! (on the blocking pool); the decoder checks the stored length and CRC and the plain length
 //! and CRC. Encoded objects still download in parallel with each other and with raw ones.
 //! An object stored raw (codec `none`) keeps the ranged path.
@@ -33,10 +33,9 @@ use indicatif::ProgressBar;
 use uuid::Uuid;
 
 use super::RestoreError;
+use super::decode::decode_piece;
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
-use crate::at_rest::AtRestError;
-use crate::at_rest::decode::Decoder;
 use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
@@ -49,8 +48,6 @@ use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
 const LOCK_NAME: &str = ".restore.lock";
 /// Objects larger than this are fetched by ranged GETs of this size, in parallel.
 pub const RANGE_CHUNK: u64 = 8 << 20;
-/// Ranges of one encoded object in flight at once (they are decoded in order).
-pub const DECODE_AHEAD: usize = 3;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     move |source| RestoreError::Io {
@@ -60,7 +57,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
 }
 
 /// Runs blocking file-system work on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
 ) -> Result<T, RestoreError> {
     tokio::task::spawn_blocking(f)
@@ -241,14 +238,14 @@ impl TempDir {
 
 /// One object and where its bytes go.
 #[derive(Debug, Clone)]
-struct Piece {
-    key: String,
-    len: u64,
+pub(super) struct Piece {
+    pub key: String,
+    pub len: u64,
     crc: u32,
     /// Index into [`Layout::files`].
     file: usize,
     /// Where the object's first byte goes in that file.
-    offset: u64,
+    pub offset: u64,
     /// The entry, when the object is encoded (decoded on the way in).
     encoded: Option<ObjectEntry>,
 }
@@ -563,105 +560,6 @@ async fn read_file_back(
             .map_err(|detail| RestoreError::ReadBack { dir, detail })
     })
     .await
-}
-
-/// Writes at increasing offsets of a file.
-struct FileAt {
-    file: Arc<File>,
-    pos: u64,
-}
-
-impl std::io::Write for FileAt {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file.write_all_at(buf, self.pos)?;
-        self.pos += buf.len() as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-fn at_rest_error(e: AtRestError) -> RestoreError {
-    match e {
-        AtRestError::Io { key, what, source } => RestoreError::Io {
-            path: PathBuf::from(format!("({what} of {key})")),
-            source,
-        },
-        AtRestError::Corrupt { key, detail } => RestoreError::BadObject { key, detail },
-        e @ (AtRestError::Sealed { .. }
-        | AtRestError::Changed { .. }
-        | AtRestError::Settings { .. }) => RestoreError::BadObject {
-            key: String::new(),
-            detail: e.to_string(),
-        },
-    }
-}
-
-/// Fetches an encoded object's ranges in order ([`DECODE_AHEAD`] in flight), decoding them
-/// into its file at its offset; the decoder checks stored and plain length and CRC.
-async fn decode_piece(
-    bucket: &dyn Bucket,
-    piece: &Piece,
-    entry: &ObjectEntry,
-    cached: Option<Bytes>,
-    file: Arc<File>,
-) -> Result<(), RestoreError> {
-    let out = FileAt {
-        file,
-        pos: piece.offset,
-    };
-    let mut decoder = Some(Decoder::new(entry, None, out).map_err(at_rest_error)?);
-    let ranges: Vec<Range<u64>> = match &cached {
-        Some(_) => std::iter::once(0..piece.len).collect(),
-        None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))
-            .map(|i| i * RANGE_CHUNK..((i + 1) * RANGE_CHUNK).min(piece.len))
-            .collect(),
-    };
-    let last = ranges.len() - 1;
-    let mut fetched = futures::stream::iter(ranges.into_iter().enumerate())
-        .map(|(i, r)| {
-            let cached = cached.clone();
-            async move {
-                if let Some(b) = cached {
-                    return Ok::<_, RestoreError>((r, b));
-                }
-                // The last range asks for one byte more, to notice an object longer than stated.
-                let end = if i == last { r.end + 1 } else { r.end };
-                let data = if i == 0 && last == 0 {
-                    bucket.get(&piece.key).await?.data
-                } else {
-                    bucket.get_range(&piece.key, r.start..end).await?
-                };
-                Ok((r, data))
-            }
-        })
-        .buffered(DECODE_AHEAD);
-    while let Some(next) = fetched.next().await {
-        let (r, data) = next?;
-        if data.len() as u64 != r.end - r.start {
-            return Err(RestoreError::BadObject {
-                key: piece.key.clone(),
-                detail: format!(
-                    "{} bytes at {}, the manifest states {} in all",
-                    data.len(),
-                    r.start,
-                    piece.len
-                ),
-            });
-        }
-        let mut d = decoder.take().expect("decoder is put back");
-        decoder = Some(
-            blocking(move || {
-                d.write_stored(&data).map_err(at_rest_error)?;
-                Ok(d)
-            })
-            .await?,
-        );
-    }
-    let d = decoder.take().expect("decoder is put back");
-    blocking(move || d.finish().map(|_| ()).map_err(at_rest_error)).await
 }
 
 /// Fetches one chunk, checks its length, writes it at its offset; returns its CRC state.

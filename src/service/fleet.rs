@@ -75,33 +75,10 @@ impl StoreOptions {
         if let Some(v) = self.keep_generations {
             c.retention.keep_generations = v;
         }
-        if let Ok(Some(compression)) = self.compression(base) {
+        if let Ok(Some(compression)) = self.compression() {
             c.compression = compression;
         }
         c
-    }
-
-    /// The compression these options ask for over `base`'s, if they ask for one; an error
-    /// names the field and its range.
-    pub fn compression(
-        &self,
-        base: &WorkerConfig,
-    ) -> Result<Option<crate::at_rest::Compression>, crate::at_rest::AtRestError> {
-        use crate::at_rest::Compression;
-        let level = self.compression_level.map(i64::from);
-        let kind = match (self.compression.as_deref(), &base.compression) {
-            (Some(k), _) => k,
-            (None, _) if level.is_none() => return Ok(None),
-            (None, _) => "zstd",
-        };
-        Compression::parse(kind, level).map(Some).map_err(|e| {
-            crate::at_rest::AtRestError::Settings {
-                detail: e
-                    .to_string()
-                    .replace("--compression-level", "options.compression_level")
-                    .replace("--compression", "options.compression"),
-            }
-        })
     }
 
     /// Each option unset or in its range ([`limits::check_options`]).

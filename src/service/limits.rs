@@ -156,8 +156,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
             "options.compression_level applies to compression zstd, not none".into(),
         ));
     }
-    o.compression(&crate::worker::WorkerConfig::default())
-        .map_err(|e| FieldError(e.to_string()))?;
+    o.compression().map_err(|e| FieldError(e.to_string()))?;
     for (field, value, max, shown) in ranges {
         if let Some(v) = value
             && !(1..=max).contains(&v)
@@ -177,8 +176,7 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
     let clamp = |v: Option<u64>, max: u64| v.map(|v| v.clamp(1, max));
     let compression_ok = !(o.compression.as_deref() == Some("none")
         && o.compression_level.is_some())
-        && o.compression(&crate::worker::WorkerConfig::default())
-            .is_ok();
+        && o.compression().is_ok();
     StoreOptions {
         wal_interval_ms: clamp(o.wal_interval_ms, MAX_INTERVAL_MS),
         restore_point_interval_ms: clamp(o.restore_point_interval_ms, MAX_INTERVAL_MS),

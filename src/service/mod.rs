@@ -53,6 +53,7 @@ pub mod paths;
 pub mod proto;
 pub mod request;
 pub mod server_limits;
+mod store_compression;
 pub mod store_metrics;
 
 use std::sync::Arc;
