@@ -10,6 +10,8 @@
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
 //!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine;
 //!   [`crypto`]: envelope encryption (sealed objects, data keys, their wrappers, rekey).
+//!   [`at_rest`]: how an object's stored bytes are made from its plain bytes (zstd behind a
+//!   sample, the seam of encryption) and back.
 //! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
 //!   in the service, one instance lease per lease root fences every store lease ([`lease::instance`]);
 //!   [`wal_source`]: where the worker learns how much WAL is durable.
@@ -28,6 +30,7 @@
     clippy::cast_sign_loss
 )]
 
+pub mod at_rest;
 pub mod backoff;
 pub mod bucket;
 pub mod crypto;

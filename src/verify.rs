@@ -14,6 +14,10 @@
 //!   at frame boundaries (a durable length always is one, DESIGN.md section 3), so each is
 //!   checked on its own: whole frames, seqs continuing the previous segment's;
 //! - side file names are plain file names a restore can write;
+//! - an encoded (compressed) object decodes, and its plain bytes have the length and CRC the
+//!   manifest states; the checks above then read the plain bytes. An encrypted object (none
+//!   today; `src/at_rest/seal.rs`) is checked for presence, length and CRC of its stored
+//!   bytes only;
 //! - LATEST, if there is one, names an existing manifest that verifies, with its commit_seq and
 //!   lineage. A missing LATEST is not a problem: a crash between the first manifest and its
 //!   LATEST leaves exactly that.
@@ -31,6 +35,7 @@ use futures::StreamExt;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::at_rest::decode::decode_bytes;
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
     LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation,
@@ -191,6 +196,9 @@ struct FrameFacts {
 struct Facts {
     len: u64,
     crc: u32,
+    /// Length and CRC of the decoded bytes, or why they do not decode; `None` when the object
+    /// was read as stored raw (or is encrypted).
+    plain: Option<Result<(u64, u32), String>>,
     snapshot: Option<Result<SnapshotHeader, String>>,
     wal: Option<Result<WalFacts, String>>,
     frames: Option<FrameFacts>,
@@ -204,13 +212,38 @@ enum Fetched {
     Got(Facts),
 }
 
-fn facts_of(data: &[u8], roles: &BTreeSet<Role>) -> Facts {
+fn facts_of(stored: &[u8], roles: &BTreeSet<Role>, entry: &ObjectEntry) -> Facts {
     let mut facts = Facts {
-        len: data.len() as u64,
-        crc: crc32fast::hash(data),
+        len: stored.len() as u64,
+        crc: crc32fast::hash(stored),
+        plain: None,
         snapshot: None,
         wal: None,
         frames: None,
+    };
+    if entry.encrypted {
+        return facts;
+    }
+    let decoded;
+    let data = if entry.is_encoded() {
+        // Checked against the entry's stored length and CRC too; those problems are reported
+        // from `len`/`crc` above, so only a decode failure is kept here.
+        let mut probe = entry.clone();
+        probe.len = facts.len;
+        probe.crc = facts.crc;
+        match decode_bytes(&probe, stored) {
+            Ok(d) => {
+                facts.plain = Some(Ok((d.len() as u64, crc32fast::hash(&d))));
+                decoded = d;
+                &decoded[..]
+            }
+            Err(e) => {
+                facts.plain = Some(Err(e.to_string()));
+                return facts;
+            }
+        }
+    } else {
+        stored
     };
     for role in roles {
         match role {
@@ -254,11 +287,11 @@ fn facts_of(data: &[u8], roles: &BTreeSet<Role>) -> Facts {
 async fn fetch_facts(
     bucket: &dyn Bucket,
     key: &str,
-    roles: BTreeSet<Role>,
+    (roles, entry): (BTreeSet<Role>, ObjectEntry),
 ) -> Result<Fetched, VerifyError> {
     match bucket.get(key).await {
         Ok(obj) => {
-            let facts = tokio::task::spawn_blocking(move || facts_of(&obj.data, &roles))
+            let facts = tokio::task::spawn_blocking(move || facts_of(&obj.data, &roles, &entry))
                 .await
                 .map_err(|e| VerifyError::Bucket {
                     url: bucket.url(),
@@ -320,11 +353,17 @@ async fn load_manifests(
     loaded.into_iter().collect()
 }
 
-/// The roles each object key is used in by `manifests`.
-fn roles_by_key(manifests: &[Loaded]) -> BTreeMap<String, BTreeSet<Role>> {
-    let mut roles: BTreeMap<String, BTreeSet<Role>> = BTreeMap::new();
+/// The roles each object key is used in by `manifests`, with the first entry naming it (how
+/// it is encoded; an entry of another manifest that disagrees shows as a problem of that
+/// manifest).
+fn roles_by_key(manifests: &[Loaded]) -> BTreeMap<String, (BTreeSet<Role>, ObjectEntry)> {
+    let mut roles: BTreeMap<String, (BTreeSet<Role>, ObjectEntry)> = BTreeMap::new();
     let mut add = |e: &ObjectEntry, r: Role| {
-        roles.entry(e.key.clone()).or_default().insert(r);
+        roles
+            .entry(e.key.clone())
+            .or_insert_with(|| (BTreeSet::new(), e.clone()))
+            .0
+            .insert(r);
     };
     for (_, m) in manifests {
         let Ok(m) = m else { continue };
@@ -485,7 +524,33 @@ fn check_manifest(m: &Manifest, facts: &HashMap<String, Fetched>) -> Vec<String>
                     ));
                     None
                 } else {
-                    Some(f.clone())
+                    match (&f.plain, e.is_encoded() && !e.encrypted) {
+                        (None, false) => Some(f.clone()),
+                        (Some(Ok((len, crc))), true)
+                            if *len == e.plain_len() && *crc == e.plain_crc() =>
+                        {
+                            Some(f.clone())
+                        }
+                        (Some(Ok((len, crc))), true) => {
+                            problems.push(format!(
+                                "{key}: decodes to {len} bytes with CRC {crc:08x}, the manifest \
+                                 says {} bytes with CRC {:08x}",
+                                e.plain_len(),
+                                e.plain_crc()
+                            ));
+                            None
+                        }
+                        (Some(Err(why)), _) => {
+                            problems.push(why.clone());
+                            None
+                        }
+                        _ => {
+                            problems.push(format!(
+                                "{key}: manifests disagree on how the object is encoded"
+                            ));
+                            None
+                        }
+                    }
                 }
             }
         }

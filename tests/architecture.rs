@@ -26,6 +26,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
     ("crypto", &["units", "bucket", "manifest"]),
+    ("at_rest", &["units", "bucket", "manifest"]),
     (
         "lease",
         &["units", "pacing", "backoff", "bucket", "manifest"],
@@ -44,12 +45,16 @@ const FLOORS: &[(&str, &[&str])] = &[
             "lease",
             "wal_source",
             "health",
+            "at_rest",
         ],
     ),
-    ("restore", &["units", "bucket", "manifest", "store"]),
+    (
+        "restore",
+        &["units", "bucket", "manifest", "store", "at_rest"],
+    ),
     (
         "verify",
-        &["units", "bucket", "manifest", "store", "restore"],
+        &["units", "bucket", "manifest", "store", "restore", "at_rest"],
     ),
     ("listing", &["units", "bucket", "manifest"]),
     ("registry", &["units", "lease", "instance_lock"]),

@@ -51,6 +51,7 @@ fn manifest_at(lineage: Uuid, commit_seq: u64) -> Manifest {
                 crc: 0,
                 lineage,
                 generation,
+                ..Default::default()
             },
             start: 0,
             end,

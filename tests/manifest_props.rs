@@ -6,7 +6,7 @@
 mod generators;
 
 use generators::manifest;
-use mushroom_backup::manifest::{GenerationClaim, Latest, Manifest, manifest_key};
+use mushroom_backup::manifest::{Codec, GenerationClaim, Latest, Manifest, manifest_key};
 use proptest::prelude::*;
 
 proptest! {
@@ -49,5 +49,36 @@ proptest! {
         let mut m = manifest(frames);
         m.commit_seq += off;
         prop_assert!(Manifest::decode(&manifest_key(m.commit_seq), &m.encode()).is_err());
+    }
+
+    #[test]
+    fn mixed_codecs_round_trip_and_raw_entries_carry_no_codec_fields(
+        frames in proptest::collection::vec(0u64..1000, 1..8),
+        zstd in proptest::collection::vec(any::<bool>(), 8),
+        stored in proptest::collection::vec(1u64..1000, 8),
+    ) {
+        let raw = manifest(frames);
+        let json = String::from_utf8(raw.encode()).unwrap();
+        prop_assert!(!json.contains("codec") && !json.contains("plain_len"));
+        let mut m = raw.clone();
+        for (i, s) in m.segments.iter_mut().enumerate() {
+            if zstd[i % 8] {
+                let o = &mut s.object;
+                o.plain_len = Some(o.len);
+                o.plain_crc = Some(o.crc);
+                o.codec = Codec::Zstd;
+                o.len = stored[i % 8];
+                o.crc ^= 1;
+            }
+        }
+        // Contiguity is judged on plain lengths, so a stored length that differs is fine.
+        let back = Manifest::decode(&m.key(), &m.encode()).unwrap();
+        prop_assert_eq!(back.total_plain_len(), raw.total_len());
+        prop_assert_eq!(back, m.clone());
+        // An encoded entry that loses its plain length is refused, never read as raw.
+        if let Some(s) = m.segments.iter_mut().find(|s| s.object.codec == Codec::Zstd) {
+            s.object.plain_len = None;
+            prop_assert!(Manifest::decode(&m.key(), &m.encode()).is_err());
+        }
     }
 }

@@ -108,6 +108,7 @@ impl Fx {
             crc: crc32fast::hash(bytes),
             lineage: self.lineage,
             generation: mushroom_backup::manifest::parse_generation(key).unwrap(),
+            ..Default::default()
         }
     }
 

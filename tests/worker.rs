@@ -707,10 +707,15 @@ async fn an_archive_changed_after_its_check_is_refused_at_upload_and_no_restore_
         },
     });
 
-    let e = worker(&store, changing, config())
-        .run_once()
-        .await
-        .unwrap_err();
+    // Stored raw (as an archive that does not compress is), the upload streams from the file,
+    // so a change just before the PUT is what the backend's CRC condition must catch. (A
+    // compressed archive is read, and its CRC checked, while it is encoded, before any PUT:
+    // tests/at_rest.rs covers that refusal.)
+    let raw = mushroom_backup::worker::WorkerConfig {
+        compression: mushroom_backup::at_rest::Compression::None,
+        ..config()
+    };
+    let e = worker(&store, changing, raw).run_once().await.unwrap_err();
     let changed = flipped
         .lock()
         .unwrap()

@@ -64,6 +64,9 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
         "restore_point_commit_seq": c.restore_point_commit_seq.load(Ordering::Relaxed),
         "shipped_commit_seq": c.shipped_commit_seq.load(Ordering::Relaxed),
         "bytes_shipped": c.bytes_shipped.load(Ordering::Relaxed),
+        // Of the objects this run uploaded: bytes as stored (compressed) and their plain bytes.
+        "bytes_stored": c.bytes_shipped.load(Ordering::Relaxed),
+        "bytes_logical": c.bytes_logical.load(Ordering::Relaxed),
         "objects_shipped": c.objects_shipped.load(Ordering::Relaxed),
         "objects_reused": c.objects_reused.load(Ordering::Relaxed),
         "restore_points": c.restore_points.load(Ordering::Relaxed),

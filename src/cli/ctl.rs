@@ -155,6 +155,7 @@ impl StoreFlags {
             retention_interval_ms: self.retention_interval_ms.unwrap_or(0),
             keep_for_ms: self.keep_for_ms.unwrap_or(0),
             keep_generations: self.keep_generations.unwrap_or(0),
+            ..Default::default()
         })
     }
 }

@@ -5,6 +5,7 @@
 use clap::Args;
 use serde::Deserialize;
 
+use mushroom_backup::at_rest::Compression;
 use mushroom_backup::worker::limits::{self, Limit};
 use mushroom_backup::worker::{RetentionPolicy, WorkerConfig};
 
@@ -31,6 +32,17 @@ pub struct WorkerSettings {
     /// `off` for object stores without conditional PUT: every write becomes plain [default: on].
     #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_CONDITIONAL", value_parser = ["on", "off"])]
     pub conditional: Option<String>,
+    /// How store data is compressed before upload: `zstd` or `none` [default: zstd]. Objects
+    /// whose sample does not compress are stored raw either way.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_COMPRESSION")]
+    pub compression: Option<String>,
+    /// The zstd level, 1 to 19 [default: 3].
+    #[arg(
+        long,
+        env = "MUSHROOMDB_BACKUP_COMPRESSION_LEVEL",
+        allow_negative_numbers = true
+    )]
+    pub compression_level: Option<i64>,
 }
 
 /// The `[worker]` table of the TOML file.
@@ -45,6 +57,8 @@ pub struct WorkerToml {
     pub orphan_grace_ms: Option<u64>,
     pub conditional: Option<String>,
     pub lease_ttl_ms: Option<u64>,
+    pub compression: Option<String>,
+    pub compression_level: Option<u32>,
 }
 
 impl WorkerSettings {
@@ -60,6 +74,23 @@ impl WorkerSettings {
             "off" => Ok(false),
             other => anyhow::bail!("conditional = {other:?}: must be \"on\" or \"off\""),
         }
+    }
+
+    /// The compression the flags (over the file) ask for; a level is checked against its
+    /// range and refused with `none`.
+    pub fn compression(&self, file: &WorkerToml) -> anyhow::Result<Compression> {
+        let kind = self
+            .compression
+            .as_deref()
+            .or(file.compression.as_deref())
+            .unwrap_or("zstd");
+        let level = self
+            .compression_level
+            .or(file.compression_level.map(i64::from));
+        if kind == "none" && level.is_some() {
+            anyhow::bail!("--compression-level applies to --compression zstd, not none");
+        }
+        Compression::parse(kind, level).map_err(anyhow::Error::msg)
     }
 
     pub fn config(&self) -> anyhow::Result<WorkerConfig> {
@@ -130,6 +161,7 @@ impl WorkerSettings {
                 )?,
             },
             conditional_writes: self.conditional_on(file)?,
+            compression: self.compression(file)?,
             ..base
         })
     }

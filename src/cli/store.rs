@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use mushroom_backup::store::engine::{self, WriteOptions};
+use mushroom_backup::store::engine::{self, ValueKind, WriteOptions};
 
 #[derive(Subcommand)]
 pub enum StoreCommand {
@@ -44,6 +44,10 @@ pub struct WriteArgs {
     /// Seed of the deterministic workload.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// What values hold: `random` bytes (incompressible) or `text` rows from a fixed
+    /// vocabulary (compress at least 3:1 with zstd).
+    #[arg(long, default_value = "random")]
+    value_kind: ValueKind,
 }
 
 pub async fn run(cmd: StoreCommand) -> anyhow::Result<ExitCode> {
@@ -58,6 +62,7 @@ pub async fn run(cmd: StoreCommand) -> anyhow::Result<ExitCode> {
                 rotate_bytes: a.rotate_bytes,
                 keep_wal_on_snapshot: a.keep_wal_on_snapshot,
                 seed: a.seed,
+                value_kind: a.value_kind,
                 stop: Some(stop),
             };
             let dir = a.dir.clone();

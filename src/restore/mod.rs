@@ -77,6 +77,7 @@ use crate::manifest::ManifestError;
 use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
+mod decode;
 pub mod plan;
 pub mod readback;
 pub mod stage;

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use super::{Reachable, RestoreError, RestoreOptions};
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, SegmentEntry, parse_segment_key,
+    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key,
     segments_prefix,
 };
 use crate::store::format::scan_frames;
@@ -311,7 +311,8 @@ pub(crate) async fn extend(
         if start < m.segments_end() {
             continue;
         }
-        if obj.len != end - start {
+        // An encoded segment is shorter than its key's range; never longer.
+        if obj.len > end - start {
             ext.warnings.push(format!(
                 "{}: {} bytes, its key says {}; not used",
                 obj.key,
@@ -361,22 +362,30 @@ pub(crate) async fn extend(
                 }
                 Err(e) => return Err(e.into()),
             };
-            match check_frames(&data, end - start, ext.reach + 1) {
+            let Some((mut object, plain)) =
+                crate::at_rest::decode::recognise(&key, &data, end - start)
+            else {
+                let w = format!(
+                    "{key}: {} bytes that neither are nor decode to the {} its key says; not used",
+                    data.len(),
+                    end - start
+                );
+                tracing::warn!("{w}");
+                ext.warnings.push(w);
+                rejected.insert(key);
+                continue 'chain;
+            };
+            match check_frames(&plain, end - start, ext.reach + 1) {
                 Ok(frames) => {
-                    let crc = crc32fast::hash(&data);
                     ext.reach += frames;
                     if cached_bytes + data.len() as u64 <= EXTENSION_CACHE_BYTES {
                         cached_bytes += data.len() as u64;
                         ext.cached.insert(key.clone(), data.clone());
                     }
+                    object.lineage = m.lineage;
+                    object.generation = m.generation;
                     ext.segments.push(SegmentEntry {
-                        object: ObjectEntry {
-                            key,
-                            len: data.len() as u64,
-                            crc,
-                            lineage: m.lineage,
-                            generation: m.generation,
-                        },
+                        object,
                         start,
                         end,
                         frames,

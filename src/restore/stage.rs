@@ -9,6 +9,13 @@
 //! into the same target) never removes the directory of a restore that is still running. The
 //! lock file is removed just before the rename; the lock itself is released when the restore
 //! ends.
+//!
+//! An encoded object (compressed, `src/at_rest/`) cannot be fetched by ranges into plain
+//! offsets: it is one job of the download, which GETs its ranges in order,
+//! [`super::decode::DECODE_AHEAD`] ahead, and pushes them through the decoder into its file as they come
+//! (on the blocking pool); the decoder checks the stored length and CRC and the plain length
+//! and CRC. Encoded objects still download in parallel with each other and with raw ones.
+//! An object stored raw (codec `none`) keeps the ranged path.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -26,6 +33,7 @@ use indicatif::ProgressBar;
 use uuid::Uuid;
 
 use super::RestoreError;
+use super::decode::decode_piece;
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
 use crate::bucket::Bucket;
@@ -49,7 +57,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
 }
 
 /// Runs blocking file-system work on the blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
 ) -> Result<T, RestoreError> {
     tokio::task::spawn_blocking(f)
@@ -230,14 +238,16 @@ impl TempDir {
 
 /// One object and where its bytes go.
 #[derive(Debug, Clone)]
-struct Piece {
-    key: String,
-    len: u64,
+pub(super) struct Piece {
+    pub key: String,
+    pub len: u64,
     crc: u32,
     /// Index into [`Layout::files`].
     file: usize,
     /// Where the object's first byte goes in that file.
-    offset: u64,
+    pub offset: u64,
+    /// The entry, when the object is encoded (decoded on the way in).
+    encoded: Option<ObjectEntry>,
 }
 
 /// The files of the restored store and the objects that fill them.
@@ -308,6 +318,7 @@ pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
             crc: object.crc,
             file,
             offset,
+            encoded: object.is_encoded().then(|| object.clone()),
         });
     };
     if let Some(s) = &m.snapshot {
@@ -416,6 +427,16 @@ pub(crate) async fn download(
 
     let mut chunks = Vec::new();
     for (p, piece) in layout.pieces.iter().enumerate() {
+        if piece.encoded.is_some() {
+            // One job: ranges fetched and decoded in order (`decode_piece`).
+            chunks.push(Chunk {
+                piece: p,
+                index: 0,
+                range: 0..piece.len,
+                whole: true,
+            });
+            continue;
+        }
         if piece.len <= RANGE_CHUNK || cached.contains_key(&piece.key) {
             chunks.push(Chunk {
                 piece: p,
@@ -459,7 +480,13 @@ pub(crate) async fn download(
             let file = files[piece.file].clone();
             let cached = cached.get(&piece.key).cloned();
             async move {
-                let hasher = fetch_chunk(bucket, piece, &c, cached, file).await?;
+                let hasher = match &piece.encoded {
+                    Some(entry) => {
+                        decode_piece(bucket, piece, entry, cached, file).await?;
+                        None
+                    }
+                    None => Some(fetch_chunk(bucket, piece, &c, cached, file).await?),
+                };
                 Ok::<_, RestoreError>((c, hasher))
             }
         })
@@ -470,7 +497,8 @@ pub(crate) async fn download(
                 let Some(done) = done else { break };
                 let (c, hasher) = done?;
                 progress.inc(c.range.end - c.range.start);
-                hashers[c.piece][c.index] = Some(hasher);
+                let decoded = hasher.is_none();
+                hashers[c.piece][c.index] = hasher;
                 remaining[c.piece] -= 1;
                 if remaining[c.piece] > 0 {
                     continue;
@@ -481,7 +509,8 @@ pub(crate) async fn download(
                 }
                 let piece = &layout.pieces[c.piece];
                 let got = whole.finalize();
-                if got != piece.crc {
+                // A decoded piece was checked by its decoder.
+                if !decoded && got != piece.crc {
                     return Err(RestoreError::CrcMismatch {
                         key: piece.key.clone(),
                         expected: piece.crc,

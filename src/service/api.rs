@@ -84,6 +84,8 @@ fn now_ms() -> i64 {
 
 pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
     let h = e.handle.health();
+    let counters = e.handle.counters();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     proto::StoreHealth {
         store_id: e.record.store_id.clone(),
         store_dir: e.record.store_dir.clone(),
@@ -102,6 +104,8 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
         lease_held: h.lease_held,
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
+        bytes_stored: load(&counters.bytes_shipped),
+        bytes_logical: load(&counters.bytes_logical),
         ..pause_fields(h.paused.as_ref())
     }
 }

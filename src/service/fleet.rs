@@ -49,6 +49,11 @@ pub struct StoreOptions {
     pub retention_interval_ms: Option<u64>,
     pub keep_for_ms: Option<u64>,
     pub keep_generations: Option<u64>,
+    /// `zstd` or `none` (`src/at_rest/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_level: Option<u32>,
 }
 
 impl StoreOptions {
@@ -69,6 +74,9 @@ impl StoreOptions {
         }
         if let Some(v) = self.keep_generations {
             c.retention.keep_generations = v;
+        }
+        if let Ok(Some(compression)) = self.compression() {
+            c.compression = compression;
         }
         c
     }

@@ -151,6 +151,12 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
             &generations,
         ),
     ];
+    if o.compression.as_deref() == Some("none") && o.compression_level.is_some() {
+        return Err(FieldError(
+            "options.compression_level applies to compression zstd, not none".into(),
+        ));
+    }
+    o.compression().map_err(|e| FieldError(e.to_string()))?;
     for (field, value, max, shown) in ranges {
         if let Some(v) = value
             && !(1..=max).contains(&v)
@@ -168,12 +174,18 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
 /// often, never deletes sooner.
 pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
     let clamp = |v: Option<u64>, max: u64| v.map(|v| v.clamp(1, max));
+    let compression_ok = !(o.compression.as_deref() == Some("none")
+        && o.compression_level.is_some())
+        && o.compression().is_ok();
     StoreOptions {
         wal_interval_ms: clamp(o.wal_interval_ms, MAX_INTERVAL_MS),
         restore_point_interval_ms: clamp(o.restore_point_interval_ms, MAX_INTERVAL_MS),
         retention_interval_ms: clamp(o.retention_interval_ms, MAX_INTERVAL_MS),
         keep_for_ms: clamp(o.keep_for_ms, MAX_KEEP_FOR_MS),
         keep_generations: clamp(o.keep_generations, MAX_KEEP_GENERATIONS),
+        // Unusable values fall back to the service's default.
+        compression: compression_ok.then(|| o.compression.clone()).flatten(),
+        compression_level: compression_ok.then_some(o.compression_level).flatten(),
     }
 }
 
@@ -232,6 +244,8 @@ mod tests {
             retention_interval_ms: None,
             keep_for_ms: Some(MAX_KEEP_FOR_MS),
             keep_generations: Some(1),
+            compression: Some("zstd".into()),
+            compression_level: Some(19),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [
@@ -247,12 +261,25 @@ mod tests {
                 wal_interval_ms: Some(MAX_INTERVAL_MS + 1),
                 ..ok.clone()
             },
+            StoreOptions {
+                compression_level: Some(20),
+                ..ok.clone()
+            },
+            StoreOptions {
+                compression: Some("lz4".into()),
+                ..ok.clone()
+            },
+            StoreOptions {
+                compression: Some("none".into()),
+                ..ok.clone()
+            },
         ] {
             assert!(check_options(&bad).is_err(), "{bad:?}");
         }
         let wild = StoreOptions {
             keep_for_ms: Some(u64::MAX),
             keep_generations: Some(0),
+            compression_level: Some(99),
             ..ok.clone()
         };
         let clamped = clamp_options(&wild);

@@ -57,6 +57,7 @@ pub mod proto;
 pub mod remote;
 pub mod request;
 pub mod server_limits;
+mod store_compression;
 pub mod store_metrics;
 
 use std::sync::Arc;

@@ -23,6 +23,14 @@ pub fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
         retention_interval_ms: nz(o.retention_interval_ms),
         keep_for_ms: nz(o.keep_for_ms),
         keep_generations: nz(o.keep_generations),
+        compression: match proto::Compression::try_from(o.compression) {
+            Ok(proto::Compression::Zstd) => Some("zstd".into()),
+            Ok(proto::Compression::None) => Some("none".into()),
+            Ok(proto::Compression::Unspecified) => None,
+            // Refused by the options' check, naming the field.
+            Err(_) => Some(format!("enum value {}", o.compression)),
+        },
+        compression_level: (o.compression_level != 0).then_some(o.compression_level),
     }
 }
 
@@ -34,6 +42,12 @@ pub fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
         retention_interval_ms: o.retention_interval_ms.unwrap_or(0),
         keep_for_ms: o.keep_for_ms.unwrap_or(0),
         keep_generations: o.keep_generations.unwrap_or(0),
+        compression: match o.compression.as_deref() {
+            Some("zstd") => proto::Compression::Zstd as i32,
+            Some("none") => proto::Compression::None as i32,
+            _ => proto::Compression::Unspecified as i32,
+        },
+        compression_level: o.compression_level.unwrap_or(0),
     }
 }
 

@@ -37,8 +37,9 @@ use metrics::{counter, gauge};
 use crate::health::StoreHealth;
 use crate::telemetry::metrics::{
     STORE_DURABLE_COMMIT_SEQ, STORE_FAILURES, STORE_HEALTHY, STORE_ID_LABEL, STORE_LAG_SECONDS,
-    STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE, STORE_PAUSED,
-    STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS, STORE_SHIPPED_BYTES,
+    STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE,
+    STORE_LOGICAL_BYTES, STORE_PAUSED, STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS,
+    STORE_SHIPPED_BYTES,
     STORE_SHIPPED_COMMIT_SEQ, STORE_SHIPPED_OBJECTS,
 };
 use crate::telemetry::{hide_store, show_store};
@@ -50,6 +51,7 @@ struct Seen {
     /// The id of the worker read last: another one is another worker.
     worker: String,
     shipped_bytes: u64,
+    logical_bytes: u64,
     shipped_objects: u64,
     restore_points: u64,
     failures: u64,
@@ -89,6 +91,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
     gauge!(STORE_PAUSED, &label).set(flag(health.paused.is_some()));
 
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let logical = load(&counters.bytes_logical);
     let (bytes, objects, points, failures) = (
         load(&counters.bytes_shipped),
         load(&counters.objects_shipped),
@@ -113,6 +116,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
             growth(&mut s.shipped_objects, objects),
             growth(&mut s.restore_points, points),
             growth(&mut s.failures, failures),
+            growth(&mut s.logical_bytes, logical),
         ];
         let seq = health.restore_point_commit_seq;
         let new_restore_point = match s.restore_point_commit_seq.replace(seq) {
@@ -127,6 +131,7 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
         STORE_SHIPPED_OBJECTS,
         STORE_RESTORE_POINTS,
         STORE_FAILURES,
+        STORE_LOGICAL_BYTES,
     ]
     .into_iter()
     .zip(grown)

@@ -19,7 +19,8 @@
 //! | `mushroom_backup_store_lease_held_elsewhere` | gauge | 0/1 | not held here and a holder is named |
 //! | `mushroom_backup_store_paused` | gauge | 0/1 | the store health's `paused` (an operator's Pause) |
 //! | `mushroom_backup_store_last_restore_point_timestamp_seconds` | gauge | unix seconds | when this process saw the newest restore point appear |
-//! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped` |
+//! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped`: store data as stored (compressed) |
+//! | `mushroom_backup_store_logical_bytes_total` | counter | bytes | the worker's `bytes_logical`: the plain bytes of the same objects |
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
 //! | `mushroom_backup_store_restore_points_total` | counter | restore points | the worker's `restore_points` |
 //! | `mushroom_backup_store_failures_total` | counter | failed steps | the worker's `failures` |
@@ -57,6 +58,7 @@ pub const STORE_PAUSED: &str = "mushroom_backup_store_paused";
 pub const STORE_LAST_RESTORE_POINT_TIMESTAMP: &str =
     "mushroom_backup_store_last_restore_point_timestamp_seconds";
 pub const STORE_SHIPPED_BYTES: &str = "mushroom_backup_store_shipped_bytes_total";
+pub const STORE_LOGICAL_BYTES: &str = "mushroom_backup_store_logical_bytes_total";
 pub const STORE_SHIPPED_OBJECTS: &str = "mushroom_backup_store_shipped_objects_total";
 pub const STORE_RESTORE_POINTS: &str = "mushroom_backup_store_restore_points_total";
 pub const STORE_FAILURES: &str = "mushroom_backup_store_failures_total";
@@ -128,7 +130,13 @@ pub fn describe() {
     describe_counter!(
         STORE_SHIPPED_BYTES,
         Unit::Bytes,
-        "Bytes uploaded for the store (segments, snapshots, archives, side files)."
+        "Bytes uploaded for the store (segments, snapshots, archives, side files), as stored \
+         (after compression)."
+    );
+    describe_counter!(
+        STORE_LOGICAL_BYTES,
+        Unit::Bytes,
+        "Plain bytes of the objects uploaded for the store (before compression)."
     );
     describe_counter!(
         STORE_SHIPPED_OBJECTS,

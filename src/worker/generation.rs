@@ -11,7 +11,7 @@
 //! flight) after the claim leaves a claimed generation with some objects and no manifest, which
 //! retention removes after its grace period.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use futures::{StreamExt, TryStreamExt};
@@ -21,6 +21,7 @@ use super::ctx::Ctx;
 use super::local::{Reading, read_side_files};
 use super::view::{Generation, View};
 use super::{DeferReason, StepOutcome, WorkerError};
+use crate::at_rest::encode::Plain;
 use crate::bucket::Body;
 use crate::health::{StepActivity, StepPhase};
 use crate::manifest::{
@@ -35,13 +36,16 @@ use crate::store::format::WalPosition;
 /// bytes. `benches/throughput.rs` copies this shape into its baselines.
 pub const GENERATION_UPLOADS_IN_FLIGHT: usize = 4;
 
+/// The entry of a new object before its upload: the plain bytes', replaced by what the
+/// upload stored ([`patch`]).
 fn entry(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> ObjectEntry {
-    ObjectEntry {
-        key,
-        len,
-        crc,
-        lineage,
-        generation,
+    ObjectEntry::raw(key, len, crc, lineage, generation)
+}
+
+/// Replaces `e` by the uploaded entry of its key, if it was uploaded now.
+fn patch(e: &mut ObjectEntry, uploaded: &HashMap<String, ObjectEntry>) {
+    if let Some(u) = uploaded.get(&e.key) {
+        *e = u.clone();
     }
 }
 
@@ -164,14 +168,14 @@ pub(super) async fn start(
     // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
     // all before this returns (so before any manifest can name them).
     let mut reused = 0u64;
-    let mut uploads: Vec<(String, Body, String)> = Vec::new();
+    let mut uploads: Vec<(String, Plain, String)> = Vec::new();
     let snapshot = match &local.snapshot {
         None => None,
         Some(s) => {
             let reuse = known_snapshot.iter().find(|k| {
                 k.snapshot_id == s.header.snapshot_id
-                    && k.object.len == s.len
-                    && k.object.crc == s.crc
+                    && k.object.plain_len() == s.len
+                    && k.object.plain_crc() == s.crc
             });
             Some(match reuse {
                 Some(k) => {
@@ -180,11 +184,11 @@ pub(super) async fn start(
                 }
                 None => {
                     let key = manifest::snapshot_key(number);
-                    let body = Body::File {
+                    let body = Plain::File {
                         file: s.file.clone(),
                         offset: 0,
                         len: s.len,
-                        crc32: Some(s.crc),
+                        crc: s.crc,
                     };
                     uploads.push((key.clone(), body, "the snapshot".into()));
                     SnapshotEntry {
@@ -199,9 +203,9 @@ pub(super) async fn start(
     let mut archives = Vec::new();
     let of_archives = local.archives.len();
     for (i, a) in local.archives.iter().enumerate() {
-        let reuse = known_archives
-            .iter()
-            .find(|k| k.number == a.number && k.object.len == a.len && k.object.crc == a.crc);
+        let reuse = known_archives.iter().find(|k| {
+            k.number == a.number && k.object.plain_len() == a.len && k.object.plain_crc() == a.crc
+        });
         archives.push(match reuse {
             Some(k) => {
                 reused += 1;
@@ -209,11 +213,11 @@ pub(super) async fn start(
             }
             None => {
                 let key = manifest::archive_key(number, a.number);
-                let body = Body::File {
+                let body = Plain::File {
                     file: a.file.clone(),
                     offset: 0,
                     len: a.len,
-                    crc32: Some(a.crc),
+                    crc: a.crc,
                 };
                 uploads.push((
                     key.clone(),
@@ -230,9 +234,11 @@ pub(super) async fn start(
     }
     let mut side_files = Vec::new();
     for (name, data, crc) in &side {
-        let reuse = known_side
-            .iter()
-            .find(|k| &k.name == name && k.object.len == data.len() as u64 && k.object.crc == *crc);
+        let reuse = known_side.iter().find(|k| {
+            &k.name == name
+                && k.object.plain_len() == data.len() as u64
+                && k.object.plain_crc() == *crc
+        });
         side_files.push(match reuse {
             Some(k) => {
                 reused += 1;
@@ -242,7 +248,7 @@ pub(super) async fn start(
                 let key = manifest::side_key(number, name, *crc);
                 uploads.push((
                     key.clone(),
-                    Body::Bytes(data.clone()),
+                    Plain::Bytes(data.clone()),
                     format!("side file {name}"),
                 ));
                 SideFileEntry {
@@ -253,7 +259,6 @@ pub(super) async fn start(
         });
     }
     let uploaded = uploads.len() as u64;
-    let bytes: u64 = uploads.iter().map(|(_, body, _)| body.len()).sum();
     let in_flight = InFlight {
         activity: cx.activity,
         generation: number,
@@ -261,19 +266,32 @@ pub(super) async fn start(
         state: Mutex::default(),
     };
     let in_flight = &in_flight;
-    futures::stream::iter(uploads.into_iter().enumerate())
-        .map(|(i, (key, body, what))| {
-            let uploader = uploader.clone();
-            async move {
-                in_flight.started(i, what);
-                let created = uploader.put(&key, body).await;
-                in_flight.finished(i);
-                created
-            }
-        })
-        .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
-        .try_collect::<Vec<_>>()
-        .await?;
+    let uploaded_entries: HashMap<String, ObjectEntry> =
+        futures::stream::iter(uploads.into_iter().enumerate())
+            .map(|(i, (key, body, what))| {
+                let uploader = uploader.clone();
+                async move {
+                    in_flight.started(i, what);
+                    let created = uploader.put_encoded(&key, body, lineage, number).await;
+                    in_flight.finished(i);
+                    created.map(|e| (key, e))
+                }
+            })
+            .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
+            .try_collect::<HashMap<_, _>>()
+            .await?;
+    let bytes: u64 = uploaded_entries.values().map(|e| e.len).sum();
+    let logical: u64 = uploaded_entries.values().map(|e| e.plain_len()).sum();
+    let mut snapshot = snapshot;
+    if let Some(s) = &mut snapshot {
+        patch(&mut s.object, &uploaded_entries);
+    }
+    for a in &mut archives {
+        patch(&mut a.object, &uploaded_entries);
+    }
+    for s in &mut side_files {
+        patch(&mut s.object, &uploaded_entries);
+    }
 
     // The same wal.bin as the generation being replaced (a snapshot that kept its WAL): its
     // shipped segments stay valid, and the manifest names them.
@@ -305,5 +323,6 @@ pub(super) async fn start(
         uploaded,
         reused,
         bytes,
+        logical,
     })
 }

@@ -114,15 +114,18 @@ impl Ledger {
                 uploaded,
                 reused,
                 bytes,
+                logical,
                 ..
             } => {
                 add(&c.generations, 1);
                 add(&c.objects_shipped, *uploaded);
                 add(&c.objects_reused, *reused);
                 add(&c.bytes_shipped, *bytes);
+                add(&c.bytes_logical, *logical);
             }
             StepOutcome::Shipped {
                 bytes,
+                logical,
                 shipped_commit_seq,
                 ..
             } => {
@@ -130,6 +133,7 @@ impl Ledger {
                 add(&c.segments_shipped, 1);
                 add(&c.objects_shipped, 1);
                 add(&c.bytes_shipped, *bytes);
+                add(&c.bytes_logical, *logical);
             }
             StepOutcome::RestorePoint { commit_seq, .. } => {
                 add(&c.restore_points, 1);

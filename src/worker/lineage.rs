@@ -148,6 +148,7 @@ mod tests {
                     crc: 0,
                     lineage: Uuid::from_u128(lineage),
                     generation: 1,
+                    ..Default::default()
                 },
                 start: 0,
                 end: 10,

@@ -182,6 +182,8 @@ pub struct WorkerConfig {
     pub refused_retry: Duration,
     /// At shutdown, how long an in-flight step may take to finish before it is abandoned.
     pub shutdown_grace: Duration,
+    /// How store data is compressed before it goes up (`src/at_rest/`).
+    pub compression: crate::at_rest::Compression,
 }
 
 impl Default for WorkerConfig {
@@ -198,6 +200,7 @@ impl Default for WorkerConfig {
             flush_timeout: Duration::from_secs(20),
             refused_retry: MAX_BACKOFF,
             shutdown_grace: Duration::from_secs(5),
+            compression: crate::at_rest::Compression::default(),
         }
     }
 }
@@ -229,6 +232,8 @@ pub enum WorkerError {
     BadBucket { key: String, detail: String },
     #[error("the store stayed busy ({0}) for too long")]
     Busy(DeferReason),
+    #[error("encoding {0}")]
+    Encode(#[from] crate::at_rest::AtRestError),
 }
 
 impl WorkerError {
@@ -286,13 +291,18 @@ pub enum StepOutcome {
         generation: u64,
         uploaded: u64,
         reused: u64,
-        /// Bytes of the uploaded objects.
+        /// Bytes of the uploaded objects, as stored (encoded).
         bytes: u64,
+        /// Their plain bytes.
+        logical: u64,
     },
     /// Shipped one WAL segment.
     Shipped {
         key: String,
+        /// Bytes of the segment as stored (encoded).
         bytes: u64,
+        /// Its plain bytes (of `wal.bin`).
+        logical: u64,
         frames: u64,
         /// Commits shipped in the generation after it.
         shipped_commit_seq: u64,
@@ -328,7 +338,10 @@ pub enum StepMode {
 /// outcome ledger (`ledger.rs`).
 #[derive(Debug, Default)]
 pub struct BackupCounters {
+    /// Bytes uploaded of store data, as stored (after compression).
     pub bytes_shipped: AtomicU64,
+    /// The plain bytes of the same objects: what they hold of the store.
+    pub bytes_logical: AtomicU64,
     pub objects_shipped: AtomicU64,
     pub objects_reused: AtomicU64,
     pub segments_shipped: AtomicU64,
@@ -481,6 +494,10 @@ impl BackupWorker {
             uploader: upload::Uploader {
                 bucket: self.bucket.clone(),
                 cond: ctx::cond_create(self.config.conditional_writes),
+                encoding: crate::at_rest::encode::EncodeOptions {
+                    compression: self.config.compression,
+                    seal: None,
+                },
             },
             conditional_writes: self.config.conditional_writes,
             activity: &self.activity,

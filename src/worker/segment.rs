@@ -7,14 +7,15 @@
 //! parse below the durable length, fail the step rather than ship something a restore would
 //! cut. A segment is written with `If-None-Match: *`; a crash after the PUT leaves a segment no
 //! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
-//! removes.
+//! removes. The segment goes up encoded ([`super::upload::Uploader::put_encoded`]); its
+//! entry's plain length is `end - start`, what `Manifest::check` and restore check.
 
 use super::ctx::Ctx;
 use super::view::{View, read_wal_range};
 use super::{DeferReason, MAX_SEGMENT_BYTES, StepOutcome, WorkerError};
-use crate::bucket::Body;
+use crate::at_rest::encode::Plain;
 use crate::health::StepPhase;
-use crate::manifest::{self, ObjectEntry, SegmentEntry};
+use crate::manifest::{self, SegmentEntry};
 use crate::store::disk::DiskState;
 use crate::store::format::{WAL_HEADER_LEN, WalHeader, WalPosition, scan_frames};
 
@@ -90,24 +91,21 @@ pub(super) async fn ship(
     }
 
     let key = manifest::segment_key(number, start, end);
-    let crc = crc32fast::hash(&keep);
     let len = keep.len() as u64;
     cx.activity.set(StepPhase::ShippingSegment {
         generation: number,
         bytes: len,
     });
-    cx.uploader.put(&key, Body::Bytes(keep)).await?;
-
     let lineage = view.lineage;
+    let object = cx
+        .uploader
+        .put_encoded(&key, Plain::Bytes(keep), lineage, number)
+        .await?;
+    let stored = object.len;
+
     let g = view.current.as_mut().expect("generation started");
     g.segments.push(SegmentEntry {
-        object: ObjectEntry {
-            key: key.clone(),
-            len,
-            crc,
-            lineage,
-            generation: number,
-        },
+        object,
         start,
         end,
         frames,
@@ -115,7 +113,8 @@ pub(super) async fn ship(
     g.shipped_end = end;
     Ok(StepOutcome::Shipped {
         key,
-        bytes: len,
+        bytes: stored,
+        logical: len,
         frames,
         shipped_commit_seq: g.shipped_seq(),
     })

@@ -373,7 +373,7 @@ async fn check_not_diverged(
         true
     } else {
         match read_wal_range(cx, disk, last.start, last.end).await? {
-            Some(local) => crc32fast::hash(&local) != last.object.crc,
+            Some(local) => crc32fast::hash(&local) != last.object.plain_crc(),
             None => false,
         }
     };
@@ -454,7 +454,13 @@ async fn extend_with_shipped_segments(
         let Some(local) = read_wal_range(cx, &disk, start, end).await? else {
             return Ok(());
         };
-        if o.data != local {
+        // Raw or encoded (a segment no manifest describes says so only by its bytes).
+        let Some((mut object, plain)) =
+            crate::at_rest::decode::recognise(&key, &o.data, end - start)
+        else {
+            return Ok(());
+        };
+        if plain != local {
             return Ok(());
         }
         let body = if start == 0 {
@@ -466,14 +472,10 @@ async fn extend_with_shipped_segments(
         if scan.stop.is_some() || (start == 0 && local.len() < WAL_HEADER_LEN) {
             return Ok(());
         }
+        object.lineage = lineage;
+        object.generation = g.number;
         g.segments.push(SegmentEntry {
-            object: manifest::ObjectEntry {
-                key,
-                len: end - start,
-                crc: crc32fast::hash(&local),
-                lineage,
-                generation: g.number,
-            },
+            object,
             start,
             end,
             frames: scan.frames.len() as u64,

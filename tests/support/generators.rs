@@ -85,6 +85,7 @@ pub fn manifest(frames: Vec<u64>) -> Manifest {
                     crc: i as u32,
                     lineage,
                     generation: 1,
+                    ..Default::default()
                 },
                 start,
                 end,

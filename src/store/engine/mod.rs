@@ -85,8 +85,8 @@ pub use recover::{
     ArchiveInfo, IntentState, Recovery, StoreDigest, StoreImage, digest, digest_map, read_store,
 };
 pub use workload::{
-    KEY_SPACE, SplitMix64, WORKLOAD_GROUP, WriteOptions, WriteReport, expected_map, workload_ops,
-    write_commits,
+    KEY_SPACE, SplitMix64, ValueKind, WORKLOAD_GROUP, WriteOptions, WriteReport, expected_map,
+    expected_map_of, workload_ops, workload_ops_of, write_commits,
 };
 
 use crate::store::format::{

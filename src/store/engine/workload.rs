@@ -47,16 +47,158 @@ fn key(n: u64) -> Vec<u8> {
     format!("key{n:05}").into_bytes()
 }
 
-/// The operations of commit `seq` of the workload with `seed`: a put of a random key with a
-/// `value_size`-byte value, and one commit in eight also deletes a random key.
-pub fn workload_ops(seed: u64, seq: u64, value_size: usize) -> Vec<Op> {
-    let mut rng = SplitMix64::new(SplitMix64::new(seed).next_u64() ^ seq);
-    let k = key(rng.next_u64() % KEY_SPACE);
-    let mut value = Vec::with_capacity(value_size + 8);
-    while value.len() < value_size {
-        value.extend_from_slice(&rng.next_u64().to_le_bytes());
+/// What the workload's values hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueKind {
+    /// Random bytes: incompressible (the workload as it always was).
+    #[default]
+    Random,
+    /// Rows of text from a fixed vocabulary, compressing like a real table's rows (at least
+    /// 3:1 with zstd at level 3).
+    Text,
+}
+
+impl std::str::FromStr for ValueKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "random" => Ok(ValueKind::Random),
+            "text" => Ok(ValueKind::Text),
+            other => Err(format!("value kind {other:?}: use random or text")),
+        }
+    }
+}
+
+/// The text workload's vocabulary: fields of a customer table.
+const CITIES: &[&str] = &[
+    "amsterdam",
+    "berlin",
+    "chicago",
+    "dublin",
+    "edinburgh",
+    "frankfurt",
+    "geneva",
+    "helsinki",
+    "istanbul",
+    "jakarta",
+    "kyoto",
+    "lisbon",
+    "madrid",
+    "nairobi",
+    "oslo",
+    "paris",
+];
+const STATUSES: &[&str] = &["active", "pending", "suspended", "closed"];
+const WORDS: &[&str] = &[
+    "order",
+    "shipped",
+    "invoice",
+    "paid",
+    "customer",
+    "account",
+    "balance",
+    "credit",
+    "delivery",
+    "address",
+    "street",
+    "number",
+    "phone",
+    "email",
+    "contact",
+    "support",
+    "request",
+    "refund",
+    "product",
+    "quantity",
+    "price",
+    "discount",
+    "total",
+    "tax",
+    "warehouse",
+    "stock",
+    "item",
+    "category",
+    "garden",
+    "kitchen",
+    "office",
+    "sports",
+    "blue",
+    "green",
+    "red",
+    "large",
+    "small",
+    "medium",
+    "premium",
+    "basic",
+    "monday",
+    "tuesday",
+    "friday",
+    "morning",
+    "evening",
+    "express",
+    "standard",
+    "return",
+    "the",
+    "and",
+    "for",
+    "with",
+    "from",
+    "after",
+    "before",
+    "during",
+    "new",
+    "old",
+    "first",
+    "last",
+    "next",
+    "open",
+    "ready",
+    "done",
+];
+
+/// `value_size` bytes of the kind's value.
+fn value_of(kind: ValueKind, rng: &mut SplitMix64, value_size: usize) -> Vec<u8> {
+    let mut value = Vec::with_capacity(value_size + 64);
+    match kind {
+        ValueKind::Random => {
+            while value.len() < value_size {
+                value.extend_from_slice(&rng.next_u64().to_le_bytes());
+            }
+        }
+        ValueKind::Text => {
+            let pick = |rng: &mut SplitMix64, words: &[&'static str]| {
+                words[crate::units::usize_of(rng.next_u64() % words.len() as u64)]
+            };
+            while value.len() < value_size {
+                let id = rng.next_u64() % 100_000;
+                let row = format!(
+                    "{id:05},{},{},{} {} {} {};",
+                    pick(rng, CITIES),
+                    pick(rng, STATUSES),
+                    pick(rng, WORDS),
+                    pick(rng, WORDS),
+                    pick(rng, WORDS),
+                    pick(rng, WORDS),
+                );
+                value.extend_from_slice(row.as_bytes());
+            }
+        }
     }
     value.truncate(value_size);
+    value
+}
+
+/// The operations of commit `seq` of the workload with `seed`: a put of a random key with a
+/// `value_size`-byte random value, and one commit in eight also deletes a random key.
+pub fn workload_ops(seed: u64, seq: u64, value_size: usize) -> Vec<Op> {
+    workload_ops_of(ValueKind::Random, seed, seq, value_size)
+}
+
+/// [`workload_ops`] with values of `kind`.
+pub fn workload_ops_of(kind: ValueKind, seed: u64, seq: u64, value_size: usize) -> Vec<Op> {
+    let mut rng = SplitMix64::new(SplitMix64::new(seed).next_u64() ^ seq);
+    let k = key(rng.next_u64() % KEY_SPACE);
+    let value = value_of(kind, &mut rng, value_size);
     let mut ops = vec![Op::Put { key: k, value }];
     if rng.next_u64().is_multiple_of(DELETE_ONE_IN) {
         ops.push(Op::Delete {
@@ -68,9 +210,14 @@ pub fn workload_ops(seed: u64, seq: u64, value_size: usize) -> Vec<Op> {
 
 /// The map after commits `1..=commits` of the workload.
 pub fn expected_map(seed: u64, value_size: usize, commits: u64) -> KvMap {
+    expected_map_of(ValueKind::Random, seed, value_size, commits)
+}
+
+/// [`expected_map`] with values of `kind`.
+pub fn expected_map_of(kind: ValueKind, seed: u64, value_size: usize, commits: u64) -> KvMap {
     let mut map = KvMap::new();
     for seq in 1..=commits {
-        apply_ops(&mut map, &workload_ops(seed, seq, value_size));
+        apply_ops(&mut map, &workload_ops_of(kind, seed, seq, value_size));
     }
     map
 }
@@ -88,6 +235,8 @@ pub struct WriteOptions {
     pub rotate_bytes: u64,
     pub keep_wal_on_snapshot: bool,
     pub seed: u64,
+    /// What the values hold.
+    pub value_kind: ValueKind,
     /// Set to stop early: the current group is synced and the report says `stopped`.
     pub stop: Option<Arc<AtomicBool>>,
 }
@@ -102,6 +251,7 @@ impl Default for WriteOptions {
             rotate_bytes: 0,
             keep_wal_on_snapshot: false,
             seed: 0,
+            value_kind: ValueKind::Random,
             stop: None,
         }
     }
@@ -177,7 +327,12 @@ pub fn write_commits(
             break;
         }
         let seq = engine.commit_seq() + 1;
-        engine.commit(&workload_ops(opts.seed, seq, opts.value_size))?;
+        engine.commit(&workload_ops_of(
+            opts.value_kind,
+            opts.seed,
+            seq,
+            opts.value_size,
+        ))?;
         written += 1;
         if opts.rate_per_sec.is_some() || seq.is_multiple_of(WORKLOAD_GROUP) || seq == target {
             engine.sync()?;

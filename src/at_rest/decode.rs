@@ -1,0 +1,229 @@
+//! Stored bytes to plain bytes, pushed in as they arrive: counted stored bytes → open stage →
+//! zstd decoder (or nothing, codec `none`) → [`PlainSink`] → the output.
+//!
+//! [`Decoder::finish`] checks what passed against the manifest entry: stored length and CRC,
+//! plain length and CRC. The plain sink refuses bytes past the entry's plain length, so a
+//! corrupt or hostile object never writes more than the manifest promised.
+
+use std::io::{self, Write};
+
+use super::seal::{OpenKey, OpenStage};
+use super::sink::{PlainSink, StoredSink, Tally};
+use super::{AtRestError, Codec};
+use crate::manifest::ObjectEntry;
+
+/// An error of the output writer, told apart from bad stored bytes as it comes back through
+/// the decoder.
+#[derive(Debug)]
+struct OutputError(io::Error);
+
+impl std::fmt::Display for OutputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for OutputError {}
+
+/// The output, its errors marked as [`OutputError`].
+struct Out<W>(W);
+
+impl<W: Write> Write for Out<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0
+            .write(buf)
+            .map_err(|e| io::Error::new(e.kind(), OutputError(e)))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0
+            .flush()
+            .map_err(|e| io::Error::new(e.kind(), OutputError(e)))
+    }
+}
+
+enum Inner<W: Write> {
+    Raw(PlainSink<Out<W>>),
+    Zstd(Box<zstd::stream::write::Decoder<'static, PlainSink<Out<W>>>>),
+}
+
+impl<W: Write> Write for Inner<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Inner::Raw(w) => w.write(buf),
+            Inner::Zstd(d) => d.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Inner::Raw(w) => w.flush(),
+            Inner::Zstd(d) => d.flush(),
+        }
+    }
+}
+
+/// A push-based decoder of one object into `W`.
+pub struct Decoder<W: Write> {
+    entry: ObjectEntry,
+    stages: StoredSink<OpenStage<Inner<W>>>,
+}
+
+/// What a finished decoder saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decoded {
+    pub stored: Tally,
+    pub plain: Tally,
+}
+
+impl<W: Write> Decoder<W> {
+    /// A decoder for the object `entry` describes, writing its plain bytes to `out`. An
+    /// encrypted object without a key is refused here, before any byte is written.
+    pub fn new(entry: &ObjectEntry, key: Option<&OpenKey>, out: W) -> Result<Self, AtRestError> {
+        let plain = PlainSink::new(Out(out), entry.plain_len());
+        let inner = match entry.codec {
+            Codec::None => Inner::Raw(plain),
+            Codec::Zstd => Inner::Zstd(Box::new(
+                zstd::stream::write::Decoder::new(plain).map_err(|source| AtRestError::Io {
+                    key: entry.key.clone(),
+                    what: "start zstd",
+                    source,
+                })?,
+            )),
+        };
+        let open = OpenStage::new(entry.encrypted, key, &entry.key, inner)?;
+        Ok(Decoder {
+            entry: entry.clone(),
+            stages: StoredSink::new(open),
+        })
+    }
+
+    fn error(&self, what: &'static str, e: io::Error) -> AtRestError {
+        Self::error_of(&self.entry, what, e)
+    }
+
+    /// Pushes the next stored bytes in.
+    pub fn write_stored(&mut self, buf: &[u8]) -> Result<(), AtRestError> {
+        self.stages
+            .write_all(buf)
+            .map_err(|e| self.error("decode", e))
+    }
+
+    /// Ends the stream and checks it against the entry; returns the output and the tallies.
+    pub fn finish(self) -> Result<(W, Decoded), AtRestError> {
+        let Decoder { entry, stages } = self;
+        let fail = |what: &'static str, e: io::Error| Decoder::<W>::error_of(&entry, what, e);
+        let (open, stored) = stages.into_parts();
+        let inner = open.finish().map_err(|e| fail("open", e))?;
+        let plain = match inner {
+            Inner::Raw(p) => p,
+            Inner::Zstd(d) => d.finish().map_err(|e| fail("decode whole", e))?,
+        };
+        let (Out(out), plain) = plain.into_parts();
+        let corrupt = |detail: String| AtRestError::Corrupt {
+            key: entry.key.clone(),
+            detail,
+        };
+        if stored.len != entry.len {
+            return Err(corrupt(format!(
+                "{} stored bytes, the manifest states {}",
+                stored.len, entry.len
+            )));
+        }
+        if stored.crc != entry.crc {
+            return Err(corrupt(format!(
+                "CRC mismatch of the stored bytes (expected {:08x}, got {:08x})",
+                entry.crc, stored.crc
+            )));
+        }
+        if plain.len != entry.plain_len() {
+            return Err(corrupt(format!(
+                "decodes to {} bytes, the manifest states {}",
+                plain.len,
+                entry.plain_len()
+            )));
+        }
+        if plain.crc != entry.plain_crc() {
+            return Err(corrupt(format!(
+                "CRC mismatch of the decoded bytes (expected {:08x}, got {:08x})",
+                entry.plain_crc(),
+                plain.crc
+            )));
+        }
+        Ok((out, Decoded { stored, plain }))
+    }
+
+    fn error_of(entry: &ObjectEntry, what: &'static str, e: io::Error) -> AtRestError {
+        if e.get_ref().is_some_and(|i| i.is::<OutputError>()) {
+            return AtRestError::Io {
+                key: entry.key.clone(),
+                what: "write the plain bytes",
+                source: e,
+            };
+        }
+        AtRestError::Corrupt {
+            key: entry.key.clone(),
+            detail: format!(
+                "the stored bytes do not {what} as {} ({e})",
+                entry.codec.name()
+            ),
+        }
+    }
+}
+
+/// Decodes a whole object held in memory (verify, resume, cached extension segments).
+pub fn decode_bytes(entry: &ObjectEntry, stored: &[u8]) -> Result<Vec<u8>, AtRestError> {
+    let cap = crate::units::usize_of(entry.plain_len().min(64 << 20));
+    let mut d = Decoder::new(entry, None, Vec::with_capacity(cap))?;
+    d.write_stored(stored)?;
+    Ok(d.finish()?.0)
+}
+
+/// The first bytes of every zstd frame.
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// An object no manifest describes yet (a segment shipped after the newest restore point),
+/// recognised from its bytes: raw when it is exactly `plain_len` bytes (an encoded object is
+/// always shorter than its plain bytes, or the encoder stores it raw), else zstd when it
+/// decodes to exactly `plain_len` bytes. Returns the entry (stored and plain length and CRC,
+/// lineage and generation left to the caller) and the plain bytes, or `None`.
+pub fn recognise(
+    key: &str,
+    stored: &bytes::Bytes,
+    plain_len: u64,
+) -> Option<(ObjectEntry, bytes::Bytes)> {
+    let crc = crc32fast::hash(stored);
+    if stored.len() as u64 == plain_len {
+        return Some((
+            ObjectEntry::raw(key.to_string(), plain_len, crc, uuid::Uuid::nil(), 0),
+            stored.clone(),
+        ));
+    }
+    if !stored.starts_with(&ZSTD_MAGIC) || stored.len() as u64 > plain_len {
+        return None;
+    }
+    let mut probe = ObjectEntry::raw(
+        key.to_string(),
+        stored.len() as u64,
+        crc,
+        uuid::Uuid::nil(),
+        0,
+    );
+    probe.codec = Codec::Zstd;
+    probe.plain_len = Some(plain_len);
+    let mut d = Decoder::new(&probe, None, Vec::new()).ok()?;
+    d.write_stored(stored).ok()?;
+    // The plain CRC is not known yet: finish checks it, so take it from the bytes instead.
+    let Decoder { stages, .. } = d;
+    let (open, _) = stages.into_parts();
+    let plain = match open.finish().ok()? {
+        Inner::Zstd(z) => z.finish().ok()?,
+        Inner::Raw(_) => return None,
+    };
+    let (Out(plain), tally) = plain.into_parts();
+    if tally.len != plain_len {
+        return None;
+    }
+    probe.plain_crc = Some(tally.crc);
+    Some((probe, bytes::Bytes::from(plain)))
+}
