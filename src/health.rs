@@ -101,16 +101,7 @@ impl Pause {
     }
 }
 
-/// `ms` since the epoch as RFC 3339 UTC (or as a count, out of the calendar's range).
-pub fn rfc3339_ms(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
-}
+pub use crate::units::rfc3339_ms;
 
 /// Which part of a step is running.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -57,6 +57,17 @@ pub fn i32_of(n: i64) -> i32 {
     i32::try_from(n).unwrap_or(if n < 0 { i32::MIN } else { i32::MAX })
 }
 
+/// `ms` since the epoch as RFC 3339 UTC (or as a count, out of the calendar's range).
+pub fn rfc3339_ms(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -102,20 +102,10 @@ impl fmt::Display for ClaimView {
             "pid {} on host {}, started {}, last heartbeat {:.1} s ago",
             r.pid,
             r.host,
-            rfc3339(r.started_at_ms),
+            crate::units::rfc3339_ms(r.started_at_ms),
             self.heartbeat_age.as_secs_f64()
         )
     }
-}
-
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| format!("{ms} ms after the epoch"))
 }
 
 impl ClaimRecord {
