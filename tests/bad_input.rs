@@ -348,14 +348,16 @@ async fn answer(
         Call::Health(f) => run!(
             f,
             proto::HealthRequest {
-                store_id: UNKNOWN.into()
+                store_id: UNKNOWN.into(),
+                fresh: false,
             },
             health
         ),
         Call::WatchHealth(f) => run!(
             f,
             proto::HealthRequest {
-                store_id: UNKNOWN.into()
+                store_id: UNKNOWN.into(),
+                fresh: false,
             },
             watch_health
         ),
@@ -546,6 +548,7 @@ async fn a_registered_option_out_of_range_runs_clamped_after_a_restart() {
     let health = c
         .health(proto::HealthRequest {
             store_id: id.clone(),
+            fresh: false,
         })
         .await
         .expect("the store is respawned")

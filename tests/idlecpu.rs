@@ -197,6 +197,7 @@ async fn health(
 ) -> proto::StoreHealth {
     c.health(proto::HealthRequest {
         store_id: id.into(),
+        fresh: false,
     })
     .await
     .expect("Health")

@@ -284,7 +284,10 @@ async fn ctl_list_all_follows_the_pages_at_a_cost_in_proportion_to_the_points() 
             let id = id.clone();
             async move {
                 let h = client
-                    .health(proto::HealthRequest { store_id: id })
+                    .health(proto::HealthRequest {
+                        store_id: id,
+                        fresh: false,
+                    })
                     .await
                     .map_err(|e| e.to_string())?
                     .into_inner();

@@ -66,6 +66,7 @@ async fn health(c: &mut Client, id: &str) -> proto::StoreHealth {
     let r = c
         .health(tonic::Request::new(proto::HealthRequest {
             store_id: id.into(),
+            fresh: false,
         }))
         .await
         .expect("Health")

@@ -1,6 +1,7 @@
 //! What an operator sees of the real `serve` binary: its traces at an OTLP receiver (continuing
 //! the caller's `traceparent`, worker spans carrying `store_id`), its Prometheus `/metrics`, and
-//! two instances sharing one PostgreSQL registry, where the survivor reports a silent owner.
+//! two instances sharing one PostgreSQL registry, where calls through either reach the
+//! owner and the survivor reports a silent owner.
 //!
 //! Every wait has a deadline and says what it waited for and what it saw last; every child is
 //! killed when its guard drops (and prints its output when the test fails).
@@ -157,6 +158,7 @@ async fn health(
     let r = c
         .health(proto::HealthRequest {
             store_id: id.into(),
+            fresh: false,
         })
         .await
         .map_err(|e| format!("Health failed: {e}"))?
@@ -523,8 +525,8 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
     .await;
     assert_eq!(healthy.instance_id, "a", "{healthy:?}");
 
-    // Pause and Resume are the owner's: b refuses them as every store-scoped call.
-    let elsewhere = cb
+    // Pause and Resume through b are forwarded to a, the owner, and answered as a answers.
+    let paused = cb
         .clone()
         .pause(proto::PauseRequest {
             store_id: id.clone(),
@@ -532,45 +534,35 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
             until_unix_ms: 0,
         })
         .await
-        .expect_err("Pause on b of a's store");
-    assert_eq!(
-        elsewhere.code(),
-        tonic::Code::FailedPrecondition,
-        "{elsewhere:?}"
-    );
-    assert!(
-        elsewhere.message().contains("belongs to instance a"),
-        "{elsewhere:?}"
-    );
-    let elsewhere = cb
+        .unwrap_or_else(|e| b.child.fail(&format!("Pause through b failed: {e}")))
+        .into_inner();
+    assert_eq!(paused.reason, "from b", "{paused:?}");
+    assert!(!paused.was_paused, "{paused:?}");
+    // Fresh health through b asks a: paused at once.
+    let fresh = cb
         .clone()
-        .resume(proto::ResumeRequest {
+        .health(proto::HealthRequest {
             store_id: id.clone(),
+            fresh: true,
         })
         .await
-        .expect_err("Resume on b of a's store");
-    assert_eq!(
-        elsewhere.code(),
-        tonic::Code::FailedPrecondition,
-        "{elsewhere:?}"
+        .unwrap_or_else(|e| b.child.fail(&format!("fresh Health through b failed: {e}")))
+        .into_inner()
+        .stores;
+    assert!(
+        fresh.len() == 1 && fresh[0].paused && fresh[0].paused_reason == "from b",
+        "{fresh:?}"
     );
-    // Paused on a, the pause is in a's health reports: b shows it.
-    ca.pause(proto::PauseRequest {
-        store_id: id.clone(),
-        reason: "from a".into(),
-        until_unix_ms: 0,
-    })
-    .await
-    .unwrap_or_else(|e| a.child.fail(&format!("Pause on a failed: {e}")));
+    // The pause is in a's health reports: b's registry view shows it too.
     support::wait_for(
         DEADLINE,
-        &format!("b's Health to show {id} paused by a"),
+        &format!("b's Health to show {id} paused through b"),
         || {
             let mut cb = cb.clone();
             let id = id.clone();
             async move {
                 let h = health(&mut cb, &id).await?;
-                if h.paused && h.paused_reason == "from a" && h.healthy {
+                if h.paused && h.paused_reason == "from b" && h.healthy {
                     Ok(h)
                 } else {
                     Err(format!("{h:?}"))
@@ -579,11 +571,18 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
         },
     )
     .await;
-    ca.resume(proto::ResumeRequest {
-        store_id: id.clone(),
-    })
-    .await
-    .unwrap_or_else(|e| a.child.fail(&format!("Resume on a failed: {e}")));
+    let resumed = cb
+        .clone()
+        .resume(proto::ResumeRequest {
+            store_id: id.clone(),
+        })
+        .await
+        .unwrap_or_else(|e| b.child.fail(&format!("Resume through b failed: {e}")))
+        .into_inner();
+    assert!(resumed.was_paused, "{resumed:?}");
+    // A's own view agrees: the store runs there, unpaused.
+    let on_a = health(&mut ca, &id).await.unwrap();
+    assert!(!on_a.paused && on_a.instance_id == "a", "{on_a:?}");
 
     let stopped = Instant::now();
     a.terminate();
@@ -611,6 +610,17 @@ async fn a_second_instance_lists_the_first_ones_store_and_reports_it_silent_once
         silent.reason
     );
     assert_eq!(silent.instance_id, "a", "{silent:?}");
+    // A call for a's store through b now finds nobody: UNAVAILABLE naming a.
+    let gone = cb
+        .clone()
+        .trigger(proto::TriggerRequest {
+            store_id: id.clone(),
+            kind: proto::TriggerKind::Ship as i32,
+        })
+        .await
+        .expect_err("Trigger through b of a stopped a's store");
+    assert_eq!(gone.code(), tonic::Code::Unavailable, "{gone:?}");
+    assert!(gone.message().contains("instance a "), "{gone:?}");
 
     drop(ca);
     drop(cb);

@@ -63,6 +63,7 @@ async fn wait_health(
             let r = c
                 .health(proto::HealthRequest {
                     store_id: id.into(),
+                    fresh: false,
                 })
                 .await
                 .map_err(|e| e.to_string())?

@@ -49,6 +49,7 @@ async fn wait_shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth 
                 let r = c
                     .health(proto::HealthRequest {
                         store_id: id.into(),
+                        fresh: false,
                     })
                     .await
                     .map_err(|e| e.to_string())?

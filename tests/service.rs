@@ -182,6 +182,7 @@ async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreH
     let r = c
         .health(admin(proto::HealthRequest {
             store_id: id.into(),
+            fresh: false,
         }))
         .await
         .expect("Health")
@@ -449,6 +450,7 @@ async fn a_node_streams_health_restore_points_restart_and_adopt() {
     let gone = c
         .health(admin(proto::HealthRequest {
             store_id: id.clone(),
+            fresh: false,
         }))
         .await
         .unwrap_err();
@@ -670,6 +672,7 @@ async fn every_bad_input_is_answered_with_its_code() {
     let h = c
         .health(admin(proto::HealthRequest {
             store_id: unknown.clone(),
+            fresh: false,
         }))
         .await;
     assert_eq!(h.unwrap_err().code(), Code::NotFound);

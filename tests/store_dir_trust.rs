@@ -93,6 +93,7 @@ async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreH
     let r = c
         .health(admin(proto::HealthRequest {
             store_id: id.into(),
+            fresh: false,
         }))
         .await
         .expect("Health")

@@ -291,6 +291,7 @@ async fn rpc_spans_of_the_real_service_carry_the_store_id() {
     let id = reg.store_id.clone();
     c.health(proto::HealthRequest {
         store_id: id.clone(),
+        fresh: false,
     })
     .await
     .expect("Health");

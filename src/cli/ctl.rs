@@ -349,6 +349,7 @@ async fn register(
         destination,
         labels: store.labels(),
         options: store.options(),
+        instance_id: String::new(),
     };
     let r = ctl
         .client
@@ -474,6 +475,7 @@ async fn resume(ctl: &mut Ctl, j: bool, store_id: String) -> anyhow::Result<()> 
 async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Result<()> {
     let req = proto::HealthRequest {
         store_id: store_id.unwrap_or_default(),
+        fresh: false,
     };
     let r = ctl
         .client
@@ -494,6 +496,7 @@ async fn watch_health(
 ) -> anyhow::Result<()> {
     let req = proto::HealthRequest {
         store_id: store_id.unwrap_or_default(),
+        fresh: false,
     };
     let mut stream = ctl
         .client
@@ -614,6 +617,7 @@ async fn adopt(
         at_commit_seq: at.unwrap_or(0),
         labels: store.labels(),
         options: store.options(),
+        instance_id: String::new(),
     };
     let r = ctl
         .client

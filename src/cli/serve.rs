@@ -94,6 +94,17 @@ pub struct ServeArgs {
     /// The furthest deadline a Pause may set, ms [default: 86400000, 24 hours].
     #[arg(long, env = "MUSHROOMDB_BACKUP_PAUSE_MAX_MS")]
     pause_max_ms: Option<u64>,
+    /// HOST:PORT where the other instances sharing the registry reach this one, to forward
+    /// calls for its stores [default: the listen address, unless it is a wildcard].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_ADVERTISE_ADDRESS")]
+    advertise_address: Option<String>,
+    /// The failover group of this instance: instances that see the same store directories.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_FAILOVER_GROUP")]
+    failover_group: Option<String>,
+    /// PEM CA that signed the other instances' TLS certificates, for calls between instances
+    /// [default: --tls-client-ca].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_PEER_CA")]
+    peer_ca: Option<PathBuf>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -114,6 +125,9 @@ struct ServeToml {
     allow_destination_roots: Option<Vec<PathBuf>>,
     registry: Option<String>,
     instance_id: Option<String>,
+    advertise_address: Option<String>,
+    failover_group: Option<String>,
+    peer_ca: Option<PathBuf>,
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
     insecure: Option<bool>,
@@ -286,6 +300,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         owner_silent_after,
         limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
         pause,
+        peers: service::PeerSettings {
+            advertise_address: a.advertise_address.or(file.advertise_address),
+            failover_group: a.failover_group.or(file.failover_group),
+            peer_ca: a.peer_ca.or(file.peer_ca),
+        },
     };
     Ok((config, telemetry))
 }

@@ -21,6 +21,8 @@
 //! - `instances`: each instance's last heartbeat ([`Registry::report_health`] writes it on
 //!   every report), so that an owner whose stores' health did not change still counts as
 //!   heard from.
+//!   It also holds where each instance answers the others' calls and its failover group
+//!   ([`InstanceInfo`], `instances.rs`), written when the instance starts.
 //! - `instance_claims`: which live process holds each instance id ([`InstanceClaim`]), so
 //!   that two processes started with one id never both run its stores.
 //! - `store_pauses`: the stores whose uploads an operator paused ([`PauseRecord`]), deleted on
@@ -250,6 +252,8 @@ pub fn audit_text(s: &str) -> String {
 // After the macros above, which it uses.
 mod claim;
 pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim, Predecessor};
+mod instances;
+pub use instances::InstanceInfo;
 mod pause;
 pub use pause::PauseRecord;
 

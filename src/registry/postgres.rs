@@ -50,6 +50,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store pauses",
         include_str!("../../migrations/postgres/0005_store_pauses.sql"),
     ),
+    (
+        7,
+        "instance addresses",
+        include_str!("../../migrations/postgres/0007_instance_addresses.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

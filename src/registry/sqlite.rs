@@ -53,6 +53,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store pauses",
         include_str!("../../migrations/sqlite/0005_store_pauses.sql"),
     ),
+    (
+        7,
+        "instance addresses",
+        include_str!("../../migrations/sqlite/0007_instance_addresses.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

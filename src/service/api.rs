@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::auth::{self, AuthError};
 use super::error::ServiceError;
 use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
+use super::forward::{self, ForwardError, Hop, Peers};
 use super::health_watch::{HealthStream, HealthWatch};
 use super::limits;
 use super::pause::{self, PauseAsk};
@@ -28,11 +29,13 @@ pub struct Api {
     shutdown: CancellationToken,
     /// Every `WatchHealth` stream, served by one poller.
     watchers: HealthWatch,
+    /// The other instances, for calls about their stores (`forward.rs`).
+    peers: Peers,
 }
 
 impl Api {
     /// The API, and the `WatchHealth` poller (a task until `shutdown`).
-    pub fn new(fleet: Arc<Fleet>, shutdown: CancellationToken) -> Self {
+    pub fn new(fleet: Arc<Fleet>, shutdown: CancellationToken, peers: Peers) -> Self {
         let polled = fleet.clone();
         let watchers = HealthWatch::start(
             move || {
@@ -48,7 +51,39 @@ impl Api {
             fleet,
             shutdown,
             watchers,
+            peers,
         }
+    }
+
+    /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`).
+    async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
+        record_store_id(store_id);
+        Ok(self.peers.route(&self.fleet, req, store_id).await?)
+    }
+
+    /// The hop to `instance_id` for a `Register` or `Adopt` naming it; `None`: this instance.
+    async fn route_to_instance<T>(
+        &self,
+        req: &Request<T>,
+        instance_id: &str,
+        store_dir: &str,
+    ) -> Result<Option<Hop>, Status> {
+        let me = &self.fleet.config().instance_id;
+        if instance_id.is_empty() || instance_id == me {
+            return Ok(None);
+        }
+        if forward::forwarded(req) {
+            return Err(err(ForwardError::NotThisInstance {
+                asked: instance_id.to_string(),
+                me: me.clone(),
+            }));
+        }
+        let hop = self
+            .peers
+            .hop_to(&self.fleet, instance_id, store_dir, req)
+            .await
+            .map_err(err)?;
+        Ok(Some(hop))
     }
 
     fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
@@ -145,6 +180,16 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::RegisterRequest>,
     ) -> Result<Response<proto::RegisterResponse>, Status> {
+        self.admin(&req)?;
+        let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
+        if let Some(hop) = self.route_to_instance(&req, to, dir).await? {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.register(r).await },
+                )
+                .await;
+        }
         let (peer, r) = self.operator(req)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
@@ -159,6 +204,15 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.deregister(r).await },
+                )
+                .await;
+        }
         let (peer, r) = self.operator(req)?;
         record_store_id(&r.store_id);
         self.fleet
@@ -172,6 +226,15 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::TriggerRequest>,
     ) -> Result<Response<proto::TriggerResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.trigger(r).await },
+                )
+                .await;
+        }
         let (_, r) = self.operator(req)?;
         record_store_id(&r.store_id);
         let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
@@ -190,6 +253,12 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::PauseRequest>,
     ) -> Result<Response<proto::PauseResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(req.into_inner(), |mut c, r| async move { c.pause(r).await })
+                .await;
+        }
         let (peer, r) = self.operator(req)?;
         record_store_id(&r.store_id);
         let ask = PauseAsk {
@@ -211,6 +280,15 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::ResumeRequest>,
     ) -> Result<Response<proto::ResumeResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.resume(r).await },
+                )
+                .await;
+        }
         let (peer, r) = self.operator(req)?;
         record_store_id(&r.store_id);
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
@@ -224,6 +302,16 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<proto::HealthResponse>, Status> {
         self.admin(&req)?;
+        if req.get_ref().fresh
+            && let Some(hop) = self.route(&req, &req.get_ref().store_id).await?
+        {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.health(r).await },
+                )
+                .await;
+        }
         let r = req.into_inner();
         record_store_id(&r.store_id);
         Ok(Response::new(self.health_of(&r.store_id).await?))
@@ -269,6 +357,13 @@ impl BackupControl for Api {
         req: Request<proto::ListRestorePointsRequest>,
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
         self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(req.into_inner(), |mut c, r| async move {
+                    c.list_restore_points(r).await
+                })
+                .await;
+        }
         let r = req.into_inner();
         record_store_id(&r.store_id);
         let cursor = request::check_listing(&r).map_err(err)?;
@@ -284,6 +379,13 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::AdoptRequest>,
     ) -> Result<Response<proto::AdoptResponse>, Status> {
+        self.admin(&req)?;
+        let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
+        if let Some(hop) = self.route_to_instance(&req, to, dir).await? {
+            return hop
+                .call(req.into_inner(), |mut c, r| async move { c.adopt(r).await })
+                .await;
+        }
         let (peer, r) = self.operator(req)?;
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);

@@ -21,6 +21,38 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// How the other instances sharing the registry reach this one (see `forward.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct PeerSettings {
+    /// `HOST:PORT` the others forward calls to; `None`: the listen address, unless it is a
+    /// wildcard (then this instance cannot be forwarded to, and says so at start).
+    pub advertise_address: Option<String>,
+    /// The failover group this instance belongs to; `None`: none.
+    pub failover_group: Option<String>,
+    /// The CA that signed the other instances' TLS certificates; `None`: `tls.client_ca`.
+    pub peer_ca: Option<PathBuf>,
+}
+
+impl PeerSettings {
+    fn check(&self) -> Result<(), String> {
+        if let Some(a) = &self.advertise_address {
+            super::forward::check_advertise_address(a)
+                .map_err(|why| format!("--advertise-address {a:?}: {why}"))?;
+        }
+        if let Some(g) = &self.failover_group {
+            let ok = (1..=64).contains(&g.len())
+                && g.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+            if !ok {
+                return Err(format!(
+                    "--failover-group {g:?}: 1 to 64 of A-Z, a-z, 0-9, '-', '_' and '.'"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `Debug` shows whether an admin token is set, never the token, and the registry URL
 /// without its password.
 #[derive(Clone)]
@@ -55,6 +87,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// A `Pause`'s default and longest deadline.
     pub pause: super::pause::PauseLimits,
+    /// How the other instances reach this one.
+    pub peers: PeerSettings,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -76,6 +110,7 @@ impl std::fmt::Debug for ServiceConfig {
             owner_silent_after,
             limits,
             pause,
+            peers,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -94,6 +129,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("owner_silent_after", owner_silent_after)
             .field("limits", limits)
             .field("pause", pause)
+            .field("peers", peers)
             .finish()
     }
 }
@@ -127,6 +163,7 @@ impl ServiceConfig {
             }
         }
         self.pause.check()?;
+        self.peers.check()?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
@@ -162,6 +199,7 @@ mod tests {
             owner_silent_after: Duration::from_secs(15),
             limits: Limits::default(),
             pause: Default::default(),
+            peers: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

@@ -5,7 +5,9 @@
 //! `auth`), a store directory or destination refused ([`StoreDirError`], [`DestinationError`]),
 //! a contradiction with a registered store ([`Conflict`]), too many watchers ([`WatchersFull`]),
 //! and whatever the fleet answers ([`FleetError`]: an unknown store, one owned elsewhere, a
-//! destination that does not open, a restore that fails, the registry). Every handler returns
+//! destination that does not open, a restore that fails, the registry), and a call for
+//! another instance that could not go there ([`ForwardError`]: `UNAVAILABLE` when the owner
+//! cannot be reached, naming it and its address). Every handler returns
 //! [`ServiceError`], and [`From<ServiceError> for tonic::Status`] is the only place a status
 //! code is chosen: this module is the one place that knows gRPC codes (the tower timeout layer
 //! and the codec build their status through [`ServiceError`] and [`malformed_request`] too).
@@ -24,6 +26,7 @@ pub use super::auth::AuthError;
 pub use super::conflicts::Conflict;
 pub use super::destination::DestinationError;
 pub use super::fleet::FleetError;
+pub use super::forward::ForwardError;
 pub use super::health_watch::WatchersFull;
 pub use super::limits::FieldError;
 pub use super::paths::StoreDirError;
@@ -63,6 +66,9 @@ pub enum ServiceError {
     /// that arrives while it is being deregistered gets).
     #[error("store {0} was deregistered")]
     Deregistered(String),
+    /// A call for another instance that could not be forwarded there.
+    #[error(transparent)]
+    Forward(#[from] ForwardError),
 }
 
 impl From<ServiceError> for Status {
@@ -80,6 +86,18 @@ impl From<ServiceError> for Status {
             }
             ServiceError::ShuttingDown => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
+            ServiceError::Forward(f) => match f {
+                ForwardError::Unreachable { .. } => Code::Unavailable,
+                ForwardError::UnknownInstance(_) => Code::InvalidArgument,
+                ForwardError::NoAddress { .. }
+                | ForwardError::NotThisInstance { .. }
+                | ForwardError::BadAddress { .. }
+                | ForwardError::NoPeerCa => Code::FailedPrecondition,
+                ForwardError::TlsFile { .. } => {
+                    tracing::error!(cause = %f, "internal error forwarding a request");
+                    return Status::new(Code::Internal, "internal error (see the server's log)");
+                }
+            },
         };
         Status::new(code, e.to_string())
     }

@@ -47,6 +47,7 @@ pub mod conflicts;
 pub mod destination;
 pub mod error;
 pub mod fleet;
+pub mod forward;
 mod health_report;
 pub mod health_watch;
 pub mod limits;
@@ -66,7 +67,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-pub use config::{Limits, ServiceConfig, TlsFiles};
+pub use config::{Limits, PeerSettings, ServiceConfig, TlsFiles};
 use fleet::Fleet;
 use proto::backup_control_server::BackupControlServer;
 
@@ -188,6 +189,7 @@ pub async fn run(
         InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
             .await
             .map_err(|e| ServeError::Claim(e.to_string()))?;
+    announce(&registry, &config, addr).await?;
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
@@ -250,6 +252,12 @@ pub async fn run(
         .add_service(BackupControlServer::new(api::Api::new(
             fleet.clone(),
             serving.clone(),
+            forward::Peers::new(
+                &config.instance_id,
+                config.tls.clone(),
+                config.peers.peer_ca.clone(),
+                config.admin_token.as_deref(),
+            ),
         )))
         .serve_with_incoming_shutdown(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
@@ -277,6 +285,42 @@ pub async fn run(
     fleet.release_claim().await;
     drop(lock);
     result.map_err(ServeError::from)
+}
+
+/// Writes where this instance answers the others' calls, and its failover group, into the
+/// registry (after the claim: a refused process never overwrites the live one's address).
+async fn announce(
+    registry: &Registry,
+    config: &ServiceConfig,
+    addr: std::net::SocketAddr,
+) -> Result<(), ServeError> {
+    let advertised = match &config.peers.advertise_address {
+        Some(a) => a.clone(),
+        None if !addr.ip().is_unspecified() => addr.to_string(),
+        None => {
+            tracing::warn!(
+                %addr,
+                "listening on a wildcard address without --advertise-address: the other \
+                 instances sharing the registry cannot forward calls for this instance's stores"
+            );
+            String::new()
+        }
+    };
+    let group = config.peers.failover_group.as_deref().unwrap_or("");
+    registry
+        .announce_instance(
+            &config.instance_id,
+            &advertised,
+            group,
+            crate::units::unix_now_ms(),
+        )
+        .await
+        .map_err(|source| ServeError::Registry {
+            url: crate::registry::redact_url(&config.registry_url),
+            source,
+        })?;
+    tracing::info!(advertise_address = %advertised, failover_group = group, "announced to the registry");
+    Ok(())
 }
 
 /// Says at start, loudly when it matters, who may make operator calls.

@@ -1,0 +1,490 @@
+//! Any instance answers every call: a store-scoped call that arrives at an instance which does
+//! not run the store is forwarded to the store's owner, and the owner's answer returned
+//! unchanged (issue 15, "one control plane over many instances").
+//!
+//! # Where a call goes
+//!
+//! [`Peers::route`] decides, for a call naming a store:
+//! - the store runs here: handled here;
+//! - the registry names another instance as its owner: forwarded there ([`Hop`]);
+//! - the store is unknown, or the registry names this instance (a store whose worker is still
+//!   starting): handled here, which answers as it always did (`NOT_FOUND`, ...).
+//!
+//! `Register` and `Adopt` name the instance where the directory lives (`instance_id`, default
+//! the instance called) and go there through [`Peers::hop_to`].
+//!
+//! # At most one hop
+//!
+//! A forwarded call carries [`FORWARDED_BY`] (the forwarding instance's id). An instance that
+//! receives a forwarded call never forwards it again: it handles it itself, so a registry
+//! that changed between the two reads (the store moved) answers `FAILED_PRECONDITION` naming
+//! the owner the registry now names, never a loop. A client setting the header itself only
+//! gets the local answer.
+//!
+//! # What a forwarded call carries
+//!
+//! - the message as received (re-encoded, so the owner checks every field again);
+//! - `authorization`: this instance's own admin token when it has one (the caller has been
+//!   checked against it here), else the caller's header as it came (a fleet without admin
+//!   tokens, on loopback or behind a mesh that authenticates callers);
+//! - the caller's deadline: the remaining `grpc-timeout`, so the owner stops when the caller
+//!   gives up; without one, [`DEFAULT_FORWARD_TIMEOUT`];
+//! - the trace: a client span `grpc.forward` (naming the owner and its address) is the parent
+//!   of the owner's `grpc.request`, through `traceparent`.
+//!
+//! Nothing else of the caller's metadata is passed on.
+//!
+//! # The owner's answer, unchanged
+//!
+//! The owner's response message, or its status (code, message and details), is returned as
+//! the owner answered. When the owner cannot be reached (no connection, a connection that
+//! broke before an answer) the call answers `UNAVAILABLE` naming the owner and its address:
+//! [`ForwardError::Unreachable`]. An owner that advertises no address is
+//! [`ForwardError::NoAddress`] (`FAILED_PRECONDITION`: it needs `--advertise-address`).
+//!
+//! # Transport
+//!
+//! One lazily connected channel per owner address, kept for the process's life and replaced
+//! when the owner's advertised address changes (a restart on another port). Over TLS (this
+//! instance serves TLS) the peers are reached with `https`, trusting the CA of
+//! `--peer-ca` (default: `--tls-client-ca`, the CA one fleet's certificates share) and
+//! presenting this instance's own certificate, so mutual TLS between instances needs
+//! nothing more. Nothing here holds state a crash could leave half-done: a forwarded call
+//! the owner finished but whose answer was lost is answered `UNAVAILABLE`, as any call whose
+//! connection breaks.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use opentelemetry::propagation::Injector;
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Request, Response, Status};
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::config::TlsFiles;
+use super::fleet::{Fleet, FleetError};
+use super::proto::backup_control_client::BackupControlClient;
+
+/// The metadata key a forwarded call carries: the id of the instance that forwarded it.
+pub const FORWARDED_BY: &str = "x-mushroom-forwarded-by";
+
+/// The deadline of a forwarded call whose caller set none.
+pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long connecting to an owner may take before the call is `UNAVAILABLE`.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why a call could not be forwarded to its store's owner.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error(
+        "store {store} belongs to instance {owner}, which advertises no address: start it \
+         with --advertise-address HOST:PORT (or a --listen that is not a wildcard)"
+    )]
+    NoAddress { store: String, owner: String },
+    #[error(
+        "instance {owner} (at {addr}), which store {store} belongs to, cannot be reached: \
+         {detail}"
+    )]
+    Unreachable {
+        store: String,
+        owner: String,
+        addr: String,
+        detail: String,
+    },
+    #[error("instance {owner} advertises {addr:?}, which is not HOST:PORT: {detail}")]
+    BadAddress {
+        owner: String,
+        addr: String,
+        detail: String,
+    },
+    #[error("instance {0} is not known to the registry (no instance with that id ever started)")]
+    UnknownInstance(String),
+    /// A `Register` or `Adopt` forwarded here for another instance (the one hop is spent).
+    #[error("this call was forwarded to instance {me} for instance {asked}: call {asked} itself")]
+    NotThisInstance { asked: String, me: String },
+    #[error(
+        "calls between instances over TLS need the CA that signed the other instances' \
+         certificates: set --peer-ca (or --tls-client-ca)"
+    )]
+    NoPeerCa,
+    #[error("reading {path}: {detail}")]
+    TlsFile { path: PathBuf, detail: String },
+}
+
+/// How this instance reaches the others.
+pub struct Peers {
+    me: String,
+    /// `Some` when this instance serves TLS: its peers do too.
+    tls: Option<TlsFiles>,
+    peer_ca: Option<PathBuf>,
+    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// Owner instance id → (address, channel).
+    channels: Mutex<HashMap<String, (String, Channel)>>,
+}
+
+impl Peers {
+    pub fn new(
+        me: &str,
+        tls: Option<TlsFiles>,
+        peer_ca: Option<PathBuf>,
+        admin_token: Option<&str>,
+    ) -> Peers {
+        Peers {
+            me: me.to_string(),
+            peer_ca: peer_ca.or_else(|| tls.as_ref().and_then(|t| t.client_ca.clone())),
+            tls,
+            // A token is printable ASCII (checked when the service starts), so this parses.
+            authorization: admin_token.and_then(|t| format!("Bearer {t}").parse().ok()),
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Where a call naming `store_id` goes: `None` to handle it here, else the hop to its owner.
+    pub async fn route<T>(
+        &self,
+        fleet: &Fleet,
+        req: &Request<T>,
+        store_id: &str,
+    ) -> Result<Option<Hop>, super::error::ServiceError> {
+        if store_id.is_empty() || forwarded(req) {
+            return Ok(None);
+        }
+        match fleet.get(store_id) {
+            Err(FleetError::NotHere(_)) => {}
+            _ => return Ok(None),
+        }
+        let Some(record) = fleet
+            .registry()
+            .get_store(store_id)
+            .await
+            .map_err(FleetError::from)?
+        else {
+            return Ok(None);
+        };
+        if record.instance_id == self.me {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.hop_to(fleet, &record.instance_id, store_id, req)
+                .await?,
+        ))
+    }
+
+    /// The hop to instance `owner` for a call concerning `store` (a store id, or the directory
+    /// a `Register` names), carrying what `req` carries (see the module docs).
+    pub async fn hop_to<T>(
+        &self,
+        fleet: &Fleet,
+        owner: &str,
+        store: &str,
+        req: &Request<T>,
+    ) -> Result<Hop, ForwardError> {
+        let info = fleet
+            .registry()
+            .instance(owner)
+            .await
+            .map_err(|e| ForwardError::Unreachable {
+                store: store.to_string(),
+                owner: owner.to_string(),
+                addr: "(unknown: the registry does not answer)".into(),
+                detail: e.to_string(),
+            })?
+            .ok_or_else(|| ForwardError::UnknownInstance(owner.to_string()))?;
+        if info.advertise_address.is_empty() {
+            return Err(ForwardError::NoAddress {
+                store: store.to_string(),
+                owner: owner.to_string(),
+            });
+        }
+        let channel = self.channel(owner, &info.advertise_address)?;
+        let span = tracing::info_span!(
+            "grpc.forward",
+            otel.name = "forward",
+            otel.kind = "client",
+            peer.instance = owner,
+            server.address = %info.advertise_address,
+        );
+        let mut meta = MetadataMap::new();
+        if let Some(auth) = self
+            .authorization
+            .clone()
+            .or_else(|| req.metadata().get("authorization").cloned())
+        {
+            meta.insert("authorization", auth);
+        }
+        if let Ok(me) = self.me.parse() {
+            meta.insert(FORWARDED_BY, me);
+        }
+        let cx = span.context();
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(&cx, &mut MetaInjector(&mut meta))
+        });
+        Ok(Hop {
+            store: store.to_string(),
+            owner: owner.to_string(),
+            addr: info.advertise_address,
+            client: BackupControlClient::new(channel)
+                .max_decoding_message_size(64 << 20)
+                .max_encoding_message_size(64 << 20),
+            meta,
+            timeout: remaining_deadline(req.metadata()).unwrap_or(DEFAULT_FORWARD_TIMEOUT),
+            span,
+        })
+    }
+
+    /// The channel to `owner` at `addr`, made (lazily connected) when there is none or the
+    /// owner moved.
+    fn channel(&self, owner: &str, addr: &str) -> Result<Channel, ForwardError> {
+        let mut channels = self.channels.lock().expect("channels lock");
+        if let Some((a, c)) = channels.get(owner)
+            && a == addr
+        {
+            return Ok(c.clone());
+        }
+        let bad = |detail: String| ForwardError::BadAddress {
+            owner: owner.to_string(),
+            addr: addr.to_string(),
+            detail,
+        };
+        check_advertise_address(addr).map_err(bad)?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|e| bad(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(30))
+            .keep_alive_while_idle(false);
+        if let Some(tls) = &self.tls {
+            let ca = self.peer_ca.as_ref().ok_or(ForwardError::NoPeerCa)?;
+            let read = |p: &PathBuf| {
+                std::fs::read(p).map_err(|e| ForwardError::TlsFile {
+                    path: p.clone(),
+                    detail: e.to_string(),
+                })
+            };
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(read(ca)?))
+                .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
+            ep = ep.tls_config(config).map_err(|e| bad(e.to_string()))?;
+        }
+        let channel = ep.connect_lazy();
+        channels.insert(owner.to_string(), (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+/// Whether a call was forwarded by another instance (see "At most one hop").
+pub fn forwarded<T>(req: &Request<T>) -> bool {
+    req.metadata().get(FORWARDED_BY).is_some()
+}
+
+/// One call on its way to a store's owner.
+pub struct Hop {
+    pub store: String,
+    pub owner: String,
+    pub addr: String,
+    client: BackupControlClient<Channel>,
+    meta: MetadataMap,
+    timeout: Duration,
+    span: tracing::Span,
+}
+
+impl Hop {
+    /// Sends `msg` with `call` (one client method) and answers as the owner did.
+    pub async fn call<T, R, F, Fut>(self, msg: T, call: F) -> Result<Response<R>, Status>
+    where
+        F: FnOnce(BackupControlClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        let Hop {
+            store,
+            owner,
+            addr,
+            client,
+            meta,
+            timeout,
+            span,
+        } = self;
+        let mut req = Request::new(msg);
+        *req.metadata_mut() = meta;
+        req.set_timeout(timeout);
+        let answer = call(client, req).instrument(span.clone()).await;
+        match answer {
+            Ok(r) => Ok(Response::new(r.into_inner())),
+            Err(s) if timed_out(&s) => Err(Status::deadline_exceeded(format!(
+                "instance {owner} (at {addr}), which store {store} belongs to, did not answer \
+                 within {} ms",
+                timeout.as_millis()
+            ))),
+            Err(s) if from_transport(&s) => {
+                let detail = describe(&s);
+                tracing::warn!(parent: &span, %owner, %addr, %detail, "a forwarded call found no owner");
+                Err(super::error::ServiceError::from(ForwardError::Unreachable {
+                    store,
+                    owner,
+                    addr,
+                    detail,
+                })
+                .into())
+            }
+            Err(s) => Err(Status::with_details(
+                s.code(),
+                s.message().to_string(),
+                s.details().to_vec().into(),
+            )),
+        }
+    }
+}
+
+/// A status the client made (no connection, a broken one), not one the owner answered.
+fn from_transport(s: &Status) -> bool {
+    std::error::Error::source(s).is_some()
+}
+
+/// The client's own deadline ran out (tonic's `TimeoutExpired`).
+fn timed_out(s: &Status) -> bool {
+    let mut cur = std::error::Error::source(s);
+    while let Some(c) = cur {
+        if c.is::<tonic::TimeoutExpired>() {
+            return true;
+        }
+        cur = c.source();
+    }
+    false
+}
+
+/// A transport error and its causes, on one line.
+fn describe(s: &Status) -> String {
+    let mut out = s.message().to_string();
+    let mut cur = std::error::Error::source(s);
+    while let Some(c) = cur {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out = format!("{out}: {text}");
+        }
+        cur = c.source();
+    }
+    out
+}
+
+/// What remains of the caller's deadline (`grpc-timeout`: at most 8 digits and a unit).
+pub fn remaining_deadline(meta: &MetadataMap) -> Option<Duration> {
+    let v = meta.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(v)
+}
+
+/// `grpc-timeout`'s value (gRPC over HTTP/2: `1*8DIGIT unit`, unit one of H M S m u n).
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Whether `addr` is `HOST:PORT` an instance can be reached at: a host name or IP literal
+/// (IPv6 in brackets) and a port in 1..=65535, nothing else (no scheme, path or spaces).
+pub fn check_advertise_address(addr: &str) -> Result<(), String> {
+    if addr.is_empty() || addr.len() > 255 {
+        return Err("must be HOST:PORT, at most 255 bytes".into());
+    }
+    if !addr.bytes().all(|b| b.is_ascii_graphic()) || addr.contains('/') || addr.contains('@') {
+        return Err("must be HOST:PORT (no scheme, path, user or space)".into());
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err("has no :PORT".into());
+    };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("port {port:?} is not in 1..=65535")),
+    }
+    let bracketed = host.starts_with('[') && host.ends_with(']');
+    if host.is_empty() || (host.contains(':') && !bracketed) {
+        return Err("the host is empty, or an IPv6 literal not in brackets".into());
+    }
+    if bracketed
+        && host[1..host.len() - 1]
+            .parse::<std::net::Ipv6Addr>()
+            .is_err()
+    {
+        return Err(format!("{host} is not an IPv6 address"));
+    }
+    Ok(())
+}
+
+struct MetaInjector<'a>(&'a mut MetadataMap);
+
+impl Injector for MetaInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(k), Ok(v)) = (
+            MetadataKey::from_bytes(key.as_bytes()),
+            MetadataValue::try_from(value.as_str()),
+        ) {
+            self.0.insert(k, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_and_bad_ones_do_not() {
+        assert_eq!(parse_grpc_timeout("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_grpc_timeout("250m"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(
+            parse_grpc_timeout("99999999n"),
+            Some(Duration::from_nanos(99_999_999))
+        );
+        for bad in ["", "S", "5", "5s", "123456789S", "-1S", "1.5S", " 5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn advertise_addresses_are_host_and_port_only() {
+        for ok in [
+            "a:1",
+            "10.0.0.1:50051",
+            "[::1]:50051",
+            "backup-0.backup.ns.svc:50051",
+        ] {
+            assert_eq!(check_advertise_address(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "host",
+            "host:0",
+            "host:70000",
+            ":50051",
+            "::1:50051",
+            "[zz]:1",
+            "http://h:1",
+            "h:1/x",
+            "user@h:1",
+            "h :1",
+        ] {
+            assert!(check_advertise_address(bad).is_err(), "{bad:?}");
+        }
+    }
+}

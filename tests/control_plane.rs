@@ -1,0 +1,249 @@
+//! One control plane over many instances (issue 15): three real `serve` processes on one
+//! PostgreSQL registry, where a call for a store arriving at any instance reaches its owner
+//! over real gRPC (forward.rs), and `Register` lands on the instance it names.
+//!
+//! Needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server); without it a SKIP
+//! line, except under `CI=true`, where it fails.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+use support::binary::{self, Running};
+use support::served;
+use tonic::Code;
+use tonic::transport::Channel;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn write_store(dir: &Path, commits: u64) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["store", "write"])
+        .arg(dir)
+        .args(["--commits", &commits.to_string()]);
+    binary::run_ok("store write", cmd, DEADLINE);
+}
+
+/// One instance: its process, address and directories.
+struct Instance {
+    child: Running,
+    addr: SocketAddr,
+    _dirs: served::Dirs,
+}
+
+impl Instance {
+    fn start(id: &str, registry: &str, shared_root: &Path, extra: &[&str]) -> Instance {
+        let dirs = served::dirs();
+        let mut cmd = served::command(&dirs);
+        cmd.arg("--allow-root")
+            .arg(shared_root)
+            .args(["--registry", registry, "--instance-id", id])
+            .args(["--health-report-interval-ms", "300"])
+            .args(extra);
+        let (child, addr) = served::start(&format!("serve {id}"), cmd);
+        Instance {
+            child,
+            addr,
+            _dirs: dirs,
+        }
+    }
+
+    async fn client(&self) -> BackupControlClient<Channel> {
+        BackupControlClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap_or_else(|e| self.child.fail(&format!("cannot be connected to: {e}")))
+    }
+}
+
+async fn owner_of(c: &mut BackupControlClient<Channel>, id: &str) -> Option<String> {
+    c.list_stores(proto::ListStoresRequest {})
+        .await
+        .ok()?
+        .into_inner()
+        .stores
+        .into_iter()
+        .find(|s| s.store_id == id)
+        .map(|s| s.instance_id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_asked() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "control_plane_test").await;
+    let shared = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(shared.path()).unwrap();
+    let shared_root = base.join("stores");
+    let store = shared_root.join("s1");
+    write_store(&store, 40);
+    let bucket = base.join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+
+    let a = Instance::start("a", &db.url, &shared_root, &[]);
+    let b = Instance::start("b", &db.url, &shared_root, &[]);
+    let c = Instance::start("c", &db.url, &shared_root, &[]);
+    let mut cc = c.client().await;
+    let mut ca = a.client().await;
+
+    // Register through c, naming a: the store runs on a.
+    let mut req = support::register_req(&store, &support::file_url(&bucket));
+    req.instance_id = "a".into();
+    let registered = cc
+        .register(req)
+        .await
+        .unwrap_or_else(|e| c.child.fail(&format!("Register through c for a: {e}")))
+        .into_inner();
+    let id = registered.store_id.clone();
+    assert!(!registered.node_token.is_empty());
+    assert_eq!(owner_of(&mut cc, &id).await.as_deref(), Some("a"));
+    let on_a = ca
+        .health(proto::HealthRequest {
+            store_id: id.clone(),
+            fresh: false,
+        })
+        .await
+        .unwrap_or_else(|e| a.child.fail(&format!("Health on a: {e}")))
+        .into_inner();
+    assert_eq!(on_a.stores[0].instance_id, "a", "{on_a:?}");
+
+    // Trigger through c acts on a's store: a restore point, listed through c.
+    cc.trigger(proto::TriggerRequest {
+        store_id: id.clone(),
+        kind: proto::TriggerKind::RestorePoint as i32,
+    })
+    .await
+    .unwrap_or_else(|e| c.child.fail(&format!("Trigger through c: {e}")));
+    let points = support::wait_for(DEADLINE, "a restore point listed through c", || {
+        let mut cc = cc.clone();
+        let id = id.clone();
+        async move {
+            let page = cc
+                .list_restore_points(proto::ListRestorePointsRequest {
+                    store_id: id,
+                    page_size: 10,
+                    page_token: String::new(),
+                })
+                .await
+                .map_err(|e| format!("ListRestorePoints through c: {e}"))?
+                .into_inner();
+            if page.restore_points.iter().any(|p| p.commit_seq >= 40) {
+                Ok(page.restore_points)
+            } else {
+                Err(format!("{page:?}"))
+            }
+        }
+    })
+    .await;
+    assert!(points[0].is_latest, "{points:?}");
+
+    // Fresh health through b is a's own answer: a holds the lease, its restore point.
+    let cb = b.client().await;
+    let fresh = support::wait_for(DEADLINE, "fresh Health through b to show a's lease", || {
+        let mut cb = cb.clone();
+        let id = id.clone();
+        async move {
+            let h = cb
+                .health(proto::HealthRequest {
+                    store_id: id,
+                    fresh: true,
+                })
+                .await
+                .map_err(|e| format!("fresh Health through b: {e}"))?
+                .into_inner();
+            match h.stores.as_slice() {
+                [s] if s.lease_held && s.restore_point_commit_seq >= 40 => Ok(s.clone()),
+                _ => Err(format!("{h:?}")),
+            }
+        }
+    })
+    .await;
+    assert!(!fresh.lease_holder.is_empty(), "{fresh:?}");
+
+    // Bad input through a non-owner gets the owner's answer, unchanged.
+    let bad = cc
+        .trigger(proto::TriggerRequest {
+            store_id: id.clone(),
+            kind: 99,
+        })
+        .await
+        .expect_err("an unknown trigger kind");
+    assert_eq!(bad.code(), Code::InvalidArgument, "{bad:?}");
+    // An unknown store is NOT_FOUND where it is asked, with no hop.
+    let unknown = cc
+        .trigger(proto::TriggerRequest {
+            store_id: "00000000-0000-4000-8000-000000000000".into(),
+            kind: proto::TriggerKind::Ship as i32,
+        })
+        .await
+        .expect_err("an unknown store");
+    assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
+    // Register naming an instance that never started: INVALID_ARGUMENT naming it.
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    req.instance_id = "nowhere".into();
+    let nowhere = cc
+        .register(req)
+        .await
+        .expect_err("Register for no instance");
+    assert_eq!(nowhere.code(), Code::InvalidArgument, "{nowhere:?}");
+    assert!(nowhere.message().contains("nowhere"), "{nowhere:?}");
+
+    // A call that says it was forwarded already is not forwarded again (at most one hop).
+    let mut hopped = tonic::Request::new(proto::TriggerRequest {
+        store_id: id.clone(),
+        kind: proto::TriggerKind::Ship as i32,
+    });
+    hopped
+        .metadata_mut()
+        .insert("x-mushroom-forwarded-by", "c".parse().unwrap());
+    let once = b
+        .client()
+        .await
+        .trigger(hopped)
+        .await
+        .expect_err("a second hop");
+    assert_eq!(once.code(), Code::FailedPrecondition, "{once:?}");
+    assert!(once.message().contains("belongs to instance a"), "{once:?}");
+
+    // Deregister through b reaches a: the store is gone from every instance.
+    b.client()
+        .await
+        .deregister(proto::DeregisterRequest {
+            store_id: id.clone(),
+            flush: true,
+        })
+        .await
+        .unwrap_or_else(|e| b.child.fail(&format!("Deregister through b: {e}")));
+    assert_eq!(owner_of(&mut cc, &id).await, None);
+    let gone = ca
+        .health(proto::HealthRequest {
+            store_id: id.clone(),
+            fresh: false,
+        })
+        .await
+        .expect_err("Health of a deregistered store");
+    assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+
+    drop((a, b, c));
+    db.drop_database().await;
+}
+
+#[test]
+fn a_bad_advertise_address_or_failover_group_is_refused_at_start() {
+    for (flag, value, says) in [
+        ("--advertise-address", "http://h:1", "--advertise-address"),
+        ("--advertise-address", "h:0", "port"),
+        ("--advertise-address", "h", "no :PORT"),
+        ("--failover-group", "a b", "--failover-group"),
+        ("--failover-group", "", "--failover-group"),
+    ] {
+        let dirs = served::dirs();
+        let mut cmd = served::command(&dirs);
+        cmd.args([flag, value]);
+        let stderr = served::refused(&format!("serve {flag} {value:?}"), cmd);
+        assert!(stderr.contains(says), "{flag} {value:?}: {stderr}");
+    }
+}
