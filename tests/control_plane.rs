@@ -1,6 +1,7 @@
 //! One control plane over many instances (issue 15): three real `serve` processes on one
 //! PostgreSQL registry, where a call for a store arriving at any instance reaches its owner
-//! over real gRPC (forward.rs), and `Register` lands on the instance it names.
+//! over real gRPC (forward.rs), a node reporting to any instance has its store shipped by the
+//! owner, and `Register` lands on the instance it names.
 //!
 //! Needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server); without it a SKIP
 //! line, except under `CI=true`, where it fails.
@@ -25,6 +26,18 @@ fn write_store(dir: &Path, commits: u64) {
         .arg(dir)
         .args(["--commits", &commits.to_string()]);
     binary::run_ok("store write", cmd, DEADLINE);
+}
+
+/// `node`: appends `commits` commits to the store, reporting each position to `addr`.
+fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits: u64) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.arg("node")
+        .arg("--store")
+        .arg(dir)
+        .args(["--server", &format!("http://{addr}"), "--store-id", id])
+        .args(["--commits", &commits.to_string()])
+        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
+    binary::run_ok("node", cmd, DEADLINE);
 }
 
 /// One instance: its process, address and directories.
@@ -162,6 +175,47 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     })
     .await;
     assert!(!fresh.lease_holder.is_empty(), "{fresh:?}");
+
+    // A node reporting to c: c relays its stream to a, which ships every commit.
+    node_writes(c.addr, &store, &id, &registered.node_token, 60);
+    support::wait_for(DEADLINE, "a to ship the node's 100 commits", || {
+        let mut cb = cb.clone();
+        let id = id.clone();
+        async move {
+            let h = cb
+                .health(proto::HealthRequest {
+                    store_id: id,
+                    fresh: true,
+                })
+                .await
+                .map_err(|e| format!("fresh Health through b: {e}"))?
+                .into_inner();
+            match h.stores.as_slice() {
+                [s] if s.shipped_commit_seq == 100 && s.instance_id == "a" => Ok(()),
+                _ => Err(format!("{h:?}")),
+            }
+        }
+    })
+    .await;
+    // A wrong node token through c: a refuses it, and c answers a's refusal.
+    let mut wrong = tonic::Request::new(tokio_stream::iter(vec![proto::PositionReport {
+        store_id: id.clone(),
+        ..Default::default()
+    }]));
+    wrong
+        .metadata_mut()
+        .insert("authorization", "Bearer not-the-token".parse().unwrap());
+    let refused = match cc.report_position(wrong).await {
+        Err(s) => s,
+        Ok(r) => {
+            let mut commands = r.into_inner();
+            match commands.message().await {
+                Err(s) => s,
+                Ok(m) => panic!("a wrong token through c was answered {m:?}"),
+            }
+        }
+    };
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 
     // Bad input through a non-owner gets the owner's answer, unchanged.
     let bad = cc

@@ -57,8 +57,16 @@ impl Api {
 
     /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`).
     async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
+        self.route_meta(req.metadata(), store_id).await
+    }
+
+    async fn route_meta(
+        &self,
+        meta: &tonic::metadata::MetadataMap,
+        store_id: &str,
+    ) -> Result<Option<Hop>, Status> {
         record_store_id(store_id);
-        Ok(self.peers.route(&self.fleet, req, store_id).await?)
+        Ok(self.peers.route(&self.fleet, meta, store_id).await?)
     }
 
     /// The hop to `instance_id` for a `Register` or `Adopt` naming it; `None`: this instance.
@@ -72,7 +80,7 @@ impl Api {
         if instance_id.is_empty() || instance_id == me {
             return Ok(None);
         }
-        if forward::forwarded(req) {
+        if forward::forwarded(req.metadata()) {
             return Err(err(ForwardError::NotThisInstance {
                 asked: instance_id.to_string(),
                 me: me.clone(),
@@ -80,7 +88,7 @@ impl Api {
         }
         let hop = self
             .peers
-            .hop_to(&self.fleet, instance_id, store_dir, req)
+            .hop_to(&self.fleet, instance_id, store_dir, req.metadata())
             .await
             .map_err(err)?;
         Ok(Some(hop))
@@ -421,6 +429,15 @@ impl BackupControl for Api {
             return Err(err(request::no_first_report()));
         };
         let first = first?;
+        // A store another instance runs: relay the stream there (forward.rs).
+        if let Some(hop) = self.route_meta(&meta, &first.store_id).await? {
+            let reports = futures::stream::once(std::future::ready(first))
+                .chain(inbound.map_while(Result::ok));
+            let relayed = hop
+                .relay_positions(&meta, reports, self.shutdown.clone())
+                .await?;
+            return Ok(Response::new(relayed));
+        }
         let (attachment, entry) = self.attach_node(&meta, &first, from)?;
         let store_id = first.store_id.clone();
         let shutdown = self.shutdown.clone();

@@ -146,13 +146,13 @@ impl Peers {
     }
 
     /// Where a call naming `store_id` goes: `None` to handle it here, else the hop to its owner.
-    pub async fn route<T>(
+    pub async fn route(
         &self,
         fleet: &Fleet,
-        req: &Request<T>,
+        meta: &MetadataMap,
         store_id: &str,
     ) -> Result<Option<Hop>, super::error::ServiceError> {
-        if store_id.is_empty() || forwarded(req) {
+        if store_id.is_empty() || forwarded(meta) {
             return Ok(None);
         }
         match fleet.get(store_id) {
@@ -171,20 +171,21 @@ impl Peers {
             return Ok(None);
         }
         Ok(Some(
-            self.hop_to(fleet, &record.instance_id, store_id, req)
+            self.hop_to(fleet, &record.instance_id, store_id, meta)
                 .await?,
         ))
     }
 
     /// The hop to instance `owner` for a call concerning `store` (a store id, or the directory
-    /// a `Register` names), carrying what `req` carries (see the module docs).
-    pub async fn hop_to<T>(
+    /// a `Register` names), carrying what the call's `meta` says (see the module docs).
+    pub async fn hop_to(
         &self,
         fleet: &Fleet,
         owner: &str,
         store: &str,
-        req: &Request<T>,
+        meta: &MetadataMap,
     ) -> Result<Hop, ForwardError> {
+        let caller = meta;
         let info = fleet
             .registry()
             .instance(owner)
@@ -214,7 +215,7 @@ impl Peers {
         if let Some(auth) = self
             .authorization
             .clone()
-            .or_else(|| req.metadata().get("authorization").cloned())
+            .or_else(|| caller.get("authorization").cloned())
         {
             meta.insert("authorization", auth);
         }
@@ -233,7 +234,7 @@ impl Peers {
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(64 << 20),
             meta,
-            timeout: remaining_deadline(req.metadata()).unwrap_or(DEFAULT_FORWARD_TIMEOUT),
+            timeout: remaining_deadline(caller).unwrap_or(DEFAULT_FORWARD_TIMEOUT),
             span,
         })
     }
@@ -280,8 +281,8 @@ impl Peers {
 }
 
 /// Whether a call was forwarded by another instance (see "At most one hop").
-pub fn forwarded<T>(req: &Request<T>) -> bool {
-    req.metadata().get(FORWARDED_BY).is_some()
+pub fn forwarded(meta: &MetadataMap) -> bool {
+    meta.get(FORWARDED_BY).is_some()
 }
 
 /// One call on its way to a store's owner.
@@ -341,6 +342,80 @@ impl Hop {
         }
     }
 }
+
+impl Hop {
+    /// Relays a `ReportPosition` stream to the owner: `reports` go there with the node's own
+    /// `authorization` (the owner checks the node token; this instance has nothing to check it
+    /// against) and no deadline; the owner's commands come back, and its status when it ends
+    /// the stream. Ends with `UNAVAILABLE` when `shutdown` fires, or when the owner goes away
+    /// (the node reconnects, to whichever instance, and reaches the store's owner then).
+    pub async fn relay_positions<S>(
+        self,
+        caller: &MetadataMap,
+        reports: S,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Result<PositionRelay, Status>
+    where
+        S: futures::Stream<Item = super::proto::PositionReport> + Send + 'static,
+    {
+        use futures::StreamExt as _;
+        let Hop {
+            store,
+            owner,
+            addr,
+            mut client,
+            mut meta,
+            span,
+            ..
+        } = self;
+        match caller.get("authorization") {
+            Some(auth) => meta.insert("authorization", auth.clone()),
+            None => meta.remove("authorization"),
+        };
+        let mut req = Request::new(reports);
+        *req.metadata_mut() = meta;
+        let lost = move |s: &Status| -> Status {
+            if from_transport(s) {
+                super::error::ServiceError::from(ForwardError::Unreachable {
+                    store: store.clone(),
+                    owner: owner.clone(),
+                    addr: addr.clone(),
+                    detail: describe(s),
+                })
+                .into()
+            } else {
+                Status::with_details(
+                    s.code(),
+                    s.message().to_string(),
+                    s.details().to_vec().into(),
+                )
+            }
+        };
+        let commands = match client.report_position(req).instrument(span).await {
+            Ok(r) => r.into_inner(),
+            Err(s) => return Err(lost(&s)),
+        };
+        let stopped = shutdown.clone();
+        let ended = Box::pin(async move { shutdown.cancelled_owned().await });
+        let relayed = commands
+            .map(move |c| c.map_err(|s| lost(&s)))
+            .take_until(ended)
+            .chain(
+                futures::stream::once(async move {
+                    stopped
+                        .is_cancelled()
+                        .then(|| Err(Status::from(super::error::ServiceError::ShuttingDown)))
+                })
+                .filter_map(std::future::ready),
+            );
+        Ok(Box::pin(relayed))
+    }
+}
+
+/// The owner's answers to a relayed `ReportPosition` stream.
+pub type PositionRelay = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<super::proto::NodeCommand, Status>> + Send>,
+>;
 
 /// A status the client made (no connection, a broken one), not one the owner answered.
 fn from_transport(s: &Status) -> bool {
