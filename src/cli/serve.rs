@@ -94,6 +94,10 @@ pub struct ServeArgs {
     /// The furthest deadline a Pause may set, ms [default: 86400000, 24 hours].
     #[arg(long, env = "MUSHROOMDB_BACKUP_PAUSE_MAX_MS")]
     pause_max_ms: Option<u64>,
+    /// Scheduled restore drills skip a store whose newest restore point takes more bytes than
+    /// this (with a health note); 0: no budget [default: 10737418240, 10 GiB].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_DRILL_MAX_BYTES")]
+    drill_max_bytes: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -116,6 +120,7 @@ struct ServeToml {
     instance_id: Option<String>,
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
+    drill_max_bytes: Option<u64>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -286,6 +291,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         owner_silent_after,
         limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
         pause,
+        drill: service::drill::DrillLimits {
+            max_bytes: a
+                .drill_max_bytes
+                .or(file.drill_max_bytes)
+                .unwrap_or(service::drill::DrillLimits::default().max_bytes),
+        },
     };
     Ok((config, telemetry))
 }

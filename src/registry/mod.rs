@@ -25,6 +25,8 @@
 //!   that two processes started with one id never both run its stores.
 //! - `store_pauses`: the stores whose uploads an operator paused ([`PauseRecord`]), deleted on
 //!   Resume and with their store (`ON DELETE CASCADE`).
+//! - `store_drills`: each store's last restore drill ([`DrillRecord`]), replaced by the next,
+//!   deleted with its store.
 //!
 //! # Crash story
 //!
@@ -252,6 +254,8 @@ mod claim;
 pub use claim::{ClaimError, ClaimRecord, ClaimView, InstanceClaim, Predecessor};
 mod pause;
 pub use pause::PauseRecord;
+mod drill;
+pub use drill::DrillRecord;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

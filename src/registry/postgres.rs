@@ -50,6 +50,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store pauses",
         include_str!("../../migrations/postgres/0005_store_pauses.sql"),
     ),
+    (
+        6,
+        "store drills",
+        include_str!("../../migrations/postgres/0006_store_drills.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

@@ -53,6 +53,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store pauses",
         include_str!("../../migrations/sqlite/0005_store_pauses.sql"),
     ),
+    (
+        6,
+        "store drills",
+        include_str!("../../migrations/sqlite/0006_store_drills.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

@@ -55,6 +55,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// A `Pause`'s default and longest deadline.
     pub pause: super::pause::PauseLimits,
+    /// The byte budget of scheduled restore drills.
+    pub drill: super::drill::DrillLimits,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -76,6 +78,7 @@ impl std::fmt::Debug for ServiceConfig {
             owner_silent_after,
             limits,
             pause,
+            drill,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -94,6 +97,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("owner_silent_after", owner_silent_after)
             .field("limits", limits)
             .field("pause", pause)
+            .field("drill", drill)
             .finish()
     }
 }
@@ -162,6 +166,7 @@ mod tests {
             owner_silent_after: Duration::from_secs(15),
             limits: Limits::default(),
             pause: Default::default(),
+            drill: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");
