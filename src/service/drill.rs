@@ -254,15 +254,21 @@ async fn scheduler(fleet: Arc<Fleet>) {
             not_before.retain(|id, _| ids.contains(id.as_str()));
         }
         for entry in stores {
-            let id = entry.record.store_id.clone();
-            let Some(interval) = *intervals
-                .entry(id.clone())
-                .or_insert_with(|| interval_of(&entry.record))
-            else {
+            let id = entry.record.store_id.as_str();
+            // No allocation for a store already seen: this runs for every store every tick.
+            let interval = match intervals.get(id) {
+                Some(i) => *i,
+                None => {
+                    let i = interval_of(&entry.record);
+                    intervals.insert(id.to_string(), i);
+                    i
+                }
+            };
+            let Some(interval) = interval else {
                 continue;
             };
             let now = unix_now_ms();
-            if not_before.get(&id).is_some_and(|t| now < *t) {
+            if not_before.get(id).is_some_and(|t| now < *t) {
                 continue;
             }
             let due = entry
@@ -277,9 +283,9 @@ async fn scheduler(fleet: Arc<Fleet>) {
                 o = scheduled(&fleet, &entry, interval) => o,
             };
             if let Some(until) = outcome {
-                not_before.insert(id, until);
+                not_before.insert(id.to_string(), until);
             } else {
-                not_before.remove(&id);
+                not_before.remove(id);
             }
         }
     }
