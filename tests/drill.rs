@@ -242,7 +242,9 @@ async fn a_drill_proves_a_restore_and_a_corrupted_archive_fails_it_until_one_suc
 async fn scheduled_drills_run_by_themselves_and_bad_inputs_are_refused() {
     let d = served::dirs();
     // What a crashed drill left: removed when the service starts.
-    let stale = d.data.join("drills/crashed-0000/store");
+    let stale = d
+        .data
+        .join("drills/a-store-6f1e0c8e-5b7a-4d0e-9a43-2f1c7d9e8b10/store");
     std::fs::create_dir_all(&stale).unwrap();
     std::fs::write(stale.join("snapshot.bin"), b"half a restore").unwrap();
     let (_server, addr) = served::start("serve", serve(&d, &[]));

@@ -26,8 +26,8 @@
 //! Each drill restores into its own directory `<scratch root>/<label>-<uuid>/store` (the
 //! restore's own temporary directory sits beside `store`, inside it). The directory is removed
 //! when the drill returns, fails, or its future is dropped ([`Scratch`]'s `Drop`). A crash
-//! leaves the directory behind; [`clear_scratch`] removes the whole scratch root, and the
-//! service calls it when it starts, before any drill can run.
+//! leaves the directory behind; [`clear_scratch`] removes every such directory of the scratch
+//! root (and nothing else), and the service calls it when it starts, before any drill runs.
 //!
 //! # With `at`
 //!
@@ -168,12 +168,35 @@ pub async fn drill(
 }
 
 /// Removes every drill's scratch under `scratch_root` (what a crash left): call it before any
-/// drill runs. A missing root is fine.
+/// drill runs. Only directories named as [`drill`] names them (`<label>-<uuid>`) go, so that
+/// nothing else an operator put there (a store registered under the data directory, say) is
+/// ever deleted; the others are left, with a warning. A missing root is fine.
 pub fn clear_scratch(scratch_root: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(scratch_root) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    let entries = match std::fs::read_dir(scratch_root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let ours = name.to_str().is_some_and(is_scratch_name);
+        if ours && entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(entry.path())?;
+            tracing::info!(path = %entry.path().display(), "removed a drill's scratch left by an earlier process");
+        } else {
+            tracing::warn!(path = %entry.path().display(), "not a drill's scratch: left in place");
+        }
     }
+    Ok(())
+}
+
+/// Whether `name` is one [`Scratch::create`] gives: `<label>-<uuid>`.
+fn is_scratch_name(name: &str) -> bool {
+    const UUID_LEN: usize = 36;
+    name.len() > UUID_LEN
+        && name.is_char_boundary(name.len() - UUID_LEN)
+        && name[..name.len() - UUID_LEN].ends_with('-')
+        && Uuid::parse_str(&name[name.len() - UUID_LEN..]).is_ok()
 }
 
 /// One drill's scratch directory, removed on drop.
@@ -206,5 +229,27 @@ impl Drop for Scratch {
         {
             tracing::warn!(path = %self.path.display(), error = %e, "cannot remove a drill's scratch; the next start removes it");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_scratch_names_are_cleared() {
+        let root = tempfile::tempdir().unwrap();
+        let ours = root
+            .path()
+            .join("0b9c2a4e-0000-4000-8000-000000000001-6f1e0c8e-5b7a-4d0e-9a43-2f1c7d9e8b10");
+        std::fs::create_dir_all(ours.join("store")).unwrap();
+        let theirs = root.path().join("someones-store");
+        std::fs::create_dir_all(&theirs).unwrap();
+        super::clear_scratch(root.path()).unwrap();
+        assert!(!ours.exists());
+        assert!(theirs.exists());
+        super::clear_scratch(&root.path().join("missing")).unwrap();
+        assert!(!super::is_scratch_name("x-not-a-uuid"));
+        assert!(!super::is_scratch_name(
+            "6f1e0c8e-5b7a-4d0e-9a43-2f1c7d9e8b10"
+        ));
     }
 }

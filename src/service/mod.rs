@@ -9,8 +9,9 @@
 //!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
 //!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`; [`pause`]: `Pause` and
 //!   `Resume`, stored in the registry; [`drill`]: `Drill` and scheduled restore drills.
-//!   Drills restore into `<data_dir>/drills/`, which [`run`] empties at start (what a crash
-//!   left), before any drill runs; the drill scheduler is one task of the fleet's tracker.
+//!   Drills restore into `<data_dir>/drills/`, from which [`run`] removes at start what a crash
+//!   left (drills' directories only), before any drill runs; the scheduler is one task of
+//!   the fleet's tracker.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
