@@ -251,6 +251,7 @@ fn child(on: bool) {
             worker: WorkerState::Running,
             activity: String::new(),
             paused: None,
+            last_drill: None,
         };
         mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");

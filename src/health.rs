@@ -38,6 +38,12 @@
 //! once per object or phase; the supervisor reads it when it evaluates health.
 //!
 //! Conditional writes being off is not unhealthy, but health says so in `notes`.
+//!
+//! A **restore drill** ([`DrillResult`], the service's `Drill`, recorded by the service into
+//! the runner's record) that failed makes the store unhealthy, with the drill's error (naming
+//! the object that failed), placed after the consecutive failures (5), until a drill succeeds;
+//! the last drill is in [`StoreHealth::last_drill`] whatever its outcome. A scheduled drill
+//! skipped (over the service's byte budget) is a note ([`RunnerStatus::drill_note`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +89,29 @@ pub struct RunnerStatus {
     pub pause: Option<Pause>,
     /// The pause's deadline has passed, as the supervisor last read the clock.
     pub pause_overdue: bool,
+    /// The last restore drill (the service records it; see the module docs).
+    pub drill: Option<DrillResult>,
+    /// Why a scheduled drill was skipped, while it is.
+    pub drill_note: Option<String>,
+}
+
+/// A restore drill's outcome: the real restore of a restore point into scratch, checked
+/// against its manifest (`crate::drill`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrillResult {
+    pub ok: bool,
+    /// The commit restored (on a failure: the restore point that failed, if known, else 0).
+    pub commit_seq: u64,
+    pub manifest_key: String,
+    /// The measured restore time.
+    pub duration_ms: u64,
+    /// Bytes of the objects restored, as stored.
+    pub bytes: u64,
+    /// Why it failed, naming the object; empty when ok.
+    pub error: String,
+    pub finished_at_unix_ms: i64,
+    /// When a drill of the store last succeeded (0: never), this one included.
+    pub last_ok_at_unix_ms: i64,
 }
 
 /// A pause of a store's uploads: why, since and until when (milliseconds since the epoch).
@@ -259,6 +288,8 @@ impl Default for RunnerStatus {
             step: None,
             pause: None,
             pause_overdue: false,
+            drill: None,
+            drill_note: None,
         }
     }
 }
@@ -307,6 +338,9 @@ pub struct StoreHealth {
     /// The pause, while the store is paused (see the module docs).
     #[serde(default)]
     pub paused: Option<Pause>,
+    /// The last restore drill, whatever its outcome.
+    #[serde(default)]
+    pub last_drill: Option<DrillResult>,
 }
 
 impl StoreHealth {
@@ -331,6 +365,7 @@ impl StoreHealth {
             worker,
             activity: _,
             paused,
+            last_drill,
         } = self;
         *healthy == other.healthy
             && *reason == other.reason
@@ -346,6 +381,7 @@ impl StoreHealth {
             && *last_error == other.last_error
             && *worker == other.worker
             && *paused == other.paused
+            && *last_drill == other.last_drill
     }
 }
 
@@ -423,6 +459,13 @@ pub fn evaluate(
             status.last_error.as_deref().unwrap_or("unknown")
         ));
     }
+    if let Some(d) = status.drill.as_ref().filter(|d| !d.ok) {
+        reasons.push(format!(
+            "the last restore drill failed ({}): {}; until a drill succeeds",
+            rfc3339_ms(d.finished_at_unix_ms),
+            d.error
+        ));
+    }
     if let Some(p) = &status.source_problem {
         reasons.push(format!("position reports refused: {p}"));
     }
@@ -451,6 +494,7 @@ pub fn evaluate(
             p.reason
         ));
     }
+    notes.extend(status.drill_note.clone());
     StoreHealth {
         healthy: reasons.is_empty(),
         reason: reasons.first().cloned().unwrap_or_default(),
@@ -471,6 +515,7 @@ pub fn evaluate(
             (activity, _) => activity.to_string(),
         },
         paused: status.pause.clone(),
+        last_drill: status.drill.clone(),
     }
 }
 
@@ -649,6 +694,36 @@ mod tests {
             !evaluate(&s, lagging, &p, "me").healthy,
             "unpaused, the lag counts"
         );
+    }
+
+    #[test]
+    fn a_failed_drill_is_unhealthy_until_one_succeeds() {
+        let p = policy();
+        let mut s = holding();
+        let failed = DrillResult {
+            ok: false,
+            commit_seq: 10,
+            manifest_key: "manifests/x.json".into(),
+            duration_ms: 5,
+            bytes: 100,
+            error: "gen/1/archive/3: CRC mismatch".into(),
+            finished_at_unix_ms: 1_000,
+            last_ok_at_unix_ms: 0,
+        };
+        s.drill = Some(failed.clone());
+        let h = evaluate(&s, Progress::default(), &p, "me");
+        assert!(!h.healthy && h.reason.contains("gen/1/archive/3"), "{h:?}");
+        assert_eq!(h.last_drill, Some(failed.clone()));
+        s.drill = Some(DrillResult {
+            ok: true,
+            error: String::new(),
+            last_ok_at_unix_ms: 2_000,
+            ..failed
+        });
+        s.drill_note = Some("drill skipped".into());
+        let h = evaluate(&s, Progress::default(), &p, "me");
+        assert!(h.healthy, "{h:?}");
+        assert!(h.notes.contains(&"drill skipped".to_string()), "{h:?}");
     }
 
     #[test]

@@ -18,7 +18,8 @@
 //! - [`health`]: what a runner records, and the health judged from it.
 //! - [`worker`]: the backup worker (one step, its ledger, generations, segments, restore
 //!   points, lineage, retention, the runner under the lease); [`restore`]: restore, `--at`,
-//!   adopt; [`verify`]: verify and `ls`; [`listing`]: restore points a page at a time, at
+//!   adopt; [`drill`]: restore drills (the real restore into scratch, checked against the
+//!   manifest); [`verify`]: verify and `ls`; [`listing`]: restore points a page at a time, at
 //!   the cost of a page; [`registry`]: stores, tokens and instance claims.
 //! - [`service`]: the gRPC control plane; [`node_client`]: the position reporter a node embeds.
 
@@ -34,6 +35,7 @@ pub mod at_rest;
 pub mod backoff;
 pub mod bucket;
 pub mod crypto;
+pub mod drill;
 pub mod health;
 pub mod instance_lock;
 pub mod lease;

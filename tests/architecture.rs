@@ -53,6 +53,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         &["units", "bucket", "manifest", "store", "at_rest"],
     ),
     (
+        "drill",
+        &["units", "bucket", "manifest", "store", "restore"],
+    ),
+    (
         "verify",
         &["units", "bucket", "manifest", "store", "restore", "at_rest"],
     ),

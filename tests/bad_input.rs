@@ -31,6 +31,7 @@ enum Call {
     Deregister(fn(&mut proto::DeregisterRequest)),
     Pause(fn(&mut proto::PauseRequest)),
     Resume(fn(&mut proto::ResumeRequest)),
+    Drill(fn(&mut proto::DrillRequest)),
 }
 
 /// One bad input: what it is, the change, the code and a fragment of the message.
@@ -158,6 +159,16 @@ static CASES: &[Case] = &[
         "retention_interval_ms over a day",
         |r| r.options = options(|o| o.retention_interval_ms = 86_400_001),
         INTERVAL_LIMIT,
+    ),
+    reg(
+        "drill_interval_ms under a minute",
+        |r| r.options = options(|o| o.drill_interval_ms = 59_999),
+        "options.drill_interval_ms must be 60000 (1 minute) to 2592000000 (30 days)",
+    ),
+    reg(
+        "drill_interval_ms of u64::MAX",
+        |r| r.options = options(|o| o.drill_interval_ms = u64::MAX),
+        "options.drill_interval_ms must be 60000 (1 minute) to 2592000000 (30 days)",
     ),
     reg(
         "keep_for_ms of 2^63 (wraps negative as i64)",
@@ -289,6 +300,11 @@ static CASES: &[Case] = &[
         Call::Resume(|r| r.store_id.push('\0')),
         NOT_A_STORE_ID,
     ),
+    bad(
+        "Drill: store_id with a NUL",
+        Call::Drill(|r| r.store_id.push('\0')),
+        NOT_A_STORE_ID,
+    ),
 ];
 
 /// The longest message a refusal may carry: it quotes at most a bounded part of the input.
@@ -392,6 +408,14 @@ async fn answer(
                 store_id: UNKNOWN.into(),
             },
             resume
+        ),
+        Call::Drill(f) => run!(
+            f,
+            proto::DrillRequest {
+                store_id: UNKNOWN.into(),
+                at_commit_seq: 0,
+            },
+            drill
         ),
     }
 }

@@ -55,6 +55,12 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::ResumeResponse>, Status> {
         no()
     }
+    async fn drill(
+        &self,
+        _: Request<proto::DrillRequest>,
+    ) -> Result<Response<proto::DrillResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

@@ -8,8 +8,8 @@ mod support;
 use std::collections::BTreeMap;
 
 use mushroom_backup::registry::{
-    AuditEntry, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord, hash_token,
-    new_node_token, token_matches,
+    AuditEntry, DrillRecord, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord,
+    hash_token, new_node_token, token_matches,
 };
 use sqlx::Connection;
 use support::registry::{PgDatabase, postgres_server, sqlite_registry};
@@ -22,6 +22,7 @@ both_backends!(
     health_upsert_and_cascade,
     a_health_report_is_one_transaction_with_a_heartbeat,
     pauses_upsert_clear_and_cascade,
+    drills_upsert_and_cascade,
     ping_and_location,
 );
 
@@ -252,6 +253,44 @@ mod suite {
         assert!(reg.pauses().await.unwrap().is_empty());
     }
 
+    pub async fn drills_upsert_and_cascade(reg: Registry) {
+        two_stores(&reg).await;
+        let drill = |ok: bool, error: &str, at: i64| DrillRecord {
+            ok,
+            commit_seq: u64::MAX,
+            manifest_key: "manifests/00000000000000000010.json".into(),
+            duration_ms: 1234,
+            bytes: 1 << 40,
+            error: error.into(),
+            finished_at_ms: at,
+            last_ok_at_ms: if ok { at } else { 0 },
+        };
+        assert!(reg.drills().await.unwrap().is_empty());
+        assert!(
+            reg.set_drill("st-1", &drill(false, "gen/1/x: CRC mismatch ☃", 100))
+                .await
+                .unwrap()
+        );
+        assert!(reg.set_drill("st-2", &drill(true, "", 50)).await.unwrap());
+        let all = reg.drills().await.unwrap();
+        // u64::MAX is stored as i64::MAX: saturated, never wrapped.
+        let mut want = drill(false, "gen/1/x: CRC mismatch ☃", 100);
+        want.commit_seq = i64::MAX as u64;
+        assert_eq!(all["st-1"], want);
+        // The next drill replaces the last.
+        assert!(reg.set_drill("st-1", &drill(true, "", 200)).await.unwrap());
+        let all = reg.drills().await.unwrap();
+        assert!(
+            all["st-1"].ok && all["st-1"].finished_at_ms == 200,
+            "{all:?}"
+        );
+        assert_eq!(all.len(), 2);
+        // An unregistered store takes no drill; a deleted store's drill goes with it.
+        assert!(!reg.set_drill("st-9", &drill(true, "", 1)).await.unwrap());
+        assert!(reg.delete_store("st-2").await.unwrap());
+        assert_eq!(reg.drills().await.unwrap().len(), 1);
+    }
+
     pub async fn a_health_report_is_one_transaction_with_a_heartbeat(reg: Registry) {
         two_stores(&reg).await;
         assert!(reg.heartbeats().await.unwrap().is_empty());
@@ -408,7 +447,15 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             .unwrap();
     assert_eq!(
         applied,
-        vec![(1, true), (2, true), (3, true), (4, true), (5, true)]
+        vec![
+            (1, true),
+            (2, true),
+            (3, true),
+            (4, true),
+            (5, true),
+            (6, true),
+            (7, true)
+        ]
     );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
         .fetch_one(&mut conn)

@@ -417,6 +417,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         worker: WorkerState::Running,
         activity: String::new(),
         paused: None,
+        last_drill: None,
     }
 }
 
@@ -456,7 +457,18 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
     a.restore_points.store(1, Ordering::Relaxed);
     let b = BackupCounters::default();
     b.failures.store(7, Ordering::Relaxed);
-    record_store("store-a", "a", &health(true, 2.5, true, "me@host"), &a);
+    let mut drilled = health(true, 2.5, true, "me@host");
+    drilled.last_drill = Some(mushroom_backup::health::DrillResult {
+        ok: true,
+        commit_seq: 800,
+        manifest_key: "manifests/00000000000000000800.json".into(),
+        duration_ms: 1500,
+        bytes: 65536,
+        error: String::new(),
+        finished_at_unix_ms: 1_800_000_000_000,
+        last_ok_at_unix_ms: 1_800_000_000_000,
+    });
+    record_store("store-a", "a", &drilled, &a);
     record_store("store-b", "b", &health(false, 0.0, false, "other@db7"), &b);
     telemetry::record_fleet(2, 1);
     let bucket = MeteredBucket::new(Arc::new(MemBucket::new()));
@@ -476,6 +488,33 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
     let g = |name: &str, id: &str| value(&families, name, name, &[("store_id", id)]);
     assert_eq!(g("mushroom_backup_store_lag_seconds", "store-a"), Some(2.5));
     assert_eq!(g("mushroom_backup_store_healthy", "store-a"), Some(1.0));
+    assert_eq!(
+        g("mushroom_backup_store_last_drill_ok", "store-a"),
+        Some(1.0)
+    );
+    assert_eq!(
+        g(
+            "mushroom_backup_store_last_drill_duration_seconds",
+            "store-a"
+        ),
+        Some(1.5)
+    );
+    assert_eq!(
+        g("mushroom_backup_store_last_drill_bytes", "store-a"),
+        Some(65536.0)
+    );
+    assert_eq!(
+        g(
+            "mushroom_backup_store_last_drill_success_timestamp_seconds",
+            "store-a"
+        ),
+        Some(1_800_000_000.0)
+    );
+    assert_eq!(
+        g("mushroom_backup_store_last_drill_ok", "store-b"),
+        None,
+        "a store never drilled has no drill series"
+    );
     assert_eq!(g("mushroom_backup_store_healthy", "store-b"), Some(0.0));
     assert_eq!(
         g("mushroom_backup_store_durable_commit_seq", "store-a"),

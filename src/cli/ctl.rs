@@ -104,6 +104,13 @@ enum Call {
         #[arg(long)]
         all: bool,
     },
+    /// A restore drill: restore the newest restore point (or the one reaching --at) into the
+    /// service's scratch space, check it against its manifest, record it; exits 1 if it failed.
+    Drill {
+        store_id: String,
+        #[arg(long)]
+        at: Option<u64>,
+    },
     /// Boot restore: restore a destination into an empty directory and register it.
     Adopt {
         #[arg(long)]
@@ -141,6 +148,9 @@ struct StoreFlags {
     keep_for_ms: Option<u64>,
     #[arg(long)]
     keep_generations: Option<u64>,
+    /// Scheduled restore drills every this many ms (60000 to 2592000000; 0: none).
+    #[arg(long)]
+    drill_interval_ms: Option<u64>,
 }
 
 impl StoreFlags {
@@ -155,6 +165,7 @@ impl StoreFlags {
             retention_interval_ms: self.retention_interval_ms.unwrap_or(0),
             keep_for_ms: self.keep_for_ms.unwrap_or(0),
             keep_generations: self.keep_generations.unwrap_or(0),
+            drill_interval_ms: self.drill_interval_ms.unwrap_or(0),
             ..Default::default()
         })
     }
@@ -211,14 +222,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 /// The connection and the admin token.
-struct Ctl {
-    client: BackupControlClient<Channel>,
+pub(super) struct Ctl {
+    pub(super) client: BackupControlClient<Channel>,
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     timeout: Duration,
 }
 
 impl Ctl {
-    fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
+    pub(super) fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Some(t) = &self.token {
             r.metadata_mut().insert("authorization", t.clone());
@@ -231,7 +242,7 @@ impl Ctl {
 }
 
 /// `Call: CODE: message`, on one line.
-fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
+pub(super) fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
     let msg = s.message().replace('\n', " ");
     anyhow::anyhow!("{call}: {}: {msg}", code_name(s.code()))
 }
@@ -283,7 +294,7 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
     })
 }
 
-fn print(json_mode: bool, value: Value, text: String) {
+pub(super) fn print(json_mode: bool, value: Value, text: String) {
     if json_mode {
         println!("{value}");
     } else if !text.is_empty() {
@@ -326,6 +337,11 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             page_token,
             all,
         } => list_restore_points(&mut ctl, j, store_id, page_size, page_token, all).await?,
+        Call::Drill { store_id, at } => {
+            if !super::ctl_drill::drill(&mut ctl, j, store_id, at).await? {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
         Call::Adopt {
             dir,
             destination,
@@ -668,6 +684,7 @@ fn health_json(r: &proto::HealthResponse) -> Value {
                 "paused_reason": s.paused_reason,
                 "paused_until_unix_ms": s.paused_until_unix_ms,
                 "paused_at_unix_ms": s.paused_at_unix_ms,
+                "last_drill": super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
             })
         })
         .collect();
@@ -711,6 +728,7 @@ fn health_text(r: &proto::HealthResponse) -> String {
             if !s.last_error.is_empty() {
                 line.push_str(&format!("\n  last error: {}", s.last_error));
             }
+            line.push_str(&super::ctl_drill::last_drill_text(s.last_drill.as_ref()));
             for n in &s.notes {
                 line.push_str(&format!("\n  note: {n}"));
             }
@@ -728,6 +746,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "retention_interval_ms": o.retention_interval_ms,
         "keep_for_ms": o.keep_for_ms,
         "keep_generations": o.keep_generations,
+        "drill_interval_ms": o.drill_interval_ms,
     })
 }
 

@@ -105,6 +105,10 @@ pub struct ServeArgs {
     /// [default: --tls-client-ca].
     #[arg(long, env = "MUSHROOMDB_BACKUP_PEER_CA")]
     peer_ca: Option<PathBuf>,
+    /// Scheduled restore drills skip a store whose newest restore point takes more bytes than
+    /// this (with a health note); 0: no budget [default: 10737418240, 10 GiB].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_DRILL_MAX_BYTES")]
+    drill_max_bytes: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -130,6 +134,7 @@ struct ServeToml {
     peer_ca: Option<PathBuf>,
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
+    drill_max_bytes: Option<u64>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -304,6 +309,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             advertise_address: a.advertise_address.or(file.advertise_address),
             failover_group: a.failover_group.or(file.failover_group),
             peer_ca: a.peer_ca.or(file.peer_ca),
+        },
+        drill: service::drill::DrillLimits {
+            max_bytes: a
+                .drill_max_bytes
+                .or(file.drill_max_bytes)
+                .unwrap_or(service::drill::DrillLimits::default().max_bytes),
         },
     };
     Ok((config, telemetry))

@@ -27,6 +27,8 @@
 //!   that two processes started with one id never both run its stores.
 //! - `store_pauses`: the stores whose uploads an operator paused ([`PauseRecord`]), deleted on
 //!   Resume and with their store (`ON DELETE CASCADE`).
+//! - `store_drills`: each store's last restore drill ([`DrillRecord`]), replaced by the next,
+//!   deleted with its store.
 //!
 //! # Crash story
 //!
@@ -256,6 +258,8 @@ mod instances;
 pub use instances::InstanceInfo;
 mod pause;
 pub use pause::PauseRecord;
+mod drill;
+pub use drill::DrillRecord;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

@@ -51,6 +51,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/postgres/0005_store_pauses.sql"),
     ),
     (
+        6,
+        "store drills",
+        include_str!("../../migrations/postgres/0006_store_drills.sql"),
+    ),
+    (
         7,
         "instance addresses",
         include_str!("../../migrations/postgres/0007_instance_addresses.sql"),

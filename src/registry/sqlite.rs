@@ -54,6 +54,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../migrations/sqlite/0005_store_pauses.sql"),
     ),
     (
+        6,
+        "store drills",
+        include_str!("../../migrations/sqlite/0006_store_drills.sql"),
+    ),
+    (
         7,
         "instance addresses",
         include_str!("../../migrations/sqlite/0007_instance_addresses.sql"),

@@ -149,7 +149,22 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
         last_error: h.last_error.unwrap_or_default(),
         bytes_stored: load(&counters.bytes_shipped),
         bytes_logical: load(&counters.bytes_logical),
+        last_drill: h.last_drill.as_ref().map(drill_result),
         ..pause_fields(h.paused.as_ref())
+    }
+}
+
+/// A drill's outcome as `StoreHealth.last_drill` shows it.
+fn drill_result(d: &crate::health::DrillResult) -> proto::DrillResult {
+    proto::DrillResult {
+        ok: d.ok,
+        commit_seq: d.commit_seq,
+        duration_ms: d.duration_ms,
+        bytes: d.bytes,
+        error: d.error.clone(),
+        finished_at_unix_ms: d.finished_at_unix_ms,
+        last_ok_at_unix_ms: d.last_ok_at_unix_ms,
+        manifest_key: d.manifest_key.clone(),
     }
 }
 
@@ -407,6 +422,33 @@ impl BackupControl for Api {
         }))
     }
 
+    async fn drill(
+        &self,
+        req: Request<proto::DrillRequest>,
+    ) -> Result<Response<proto::DrillResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(req.into_inner(), |mut c, r| async move { c.drill(r).await })
+                .await;
+        }
+        let (peer, r) = self.operator(req)?;
+        record_store_id(&r.store_id);
+        let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
+        let d = super::drill::drill(&self.fleet, &r.store_id, at, peer)
+            .await
+            .map_err(err)?;
+        Ok(Response::new(proto::DrillResponse {
+            ok: d.ok,
+            commit_seq: d.commit_seq,
+            duration_ms: d.duration_ms,
+            bytes: d.bytes,
+            error: d.error,
+            manifest_key: d.manifest_key,
+            finished_at_unix_ms: d.finished_at_unix_ms,
+        }))
+    }
+
     type ReportPositionStream = CommandStream;
 
     async fn report_position(
@@ -600,6 +642,7 @@ fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
         out.paused_reason = p.paused_reason;
         out.paused_until_unix_ms = p.paused_until_unix_ms;
         out.paused_at_unix_ms = p.paused_at_unix_ms;
+        out.last_drill = h.last_drill.as_ref().map(drill_result);
     }
     if r.silent {
         let why = match r.reported_at_ms {

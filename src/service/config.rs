@@ -89,6 +89,8 @@ pub struct ServiceConfig {
     pub pause: super::pause::PauseLimits,
     /// How the other instances reach this one.
     pub peers: PeerSettings,
+    /// The byte budget of scheduled restore drills.
+    pub drill: super::drill::DrillLimits,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -111,6 +113,7 @@ impl std::fmt::Debug for ServiceConfig {
             limits,
             pause,
             peers,
+            drill,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -130,6 +133,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("limits", limits)
             .field("pause", pause)
             .field("peers", peers)
+            .field("drill", drill)
             .finish()
     }
 }
@@ -200,6 +204,7 @@ mod tests {
             limits: Limits::default(),
             pause: Default::default(),
             peers: Default::default(),
+            drill: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

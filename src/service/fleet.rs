@@ -54,6 +54,9 @@ pub struct StoreOptions {
     pub compression: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_level: Option<u32>,
+    /// Scheduled restore drills, every this many ms (`super::drill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drill_interval_ms: Option<u64>,
 }
 
 impl StoreOptions {
@@ -264,13 +267,22 @@ impl Fleet {
             .await?;
         let count = mine.len();
         let mut pauses = fleet.registry.pauses().await?;
+        let mut drills = fleet.registry.drills().await?;
         for record in mine {
             let id = record.store_id.clone();
             let pause = pauses.remove(&id).map(|p| super::pause::from_record(&p));
-            if let Err(e) = fleet.spawn(record, pause).await {
+            let drill = drills.remove(&id).map(|d| super::drill::from_record(&d));
+            match fleet.spawn(record, pause).await {
+                Ok(entry) => {
+                    if let Some(d) = drill {
+                        entry.handle.set_drill(d);
+                    }
+                }
                 // The store stays registered (an operator may fix its root or destination);
                 // it just has no worker in this process.
-                tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store");
+                Err(e) => {
+                    tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store")
+                }
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");

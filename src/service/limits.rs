@@ -33,6 +33,10 @@ pub const MAX_INTERVAL_MS: u64 = worker_limits::INTERVAL_MS.max;
 pub const MAX_KEEP_FOR_MS: u64 = worker_limits::KEEP_FOR_MS.max;
 /// The most generations retention may be told to keep.
 pub const MAX_KEEP_GENERATIONS: u64 = worker_limits::KEEP_GENERATIONS.max;
+/// The shortest `drill_interval_ms` (a drill restores a whole store): one minute.
+pub const MIN_DRILL_INTERVAL_MS: u64 = 60_000;
+/// The longest `drill_interval_ms`: 30 days.
+pub const MAX_DRILL_INTERVAL_MS: u64 = 30 * 24 * 3_600_000;
 /// The largest page of restore points (a larger `page_size` is coerced to it).
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// The page size when a request names none.
@@ -157,6 +161,14 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
         ));
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
+    if let Some(v) = o.drill_interval_ms
+        && !(MIN_DRILL_INTERVAL_MS..=MAX_DRILL_INTERVAL_MS).contains(&v)
+    {
+        return Err(FieldError(format!(
+            "options.drill_interval_ms must be {MIN_DRILL_INTERVAL_MS} (1 minute) to \
+             {MAX_DRILL_INTERVAL_MS} (30 days), or 0 for no scheduled drills ({v} given)"
+        )));
+    }
     for (field, value, max, shown) in ranges {
         if let Some(v) = value
             && !(1..=max).contains(&v)
@@ -186,6 +198,9 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         // Unusable values fall back to the service's default.
         compression: compression_ok.then(|| o.compression.clone()).flatten(),
         compression_level: compression_ok.then_some(o.compression_level).flatten(),
+        drill_interval_ms: o
+            .drill_interval_ms
+            .map(|v| v.clamp(MIN_DRILL_INTERVAL_MS, MAX_DRILL_INTERVAL_MS)),
     }
 }
 
@@ -246,6 +261,7 @@ mod tests {
             keep_generations: Some(1),
             compression: Some("zstd".into()),
             compression_level: Some(19),
+            drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [
@@ -271,6 +287,14 @@ mod tests {
             },
             StoreOptions {
                 compression: Some("none".into()),
+                ..ok.clone()
+            },
+            StoreOptions {
+                drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS - 1),
+                ..ok.clone()
+            },
+            StoreOptions {
+                drill_interval_ms: Some(MAX_DRILL_INTERVAL_MS + 1),
                 ..ok.clone()
             },
         ] {

@@ -8,7 +8,10 @@
 //!   [`destination`]: what a destination may be; [`limits`]: the bounds of every request
 //!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
 //!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`; [`pause`]: `Pause` and
-//!   `Resume`, stored in the registry.
+//!   `Resume`, stored in the registry; [`drill`]: `Drill` and scheduled restore drills.
+//!   Drills restore into `<data_dir>/drills/`, from which [`run`] removes at start what a crash
+//!   left (drills' directories only), before any drill runs; the scheduler is one task of
+//!   the fleet's tracker.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
@@ -45,6 +48,7 @@ pub mod codec;
 pub mod config;
 pub mod conflicts;
 pub mod destination;
+pub mod drill;
 pub mod error;
 pub mod fleet;
 pub mod forward;
@@ -189,11 +193,19 @@ pub async fn run(
         InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
             .await
             .map_err(|e| ServeError::Claim(e.to_string()))?;
+    // What a crashed process's drills left (before any drill of this one can run).
+    drill::clear_scratch(&config.data_dir).map_err(|e| {
+        ServeError::Config(format!(
+            "drill scratch {}: {e}",
+            drill::scratch_root(&config.data_dir).display()
+        ))
+    })?;
     announce(&registry, &config, addr).await?;
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
     let fleet = Fleet::start(registry, claim, config.clone(), workers.clone()).await?;
+    drill::schedule(fleet.clone());
     // Serving stops on shutdown, or when another process took this instance id over.
     let serving = shutdown.child_token();
     {

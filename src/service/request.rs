@@ -31,6 +31,7 @@ pub fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
             Err(_) => Some(format!("enum value {}", o.compression)),
         },
         compression_level: (o.compression_level != 0).then_some(o.compression_level),
+        drill_interval_ms: nz(o.drill_interval_ms),
     }
 }
 
@@ -48,6 +49,7 @@ pub fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
             _ => proto::Compression::Unspecified as i32,
         },
         compression_level: o.compression_level.unwrap_or(0),
+        drill_interval_ms: o.drill_interval_ms.unwrap_or(0),
     }
 }
 

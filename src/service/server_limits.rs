@@ -8,8 +8,8 @@
 //! - a `ReportPosition` stream's first report, and so its token check, is due within
 //!   `first_report_timeout`; the stream then ends `DEADLINE_EXCEEDED`;
 //! - every call's handler, reading its request included, ends within `call_timeout`
-//!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt`, which restores a whole store
-//!   inside the call and has `adopt_timeout`. A stream's handler ends when its response
+//!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt` and `Drill`, which restore a
+//!   whole store inside the call and have `adopt_timeout`. A stream's handler ends when its response
 //!   starts, so the long-lived streams are not cut; the client's own `grpc-timeout` applies
 //!   too, whichever is shorter;
 //! - a connection has at most `max_concurrent_streams` streams open (HTTP/2
@@ -135,6 +135,8 @@ pub struct CallTimeout<S> {
 }
 
 const ADOPT_PATH: &str = "/mushroom.backup.v1.BackupControl/Adopt";
+/// A drill restores a whole store too: it has Adopt's limit.
+const DRILL_PATH: &str = "/mushroom.backup.v1.BackupControl/Drill";
 
 impl<S, B, ResBody> tower::Service<http::Request<B>> for CallTimeout<S>
 where
@@ -152,7 +154,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
-        let (limit, setting) = if path == ADOPT_PATH {
+        let (limit, setting) = if path == ADOPT_PATH || path == DRILL_PATH {
             (self.limits.adopt, "adopt_timeout_ms")
         } else {
             (self.limits.call, "call_timeout_ms")

@@ -37,9 +37,10 @@ use metrics::{counter, gauge};
 use crate::health::StoreHealth;
 use crate::telemetry::metrics::{
     STORE_DURABLE_COMMIT_SEQ, STORE_FAILURES, STORE_HEALTHY, STORE_ID_LABEL, STORE_LAG_SECONDS,
-    STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD, STORE_LEASE_HELD_ELSEWHERE,
-    STORE_LOGICAL_BYTES, STORE_PAUSED, STORE_RESTORE_POINT_COMMIT_SEQ, STORE_RESTORE_POINTS,
-    STORE_SHIPPED_BYTES, STORE_SHIPPED_COMMIT_SEQ, STORE_SHIPPED_OBJECTS,
+    STORE_LAST_DRILL_BYTES, STORE_LAST_DRILL_DURATION, STORE_LAST_DRILL_OK,
+    STORE_LAST_DRILL_SUCCESS_TIMESTAMP, STORE_LAST_RESTORE_POINT_TIMESTAMP, STORE_LEASE_HELD,
+    STORE_LEASE_HELD_ELSEWHERE, STORE_LOGICAL_BYTES, STORE_PAUSED, STORE_RESTORE_POINT_COMMIT_SEQ,
+    STORE_RESTORE_POINTS, STORE_SHIPPED_BYTES, STORE_SHIPPED_COMMIT_SEQ, STORE_SHIPPED_OBJECTS,
 };
 use crate::telemetry::{hide_store, show_store};
 use crate::worker::BackupCounters;
@@ -88,6 +89,15 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
     gauge!(STORE_LEASE_HELD, &label).set(flag(health.lease_held));
     gauge!(STORE_LEASE_HELD_ELSEWHERE, &label).set(flag(held_elsewhere));
     gauge!(STORE_PAUSED, &label).set(flag(health.paused.is_some()));
+    if let Some(d) = &health.last_drill {
+        gauge!(STORE_LAST_DRILL_OK, &label).set(flag(d.ok));
+        gauge!(STORE_LAST_DRILL_DURATION, &label).set(d.duration_ms as f64 / 1000.0);
+        gauge!(STORE_LAST_DRILL_BYTES, &label).set(d.bytes as f64);
+        if d.last_ok_at_unix_ms > 0 {
+            gauge!(STORE_LAST_DRILL_SUCCESS_TIMESTAMP, &label)
+                .set(d.last_ok_at_unix_ms as f64 / 1000.0);
+        }
+    }
 
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     let logical = load(&counters.bytes_logical);

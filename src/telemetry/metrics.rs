@@ -19,6 +19,10 @@
 //! | `mushroom_backup_store_lease_held_elsewhere` | gauge | 0/1 | not held here and a holder is named |
 //! | `mushroom_backup_store_paused` | gauge | 0/1 | the store health's `paused` (an operator's Pause) |
 //! | `mushroom_backup_store_last_restore_point_timestamp_seconds` | gauge | unix seconds | when this process saw the newest restore point appear |
+//! | `mushroom_backup_store_last_drill_ok` | gauge | 0/1 | the last restore drill's outcome (absent until a drill) |
+//! | `mushroom_backup_store_last_drill_success_timestamp_seconds` | gauge | unix seconds | when a drill of the store last succeeded (absent until one did) |
+//! | `mushroom_backup_store_last_drill_duration_seconds` | gauge | seconds | the last drill's measured restore time |
+//! | `mushroom_backup_store_last_drill_bytes` | gauge | bytes | bytes the last drill restored (as stored) |
 //! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped`: store data as stored (compressed) |
 //! | `mushroom_backup_store_logical_bytes_total` | counter | bytes | the worker's `bytes_logical`: the plain bytes of the same objects |
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
@@ -57,6 +61,11 @@ pub const STORE_LEASE_HELD_ELSEWHERE: &str = "mushroom_backup_store_lease_held_e
 pub const STORE_PAUSED: &str = "mushroom_backup_store_paused";
 pub const STORE_LAST_RESTORE_POINT_TIMESTAMP: &str =
     "mushroom_backup_store_last_restore_point_timestamp_seconds";
+pub const STORE_LAST_DRILL_OK: &str = "mushroom_backup_store_last_drill_ok";
+pub const STORE_LAST_DRILL_SUCCESS_TIMESTAMP: &str =
+    "mushroom_backup_store_last_drill_success_timestamp_seconds";
+pub const STORE_LAST_DRILL_DURATION: &str = "mushroom_backup_store_last_drill_duration_seconds";
+pub const STORE_LAST_DRILL_BYTES: &str = "mushroom_backup_store_last_drill_bytes";
 pub const STORE_SHIPPED_BYTES: &str = "mushroom_backup_store_shipped_bytes_total";
 pub const STORE_LOGICAL_BYTES: &str = "mushroom_backup_store_logical_bytes_total";
 pub const STORE_SHIPPED_OBJECTS: &str = "mushroom_backup_store_shipped_objects_total";
@@ -126,6 +135,26 @@ pub fn describe() {
         STORE_LAST_RESTORE_POINT_TIMESTAMP,
         Some(Unit::Seconds),
         "Unix time at which this process saw the store's newest restore point appear.",
+    );
+    g(
+        STORE_LAST_DRILL_OK,
+        None,
+        "1 when the store's last restore drill succeeded, 0 when it failed (the health API names the object).",
+    );
+    g(
+        STORE_LAST_DRILL_SUCCESS_TIMESTAMP,
+        Some(Unit::Seconds),
+        "Unix time at which a restore drill of the store last succeeded.",
+    );
+    g(
+        STORE_LAST_DRILL_DURATION,
+        Some(Unit::Seconds),
+        "The measured restore time of the store's last restore drill.",
+    );
+    g(
+        STORE_LAST_DRILL_BYTES,
+        Some(Unit::Bytes),
+        "Bytes the store's last restore drill restored, as stored.",
     );
     describe_counter!(
         STORE_SHIPPED_BYTES,

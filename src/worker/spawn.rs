@@ -63,7 +63,8 @@ use super::supervisor::Supervisor;
 use super::{BackupCounters, BackupWorker, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
 use crate::health::{
-    self, Activity, HealthPolicy, Pause, Progress, RunnerStatus, StoreHealth, WorkerState,
+    self, Activity, DrillResult, HealthPolicy, Pause, Progress, RunnerStatus, StoreHealth,
+    WorkerState,
 };
 use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
 use crate::store::watch::Signal;
@@ -135,6 +136,8 @@ pub struct BackupHandle {
     ended: watch::Receiver<Option<WorkerState>>,
     holder: String,
     gate: PauseGate,
+    /// The runner's record, for what the service records in it (a drill's outcome).
+    status: Status,
 }
 
 impl BackupHandle {
@@ -167,6 +170,42 @@ impl BackupHandle {
         tokio::select! {
             _ = async { let _ = health.wait_for(|h| h.paused == pause).await; } => {}
             _ = async { let _ = ended.wait_for(|e| e.is_some()).await; } => {}
+        }
+    }
+
+    /// Records a restore drill's outcome (the service's `Drill`; see `crate::health`), and
+    /// returns once [`Self::health`] shows it (or the worker has ended).
+    pub async fn record_drill(&self, drill: DrillResult) {
+        let shown = Some(drill.clone());
+        self.set_drill(drill);
+        let mut health = self.health.clone();
+        let mut ended = self.ended.clone();
+        tokio::select! {
+            _ = async { let _ = health.wait_for(|h| h.last_drill == shown).await; } => {}
+            _ = async { let _ = ended.wait_for(|e| e.is_some()).await; } => {}
+        }
+    }
+
+    /// Records a drill's outcome without waiting for health to show it (the registry's, at
+    /// start).
+    pub fn set_drill(&self, drill: DrillResult) {
+        record(&self.status, |s| s.drill = Some(drill));
+    }
+
+    /// The last drill recorded, if any.
+    pub fn last_drill(&self) -> Option<DrillResult> {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drill
+            .clone()
+    }
+
+    /// Sets (or clears) the note saying why scheduled drills skip the store.
+    pub fn note_drill(&self, note: Option<String>) {
+        let same = self.status.lock().is_ok_and(|s| s.drill_note == note);
+        if !same {
+            record(&self.status, |s| s.drill_note = note);
         }
     }
 
@@ -339,6 +378,7 @@ impl BackupWorker {
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
         let serial = Arc::new(AtomicU64::new(0));
+        let drill_status = status.clone();
         let supervisor = Supervisor {
             serial: serial.clone(),
             changes: changes.clone(),
@@ -370,6 +410,7 @@ impl BackupWorker {
             ended,
             holder,
             gate,
+            status: drill_status,
         }
     }
 }

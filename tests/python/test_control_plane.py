@@ -447,6 +447,30 @@ BAD_INPUTS = [
         ),
     ),
     (
+        "unknown store_id (Drill)",
+        "NOT_FOUND",
+        lambda s, d, r: s.call("Drill", s.pb.m.DrillRequest(store_id=str(uuid.uuid4()))),
+    ),
+    (
+        "Drill at a commit no restore point reaches",
+        "FAILED_PRECONDITION",
+        lambda s, d, r: s.call(
+            "Drill", s.pb.m.DrillRequest(store_id=r["store_id"], at_commit_seq=10**9)
+        ),
+    ),
+    (
+        "drill_interval_ms below a minute",
+        "INVALID_ARGUMENT",
+        lambda s, d, r: s.call(
+            "Register",
+            s.pb.m.RegisterRequest(
+                store_dir=f"{d.root}/drill-interval-store",
+                destination="file:///tmp/unused-bucket",
+                options=s.pb.m.StoreOptions(drill_interval_ms=1000),
+            ),
+        ),
+    ),
+    (
         "ftp:// destination",
         "INVALID_ARGUMENT",
         _register(lambda d: f"{d.root}/ftp-store", destination="ftp://example.com/backups"),
@@ -491,6 +515,20 @@ def test_pause_and_resume(server, registered):
     assert r.was_paused, r
     assert not health_of(server, store_id).paused
     assert not server.call("Resume", m.ResumeRequest(store_id=store_id)).was_paused
+
+
+def test_drill(server, registered):
+    m = server.pb.m
+    store_id = registered["store_id"]
+    wait_until(
+        "a restore point to drill",
+        lambda: ((h := health_of(server, store_id)).restore_point_commit_seq == 5, h),
+        server,
+    )
+    d = server.call("Drill", m.DrillRequest(store_id=store_id))
+    assert d.ok and d.commit_seq == 5 and d.bytes > 0 and not d.error, d
+    h = health_of(server, store_id)
+    assert h.healthy and h.last_drill.ok and h.last_drill.commit_seq == 5, h
 
 
 # --- the lifecycle --------------------------------------------------------------------------

@@ -1,0 +1,95 @@
+//! Restore drills: the `store_drills` table, one row per store holding its last drill (the
+//! service's `Drill` call or its scheduler), so that the outcome — and a failed drill's hold
+//! on the store's health — survives a restart of the service.
+//!
+//! Each call is one statement. The service writes the row when a drill ends, before it shows
+//! the outcome in health, so a crash between the two leaves the registry's word, which the
+//! next start shows. A row goes with its store (`ON DELETE CASCADE`).
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+
+use super::{Backend, Registry, RegistryError};
+use crate::units::{i64_of, u64_of};
+
+/// One store's last drill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrillRecord {
+    pub ok: bool,
+    pub commit_seq: u64,
+    pub manifest_key: String,
+    pub duration_ms: u64,
+    pub bytes: u64,
+    /// Why it failed (bounded by the service); empty when ok.
+    pub error: String,
+    /// Milliseconds since the Unix epoch.
+    pub finished_at_ms: i64,
+    /// When a drill of the store last succeeded (0: never).
+    pub last_ok_at_ms: i64,
+}
+
+impl Registry {
+    /// Records (replacing) the last drill of `store_id`. `false`, and nothing written, when no
+    /// such store is registered (deregistered meanwhile).
+    pub async fn set_drill(
+        &self,
+        store_id: &str,
+        drill: &DrillRecord,
+    ) -> Result<bool, RegistryError> {
+        const SQL: &str = "INSERT INTO store_drills (store_id, ok, commit_seq, manifest_key, \
+                           duration_ms, bytes, error, finished_at_ms, last_ok_at_ms) \
+                           SELECT CAST($1 AS TEXT), CAST($2 AS BOOLEAN), CAST($3 AS BIGINT), \
+                           CAST($4 AS TEXT), CAST($5 AS BIGINT), CAST($6 AS BIGINT), \
+                           CAST($7 AS TEXT), CAST($8 AS BIGINT), CAST($9 AS BIGINT) \
+                           WHERE EXISTS (SELECT 1 FROM stores WHERE store_id = $1) \
+                           ON CONFLICT (store_id) DO UPDATE SET \
+                           ok = excluded.ok, commit_seq = excluded.commit_seq, \
+                           manifest_key = excluded.manifest_key, \
+                           duration_ms = excluded.duration_ms, bytes = excluded.bytes, \
+                           error = excluded.error, finished_at_ms = excluded.finished_at_ms, \
+                           last_ok_at_ms = excluded.last_ok_at_ms";
+        with_pool!(self, |pool| {
+            sqlx::query(SQL)
+                .bind(store_id)
+                .bind(drill.ok)
+                .bind(i64_of(drill.commit_seq))
+                .bind(&drill.manifest_key)
+                .bind(i64_of(drill.duration_ms))
+                .bind(i64_of(drill.bytes))
+                .bind(&drill.error)
+                .bind(drill.finished_at_ms)
+                .bind(drill.last_ok_at_ms)
+                .execute(pool)
+                .await
+                .map(|r| r.rows_affected() > 0)
+        })
+        .map_err(|e| self.err(e))
+    }
+
+    /// Every store's last drill, by `store_id` (read once when the service starts).
+    pub async fn drills(&self) -> Result<BTreeMap<String, DrillRecord>, RegistryError> {
+        const SQL: &str = "SELECT store_id, ok, commit_seq, manifest_key, duration_ms, bytes, \
+                           error, finished_at_ms, last_ok_at_ms FROM store_drills";
+        with_pool!(self, |pool| {
+            let rows = sqlx::query(SQL).fetch_all(pool).await;
+            rows.map_err(|e| self.err(e))?
+                .iter()
+                .map(|r| {
+                    let drill = DrillRecord {
+                        ok: r.try_get("ok")?,
+                        commit_seq: u64_of(r.try_get("commit_seq")?),
+                        manifest_key: r.try_get("manifest_key")?,
+                        duration_ms: u64_of(r.try_get("duration_ms")?),
+                        bytes: u64_of(r.try_get("bytes")?),
+                        error: r.try_get("error")?,
+                        finished_at_ms: r.try_get("finished_at_ms")?,
+                        last_ok_at_ms: r.try_get("last_ok_at_ms")?,
+                    };
+                    Ok((r.try_get::<String, _>("store_id")?, drill))
+                })
+                .collect::<Result<_, sqlx::Error>>()
+                .map_err(|e| self.err(e))
+        })
+    }
+}
