@@ -55,6 +55,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// A `Pause`'s default and longest deadline.
     pub pause: super::pause::PauseLimits,
+    /// Where every event is POSTed as a CloudEvent (`serve --webhook-url`, `crate::events::webhook`).
+    pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -76,6 +78,7 @@ impl std::fmt::Debug for ServiceConfig {
             owner_silent_after,
             limits,
             pause,
+            webhooks,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -94,6 +97,10 @@ impl std::fmt::Debug for ServiceConfig {
             .field("owner_silent_after", owner_silent_after)
             .field("limits", limits)
             .field("pause", pause)
+            .field(
+                "webhooks",
+                &webhooks.iter().map(|w| w.target.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -162,6 +169,7 @@ mod tests {
             owner_silent_after: Duration::from_secs(15),
             limits: Limits::default(),
             pause: Default::default(),
+            webhooks: vec![],
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");
