@@ -6,6 +6,8 @@
 //! flags are refused at start. No timed assertion: every wait is for a condition, with a
 //! generous deadline.
 
+#[path = "support/otlp.rs"]
+mod otlp;
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -448,4 +450,37 @@ fn bad_webhook_flags_are_refused_at_start() {
         let err = served::refused("serve", cmd);
         assert!(err.contains(says), "{flag}: {err}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_carries_the_trace_of_the_call_that_caused_it() {
+    let (otlp_addr, received) = otlp::start().await;
+    let d = served::dirs();
+    let mut cmd = serve(&d, &[]);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp_addr}"))
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_SERVICE_NAME", "mushroom-backup-under-test");
+    let (_server, addr) = served::start("serve (OTLP)", cmd);
+    let c = client(addr).await;
+    let id = register(&c, &d, "traced").await;
+    let mut mine = watch(&c, &id).await;
+    pause(&c, &id, "traced pause").await;
+    let paused = until(&mut mine, "the pause", kind(proto::EventKind::Paused))
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(paused.trace_id.len(), 32, "{paused:?}");
+    let spans = received
+        .wait_for(DEADLINE, |spans| {
+            spans
+                .iter()
+                .any(|s| hex::encode(&s.span.trace_id) == paused.trace_id)
+        })
+        .await;
+    let span = spans
+        .iter()
+        .find(|s| hex::encode(&s.span.trace_id) == paused.trace_id)
+        .unwrap_or_else(|| panic!("no span of trace {} exported", paused.trace_id));
+    assert!(span.span.name.contains("Pause"), "{}", span.span.name);
 }
