@@ -362,4 +362,62 @@ mod tests {
         assert_eq!(left, ["2", "3", "4"]);
         assert_eq!(q.dropped.load(Ordering::Relaxed), 2);
     }
+
+    /// A receiver answering `statuses` in turn (then 200): the `seq` of every POST it took.
+    async fn receiver(statuses: Vec<u16>) -> (String, tokio::sync::mpsc::UnboundedReceiver<u64>) {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let tracker = TaskTracker::new();
+        tracker.spawn(async move {
+            let mut statuses = statuses.into_iter();
+            loop {
+                let (conn, _) = listener.accept().await.unwrap();
+                let mut conn = BufReader::new(conn);
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    conn.read_line(&mut line).await.unwrap();
+                    if line.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                conn.read_exact(&mut body).await.unwrap();
+                let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                tx.send(doc["data"]["seq"].as_u64().unwrap()).unwrap();
+                let status = statuses.next().unwrap_or(200);
+                let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+                conn.get_mut().write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        (url, rx)
+    }
+
+    #[tokio::test]
+    async fn a_5xx_is_retried_a_4xx_given_up_and_the_next_event_goes_on() {
+        let (url, mut posts) = receiver(vec![503, 400]).await;
+        let bus = Bus::new();
+        let stop = CancellationToken::new();
+        let tasks = TaskTracker::new();
+        Webhooks::prepare(&[WebhookConfig::parse(&url).unwrap()])
+            .unwrap()
+            .attach(&bus, "i")
+            .spawn(&stop, &tasks);
+        bus.publish(NewEvent::new(EventKind::Paused, "s", "one"));
+        bus.publish(NewEvent::new(EventKind::Resumed, "s", "two"));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            got.push(posts.recv().await.unwrap());
+        }
+        // 1 answered 503 (retried), then 400 (given up); 2 delivered.
+        assert_eq!(got, [1, 1, 2]);
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
 }

@@ -479,9 +479,19 @@ impl Runner {
                             reason: LostReason::TakenOver
                         }
                     );
-                    self.worker
-                        .ledger
-                        .lease_lost(&format!("lost the bucket lease: {state:?}"), taken_over);
+                    let why = match &state {
+                        LeaseState::Lost {
+                            reason: LostReason::TakenOver,
+                        } => "another holder replaced the bucket lease",
+                        LeaseState::Lost {
+                            reason: LostReason::Expired,
+                        } => "the bucket lease expired: renewals failed until its deadline",
+                        LeaseState::Lost {
+                            reason: LostReason::InstanceLeaseEnded,
+                        } => "the instance lease fencing the bucket lease stopped holding",
+                        _ => "the bucket lease stopped holding",
+                    };
+                    self.worker.ledger.lease_lost(why, taken_over);
                     self.record(|s| s.lease = Some(state));
                     tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
                     drop(lease);
