@@ -306,14 +306,17 @@ async fn watchers_and_webhooks_hear_registration_restore_points_pause_and_resume
     // Every webhook got CloudEvents naming the store; the filtered one only its kinds.
     let got = all
         .wait_for("the maintenance pause and its resume", |p| {
-            p.iter().any(|p| {
+            let pause = p.iter().position(|p| {
                 p.body["type"] == "dev.mushroom.backup.paused"
                     && p.body["data"]["detail"]
                         .as_str()
                         .is_some_and(|d| d.contains("disk maintenance"))
-            }) && p
-                .last()
-                .is_some_and(|p| p.body["type"] == "dev.mushroom.backup.resumed")
+            });
+            pause.is_some_and(|at| {
+                p[at..]
+                    .iter()
+                    .any(|p| p.body["type"] == "dev.mushroom.backup.resumed")
+            })
         })
         .await;
     for p in &got {
@@ -376,7 +379,14 @@ async fn a_webhook_down_for_a_while_gets_every_event_in_order_once_back() {
         l.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}/down");
-    let (mut server, addr) = served::start("serve", serve(&d, &["--webhook-url", &url]));
+    let (mut server, addr) = served::start(
+        "serve",
+        serve(
+            &d,
+            &["--webhook-url", &url, "--metrics-listen", "127.0.0.1:0"],
+        ),
+    );
+    let metrics = metrics_addr(&mut server);
     let c = client(addr).await;
     let mut everything = watch(&c, "").await;
     let id = register(&c, &d, "down").await;
@@ -432,6 +442,74 @@ async fn a_webhook_down_for_a_while_gets_every_event_in_order_once_back() {
         })
         .count();
     assert_eq!(resumes, 5, "{:?}", kinds_of(&got));
+
+    // The metrics count the failed attempts, the deliveries and the events published (the last
+    // delivery is counted once its answer is in: polled for).
+    let webhook = format!("webhook=\"127.0.0.1:{port}\"");
+    let deliveries = "mushroom_backup_webhook_deliveries_total";
+    let text = support::wait_for(DEADLINE, "every delivery counted ok", || {
+        let text = get_metrics(metrics);
+        let ok = value(&text, deliveries, &[&webhook, "outcome=\"ok\""]) >= seqs.len() as f64;
+        async move { if ok { Ok(text) } else { Err(text) } }
+    })
+    .await;
+    assert!(
+        value(&text, deliveries, &[&webhook, "outcome=\"failed\""]) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, deliveries, &["outcome=\"dropped\""]),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &text,
+            "mushroom_backup_events_published_total",
+            &["kind=\"resumed\""]
+        ) >= 5.0,
+        "{text}"
+    );
+}
+
+/// The sum of the samples of `name` whose labels include every one of `labels`.
+fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The metrics address `serve --metrics-listen` logs.
+fn metrics_addr(server: &mut binary::Running) -> SocketAddr {
+    let parse = |text: &str| -> Option<SocketAddr> {
+        if !text.contains("serving Prometheus metrics on /metrics") {
+            return None;
+        }
+        let (_, rest) = text.split_once("addr=")?;
+        let a: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+            .collect();
+        a.parse().ok()
+    };
+    if let Some(a) = server.seen().iter().find_map(|l| parse(&l.text)) {
+        return a;
+    }
+    server.wait_for("log its metrics address", DEADLINE, |l| parse(&l.text))
+}
+
+/// GET /metrics: the body.
+fn get_metrics(addr: SocketAddr) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or(response)
 }
 
 #[test]
