@@ -15,6 +15,8 @@
 //! - [`lease`]: the bucket lease: who may write to a prefix, and what that does not guarantee;
 //!   in the service, one instance lease per lease root fences every store lease ([`lease::instance`]);
 //!   [`wal_source`]: where the worker learns how much WAL is durable.
+//! - [`events`]: the event bus (typed events of stores, fanned out to `WatchEvents` watchers
+//!   and webhooks, never blocking a publisher).
 //! - [`health`]: what a runner records, and the health judged from it.
 //! - [`worker`]: the backup worker (one step, its ledger, generations, segments, restore
 //!   points, lineage, retention, the runner under the lease); [`restore`]: restore, `--at`,
@@ -36,6 +38,7 @@ pub mod backoff;
 pub mod bucket;
 pub mod crypto;
 pub mod drill;
+pub mod events;
 pub mod health;
 pub mod instance_lock;
 pub mod lease;

@@ -32,6 +32,7 @@ const FLOORS: &[(&str, &[&str])] = &[
         &["units", "pacing", "backoff", "bucket", "manifest"],
     ),
     ("wal_source", &["units", "store"]),
+    ("events", &["units", "backoff", "telemetry"]),
     ("health", &["units", "lease", "store", "wal_source"]),
     (
         "worker",
@@ -46,6 +47,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "wal_source",
             "health",
             "at_rest",
+            "events",
         ],
     ),
     (

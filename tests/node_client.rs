@@ -85,6 +85,14 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::HealthResponse>, Status> {
         no()
     }
+    type WatchEventsStream =
+        std::pin::Pin<Box<dyn futures::Stream<Item = Result<proto::BackupEvent, Status>> + Send>>;
+    async fn watch_events(
+        &self,
+        _: Request<proto::WatchEventsRequest>,
+    ) -> Result<Response<Self::WatchEventsStream>, Status> {
+        no()
+    }
     type WatchHealthStream = Health;
     async fn watch_health(
         &self,

@@ -18,6 +18,9 @@ use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::node_client::code_name;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 
+#[path = "ctl_events.rs"]
+mod ctl_events;
+
 #[derive(Args)]
 pub struct CtlArgs {
     /// The service: http://host:port or https://host:port.
@@ -89,6 +92,8 @@ enum Call {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Events as they happen (paused, restore point written, lease lost, …), one a line.
+    WatchEvents(ctl_events::WatchEventsArgs),
     /// Every store of the instance.
     ListStores,
     /// A store's restore points, newest first.
@@ -330,6 +335,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::Resume { store_id } => resume(&mut ctl, j, store_id).await?,
         Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
+        Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::ListRestorePoints {
             store_id,

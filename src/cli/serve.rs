@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
 
+use mushroom_backup::events::webhook::WebhookConfig;
 use mushroom_backup::service::{self, ServiceConfig, TlsFiles};
 use mushroom_backup::worker::limits;
 
@@ -109,6 +110,18 @@ pub struct ServeArgs {
     /// this (with a health note); 0: no budget [default: 10737418240, 10 GiB].
     #[arg(long, env = "MUSHROOMDB_BACKUP_DRILL_MAX_BYTES")]
     drill_max_bytes: Option<u64>,
+    /// POST every event as a CloudEvent (application/cloudevents+json) to this http(s) URL
+    /// (repeatable; in the variable, separated by spaces). A `kinds` query parameter filters
+    /// and is not sent: `https://h/x?kinds=paused,drill_finished`. Kinds: health_changed,
+    /// paused, resumed, restore_point_written, drill_finished, lease_acquired, lease_lost,
+    /// lease_taken_over, generation_started, retention_deleted, registered, deregistered.
+    #[arg(
+        long = "webhook-url",
+        env = "MUSHROOMDB_BACKUP_WEBHOOK_URLS",
+        value_delimiter = ' ',
+        value_parser = WebhookConfig::parse
+    )]
+    webhook_urls: Vec<WebhookConfig>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -135,6 +148,7 @@ struct ServeToml {
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
     drill_max_bytes: Option<u64>,
+    webhook_urls: Option<Vec<String>>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -282,6 +296,14 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             86_400_000,
         )?,
     };
+    let webhooks = if a.webhook_urls.is_empty() {
+        let urls = file.webhook_urls.unwrap_or_default();
+        urls.iter()
+            .map(|u| WebhookConfig::parse(u).map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?
+    } else {
+        a.webhook_urls
+    };
     let config = ServiceConfig {
         listen: a
             .listen
@@ -316,6 +338,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
                 .or(file.drill_max_bytes)
                 .unwrap_or(service::drill::DrillLimits::default().max_bytes),
         },
+        webhooks,
     };
     Ok((config, telemetry))
 }

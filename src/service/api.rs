@@ -20,6 +20,8 @@ use super::limits;
 use super::pause::{self, PauseAsk};
 use super::proto::{self, backup_control_server::BackupControl};
 use super::request::{self, new_store, position};
+use super::watch_events::{EventStream, EventWatch};
+use crate::events::{EventKind, Facts, NewEvent};
 use crate::wal_source::StreamAttachment;
 
 pub struct Api {
@@ -31,6 +33,8 @@ pub struct Api {
     watchers: HealthWatch,
     /// The other instances, for calls about their stores (`forward.rs`).
     peers: Peers,
+    /// Every `WatchEvents` stream.
+    events: EventWatch,
 }
 
 impl Api {
@@ -47,13 +51,28 @@ impl Api {
             shutdown.clone(),
             &fleet.tasks,
         );
+        let events = EventWatch::new(
+            fleet.events().clone(),
+            fleet.config().limits.max_health_watchers,
+            shutdown.clone(),
+            &fleet.tasks,
+        );
         Self {
             fleet,
             shutdown,
             watchers,
             peers,
+            events,
         }
     }
+
+    /// Publishes an event of a call (with the call's trace).
+    fn publish(&self, kind: EventKind, store_id: &str, detail: impl Into<String>) {
+        self.fleet
+            .events()
+            .publish(NewEvent::new(kind, store_id, detail));
+    }
+
 
     /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`).
     async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
@@ -217,6 +236,14 @@ impl BackupControl for Api {
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
+        self.publish(
+            EventKind::Registered,
+            &entry.record.store_id,
+            format!(
+                "registered {} backing up to {}",
+                entry.record.store_dir, entry.record.destination
+            ),
+        );
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -242,6 +269,12 @@ impl BackupControl for Api {
             .deregister(&r.store_id, r.flush, peer)
             .await
             .map_err(err)?;
+        let how = if r.flush { " after a last flush" } else { "" };
+        self.publish(
+            EventKind::Deregistered,
+            &r.store_id,
+            format!("deregistered{how}"),
+        );
         Ok(Response::new(proto::DeregisterResponse {}))
     }
 
@@ -291,6 +324,20 @@ impl BackupControl for Api {
         let done = pause::pause(&self.fleet, &r.store_id, ask, peer)
             .await
             .map_err(err)?;
+        let again = if done.was_paused {
+            " (pause replaced)"
+        } else {
+            ""
+        };
+        self.publish(
+            EventKind::Paused,
+            &r.store_id,
+            format!(
+                "paused until {}{again}: {}",
+                crate::health::rfc3339_ms(done.pause.until_unix_ms),
+                done.pause.reason
+            ),
+        );
         Ok(Response::new(proto::PauseResponse {
             reason: done.pause.reason,
             until_unix_ms: done.pause.until_unix_ms,
@@ -317,6 +364,9 @@ impl BackupControl for Api {
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
             .await
             .map_err(err)?;
+        if was_paused {
+            self.publish(EventKind::Resumed, &r.store_id, "resumed");
+        }
         Ok(Response::new(proto::ResumeResponse { was_paused }))
     }
 
@@ -414,6 +464,20 @@ impl BackupControl for Api {
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
+        self.fleet.events().publish(
+            NewEvent::new(
+                EventKind::Registered,
+                &entry.record.store_id,
+                format!(
+                    "adopted {} at commit {} from {}",
+                    entry.record.store_dir, report.commit_seq, report.manifest_key
+                ),
+            )
+            .with(Facts {
+                commit_seq: Some(report.commit_seq),
+                ..Facts::default()
+            }),
+        );
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -447,6 +511,21 @@ impl BackupControl for Api {
             manifest_key: d.manifest_key,
             finished_at_unix_ms: d.finished_at_unix_ms,
         }))
+    }
+
+    type WatchEventsStream = EventStream;
+
+    async fn watch_events(
+        &self,
+        req: Request<proto::WatchEventsRequest>,
+    ) -> Result<Response<EventStream>, Status> {
+        self.admin(&req)?;
+        let store_id = req.into_inner().store_id;
+        record_store_id(&store_id);
+        if !store_id.is_empty() {
+            self.fleet.get_owned(&store_id).await.map_err(err)?;
+        }
+        Ok(Response::new(self.events.subscribe(store_id)?))
     }
 
     type ReportPositionStream = CommandStream;

@@ -91,6 +91,8 @@ pub struct ServiceConfig {
     pub peers: PeerSettings,
     /// The byte budget of scheduled restore drills.
     pub drill: super::drill::DrillLimits,
+    /// Where every event is POSTed as a CloudEvent (`serve --webhook-url`, `crate::events::webhook`).
+    pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -114,6 +116,7 @@ impl std::fmt::Debug for ServiceConfig {
             pause,
             peers,
             drill,
+            webhooks,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -134,6 +137,10 @@ impl std::fmt::Debug for ServiceConfig {
             .field("pause", pause)
             .field("peers", peers)
             .field("drill", drill)
+            .field(
+                "webhooks",
+                &webhooks.iter().map(|w| w.target.name()).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -205,6 +212,7 @@ mod tests {
             pause: Default::default(),
             peers: Default::default(),
             drill: Default::default(),
+            webhooks: vec![],
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

@@ -168,8 +168,15 @@ async fn run_one(
         tracing::warn!(store_id, error = %e, "cannot record the drill in the registry; it shows until this process stops");
     }
     entry.handle.record_drill(result.clone()).await;
-    // EVENT: DrillFinished { store_id, ok, commit_seq, duration_ms, bytes, error } is to be
-    // published here, once the event bus (src/events/) lands; the lead wires it.
+    // Every drill, asked for or scheduled, once its outcome is in the registry and health.
+    fleet.events().drill_finished(
+        store_id,
+        result.ok,
+        result.commit_seq,
+        result.duration_ms,
+        result.bytes,
+        &result.error,
+    );
     Ok(result)
 }
 

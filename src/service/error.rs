@@ -30,6 +30,7 @@ pub use super::forward::ForwardError;
 pub use super::health_watch::WatchersFull;
 pub use super::limits::FieldError;
 pub use super::paths::StoreDirError;
+pub use super::watch_events::EventWatchersFull;
 use crate::bucket::{BucketError, OpenError};
 use crate::registry::RegistryError;
 use crate::restore::RestoreError;
@@ -45,6 +46,8 @@ pub enum ServiceError {
     Fleet(#[from] FleetError),
     #[error(transparent)]
     WatchersFull(#[from] WatchersFull),
+    #[error(transparent)]
+    EventWatchersFull(#[from] EventWatchersFull),
     /// A `ReportPosition` stream whose first report did not come in time.
     #[error(
         "no first report within {ms} ms: a ReportPosition stream starts with a report naming \
@@ -80,7 +83,9 @@ impl From<ServiceError> for Status {
                 Some(code) => code,
                 None => return internal(f),
             },
-            ServiceError::WatchersFull(_) => Code::ResourceExhausted,
+            ServiceError::WatchersFull(_) | ServiceError::EventWatchersFull(_) => {
+                Code::ResourceExhausted
+            }
             ServiceError::NoFirstReport { .. } | ServiceError::CallTimeout { .. } => {
                 Code::DeadlineExceeded
             }

@@ -32,6 +32,7 @@ use super::error::{registry_message, restore_message};
 use super::limits::{self, FieldError};
 use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
+use crate::events::Bus;
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
 use crate::registry::{
     self, AuditEntry, ClaimError, InstanceClaim, Predecessor, Registry, StoreRecord,
@@ -202,6 +203,8 @@ pub struct Fleet {
     leases: InstanceLeases,
     /// The registered stores indexed for registration checks, kept from one to the next.
     conflicts: conflicts::Memo,
+    /// Every event of the service and its workers (`crate::events`).
+    events: Bus,
 }
 
 pub use super::remote::RemoteStore;
@@ -220,6 +223,7 @@ impl Fleet {
         claim: InstanceClaim,
         config: Arc<ServiceConfig>,
         shutdown: CancellationToken,
+        events: Bus,
     ) -> Result<Arc<Fleet>, FleetError> {
         match claim.predecessor() {
             Some(Predecessor::ProvenDead(previous)) => {
@@ -259,6 +263,7 @@ impl Fleet {
             claim,
             claim_lost: CancellationToken::new(),
             claim_lost_why: std::sync::Mutex::new(None),
+            events,
         });
         fleet.tasks.spawn(keep_claim(fleet.clone()));
         let mine = fleet
@@ -323,6 +328,11 @@ impl Fleet {
         &self.config
     }
 
+    /// The event bus: what `WatchEvents` and the webhooks hear, and where to publish.
+    pub fn events(&self) -> &Bus {
+        &self.events
+    }
+
     /// Starts a store's worker (paused, with the pause the registry holds for it).
     async fn spawn(
         &self,
@@ -358,8 +368,9 @@ impl Fleet {
         // Every change of a streamed position is a report, which the API nudges the worker
         // with (`api.rs`); with no stream the position comes from the directory, whose
         // changes the worker's watch signals.
-        let worker =
-            BackupWorker::new(store, bucket, source.clone(), config).with_signalled_positions();
+        let worker = BackupWorker::new(store, bucket, source.clone(), config)
+            .with_signalled_positions()
+            .with_events(self.events.emitter(&record.store_id));
         let lease = LeaseConfig {
             ttl: self.config.lease_ttl,
             conditional: self.config.worker.conditional_writes,

@@ -17,7 +17,9 @@
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
 //! - [`server_limits`]: what one client may hold (streams, calls in flight, deadlines), applied to
 //!   the server here; [`health_watch`]: every `WatchHealth` stream served by one poller;
-//!   [`store_metrics`]: every hosted store's health and counters as Prometheus series.
+//!   [`store_metrics`]: every hosted store's health and counters as Prometheus series;
+//!   [`watch_events`]: `WatchEvents`, the event bus ([`crate::events`]) as a stream. The
+//!   handlers publish registered, deregistered, paused and resumed; the workers the rest.
 //!
 //! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
@@ -64,6 +66,7 @@ pub mod request;
 pub mod server_limits;
 mod store_compression;
 pub mod store_metrics;
+pub mod watch_events;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -189,6 +192,8 @@ pub async fn run(
             .tls_config(t)
             .map_err(|e| ServeError::Tls(e.to_string()))?;
     }
+    let webhooks =
+        crate::events::webhook::Webhooks::prepare(&config.webhooks).map_err(ServeError::Config)?;
     let claim =
         InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
             .await
@@ -204,7 +209,11 @@ pub async fn run(
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
-    let fleet = Fleet::start(registry, claim, config.clone(), workers.clone()).await?;
+    let events = crate::events::Bus::new();
+    let deliveries = webhooks.attach(&events, &config.instance_id);
+    let fleet = Fleet::start(registry, claim, config.clone(), workers.clone(), events).await?;
+    // They end with the workers, after the last flushes published their events.
+    deliveries.spawn(&workers, &fleet.tasks);
     drill::schedule(fleet.clone());
     // Serving stops on shutdown, or when another process took this instance id over.
     let serving = shutdown.child_token();

@@ -24,6 +24,11 @@ impl<F> WithTraceIds<F> {
     }
 }
 
+/// The current trace id, hex, when a sampled or remote span is current (events carry it).
+pub fn current_trace_id() -> Option<String> {
+    current_ids().map(|(trace, _)| trace)
+}
+
 /// The current trace and span ids, hex, when a sampled or remote span is current.
 fn current_ids() -> Option<(String, String)> {
     opentelemetry::Context::map_current(|cx| {

@@ -29,6 +29,10 @@
 //! | `mushroom_backup_store_restore_points_total` | counter | restore points | the worker's `restore_points` |
 //! | `mushroom_backup_store_failures_total` | counter | failed steps | the worker's `failures` |
 //!
+//! Events, set by `crate::events`: `mushroom_backup_events_published_total{kind}` and
+//! `mushroom_backup_webhook_deliveries_total{webhook,outcome}` (`webhook`: the URL's host and
+//! port; `outcome`: `ok`, `failed`, `rejected`, `dropped`).
+//!
 //! Fleet, no labels, set by [`record_fleet`]: `mushroom_backup_stores` (stores hosted) and
 //! `mushroom_backup_stores_unhealthy`.
 //!
@@ -75,6 +79,9 @@ pub const STORES: &str = "mushroom_backup_stores";
 pub const STORES_UNHEALTHY: &str = "mushroom_backup_stores_unhealthy";
 pub const BUCKET_REQUEST_DURATION: &str = "mushroom_backup_bucket_request_duration_seconds";
 pub const BUCKET_REQUESTS: &str = "mushroom_backup_bucket_requests_total";
+// Events (`crate::events`).
+pub const EVENTS_PUBLISHED: &str = "mushroom_backup_events_published_total";
+pub const WEBHOOK_DELIVERIES: &str = "mushroom_backup_webhook_deliveries_total";
 
 /// The label of every per-store series.
 pub const STORE_ID_LABEL: &str = "store_id";
@@ -197,6 +204,18 @@ pub fn describe() {
         BUCKET_REQUESTS,
         Unit::Count,
         "Bucket (object store) requests, by operation and outcome."
+    );
+    // Events (`crate::events`).
+    describe_counter!(
+        EVENTS_PUBLISHED,
+        Unit::Count,
+        "Events published on the event bus, by kind."
+    );
+    describe_counter!(
+        WEBHOOK_DELIVERIES,
+        Unit::Count,
+        "Webhook deliveries by webhook (its host) and outcome: ok, failed (an attempt, retried), \
+         rejected (a 4xx, given up), dropped (the queue was full: the oldest event went)."
     );
 }
 

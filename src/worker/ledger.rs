@@ -4,6 +4,11 @@
 //! children (`generation`, `segment`, `restore_point`, `retention`) return what they did in
 //! their [`StepOutcome`] and bump nothing.
 //!
+//! The same outcomes are the worker's events ([`crate::events`]): a generation started, a
+//! restore point written, retention deleting objects, the lease acquired, lost or taken over,
+//! and (from the supervisor) health changed, published through the ledger's
+//! [`Emitter`](crate::events::Emitter) (none outside the service: nothing is published).
+//!
 //! Also [`DurableReading`], the hand-off of the durable position from the worker to the
 //! supervisor, so that the supervisor reads the source itself only when the worker has not.
 
@@ -11,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{BackupCounters, StepOutcome, WorkerError};
+use crate::events::{Emitter, EventKind, Facts};
 
 /// The newest reading of the durable position, and whether the supervisor has taken it.
 #[derive(Debug, Default)]
@@ -39,6 +45,7 @@ impl DurableReading {
 pub(crate) struct Ledger {
     counters: Arc<BackupCounters>,
     durable: Arc<DurableReading>,
+    events: Emitter,
 }
 
 fn add(field: &AtomicU64, n: u64) {
@@ -54,7 +61,18 @@ impl Ledger {
         Ledger {
             counters,
             durable: Arc::new(DurableReading::default()),
+            events: Emitter::default(),
         }
+    }
+
+    /// Publishes the worker's events through `events` from now on.
+    pub(crate) fn set_events(&mut self, events: Emitter) {
+        self.events = events;
+    }
+
+    /// The worker's emitter (for a drill, health).
+    pub(crate) fn events(&self) -> &Emitter {
+        &self.events
     }
 
     pub(crate) fn counters(&self) -> &Arc<BackupCounters> {
@@ -84,10 +102,22 @@ impl Ledger {
 
     pub(crate) fn lease_acquired(&self) {
         add(&self.counters.lease_acquisitions, 1);
+        self.events.emit(
+            EventKind::LeaseAcquired,
+            "acquired the bucket lease",
+            Facts::default(),
+        );
     }
 
-    pub(crate) fn lease_lost(&self) {
+    /// The lease stopped holding, `why`; `taken_over` when another holder replaced it.
+    pub(crate) fn lease_lost(&self, why: &str, taken_over: bool) {
         add(&self.counters.lease_losses, 1);
+        let kind = if taken_over {
+            EventKind::LeaseTakenOver
+        } else {
+            EventKind::LeaseLost
+        };
+        self.events.emit(kind, why, Facts::default());
     }
 
     /// What one step did (or that it failed).
@@ -111,6 +141,7 @@ impl Ledger {
                 }
             }
             StepOutcome::NewGeneration {
+                generation,
                 uploaded,
                 reused,
                 bytes,
@@ -118,6 +149,14 @@ impl Ledger {
                 ..
             } => {
                 add(&c.generations, 1);
+                self.events.emit(
+                    EventKind::GenerationStarted,
+                    format!("started generation {generation}: {uploaded} objects uploaded, {reused} reused"),
+                    Facts {
+                        generation: Some(*generation),
+                        ..Facts::default()
+                    },
+                );
                 add(&c.objects_shipped, *uploaded);
                 add(&c.objects_reused, *reused);
                 add(&c.bytes_shipped, *bytes);
@@ -135,13 +174,42 @@ impl Ledger {
                 add(&c.bytes_shipped, *bytes);
                 add(&c.bytes_logical, *logical);
             }
-            StepOutcome::RestorePoint { commit_seq, .. } => {
+            StepOutcome::RestorePoint { commit_seq, key } => {
                 add(&c.restore_points, 1);
                 set(&c.restore_point_commit_seq, *commit_seq);
+                self.events.emit(
+                    EventKind::RestorePointWritten,
+                    format!("restore point at commit {commit_seq}: {key}"),
+                    Facts {
+                        commit_seq: Some(*commit_seq),
+                        ..Facts::default()
+                    },
+                );
             }
-            StepOutcome::Retention { deleted } => add(&c.objects_deleted, *deleted),
+            StepOutcome::Retention { deleted } => {
+                add(&c.objects_deleted, *deleted);
+                if *deleted > 0 {
+                    self.events.emit(
+                        EventKind::RetentionDeleted,
+                        format!("retention deleted {deleted} objects"),
+                        Facts {
+                            count: Some(*deleted),
+                            ..Facts::default()
+                        },
+                    );
+                }
+            }
             StepOutcome::Deferred(_) | StepOutcome::Idle => {}
         }
+    }
+}
+
+impl super::BackupWorker {
+    /// Publishes this worker's events through `events` (a bus bound to its store); without
+    /// it the worker publishes nothing.
+    pub fn with_events(mut self, events: Emitter) -> Self {
+        self.ledger.set_events(events);
+        self
     }
 }
 

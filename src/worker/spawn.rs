@@ -66,7 +66,9 @@ use crate::health::{
     self, Activity, DrillResult, HealthPolicy, Pause, Progress, RunnerStatus, StoreHealth,
     WorkerState,
 };
-use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState};
+use crate::lease::{
+    Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState, LostReason,
+};
 use crate::store::watch::Signal;
 
 /// What the serve loop tells the worker, over a watch channel.
@@ -511,14 +513,36 @@ impl Runner {
                     return "shut down".into();
                 }
                 Holding::Lost => {
-                    self.record(|s| s.lease = Some(lease.status().state));
-                    self.worker.ledger.lease_lost();
+                    let state = lease.status().state;
+                    let taken_over = matches!(
+                        state,
+                        LeaseState::Lost {
+                            reason: LostReason::TakenOver
+                        }
+                    );
+                    let why = match &state {
+                        LeaseState::Lost {
+                            reason: LostReason::TakenOver,
+                        } => "another holder replaced the bucket lease",
+                        LeaseState::Lost {
+                            reason: LostReason::Expired,
+                        } => "the bucket lease expired: renewals failed until its deadline",
+                        LeaseState::Lost {
+                            reason: LostReason::InstanceLeaseEnded,
+                        } => "the instance lease fencing the bucket lease stopped holding",
+                        _ => "the bucket lease stopped holding",
+                    };
+                    self.worker.ledger.lease_lost(why, taken_over);
+                    self.record(|s| s.lease = Some(state));
                     tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
                     drop(lease);
                     Duration::ZERO
                 }
                 Holding::ConcurrentWriter => {
-                    self.worker.ledger.lease_lost();
+                    self.worker.ledger.lease_lost(
+                        "another writer is active on the prefix: dropped the bucket lease",
+                        false,
+                    );
                     let _ = lease.release().await;
                     self.record(|s| s.lease = Some(LeaseState::Released));
                     self.backoff.next_delay()

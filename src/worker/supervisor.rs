@@ -148,11 +148,18 @@ impl Supervisor {
                 now.clone()
             };
             let next = health::evaluate(&s, progress, &policy, &holder);
+            let mut turned = None;
             health.send_if_modified(|h| {
                 let changed = !h.same_state(&next);
+                if h.healthy != next.healthy || h.reason != next.reason {
+                    turned = Some((next.healthy, next.reason.clone()));
+                }
                 *h = next;
                 changed
             });
+            if let Some((healthy, reason)) = turned {
+                health_changed(&ledger, healthy, &reason);
+            }
             serial.fetch_add(1, Ordering::Release);
             evaluated = Some((progress, s));
         };
@@ -166,4 +173,21 @@ impl Supervisor {
         serial.fetch_add(1, Ordering::Release);
         ended
     }
+}
+
+/// Publishes that the store turned healthy or unhealthy, or changed its main reason.
+fn health_changed(ledger: &super::ledger::Ledger, healthy: bool, reason: &str) {
+    let detail = if healthy {
+        "healthy".to_string()
+    } else {
+        format!("unhealthy: {reason}")
+    };
+    ledger.events().emit(
+        crate::events::EventKind::HealthChanged,
+        detail,
+        crate::events::Facts {
+            healthy: Some(healthy),
+            ..Default::default()
+        },
+    );
 }

@@ -174,6 +174,7 @@ def check_toml_value(where: str, key: str, spec: dict, value) -> None:
         "String": lambda v: isinstance(v, str),
         "PathBuf": lambda v: isinstance(v, str) and v != "",
         "Vec<PathBuf>": lambda v: isinstance(v, list) and all(isinstance(p, str) and p for p in v),
+        "Vec<String>": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),
         "SocketAddr": lambda v: isinstance(v, str) and socket_addr(v) is not None,
     }.get(ty)
     if ok is None:

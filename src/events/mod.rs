@@ -1,0 +1,424 @@
+//! Events: what happens to stores, as it happens, for whoever watches (`WatchEvents`) and for
+//! webhooks ([`webhook`]).
+//!
+//! - [`Event`]: one typed event ([`EventKind`]) of one store, with its time, a one-line
+//!   detail, the kind's facts ([`Facts`]) and the trace id of the work that caused it (the
+//!   current span's, from [`crate::telemetry::current_trace_id`]; empty when nothing is traced).
+//! - [`Bus`]: the process's one bus. [`Bus::publish`] never blocks and never fails: it numbers
+//!   the event, hands it to every [`Sink`] (a webhook's queue: a push under a short lock) and
+//!   to a bounded broadcast ring of [`BUS_CAPACITY`] events that every watcher reads at its own
+//!   pace. A watcher that falls more than the ring behind is not waited for: its next read
+//!   answers [`Received::Lagged`] with how many events it missed, then goes on from the oldest
+//!   one still in the ring.
+//! - [`Emitter`]: a bus bound to one store, which the worker holds (or holds none: a worker
+//!   outside the service publishes nothing).
+//! - [`cloudevents`]: an event as a CloudEvents 1.0 JSON document; [`webhook`]: the
+//!   `serve --webhook-url` deliveries; [`http`]: the one-request HTTP(S) client they use.
+//!
+//! # Invariants
+//!
+//! - Events are numbered (`seq`) in the order they are handed to sinks and watchers: the
+//!   number, the sinks and the ring are all done under one lock, so every sink and watcher
+//!   sees them in `seq` order.
+//! - Publishing costs a lock, an allocation and, per webhook, a queue push; no I/O, no await.
+//!   A worker is never delayed by a watcher or a webhook.
+//!
+//! # What a crash leaves
+//!
+//! Nothing: events live in memory only. A watcher or a webhook misses what happened while the
+//! service was down (health and the registry say what is true now; events say what changed).
+
+pub mod cloudevents;
+pub mod http;
+pub mod webhook;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+/// Events a watcher may fall behind before it is told it lagged.
+pub const BUS_CAPACITY: usize = 1024;
+
+/// What happened. [`EventKind::name`] is the name in CloudEvents types
+/// (`dev.mushroom.backup.<name>`), webhook filters and `ctl watch-events`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// Healthy turned unhealthy or back, or the main reason changed.
+    HealthChanged,
+    Paused,
+    Resumed,
+    /// A manifest was written and LATEST moved.
+    RestorePointWritten,
+    /// A restore drill ended, well or not.
+    DrillFinished,
+    LeaseAcquired,
+    /// The lease stopped holding: expired, a write refused by another writer, the instance
+    /// lease ended.
+    LeaseLost,
+    /// Another holder replaced the lease.
+    LeaseTakenOver,
+    /// A new generation was claimed and its snapshot uploaded.
+    GenerationStarted,
+    /// Retention deleted objects.
+    RetentionDeleted,
+    Registered,
+    Deregistered,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 12] = [
+        EventKind::HealthChanged,
+        EventKind::Paused,
+        EventKind::Resumed,
+        EventKind::RestorePointWritten,
+        EventKind::DrillFinished,
+        EventKind::LeaseAcquired,
+        EventKind::LeaseLost,
+        EventKind::LeaseTakenOver,
+        EventKind::GenerationStarted,
+        EventKind::RetentionDeleted,
+        EventKind::Registered,
+        EventKind::Deregistered,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::HealthChanged => "health_changed",
+            EventKind::Paused => "paused",
+            EventKind::Resumed => "resumed",
+            EventKind::RestorePointWritten => "restore_point_written",
+            EventKind::DrillFinished => "drill_finished",
+            EventKind::LeaseAcquired => "lease_acquired",
+            EventKind::LeaseLost => "lease_lost",
+            EventKind::LeaseTakenOver => "lease_taken_over",
+            EventKind::GenerationStarted => "generation_started",
+            EventKind::RetentionDeleted => "retention_deleted",
+            EventKind::Registered => "registered",
+            EventKind::Deregistered => "deregistered",
+        }
+    }
+
+    /// The kind named `name` ([`Self::name`]); an unknown name is an error listing the known.
+    pub fn parse(name: &str) -> Result<EventKind, String> {
+        let name = name.trim();
+        EventKind::ALL
+            .into_iter()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| {
+                let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.name()).collect();
+                format!("unknown event kind {name:?} (known: {})", known.join(", "))
+            })
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The facts an event's kind has; `None` where it has none (left out of JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Facts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+    /// Objects (retention).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Whether the drill succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// Health after the change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthy: Option<bool>,
+}
+
+/// One event; see the module docs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// Unique (a UUID): the CloudEvents id, so a receiver can drop a redelivered one.
+    pub id: String,
+    /// This process's number of it, increasing.
+    pub seq: u64,
+    pub kind: EventKind,
+    pub store_id: String,
+    pub time_unix_ms: i64,
+    pub detail: String,
+    /// Hex, of the span current where it was published; empty when none was traced.
+    pub trace_id: String,
+    #[serde(flatten)]
+    pub facts: Facts,
+}
+
+/// An event before the bus numbers it.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub kind: EventKind,
+    pub store_id: String,
+    pub detail: String,
+    pub facts: Facts,
+}
+
+impl NewEvent {
+    pub fn new(kind: EventKind, store_id: &str, detail: impl Into<String>) -> NewEvent {
+        NewEvent {
+            kind,
+            store_id: store_id.to_string(),
+            detail: detail.into(),
+            facts: Facts::default(),
+        }
+    }
+
+    pub fn with(mut self, facts: Facts) -> NewEvent {
+        self.facts = facts;
+        self
+    }
+}
+
+/// Where the bus hands every event, in order, as it is published: must not block (a webhook's
+/// bounded queue).
+pub trait Sink: Send + Sync {
+    fn offer(&self, event: &Arc<Event>);
+}
+
+/// The process's event bus; cheap to clone (see the module docs).
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ring: broadcast::Sender<Arc<Event>>,
+    /// Held while an event is numbered and handed out, so every reader sees `seq` order.
+    order: Mutex<Vec<Arc<dyn Sink>>>,
+    seq: AtomicU64,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Bus {
+    pub fn new() -> Bus {
+        let (ring, _) = broadcast::channel(BUS_CAPACITY);
+        Bus {
+            inner: Arc::new(Inner {
+                ring,
+                order: Mutex::new(Vec::new()),
+                seq: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Hands every event published from now on to `sink` too.
+    pub fn add_sink(&self, sink: Arc<dyn Sink>) {
+        self.inner
+            .order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sink);
+    }
+
+    /// Publishes `new` (never blocks; see the module docs), with the current span's trace id.
+    pub fn publish(&self, new: NewEvent) {
+        let trace_id = crate::telemetry::current_trace_id().unwrap_or_default();
+        let time_unix_ms = crate::units::unix_now_ms();
+        let sinks = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
+        let event = Arc::new(Event {
+            id: uuid::Uuid::new_v4().to_string(),
+            seq: self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
+            kind: new.kind,
+            store_id: new.store_id,
+            time_unix_ms,
+            detail: new.detail,
+            trace_id,
+            facts: new.facts,
+        });
+        metrics::counter!(
+            crate::telemetry::metrics::EVENTS_PUBLISHED,
+            "kind" => event.kind.name()
+        )
+        .increment(1);
+        tracing::debug!(kind = %event.kind, store_id = %event.store_id, detail = %event.detail, "event");
+        for sink in sinks.iter() {
+            sink.offer(&event);
+        }
+        // No watcher is not an error.
+        let _ = self.inner.ring.send(event);
+    }
+
+    /// A watcher of the events published from now on, of `store_id` (every store when empty).
+    pub fn subscribe(&self, store_id: String) -> Watcher {
+        Watcher {
+            ring: self.inner.ring.subscribe(),
+            store_id,
+        }
+    }
+
+    /// The bus bound to `store_id`.
+    pub fn emitter(&self, store_id: &str) -> Emitter {
+        Emitter {
+            bus: Some(self.clone()),
+            store_id: store_id.to_string(),
+        }
+    }
+
+    /// Publishes that a restore drill of `store_id` ended: `ok`, the commit it restored, how
+    /// long it took and how many bytes it restored; `error` says why it failed (empty if ok).
+    pub fn drill_finished(
+        &self,
+        store_id: &str,
+        ok: bool,
+        commit_seq: u64,
+        duration_ms: u64,
+        bytes: u64,
+        error: &str,
+    ) {
+        let detail = if ok {
+            format!("drill restored commit {commit_seq} ({bytes} bytes) in {duration_ms} ms")
+        } else {
+            format!("drill failed: {error}")
+        };
+        self.publish(
+            NewEvent::new(EventKind::DrillFinished, store_id, detail).with(Facts {
+                ok: Some(ok),
+                commit_seq: Some(commit_seq),
+                duration_ms: Some(duration_ms),
+                bytes: Some(bytes),
+                ..Facts::default()
+            }),
+        );
+    }
+}
+
+/// What a watcher reads next.
+#[derive(Debug, Clone)]
+pub enum Received {
+    Event(Arc<Event>),
+    /// The watcher fell behind: this many events (of every store) were dropped for it.
+    Lagged(u64),
+}
+
+/// One watcher's place in the bus ([`Bus::subscribe`]).
+pub struct Watcher {
+    ring: broadcast::Receiver<Arc<Event>>,
+    store_id: String,
+}
+
+impl Watcher {
+    /// The next event of the watched store, or how many this watcher missed; `None` once the
+    /// bus is gone.
+    pub async fn next(&mut self) -> Option<Received> {
+        loop {
+            match self.ring.recv().await {
+                Ok(e) if self.store_id.is_empty() || e.store_id == self.store_id => {
+                    return Some(Received::Event(e));
+                }
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => return Some(Received::Lagged(n)),
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// A bus bound to one store, or none (publishes nothing): what a worker holds.
+#[derive(Clone, Default)]
+pub struct Emitter {
+    bus: Option<Bus>,
+    store_id: String,
+}
+
+impl std::fmt::Debug for Emitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emitter")
+            .field("store_id", &self.store_id)
+            .field("bus", &self.bus.is_some())
+            .finish()
+    }
+}
+
+impl Emitter {
+    /// Publishes an event of this emitter's store.
+    pub fn emit(&self, kind: EventKind, detail: impl Into<String>, facts: Facts) {
+        if let Some(bus) = &self.bus {
+            bus.publish(NewEvent::new(kind, &self.store_id, detail).with(facts));
+        }
+    }
+
+    /// [`Bus::drill_finished`] for this emitter's store.
+    pub fn drill_finished(
+        &self,
+        ok: bool,
+        commit_seq: u64,
+        duration_ms: u64,
+        bytes: u64,
+        error: &str,
+    ) {
+        if let Some(bus) = &self.bus {
+            bus.drill_finished(&self.store_id, ok, commit_seq, duration_ms, bytes, error);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_slow_watcher_is_told_how_many_it_missed_and_publishing_never_waits() {
+        let bus = Bus::new();
+        let mut slow = bus.subscribe(String::new());
+        let mut one = bus.subscribe("b".into());
+        let total = BUS_CAPACITY as u64 + 10;
+        for i in 0..total {
+            let store = if i == 3 { "b" } else { "a" };
+            bus.publish(NewEvent::new(EventKind::Paused, store, format!("{i}")));
+        }
+        match slow.next().await {
+            Some(Received::Lagged(n)) => assert_eq!(n, 10),
+            other => panic!("expected a lag marker, got {other:?}"),
+        }
+        match slow.next().await {
+            Some(Received::Event(e)) => assert_eq!(e.seq, 11, "the oldest kept"),
+            other => panic!("{other:?}"),
+        }
+        // The filtered watcher lagged too (the ring is shared), then sees only its store.
+        match one.next().await {
+            Some(Received::Lagged(n)) => assert_eq!(n, 10),
+            other => panic!("expected a lag marker, got {other:?}"),
+        }
+        // (It is still a full ring behind: the next publish makes it lag by one more.)
+        bus.publish(NewEvent::new(EventKind::Resumed, "b", "mine"));
+        loop {
+            match one.next().await {
+                Some(Received::Lagged(n)) => assert_eq!(n, 1),
+                Some(Received::Event(e)) => {
+                    assert_eq!((e.store_id.as_str(), e.kind), ("b", EventKind::Resumed));
+                    break;
+                }
+                None => panic!("the bus closed"),
+            }
+        }
+    }
+
+    #[test]
+    fn kinds_parse_by_name_and_an_unknown_one_lists_the_known() {
+        for k in EventKind::ALL {
+            assert_eq!(EventKind::parse(k.name()), Ok(k));
+        }
+        let e = EventKind::parse("pasued").unwrap_err();
+        assert!(e.contains("pasued") && e.contains("drill_finished"), "{e}");
+    }
+}

@@ -1,0 +1,564 @@
+//! Events through the real `serve` binary: `WatchEvents` over gRPC hears a store registered,
+//! its restore points, a pause and a resume; `ctl watch-events --json` prints them; webhooks —
+//! real HTTP servers in this test, on std's `TcpListener` — receive each as a CloudEvents 1.0
+//! document naming the store, a `kinds` filter keeps only its kinds, and a receiver that
+//! refuses connections for a while gets every event, in order, once it is back. Bad webhook
+//! flags are refused at start. No timed assertion: every wait is for a condition, with a
+//! generous deadline.
+
+#[path = "support/otlp.rs"]
+mod otlp;
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+use support::binary;
+use support::served::{self, DEADLINE, Dirs};
+use tonic::transport::Channel;
+
+type Client = BackupControlClient<Channel>;
+
+/// One POST a receiver took.
+#[derive(Debug, Clone)]
+struct Posted {
+    path: String,
+    content_type: String,
+    body: serde_json::Value,
+}
+
+/// A webhook receiver: answers every POST 200 and keeps it.
+#[derive(Clone, Default)]
+struct Receiver {
+    posted: Arc<Mutex<Vec<Posted>>>,
+}
+
+impl Receiver {
+    /// Serves on `listener` (a thread, for the rest of the test).
+    fn serve(listener: TcpListener) -> Receiver {
+        let r = Receiver::default();
+        let posted = r.posted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                if let Some(p) = read_post(conn) {
+                    posted.lock().unwrap().push(p);
+                }
+            }
+        });
+        r
+    }
+
+    fn posted(&self) -> Vec<Posted> {
+        self.posted.lock().unwrap().clone()
+    }
+
+    /// Waits until a POST satisfies `ok`.
+    async fn wait_for(&self, what: &str, ok: impl Fn(&[Posted]) -> bool) -> Vec<Posted> {
+        support::wait_for(DEADLINE, what, || {
+            let got = self.posted();
+            let ok = ok(&got);
+            async move {
+                if ok {
+                    Ok(got)
+                } else {
+                    Err(format!("{} posts: {:?}", got.len(), kinds_of(&got)))
+                }
+            }
+        })
+        .await
+    }
+}
+
+fn kinds_of(p: &[Posted]) -> Vec<String> {
+    p.iter()
+        .map(|p| p.body["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// Reads one HTTP/1.1 request and answers 200; the request if it was a POST with a JSON body.
+fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
+    let mut reader = BufReader::new(conn.try_clone().ok()?);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
+    let (mut len, mut content_type) = (0usize, String::new());
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h).ok()?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (name, value) = h.split_once(':')?;
+        match name.to_ascii_lowercase().as_str() {
+            "content-length" => len = value.trim().parse().ok()?,
+            "content-type" => content_type = value.trim().to_string(),
+            _ => {}
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    let mut conn = conn;
+    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    if method != "POST" {
+        return None;
+    }
+    Some(Posted {
+        path,
+        content_type,
+        body: serde_json::from_slice(&body).ok()?,
+    })
+}
+
+fn serve(d: &Dirs, extra: &[&str]) -> Command {
+    let mut cmd = served::command(d);
+    cmd.args([
+        "--wal-interval-ms",
+        "50",
+        "--restore-point-interval-ms",
+        "100",
+    ])
+    .args(extra);
+    cmd
+}
+
+async fn client(addr: SocketAddr) -> Client {
+    BackupControlClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+}
+
+async fn watch(c: &Client, store_id: &str) -> tonic::Streaming<proto::BackupEvent> {
+    c.clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: store_id.into(),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner()
+}
+
+/// Reads `stream` until an event satisfies `ok`: every event read, that one last.
+async fn until(
+    stream: &mut tonic::Streaming<proto::BackupEvent>,
+    what: &str,
+    ok: impl Fn(&proto::BackupEvent) -> bool,
+) -> Vec<proto::BackupEvent> {
+    let mut seen = Vec::new();
+    let read = async {
+        loop {
+            let e = stream
+                .message()
+                .await
+                .expect("the stream fails")
+                .expect("the stream ends");
+            let done = ok(&e);
+            seen.push(e);
+            if done {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(DEADLINE, read).await.is_err() {
+        panic!("waited {DEADLINE:?} for {what}; saw {seen:?}");
+    }
+    seen
+}
+
+fn kind(k: proto::EventKind) -> impl Fn(&proto::BackupEvent) -> bool {
+    move |e| e.kind == k as i32
+}
+
+async fn pause(c: &Client, id: &str, reason: &str) {
+    c.clone()
+        .pause(proto::PauseRequest {
+            store_id: id.into(),
+            reason: reason.into(),
+            until_unix_ms: 0,
+        })
+        .await
+        .expect("Pause");
+}
+
+async fn resume(c: &Client, id: &str) {
+    c.clone()
+        .resume(proto::ResumeRequest {
+            store_id: id.into(),
+        })
+        .await
+        .expect("Resume");
+}
+
+async fn register(c: &Client, d: &Dirs, name: &str) -> String {
+    let dir = d.root.join(name);
+    support::store::write(&dir, 20, 0, 0);
+    let bucket = d.base.join(format!("{name}-bucket"));
+    c.clone()
+        .register(support::register_req(&dir, &support::file_url(&bucket)))
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn watchers_and_webhooks_hear_registration_restore_points_pause_and_resume() {
+    let d = served::dirs();
+    let all = TcpListener::bind("127.0.0.1:0").unwrap();
+    let some = TcpListener::bind("127.0.0.1:0").unwrap();
+    let all_url = format!("http://{}/hooks/all?token=t1", all.local_addr().unwrap());
+    let some_url = format!(
+        "http://{}/hooks/some?kinds=paused,resumed",
+        some.local_addr().unwrap()
+    );
+    let (all, some) = (Receiver::serve(all), Receiver::serve(some));
+    let (_server, addr) = served::start(
+        "serve",
+        serve(&d, &["--webhook-url", &all_url, "--webhook-url", &some_url]),
+    );
+    let c = client(addr).await;
+    let mut everything = watch(&c, "").await;
+
+    let id = register(&c, &d, "watched").await;
+    let mut mine = watch(&c, &id).await;
+    let seen = until(
+        &mut everything,
+        "registered, then a restore point at 20",
+        |e| e.kind == proto::EventKind::RestorePointWritten as i32 && e.commit_seq == 20,
+    )
+    .await;
+    let registered = seen
+        .iter()
+        .find(|e| e.kind == proto::EventKind::Registered as i32)
+        .unwrap_or_else(|| panic!("no registered event: {seen:?}"));
+    assert_eq!(registered.store_id, id);
+    assert_eq!(registered.kind_name, "registered");
+    assert!(registered.detail.contains("watched"), "{registered:?}");
+    let point = seen.last().unwrap();
+    assert_eq!(
+        (point.store_id.as_str(), point.commit_seq),
+        (id.as_str(), 20)
+    );
+    assert!(
+        seen.iter()
+            .any(|e| e.kind == proto::EventKind::LeaseAcquired as i32),
+        "{seen:?}"
+    );
+    assert!(
+        seen.windows(2).all(|w| w[0].seq < w[1].seq),
+        "in order: {seen:?}"
+    );
+
+    // `ctl watch-events` prints the next event of the store; pauses come until it has.
+    let mut ctl = binary::command("http://unused.invalid");
+    ctl.args(["ctl", "--server", &format!("http://{addr}"), "--json"])
+        .args(["watch-events", "--store", &id, "--count", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut ctl = ctl.spawn().expect("ctl watch-events");
+    let start = Instant::now();
+    let mut n = 0;
+    while ctl.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "ctl watch-events printed nothing"
+        );
+        n += 1;
+        pause(&c, &id, &format!("ctl {n}")).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let out = ctl.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).expect("one JSON line");
+    assert_eq!(line["kind"], "paused", "{line}");
+    assert_eq!(line["store_id"], id.as_str(), "{line}");
+    assert!(line["detail"].as_str().unwrap().contains("ctl "), "{line}");
+    resume(&c, &id).await;
+
+    pause(&c, &id, "disk maintenance").await;
+    resume(&c, &id).await;
+    let seen = until(
+        &mut mine,
+        "the resume after ctl's pauses",
+        kind(proto::EventKind::Resumed),
+    )
+    .await;
+    assert!(seen.iter().all(|e| e.store_id == id), "{seen:?}");
+    let seen = until(
+        &mut mine,
+        "the maintenance pause's resume",
+        kind(proto::EventKind::Resumed),
+    )
+    .await;
+    let paused = seen
+        .iter()
+        .find(|e| e.kind == proto::EventKind::Paused as i32)
+        .unwrap_or_else(|| panic!("{seen:?}"));
+    assert!(paused.detail.contains("disk maintenance"), "{paused:?}");
+
+    // Every webhook got CloudEvents naming the store; the filtered one only its kinds.
+    let got = all
+        .wait_for("the maintenance pause and its resume", |p| {
+            let pause = p.iter().position(|p| {
+                p.body["type"] == "dev.mushroom.backup.paused"
+                    && p.body["data"]["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("disk maintenance"))
+            });
+            pause.is_some_and(|at| {
+                p[at..]
+                    .iter()
+                    .any(|p| p.body["type"] == "dev.mushroom.backup.resumed")
+            })
+        })
+        .await;
+    for p in &got {
+        assert_eq!(p.content_type, "application/cloudevents+json", "{p:?}");
+        assert_eq!(p.path, "/hooks/all?token=t1");
+        assert_eq!(p.body["specversion"], "1.0", "{p:?}");
+        assert!(p.body["id"].as_str().is_some_and(|s| !s.is_empty()));
+        assert!(
+            p.body["source"]
+                .as_str()
+                .unwrap()
+                .starts_with("/mushroom-backup/")
+        );
+        assert!(p.body["time"].as_str().unwrap().ends_with('Z'), "{p:?}");
+        assert_eq!(p.body["data"]["store_id"], p.body["subject"]);
+    }
+    for t in ["registered", "restore_point_written", "paused", "resumed"] {
+        assert!(
+            got.iter()
+                .any(|p| p.body["type"] == format!("dev.mushroom.backup.{t}")
+                    && p.body["subject"] == id.as_str()),
+            "no {t} naming {id}: {:?}",
+            kinds_of(&got)
+        );
+    }
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|p| p.body["data"]["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+
+    let filtered = some
+        .wait_for("the filtered webhook's last resume", |p| {
+            p.iter()
+                .filter(|p| p.body["type"] == "dev.mushroom.backup.resumed")
+                .count()
+                >= 2
+        })
+        .await;
+    assert!(
+        filtered.iter().all(|p| {
+            p.body["type"] == "dev.mushroom.backup.paused"
+                || p.body["type"] == "dev.mushroom.backup.resumed"
+        }),
+        "{:?}",
+        kinds_of(&filtered)
+    );
+    assert!(
+        filtered.iter().all(|p| p.path == "/hooks/some"),
+        "the filter is not sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_down_for_a_while_gets_every_event_in_order_once_back() {
+    let d = served::dirs();
+    // A port nobody listens on (connections refused) until the receiver binds it again.
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/down");
+    let (mut server, addr) = served::start(
+        "serve",
+        serve(
+            &d,
+            &["--webhook-url", &url, "--metrics-listen", "127.0.0.1:0"],
+        ),
+    );
+    let metrics = metrics_addr(&mut server);
+    let c = client(addr).await;
+    let mut everything = watch(&c, "").await;
+    let id = register(&c, &d, "down").await;
+    until(
+        &mut everything,
+        "a restore point",
+        kind(proto::EventKind::RestorePointWritten),
+    )
+    .await;
+    for i in 0..5 {
+        pause(&c, &id, &format!("while the receiver is down {i}")).await;
+        resume(&c, &id).await;
+    }
+    let mut last = 0;
+    for i in 1..=5 {
+        last = until(
+            &mut everything,
+            &format!("resume {i}"),
+            kind(proto::EventKind::Resumed),
+        )
+        .await
+        .last()
+        .unwrap()
+        .seq;
+    }
+
+    // The receiver was down for these: the service said so, and kept them.
+    server.wait_for("log that the webhook fails", DEADLINE, |l| {
+        l.text
+            .contains("posting to the webhook failed")
+            .then_some(())
+    });
+    let receiver = Receiver::serve(TcpListener::bind(("127.0.0.1", port)).expect("the port again"));
+    let got = receiver
+        .wait_for(&format!("every event up to seq {last}"), |p| {
+            p.iter()
+                .any(|p| p.body["data"]["seq"].as_u64() >= Some(last))
+        })
+        .await;
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|p| p.body["data"]["seq"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = (1..=seqs.len() as u64).collect();
+    assert_eq!(
+        seqs, want,
+        "every event from the first, in order, none twice"
+    );
+    let resumes = got
+        .iter()
+        .filter(|p| {
+            p.body["type"] == "dev.mushroom.backup.resumed" && p.body["subject"] == id.as_str()
+        })
+        .count();
+    assert_eq!(resumes, 5, "{:?}", kinds_of(&got));
+
+    // The metrics count the failed attempts, the deliveries and the events published (the last
+    // delivery is counted once its answer is in: polled for).
+    let webhook = format!("webhook=\"127.0.0.1:{port}\"");
+    let deliveries = "mushroom_backup_webhook_deliveries_total";
+    let text = support::wait_for(DEADLINE, "every delivery counted ok", || {
+        let text = get_metrics(metrics);
+        let ok = value(&text, deliveries, &[&webhook, "outcome=\"ok\""]) >= seqs.len() as f64;
+        async move { if ok { Ok(text) } else { Err(text) } }
+    })
+    .await;
+    assert!(
+        value(&text, deliveries, &[&webhook, "outcome=\"failed\""]) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, deliveries, &["outcome=\"dropped\""]),
+        0.0,
+        "{text}"
+    );
+    assert!(
+        value(
+            &text,
+            "mushroom_backup_events_published_total",
+            &["kind=\"resumed\""]
+        ) >= 5.0,
+        "{text}"
+    );
+}
+
+/// The sum of the samples of `name` whose labels include every one of `labels`.
+fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The metrics address `serve --metrics-listen` logs.
+fn metrics_addr(server: &mut binary::Running) -> SocketAddr {
+    let parse = |text: &str| -> Option<SocketAddr> {
+        if !text.contains("serving Prometheus metrics on /metrics") {
+            return None;
+        }
+        let (_, rest) = text.split_once("addr=")?;
+        let a: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+            .collect();
+        a.parse().ok()
+    };
+    if let Some(a) = server.seen().iter().find_map(|l| parse(&l.text)) {
+        return a;
+    }
+    server.wait_for("log its metrics address", DEADLINE, |l| parse(&l.text))
+}
+
+/// GET /metrics: the body.
+fn get_metrics(addr: SocketAddr) -> String {
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to /metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or(response)
+}
+
+#[test]
+fn bad_webhook_flags_are_refused_at_start() {
+    let d = served::dirs();
+    for (flag, says) in [
+        ("ftp://127.0.0.1/x", "not http or https"),
+        (
+            "http://127.0.0.1/x?kinds=paused,pasued",
+            "unknown event kind \"pasued\"",
+        ),
+        ("not a url", "not a URL"),
+    ] {
+        let mut cmd = served::command(&d);
+        cmd.args(["--webhook-url", flag]);
+        let err = served::refused("serve", cmd);
+        assert!(err.contains(says), "{flag}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_event_carries_the_trace_of_the_call_that_caused_it() {
+    let (otlp_addr, received) = otlp::start().await;
+    let d = served::dirs();
+    let mut cmd = serve(&d, &[]);
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{otlp_addr}"))
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_SDK_DISABLED")
+        .env("OTEL_SERVICE_NAME", "mushroom-backup-under-test");
+    let (_server, addr) = served::start("serve (OTLP)", cmd);
+    let c = client(addr).await;
+    let id = register(&c, &d, "traced").await;
+    let mut mine = watch(&c, &id).await;
+    pause(&c, &id, "traced pause").await;
+    let paused = until(&mut mine, "the pause", kind(proto::EventKind::Paused))
+        .await
+        .pop()
+        .unwrap();
+    assert_eq!(paused.trace_id.len(), 32, "{paused:?}");
+    let spans = received
+        .wait_for(DEADLINE, |spans| {
+            spans
+                .iter()
+                .any(|s| hex::encode(&s.span.trace_id) == paused.trace_id)
+        })
+        .await;
+    let span = spans
+        .iter()
+        .find(|s| hex::encode(&s.span.trace_id) == paused.trace_id)
+        .unwrap_or_else(|| panic!("no span of trace {} exported", paused.trace_id));
+    assert!(span.span.name.contains("Pause"), "{}", span.span.name);
+}
