@@ -26,7 +26,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
     ("crypto", &["units", "bucket", "manifest"]),
-    ("at_rest", &["units", "bucket", "manifest"]),
+    ("at_rest", &["units", "bucket", "manifest", "crypto"]),
     (
         "lease",
         &["units", "pacing", "backoff", "bucket", "manifest"],
@@ -46,15 +46,18 @@ const FLOORS: &[(&str, &[&str])] = &[
             "wal_source",
             "health",
             "at_rest",
+            "crypto",
         ],
     ),
     (
         "restore",
-        &["units", "bucket", "manifest", "store", "at_rest"],
+        &["units", "bucket", "manifest", "store", "at_rest", "crypto"],
     ),
     (
         "verify",
-        &["units", "bucket", "manifest", "store", "restore", "at_rest"],
+        &[
+            "units", "bucket", "manifest", "store", "restore", "at_rest", "crypto",
+        ],
     ),
     ("listing", &["units", "bucket", "manifest"]),
     ("registry", &["units", "lease", "instance_lock"]),

@@ -666,9 +666,19 @@ impl Fleet {
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
         let bucket = bucket::open_read_only(&checked.url).await?;
+        // The instance's unwrapping keys (a key file; public-key mode has none, and an
+        // encrypted prefix then refuses the adopt with the key ids it needs).
+        let keys = self
+            .config
+            .worker
+            .encryption
+            .keys
+            .as_ref()
+            .map(|e| e.unwrap.clone());
         let opts = RestoreOptions {
             at,
             adopt: true,
+            keys: restore::keys::RestoreKeys::new(keys.unwrap_or_default()),
             ..RestoreOptions::default()
         };
         let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {
