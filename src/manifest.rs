@@ -156,6 +156,16 @@ pub struct ObjectEntry {
     pub plain_crc: Option<u32>,
 }
 
+impl Manifest {
+    /// Whether any object it names is encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.snapshot.iter().any(|s| s.object.encrypted)
+            || self.archives.iter().any(|a| a.object.encrypted)
+            || self.segments.iter().any(|s| s.object.encrypted)
+            || self.side_files.iter().any(|s| s.object.encrypted)
+    }
+}
+
 impl ObjectEntry {
     /// An object stored as its plain bytes.
     pub fn raw(key: String, len: u64, crc: u32, lineage: Uuid, generation: u64) -> ObjectEntry {
