@@ -136,9 +136,9 @@ fn is_false(b: &bool) -> bool {
 /// no key to check presence, length and CRC). An object stored as its plain bytes (codec
 /// `none`, not encrypted) has no `plain_len`/`plain_crc`, and its JSON is exactly what
 /// manifests held before codecs existed; an encoded one records both, the length and CRC-32
-/// of the bytes a restore writes. `encrypted` is the seam of the encryption stage
-/// (`src/at_rest/seal.rs`): always false today, and a build that cannot open an encrypted
-/// object refuses it rather than write its stored bytes.
+/// of the bytes a restore writes. An `encrypted` object (`src/at_rest/seal.rs`) records in
+/// `plain_crc` a keyed tag of its plain length and CRC (nothing a reader without the key can
+/// check a guess against); without its generation's key it is refused, never written out.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct ObjectEntry {
     pub key: String,
@@ -154,6 +154,16 @@ pub struct ObjectEntry {
     pub plain_len: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_crc: Option<u32>,
+}
+
+impl Manifest {
+    /// Whether any object it names is encrypted.
+    pub fn encrypted(&self) -> bool {
+        self.snapshot.iter().any(|s| s.object.encrypted)
+            || self.archives.iter().any(|a| a.object.encrypted)
+            || self.segments.iter().any(|s| s.object.encrypted)
+            || self.side_files.iter().any(|s| s.object.encrypted)
+    }
 }
 
 impl ObjectEntry {

@@ -15,9 +15,12 @@
 //!   checked on its own: whole frames, seqs continuing the previous segment's;
 //! - side file names are plain file names a restore can write;
 //! - an encoded (compressed) object decodes, and its plain bytes have the length and CRC the
-//!   manifest states; the checks above then read the plain bytes. An encrypted object (none
-//!   today; `src/at_rest/seal.rs`) is checked for presence, length and CRC of its stored
-//!   bytes only;
+//!   manifest states; the checks above then read the plain bytes. An encrypted object is
+//!   checked for presence, length and CRC of its stored bytes, and its generation must have a
+//!   wrapped data key; the restore point is reported `encrypted` with the key ids its
+//!   generations are wrapped for. With a key that opens them ([`VerifyOptions::keys`]) every
+//!   chunk is authenticated and the plain bytes checked as above (`authenticated`); a key
+//!   given that does not open a generation is a problem;
 //! - LATEST, if there is one, names an existing manifest that verifies, with its commit_seq and
 //!   lineage. A missing LATEST is not a problem: a crash between the first manifest and its
 //!   LATEST leaves exactly that.
@@ -36,11 +39,13 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::at_rest::decode::decode_bytes;
+use crate::at_rest::seal::GenerationKey;
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
     LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation,
     parse_manifest_key,
 };
+use crate::restore::keys::{EncryptionCheck, encryption_of};
 use crate::restore::side_file_name_problem;
 use crate::store::format::{
     FRAME_HEADER_LEN, SnapshotHeader, WalHeader, decode_snapshot, scan_frames, scan_wal,
@@ -54,11 +59,16 @@ const LIST_PARALLELISM: usize = 8;
 pub struct VerifyOptions {
     /// Requests in flight at once.
     pub parallelism: usize,
+    /// Keys to open encrypted generations with (none: stored bytes only).
+    pub keys: crate::restore::keys::RestoreKeys,
 }
 
 impl Default for VerifyOptions {
     fn default() -> Self {
-        VerifyOptions { parallelism: 8 }
+        VerifyOptions {
+            parallelism: 8,
+            keys: Default::default(),
+        }
     }
 }
 
@@ -80,6 +90,8 @@ pub struct ManifestCheck {
     pub ok: bool,
     /// Each names the object or field and what is wrong with it.
     pub problems: Vec<String>,
+    /// When it names encrypted objects: their key ids, and whether they authenticated.
+    pub encrypted: Option<EncryptionCheck>,
 }
 
 /// LATEST's verdict.
@@ -119,6 +131,9 @@ impl fmt::Display for ManifestCheck {
         }
         if let Some(l) = self.lineage {
             write!(f, "  lineage {l}")?;
+        }
+        if let Some(e) = &self.encrypted {
+            write!(f, "  {e}")?;
         }
         if !self.problems.is_empty() {
             write!(f, ": {}", self.problems.join("; "))?;
@@ -212,7 +227,12 @@ enum Fetched {
     Got(Facts),
 }
 
-fn facts_of(stored: &[u8], roles: &BTreeSet<Role>, entry: &ObjectEntry) -> Facts {
+fn facts_of(
+    stored: &[u8],
+    roles: &BTreeSet<Role>,
+    entry: &ObjectEntry,
+    key: Option<GenerationKey>,
+) -> Facts {
     let mut facts = Facts {
         len: stored.len() as u64,
         crc: crc32fast::hash(stored),
@@ -221,7 +241,7 @@ fn facts_of(stored: &[u8], roles: &BTreeSet<Role>, entry: &ObjectEntry) -> Facts
         wal: None,
         frames: None,
     };
-    if entry.encrypted {
+    if entry.encrypted && key.is_none() {
         return facts;
     }
     let decoded;
@@ -231,9 +251,11 @@ fn facts_of(stored: &[u8], roles: &BTreeSet<Role>, entry: &ObjectEntry) -> Facts
         let mut probe = entry.clone();
         probe.len = facts.len;
         probe.crc = facts.crc;
-        match decode_bytes(&probe, stored) {
+        match decode_bytes(&probe, key.as_ref(), stored) {
             Ok(d) => {
-                facts.plain = Some(Ok((d.len() as u64, crc32fast::hash(&d))));
+                let (len, crc) = (d.len() as u64, crc32fast::hash(&d));
+                let check = key.as_ref().map_or(crc, |k| k.plain_tag(len, crc));
+                facts.plain = Some(Ok((len, check)));
                 decoded = d;
                 &decoded[..]
             }
@@ -288,19 +310,22 @@ async fn fetch_facts(
     bucket: &dyn Bucket,
     key: &str,
     (roles, entry): (BTreeSet<Role>, ObjectEntry),
+    open: Option<GenerationKey>,
 ) -> Result<Fetched, VerifyError> {
     match bucket.get(key).await {
         Ok(obj) => {
-            let facts = tokio::task::spawn_blocking(move || facts_of(&obj.data, &roles, &entry))
-                .await
-                .map_err(|e| VerifyError::Bucket {
-                    url: bucket.url(),
-                    source: BucketError::Permanent {
-                        op: "check",
-                        key: key.to_string(),
-                        message: format!("check task failed: {e}"),
-                    },
-                })?;
+            let check = move || facts_of(&obj.data, &roles, &entry, open);
+            let facts =
+                tokio::task::spawn_blocking(check)
+                    .await
+                    .map_err(|e| VerifyError::Bucket {
+                        url: bucket.url(),
+                        source: BucketError::Permanent {
+                            op: "check",
+                            key: key.to_string(),
+                            message: format!("check task failed: {e}"),
+                        },
+                    })?;
             Ok(Fetched::Got(facts))
         }
         Err(BucketError::NotFound { .. }) => Ok(Fetched::Missing),
@@ -397,22 +422,28 @@ pub async fn verify(
 ) -> Result<VerifyReport, VerifyError> {
     let parallelism = opts.parallelism.max(1);
     let manifests = load_manifests(bucket, parallelism).await?;
-    let fetched: Vec<Result<(String, Fetched), VerifyError>> =
-        futures::stream::iter(roles_by_key(&manifests))
-            .map(|(key, roles)| async move {
-                let f = fetch_facts(bucket, &key, roles).await?;
-                Ok((key, f))
-            })
-            .buffer_unordered(parallelism)
-            .collect()
-            .await;
+    let roles = roles_by_key(&manifests);
+    let keys = opts
+        .keys
+        .survey(bucket, roles.values().map(|(_, e)| e))
+        .await
+        .map_err(bucket_err(bucket))?;
+    let fetched: Vec<Result<(String, Fetched), VerifyError>> = futures::stream::iter(roles)
+        .map(|(key, roles)| {
+            let open = keys.get(&roles.1.generation).and_then(|k| k.opened());
+            async move { Ok((key.clone(), fetch_facts(bucket, &key, roles, open).await?)) }
+        })
+        .buffer_unordered(parallelism)
+        .collect()
+        .await;
     let facts: HashMap<String, Fetched> = fetched.into_iter().collect::<Result<_, _>>()?;
 
     let checks: Vec<ManifestCheck> = manifests
         .iter()
         .map(|(key, m)| match m {
             Ok(m) => {
-                let problems = check_manifest(m, &facts);
+                let mut problems = check_manifest(m, &facts);
+                let encrypted = encryption_of(m, &keys, &mut problems);
                 ManifestCheck {
                     key: key.clone(),
                     commit_seq: Some(m.commit_seq),
@@ -420,6 +451,7 @@ pub async fn verify(
                     generation: Some(m.generation),
                     ok: problems.is_empty(),
                     problems,
+                    encrypted,
                 }
             }
             Err(why) => ManifestCheck {
@@ -429,6 +461,7 @@ pub async fn verify(
                 generation: None,
                 ok: false,
                 problems: vec![why.clone()],
+                encrypted: None,
             },
         })
         .collect();
@@ -524,7 +557,9 @@ fn check_manifest(m: &Manifest, facts: &HashMap<String, Fetched>) -> Vec<String>
                     ));
                     None
                 } else {
-                    match (&f.plain, e.is_encoded() && !e.encrypted) {
+                    // Decoded unless encrypted and read without its key.
+                    let decoded = e.is_encoded() && !(e.encrypted && f.plain.is_none());
+                    match (&f.plain, decoded) {
                         (None, false) => Some(f.clone()),
                         (Some(Ok((len, crc))), true)
                             if *len == e.plain_len() && *crc == e.plain_crc() =>

@@ -26,7 +26,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("bucket", &["units", "backoff", "telemetry"]),
     ("store", &["units"]),
     ("crypto", &["units", "bucket", "manifest"]),
-    ("at_rest", &["units", "bucket", "manifest"]),
+    ("at_rest", &["units", "bucket", "manifest", "crypto"]),
     (
         "lease",
         &["units", "pacing", "backoff", "bucket", "manifest"],
@@ -48,11 +48,12 @@ const FLOORS: &[(&str, &[&str])] = &[
             "health",
             "at_rest",
             "events",
+            "crypto",
         ],
     ),
     (
         "restore",
-        &["units", "bucket", "manifest", "store", "at_rest"],
+        &["units", "bucket", "manifest", "store", "at_rest", "crypto"],
     ),
     (
         "drill",
@@ -60,7 +61,9 @@ const FLOORS: &[(&str, &[&str])] = &[
     ),
     (
         "verify",
-        &["units", "bucket", "manifest", "store", "restore", "at_rest"],
+        &[
+            "units", "bucket", "manifest", "store", "restore", "at_rest", "crypto",
+        ],
     ),
     ("listing", &["units", "bucket", "manifest"]),
     ("registry", &["units", "lease", "instance_lock"]),

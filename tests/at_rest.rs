@@ -65,7 +65,7 @@ async fn text_compresses_round_trips_and_random_is_stored_raw() {
     assert_eq!(crc32fast::hash(&stored), e.stored.crc);
     let entry = e.entry("k/text".into(), uuid::Uuid::nil(), 1);
     assert_eq!(entry.plain_len(), plain.len() as u64);
-    assert_eq!(decode_bytes(&entry, &stored).unwrap(), plain);
+    assert_eq!(decode_bytes(&entry, None, &stored).unwrap(), plain);
 
     let noise = random(300_000);
     let r = encode("k/random", Plain::Bytes(Bytes::from(noise.clone())), &opts).unwrap();
@@ -116,7 +116,7 @@ async fn a_file_is_encoded_from_its_descriptor_into_an_unnamed_spool_and_bound_t
     }
     let stored = body_bytes(&e.body).await;
     let entry = e.entry("k/a".into(), uuid::Uuid::nil(), 1);
-    assert_eq!(decode_bytes(&entry, &stored).unwrap(), plain);
+    assert_eq!(decode_bytes(&entry, None, &stored).unwrap(), plain);
 
     // The file changed after its check: refused, nothing to upload.
     let wrong = Plain::File {
@@ -153,7 +153,7 @@ async fn corrupt_truncated_or_longer_stored_bytes_fail_naming_the_object() {
         ("cut", cut),
         ("longer", &longer[..]),
     ] {
-        let err = decode_bytes(&entry, bad).unwrap_err();
+        let err = decode_bytes(&entry, None, bad).unwrap_err();
         assert!(matches!(err, AtRestError::Corrupt { .. }), "{what}: {err}");
         assert!(
             err.to_string().contains("gen/0000000001/snapshot.bin"),
@@ -190,15 +190,15 @@ async fn corrupt_truncated_or_longer_stored_bytes_fail_naming_the_object() {
 #[test]
 fn a_segment_no_manifest_describes_is_recognised_raw_or_zstd() {
     let plain = Bytes::from(text(50_000));
-    let (raw, back) = recognise("k", &plain, plain.len() as u64).unwrap();
+    let (raw, back) = recognise("k", &plain, plain.len() as u64, None).unwrap();
     assert_eq!((raw.codec, back.len()), (Codec::None, plain.len()));
     let z = Bytes::from(zstd::bulk::compress(&plain, 3).unwrap());
-    let (e, back) = recognise("k", &z, plain.len() as u64).unwrap();
+    let (e, back) = recognise("k", &z, plain.len() as u64, None).unwrap();
     assert_eq!(e.codec, Codec::Zstd);
     assert_eq!(back, plain);
     assert_eq!(e.plain_crc, Some(crc32fast::hash(&plain)));
-    assert!(recognise("k", &z, plain.len() as u64 + 1).is_none());
-    assert!(recognise("k", &plain.slice(1..), plain.len() as u64).is_none());
+    assert!(recognise("k", &z, plain.len() as u64 + 1, None).is_none());
+    assert!(recognise("k", &plain.slice(1..), plain.len() as u64, None).is_none());
 }
 
 #[test]

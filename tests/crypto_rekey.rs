@@ -560,19 +560,15 @@ fn bucket_commands_with_a_bad_key_fail_before_touching_anything() {
         err.contains("--encryption-key-file: ") && err.contains("no such file"),
         "{err}"
     );
-    // A good key still stops `backup`: the data path does not encrypt yet, and a configured
-    // key never means plaintext.
-    std::fs::write(
-        dir.path().join("good.key"),
-        KeyFileKey::generate().file_content().as_bytes(),
-    )
-    .unwrap();
+    // An identity file alone cannot wrap a new generation's key: `backup` refuses it.
+    let identity = dir.path().join("alone.age");
+    std::fs::write(&identity, AgeIdentity::generate().file_content().as_bytes()).unwrap();
     let (ok, _, err) = run(bin()
         .args(["backup", "--once", "--store"])
         .arg(&store)
-        .args(["--to", &dest_url, "--encryption-key-file"])
-        .arg(dir.path().join("good.key")));
+        .args(["--to", &dest_url, "--encryption-identity-file"])
+        .arg(&identity));
     assert!(!ok);
-    assert!(err.contains("refusing to write plaintext"), "{err}");
+    assert!(err.contains("only unwraps"), "{err}");
     assert!(!dest.exists());
 }

@@ -66,6 +66,7 @@ impl<W: Write> Write for Inner<W> {
 /// A push-based decoder of one object into `W`.
 pub struct Decoder<W: Write> {
     entry: ObjectEntry,
+    key: Option<OpenKey>,
     stages: StoredSink<OpenStage<Inner<W>>>,
 }
 
@@ -94,6 +95,7 @@ impl<W: Write> Decoder<W> {
         let open = OpenStage::new(entry.encrypted, key, &entry.key, inner)?;
         Ok(Decoder {
             entry: entry.clone(),
+            key: key.cloned(),
             stages: StoredSink::new(open),
         })
     }
@@ -111,7 +113,7 @@ impl<W: Write> Decoder<W> {
 
     /// Ends the stream and checks it against the entry; returns the output and the tallies.
     pub fn finish(self) -> Result<(W, Decoded), AtRestError> {
-        let Decoder { entry, stages } = self;
+        let Decoder { entry, key, stages } = self;
         let fail = |what: &'static str, e: io::Error| Decoder::<W>::error_of(&entry, what, e);
         let (open, stored) = stages.into_parts();
         let inner = open.finish().map_err(|e| fail("open", e))?;
@@ -143,17 +145,28 @@ impl<W: Write> Decoder<W> {
                 entry.plain_len()
             )));
         }
-        if plain.crc != entry.plain_crc() {
+        let check = match (&key, entry.encrypted) {
+            (Some(k), true) => k.plain_tag(plain.len, plain.crc),
+            _ => plain.crc,
+        };
+        if check != entry.plain_crc() {
             return Err(corrupt(format!(
-                "CRC mismatch of the decoded bytes (expected {:08x}, got {:08x})",
+                "{} mismatch of the decoded bytes (expected {:08x}, got {:08x})",
+                if entry.encrypted { "keyed tag" } else { "CRC" },
                 entry.plain_crc(),
-                plain.crc
+                check
             )));
         }
         Ok((out, Decoded { stored, plain }))
     }
 
     fn error_of(entry: &ObjectEntry, what: &'static str, e: io::Error) -> AtRestError {
+        if let Some(s) = crate::crypto::StreamError::of(&e) {
+            return AtRestError::Corrupt {
+                key: entry.key.clone(),
+                detail: format!("does not open: {s}"),
+            };
+        }
         if e.get_ref().is_some_and(|i| i.is::<OutputError>()) {
             return AtRestError::Io {
                 key: entry.key.clone(),
@@ -171,10 +184,15 @@ impl<W: Write> Decoder<W> {
     }
 }
 
-/// Decodes a whole object held in memory (verify, resume, cached extension segments).
-pub fn decode_bytes(entry: &ObjectEntry, stored: &[u8]) -> Result<Vec<u8>, AtRestError> {
+/// Decodes a whole object held in memory (verify, resume, cached extension segments); `key`
+/// is the entry's generation's, for a sealed object.
+pub fn decode_bytes(
+    entry: &ObjectEntry,
+    key: Option<&OpenKey>,
+    stored: &[u8],
+) -> Result<Vec<u8>, AtRestError> {
     let cap = crate::units::usize_of(entry.plain_len().min(64 << 20));
-    let mut d = Decoder::new(entry, None, Vec::with_capacity(cap))?;
+    let mut d = Decoder::new(entry, key, Vec::with_capacity(cap))?;
     d.write_stored(stored)?;
     Ok(d.finish()?.0)
 }
@@ -187,12 +205,20 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// always shorter than its plain bytes, or the encoder stores it raw), else zstd when it
 /// decodes to exactly `plain_len` bytes. Returns the entry (stored and plain length and CRC,
 /// lineage and generation left to the caller) and the plain bytes, or `None`.
+///
+/// A sealed object (it starts with the seal's magic) is recognised only with `open`, its
+/// generation's key: it must open, and its content be raw `plain_len` bytes or zstd decoding
+/// to them; its entry records the keyed tag.
 pub fn recognise(
     key: &str,
     stored: &bytes::Bytes,
     plain_len: u64,
+    open: Option<&OpenKey>,
 ) -> Option<(ObjectEntry, bytes::Bytes)> {
     let crc = crc32fast::hash(stored);
+    if stored.starts_with(crate::crypto::stream::MAGIC) {
+        return recognise_sealed(key, stored, crc, plain_len, open?);
+    }
     if stored.len() as u64 == plain_len {
         return Some((
             ObjectEntry::raw(key.to_string(), plain_len, crc, uuid::Uuid::nil(), 0),
@@ -226,4 +252,40 @@ pub fn recognise(
     }
     probe.plain_crc = Some(tally.crc);
     Some((probe, bytes::Bytes::from(plain)))
+}
+
+/// [`recognise`] of a sealed object.
+fn recognise_sealed(
+    key: &str,
+    stored: &bytes::Bytes,
+    crc: u32,
+    plain_len: u64,
+    open: &OpenKey,
+) -> Option<(ObjectEntry, bytes::Bytes)> {
+    let mut o = crate::crypto::OpenWriter::new(Vec::new(), open.data_key(), key);
+    o.write_all(stored).ok()?;
+    let inner = o.finish().ok()?;
+    let (codec, plain) = if inner.len() as u64 == plain_len {
+        (Codec::None, inner)
+    } else if inner.starts_with(&ZSTD_MAGIC) && (inner.len() as u64) < plain_len {
+        let plain = zstd::stream::decode_all(&inner[..]).ok()?;
+        (Codec::Zstd, plain)
+    } else {
+        return None;
+    };
+    if plain.len() as u64 != plain_len {
+        return None;
+    }
+    let mut e = ObjectEntry::raw(
+        key.to_string(),
+        stored.len() as u64,
+        crc,
+        uuid::Uuid::nil(),
+        0,
+    );
+    e.codec = codec;
+    e.encrypted = true;
+    e.plain_len = Some(plain_len);
+    e.plain_crc = Some(open.plain_tag(plain_len, crc32fast::hash(&plain)));
+    Some((e, bytes::Bytes::from(plain)))
 }

@@ -24,8 +24,7 @@ const READ_CHUNK: usize = 1 << 20;
 #[derive(Debug, Clone, Default)]
 pub struct EncodeOptions {
     pub compression: Compression,
-    /// The generation's encryption key, when encryption lands; always `None` today (see
-    /// [`super::seal`]).
+    /// The generation's data key: every object is sealed with it (see [`super::seal`]).
     pub seal: Option<SealKey>,
 }
 
@@ -38,6 +37,9 @@ pub struct Encoded {
     pub body: Body,
     pub stored: Tally,
     pub plain: Tally,
+    /// What the entry records as `plain_crc`: the plain CRC, or for a sealed object its
+    /// keyed tag ([`super::seal::GenerationKey::plain_tag`]).
+    pub plain_check: u32,
 }
 
 impl Encoded {
@@ -60,7 +62,7 @@ impl Encoded {
             e.codec = self.codec;
             e.encrypted = self.encrypted;
             e.plain_len = Some(self.plain.len);
-            e.plain_crc = Some(self.plain.crc);
+            e.plain_crc = Some(self.plain_check);
         }
         e
     }
@@ -122,6 +124,7 @@ impl Plain {
                     body: Body::Bytes(b),
                     stored: t,
                     plain: t,
+                    plain_check: t.crc,
                 }
             }
             Plain::File {
@@ -143,6 +146,7 @@ impl Plain {
                     },
                     stored: t,
                     plain: t,
+                    plain_check: t.crc,
                 }
             }
         })
@@ -188,7 +192,7 @@ pub fn encode_into(
         }
     };
     let stored = StoredSink::new(spool);
-    let seal = SealStage::new(opts.seal.as_ref(), key, stored);
+    let seal = SealStage::new(opts.seal.as_ref(), key, stored).map_err(io("start the seal"))?;
     let mut stage: Stage<_> = match level {
         Some(l) => {
             Stage::Zstd(zstd::stream::write::Encoder::new(seal, l).map_err(io("start zstd"))?)
@@ -235,6 +239,10 @@ pub fn encode_into(
         body: spool.into_body(stored.crc),
         stored,
         plain: plain_tally,
+        plain_check: match &opts.seal {
+            Some(k) => k.plain_tag(plain_tally.len, plain_tally.crc),
+            None => plain_tally.crc,
+        },
     })
 }
 

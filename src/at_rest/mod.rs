@@ -21,7 +21,8 @@
 //! - [`decode`]: a push-based decoder for restore and verify; it checks the stored length and
 //!   CRC and the plain length and CRC against the manifest entry, and refuses to write more
 //!   plain bytes than the entry states (a corrupt or hostile object cannot fill a disk).
-//! - [`seal`]: the seam of the encryption stage (identity today; see there).
+//! - [`seal`]: the encryption stage: sealing with the generation's data key, opening, and the
+//!   keyed tag a sealed entry records instead of its plain CRC (see there).
 //!
 //! Invariants: the plain bytes an encoder reads are CRC-checked against the CRC the caller
 //! checked them with (an archive or snapshot changed after its check is refused, nothing is
@@ -30,8 +31,8 @@
 //!
 //! Beyond DESIGN.md: the manifest records `plain_crc` as well as the codec and `plain_len`,
 //! because the worker decides reuse (an archive, snapshot or side file already in the prefix)
-//! and divergence of `wal.bin` by the plain CRC of the local file; with encryption that field
-//! must become keyed ([`seal`]).
+//! and divergence of `wal.bin` by the plain CRC of the local file; for a sealed object the
+//! field holds a keyed tag of the plain length and CRC instead ([`seal`]).
 
 pub mod decode;
 pub mod encode;
@@ -113,7 +114,7 @@ pub enum AtRestError {
     /// Stored bytes that do not decode to what the manifest states.
     #[error("{key}: {detail}")]
     Corrupt { key: String, detail: String },
-    /// An encrypted object, and this build has no open stage for it.
+    /// An encrypted object, and no key for its generation was given.
     #[error(
         "{key}: the object is encrypted and this build has no key to open it (nothing is written \
          from it)"

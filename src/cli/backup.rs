@@ -35,8 +35,10 @@ pub struct BackupArgs {
 }
 
 pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
-    a.encryption.load_for_writing("backup")?;
-    let config = a.settings.config()?;
+    // Fail closed: a key that cannot be had stops here, before the bucket is touched.
+    let encryption = a.encryption.load_for_writing("backup")?;
+    let mut config = a.settings.config()?;
+    config.encryption.keys = encryption;
     if !a
         .store
         .join(mushroom_backup::store::disk::WAL_FILE)

@@ -52,16 +52,20 @@ impl EncryptionArgs {
         self.load()
     }
 
-    /// For the commands that write a bucket: loads the keys, and refuses to go on while any
-    /// is given, because the data path does not encrypt yet: never plaintext under a
-    /// configured key.
-    pub fn load_for_writing(&self, command: &str) -> anyhow::Result<()> {
-        if self.load()?.is_some() {
+    /// For the commands that write a bucket (`backup`, `serve`): loads the keys (fail
+    /// closed: any problem is an error before the bucket is touched), and refuses keys that
+    /// cannot wrap (an identity file alone: nothing to wrap a new generation's key for).
+    pub fn load_for_writing(&self, command: &str) -> anyhow::Result<Option<Encryption>> {
+        let loaded = self.load()?;
+        if let Some(enc) = &loaded
+            && enc.wrap.is_empty()
+        {
             anyhow::bail!(
-                "{command}: encryption flags are set, but this build does not encrypt the data path yet; refusing to write plaintext"
+                "{command}: --encryption-identity-file only unwraps; a writer needs \
+                 --encryption-key-file or --encryption-recipient to wrap each generation's key"
             );
         }
-        Ok(())
+        Ok(loaded)
     }
 }
 

@@ -69,10 +69,10 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
     if a.parallelism == 0 {
         anyhow::bail!("--parallelism must be at least 1");
     }
-    // Loaded and checked (fail closed), not yet used by the data path.
-    let _keys = a.encryption.load_for_reading()?;
+    let keys = a.encryption.load_for_reading()?;
     let bucket = bucket::open_read_only(&a.from).await?;
     let opts = RestoreOptions {
+        keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
         at: a.at,
         restore_point_only: a.restore_point_only,
         adopt: a.adopt,
@@ -92,10 +92,13 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
-    // Loaded and checked (fail closed), not yet used by the data path.
-    let _keys = a.encryption.load_for_reading()?;
+    let keys = a.encryption.load_for_reading()?;
     let bucket = bucket::open_read_only(&a.from).await?;
-    let report = verify::verify(bucket.as_ref(), &VerifyOptions::default()).await?;
+    let opts = VerifyOptions {
+        keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
+        ..VerifyOptions::default()
+    };
+    let report = verify::verify(bucket.as_ref(), &opts).await?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -387,10 +387,12 @@ fn admin_token(
 }
 
 pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
-    a.encryption.load_for_writing("serve")?;
+    // Fail closed: a key that cannot be had stops here, before anything is served.
+    let encryption = a.encryption.load_for_writing("serve")?;
     // Checked at start, not at the first `file://` store's registration.
     mushroom_backup::bucket::fs::FileModes::from_env().map_err(anyhow::Error::msg)?;
-    let (config, telemetry) = resolve(a)?;
+    let (mut config, telemetry) = resolve(a)?;
+    config.worker.encryption.keys = encryption;
     let guard = mushroom_backup::telemetry::init(&mushroom_backup::telemetry::TelemetryConfig {
         log_format: telemetry.log_format,
         metrics_listen: telemetry.metrics_listen,

@@ -43,6 +43,10 @@ pub struct WorkerSettings {
         allow_negative_numbers = true
     )]
     pub compression_level: Option<i64>,
+    /// Write into a prefix that holds generations of the other kind (plaintext beside
+    /// encrypted ones, or encrypted beside plaintext); refused without it.
+    #[arg(long)]
+    pub allow_mixed_encryption: bool,
 }
 
 /// The `[worker]` table of the TOML file.
@@ -162,6 +166,10 @@ impl WorkerSettings {
             },
             conditional_writes: self.conditional_on(file)?,
             compression: self.compression(file)?,
+            encryption: mushroom_backup::crypto::WriterEncryption {
+                keys: None,
+                allow_mixed: self.allow_mixed_encryption,
+            },
             ..base
         })
     }

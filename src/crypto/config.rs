@@ -50,6 +50,14 @@ impl Encryption {
     }
 }
 
+/// What a writer (backup, serve) encrypts with: the keys (`None`: plaintext), and whether it
+/// may write into a prefix holding generations of the other kind (`--allow-mixed-encryption`).
+#[derive(Debug, Clone, Default)]
+pub struct WriterEncryption {
+    pub keys: Option<Encryption>,
+    pub allow_mixed: bool,
+}
+
 /// A setting that cannot be loaded: the flag it came from, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("--{flag}: {problem}")]

@@ -12,9 +12,8 @@
 //!
 //! A writer of a generation writes its wrappers right after its GENERATION claim and before
 //! any data object of it (so a generation with data always has its key in the bucket);
-//! [`wrap_generation_key`] writes one per KEK. Retention must treat `keys/` like the claim:
-//! part of the generation, deleted only with it (today's `worker::retention` would delete
-//! them as unnamed objects: the lead wires this in).
+//! [`wrap_generation_key`] writes one per KEK. Retention treats `keys/` like the claim:
+//! part of the generation, deleted only with it (`worker::retention`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

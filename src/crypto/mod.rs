@@ -50,10 +50,18 @@
 //! - `rekey` ([`rekey`]) keeps, at every request, a wrapper each generation opens with under
 //!   the old or the new key; see its docs.
 //!
-//! # Not yet here
-//! The worker's upload path, restore and verify do not call this module yet (the data path is
-//! the `at_rest` seam's); the CLI loads the flags and refuses to back up while they are set
-//! rather than upload plaintext.
+//! # Where it is used
+//! - The data path seals and opens through `at_rest::seal` (a sealed object's manifest entry
+//!   records a keyed tag instead of its plain CRC; see there).
+//! - The worker (`worker::keys`) makes a generation's data key and writes its wrappers right
+//!   after the claim; on resume it opens the current generation's key with a key file, and
+//!   in public-key mode (recipients only) starts a new generation instead. It refuses a
+//!   prefix of the other kind (plaintext vs encrypted) unless `--allow-mixed-encryption`.
+//! - Retention keeps a generation's wrappers while any object of it is named and deletes
+//!   them after its last data object, before its claim.
+//! - Restore (`restore::keys`) opens every generation key a restore point needs before it
+//!   stages anything; verify reports each restore point's key ids, and with a key
+//!   authenticates every chunk.
 
 pub mod config;
 pub mod key_objects;
@@ -63,7 +71,7 @@ mod secret_file;
 pub mod stream;
 pub mod wrapper;
 
-pub use config::{ConfigError, Encryption, EncryptionSettings};
+pub use config::{ConfigError, Encryption, EncryptionSettings, WriterEncryption};
 pub use key_objects::{KeyObjectError, OpenedKey, open_generation_key, wrap_generation_key};
 pub use keys::{AgeIdentity, AgeRecipient, DataKey, KekId, KeyError, KeyFileKey};
 pub use secret_file::SecretFileError;

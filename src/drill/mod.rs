@@ -115,6 +115,7 @@ pub async fn drill(
     scratch_root: &Path,
     label: &str,
     at: Option<u64>,
+    keys: crate::restore::keys::RestoreKeys,
 ) -> Result<Drilled, DrillError> {
     let scratch = Scratch::create(scratch_root, label)?;
     let target = scratch.path.join("store");
@@ -122,6 +123,7 @@ pub async fn drill(
         at,
         // The restore point itself, exactly what its manifest promises.
         restore_point_only: at.is_none(),
+        keys,
         ..RestoreOptions::default()
     };
     let started = Instant::now();

@@ -45,12 +45,15 @@ fn at_rest_error(e: AtRestError) -> RestoreError {
             source,
         },
         AtRestError::Corrupt { key, detail } => RestoreError::BadObject { key, detail },
-        e @ (AtRestError::Sealed { .. }
-        | AtRestError::Changed { .. }
-        | AtRestError::Settings { .. }) => RestoreError::BadObject {
-            key: String::new(),
-            detail: e.to_string(),
+        AtRestError::Sealed { key } => RestoreError::Key {
+            detail: format!("{key} is encrypted and no key for its generation was opened"),
         },
+        e @ (AtRestError::Changed { .. } | AtRestError::Settings { .. }) => {
+            RestoreError::BadObject {
+                key: String::new(),
+                detail: e.to_string(),
+            }
+        }
     }
 }
 
@@ -60,6 +63,7 @@ pub(super) async fn decode_piece(
     bucket: &dyn Bucket,
     piece: &Piece,
     entry: &ObjectEntry,
+    key: Option<crate::at_rest::seal::GenerationKey>,
     cached: Option<Bytes>,
     file: Arc<File>,
 ) -> Result<(), RestoreError> {
@@ -67,7 +71,7 @@ pub(super) async fn decode_piece(
         file,
         pos: piece.offset,
     };
-    let mut decoder = Some(Decoder::new(entry, None, out).map_err(at_rest_error)?);
+    let mut decoder = Some(Decoder::new(entry, key.as_ref(), out).map_err(at_rest_error)?);
     let ranges: Vec<Range<u64>> = match &cached {
         Some(_) => std::iter::once(0..piece.len).collect(),
         None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))

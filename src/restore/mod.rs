@@ -79,6 +79,7 @@ use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
 mod decode;
+pub mod keys;
 pub mod plan;
 pub mod readback;
 pub mod stage;
@@ -102,6 +103,8 @@ pub struct RestoreOptions {
     /// Also read a reference-engine store with the engine before the rename (see the module
     /// docs).
     pub engine_check: bool,
+    /// The keys encrypted generations are opened with ([`keys`]).
+    pub keys: keys::RestoreKeys,
 }
 
 impl Default for RestoreOptions {
@@ -113,6 +116,7 @@ impl Default for RestoreOptions {
             parallelism: 8,
             progress: false,
             engine_check: false,
+            keys: keys::RestoreKeys::default(),
         }
     }
 }
@@ -230,6 +234,9 @@ pub enum RestoreError {
     },
     #[error(transparent)]
     Disk(#[from] DiskError),
+    /// An encrypted generation that no key given opens (which key ids it needs).
+    #[error("encrypted backup: {detail}")]
+    Key { detail: String },
     /// The staged store does not read back as expected.
     #[error("read-back of {}: {detail}", dir.display())]
     ReadBack { dir: PathBuf, detail: String },
@@ -254,7 +261,19 @@ pub async fn restore(
         })??;
 
     let plan = plan::choose(bucket, opts).await?;
-    let layout = stage::layout(&plan)?;
+    let mut layout = stage::layout(&plan)?;
+    // Every generation key before anything is staged: a missing or wrong key leaves nothing.
+    let m = &plan.manifest;
+    let entries = m
+        .snapshot
+        .iter()
+        .map(|s| &s.object)
+        .chain(m.archives.iter().map(|a| &a.object))
+        .chain(m.segments.iter().map(|s| &s.object))
+        .chain(m.side_files.iter().map(|s| &s.object))
+        .chain(plan.extension.iter().map(|s| &s.object));
+    opts.keys.open_all(bucket, entries).await?;
+    layout.keys = opts.keys.clone();
     let parent = opts.adopt.then(|| ParentRecord {
         lineage: plan.manifest.lineage,
         manifest: plan.manifest_key.clone(),

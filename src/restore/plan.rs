@@ -52,7 +52,7 @@ pub(crate) async fn choose(
             let ext = if opts.restore_point_only {
                 Extension::none(&manifest)
             } else {
-                extend(bucket, &manifest, None, parallelism).await?
+                extend(bucket, &manifest, None, parallelism, &opts.keys).await?
             };
             warnings.extend(ext.warnings);
             Ok(Plan {
@@ -65,7 +65,7 @@ pub(crate) async fn choose(
                 warnings,
             })
         }
-        Some(n) => choose_at(bucket, n, opts.restore_point_only, parallelism).await,
+        Some(n) => choose_at(bucket, n, opts.restore_point_only, parallelism, &opts.keys).await,
     }
 }
 
@@ -181,6 +181,7 @@ async fn choose_at(
     n: u64,
     restore_point_only: bool,
     parallelism: usize,
+    keys: &super::keys::RestoreKeys,
 ) -> Result<Plan, RestoreError> {
     let mut warnings = Vec::new();
     let all = all_manifests(bucket, parallelism, &mut warnings).await?;
@@ -217,7 +218,7 @@ async fn choose_at(
             continue;
         }
         for newest in newest_per_generation(group).into_values().rev() {
-            let ext = extend(bucket, &newest.1, Some(n), parallelism).await?;
+            let ext = extend(bucket, &newest.1, Some(n), parallelism, keys).await?;
             if ext.reach >= n {
                 return Ok(plan(newest, ext, warnings));
             }
@@ -246,7 +247,11 @@ async fn choose_at(
         let high = match reach.get(generation) {
             Some(r) => *r,
             None if restore_point_only => newest.1.commit_seq,
-            None => extend(bucket, &newest.1, None, parallelism).await?.reach,
+            None => {
+                extend(bucket, &newest.1, None, parallelism, keys)
+                    .await?
+                    .reach
+            }
         };
         ranges.push(low..=high);
     }
@@ -301,6 +306,7 @@ pub(crate) async fn extend(
     m: &Manifest,
     limit: Option<u64>,
     parallelism: usize,
+    keys: &super::keys::RestoreKeys,
 ) -> Result<Extension, RestoreError> {
     let mut ext = Extension::none(m);
     let mut candidates: Candidates = BTreeMap::new();
@@ -362,8 +368,13 @@ pub(crate) async fn extend(
                 }
                 Err(e) => return Err(e.into()),
             };
+            // A sealed segment opens with its generation's key (an error if none given).
+            let open = match data.starts_with(crate::crypto::stream::MAGIC) {
+                true => Some(keys.open(bucket, m.lineage, m.generation).await?),
+                false => None,
+            };
             let Some((mut object, plain)) =
-                crate::at_rest::decode::recognise(&key, &data, end - start)
+                crate::at_rest::decode::recognise(&key, &data, end - start, open.as_ref())
             else {
                 let w = format!(
                     "{key}: {} bytes that neither are nor decode to the {} its key says; not used",

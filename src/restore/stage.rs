@@ -279,6 +279,8 @@ pub(crate) struct Layout {
     /// `(wal_id, number)` the restored `wal.bin` must carry; the id is `None` when `--at`
     /// makes an archive the live WAL.
     live_wal: (Option<Uuid>, u64),
+    /// The generation keys of its sealed objects (`super::keys`), set before the download.
+    pub keys: super::keys::RestoreKeys,
 }
 
 impl Layout {
@@ -396,6 +398,7 @@ pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
         pieces,
         has_archives,
         live_wal,
+        keys: Default::default(),
     })
 }
 
@@ -502,7 +505,8 @@ pub(crate) async fn download(
             async move {
                 let hasher = match &piece.encoded {
                     Some(entry) => {
-                        decode_piece(bucket, piece, entry, cached, file).await?;
+                        let key = layout.keys.get(entry.generation);
+                        decode_piece(bucket, piece, entry, key, cached, file).await?;
                         None
                     }
                     None => Some(fetch_chunk(bucket, piece, &c, cached, file).await?),

@@ -187,6 +187,15 @@ fn drill_result(d: &crate::health::DrillResult) -> proto::DrillResult {
     }
 }
 
+/// A local store's encryption fields: the instance's keys, which every worker uses.
+fn encryption(mut h: proto::StoreHealth, fleet: &Fleet) -> proto::StoreHealth {
+    if let Some(k) = &fleet.config().worker.encryption.keys {
+        h.encrypted = true;
+        h.key_ids = k.wrap_ids().iter().map(|i| i.to_string()).collect();
+    }
+    h
+}
+
 /// The pause fields of a `StoreHealth` (the rest default).
 fn pause_fields(p: Option<&crate::health::Pause>) -> proto::StoreHealth {
     match p {
@@ -668,7 +677,7 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
         match fleet.get(store_id) {
             Ok(e) => {
                 return Ok(proto::HealthResponse {
-                    stores: vec![store_health(&e, id)],
+                    stores: vec![encryption(store_health(&e, id), fleet)],
                 });
             }
             Err(FleetError::NotHere(_)) => {}
@@ -682,8 +691,11 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
             None => Err(FleetError::UnknownStore(store_id.to_string()).into()),
         };
     }
-    let mut stores: Vec<proto::StoreHealth> =
-        fleet.list().iter().map(|e| store_health(e, id)).collect();
+    let mut stores: Vec<proto::StoreHealth> = fleet
+        .list()
+        .iter()
+        .map(|e| encryption(store_health(e, id), fleet))
+        .collect();
     stores.extend(fleet.remote().await?.iter().map(remote_health));
     Ok(proto::HealthResponse { stores })
 }

@@ -139,6 +139,7 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             | RestoreError::Manifest(_)
             | RestoreError::CrcMismatch { .. }
             | RestoreError::BadObject { .. }
+            | RestoreError::Key { .. }
             | RestoreError::ReadBack { .. } => Code::FailedPrecondition,
             RestoreError::Bucket(_) => Code::Unavailable,
             RestoreError::Io { .. } | RestoreError::Disk(_) => return None,

@@ -556,6 +556,13 @@ impl Fleet {
             .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))
     }
 
+    /// The instance's unwrapping keys, for Adopt and drills (a key file; public-key mode has
+    /// none, and an encrypted prefix then refuses with the key ids it needs).
+    pub fn restore_keys(&self) -> restore::keys::RestoreKeys {
+        let keys = self.config.worker.encryption.keys.as_ref();
+        restore::keys::RestoreKeys::new(keys.map(|e| e.unwrap.clone()).unwrap_or_default())
+    }
+
     /// The destination of any store in the registry (local or owned by another instance).
     pub async fn destination_of(&self, store_id: &str) -> Result<String, FleetError> {
         match self.get(store_id) {
@@ -692,6 +699,7 @@ impl Fleet {
         let opts = RestoreOptions {
             at,
             adopt: true,
+            keys: self.restore_keys(),
             ..RestoreOptions::default()
         };
         let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {

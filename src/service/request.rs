@@ -111,6 +111,7 @@ pub fn page(page: Page) -> proto::ListRestorePointsResponse {
             created_at_unix_ms: crate::manifest::parse_time_ms(&p.manifest.created_at).unwrap_or(0),
             bytes: p.manifest.total_len().unwrap_or(0),
             is_latest: p.is_latest,
+            encrypted: p.manifest.encrypted(),
             manifest_key: p.key,
         })
         .collect();

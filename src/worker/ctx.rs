@@ -25,6 +25,8 @@ pub(super) struct Ctx<'a> {
     pub conditional_writes: bool,
     /// Where the child says which phase it is in (at most once per object or phase), for health.
     pub activity: &'a StepActivity,
+    /// What the worker encrypts with (no keys: plaintext).
+    pub encryption: &'a crate::crypto::WriterEncryption,
 }
 
 impl Ctx<'_> {

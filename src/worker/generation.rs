@@ -142,6 +142,11 @@ pub(super) async fn start(
         .await?;
     view.max_generation = number;
     view.claims.insert(number, Some(claim));
+    // Its wrappers, before any data object of it (see `super::keys`).
+    let seal = super::keys::new_generation_key(cx, view, number).await?;
+    let mut uploader = uploader.clone();
+    uploader.encoding.seal = seal.clone();
+    let uploader = &uploader;
 
     // What this lineage already holds, newest first: the generation being replaced, then the
     // newest manifest.
@@ -164,6 +169,31 @@ pub(super) async fn start(
         .chain(view.newest_own.iter().flat_map(|m| m.side_files.clone()))
         .collect();
 
+    // Sealed entries compare by their keyed tag: the keys of their generations, if this
+    // worker can open them. An entry of the other kind is never reused (a plaintext object
+    // named by an encrypted generation, or the reverse).
+    super::keys::open_keys_of(
+        cx,
+        view,
+        known_snapshot
+            .iter()
+            .map(|k| &k.object)
+            .chain(known_archives.iter().map(|k| &k.object))
+            .chain(known_side.iter().map(|k| &k.object)),
+    )
+    .await?;
+    let encrypting = seal.is_some();
+    let keys = &view.keys;
+    let matches = |e: &ObjectEntry, len: u64, crc: u32| {
+        e.encrypted == encrypting
+            && crate::at_rest::seal::plain_matches(
+                e,
+                len,
+                crc,
+                keys.get(&e.generation).and_then(|k| k.as_ref()),
+            )
+    };
+
     // Entries are decided first (reuse, or a new object of this generation); the new objects
     // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
     // all before this returns (so before any manifest can name them).
@@ -173,9 +203,7 @@ pub(super) async fn start(
         None => None,
         Some(s) => {
             let reuse = known_snapshot.iter().find(|k| {
-                k.snapshot_id == s.header.snapshot_id
-                    && k.object.plain_len() == s.len
-                    && k.object.plain_crc() == s.crc
+                k.snapshot_id == s.header.snapshot_id && matches(&k.object, s.len, s.crc)
             });
             Some(match reuse {
                 Some(k) => {
@@ -203,9 +231,9 @@ pub(super) async fn start(
     let mut archives = Vec::new();
     let of_archives = local.archives.len();
     for (i, a) in local.archives.iter().enumerate() {
-        let reuse = known_archives.iter().find(|k| {
-            k.number == a.number && k.object.plain_len() == a.len && k.object.plain_crc() == a.crc
-        });
+        let reuse = known_archives
+            .iter()
+            .find(|k| k.number == a.number && matches(&k.object, a.len, a.crc));
         archives.push(match reuse {
             Some(k) => {
                 reused += 1;
@@ -234,18 +262,20 @@ pub(super) async fn start(
     }
     let mut side_files = Vec::new();
     for (name, data, crc) in &side {
-        let reuse = known_side.iter().find(|k| {
-            &k.name == name
-                && k.object.plain_len() == data.len() as u64
-                && k.object.plain_crc() == *crc
-        });
+        let reuse = known_side
+            .iter()
+            .find(|k| &k.name == name && matches(&k.object, data.len() as u64, *crc));
         side_files.push(match reuse {
             Some(k) => {
                 reused += 1;
                 k.clone()
             }
             None => {
-                let key = manifest::side_key(number, name, *crc);
+                // The key names the CRC; sealed, the keyed tag instead.
+                let named = seal
+                    .as_ref()
+                    .map_or(*crc, |k| k.plain_tag(data.len() as u64, *crc));
+                let key = manifest::side_key(number, name, named);
                 uploads.push((
                     key.clone(),
                     Plain::Bytes(data.clone()),
@@ -311,6 +341,7 @@ pub(super) async fn start(
         side_files,
         segments,
         shipped_end,
+        seal,
     });
     tracing::info!(
         generation = number,

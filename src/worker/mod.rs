@@ -127,6 +127,7 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod ctx;
 mod generation;
+mod keys;
 mod lag;
 mod ledger;
 pub mod limits;
@@ -184,6 +185,8 @@ pub struct WorkerConfig {
     pub shutdown_grace: Duration,
     /// How store data is compressed before it goes up (`src/at_rest/`).
     pub compression: crate::at_rest::Compression,
+    /// What each generation is encrypted with (none: plaintext); see `worker/keys.rs`.
+    pub encryption: crate::crypto::WriterEncryption,
 }
 
 impl Default for WorkerConfig {
@@ -201,6 +204,7 @@ impl Default for WorkerConfig {
             refused_retry: MAX_BACKOFF,
             shutdown_grace: Duration::from_secs(5),
             compression: crate::at_rest::Compression::default(),
+            encryption: Default::default(),
         }
     }
 }
@@ -496,11 +500,12 @@ impl BackupWorker {
                 cond: ctx::cond_create(self.config.conditional_writes),
                 encoding: crate::at_rest::encode::EncodeOptions {
                     compression: self.config.compression,
-                    seal: None,
+                    seal: None, // set by the generation and segment uploads
                 },
             },
             conditional_writes: self.config.conditional_writes,
             activity: &self.activity,
+            encryption: &self.config.encryption,
         };
         (cx, &mut self.view)
     }

@@ -39,8 +39,10 @@
 //! restart, a lost lease) starts over with a full listing; what is remembered only ever skips
 //! a LIST whose keys retention would not act on, never makes a deletion.
 //!
-//! Order: manifests first, then the objects they no longer name. A crash between the two
-//! leaves unnamed objects, which the next run deletes. GENERATION claims of emptied
+//! Order: manifests first, then the objects they no longer name, then (of a generation left
+//! with no named object) its wrapped data keys (`gen/<g>/keys/`), then its claim. So no data
+//! object is ever left without its key. A crash between any two leaves unnamed objects, which
+//! the next run deletes. GENERATION claims of emptied
 //! generations are deleted too, except the highest number in the prefix, so numbers stay
 //! unique.
 
@@ -278,15 +280,26 @@ pub(super) async fn run(
             continue;
         }
         let claim_key = manifest::generation_key(g);
+        // Wrapped data keys (`gen/<g>/keys/`) are part of the generation, like its claim:
+        // kept while any object of it is named, deleted after its last data object.
+        let is_wrapper = |k: &str| crate::crypto::key_objects::is_wrapper_key(k);
         let unnamed: Vec<&String> = keys
             .iter()
-            .filter(|k| **k != claim_key && !named.contains(*k))
+            .filter(|k| **k != claim_key && !is_wrapper(k) && !named.contains(*k))
             .collect();
-        let emptied = keys.iter().all(|k| *k == claim_key || !named.contains(k));
+        let emptied = keys
+            .iter()
+            .all(|k| *k == claim_key || is_wrapper(k) || !named.contains(k));
         view.settled.unsettled.insert(g);
         for key in unnamed {
             bucket.delete(key, None).await?;
             deleted += 1;
+        }
+        if emptied {
+            for key in keys.iter().filter(|k| is_wrapper(k)) {
+                bucket.delete(key, None).await?;
+                deleted += 1;
+            }
         }
         if emptied && g != max_generation && keys.contains(&claim_key) {
             bucket.delete(&claim_key, None).await?;

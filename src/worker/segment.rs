@@ -97,8 +97,10 @@ pub(super) async fn ship(
         bytes: len,
     });
     let lineage = view.lineage;
-    let object = cx
-        .uploader
+    // Sealed with the current generation's key (the step's uploader may predate it).
+    let mut uploader = cx.uploader.clone();
+    uploader.encoding.seal = view.current.as_ref().and_then(|g| g.seal.clone());
+    let object = uploader
         .put_encoded(&key, Plain::Bytes(keep), lineage, number)
         .await?;
     let stored = object.len;

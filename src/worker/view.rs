@@ -38,6 +38,8 @@ pub(super) struct Generation {
     pub segments: Vec<SegmentEntry>,
     /// Bytes of `wal.bin` shipped in segments.
     pub shipped_end: u64,
+    /// The generation's data key, when it is encrypted: its new objects are sealed with it.
+    pub seal: Option<crate::at_rest::seal::GenerationKey>,
 }
 
 impl Generation {
@@ -85,6 +87,7 @@ impl Generation {
             side_files: m.side_files.clone(),
             segments: m.segments.clone(),
             shipped_end: m.segments_end(),
+            seal: None,
         }
     }
 }
@@ -112,6 +115,8 @@ pub(super) struct View {
     pub found_empty_at: Option<tokio::time::Instant>,
     /// What retention proved of the generations while this view lives.
     pub settled: super::retention::Settled,
+    /// Generation keys opened or made so far (`None`: no key this worker has opens it).
+    pub keys: HashMap<u64, Option<crate::at_rest::seal::GenerationKey>>,
 }
 
 async fn get_opt(
@@ -261,6 +266,16 @@ impl View {
         let mut max_generation = 0;
         let mut segment_keys: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
         let generations = generations?;
+        super::keys::check_mixing(
+            &generations,
+            cx.encryption.keys.is_some(),
+            cx.encryption.allow_mixed,
+        )?;
+        let wrapped: std::collections::BTreeSet<u64> = generations
+            .iter()
+            .filter_map(|o| crate::crypto::key_objects::parse_wrapper_key(&o.key))
+            .map(|(g, _)| g)
+            .collect();
         let found_empty_at =
             (!any_manifest && generations.is_empty()).then(tokio::time::Instant::now);
         for o in generations {
@@ -278,11 +293,35 @@ impl View {
             .as_ref()
             .and_then(|p| manifest::parse_manifest_key(&p.manifest));
         let mut current = None;
+        let mut keys = HashMap::new();
         if let Some(m) = &newest_own {
+            // Continued only with its own kind, and (encrypted) with its key: else a new
+            // generation starts (see `super::keys`).
+            let seal = match (
+                cx.encryption.keys.is_some(),
+                wrapped.contains(&m.generation),
+            ) {
+                (true, true) => {
+                    let k = super::keys::open_uncached(
+                        bucket.as_ref(),
+                        cx.encryption.keys.as_ref(),
+                        lineage,
+                        m.generation,
+                    )
+                    .await?;
+                    keys.insert(m.generation, k.clone());
+                    k.map(Some)
+                }
+                (false, false) => Some(None),
+                _ => None,
+            };
             // The same wal.bin: continue its segments (a new snapshot that kept the WAL starts
             // a new generation at the next step, which carries them over).
-            if m.wal_id == pos.wal_id {
+            if let Some(seal) = seal
+                && m.wal_id == pos.wal_id
+            {
                 let mut g = Generation::from_manifest(m);
+                g.seal = seal;
                 check_not_diverged(cx, disk, pos, &g).await?;
                 extend_with_shipped_segments(
                     cx,
@@ -317,6 +356,7 @@ impl View {
             claims: HashMap::new(),
             found_empty_at,
             settled: Default::default(),
+            keys,
         })
     }
 }
@@ -373,7 +413,12 @@ async fn check_not_diverged(
         true
     } else {
         match read_wal_range(cx, disk, last.start, last.end).await? {
-            Some(local) => crc32fast::hash(&local) != last.object.plain_crc(),
+            Some(local) => !crate::at_rest::seal::plain_matches(
+                &last.object,
+                local.len() as u64,
+                crc32fast::hash(&local),
+                g.seal.as_ref(),
+            ),
             None => false,
         }
     };
@@ -456,7 +501,7 @@ async fn extend_with_shipped_segments(
         };
         // Raw or encoded (a segment no manifest describes says so only by its bytes).
         let Some((mut object, plain)) =
-            crate::at_rest::decode::recognise(&key, &o.data, end - start)
+            crate::at_rest::decode::recognise(&key, &o.data, end - start, g.seal.as_ref())
         else {
             return Ok(());
         };

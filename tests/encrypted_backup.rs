@@ -1,0 +1,552 @@
+//! Encrypted backups end to end, through the binary, over `file://` and S3 (moto):
+//! - a bucket scan after an encrypted backup finds no 32-byte window of the store's files in
+//!   any object (and the same scan finds them after a plaintext backup, so it can fail);
+//! - restore with the key gives the store's digest; without a key or with the wrong key, an
+//!   error naming the key ids needed, and no target; `verify` without the key passes and says
+//!   encrypted with the key id, with the key it authenticates, with a wrong key it fails;
+//! - a backup resumed after a restart continues its generation with the key it opens;
+//!   retention keeps the wrappers of what it keeps; rekey then restore with the new key, the
+//!   old key refused;
+//! - public-key mode: backup with `--encryption-recipient`, restore with
+//!   `--encryption-identity-file`;
+//! - fail closed: a missing, unparsable or unreadable key file, a bad recipient stop
+//!   `backup` and `serve` before anything is uploaded (exit non-zero);
+//! - mixing plaintext and encrypted generations in one prefix is refused, unless
+//!   `--allow-mixed-encryption`.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use support::binary::{command, json, run_ok, store_digest};
+
+const NO_S3: &str = "http://unused.invalid";
+const WINDOW: usize = 32;
+
+fn write(store: &Path, commits: u64, seed: u64) {
+    let mut cmd = command(NO_S3);
+    cmd.args(["store", "write"])
+        .arg(store)
+        .args(["--commits", &commits.to_string(), "--value-size", "1024"])
+        .args(["--snapshot-every", "1500", "--rotate-bytes", "16777216"])
+        .args(["--seed", &seed.to_string()]);
+    run_ok("store write", cmd, Duration::from_secs(300));
+}
+
+/// Runs the binary; returns (success, stdout, stderr).
+fn run(mut cmd: Command) -> (bool, String, String) {
+    let out = cmd.output().expect("run the binary");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn backup(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> (bool, String, String) {
+    let mut cmd = command(endpoint);
+    cmd.arg("backup")
+        .arg("--store")
+        .arg(store)
+        .args(["--to", to, "--once"])
+        .args(extra);
+    run(cmd)
+}
+
+fn backup_ok(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> serde_json::Value {
+    let (ok, out, err) = backup(endpoint, store, to, extra);
+    assert!(ok, "backup {extra:?} failed: {err}");
+    json(&out)
+}
+
+fn restore(endpoint: &str, from: &str, into: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut cmd = command(endpoint);
+    cmd.args(["restore", "--from", from, "--json", "--to"])
+        .arg(into)
+        .args(extra);
+    run(cmd)
+}
+
+fn restore_digest(endpoint: &str, from: &str, into: &Path, extra: &[&str]) -> serde_json::Value {
+    let (ok, _, err) = restore(endpoint, from, into, extra);
+    assert!(ok, "restore {extra:?} failed: {err}");
+    store_digest(into)
+}
+
+fn verify(endpoint: &str, from: &str, extra: &[&str]) -> (bool, serde_json::Value) {
+    let mut cmd = command(endpoint);
+    cmd.args(["verify", "--from", from, "--json"]).args(extra);
+    let (ok, out, err) = run(cmd);
+    let report = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    (ok, report)
+}
+
+/// A fresh key file (0600) and its key id.
+fn key_file(dir: &Path, name: &str) -> (PathBuf, String) {
+    let path = dir.join(name);
+    let (ok, out, err) = run({
+        let mut c = command(NO_S3);
+        c.args(["key", "new"]);
+        c
+    });
+    assert!(ok, "{err}");
+    std::fs::write(&path, out).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, out, err) = run({
+        let mut c = command(NO_S3);
+        c.args(["key", "id", "--encryption-key-file"]).arg(&path);
+        c
+    });
+    assert!(ok, "{err}");
+    let id = out.split_whitespace().next().unwrap().to_string();
+    (path, id)
+}
+
+enum Dest {
+    File(PathBuf),
+    S3 { endpoint: String, bucket: String },
+}
+
+impl Dest {
+    fn url(&self) -> String {
+        match self {
+            Dest::File(p) => format!("file://{}", p.display()),
+            Dest::S3 { bucket, .. } => format!("s3://{bucket}/p"),
+        }
+    }
+
+    fn endpoint(&self) -> &str {
+        match self {
+            Dest::File(_) => NO_S3,
+            Dest::S3 { endpoint, .. } => endpoint,
+        }
+    }
+
+    /// Every object's key and bytes.
+    fn objects(&self) -> Vec<(String, Vec<u8>)> {
+        match self {
+            Dest::File(p) => {
+                let mut out = Vec::new();
+                if p.exists() {
+                    files(p, p, &mut out);
+                }
+                out
+            }
+            Dest::S3 { endpoint, bucket } => {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(async {
+                    let client = support::s3::client(endpoint);
+                    let mut out = Vec::new();
+                    let mut token = None;
+                    loop {
+                        let page = client
+                            .list_objects_v2()
+                            .bucket(bucket)
+                            .set_continuation_token(token)
+                            .send()
+                            .await
+                            .unwrap();
+                        for o in page.contents() {
+                            let key = o.key().unwrap().to_string();
+                            let got = client.get_object().bucket(bucket).key(&key).send();
+                            let body = got.await.unwrap().body.collect().await.unwrap();
+                            out.push((key, body.into_bytes().to_vec()));
+                        }
+                        token = page.next_continuation_token().map(str::to_string);
+                        if token.is_none() {
+                            break out;
+                        }
+                    }
+                })
+            }
+        }
+    }
+}
+
+fn files(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            files(root, &p, out);
+        } else {
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            out.push((rel, std::fs::read(&p).unwrap()));
+        }
+    }
+}
+
+fn destinations(t: &Path, name: &str) -> Vec<Dest> {
+    let mut d = vec![Dest::File(t.join(format!("{name}-bucket")))];
+    if let Some(endpoint) = support::s3::endpoint() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let bucket = rt.block_on(support::s3::create_bucket(&endpoint, name));
+        d.push(Dest::S3 { endpoint, bucket });
+    }
+    d
+}
+
+/// The store's content files' bytes (not `backup.lineage`/`backup.parent`, which the backup
+/// itself writes and names in manifests).
+fn store_files(store: &Path) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    files(store, store, &mut out);
+    out.into_iter()
+        .filter(|(k, _)| !k.starts_with("backup."))
+        .map(|(_, b)| b)
+        .collect()
+}
+
+/// Where some 32-byte window of the store's files occurs in an object: every 16-byte aligned
+/// chunk of the store is indexed (any 32-byte common run contains one whole), every 16-byte
+/// window of the objects looked up, and a hit extended both ways to its longest common run.
+fn find_window(store: &[Vec<u8>], objects: &[(String, Vec<u8>)]) -> Option<String> {
+    let mut index: HashMap<&[u8], Vec<(usize, usize)>> = HashMap::new();
+    for (f, bytes) in store.iter().enumerate() {
+        for at in (0..bytes.len().saturating_sub(15)).step_by(16) {
+            index.entry(&bytes[at..at + 16]).or_default().push((f, at));
+        }
+    }
+    for (key, obj) in objects {
+        for o in 0..obj.len().saturating_sub(15) {
+            let Some(hits) = index.get(&obj[o..o + 16]) else {
+                continue;
+            };
+            for &(f, s) in hits.iter().take(64) {
+                let file = &store[f];
+                let mut back = 0;
+                while back < o && back < s && obj[o - back - 1] == file[s - back - 1] {
+                    back += 1;
+                }
+                let mut fwd = 16;
+                while o + fwd < obj.len() && s + fwd < file.len() && obj[o + fwd] == file[s + fwd] {
+                    fwd += 1;
+                }
+                if back + fwd >= WINDOW {
+                    return Some(format!("{key} at byte {} ({} bytes)", o - back, back + fwd));
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn an_encrypted_backup_holds_no_window_of_the_store_and_restores_only_with_its_key() {
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 2000, 7);
+    let want = store_digest(&store);
+    let (key, id) = key_file(t.path(), "k.key");
+    let (wrong, wrong_id) = key_file(t.path(), "wrong.key");
+    let kf = key.display().to_string();
+    let wf = wrong.display().to_string();
+    for (i, dest) in destinations(t.path(), "enc").into_iter().enumerate() {
+        let (url, ep) = (dest.url(), dest.endpoint().to_string());
+        backup_ok(&ep, &store, &url, &["--encryption-key-file", &kf]);
+        let objects = dest.objects();
+        assert!(
+            objects
+                .iter()
+                .any(|(k, _)| k.contains("/keys/") && k.ends_with(".key")),
+            "{url}: no wrapper among {:?}",
+            objects.iter().map(|o| &o.0).collect::<Vec<_>>()
+        );
+        let files = store_files(&store);
+        assert_eq!(
+            find_window(&files, &objects),
+            None,
+            "{url}: plaintext found"
+        );
+        println!(
+            "{url}: {} objects, {} bytes, no {WINDOW}-byte window of {} store bytes",
+            objects.len(),
+            objects.iter().map(|o| o.1.len()).sum::<usize>(),
+            files.iter().map(Vec::len).sum::<usize>()
+        );
+
+        // With the key: the store. Without, or with the wrong key: an error naming the key
+        // id needed, and no target.
+        let into = t.path().join(format!("restored-{i}"));
+        assert_eq!(
+            restore_digest(&ep, &url, &into, &["--encryption-key-file", &kf]),
+            want
+        );
+        for (extra, says) in [
+            (vec![], format!("wrapped for key ids {id}")),
+            (vec!["--encryption-key-file", wf.as_str()], wrong_id.clone()),
+        ] {
+            let none = t.path().join(format!("none-{i}"));
+            let (ok, _, err) = restore(&ep, &url, &none, &extra);
+            assert!(!ok, "restore {extra:?} succeeded");
+            assert!(err.contains(&says) && err.contains(&id), "{extra:?}: {err}");
+            assert!(!none.exists(), "restore {extra:?} left a target");
+            let leftovers: Vec<_> = std::fs::read_dir(t.path())
+                .unwrap()
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().contains(".restore-"))
+                .collect();
+            assert!(leftovers.is_empty(), "{leftovers:?}");
+        }
+
+        // Verify: without a key it checks the stored bytes and says encrypted, with which key.
+        let (ok, report) = verify(&ep, &url, &[]);
+        assert!(ok, "{report:#}");
+        for m in report["manifests"].as_array().unwrap() {
+            assert_eq!(m["encrypted"]["key_ids"], serde_json::json!([id]), "{m}");
+            assert_eq!(m["encrypted"]["authenticated"], false, "{m}");
+        }
+        let (ok, report) = verify(&ep, &url, &["--encryption-key-file", &kf]);
+        assert!(ok, "{report:#}");
+        for m in report["manifests"].as_array().unwrap() {
+            assert_eq!(m["encrypted"]["authenticated"], true, "{m}");
+        }
+        let (ok, report) = verify(&ep, &url, &["--encryption-key-file", &wf]);
+        assert!(!ok, "a wrong key verified: {report:#}");
+        let mut cmd = command(&ep);
+        cmd.args(["verify", "--from", &url]);
+        let (_, text, _) = run(cmd);
+        assert!(
+            text.contains(&format!("encrypted (key ids {id})")),
+            "{text}"
+        );
+    }
+
+    // The scan can fail: a plaintext backup of the same store shows its windows.
+    let plain = Dest::File(t.path().join("plain-bucket"));
+    backup_ok(NO_S3, &store, &plain.url(), &["--compression", "none"]);
+    assert!(find_window(&store_files(&store), &plain.objects()).is_some());
+}
+
+#[test]
+fn a_resumed_encrypted_backup_keeps_its_key_retention_keeps_wrappers_and_rekey_moves_it() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket) = (t.path().join("s"), t.path().join("b"));
+    let url = format!("file://{}", bucket.display());
+    let (key, _) = key_file(t.path(), "k.key");
+    let kf = key.display().to_string();
+    let keep = [
+        "--encryption-key-file",
+        &kf,
+        "--keep-generations",
+        "1",
+        "--keep-for-ms",
+        "0",
+        "--orphan-grace-ms",
+        "0",
+    ];
+    write(&store, 1000, 1);
+    backup_ok(NO_S3, &store, &url, &keep);
+    // The same generation (no snapshot yet), resumed by a new process: its segments go up
+    // sealed with the key it opened (a restore opens one key for the generation).
+    write(&store, 300, 2);
+    backup_ok(NO_S3, &store, &url, &keep);
+    let gens = |b: &Path| -> Vec<String> {
+        let mut g: Vec<String> = std::fs::read_dir(b.join("gen"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        g.sort();
+        g
+    };
+    assert_eq!(gens(&bucket).len(), 1, "a resume started a new generation");
+    // Snapshots at 1500 and 3000 start new generations; retention drops the old ones.
+    write(&store, 2000, 3);
+    backup_ok(NO_S3, &store, &url, &keep);
+    backup_ok(NO_S3, &store, &url, &keep);
+    let want = store_digest(&store);
+    for g in gens(&bucket) {
+        let dir = bucket.join("gen").join(&g);
+        let mut names = Vec::new();
+        files(&dir, &dir, &mut names);
+        let wrappers = names.iter().filter(|(k, _)| k.starts_with("keys/")).count();
+        let data = names
+            .iter()
+            .filter(|(k, _)| !k.starts_with("keys/") && k != "GENERATION")
+            .count();
+        println!("gen {g}: {wrappers} wrappers, {data} data objects");
+        assert!(data == 0 || wrappers == 1, "gen {g}: {names:?}");
+        assert!(
+            wrappers == 0 || data > 0,
+            "gen {g}: a wrapper outlived its data"
+        );
+    }
+    let (ok, report) = verify(NO_S3, &url, &["--encryption-key-file", &kf]);
+    assert!(ok, "{report:#}");
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r1"),
+            &["--encryption-key-file", &kf]
+        ),
+        want
+    );
+
+    // Rekey: the new key restores, the old one is refused.
+    let (new, new_id) = key_file(t.path(), "new.key");
+    let nf = new.display().to_string();
+    let mut cmd = command(NO_S3);
+    cmd.args(["rekey", "--from", &url, "--encryption-key-file", &kf])
+        .args(["--new-encryption-key-file", &nf]);
+    let (ok, _, err) = run(cmd);
+    assert!(ok, "rekey: {err}");
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r2"),
+            &["--encryption-key-file", &nf]
+        ),
+        want
+    );
+    let old = t.path().join("r3");
+    let (ok, _, err) = restore(NO_S3, &url, &old, &["--encryption-key-file", &kf]);
+    assert!(!ok && err.contains(&new_id), "{err}");
+    assert!(!old.exists());
+    // The worker goes on under the new key.
+    write(&store, 200, 4);
+    backup_ok(NO_S3, &store, &url, &["--encryption-key-file", &nf]);
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r4"),
+            &["--encryption-key-file", &nf]
+        ),
+        store_digest(&store)
+    );
+}
+
+#[test]
+fn public_key_mode_writes_what_only_the_identity_restores() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket) = (t.path().join("s"), t.path().join("b"));
+    let url = format!("file://{}", bucket.display());
+    let identity = t.path().join("id.age");
+    let (ok, out, err) = run({
+        let mut c = command(NO_S3);
+        c.args(["key", "new", "--age"]);
+        c
+    });
+    assert!(ok, "{err}");
+    std::fs::write(&identity, out).unwrap();
+    let (ok, out, err) = run({
+        let mut c = command(NO_S3);
+        c.args(["key", "recipient", "--identity-file"])
+            .arg(&identity);
+        c
+    });
+    assert!(ok, "{err}");
+    let recipient = out.trim().to_string();
+    write(&store, 1000, 1);
+    backup_ok(NO_S3, &store, &url, &["--encryption-recipient", &recipient]);
+    // A restart cannot open the generation's key (it only has the recipient): it starts a
+    // new generation rather than write plaintext or fail.
+    write(&store, 300, 2);
+    backup_ok(NO_S3, &store, &url, &["--encryption-recipient", &recipient]);
+    let want = store_digest(&store);
+    let id = identity.display().to_string();
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r"),
+            &["--encryption-identity-file", &id]
+        ),
+        want
+    );
+    let none = t.path().join("none");
+    let (ok, _, err) = restore(NO_S3, &url, &none, &[]);
+    assert!(!ok && err.contains("no key given"), "{err}");
+    assert!(!none.exists());
+}
+
+#[test]
+fn bad_keys_stop_backup_and_serve_before_anything_is_uploaded() {
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 100, 1);
+    let bucket = t.path().join("b");
+    let url = format!("file://{}", bucket.display());
+    let garbage = t.path().join("garbage.key");
+    std::fs::write(&garbage, "not a key\n").unwrap();
+    let missing = t.path().join("missing.key").display().to_string();
+    let dir = t.path().display().to_string();
+    let g = garbage.display().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--encryption-key-file", &missing], "no such file"),
+        (vec!["--encryption-key-file", &g], "not a key file"),
+        (vec!["--encryption-key-file", &dir], "is a directory"),
+        (
+            vec!["--encryption-recipient", "age1nope"],
+            "not an age X25519 recipient",
+        ),
+    ];
+    for (extra, says) in &cases {
+        let (ok, _, err) = backup(NO_S3, &store, &url, extra);
+        assert!(!ok, "backup {extra:?} succeeded");
+        assert!(err.contains(says), "backup {extra:?}: {err}");
+        assert!(!bucket.exists(), "backup {extra:?} created the destination");
+    }
+    let data = t.path().join("data");
+    for (extra, says) in &cases {
+        let cmd = support::serve::command(&data, t.path(), extra);
+        let (ok, out, err) = run(cmd);
+        assert!(!ok, "serve {extra:?} started: {out}");
+        assert!(err.contains(says), "serve {extra:?}: {err}");
+        assert!(!out.contains("listening"), "serve {extra:?}: {out}");
+    }
+}
+
+#[test]
+fn a_prefix_refuses_the_other_kind_unless_told() {
+    let t = tempfile::tempdir().unwrap();
+    let (key, _) = key_file(t.path(), "k.key");
+    let kf = key.display().to_string();
+    let count = |b: &Path| {
+        let mut out = Vec::new();
+        files(b, b, &mut out);
+        out.len()
+    };
+    for (first, second) in [
+        (vec![], vec!["--encryption-key-file", &kf]),
+        (vec!["--encryption-key-file", &kf], vec![]),
+    ] {
+        let name = if first.is_empty() {
+            "plain-first"
+        } else {
+            "enc-first"
+        };
+        let (store, bucket) = (t.path().join(format!("{name}-s")), t.path().join(name));
+        let url = format!("file://{}", bucket.display());
+        write(&store, 1000, 1);
+        backup_ok(NO_S3, &store, &url, &first);
+        // A snapshot: the next backup would start a new generation of the other kind.
+        write(&store, 1000, 2);
+        let before = count(&bucket);
+        let (ok, _, err) = backup(NO_S3, &store, &url, &second);
+        assert!(!ok, "{name}: a mixed backup succeeded");
+        assert!(err.contains("--allow-mixed-encryption"), "{name}: {err}");
+        assert_eq!(
+            count(&bucket),
+            before,
+            "{name}: the refused backup uploaded"
+        );
+        let mut allowed = second.clone();
+        allowed.push("--allow-mixed-encryption");
+        backup_ok(NO_S3, &store, &url, &allowed);
+        assert_eq!(
+            restore_digest(
+                NO_S3,
+                &url,
+                &t.path().join(format!("{name}-r")),
+                &["--encryption-key-file", &kf]
+            ),
+            store_digest(&store)
+        );
+    }
+}
