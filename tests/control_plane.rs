@@ -143,7 +143,11 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
                 .await
                 .map_err(|e| format!("ListRestorePoints through c: {e}"))?
                 .into_inner();
-            if page.restore_points.iter().any(|p| p.commit_seq >= 40) {
+            if page
+                .restore_points
+                .first()
+                .is_some_and(|p| p.commit_seq >= 40 && p.is_latest)
+            {
                 Ok(page.restore_points)
             } else {
                 Err(format!("{page:?}"))

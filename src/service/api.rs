@@ -73,7 +73,6 @@ impl Api {
             .publish(NewEvent::new(kind, store_id, detail));
     }
 
-
     /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`).
     async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
         self.route_meta(req.metadata(), store_id).await
@@ -264,13 +263,17 @@ impl BackupControl for Api {
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
         self.admin(&req)?;
+        // An owner that cannot be reached: answered here, where a store whose owner has been
+        // silent for owner_silent_after may be deregistered (and one whose owner is still
+        // heard from is refused, naming it).
         if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.deregister(r).await },
-                )
-                .await;
+            let msg = req.get_ref().clone();
+            if let Ok(answer) = hop
+                .try_call(msg, |mut c, r| async move { c.deregister(r).await })
+                .await
+            {
+                return answer;
+            }
         }
         let (peer, r) = self.operator(req)?;
         record_store_id(&r.store_id);

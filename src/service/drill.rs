@@ -132,11 +132,12 @@ async fn run_one(
     let store_id = &entry.record.store_id;
     let bucket = bucket::open_read_only(&entry.record.destination).await?;
     let root = scratch_root(&fleet.config().data_dir);
-    let drilled = match drill::drill(bucket.as_ref(), &root, store_id, at, fleet.restore_keys()).await {
-        Ok(d) => d,
-        Err(DrillError::Input(e)) => return Err(FleetError::Restore(e)),
-        Err(e @ DrillError::Scratch { .. }) => return Err(FleetError::Internal(e.to_string())),
-    };
+    let drilled =
+        match drill::drill(bucket.as_ref(), &root, store_id, at, fleet.restore_keys()).await {
+            Ok(d) => d,
+            Err(DrillError::Input(e)) => return Err(FleetError::Restore(e)),
+            Err(e @ DrillError::Scratch { .. }) => return Err(FleetError::Internal(e.to_string())),
+        };
     let now = unix_now_ms();
     let ok = drilled.failure.is_none();
     let last_ok = match (ok, entry.handle.last_drill()) {

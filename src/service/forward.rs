@@ -303,6 +303,22 @@ impl Hop {
         F: FnOnce(BackupControlClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
+        match self.try_call(msg, call).await {
+            Ok(answer) => answer,
+            Err(e) => Err(super::error::ServiceError::from(e).into()),
+        }
+    }
+
+    /// [`Hop::call`], telling an owner that could not be reached (`Err`) from its answer.
+    pub async fn try_call<T, R, F, Fut>(
+        self,
+        msg: T,
+        call: F,
+    ) -> Result<Result<Response<R>, Status>, ForwardError>
+    where
+        F: FnOnce(BackupControlClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
         let Hop {
             store,
             owner,
@@ -316,7 +332,7 @@ impl Hop {
         *req.metadata_mut() = meta;
         req.set_timeout(timeout);
         let answer = call(client, req).instrument(span.clone()).await;
-        match answer {
+        Ok(match answer {
             Ok(r) => Ok(Response::new(r.into_inner())),
             Err(s) if timed_out(&s) => Err(Status::deadline_exceeded(format!(
                 "instance {owner} (at {addr}), which store {store} belongs to, did not answer \
@@ -326,20 +342,19 @@ impl Hop {
             Err(s) if from_transport(&s) => {
                 let detail = describe(&s);
                 tracing::warn!(parent: &span, %owner, %addr, %detail, "a forwarded call found no owner");
-                Err(super::error::ServiceError::from(ForwardError::Unreachable {
+                return Err(ForwardError::Unreachable {
                     store,
                     owner,
                     addr,
                     detail,
-                })
-                .into())
+                });
             }
             Err(s) => Err(Status::with_details(
                 s.code(),
                 s.message().to_string(),
                 s.details().to_vec().into(),
             )),
-        }
+        })
     }
 }
 
