@@ -549,7 +549,7 @@ impl Task {
                 Err(e) => return Ended::Retry {
                     error: NodeClientError::Connect {
                         server: self.config.server.clone(),
-                        detail: error_chain(&e),
+                        detail: crate::units::error_chain(&e),
                     },
                     accepted: false,
                 },
@@ -705,15 +705,4 @@ pub fn position_report(store_id: &str, pos: &WalPosition) -> proto::PositionRepo
         durable_len: pos.durable_len,
         commit_seq: pos.commit_seq,
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }

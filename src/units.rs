@@ -10,6 +10,30 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// An error and its sources, each `Display`ed on one line (runs of whitespace as one space),
+/// joined by ": "; a source that only repeats what is already said (hyper and tonic repeat
+/// their I/O errors) is left out. Every error the crate puts into a message reads this way.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = String::new();
+    say_once(&mut out, &e.to_string());
+    let mut next = e.source();
+    while let Some(c) = next {
+        say_once(&mut out, &c.to_string());
+        next = c.source();
+    }
+    out
+}
+
+fn say_once(out: &mut String, text: &str) {
+    let said = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !said.is_empty() && !out.contains(&said) {
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&said);
+    }
+}
+
 /// Milliseconds of `d`, saturating at `i64::MAX` (about 292 million years).
 pub fn millis_i64(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)

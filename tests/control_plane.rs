@@ -13,32 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use support::binary::{self, Running};
-use support::served;
+use support::binary::{Running, write_store};
+use support::served::{self, node_writes};
 use tonic::Code;
 use tonic::transport::Channel;
 
 const DEADLINE: Duration = Duration::from_secs(90);
-
-fn write_store(dir: &Path, commits: u64) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.args(["store", "write"])
-        .arg(dir)
-        .args(["--commits", &commits.to_string()]);
-    binary::run_ok("store write", cmd, DEADLINE);
-}
-
-/// `node`: appends `commits` commits to the store, reporting each position to `addr`.
-fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits: u64) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.arg("node")
-        .arg("--store")
-        .arg(dir)
-        .args(["--server", &format!("http://{addr}"), "--store-id", id])
-        .args(["--commits", &commits.to_string()])
-        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
-    binary::run_ok("node", cmd, DEADLINE);
-}
 
 /// One instance: its process, address and directories.
 struct Instance {
@@ -248,6 +228,14 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .expect_err("Register for no instance");
     assert_eq!(nowhere.code(), Code::InvalidArgument, "{nowhere:?}");
     assert!(nowhere.message().contains("nowhere"), "{nowhere:?}");
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    req.instance_id = "i".repeat(300);
+    let long = cc
+        .register(req)
+        .await
+        .expect_err("Register for a 300-byte instance id");
+    assert_eq!(long.code(), Code::InvalidArgument, "{long:?}");
+    assert!(long.message().contains("instance_id"), "{long:?}");
 
     // A call that says it was forwarded already is not forwarded again (at most one hop).
     let mut hopped = tonic::Request::new(proto::TriggerRequest {

@@ -11,58 +11,14 @@ mod support;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary;
-use support::served::{self, DEADLINE, Dirs};
+use support::served::{self, DEADLINE, client, fast_serve as serve, terminate, wait_health};
 use tonic::Code;
 use tonic::transport::Channel;
 
 type Client = BackupControlClient<Channel>;
-
-fn serve(d: &Dirs, extra: &[&str]) -> Command {
-    let mut cmd = served::command(d);
-    cmd.args([
-        "--wal-interval-ms",
-        "50",
-        "--restore-point-interval-ms",
-        "100",
-    ])
-    .args(extra);
-    cmd
-}
-
-async fn client(addr: SocketAddr) -> Client {
-    BackupControlClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-}
-
-async fn wait_health(
-    c: &Client,
-    id: &str,
-    what: &str,
-    ok: impl Fn(&proto::StoreHealth) -> bool,
-) -> proto::StoreHealth {
-    support::wait_for(DEADLINE, &format!("store {id}: {what}"), || {
-        let mut c = c.clone();
-        let ok = &ok;
-        async move {
-            let r = c
-                .health(proto::HealthRequest {
-                    store_id: id.into(),
-                    fresh: false,
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner();
-            let h = r.stores.into_iter().next().ok_or("no store")?;
-            if ok(&h) { Ok(h) } else { Err(format!("{h:?}")) }
-        }
-    })
-    .await
-}
 
 async fn shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
     wait_health(
@@ -110,14 +66,6 @@ fn an_archive(bucket: &Path) -> (String, PathBuf) {
         .expect("the bucket holds an archive");
     let path = bucket.join(&key);
     (key, path)
-}
-
-fn terminate(child: &mut binary::Running) {
-    child.signal(libc::SIGTERM);
-    let status = child.wait_exit(DEADLINE);
-    if !status.success() {
-        child.fail(&format!("exited with {status} after SIGTERM, not 0"));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

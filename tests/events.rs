@@ -12,13 +12,13 @@ mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary;
-use support::served::{self, DEADLINE, Dirs};
+use support::served::{self, DEADLINE, Dirs, client, fast_serve as serve};
 use tonic::transport::Channel;
 
 type Client = BackupControlClient<Channel>;
@@ -114,24 +114,6 @@ fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
         content_type,
         body: serde_json::from_slice(&body).ok()?,
     })
-}
-
-fn serve(d: &Dirs, extra: &[&str]) -> Command {
-    let mut cmd = served::command(d);
-    cmd.args([
-        "--wal-interval-ms",
-        "50",
-        "--restore-point-interval-ms",
-        "100",
-    ])
-    .args(extra);
-    cmd
-}
-
-async fn client(addr: SocketAddr) -> Client {
-    BackupControlClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
 }
 
 async fn watch(c: &Client, store_id: &str) -> tonic::Streaming<proto::BackupEvent> {

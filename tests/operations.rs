@@ -18,12 +18,12 @@ mod prometheus;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use support::binary::{self, Running, Stream};
+use support::binary::{self, Running, Stream, write_store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -50,15 +50,6 @@ fn dirs() -> Dirs {
         base,
         root,
     }
-}
-
-/// `store write DIR --commits N` (as fast as it can), to its end.
-fn write_store(dir: &Path, commits: u64) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.args(["store", "write"])
-        .arg(dir)
-        .args(["--commits", &commits.to_string()]);
-    binary::run_ok("store write", cmd, DEADLINE);
 }
 
 /// `serve` on 127.0.0.1:0 with its own data dir under `d`, the allowed root of `d`, and

@@ -10,34 +10,17 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use mushroom_backup::store::engine::{Engine, EngineOptions};
 use support::binary;
-use support::served::{self, DEADLINE, Dirs};
+use support::served::{
+    self, DEADLINE, client, fast_serve as serve, node_writes, terminate, wait_health,
+};
 use tonic::Code;
 use tonic::transport::Channel;
 
 type Client = BackupControlClient<Channel>;
-
-fn serve(d: &Dirs, extra: &[&str]) -> Command {
-    let mut cmd = served::command(d);
-    cmd.args([
-        "--wal-interval-ms",
-        "50",
-        "--restore-point-interval-ms",
-        "100",
-    ])
-    .args(extra);
-    cmd
-}
-
-async fn client(addr: SocketAddr) -> Client {
-    BackupControlClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-}
 
 /// The bucket's objects, leases aside (a paused store keeps — and so may renew — its lease).
 fn objects(bucket: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -47,32 +30,6 @@ fn objects(bucket: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         name != "lease" && !name.ends_with(".lease")
     });
     t
-}
-
-/// Waits until the store's health satisfies `ok`.
-async fn wait_health(
-    c: &Client,
-    id: &str,
-    what: &str,
-    ok: impl Fn(&proto::StoreHealth) -> bool,
-) -> proto::StoreHealth {
-    support::wait_for(DEADLINE, &format!("store {id}: {what}"), || {
-        let mut c = c.clone();
-        let ok = &ok;
-        async move {
-            let r = c
-                .health(proto::HealthRequest {
-                    store_id: id.into(),
-                    fresh: false,
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner();
-            let h = r.stores.into_iter().next().ok_or("no store")?;
-            if ok(&h) { Ok(h) } else { Err(format!("{h:?}")) }
-        }
-    })
-    .await
 }
 
 async fn shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
@@ -88,18 +45,6 @@ async fn shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
         },
     )
     .await
-}
-
-/// `node`: writes `commits` commits into the store, reporting each position to the service.
-fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits: u64) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.arg("node")
-        .arg("--store")
-        .arg(dir)
-        .args(["--server", &format!("http://{addr}"), "--store-id", id])
-        .args(["--commits", &commits.to_string()])
-        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
-    binary::run_ok("node", cmd, DEADLINE);
 }
 
 /// Commits written straight into the store (no service running to report to).
@@ -122,14 +67,6 @@ fn ctl(addr: SocketAddr, args: &[&str]) -> String {
     cmd.args(["ctl", "--server", &format!("http://{addr}")])
         .args(args);
     binary::run_ok("ctl", cmd, DEADLINE)
-}
-
-fn terminate(child: &mut binary::Running) {
-    child.signal(libc::SIGTERM);
-    let status = child.wait_exit(DEADLINE);
-    if !status.success() {
-        child.fail(&format!("exited with {status} after SIGTERM, not 0"));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -276,12 +276,7 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
         );
     }
     let channel = ep.connect().await.map_err(|e| {
-        let mut s = e.to_string();
-        let mut cur = std::error::Error::source(&e);
-        while let Some(c) = cur {
-            s = format!("{s}: {c}");
-            cur = c.source();
-        }
+        let s = mushroom_backup::units::error_chain(&e);
         anyhow::anyhow!("connecting to {}: UNAVAILABLE: {s}", a.server)
     })?;
     let token = match a.token.as_deref().map(str::trim) {

@@ -74,6 +74,29 @@ impl Registry {
         .map_err(|e| self.err(e))
     }
 
+    /// The instance that owns `store_id` and the address it announced (empty: none, or it never
+    /// announced itself), in one read; `None` when no such store is registered.
+    pub async fn store_owner(
+        &self,
+        store_id: &str,
+    ) -> Result<Option<(String, String)>, RegistryError> {
+        const SQL: &str = "SELECT s.instance_id, i.advertise_address FROM stores s \
+                           LEFT JOIN instances i ON i.instance_id = s.instance_id \
+                           WHERE s.store_id = $1";
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
+            row.and_then(|row| {
+                row.map(|r| {
+                    let owner: String = r.try_get("instance_id")?;
+                    let addr: Option<String> = r.try_get("advertise_address")?;
+                    Ok((owner, addr.unwrap_or_default()))
+                })
+                .transpose()
+            })
+        })
+        .map_err(|e| self.err(e))
+    }
+
     /// Every instance that ever reported or announced itself, by instance id.
     pub async fn instances(&self) -> Result<Vec<InstanceInfo>, RegistryError> {
         const SQL: &str = "SELECT instance_id, heartbeat_ms, advertise_address, failover_group, \

@@ -98,6 +98,8 @@ impl Api {
         if instance_id.is_empty() || instance_id == me {
             return Ok(None);
         }
+        limits::check_text("instance_id", instance_id, limits::MAX_INSTANCE_ID_BYTES)
+            .map_err(err)?;
         if forward::forwarded(req.metadata()) {
             return Err(err(ForwardError::NotThisInstance {
                 asked: instance_id.to_string(),

@@ -152,28 +152,24 @@ impl Peers {
         meta: &MetadataMap,
         store_id: &str,
     ) -> Result<Option<Hop>, super::error::ServiceError> {
-        if store_id.is_empty() || forwarded(meta) {
+        // A malformed id is the local handler's to refuse, with no registry read.
+        if forwarded(meta) || super::limits::check_store_id(store_id).is_err() {
             return Ok(None);
         }
         match fleet.get(store_id) {
             Err(FleetError::NotHere(_)) => {}
             _ => return Ok(None),
         }
-        let Some(record) = fleet
+        let owner = fleet
             .registry()
-            .get_store(store_id)
+            .store_owner(store_id)
             .await
-            .map_err(FleetError::from)?
-        else {
-            return Ok(None);
-        };
-        if record.instance_id == self.me {
-            return Ok(None);
+            .map_err(FleetError::from)?;
+        match owner {
+            None => Ok(None),
+            Some((owner, _)) if owner == self.me => Ok(None),
+            Some((owner, addr)) => Ok(Some(self.hop_at(&owner, &addr, store_id, meta)?)),
         }
-        Ok(Some(
-            self.hop_to(fleet, &record.instance_id, store_id, meta)
-                .await?,
-        ))
     }
 
     /// The hop to instance `owner` for a call concerning `store` (a store id, or the directory
@@ -184,32 +180,37 @@ impl Peers {
         owner: &str,
         store: &str,
         meta: &MetadataMap,
-    ) -> Result<Hop, ForwardError> {
-        let caller = meta;
+    ) -> Result<Hop, super::error::ServiceError> {
         let info = fleet
             .registry()
             .instance(owner)
             .await
-            .map_err(|e| ForwardError::Unreachable {
-                store: store.to_string(),
-                owner: owner.to_string(),
-                addr: "(unknown: the registry does not answer)".into(),
-                detail: e.to_string(),
-            })?
+            .map_err(FleetError::from)?
             .ok_or_else(|| ForwardError::UnknownInstance(owner.to_string()))?;
-        if info.advertise_address.is_empty() {
+        Ok(self.hop_at(owner, &info.advertise_address, store, meta)?)
+    }
+
+    /// The hop to instance `owner`, which announced `addr` (empty: no address).
+    fn hop_at(
+        &self,
+        owner: &str,
+        addr: &str,
+        store: &str,
+        caller: &MetadataMap,
+    ) -> Result<Hop, ForwardError> {
+        if addr.is_empty() {
             return Err(ForwardError::NoAddress {
                 store: store.to_string(),
                 owner: owner.to_string(),
             });
         }
-        let channel = self.channel(owner, &info.advertise_address)?;
+        let channel = self.channel(owner, addr)?;
         let span = tracing::info_span!(
             "grpc.forward",
             otel.name = "forward",
             otel.kind = "client",
             peer.instance = owner,
-            server.address = %info.advertise_address,
+            server.address = %addr,
         );
         let mut meta = MetadataMap::new();
         if let Some(auth) = self
@@ -229,7 +230,7 @@ impl Peers {
         Ok(Hop {
             store: store.to_string(),
             owner: owner.to_string(),
-            addr: info.advertise_address,
+            addr: addr.to_string(),
             client: BackupControlClient::new(channel)
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(64 << 20),
@@ -451,16 +452,10 @@ fn timed_out(s: &Status) -> bool {
 
 /// A transport error and its causes, on one line.
 fn describe(s: &Status) -> String {
-    let mut out = s.message().to_string();
-    let mut cur = std::error::Error::source(s);
-    while let Some(c) = cur {
-        let text = c.to_string();
-        if !out.contains(&text) {
-            out = format!("{out}: {text}");
-        }
-        cur = c.source();
+    match std::error::Error::source(s) {
+        Some(cause) => format!("{}: {}", s.message(), crate::units::error_chain(cause)),
+        None => s.message().to_string(),
     }
-    out
 }
 
 /// What remains of the caller's deadline (`grpc-timeout`: at most 8 digits and a unit).

@@ -39,6 +39,8 @@ pub const MIN_DRILL_INTERVAL_MS: u64 = 60_000;
 pub const MAX_DRILL_INTERVAL_MS: u64 = 30 * 24 * 3_600_000;
 /// The largest page of restore points (a larger `page_size` is coerced to it).
 pub const MAX_PAGE_SIZE: u32 = 1000;
+/// `RegisterRequest.instance_id` / `AdoptRequest.instance_id`: an instance id, at most this long.
+pub const MAX_INSTANCE_ID_BYTES: usize = 255;
 /// The page size when a request names none.
 pub const DEFAULT_PAGE_SIZE: u32 = 100;
 /// The longest page token (the tokens this server gives are a manifest key and a span, at

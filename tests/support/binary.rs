@@ -383,6 +383,15 @@ fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
+/// `store write DIR --commits N` (as fast as it can, seed 0), to its end.
+pub fn write_store(dir: &Path, commits: u64) {
+    let mut cmd = command("http://unused.invalid");
+    cmd.args(["store", "write"])
+        .arg(dir)
+        .args(["--commits", &commits.to_string()]);
+    run_ok("store write", cmd, Duration::from_secs(120));
+}
+
 /// `store write DIR --commits N --rate R` (seed 0), stopped by SIGTERM before N if need be.
 pub fn writer(store: &Path, commits: u64, rate: u32) -> Command {
     let mut cmd = command("http://unused.invalid");

@@ -5,11 +5,17 @@
 //! removed). [`start`] waits for its `{"listening": …}` line; [`refused`] for it to fail.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+use tonic::transport::Channel;
+
 use super::binary::{self, Running, Stream};
+
+/// A client of the service.
+pub type Client = BackupControlClient<Channel>;
 
 /// Generous: the machine running the tests may be busy.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -107,4 +113,71 @@ pub fn wait_logged(child: &mut Running, words: &[&str]) {
     child.wait_for(&format!("log {words:?}"), DEADLINE, |l| {
         (l.stream == Stream::Stderr && has(&l.text)).then_some(())
     });
+}
+
+/// [`command`] with a fast worker (WAL every 50 ms, a restore point every 100 ms) and `extra`.
+pub fn fast_serve(d: &Dirs, extra: &[&str]) -> Command {
+    let mut cmd = command(d);
+    cmd.args([
+        "--wal-interval-ms",
+        "50",
+        "--restore-point-interval-ms",
+        "100",
+    ])
+    .args(extra);
+    cmd
+}
+
+/// A client of the service at `addr`.
+pub async fn client(addr: SocketAddr) -> Client {
+    BackupControlClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+}
+
+/// Waits until the store's health satisfies `ok`.
+pub async fn wait_health(
+    c: &Client,
+    id: &str,
+    what: &str,
+    ok: impl Fn(&proto::StoreHealth) -> bool,
+) -> proto::StoreHealth {
+    super::wait_for(DEADLINE, &format!("store {id}: {what}"), || {
+        let mut c = c.clone();
+        let ok = &ok;
+        async move {
+            let r = c
+                .health(proto::HealthRequest {
+                    store_id: id.into(),
+                    fresh: false,
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .into_inner();
+            let h = r.stores.into_iter().next().ok_or("no store")?;
+            if ok(&h) { Ok(h) } else { Err(format!("{h:?}")) }
+        }
+    })
+    .await
+}
+
+/// `node`: writes `commits` commits into the store, reporting each position to the service.
+pub fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits: u64) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.arg("node")
+        .arg("--store")
+        .arg(dir)
+        .args(["--server", &format!("http://{addr}"), "--store-id", id])
+        .args(["--commits", &commits.to_string()])
+        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
+    binary::run_ok("node", cmd, DEADLINE);
+}
+
+/// SIGTERM, and the exit, which must be 0.
+pub fn terminate(child: &mut binary::Running) {
+    child.signal(libc::SIGTERM);
+    let status = child.wait_exit(DEADLINE);
+    if !status.success() {
+        child.fail(&format!("exited with {status} after SIGTERM, not 0"));
+    }
 }

@@ -176,22 +176,9 @@ fn describe(code: Option<&str>, message: Option<&str>, status: u16) -> String {
     }
 }
 
-/// An error and its sources, each `Display`ed, joined by ": " on one line; a source that only
-/// repeats what is already said (hyper repeats its I/O error) is left out.
+/// An error and its sources on one line ([`crate::units::error_chain`]).
 pub(super) fn chain(e: &(dyn Error + 'static)) -> String {
-    let mut out = String::new();
-    let mut next = Some(e);
-    while let Some(e) = next {
-        let said = one_line(&e.to_string());
-        if !said.is_empty() && !out.contains(&said) {
-            if !out.is_empty() {
-                out.push_str(": ");
-            }
-            out.push_str(&said);
-        }
-        next = e.source();
-    }
-    out
+    crate::units::error_chain(e)
 }
 
 fn one_line(s: &str) -> String {
