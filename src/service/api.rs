@@ -576,6 +576,7 @@ impl BackupControl for Api {
         let (attachment, entry) = self.attach_node(&meta, &first, from)?;
         let store_id = first.store_id.clone();
         let shutdown = self.shutdown.clone();
+        let fleet = self.fleet.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         self.fleet.tasks.spawn(async move {
             let mut attachment = attachment;
@@ -588,7 +589,8 @@ impl BackupControl for Api {
                         return;
                     }
                     _ = attachment.closed() => {
-                        let _ = tx.send(Err(ServiceError::Deregistered(store_id).into())).await;
+                        let end = super::failover::stream_end(&fleet, &store_id).await;
+                        let _ = tx.send(Err(end.into())).await;
                         return;
                     }
                     msg = inbound.next() => match msg {

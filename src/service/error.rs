@@ -69,6 +69,10 @@ pub enum ServiceError {
     /// that arrives while it is being deregistered gets).
     #[error("store {0} was deregistered")]
     Deregistered(String),
+    /// What a store's position streams end with once another instance owns it (a failover
+    /// claim, a planned move): reconnect, and be relayed to the new owner.
+    #[error("store {store} moved to instance {owner}: reconnect")]
+    Moved { store: String, owner: String },
     /// A call for another instance that could not be forwarded there.
     #[error(transparent)]
     Forward(#[from] ForwardError),
@@ -89,7 +93,7 @@ impl From<ServiceError> for Status {
             ServiceError::NoFirstReport { .. } | ServiceError::CallTimeout { .. } => {
                 Code::DeadlineExceeded
             }
-            ServiceError::ShuttingDown => Code::Unavailable,
+            ServiceError::ShuttingDown | ServiceError::Moved { .. } => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
             ServiceError::Forward(f) => match f {
                 ForwardError::Unreachable { .. } => Code::Unavailable,

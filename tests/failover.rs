@@ -1,0 +1,345 @@
+//! Failover groups (issue 15 part 4): three real `serve` processes of one failover group on
+//! one PostgreSQL registry, store directories visible to all; when the owner is SIGKILLed its
+//! stores are claimed by the survivors (exactly one each), the bucket lease keeps one writer
+//! through the handover, a node reporting to a survivor keeps writing, and a restore
+//! afterwards holds every commit the node wrote. And the claim itself: two claimants racing
+//! for many stores on each backend, exactly one winner each.
+//!
+//! Needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server); without it a SKIP
+//! line, except under `CI=true`, where it fails.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mushroom_backup::registry::{Claimed, Registry, StoreRecord};
+use mushroom_backup::service::proto;
+use support::binary::{self, Running, write_store};
+use support::served::{self, Client};
+
+/// Every member's settings: a short silence limit and lease TTL, so the test is quick.
+const GROUP: &[&str] = &[
+    "--failover-group",
+    "g",
+    "--owner-silent-after-ms",
+    "2000",
+    "--lease-ttl-ms",
+    "2000",
+    "--health-report-interval-ms",
+    "300",
+];
+
+struct Instance {
+    child: Running,
+    addr: SocketAddr,
+}
+
+impl Instance {
+    fn start(id: &str, registry: &str, dirs: &served::Dirs, shared_root: &Path) -> Instance {
+        let mut cmd = served::fast_serve(dirs, GROUP);
+        cmd.arg("--allow-root").arg(shared_root).args([
+            "--registry",
+            registry,
+            "--instance-id",
+            id,
+        ]);
+        let (child, addr) = served::start(&format!("serve {id}"), cmd);
+        Instance { child, addr }
+    }
+}
+
+/// Fresh health of one store, asked of `c` (forwarded to the owner).
+async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
+    let mut c = c.clone();
+    let r = c
+        .health(proto::HealthRequest {
+            store_id: id.into(),
+            fresh: true,
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    r.stores.into_iter().next().ok_or_else(|| "no store".into())
+}
+
+async fn owners(c: &Client) -> BTreeMap<String, String> {
+    let mut c = c.clone();
+    c.list_stores(proto::ListStoresRequest {})
+        .await
+        .expect("ListStores")
+        .into_inner()
+        .stores
+        .into_iter()
+        .map(|s| (s.store_id, s.instance_id))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "failover_test").await;
+    let shared = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(shared.path()).unwrap();
+    let shared_root = base.join("stores");
+    let bucket = base.join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let (da, db_, dc) = (served::dirs(), served::dirs(), served::dirs());
+    let mut a = Instance::start("a", &db.url, &da, &shared_root);
+    let b = Instance::start("b", &db.url, &db_, &shared_root);
+    let c = Instance::start("c", &db.url, &dc, &shared_root);
+    let ca = served::client(a.addr).await;
+    let cb = served::client(b.addr).await;
+
+    // Four stores on a, each with a restore point.
+    let mut stores = Vec::new();
+    for i in 0..4 {
+        let dir = shared_root.join(format!("s{i}"));
+        write_store(&dir, 20);
+        let dest = support::file_url(&bucket.join(format!("s{i}")));
+        let r = ca
+            .clone()
+            .register(support::register_req(&dir, &dest))
+            .await
+            .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
+            .into_inner();
+        stores.push((r.store_id, r.node_token, dir, dest));
+    }
+    // And one in a's own root, which b and c do not see: it stays a's.
+    let private_dir = da.root.join("private");
+    write_store(&private_dir, 5);
+    let private = ca
+        .clone()
+        .register(support::register_req(
+            &private_dir,
+            &support::file_url(&bucket.join("private")),
+        ))
+        .await
+        .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
+        .into_inner()
+        .store_id;
+    for (id, ..) in &stores {
+        served::wait_health(&ca, id, "a restore point on a", |h| {
+            h.healthy && h.restore_point_commit_seq >= 20 && h.instance_id == "a"
+        })
+        .await;
+    }
+
+    // A node writes into s0 at a steady rate, reporting to b (which relays to a, the owner).
+    let (s0, token, s0_dir, s0_dest) = stores[0].clone();
+    let node = {
+        let mut cmd = binary::command("http://unused.invalid");
+        cmd.arg("node")
+            .arg("--store")
+            .arg(&s0_dir)
+            .args(["--server", &format!("http://{}", b.addr), "--store-id", &s0])
+            .args([
+                "--commits",
+                "300",
+                "--rate",
+                "40",
+                "--flush-timeout-ms",
+                "120000",
+            ])
+            .env("MUSHROOMDB_BACKUP_NODE_TOKEN", &token);
+        std::thread::spawn(move || binary::run_ok("node", cmd, Duration::from_secs(300)))
+    };
+    support::wait_for(
+        served::DEADLINE,
+        "a to ship some of the node's commits",
+        || {
+            let cb = cb.clone();
+            let s0 = s0.clone();
+            async move {
+                match fresh(&cb, &s0).await? {
+                    h if h.shipped_commit_seq >= 40 => Ok(()),
+                    h => Err(format!("{h:?}")),
+                }
+            }
+        },
+    )
+    .await;
+
+    // SIGKILL a: every one of its stores turns healthy on b or c, claimed by exactly one.
+    a.child.signal(libc::SIGKILL);
+    a.child.wait_exit(served::DEADLINE);
+    let killed = Instant::now();
+    let mut healthy_after = Vec::new();
+    for (id, ..) in &stores {
+        let h = support::wait_for(
+            Duration::from_secs(180),
+            &format!("store {id} healthy on b or c"),
+            || {
+                let cb = cb.clone();
+                let id = id.clone();
+                async move {
+                    match fresh(&cb, &id).await? {
+                        h if h.healthy && h.lease_held && h.instance_id != "a" => Ok(h),
+                        h => Err(format!("{h:?}")),
+                    }
+                }
+            },
+        )
+        .await;
+        healthy_after.push((h.instance_id.clone(), killed.elapsed()));
+    }
+    eprintln!("FIGURE failover: SIGKILL to healthy on the claimant, per store: {healthy_after:?}");
+    let now = owners(&cb).await;
+    for (id, ..) in &stores {
+        let owner = now.get(id).map(String::as_str);
+        assert!(matches!(owner, Some("b" | "c")), "{id}: {now:?}");
+    }
+    let through_c = owners(&served::client(c.addr).await).await;
+    assert_eq!(now, through_c, "b and c agree on the owners");
+    // The store b and c cannot see: both looked (past twice the silence limit anyone may
+    // claim), neither claimed it.
+    let (mut b, mut c) = (b, c);
+    for member in [&mut b, &mut c] {
+        served::wait_logged(
+            &mut member.child,
+            &["not claiming", &private, "not under an allowed root"],
+        );
+    }
+    assert_eq!(
+        owners(&cb).await[&private],
+        "a",
+        "the store nobody else sees"
+    );
+
+    // The node kept writing through the handover; every commit it wrote is restorable.
+    let out = node.join().expect("the node thread");
+    let written = binary::json(&out);
+    let total = written["commit_seq"].as_u64().expect("commit_seq");
+    assert_eq!(total, 320, "{out}");
+    support::wait_for(
+        served::DEADLINE,
+        "every commit of s0 in a restore point",
+        || {
+            let cb = cb.clone();
+            let s0 = s0.clone();
+            async move {
+                match fresh(&cb, &s0).await? {
+                    h if h.restore_point_commit_seq == total => Ok(()),
+                    h => Err(format!("{h:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    let into = base.join("restored");
+    let restored = binary::restore_digest("http://unused.invalid", &s0_dest, &into);
+    let local = binary::store_digest(&s0_dir);
+    assert_eq!(
+        restored, local,
+        "the restore holds every commit the node wrote"
+    );
+
+    // a back (same id, same data directory): it loads only the rows it still owns (none).
+    let a2 = Instance::start("a", &db.url, &da, &shared_root);
+    let ca2 = served::client(a2.addr).await;
+    for (id, ..) in &stores {
+        let h = served::wait_health(&ca2, id, "owned by b or c, seen from a", |h| {
+            h.instance_id != "a"
+        })
+        .await;
+        assert_ne!(h.instance_id, "a", "{h:?}");
+    }
+    assert_eq!(
+        owners(&ca2).await,
+        owners(&cb).await,
+        "a's return changes no owner"
+    );
+    served::wait_health(&ca2, &private, "a's own store running again on a", |h| {
+        h.instance_id == "a" && h.healthy
+    })
+    .await;
+    drop((a2, b, c));
+    db.drop_database().await;
+}
+
+/// `n` stores owned by `dead`, in `reg`.
+async fn dead_owners_stores(reg: &Registry, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = uuid::Uuid::new_v4().to_string();
+        reg.insert_store(&StoreRecord {
+            store_id: id.clone(),
+            store_dir: format!("/stores/race/{i}"),
+            destination: format!("file:///bucket/race/{i}"),
+            labels: BTreeMap::new(),
+            options: serde_json::json!({}),
+            node_token_hash: "0".repeat(64),
+            instance_id: "dead".into(),
+            registered_at_ms: 1,
+        })
+        .await
+        .expect("insert");
+        ids.push(id);
+    }
+    ids
+}
+
+/// Two handles claim every store at once, in opposite orders: one winner per store, and the
+/// row names it.
+async fn race(one: Registry, two: Registry) {
+    let ids = dead_owners_stores(&one, 64).await;
+    let claim_all = |reg: Registry, me: &'static str, mut ids: Vec<String>| async move {
+        if me == "y" {
+            ids.reverse();
+        }
+        let mut won = Vec::new();
+        for id in ids {
+            match reg.change_owner(&id, "dead", me, 2).await.expect("claim") {
+                Claimed::Won => won.push(id),
+                Claimed::Lost { owner } => assert_ne!(owner, "dead", "{id}"),
+                Claimed::Gone => panic!("{id} is gone"),
+            }
+        }
+        won
+    };
+    let (x, y) = tokio::join!(
+        tokio::spawn(claim_all(one.clone(), "x", ids.clone())),
+        tokio::spawn(claim_all(two.clone(), "y", ids.clone())),
+    );
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!(x.len() + y.len(), ids.len(), "x won {x:?}, y won {y:?}");
+    let owners = two.owners().await.expect("owners");
+    for id in &ids {
+        let winner = match (x.contains(id), y.contains(id)) {
+            (true, false) => "x",
+            (false, true) => "y",
+            both => panic!("{id}: won by (x, y) = {both:?}"),
+        };
+        assert_eq!(owners[id].instance_id, winner, "{id}");
+        assert_eq!(owners[id].since_ms, 2, "{id}");
+    }
+    // The loser of a store that moved on cannot take it back from the old owner's name.
+    let id = &ids[0];
+    let again = one.change_owner(id, "dead", "z", 3).await.unwrap();
+    assert!(matches!(again, Claimed::Lost { .. }), "{again:?}");
+    one.close().await;
+    two.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_claimants_racing_on_sqlite_win_each_store_once() {
+    let (_dir, url, one) = support::registry::sqlite_registry().await;
+    let two = Registry::open(&url).await.expect("a second handle");
+    race(one, two).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_claimants_racing_on_postgres_win_each_store_once() {
+    let Some(server) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&server, "failover_race").await;
+    let one = Registry::open(&db.url).await.expect("open");
+    let two = Registry::open(&db.url).await.expect("a second handle");
+    race(one, two).await;
+    db.drop_database().await;
+}
