@@ -65,6 +65,7 @@ async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
     r.stores.into_iter().next().ok_or_else(|| "no store".into())
 }
 
+/// Every store's owner, as `ListStores` through `c` says (which must agree with itself).
 async fn owners(c: &Client) -> BTreeMap<String, String> {
     let mut c = c.clone();
     c.list_stores(proto::ListStoresRequest {})
@@ -73,7 +74,11 @@ async fn owners(c: &Client) -> BTreeMap<String, String> {
         .into_inner()
         .stores
         .into_iter()
-        .map(|s| (s.store_id, s.instance_id))
+        .map(|s| {
+            assert_eq!(s.owner_instance_id, s.instance_id, "{s:?}");
+            assert!(s.owner_since_unix_ms >= s.registered_at_unix_ms, "{s:?}");
+            (s.store_id, s.instance_id)
+        })
         .collect()
 }
 
@@ -165,9 +170,14 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     .await;
 
     // SIGKILL a: every one of its stores turns healthy on b or c, claimed by exactly one.
+    let before = fresh(&cb, &s0).await.unwrap();
+    assert_eq!(before.owner_instance_id, "a", "{before:?}");
+    let registered_at = before.owner_since_unix_ms;
+    assert!(registered_at > 0, "{before:?}");
     a.child.signal(libc::SIGKILL);
     a.child.wait_exit(served::DEADLINE);
     let killed = Instant::now();
+    let killed_ms = mushroom_backup::units::unix_now_ms();
     let mut healthy_after = Vec::new();
     for (id, ..) in &stores {
         let h = support::wait_for(
@@ -186,6 +196,9 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
         )
         .await;
         healthy_after.push((h.instance_id.clone(), killed.elapsed()));
+        // Health says who owns it since the claim, as the registry does.
+        assert_eq!(h.owner_instance_id, h.instance_id, "{h:?}");
+        assert!(h.owner_since_unix_ms >= killed_ms, "{h:?}");
     }
     eprintln!("FIGURE failover: SIGKILL to healthy on the claimant, per store: {healthy_after:?}");
     let now = owners(&cb).await;

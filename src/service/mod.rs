@@ -63,6 +63,7 @@ pub mod failover;
 pub mod fleet;
 pub mod forward;
 mod health_report;
+mod health_view;
 pub mod health_watch;
 pub mod limits;
 pub mod path_index;
