@@ -356,3 +356,196 @@ async fn two_claimants_racing_on_postgres_win_each_store_once() {
     race(one, two).await;
     db.drop_database().await;
 }
+
+/// `ctl ARGS` against `addr`: whether it succeeded, and its stdout (its stderr too when it
+/// failed).
+fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["ctl", "--server", &format!("http://{addr}")])
+        .args(args);
+    let mut child = Running::spawn("ctl", cmd);
+    let status = child.wait_exit(served::DEADLINE);
+    if status.success() {
+        (true, child.stdout())
+    } else {
+        (false, child.output())
+    }
+}
+
+/// Every event `c` publishes from now on, kept for a look at the end.
+fn record_events(c: &Client) -> std::sync::Arc<std::sync::Mutex<Vec<proto::BackupEvent>>> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (mut c, kept) = (c.clone(), seen.clone());
+    tokio::spawn(async move {
+        let mut events = c
+            .watch_events(proto::WatchEventsRequest::default())
+            .await
+            .expect("WatchEvents")
+            .into_inner();
+        while let Ok(Some(e)) = events.message().await {
+            kept.lock().unwrap().push(e);
+        }
+    });
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "moves_test").await;
+    let shared = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(shared.path()).unwrap();
+    let shared_root = base.join("stores");
+    let bucket = base.join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let (da, db_, dc) = (served::dirs(), served::dirs(), served::dirs());
+    let a = Instance::start("a", &db.url, &da, &shared_root);
+    let b = Instance::start("b", &db.url, &db_, &shared_root);
+    let c = Instance::start("c", &db.url, &dc, &shared_root);
+    let (ca, cb, cc) = (
+        served::client(a.addr).await,
+        served::client(b.addr).await,
+        served::client(c.addr).await,
+    );
+    let events: Vec<_> = [&ca, &cb, &cc].into_iter().map(record_events).collect();
+
+    let mut stores = Vec::new();
+    for i in 0..3 {
+        let dir = shared_root.join(format!("m{i}"));
+        write_store(&dir, 20);
+        let dest = support::file_url(&bucket.join(format!("m{i}")));
+        let r = ca
+            .clone()
+            .register(support::register_req(&dir, &dest))
+            .await
+            .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
+            .into_inner();
+        stores.push((r.store_id, r.node_token, dir, dest));
+    }
+    for (id, ..) in &stores {
+        served::wait_health(&ca, id, "a restore point on a", |h| {
+            h.healthy && h.restore_point_commit_seq >= 20
+        })
+        .await;
+    }
+    let (m0, token, m0_dir, m0_dest) = stores[0].clone();
+    let node = {
+        let mut cmd = binary::command("http://unused.invalid");
+        cmd.arg("node")
+            .arg("--store")
+            .arg(&m0_dir)
+            .args(["--server", &format!("http://{}", c.addr), "--store-id", &m0])
+            .args([
+                "--commits",
+                "300",
+                "--rate",
+                "40",
+                "--flush-timeout-ms",
+                "120000",
+            ])
+            .env("MUSHROOMDB_BACKUP_NODE_TOKEN", &token);
+        std::thread::spawn(move || binary::run_ok("node", cmd, Duration::from_secs(300)))
+    };
+    support::wait_for(
+        served::DEADLINE,
+        "a to ship some of the node's commits",
+        || {
+            let cc = cc.clone();
+            let m0 = m0.clone();
+            async move {
+                match fresh(&cc, &m0).await? {
+                    h if h.shipped_commit_seq >= 40 => Ok(()),
+                    h => Err(format!("{h:?}")),
+                }
+            }
+        },
+    )
+    .await;
+
+    // Refused moves change nothing: to itself, to an instance that never started.
+    let before = owners(&cb).await;
+    let (ok, out) = ctl(c.addr, &["move", &stores[1].0, "--to", "a"]);
+    assert!(!ok && out.contains("nothing to move"), "{out}");
+    let (ok, out) = ctl(c.addr, &["move", &stores[1].0, "--to", "nowhere"]);
+    assert!(!ok && out.contains("nowhere"), "{out}");
+    assert_eq!(owners(&cb).await, before);
+
+    // ctl move through c (not the owner): a flushes, hands over, b runs m0.
+    let moved = Instant::now();
+    let (ok, out) = ctl(c.addr, &["--json", "move", &m0, "--to", "b"]);
+    assert!(ok, "{out}");
+    let r = binary::json(&out);
+    assert_eq!(r["from_instance_id"], "a", "{out}");
+    assert_eq!(r["to_instance_id"], "b", "{out}");
+    assert!(
+        r["restore_point_commit_seq"].as_u64().unwrap() >= 40,
+        "{out}"
+    );
+    served::wait_health(&cb, &m0, "m0 running on b", |h| {
+        h.instance_id == "b" && h.healthy && h.lease_held
+    })
+    .await;
+    let move_took = moved.elapsed();
+
+    // ctl drain a through b: a's other stores go to b or c; a runs nothing.
+    let drained = Instant::now();
+    let (ok, out) = ctl(b.addr, &["--json", "drain", "a"]);
+    assert!(ok, "{out}");
+    let r = binary::json(&out);
+    assert_eq!(r["moved"].as_array().unwrap().len(), 2, "{out}");
+    assert_eq!(r["failed"].as_array().unwrap().len(), 0, "{out}");
+    for (id, ..) in &stores[1..] {
+        served::wait_health(&cb, id, "drained to b or c, running", |h| {
+            h.instance_id != "a" && h.healthy && h.lease_held
+        })
+        .await;
+    }
+    let drain_took = drained.elapsed();
+    eprintln!(
+        "FIGURE moves: move of a store with a node writing: {move_took:?} to healthy on the \
+         target; drain of 2 stores: {drain_took:?}"
+    );
+    let now = owners(&cb).await;
+    assert!(now.values().all(|o| o != "a"), "{now:?}");
+    let (ok, out) = ctl(a.addr, &["health", &m0]);
+    assert!(ok && out.contains("owner b since"), "{out}");
+
+    // Every commit the node wrote is restorable.
+    let out = node.join().expect("the node thread");
+    let total = binary::json(&out)["commit_seq"].as_u64().unwrap();
+    assert_eq!(total, 320, "{out}");
+    support::wait_for(
+        served::DEADLINE,
+        "every commit of m0 in a restore point",
+        || {
+            let cb = cb.clone();
+            let m0 = m0.clone();
+            async move {
+                match fresh(&cb, &m0).await? {
+                    h if h.restore_point_commit_seq == total => Ok(()),
+                    h => Err(format!("{h:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    let restored = binary::restore_digest("http://unused.invalid", &m0_dest, &base.join("r"));
+    assert_eq!(restored, binary::store_digest(&m0_dir));
+
+    // Never two writers: no worker anywhere lost its lease or had it taken over.
+    let lost = proto::EventKind::LeaseLost as i32;
+    let taken = proto::EventKind::LeaseTakenOver as i32;
+    let changed = proto::EventKind::OwnerChanged as i32;
+    let mut owner_changes = 0;
+    for seen in &events {
+        for e in seen.lock().unwrap().iter() {
+            assert!(e.kind != lost && e.kind != taken, "{e:?}");
+            owner_changes += usize::from(e.kind == changed);
+        }
+    }
+    assert!(owner_changes >= 3, "an owner_changed event per move");
+    drop((a, b, c));
+    db.drop_database().await;
+}

@@ -94,6 +94,8 @@ enum Call {
     },
     /// Events as they happen (paused, restore point written, lease lost, …), one a line.
     WatchEvents(ctl_events::WatchEventsArgs),
+    #[command(flatten)]
+    Moves(super::ctl_move::MoveCall),
     /// Every store of the instance.
     ListStores,
     /// A store's restore points, newest first.
@@ -331,6 +333,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
+        Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::ListRestorePoints {
             store_id,

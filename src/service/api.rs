@@ -433,6 +433,61 @@ impl BackupControl for Api {
         }))
     }
 
+    async fn r#move(
+        &self,
+        req: Request<proto::MoveRequest>,
+    ) -> Result<Response<proto::MoveResponse>, Status> {
+        self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            return hop
+                .call(
+                    req.into_inner(),
+                    |mut c, r| async move { c.r#move(r).await },
+                )
+                .await;
+        }
+        let meta = req.metadata().clone();
+        let (peer, r) = self.operator(req)?;
+        let (id, to) = (&r.store_id, &r.to_instance_id);
+        let moved = super::moves::move_store(&self.fleet, &self.peers, &meta, id, to, peer);
+        Ok(Response::new(moved.await?))
+    }
+
+    async fn drain(
+        &self,
+        req: Request<proto::DrainRequest>,
+    ) -> Result<Response<proto::DrainResponse>, Status> {
+        self.admin(&req)?;
+        let who = req.get_ref().instance_id.clone();
+        if let Some(hop) = self.route_to_instance(&req, &who, &who).await? {
+            return hop
+                .call(req.into_inner(), |mut c, r| async move { c.drain(r).await })
+                .await;
+        }
+        let meta = req.metadata().clone();
+        let (peer, _) = self.operator(req)?;
+        let drained = super::moves::drain(&self.fleet, &self.peers, &meta, peer);
+        Ok(Response::new(drained.await?))
+    }
+
+    async fn can_host(
+        &self,
+        req: Request<proto::CanHostRequest>,
+    ) -> Result<Response<proto::CanHostResponse>, Status> {
+        self.admin(&req)?;
+        super::moves::can_host(&self.fleet, &req.get_ref().store_id).await?;
+        Ok(Response::new(proto::CanHostResponse {}))
+    }
+
+    async fn host(
+        &self,
+        req: Request<proto::HostRequest>,
+    ) -> Result<Response<proto::HostResponse>, Status> {
+        self.admin(&req)?;
+        super::moves::host(&self.fleet, &req.get_ref().store_id).await?;
+        Ok(Response::new(proto::HostResponse {}))
+    }
+
     type WatchEventsStream = EventStream;
 
     async fn watch_events(

@@ -76,6 +76,9 @@ pub enum ServiceError {
     /// A call for another instance that could not be forwarded there.
     #[error(transparent)]
     Forward(#[from] ForwardError),
+    /// A planned move refused (nothing changed), or raced by a claim.
+    #[error(transparent)]
+    Move(#[from] super::moves::MoveError),
 }
 
 impl From<ServiceError> for Status {
@@ -95,6 +98,8 @@ impl From<ServiceError> for Status {
             }
             ServiceError::ShuttingDown | ServiceError::Moved { .. } => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
+            ServiceError::Move(super::moves::MoveError::Raced { .. }) => Code::Aborted,
+            ServiceError::Move(_) => Code::FailedPrecondition,
             ServiceError::Forward(f) => match f {
                 ForwardError::Unreachable { .. } => Code::Unavailable,
                 ForwardError::UnknownInstance(_) => Code::InvalidArgument,
