@@ -61,6 +61,30 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::DrillResponse>, Status> {
         no()
     }
+    async fn r#move(
+        &self,
+        _: Request<proto::MoveRequest>,
+    ) -> Result<Response<proto::MoveResponse>, Status> {
+        no()
+    }
+    async fn drain(
+        &self,
+        _: Request<proto::DrainRequest>,
+    ) -> Result<Response<proto::DrainResponse>, Status> {
+        no()
+    }
+    async fn can_host(
+        &self,
+        _: Request<proto::CanHostRequest>,
+    ) -> Result<Response<proto::CanHostResponse>, Status> {
+        no()
+    }
+    async fn host(
+        &self,
+        _: Request<proto::HostRequest>,
+    ) -> Result<Response<proto::HostResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

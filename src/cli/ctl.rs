@@ -94,6 +94,8 @@ enum Call {
     },
     /// Events as they happen (paused, restore point written, lease lost, …), one a line.
     WatchEvents(ctl_events::WatchEventsArgs),
+    #[command(flatten)]
+    Moves(super::ctl_move::MoveCall),
     /// Every store of the instance.
     ListStores,
     /// A store's restore points, newest first.
@@ -331,6 +333,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
+        Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::ListRestorePoints {
             store_id,
@@ -550,8 +553,12 @@ async fn list_stores(ctl: &mut Ctl, j: bool) -> anyhow::Result<()> {
             .iter()
             .map(|s| {
                 format!(
-                    "{}  {}  -> {}  (instance {})",
-                    s.store_id, s.store_dir, s.destination, s.instance_id
+                    "{}  {}  -> {}  (instance {}){}",
+                    s.store_id,
+                    s.store_dir,
+                    s.destination,
+                    s.instance_id,
+                    super::ctl_move::owner_text(&s.owner_instance_id, s.owner_since_unix_ms)
                 )
             })
             .collect::<Vec<_>>()
@@ -686,6 +693,8 @@ fn health_json(r: &proto::HealthResponse) -> Value {
                 "paused_until_unix_ms": s.paused_until_unix_ms,
                 "paused_at_unix_ms": s.paused_at_unix_ms,
                 "last_drill": super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
+                "owner_instance_id": s.owner_instance_id,
+                "owner_since_unix_ms": s.owner_since_unix_ms,
             })
         })
         .collect();
@@ -730,6 +739,10 @@ fn health_text(r: &proto::HealthResponse) -> String {
                 line.push_str(&format!("\n  last error: {}", s.last_error));
             }
             line.push_str(&super::ctl_drill::last_drill_text(s.last_drill.as_ref()));
+            line.push_str(&super::ctl_move::owner_text(
+                &s.owner_instance_id,
+                s.owner_since_unix_ms,
+            ));
             for n in &s.notes {
                 line.push_str(&format!("\n  note: {n}"));
             }
@@ -760,6 +773,8 @@ fn store_json(s: &proto::StoreInfo) -> Value {
         "labels": s.labels,
         "registered_at_unix_ms": s.registered_at_unix_ms,
         "options": options_json(s.options),
+        "owner_instance_id": s.owner_instance_id,
+        "owner_since_unix_ms": s.owner_since_unix_ms,
     })
 }
 

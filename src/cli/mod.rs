@@ -9,6 +9,7 @@ mod backup;
 mod client_tls;
 mod ctl;
 mod ctl_drill;
+mod ctl_move;
 mod encryption;
 mod inspect;
 mod node;

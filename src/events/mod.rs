@@ -66,10 +66,13 @@ pub enum EventKind {
     RetentionDeleted,
     Registered,
     Deregistered,
+    /// Another instance owns the store now: a failover claim or a planned move
+    /// (`service::failover`, `service::moves`).
+    OwnerChanged,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::HealthChanged,
         EventKind::Paused,
         EventKind::Resumed,
@@ -82,6 +85,7 @@ impl EventKind {
         EventKind::RetentionDeleted,
         EventKind::Registered,
         EventKind::Deregistered,
+        EventKind::OwnerChanged,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +102,7 @@ impl EventKind {
             EventKind::RetentionDeleted => "retention_deleted",
             EventKind::Registered => "registered",
             EventKind::Deregistered => "deregistered",
+            EventKind::OwnerChanged => "owner_changed",
         }
     }
 

@@ -9,7 +9,10 @@
 //! - `stores`: one row per registered store directory ([`StoreRecord`]). `store_id` and
 //!   `store_dir` are each unique, so two registrations of one directory cannot both succeed,
 //!   whichever instance makes them. The node token is stored only as its hash ([`token`]).
-//!   `instance_id` names the service instance that runs the store's worker.
+//!   `instance_id` names the service instance that runs the store's worker, and
+//!   `owner_since_ms` since when (its registration, or the failover claim or planned move
+//!   that gave it to that instance: [`Registry::change_owner`], a compare-and-set,
+//!   `ownership.rs`).
 //!   [`Registry::insert_store_unless`] checks a new store against every registered one and
 //!   inserts it in one transaction, under a lock every registration takes.
 //! - `audit_log`: append-only ([`AuditEntry`]), one row per register, deregister, adopt,
@@ -47,9 +50,11 @@
 //! # Several instances
 //!
 //! Instances sharing a PostgreSQL registry see each other's committed writes at once; the
-//! unique keys and the registration lock settle races between them. The registry does not
-//! decide which instance runs a store (that is the bucket lease's job), only that one process
-//! at a time runs an instance id's stores ([`InstanceClaim`]).
+//! unique keys and the registration lock settle races between them. The registry says which
+//! instance should run each store (its row's owner, changed only by a compare-and-set, so
+//! racing claimants have one winner) and that one process at a time runs an instance id's
+//! stores ([`InstanceClaim`]); which process *writes* a store's prefix is still the bucket
+//! lease's to decide.
 //!
 //! # The registration check
 //!
@@ -260,6 +265,8 @@ mod pause;
 pub use pause::PauseRecord;
 mod drill;
 pub use drill::DrillRecord;
+mod ownership;
+pub use ownership::{Claimed, Owner};
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:
@@ -349,8 +356,8 @@ impl Registry {
         const SERIAL: &str = "SELECT serial FROM stores_serial WHERE id = 1";
         const BUMP: &str = "UPDATE stores_serial SET serial = serial + 1 WHERE id = 1";
         const INSERT: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
-                              options, node_token_hash, instance_id, registered_at_ms) \
-                              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+                              options, node_token_hash, instance_id, registered_at_ms, \
+                              owner_since_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)";
         let labels = serde_json::to_string(&rec.labels).expect("string maps serialize");
         let options = rec.options.to_string();
         // Called exactly once below, on whichever stores the check uses.

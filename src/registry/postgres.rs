@@ -60,6 +60,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instance addresses",
         include_str!("../../migrations/postgres/0007_instance_addresses.sql"),
     ),
+    (
+        8,
+        "store owners",
+        include_str!("../../migrations/postgres/0008_store_owners.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

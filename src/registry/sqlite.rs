@@ -63,6 +63,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instance addresses",
         include_str!("../../migrations/sqlite/0007_instance_addresses.sql"),
     ),
+    (
+        8,
+        "store owners",
+        include_str!("../../migrations/sqlite/0008_store_owners.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

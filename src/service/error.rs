@@ -69,9 +69,16 @@ pub enum ServiceError {
     /// that arrives while it is being deregistered gets).
     #[error("store {0} was deregistered")]
     Deregistered(String),
+    /// What a store's position streams end with once another instance owns it (a failover
+    /// claim, a planned move): reconnect, and be relayed to the new owner.
+    #[error("store {store} moved to instance {owner}: reconnect")]
+    Moved { store: String, owner: String },
     /// A call for another instance that could not be forwarded there.
     #[error(transparent)]
     Forward(#[from] ForwardError),
+    /// A planned move refused (nothing changed), or raced by a claim.
+    #[error(transparent)]
+    Move(#[from] super::moves::MoveError),
 }
 
 impl From<ServiceError> for Status {
@@ -89,8 +96,10 @@ impl From<ServiceError> for Status {
             ServiceError::NoFirstReport { .. } | ServiceError::CallTimeout { .. } => {
                 Code::DeadlineExceeded
             }
-            ServiceError::ShuttingDown => Code::Unavailable,
+            ServiceError::ShuttingDown | ServiceError::Moved { .. } => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
+            ServiceError::Move(super::moves::MoveError::Raced { .. }) => Code::Aborted,
+            ServiceError::Move(_) => Code::FailedPrecondition,
             ServiceError::Forward(f) => match f {
                 ForwardError::Unreachable { .. } => Code::Unavailable,
                 ForwardError::UnknownInstance(_) => Code::InvalidArgument,

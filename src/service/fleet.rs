@@ -34,9 +34,7 @@ use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
 use crate::events::Bus;
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
-use crate::registry::{
-    self, AuditEntry, ClaimError, InstanceClaim, Predecessor, Registry, StoreRecord,
-};
+use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
@@ -205,9 +203,14 @@ pub struct Fleet {
     conflicts: conflicts::Memo,
     /// Every event of the service and its workers (`crate::events`).
     events: Bus,
+    /// Held while a store given to this instance is started (`fleet/hosting.rs`).
+    hosting: tokio::sync::Mutex<()>,
 }
 
 pub use super::remote::RemoteStore;
+
+mod claim_renewal;
+mod hosting;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -264,8 +267,9 @@ impl Fleet {
             claim_lost: CancellationToken::new(),
             claim_lost_why: std::sync::Mutex::new(None),
             events,
+            hosting: tokio::sync::Mutex::new(()),
         });
-        fleet.tasks.spawn(keep_claim(fleet.clone()));
+        fleet.tasks.spawn(claim_renewal::keep_claim(fleet.clone()));
         let mine = fleet
             .registry
             .list_stores(Some(&fleet.config.instance_id))
@@ -294,6 +298,7 @@ impl Fleet {
         fleet
             .tasks
             .spawn(super::health_report::report_health(fleet.clone()));
+        fleet.tasks.spawn(super::failover::run(fleet.clone()));
         Ok(fleet)
     }
 
@@ -760,34 +765,5 @@ impl Fleet {
     pub async fn stop_tasks(&self) {
         self.tasks.close();
         self.tasks.wait().await;
-    }
-}
-
-/// Renews the instance claim until shutdown; a claim another process took over cancels
-/// [`Fleet::claim_lost`]. A registry out of reach is retried at the next tick: the claim goes
-/// stale only after `stale_after` without a renewal.
-async fn keep_claim(fleet: Arc<Fleet>) {
-    let period = (fleet.claim.stale_after() / 3)
-        .min(fleet.config.health_report_interval)
-        .max(Duration::from_millis(10));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = fleet.shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        match fleet.claim.renew().await {
-            Ok(()) => {}
-            Err(e @ ClaimError::Lost { .. }) => {
-                let why = e.to_string();
-                tracing::error!(instance_id = %fleet.config.instance_id, "{why}");
-                *fleet.claim_lost_why.lock().expect("not poisoned") = Some(why);
-                fleet.claim_lost.cancel();
-                return;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot renew the instance claim"),
-        }
     }
 }

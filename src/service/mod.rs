@@ -12,6 +12,16 @@
 //!   Drills restore into `<data_dir>/drills/`, from which [`run`] removes at start what a crash
 //!   left (drills' directories only), before any drill runs; the scheduler is one task of
 //!   the fleet's tracker.
+//! - [`failover`]: failover groups. Every instance reconciles the workers it runs with the
+//!   registry rows it owns (stopping those claimed or moved away, starting those given to
+//!   it); an instance of a `--failover-group` claims, one compare-and-set per store, the
+//!   stores of a member silent for `--owner-silent-after-ms` whose directories it sees. The
+//!   registry row says who should run a store, the bucket lease who may write it: a claimant
+//!   waits as a standby until the silent owner's lease has expired (the timeline, and what a
+//!   crash at each step leaves, are in the module's docs). [`moves`]: `Move` and `Drain`,
+//!   planned handovers within a group: the owner checks the target (live, in its group,
+//!   sees the directory: `CanHost`), flushes and stops the worker (releasing the lease),
+//!   compare-and-sets the row, and tells the target to start it (`Host`).
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
@@ -52,11 +62,14 @@ pub mod conflicts;
 pub mod destination;
 pub mod drill;
 pub mod error;
+pub mod failover;
 pub mod fleet;
 pub mod forward;
 mod health_report;
+mod health_view;
 pub mod health_watch;
 pub mod limits;
+pub mod moves;
 pub mod path_index;
 pub mod paths;
 pub mod pause;

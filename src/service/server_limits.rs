@@ -9,7 +9,8 @@
 //!   `first_report_timeout`; the stream then ends `DEADLINE_EXCEEDED`;
 //! - every call's handler, reading its request included, ends within `call_timeout`
 //!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt` and `Drill`, which restore a
-//!   whole store inside the call and have `adopt_timeout`. A stream's handler ends when its response
+//!   whole store inside the call, and `Move` and `Drain` (a flush and a handover per store),
+//!   which have `adopt_timeout`. A stream's handler ends when its response
 //!   starts, so the long-lived streams are not cut; the client's own `grpc-timeout` applies
 //!   too, whichever is shorter;
 //! - a connection has at most `max_concurrent_streams` streams open (HTTP/2
@@ -137,6 +138,11 @@ pub struct CallTimeout<S> {
 const ADOPT_PATH: &str = "/mushroom.backup.v1.BackupControl/Adopt";
 /// A drill restores a whole store too: it has Adopt's limit.
 const DRILL_PATH: &str = "/mushroom.backup.v1.BackupControl/Drill";
+/// A move flushes and hands a store over; a drain does it for every store of an instance.
+const MOVE_PATHS: [&str; 2] = [
+    "/mushroom.backup.v1.BackupControl/Move",
+    "/mushroom.backup.v1.BackupControl/Drain",
+];
 
 impl<S, B, ResBody> tower::Service<http::Request<B>> for CallTimeout<S>
 where
@@ -154,11 +160,12 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
-        let (limit, setting) = if path == ADOPT_PATH || path == DRILL_PATH {
-            (self.limits.adopt, "adopt_timeout_ms")
-        } else {
-            (self.limits.call, "call_timeout_ms")
-        };
+        let (limit, setting) =
+            if path == ADOPT_PATH || path == DRILL_PATH || MOVE_PATHS.contains(&path) {
+                (self.limits.adopt, "adopt_timeout_ms")
+            } else {
+                (self.limits.call, "call_timeout_ms")
+            };
         let method = path.rsplit('/').next().unwrap_or_default().to_string();
         let future = self.inner.call(req);
         Box::pin(async move {

@@ -1,0 +1,414 @@
+//! Failover groups (issue 15 part 4): when an instance goes silent, a live instance of its
+//! failover group claims each of its stores and runs it; an instance whose stores were
+//! claimed (or moved, `super::moves`) while it ran stops their workers.
+//!
+//! One task of the fleet's tracker ([`run`]), ending on the fleet's cancellation token. Every
+//! [`round_period`] (a quarter of `--owner-silent-after-ms`, between 100 ms and 5 s) it does,
+//! in order:
+//!
+//! 1. **Reconcile** (every instance, grouped or not): one registry query of the stores this
+//!    instance owns ([`crate::registry::Registry::owned_stores`]). A worker running here for a
+//!    store the registry gives to another instance is stopped without a flush and taken out
+//!    of the fleet ([`Fleet::unhost`]); nothing is deleted, and its position streams end with
+//!    `UNAVAILABLE` naming the new owner (the node reconnects and is relayed there). A store
+//!    the registry gives to this instance that has no worker here and that was *given* to it
+//!    (owned since after its registration: a planned move whose target was not told, a claim
+//!    whose start failed once) is started, once per change of owner ([`Fleet::host`]). A
+//!    store owned since its registration is never started here: a registration starts its
+//!    own worker just after writing its row, and a respawn that failed at start stays failed
+//!    (as before) until the next start.
+//! 2. **Claims** (only with `--failover-group`, and only while this instance's own heartbeat is
+//!    fresh: an instance cut off from the registry claims nothing): every instance of the
+//!    group whose heartbeat is older than `--owner-silent-after-ms` is silent. For each of its
+//!    stores: this instance claims it at once when it is the store's preferred claimant (the
+//!    store id hashed, FNV-1a, onto the group's live members sorted by id: so the stores of a
+//!    dead instance spread over the survivors), and any live member claims it once the owner
+//!    has been silent for twice the limit (the preferred one may be unable to see it). A claim:
+//!    - checks that this instance sees the store's directory ([`sees`]): inside its allowed
+//!      roots, a real directory, and the same store the prefix backs up (its `backup.lineage`
+//!      is the lineage LATEST names, or its `backup.parent` names LATEST's manifest; a store
+//!      that never backed up has no LATEST to compare and only needs a `store.meta` or
+//!      `wal.bin`). Read through [`StoreDir`] like every read of a store: links, FIFOs and
+//!      oversized files refused. A store it cannot see stays with its owner (and unhealthy
+//!      there, as the owner's silence makes it), and is checked again at the next round;
+//!    - compare-and-sets the row ([`crate::registry::Registry::change_owner`]): exactly one
+//!      claimant wins;
+//!    - the winner audits it (`failover`), publishes `owner_changed` ("claimed from A (silent
+//!      N s)") and starts the worker ([`Fleet::host`]).
+//!
+//! # A single writer through the handover
+//!
+//! The registry decides who *should* run a store; the bucket lease still decides who *writes*
+//! (`crate::lease`). The claimant's worker finds the store lease naming the silent owner's
+//! instance lease, and waits as any standby does until it has seen that instance lease
+//! unchanged for a lease TTL on its own clock (or the lease is gone); only then does it take
+//! the store lease. A silent owner that is still alive (cut off from the registry but not from
+//! the bucket) keeps renewing its instance lease and so keeps the only right to write; the
+//! claimant stays standby until that owner's reconcile (once it reaches the registry again)
+//! stops the worker and releases the store lease, or the owner dies.
+//!
+//! Timeline after an owner's death at t = 0, with S = `--owner-silent-after-ms`, H =
+//! `--health-report-interval-ms` (the heartbeat) and T = `--lease-ttl-ms`: its last heartbeat
+//! is at most H old at 0; it counts as silent from about S − H to S; the preferred claimant
+//! claims at its next round (S/4 later at most), and the others after 2S; the new worker takes
+//! the lease once it has watched the dead instance lease for T (or at once when the bucket's
+//! own clock says it is unwritten for T), looking again every T/3. So the store is written
+//! again by about S + S/4 + T + T/3. S must be longer than a restart takes (a rolling
+//! upgrade restarts an instance with the same id, which loads only the rows it still owns),
+//! and much longer than H.
+//!
+//! # What a crash leaves
+//!
+//! - Before the compare-and-set: nothing changed; the next claimant (or this one restarted)
+//!   claims.
+//! - After it, before the worker started: the row names this instance, which on restart
+//!   loads it like any of its stores; had it died for good, it is silent in turn and another
+//!   member claims the store from it.
+//! - The old owner coming back: a restart loads only the rows naming it; a process that ran
+//!   on (a partition) stops the claimed stores' workers at its next reconcile.
+//! - The audit row or the event may be missing (the row is the truth).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::fleet::{Fleet, FleetError};
+use super::paths;
+use crate::events::{EventKind, NewEvent};
+use crate::registry::{Claimed, InstanceInfo, StoreRecord};
+use crate::store::dir::StoreDir;
+
+/// How often the task looks: a quarter of the silence limit, within 100 ms..=5 s.
+pub fn round_period(owner_silent_after: Duration) -> Duration {
+    (owner_silent_after / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// The stable hash that spreads stores over a group's members (FNV-1a, 64 bits): the same on
+/// every instance and every build.
+pub fn spread_hash(store_id: &str) -> u64 {
+    store_id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The member of `live` (sorted ids) that claims `store_id` first.
+pub fn preferred<'a>(store_id: &str, live: &[&'a str]) -> Option<&'a str> {
+    let n = u64::try_from(live.len()).ok().filter(|n| *n > 0)?;
+    let i = usize::try_from(spread_hash(store_id) % n).ok()?;
+    live.get(i).copied()
+}
+
+/// The failover task (see the module docs): until the fleet's shutdown.
+pub async fn run(fleet: Arc<Fleet>) {
+    let mut tick = tokio::time::interval(round_period(fleet.config().owner_silent_after));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    // Stores given to this instance that it tried to start, by the owner_since_ms it tried.
+    let mut tried: HashMap<String, i64> = HashMap::new();
+    // Stores of silent members this instance cannot see, warned about once.
+    let mut unseen: HashSet<String> = HashSet::new();
+    loop {
+        tokio::select! {
+            _ = fleet.shutdown_token().cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = reconcile(&fleet, &mut tried).await {
+            tracing::warn!(error = %e, "failover: cannot reconcile this instance's stores with the registry");
+            continue;
+        }
+        if let Some(group) = fleet.config().peers.failover_group.clone()
+            && let Err(e) = claim_round(&fleet, &group, &mut unseen).await
+        {
+            tracing::warn!(error = %e, "failover: cannot look for silent members of the group");
+        }
+    }
+}
+
+/// Step 1: stops what was taken from this instance, starts what was given to it.
+async fn reconcile(fleet: &Arc<Fleet>, tried: &mut HashMap<String, i64>) -> Result<(), FleetError> {
+    let owned = fleet
+        .registry()
+        .owned_stores(&fleet.config().instance_id)
+        .await?;
+    for entry in fleet.list() {
+        let id = &entry.record.store_id;
+        if owned.contains_key(id) || fleet.shutdown_token().is_cancelled() {
+            continue;
+        }
+        // A store registered now writes its row before its worker starts, so a worker without
+        // a row naming this instance was claimed away, moved, or is being deregistered.
+        let Some(owner) = fleet.registry().store_owner(id).await?.map(|(o, _)| o) else {
+            continue; // deregistered: Deregister stops it itself.
+        };
+        if owner == fleet.config().instance_id {
+            continue;
+        }
+        tracing::warn!(store_id = %id, %owner, "the registry gives this store to another instance: stopping its worker here (no flush, nothing deleted)");
+        if fleet.unhost(id, false).await.is_some() {
+            let detail = format!("stopped here: instance {owner} owns the store now");
+            fleet
+                .audit(
+                    "release",
+                    Some(id),
+                    Some(&entry.record.store_dir),
+                    "ok",
+                    detail.clone(),
+                    None,
+                )
+                .await;
+            fleet
+                .events()
+                .publish(NewEvent::new(EventKind::OwnerChanged, id, detail));
+        }
+    }
+    tried.retain(|id, _| owned.contains_key(id));
+    for (id, since) in owned {
+        if fleet.get(&id).is_ok() || tried.get(&id) == Some(&since) {
+            continue;
+        }
+        tried.insert(id.clone(), since);
+        // Only a store *given* to this instance (a claim, a move: owned since after it was
+        // registered); a registration starts its own worker just after writing its row.
+        let Some(record) = fleet.registry().get_store(&id).await? else {
+            continue;
+        };
+        if record.registered_at_ms >= since {
+            continue;
+        }
+        match fleet.host(record).await {
+            Ok(_) => tracing::info!(store_id = %id, "started a store given to this instance"),
+            Err(e) => {
+                tracing::error!(store_id = %id, error = %e, "cannot start a store given to this instance")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Step 2: claims the stores of the group's silent members (see the module docs).
+async fn claim_round(
+    fleet: &Arc<Fleet>,
+    group: &str,
+    unseen: &mut HashSet<String>,
+) -> Result<(), FleetError> {
+    let me = fleet.config().instance_id.clone();
+    let silent_ms = crate::units::millis_i64(fleet.config().owner_silent_after);
+    let instances = fleet.registry().instances().await?;
+    let now = crate::units::unix_now_ms();
+    let quiet_for = |i: &InstanceInfo| now.saturating_sub(i.heartbeat_ms);
+    let members: Vec<&InstanceInfo> = instances
+        .iter()
+        .filter(|i| i.failover_group == group)
+        .collect();
+    // Cut off from the registry (or reporting late): this instance may be the silent one.
+    if !members
+        .iter()
+        .any(|i| i.instance_id == me && quiet_for(i) <= silent_ms)
+    {
+        return Ok(());
+    }
+    let live: Vec<&str> = members
+        .iter()
+        .filter(|i| quiet_for(i) <= silent_ms)
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    for silent in members.iter().filter(|i| quiet_for(i) > silent_ms) {
+        let quiet = quiet_for(silent);
+        let anyone = quiet > silent_ms.saturating_mul(2);
+        for record in fleet
+            .registry()
+            .list_stores(Some(&silent.instance_id))
+            .await?
+        {
+            if fleet.shutdown_token().is_cancelled() {
+                return Ok(());
+            }
+            if !anyone && preferred(&record.store_id, &live) != Some(me.as_str()) {
+                continue;
+            }
+            if let Err(why) = sees(fleet, &record).await {
+                if unseen.insert(record.store_id.clone()) {
+                    tracing::warn!(store_id = %record.store_id, owner = %silent.instance_id, "failover: not claiming a silent owner's store: {why}");
+                }
+                continue;
+            }
+            unseen.remove(&record.store_id);
+            claim(fleet, &record, &silent.instance_id, quiet).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Compare-and-sets one store's row from `from` to this instance; the winner starts it.
+async fn claim(
+    fleet: &Arc<Fleet>,
+    record: &StoreRecord,
+    from: &str,
+    quiet_ms: i64,
+) -> Result<(), FleetError> {
+    let me = &fleet.config().instance_id;
+    let id = &record.store_id;
+    // Strictly after the registration: how the reconcile tells a given store from a new one.
+    let now = crate::units::unix_now_ms().max(record.registered_at_ms + 1);
+    match fleet.registry().change_owner(id, from, me, now).await? {
+        Claimed::Won => {}
+        Claimed::Lost { owner } => {
+            tracing::info!(store_id = %id, %owner, "failover: another instance claimed the store first");
+            return Ok(());
+        }
+        Claimed::Gone => return Ok(()),
+    }
+    let detail = format!("claimed from {from} (silent {} s)", quiet_ms / 1000);
+    tracing::warn!(store_id = %id, %from, "failover: {detail}");
+    fleet
+        .audit(
+            "failover",
+            Some(id),
+            Some(&record.store_dir),
+            "ok",
+            detail.clone(),
+            None,
+        )
+        .await;
+    fleet
+        .events()
+        .publish(NewEvent::new(EventKind::OwnerChanged, id, detail));
+    let mut record = record.clone();
+    record.instance_id = me.clone();
+    if let Err(e) = fleet.host(record).await {
+        // The row stays this instance's: the next start (or an operator's move) retries.
+        tracing::error!(store_id = %id, error = %e, "failover: claimed a store but cannot start its worker");
+    }
+    Ok(())
+}
+
+/// What a store's position stream ends with when its source closed here: `UNAVAILABLE`
+/// naming the new owner when another instance owns it now (the node reconnects and is
+/// relayed there), else `NOT_FOUND` (deregistered).
+pub async fn stream_end(fleet: &Fleet, store_id: &str) -> super::error::ServiceError {
+    match fleet.registry().store_owner(store_id).await {
+        Ok(Some((owner, _))) if owner != fleet.config().instance_id => {
+            super::error::ServiceError::Moved {
+                store: store_id.to_string(),
+                owner,
+            }
+        }
+        _ => super::error::ServiceError::Deregistered(store_id.to_string()),
+    }
+}
+
+/// Whether this instance sees `record`'s store directory (see the module docs): `Err` says why
+/// not.
+pub async fn sees(fleet: &Fleet, record: &StoreRecord) -> Result<(), String> {
+    let roots = fleet.config().allow_roots.clone();
+    let dir = paths::check_store_dir(&record.store_dir, &roots).map_err(|e| e.to_string())?;
+    let store = StoreDir::confined(dir, roots);
+    let local = tokio::task::spawn_blocking(move || read_identity(&store))
+        .await
+        .map_err(|e| format!("the directory check failed: {e}"))??;
+    let bucket = crate::bucket::open_read_only(&record.destination)
+        .await
+        .map_err(|e| format!("destination {}: {e}", record.destination))?;
+    let latest = match bucket.get(crate::manifest::LATEST_KEY).await {
+        Ok(o) => Some(
+            crate::manifest::Latest::decode(&o.data)
+                .map_err(|e| format!("the prefix's LATEST: {e}"))?,
+        ),
+        Err(crate::bucket::BucketError::NotFound { .. }) => None,
+        Err(e) => return Err(format!("reading the prefix's LATEST: {e}")),
+    };
+    let shown = record.store_dir.as_str();
+    match (latest, local) {
+        (
+            None,
+            Identity {
+                has_store: true, ..
+            },
+        ) => Ok(()),
+        (None, _) => Err(format!("{shown} holds no store (no store.meta or wal.bin)")),
+        (
+            Some(l),
+            Identity {
+                lineage: Some(mine),
+                ..
+            },
+        ) if mine == l.lineage => Ok(()),
+        (
+            Some(l),
+            Identity {
+                parent: Some(p), ..
+            },
+        ) if p.manifest == l.manifest => Ok(()),
+        (Some(l), Identity { lineage, .. }) => Err(format!(
+            "{shown} is not the store the prefix backs up (its lineage is {}, LATEST's {})",
+            lineage.map_or_else(|| "none".to_string(), |u| u.to_string()),
+            l.lineage
+        )),
+    }
+}
+
+/// What a directory says of the store in it.
+struct Identity {
+    lineage: Option<uuid::Uuid>,
+    parent: Option<crate::store::format::ParentRecord>,
+    /// A `store.meta` or `wal.bin` (regular files).
+    has_store: bool,
+}
+
+fn read_identity(store: &StoreDir) -> Result<Identity, String> {
+    use crate::store::dir::FileKind;
+    use crate::store::disk::{META_FILE, WAL_FILE, read_lineage_in, read_parent_in};
+    match store.check() {
+        Ok(true) => {}
+        Ok(false) => return Err(format!("{} does not exist here", store.path().display())),
+        Err(e) => return Err(e.to_string()),
+    }
+    let has = |name: &str, kind: FileKind| {
+        store
+            .stat(name, kind)
+            .map(|s| s.is_some())
+            .map_err(|e| e.to_string())
+    };
+    Ok(Identity {
+        lineage: read_lineage_in(store).map_err(|e| e.to_string())?,
+        parent: read_parent_in(store).map_err(|e| e.to_string())?,
+        has_store: has(META_FILE, FileKind::Side)? || has(WAL_FILE, FileKind::Store)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn stores_spread_over_the_live_members_and_always_to_one() {
+        let live = ["a", "b", "c"];
+        let mut counts = BTreeMap::new();
+        for i in 0..300 {
+            let id = format!("00000000-0000-4000-8000-{i:012}");
+            let p = preferred(&id, &live).unwrap();
+            assert_eq!(preferred(&id, &live), Some(p));
+            *counts.entry(p).or_insert(0) += 1;
+        }
+        assert_eq!(counts.len(), 3, "{counts:?}");
+        assert!(counts.values().all(|n| *n > 50), "{counts:?}");
+        assert_eq!(preferred("x", &[]), None);
+    }
+
+    #[test]
+    fn the_round_is_a_quarter_of_the_silence_limit_within_bounds() {
+        assert_eq!(
+            round_period(Duration::from_secs(2)),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            round_period(Duration::from_millis(10)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            round_period(Duration::from_secs(600)),
+            Duration::from_secs(5)
+        );
+    }
+}

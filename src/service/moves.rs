@@ -1,0 +1,318 @@
+//! Planned moves (issue 15 part 5): `Move` gives one store to another live instance of its
+//! owner's failover group, `Drain` every store of an instance (before maintenance), with no
+//! commit lost and never two writers.
+//!
+//! # A move, at the owner (the call is forwarded there like any store call)
+//!
+//! 1. **Checks, which change nothing when they refuse** ([`MoveError`], `FAILED_PRECONDITION`
+//!    naming why): the store runs here; the target is another instance the registry knows,
+//!    in this instance's failover group (both have one), heard from within
+//!    `--owner-silent-after-ms`; and the target sees the store's directory: the owner asks it
+//!    (`CanHost`, an instance-to-instance call with the admin token, answered by
+//!    [`super::failover::sees`] on the target).
+//! 2. **Flush and stop**: the worker ships everything durable, writes a restore point, stops,
+//!    and releases its bucket lease (a clean [`crate::worker::BackupHandle::shutdown`]). From
+//!    here the store is written by nobody until the target starts; the node goes on
+//!    committing into the shared directory, and its commits are shipped by the target.
+//! 3. **The row** is compare-and-set from this instance to the target
+//!    ([`crate::registry::Registry::change_owner`]), then the store is taken out of this
+//!    fleet; its position streams end `UNAVAILABLE` naming the target, so the node reconnects
+//!    and is relayed there. Audited (`move`) and published (`owner_changed`).
+//! 4. **The target is told** to start it (`Host`); should that call fail, the target's
+//!    reconcile (`super::failover`) starts it within a round anyway.
+//!
+//! Never two writers: the old worker has stopped and released the lease before the row
+//! changes, and the target starts only after; the lease would keep one writer even if not.
+//!
+//! # Drain
+//!
+//! Moves every store of the instance, one at a time, each to the live member of its group
+//! that [`super::failover::preferred`] picks for it among the live members but this one; a
+//! store that cannot move stays and is listed with why.
+//!
+//! # What a crash leaves
+//!
+//! - During the checks: nothing changed.
+//! - After the stop, before the compare-and-set: the row still names the owner. A restart of
+//!   the owner respawns the store; an owner that died for good is silent, and its group
+//!   claims the store as after any death.
+//! - After the compare-and-set, before the target started: the row names the target, whose
+//!   reconcile starts it (or which loads it on its next start).
+//! - A compare-and-set whose answer was lost: the owner re-reads the row and restarts its
+//!   worker if the row still names it.
+
+use std::sync::Arc;
+
+use tonic::metadata::MetadataMap;
+
+use super::error::ServiceError;
+use super::failover;
+use super::fleet::{Fleet, FleetError};
+use super::forward::{ForwardError, Peers};
+use super::limits;
+use super::proto;
+use crate::events::{EventKind, NewEvent};
+use crate::registry::Claimed;
+
+/// Why a move was refused (nothing changed), or what went wrong after it began.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error("the store already runs on instance {0}: nothing to move")]
+    ToSelf(String),
+    #[error(
+        "instance {me} has no failover group: a store moves only within one (serve --failover-group)"
+    )]
+    NoGroup { me: String },
+    #[error(
+        "instance {to} is in failover group {theirs:?}, not {ours:?}: a store moves only within its group"
+    )]
+    OtherGroup {
+        to: String,
+        ours: String,
+        theirs: String,
+    },
+    #[error(
+        "instance {to} has not been heard from for {quiet_ms} ms: a store moves only to a live instance"
+    )]
+    TargetSilent { to: String, quiet_ms: i64 },
+    #[error("instance {to} cannot take store {store}: {why}")]
+    TargetRefused {
+        to: String,
+        store: String,
+        why: String,
+    },
+    #[error("no other live instance in failover group {group:?} to drain {me} to")]
+    NowhereToDrain { me: String, group: String },
+    #[error("store {store} was claimed by instance {owner} while it was being moved")]
+    Raced { store: String, owner: String },
+}
+
+/// Moves `store_id`, which runs here, to `to` (see the module docs).
+pub async fn move_store(
+    fleet: &Arc<Fleet>,
+    peers: &Peers,
+    meta: &MetadataMap,
+    store_id: &str,
+    to: &str,
+    peer: Option<String>,
+) -> Result<proto::MoveResponse, ServiceError> {
+    limits::check_store_id(store_id).map_err(FleetError::from)?;
+    limits::check_text("to_instance_id", to, limits::MAX_INSTANCE_ID_BYTES)
+        .map_err(FleetError::from)?;
+    let entry = fleet.get_owned(store_id).await?;
+    let me = fleet.config().instance_id.clone();
+    let refused = |e: MoveError| async {
+        fleet
+            .audit(
+                "move",
+                Some(store_id),
+                Some(&entry.record.store_dir),
+                "refused",
+                e.to_string(),
+                peer.clone(),
+            )
+            .await;
+        Err(ServiceError::from(e))
+    };
+    if to == me {
+        return refused(MoveError::ToSelf(me)).await;
+    }
+    if let Err(e) = check_target(fleet, to).await? {
+        return refused(e).await;
+    }
+    let asked = peers
+        .hop_to(fleet, to, store_id, meta)
+        .await?
+        .try_call(
+            proto::CanHostRequest {
+                store_id: store_id.to_string(),
+            },
+            |mut c, r| async move { c.can_host(r).await },
+        )
+        .await?;
+    if let Err(s) = asked {
+        let why = s.message().to_string();
+        let (to, store) = (to.to_string(), store_id.to_string());
+        return refused(MoveError::TargetRefused { to, store, why }).await;
+    }
+
+    // From here the store changes hands: flush, stop, release the lease.
+    entry.handle.resume().await;
+    entry.handle.shutdown(true).await;
+    let restore_point = entry.handle.health().restore_point_commit_seq;
+    let now = crate::units::unix_now_ms().max(entry.record.registered_at_ms + 1);
+    let changed = fleet.registry().change_owner(store_id, &me, to, now).await;
+    let outcome = match changed {
+        Ok(c) => c,
+        Err(e) => {
+            // Indeterminate: run the store again unless the row moved after all.
+            let owner = fleet.registry().store_owner(store_id).await.ok().flatten();
+            if owner.as_ref().is_some_and(|(o, _)| *o == me) {
+                fleet.unhost(store_id, false).await;
+                if let Err(e) = fleet.host(entry.record.clone()).await {
+                    tracing::error!(store_id, error = %e, "a move failed and the store cannot start again here");
+                }
+            } else {
+                fleet.unhost(store_id, false).await;
+            }
+            return Err(FleetError::from(e).into());
+        }
+    };
+    fleet.unhost(store_id, false).await;
+    match outcome {
+        Claimed::Won => {}
+        Claimed::Lost { owner } => {
+            return Err(MoveError::Raced {
+                store: store_id.to_string(),
+                owner,
+            }
+            .into());
+        }
+        Claimed::Gone => return Err(FleetError::UnknownStore(store_id.to_string()).into()),
+    }
+    let detail = format!("moved from {me} to {to} (restore point {restore_point})");
+    tracing::info!(store_id, "{detail}");
+    fleet
+        .audit(
+            "move",
+            Some(store_id),
+            Some(&entry.record.store_dir),
+            "ok",
+            detail.clone(),
+            peer,
+        )
+        .await;
+    fleet
+        .events()
+        .publish(NewEvent::new(EventKind::OwnerChanged, store_id, detail));
+    match peers.hop_to(fleet, to, store_id, meta).await {
+        Ok(hop) => {
+            let started = hop
+                .try_call(
+                    proto::HostRequest {
+                        store_id: store_id.to_string(),
+                    },
+                    |mut c, r| async move { c.host(r).await },
+                )
+                .await;
+            if !matches!(started, Ok(Ok(_))) {
+                tracing::warn!(store_id, %to, "the move's target did not start the store at once; its reconcile will");
+            }
+        }
+        Err(e) => {
+            tracing::warn!(store_id, %to, error = %e, "cannot tell the move's target to start the store; its reconcile will")
+        }
+    }
+    Ok(proto::MoveResponse {
+        store_id: store_id.to_string(),
+        from_instance_id: me,
+        to_instance_id: to.to_string(),
+        restore_point_commit_seq: restore_point,
+    })
+}
+
+/// The target is another live member of this instance's group: `Ok(Err(why))` when not.
+async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, ServiceError> {
+    let me = &fleet.config().instance_id;
+    let Some(ours) = fleet.config().peers.failover_group.clone() else {
+        return Ok(Err(MoveError::NoGroup { me: me.clone() }));
+    };
+    let info = fleet
+        .registry()
+        .instance(to)
+        .await
+        .map_err(FleetError::from)?
+        .ok_or_else(|| ForwardError::UnknownInstance(to.to_string()))?;
+    if info.failover_group != ours {
+        return Ok(Err(MoveError::OtherGroup {
+            to: to.to_string(),
+            ours,
+            theirs: info.failover_group,
+        }));
+    }
+    let quiet_ms = crate::units::unix_now_ms().saturating_sub(info.heartbeat_ms);
+    if quiet_ms > crate::units::millis_i64(fleet.config().owner_silent_after) {
+        return Ok(Err(MoveError::TargetSilent {
+            to: to.to_string(),
+            quiet_ms,
+        }));
+    }
+    Ok(Ok(()))
+}
+
+/// Moves every store of this instance to live members of its group (see the module docs).
+pub async fn drain(
+    fleet: &Arc<Fleet>,
+    peers: &Peers,
+    meta: &MetadataMap,
+    peer: Option<String>,
+) -> Result<proto::DrainResponse, ServiceError> {
+    let me = fleet.config().instance_id.clone();
+    let Some(group) = fleet.config().peers.failover_group.clone() else {
+        return Err(MoveError::NoGroup { me }.into());
+    };
+    let silent_ms = crate::units::millis_i64(fleet.config().owner_silent_after);
+    let now = crate::units::unix_now_ms();
+    let instances = fleet
+        .registry()
+        .instances()
+        .await
+        .map_err(FleetError::from)?;
+    let live: Vec<&str> = instances
+        .iter()
+        .filter(|i| i.failover_group == group && i.instance_id != me)
+        .filter(|i| now.saturating_sub(i.heartbeat_ms) <= silent_ms)
+        .map(|i| i.instance_id.as_str())
+        .collect();
+    if live.is_empty() {
+        return Err(MoveError::NowhereToDrain { me, group }.into());
+    }
+    let mut out = proto::DrainResponse::default();
+    for entry in fleet.list() {
+        let id = entry.record.store_id.clone();
+        let to = failover::preferred(&id, &live).unwrap_or(live[0]);
+        match move_store(fleet, peers, meta, &id, to, peer.clone()).await {
+            Ok(moved) => out.moved.push(moved),
+            Err(e) => out.failed.push(format!("{id}: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+/// `CanHost` at a move's target: whether this instance sees the store's directory.
+pub async fn can_host(fleet: &Fleet, store_id: &str) -> Result<(), ServiceError> {
+    limits::check_store_id(store_id).map_err(FleetError::from)?;
+    let record = fleet
+        .registry()
+        .get_store(store_id)
+        .await
+        .map_err(FleetError::from)?
+        .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))?;
+    failover::sees(fleet, &record).await.map_err(|why| {
+        ServiceError::from(MoveError::TargetRefused {
+            to: fleet.config().instance_id.clone(),
+            store: store_id.to_string(),
+            why,
+        })
+    })
+}
+
+/// `Host` at a move's target: starts a store the registry gives to this instance.
+pub async fn host(fleet: &Fleet, store_id: &str) -> Result<(), ServiceError> {
+    limits::check_store_id(store_id).map_err(FleetError::from)?;
+    let record = fleet
+        .registry()
+        .get_store(store_id)
+        .await
+        .map_err(FleetError::from)?
+        .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))?;
+    if record.instance_id != fleet.config().instance_id {
+        return Err(FleetError::OwnedElsewhere {
+            store: store_id.to_string(),
+            owner: record.instance_id,
+        }
+        .into());
+    }
+    fleet.host(record).await?;
+    Ok(())
+}
