@@ -224,6 +224,8 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
     }
 }
 
+type Client = proto::backup_control_client::BackupControlClient<tonic::transport::Channel>;
+
 type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -411,6 +413,14 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<HealthStream>, Status> {
         self.admin(&req)?;
+        // One store another instance runs: its owner's live stream (forward_stream.rs).
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            let watch = |mut c: Client, r| async move { c.watch_health(r).await };
+            let msg = req.into_inner();
+            return Ok(Response::new(
+                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
+            ));
+        }
         let store_id = req.into_inner().store_id;
         record_store_id(&store_id);
         let first = self.health_of(&store_id).await?;
@@ -534,6 +544,13 @@ impl BackupControl for Api {
         req: Request<proto::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            let watch = |mut c: Client, r| async move { c.watch_events(r).await };
+            let msg = req.into_inner();
+            return Ok(Response::new(
+                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
+            ));
+        }
         let store_id = req.into_inner().store_id;
         record_store_id(&store_id);
         if !store_id.is_empty() {

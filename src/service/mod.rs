@@ -54,9 +54,11 @@ pub mod drill;
 pub mod error;
 pub mod fleet;
 pub mod forward;
+pub mod forward_stream;
 mod health_report;
 pub mod health_watch;
 pub mod limits;
+pub mod owner_cache;
 pub mod path_index;
 pub mod paths;
 pub mod pause;
@@ -278,6 +280,10 @@ pub async fn run(
                 config.tls.clone(),
                 config.peers.peer_ca.clone(),
                 config.admin_token.as_deref(),
+                config
+                    .peers
+                    .owner_cache
+                    .unwrap_or(owner_cache::DEFAULT_OWNER_CACHE_TTL),
             ),
         )))
         .serve_with_incoming_shutdown(
