@@ -581,8 +581,13 @@ impl BackupControl for Api {
             return Err(err(request::no_first_report()));
         };
         let first = first?;
-        // A store another instance runs: relay the stream there (forward.rs).
-        if let Some(hop) = self.route_meta(&meta, &first.store_id).await? {
+        // A store another instance runs: relay the stream there (forward.rs), to the owner
+        // the registry names now (a stream cannot be retried elsewhere once it started).
+        record_store_id(&first.store_id);
+        let route = self
+            .peers
+            .route_uncached(&self.fleet, &meta, &first.store_id);
+        if let Some(hop) = route.await? {
             let reports = futures::stream::once(std::future::ready(first))
                 .chain(inbound.map_while(Result::ok));
             let relayed = hop

@@ -26,7 +26,9 @@
 //! never sent twice to the same owner, so a `FAILED_PRECONDITION` the real owner meant (a
 //! paused store's `Trigger`) costs one registry read, not a second `Trigger`. A call whose
 //! owner was just read (not remembered) is not retried: that read is as fresh as a retry's.
-//! So an ownership change routes a call wrongly for at most one retry. (An owner that could
+//! So an ownership change routes a call wrongly for at most one retry. A node's
+//! `ReportPosition` stream is the exception: it reads the registry every time it is opened
+//! ([`Peers::route_uncached`]), since its reports cannot be sent twice. (An owner that could
 //! not be reached may have done the work before its connection broke, like any call whose
 //! connection breaks; the retry then does it at the new owner too. Every forwarded call is
 //! one a caller may repeat: a `Trigger`, a `Pause` replacing itself, a read.)
@@ -189,6 +191,29 @@ impl Peers {
         meta: &MetadataMap,
         store_id: &str,
     ) -> Result<Option<Hop>, super::error::ServiceError> {
+        self.route_via(fleet, meta, store_id, true).await
+    }
+
+    /// [`Peers::route`] reading the owner from the registry, for a node's `ReportPosition`:
+    /// its reports are consumed by the first owner asked, so it cannot be retried once sent,
+    /// and a non-owner answers a node `UNAUTHENTICATED` (it has no token to check), which
+    /// the node client takes as final. One registry read per stream opened.
+    pub async fn route_uncached(
+        &self,
+        fleet: &Fleet,
+        meta: &MetadataMap,
+        store_id: &str,
+    ) -> Result<Option<Hop>, super::error::ServiceError> {
+        self.route_via(fleet, meta, store_id, false).await
+    }
+
+    async fn route_via(
+        &self,
+        fleet: &Fleet,
+        meta: &MetadataMap,
+        store_id: &str,
+        cached: bool,
+    ) -> Result<Option<Hop>, super::error::ServiceError> {
         // A malformed id is the local handler's to refuse, with no registry read.
         if forwarded(meta) || super::limits::check_store_id(store_id).is_err() {
             return Ok(None);
@@ -198,7 +223,7 @@ impl Peers {
             _ => return Ok(None),
         }
         let ask = Ask::of(&self.0, meta);
-        if let Some(owner) = self.0.owners.get(store_id) {
+        if let Some(owner) = self.0.owners.get(store_id).filter(|_| cached) {
             let mut hop = self.hop_at(&owner.instance_id, &owner.addr, store_id, &ask)?;
             hop.stale = Some(Recheck {
                 registry: fleet.registry().clone(),

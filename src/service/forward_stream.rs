@@ -4,10 +4,11 @@
 //!
 //! # What a relayed stream does
 //!
-//! - It is opened at the owner like any forwarded call (the owner cache, its one retry when
-//!   the owner disowns the store, the caller's `authorization` or this instance's token, the
-//!   trace). A watch carries the caller's deadline when it set one, and no deadline else (a
-//!   watch lives as long as its client wants).
+//! - A watch is opened at the owner like any forwarded call: the owner cache and its one
+//!   retry when the owner disowns the store, the caller's `authorization` or this instance's
+//!   token, the trace; the caller's deadline when it set one, and no deadline else (a watch
+//!   lives as long as its client wants). A node's stream goes to the owner the registry
+//!   names when it opens (`Peers::route_uncached`), with the node's own `authorization`.
 //! - Each message the owner sends is passed on as it comes, and the owner's status when it ends
 //!   the stream, unchanged.
 //! - Nothing is spawned: the relay is pulled by the caller's response. When the caller goes
