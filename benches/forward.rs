@@ -2,17 +2,19 @@
 //! through another instance that forwards it (`src/service/forward.rs`), on the same machine
 //! in the same run.
 //!
-//! Two release `serve` instances, `a` and `b`, share one registry (a SQLite file both open, or
-//! the PostgreSQL of `FORWARD_REGISTRY=postgres://…`, e.g. `bash scripts/postgres.sh start`).
-//! One store is registered on `a`. The call is `Health { store_id, fresh: true }`: on `a` it is
-//! answered from the worker's state; on `b` it is forwarded to `a` (a registry lookup of the
-//! store's owner and of the owner's address, then the gRPC hop).
+//! Three release `serve` instances, `a`, `b` and `c`, share one registry (a SQLite file they
+//! all open, or the PostgreSQL of `FORWARD_REGISTRY=postgres://…`, e.g. `bash
+//! scripts/postgres.sh start`). One store is registered on `a`. The call is `Health {
+//! store_id, fresh: true }`: on `a` it is answered from the worker's state; on `b` it is
+//! forwarded to `a` (the owner as the owner cache remembers it, then the gRPC hop); on `c`,
+//! started with `--owner-cache-ms 0`, it is forwarded after a registry read of the owner and
+//! its address for every call (forwarding before the owner cache).
 //!
-//! It prints, for direct and forwarded calls:
+//! It prints, for direct calls and calls through `b` and through `c`:
 //! - latency of sequential calls (`FORWARD_CALLS`, default 2000, in alternating blocks of 250):
 //!   median, p90, p99, and what the hop adds at the median;
 //! - throughput with `FORWARD_CONCURRENCY` (default 16) callers for `FORWARD_SECS` (default 3)
-//!   seconds each, alternating twice: calls per second and the ratio forwarded / direct.
+//!   seconds each, alternating twice: calls per second and the ratio to direct.
 //!
 //! `cargo bench --bench forward`. Nothing is asserted: the figures go in the README.
 
@@ -98,18 +100,22 @@ async fn main() -> anyhow::Result<()> {
         .status()?;
     anyhow::ensure!(status.success(), "store write failed");
 
-    let start = |id: &str| {
+    let start = |id: &str, extra: &str| {
         serve::Server::start(
             &base.join(format!("data-{id}")),
             &root,
             &base.join(format!("serve-{id}.log")),
-            &format!("--registry {registry} --instance-id {id}"),
+            &format!("--registry {registry} --instance-id {id} {extra}"),
         )
     };
-    let a = start("a")?;
-    let b = start("b")?;
+    let a = start("a", "")?;
+    // b remembers the store's owner (the default, 1 s); c reads the registry for every call
+    // (`--owner-cache-ms 0`: what forwarding did before the owner cache).
+    let b = start("b", "")?;
+    let c = start("c", "--owner-cache-ms 0")?;
     let mut ca = connect(&a.addr).await?;
     let mut cb = connect(&b.addr).await?;
+    let mut cc = connect(&c.addr).await?;
     let id = ca
         .register(RegisterRequest {
             store_dir: store.display().to_string(),
@@ -123,12 +129,18 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..200 {
         call(&mut ca, &id).await?;
         call(&mut cb, &id).await?;
+        call(&mut cc, &id).await?;
     }
 
-    let (mut direct, mut forwarded) = (Vec::new(), Vec::new());
+    let names = [
+        "direct to the owner",
+        "through b (owner cache)",
+        "through c (no cache)",
+    ];
+    let mut lat: [Vec<Duration>; 3] = Default::default();
     let block = 250;
-    while direct.len() < calls {
-        for (c, out) in [(&mut ca, &mut direct), (&mut cb, &mut forwarded)] {
+    while lat[0].len() < calls {
+        for (c, out) in [&mut ca, &mut cb, &mut cc].into_iter().zip(lat.iter_mut()) {
             for _ in 0..block {
                 let t = Instant::now();
                 call(c, &id).await?;
@@ -136,11 +148,12 @@ async fn main() -> anyhow::Result<()> {
             }
         }
     }
-    direct.sort();
-    forwarded.sort();
+    for l in &mut lat {
+        l.sort();
+    }
     println!(
         "forwarding, {} sequential Health(fresh) calls each ({registry_kind} registry)",
-        direct.len(),
+        lat[0].len(),
         registry_kind = if registry.starts_with("postgres") {
             "PostgreSQL"
         } else {
@@ -148,7 +161,7 @@ async fn main() -> anyhow::Result<()> {
         }
     );
     println!("| | median | p90 | p99 |\n| --- | ---: | ---: | ---: |");
-    for (name, d) in [("direct to the owner", &direct), ("through b", &forwarded)] {
+    for (name, d) in names.iter().zip(&lat) {
         println!(
             "| {name} | {:.3} ms | {:.3} ms | {:.3} ms |",
             ms(percentile(d, 0.5)),
@@ -156,24 +169,28 @@ async fn main() -> anyhow::Result<()> {
             ms(percentile(d, 0.99))
         );
     }
+    let median = |i: usize| ms(percentile(&lat[i], 0.5));
     println!(
-        "the hop adds {:.3} ms at the median",
-        ms(percentile(&forwarded, 0.5)) - ms(percentile(&direct, 0.5))
+        "the hop adds {:.3} ms at the median with the owner cache, {:.3} ms without",
+        median(1) - median(0),
+        median(2) - median(0)
     );
 
-    let (mut td, mut tf) = (Vec::new(), Vec::new());
+    let mut runs: [Vec<f64>; 3] = Default::default();
     for _ in 0..2 {
-        td.push(throughput(&a.addr, &id, concurrency, secs).await?);
-        tf.push(throughput(&b.addr, &id, concurrency, secs).await?);
+        for (addr, out) in [&a.addr, &b.addr, &c.addr].into_iter().zip(runs.iter_mut()) {
+            out.push(throughput(addr, &id, concurrency, secs).await?);
+        }
     }
     let avg = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    println!(
-        "throughput, {concurrency} callers: direct {:.0} calls/s, through b {:.0} calls/s \
-         (ratio {:.2}); runs: direct {td:.0?}, through b {tf:.0?}",
-        avg(&td),
-        avg(&tf),
-        avg(&tf) / avg(&td)
-    );
-    drop((a, b));
+    println!("throughput, {concurrency} callers:");
+    for (name, r) in names.iter().zip(&runs) {
+        println!(
+            "  {name}: {:.0} calls/s (ratio to direct {:.2}); runs {r:.0?}",
+            avg(r),
+            avg(r) / avg(&runs[0])
+        );
+    }
+    drop((a, b, c));
     Ok(())
 }

@@ -8,48 +8,16 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use support::binary::{Running, write_store};
+use support::binary::write_store;
+use support::instances::Instance;
 use support::served::{self, node_writes};
 use tonic::Code;
 use tonic::transport::Channel;
 
 const DEADLINE: Duration = Duration::from_secs(90);
-
-/// One instance: its process, address and directories.
-struct Instance {
-    child: Running,
-    addr: SocketAddr,
-    _dirs: served::Dirs,
-}
-
-impl Instance {
-    fn start(id: &str, registry: &str, shared_root: &Path, extra: &[&str]) -> Instance {
-        let dirs = served::dirs();
-        let mut cmd = served::command(&dirs);
-        cmd.arg("--allow-root")
-            .arg(shared_root)
-            .args(["--registry", registry, "--instance-id", id])
-            .args(["--health-report-interval-ms", "300"])
-            .args(extra);
-        let (child, addr) = served::start(&format!("serve {id}"), cmd);
-        Instance {
-            child,
-            addr,
-            _dirs: dirs,
-        }
-    }
-
-    async fn client(&self) -> BackupControlClient<Channel> {
-        BackupControlClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap_or_else(|e| self.child.fail(&format!("cannot be connected to: {e}")))
-    }
-}
 
 async fn owner_of(c: &mut BackupControlClient<Channel>, id: &str) -> Option<String> {
     c.list_stores(proto::ListStoresRequest {})

@@ -7,6 +7,12 @@
 //!   skips, except under `CI=true`, where it fails.
 //! - `serve --config <config.example.toml moved to a temp dir>` listens, answers
 //!   `grpc.health.v1` as the Kubernetes probes ask it, and exits 0 on SIGTERM.
+//! - Two replicas from the multi-replica fleet's ConfigMap (`deploy/kubernetes/multi/`, its
+//!   paths moved to a temp dir, a test CA's certificates, the registry from the environment as
+//!   the pods get it, on the test PostgreSQL) answer over TLS, and a call for one's store made
+//!   at the other is forwarded to it over TLS trusting `peer_ca`.
+
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -109,6 +115,25 @@ fn example_config_in(dir: &Path) -> PathBuf {
     path
 }
 
+/// Starts `cmd` (a `serve`) and waits for its `{"listening": ADDR}` line.
+async fn listening(mut cmd: tokio::process::Command) -> (tokio::process::Child, String) {
+    cmd.stdout(Stdio::piped()).kill_on_drop(true);
+    let mut child = cmd.spawn().expect("start mushroom-backup serve");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
+        .await
+        .expect("no {\"listening\": ...} line within 60 s")
+        .unwrap()
+        .expect("serve exited before listening");
+    let started: serde_json::Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+    let addr = started["listening"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no \"listening\" address: {line}"))
+        .to_string();
+    (child, addr)
+}
+
 async fn serving(addr: &str, service: &str) -> ServingStatus {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -145,19 +170,7 @@ async fn serve_starts_from_the_example_config_answers_the_probes_and_exits_0_on_
             cmd.env_remove(name);
         }
     }
-    let mut child = cmd.spawn().expect("start mushroom-backup serve");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
-        .await
-        .expect("no {\"listening\": ...} line within 60 s")
-        .unwrap()
-        .expect("serve exited before listening");
-    let started: serde_json::Value =
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
-    let addr = started["listening"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no \"listening\" address: {line}"))
-        .to_string();
+    let (mut child, addr) = listening(cmd).await;
     assert!(
         t.path().join("data/registry.db").exists(),
         "the registry is not where the config put it"
@@ -179,4 +192,183 @@ async fn serve_starts_from_the_example_config_answers_the_probes_and_exits_0_on_
         .expect("serve did not exit within 60 s of SIGTERM")
         .unwrap();
     assert!(status.success(), "serve exited with {status} after SIGTERM");
+}
+
+/// The `config.toml` of the multi-replica fleet's ConfigMap (the block under `config.toml: |`).
+fn fleet_config_text() -> String {
+    let yaml = std::fs::read_to_string(root().join("deploy/kubernetes/multi/configmap.yaml"))
+        .expect("deploy/kubernetes/multi/configmap.yaml");
+    let mut lines = yaml.lines().skip_while(|l| l.trim() != "config.toml: |");
+    assert!(
+        lines.next().is_some(),
+        "configmap.yaml has no config.toml block"
+    );
+    lines
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect()
+}
+
+/// A CA, and a server certificate for localhost and 127.0.0.1 signed by it (PEM files in
+/// `dir`): ca.crt, tls.crt, tls.key, as the mushroom-backup-tls Secret holds them.
+fn test_pki(dir: &Path) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "mushroom-backup fleet test CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "mushroom-backup replica");
+    params.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = params.signed_by(&key, &ca).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+}
+
+/// The fleet's config with every path it sets moved under `dir` (the certificates in
+/// `dir/tls`, the stores in `dir/stores`, the data dir per replica).
+fn fleet_config_in(dir: &Path, replica: &str) -> PathBuf {
+    let mut conf: toml::Table = fleet_config_text()
+        .parse()
+        .expect("the fleet's config.toml parses");
+    let moved = |p: &str| -> toml::Value {
+        let rest = p
+            .strip_prefix("/etc/mushroom-backup/tls/")
+            .map(|f| dir.join("tls").join(f))
+            .or_else(|| (p == "/var/lib/mushroomdb").then(|| dir.join("stores")))
+            .or_else(|| (p == "/var/lib/mushroom-backup").then(|| dir.join(replica)))
+            .unwrap_or_else(|| panic!("the fleet's config sets {p}: move it in this test"));
+        rest.display().to_string().into()
+    };
+    let get = |conf: &toml::Table, key: &str| conf[key].as_str().unwrap().to_string();
+    conf.insert("data_dir".into(), moved(&get(&conf, "data_dir")));
+    conf.insert("peer_ca".into(), moved(&get(&conf, "peer_ca")));
+    let roots: Vec<toml::Value> = conf["allow_roots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| moved(r.as_str().unwrap()))
+        .collect();
+    conf.insert("allow_roots".into(), roots.into());
+    let tls = conf["tls"].as_table_mut().unwrap();
+    for key in ["cert", "key"] {
+        let p = tls[key].as_str().unwrap().to_string();
+        tls.insert(key.into(), moved(&p));
+    }
+    let mut paths = Vec::new();
+    paths_in(&toml::Value::Table(conf.clone()), &mut paths);
+    let inside = dir.display().to_string();
+    assert!(
+        paths.iter().all(|p| p.starts_with(&inside)),
+        "the fleet's config sets a path this test does not move: {paths:?}"
+    );
+    let path = dir.join(format!("{replica}.toml"));
+    std::fs::write(&path, toml::to_string(&conf).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_from_the_fleet_config_forward_to_each_other_over_tls() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "deploy_fleet").await;
+    let t = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(t.path()).unwrap();
+    test_pki(&dir.join("tls"));
+    let store = dir.join("stores/s1");
+    support::binary::write_store(&store, 5);
+    let bucket = dir.join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    const TOKEN: &str = "fleet-test-admin-token";
+
+    let mut replicas = Vec::new();
+    for name in ["mushroom-backup-0", "mushroom-backup-1"] {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_mushroom-backup"));
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(fleet_config_in(&dir, name))
+            // The pod's other args; its advertised name is the listen address here (the
+            // certificate names 127.0.0.1), which the default advertises.
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--owner-silent-after-ms",
+                "20000",
+            ])
+            .stderr(Stdio::inherit());
+        for (var, _) in std::env::vars_os() {
+            if var.to_string_lossy().starts_with("MUSHROOMDB_BACKUP_") {
+                cmd.env_remove(var);
+            }
+        }
+        // What the pod's environment sets (statefulset.yaml).
+        cmd.env("MUSHROOMDB_BACKUP_INSTANCE_ID", name)
+            .env("MUSHROOMDB_BACKUP_REGISTRY", &db.url)
+            .env("MUSHROOMDB_BACKUP_ADMIN_TOKEN", TOKEN);
+        replicas.push(listening(cmd).await);
+    }
+    let ca =
+        tonic::transport::Certificate::from_pem(std::fs::read(dir.join("tls/ca.crt")).unwrap());
+    let client = |addr: &str| {
+        let port = addr.rsplit_once(':').unwrap().1.to_string();
+        let ca = ca.clone();
+        async move {
+            let channel =
+                tonic::transport::Endpoint::from_shared(format!("https://localhost:{port}"))
+                    .unwrap()
+                    .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(ca))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .expect("connect over TLS");
+            let token: tonic::metadata::MetadataValue<_> =
+                format!("Bearer {TOKEN}").parse().unwrap();
+            mushroom_backup::service::proto::backup_control_client::BackupControlClient::with_interceptor(
+                channel,
+                move |mut r: tonic::Request<()>| {
+                    r.metadata_mut().insert("authorization", token.clone());
+                    Ok(r)
+                },
+            )
+        }
+    };
+    let mut c0 = client(&replicas[0].1).await;
+    let mut c1 = client(&replicas[1].1).await;
+    let id = c0
+        .register(support::register_req(&store, &support::file_url(&bucket)))
+        .await
+        .expect("Register on replica 0")
+        .into_inner()
+        .store_id;
+    // Fresh Health through replica 1 is replica 0's own answer, over TLS between them.
+    let h = c1
+        .health(mushroom_backup::service::proto::HealthRequest {
+            store_id: id,
+            fresh: true,
+        })
+        .await
+        .expect("fresh Health through replica 1, forwarded to replica 0")
+        .into_inner();
+    assert_eq!(h.stores[0].instance_id, "mushroom-backup-0", "{h:?}");
+    drop(replicas);
+    db.drop_database().await;
 }

@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// [default: --tls-client-ca].
     #[arg(long, env = "MUSHROOMDB_BACKUP_PEER_CA")]
     peer_ca: Option<PathBuf>,
+    /// How long a store's owner read from the registry is used to forward calls for it; an
+    /// owner that disowns the store is read again at once; 0: read it for every call, ms
+    /// [default: 1000, at most 60000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_OWNER_CACHE_MS")]
+    owner_cache_ms: Option<u64>,
     /// Scheduled restore drills skip a store whose newest restore point takes more bytes than
     /// this (with a health note); 0: no budget [default: 10737418240, 10 GiB].
     #[arg(long, env = "MUSHROOMDB_BACKUP_DRILL_MAX_BYTES")]
@@ -145,6 +150,7 @@ struct ServeToml {
     advertise_address: Option<String>,
     failover_group: Option<String>,
     peer_ca: Option<PathBuf>,
+    owner_cache_ms: Option<u64>,
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
     drill_max_bytes: Option<u64>,
@@ -331,6 +337,10 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             advertise_address: a.advertise_address.or(file.advertise_address),
             failover_group: a.failover_group.or(file.failover_group),
             peer_ca: a.peer_ca.or(file.peer_ca),
+            owner_cache: a
+                .owner_cache_ms
+                .or(file.owner_cache_ms)
+                .map(std::time::Duration::from_millis),
         },
         drill: service::drill::DrillLimits {
             max_bytes: a

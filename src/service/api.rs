@@ -141,6 +141,8 @@ fn peer<T>(req: &Request<T>) -> Option<String> {
     req.remote_addr().map(|a| a.to_string())
 }
 
+type Client = proto::backup_control_client::BackupControlClient<tonic::transport::Channel>;
+
 type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -328,6 +330,14 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<HealthStream>, Status> {
         self.admin(&req)?;
+        // One store another instance runs: its owner's live stream (forward_stream.rs).
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            let watch = |mut c: Client, r| async move { c.watch_health(r).await };
+            let msg = req.into_inner();
+            return Ok(Response::new(
+                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
+            ));
+        }
         let store_id = req.into_inner().store_id;
         record_store_id(&store_id);
         let first = self.health_of(&store_id).await?;
@@ -495,6 +505,13 @@ impl BackupControl for Api {
         req: Request<proto::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         self.admin(&req)?;
+        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+            let watch = |mut c: Client, r| async move { c.watch_events(r).await };
+            let msg = req.into_inner();
+            return Ok(Response::new(
+                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
+            ));
+        }
         let store_id = req.into_inner().store_id;
         record_store_id(&store_id);
         if !store_id.is_empty() {
@@ -525,8 +542,13 @@ impl BackupControl for Api {
             return Err(err(request::no_first_report()));
         };
         let first = first?;
-        // A store another instance runs: relay the stream there (forward.rs).
-        if let Some(hop) = self.route_meta(&meta, &first.store_id).await? {
+        // A store another instance runs: relay the stream there (forward.rs), to the owner
+        // the registry names now (a stream cannot be retried elsewhere once it started).
+        record_store_id(&first.store_id);
+        let route = self
+            .peers
+            .route_uncached(&self.fleet, &meta, &first.store_id);
+        if let Some(hop) = route.await? {
             let reports = futures::stream::once(std::future::ready(first))
                 .chain(inbound.map_while(Result::ok));
             let relayed = hop

@@ -31,13 +31,29 @@ pub struct PeerSettings {
     pub failover_group: Option<String>,
     /// The CA that signed the other instances' TLS certificates; `None`: `tls.client_ca`.
     pub peer_ca: Option<PathBuf>,
+    /// How long a store's owner read from the registry is used to forward calls for it
+    /// (`owner_cache.rs`); `None`: one second; zero: every forwarded call reads the registry.
+    pub owner_cache: Option<Duration>,
 }
+
+/// The longest `--owner-cache-ms`.
+pub const MAX_OWNER_CACHE: Duration = Duration::from_secs(60);
 
 impl PeerSettings {
     fn check(&self) -> Result<(), String> {
         if let Some(a) = &self.advertise_address {
             super::forward::check_advertise_address(a)
                 .map_err(|why| format!("--advertise-address {a:?}: {why}"))?;
+        }
+        if let Some(t) = self.owner_cache
+            && t > MAX_OWNER_CACHE
+        {
+            return Err(format!(
+                "--owner-cache-ms {}: at most {} (an owner change may route a call wrongly \
+                 once; a stale owner beyond a minute only costs registry reads saved)",
+                t.as_millis(),
+                MAX_OWNER_CACHE.as_millis()
+            ));
         }
         if let Some(g) = &self.failover_group {
             let ok = (1..=64).contains(&g.len())

@@ -10,6 +10,29 @@
 //! - the store is unknown, or the registry names this instance (a store whose worker is still
 //!   starting): handled here, which answers as it always did (`NOT_FOUND`, ...).
 //!
+//! `WatchHealth` of one store and `WatchEvents` naming a store go the same way, and the
+//! owner's stream is relayed back (`forward_stream.rs`), as is a node's `ReportPosition`.
+//!
+//! # The owner cache
+//!
+//! The owner and its address are read from the registry (one query) and remembered for
+//! `--owner-cache-ms` (default 1 s; `owner_cache.rs`), so a steady stream of calls through a
+//! non-owner reads the registry about once a second per store. A remembered owner may be
+//! stale after a failover claim or a `ctl move`: when the owner it names answers
+//! `FAILED_PRECONDITION` or `NOT_FOUND` (what the one-hop rule makes an instance that does not
+//! run the store answer) or cannot be reached, it is forgotten, the registry is read again,
+//! and if that names another owner or address the call is sent there, once, with what is left
+//! of the caller's deadline. An owner the fresh read still names keeps its answer: a call is
+//! never sent twice to the same owner, so a `FAILED_PRECONDITION` the real owner meant (a
+//! paused store's `Trigger`) costs one registry read, not a second `Trigger`. A call whose
+//! owner was just read (not remembered) is not retried: that read is as fresh as a retry's.
+//! So an ownership change routes a call wrongly for at most one retry. A node's
+//! `ReportPosition` stream is the exception: it reads the registry every time it is opened
+//! ([`Peers::route_uncached`]), since its reports cannot be sent twice. (An owner that could
+//! not be reached may have done the work before its connection broke, like any call whose
+//! connection breaks; the retry then does it at the new owner too. Every forwarded call is
+//! one a caller may repeat: a `Trigger`, a `Pause` replacing itself, a read.)
+//!
 //! `Register` and `Adopt` name the instance where the directory lives (`instance_id`, default
 //! the instance called) and go there through [`Peers::hop_to`].
 //!
@@ -56,19 +79,22 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::propagation::Injector;
+use tokio::time::Instant;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::config::TlsFiles;
 use super::fleet::{Fleet, FleetError};
+use super::owner_cache::{OWNER_CACHE_CAPACITY, Owner, OwnerCache};
 use super::proto::backup_control_client::BackupControlClient;
+use crate::registry::Registry;
 
 /// The metadata key a forwarded call carries: the id of the instance that forwarded it.
 pub const FORWARDED_BY: &str = "x-mushroom-forwarded-by";
@@ -117,8 +143,12 @@ pub enum ForwardError {
     TlsFile { path: PathBuf, detail: String },
 }
 
-/// How this instance reaches the others.
-pub struct Peers {
+/// How this instance reaches the others. Cheap to clone: the clones share the channels and
+/// the owner cache.
+#[derive(Clone)]
+pub struct Peers(Arc<PeersInner>);
+
+struct PeersInner {
     me: String,
     /// `Some` when this instance serves TLS: its peers do too.
     tls: Option<TlsFiles>,
@@ -126,31 +156,63 @@ pub struct Peers {
     authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
     /// Owner instance id → (address, channel).
     channels: Mutex<HashMap<String, (String, Channel)>>,
+    /// Store id → owner, read from the registry less than a second ago (`owner_cache.rs`).
+    owners: OwnerCache,
 }
 
 impl Peers {
+    /// `owner_cache_ttl`: how long a store's owner read from the registry is used for
+    /// forwarding (zero: every forwarded call reads the registry).
     pub fn new(
         me: &str,
         tls: Option<TlsFiles>,
         peer_ca: Option<PathBuf>,
         admin_token: Option<&str>,
+        owner_cache_ttl: Duration,
     ) -> Peers {
-        Peers {
+        Peers(Arc::new(PeersInner {
             me: me.to_string(),
             peer_ca: peer_ca.or_else(|| tls.as_ref().and_then(|t| t.client_ca.clone())),
             tls,
             // A token is printable ASCII (checked when the service starts), so this parses.
             authorization: admin_token.and_then(|t| format!("Bearer {t}").parse().ok()),
             channels: Mutex::new(HashMap::new()),
-        }
+            owners: OwnerCache::new(owner_cache_ttl, OWNER_CACHE_CAPACITY),
+        }))
     }
 
     /// Where a call naming `store_id` goes: `None` to handle it here, else the hop to its owner.
+    /// The owner comes from the owner cache when it was read less than its TTL ago; such a hop
+    /// reads the registry again, and retries once, when that owner disowns the store or cannot
+    /// be reached ([`Hop::try_call`]).
     pub async fn route(
         &self,
         fleet: &Fleet,
         meta: &MetadataMap,
         store_id: &str,
+    ) -> Result<Option<Hop>, super::error::ServiceError> {
+        self.route_via(fleet, meta, store_id, true).await
+    }
+
+    /// [`Peers::route`] reading the owner from the registry, for a node's `ReportPosition`:
+    /// its reports are consumed by the first owner asked, so it cannot be retried once sent,
+    /// and a non-owner answers a node `UNAUTHENTICATED` (it has no token to check), which
+    /// the node client takes as final. One registry read per stream opened.
+    pub async fn route_uncached(
+        &self,
+        fleet: &Fleet,
+        meta: &MetadataMap,
+        store_id: &str,
+    ) -> Result<Option<Hop>, super::error::ServiceError> {
+        self.route_via(fleet, meta, store_id, false).await
+    }
+
+    async fn route_via(
+        &self,
+        fleet: &Fleet,
+        meta: &MetadataMap,
+        store_id: &str,
+        cached: bool,
     ) -> Result<Option<Hop>, super::error::ServiceError> {
         // A malformed id is the local handler's to refuse, with no registry read.
         if forwarded(meta) || super::limits::check_store_id(store_id).is_err() {
@@ -160,16 +222,48 @@ impl Peers {
             Err(FleetError::NotHere(_)) => {}
             _ => return Ok(None),
         }
-        let owner = fleet
-            .registry()
-            .store_owner(store_id)
-            .await
-            .map_err(FleetError::from)?;
-        match owner {
-            None => Ok(None),
-            Some((owner, _)) if owner == self.me => Ok(None),
-            Some((owner, addr)) => Ok(Some(self.hop_at(&owner, &addr, store_id, meta)?)),
+        let ask = Ask::of(&self.0, meta);
+        if let Some(owner) = self.0.owners.get(store_id).filter(|_| cached) {
+            let mut hop = self.hop_at(&owner.instance_id, &owner.addr, store_id, &ask)?;
+            hop.stale = Some(Recheck {
+                registry: fleet.registry().clone(),
+                ask,
+            });
+            return Ok(Some(hop));
         }
+        match self.lookup(fleet.registry(), store_id).await? {
+            None => Ok(None),
+            Some(owner) if owner.instance_id == self.0.me => Ok(None),
+            Some(owner) => Ok(Some(self.hop_at(
+                &owner.instance_id,
+                &owner.addr,
+                store_id,
+                &ask,
+            )?)),
+        }
+    }
+
+    /// Forgets the remembered owner of `store_id` (it went away mid-stream).
+    pub(super) fn forget_owner(&self, store_id: &str) {
+        self.0.owners.forget(store_id);
+    }
+
+    /// The owner of `store_id` as the registry names it now, remembered when it is another
+    /// instance that announced an address (`owner_cache.rs`).
+    async fn lookup(
+        &self,
+        registry: &Registry,
+        store_id: &str,
+    ) -> Result<Option<Owner>, FleetError> {
+        let found = registry.store_owner(store_id).await?;
+        let owner = found.map(|(instance_id, addr)| Owner { instance_id, addr });
+        if let Some(o) = &owner
+            && o.instance_id != self.0.me
+            && !o.addr.is_empty()
+        {
+            self.0.owners.put(store_id, o.clone());
+        }
+        Ok(owner)
     }
 
     /// The hop to instance `owner` for a call concerning `store` (a store id, or the directory
@@ -187,17 +281,16 @@ impl Peers {
             .await
             .map_err(FleetError::from)?
             .ok_or_else(|| ForwardError::UnknownInstance(owner.to_string()))?;
-        Ok(self.hop_at(owner, &info.advertise_address, store, meta)?)
+        Ok(self.hop_at(
+            owner,
+            &info.advertise_address,
+            store,
+            &Ask::of(&self.0, meta),
+        )?)
     }
 
     /// The hop to instance `owner`, which announced `addr` (empty: no address).
-    fn hop_at(
-        &self,
-        owner: &str,
-        addr: &str,
-        store: &str,
-        caller: &MetadataMap,
-    ) -> Result<Hop, ForwardError> {
+    fn hop_at(&self, owner: &str, addr: &str, store: &str, ask: &Ask) -> Result<Hop, ForwardError> {
         if addr.is_empty() {
             return Err(ForwardError::NoAddress {
                 store: store.to_string(),
@@ -213,14 +306,10 @@ impl Peers {
             server.address = %addr,
         );
         let mut meta = MetadataMap::new();
-        if let Some(auth) = self
-            .authorization
-            .clone()
-            .or_else(|| caller.get("authorization").cloned())
-        {
+        if let Some(auth) = ask.authorization.clone() {
             meta.insert("authorization", auth);
         }
-        if let Ok(me) = self.me.parse() {
+        if let Ok(me) = self.0.me.parse() {
             meta.insert(FORWARDED_BY, me);
         }
         let cx = span.context();
@@ -235,15 +324,18 @@ impl Peers {
                 .max_decoding_message_size(64 << 20)
                 .max_encoding_message_size(64 << 20),
             meta,
-            timeout: remaining_deadline(caller).unwrap_or(DEFAULT_FORWARD_TIMEOUT),
+            deadline: ask.deadline,
             span,
+            peers: self.clone(),
+            stale: None,
         })
     }
 
     /// The channel to `owner` at `addr`, made (lazily connected) when there is none or the
     /// owner moved.
     fn channel(&self, owner: &str, addr: &str) -> Result<Channel, ForwardError> {
-        let mut channels = self.channels.lock().expect("channels lock");
+        let p = &*self.0;
+        let mut channels = p.channels.lock().expect("channels lock");
         if let Some((a, c)) = channels.get(owner)
             && a == addr
         {
@@ -255,15 +347,15 @@ impl Peers {
             detail,
         };
         check_advertise_address(addr).map_err(bad)?;
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let scheme = if p.tls.is_some() { "https" } else { "http" };
         let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(false);
-        if let Some(tls) = &self.tls {
-            let ca = self.peer_ca.as_ref().ok_or(ForwardError::NoPeerCa)?;
+        if let Some(tls) = &p.tls {
+            let ca = p.peer_ca.as_ref().ok_or(ForwardError::NoPeerCa)?;
             let read = |p: &PathBuf| {
                 std::fs::read(p).map_err(|e| ForwardError::TlsFile {
                     path: p.clone(),
@@ -281,6 +373,33 @@ impl Peers {
     }
 }
 
+/// What a forwarded call takes from its caller: the `authorization` it carries on, and the
+/// caller's deadline as an instant (so a retry has only what is left of it).
+#[derive(Clone)]
+struct Ask {
+    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    deadline: Option<Instant>,
+}
+
+impl Ask {
+    fn of(peers: &PeersInner, caller: &MetadataMap) -> Ask {
+        Ask {
+            authorization: peers
+                .authorization
+                .clone()
+                .or_else(|| caller.get("authorization").cloned()),
+            deadline: remaining_deadline(caller).map(|d| Instant::now() + d),
+        }
+    }
+}
+
+/// What a hop whose owner came from the owner cache needs to read the registry again and
+/// retry once.
+struct Recheck {
+    registry: Registry,
+    ask: Ask,
+}
+
 /// Whether a call was forwarded by another instance (see "At most one hop").
 pub fn forwarded(meta: &MetadataMap) -> bool {
     meta.get(FORWARDED_BY).is_some()
@@ -291,17 +410,23 @@ pub struct Hop {
     pub store: String,
     pub owner: String,
     pub addr: String,
-    client: BackupControlClient<Channel>,
-    meta: MetadataMap,
-    timeout: Duration,
-    span: tracing::Span,
+    pub(super) client: BackupControlClient<Channel>,
+    pub(super) meta: MetadataMap,
+    /// The caller's deadline; `None`: it set none.
+    pub(super) deadline: Option<Instant>,
+    pub(super) span: tracing::Span,
+    /// Whose owner cache forgets this owner when it disowns the store.
+    pub(super) peers: Peers,
+    /// `Some` when the owner came from the owner cache (it may be stale).
+    stale: Option<Recheck>,
 }
 
 impl Hop {
     /// Sends `msg` with `call` (one client method) and answers as the owner did.
     pub async fn call<T, R, F, Fut>(self, msg: T, call: F) -> Result<Response<R>, Status>
     where
-        F: FnOnce(BackupControlClient<Channel>, Request<T>) -> Fut,
+        T: Clone,
+        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
         match self.try_call(msg, call).await {
@@ -311,13 +436,86 @@ impl Hop {
     }
 
     /// [`Hop::call`], telling an owner that could not be reached (`Err`) from its answer.
+    ///
+    /// An owner that answers `FAILED_PRECONDITION` or `NOT_FOUND` (the one-hop rule's answer
+    /// for a store it does not own) or cannot be reached is forgotten by the owner cache. When
+    /// it came from the cache, the registry is read again and, if it now names another owner
+    /// (or address), the call is sent there once, with what is left of the caller's deadline;
+    /// an owner the registry still names keeps its answer (the call is never sent to it twice).
     pub async fn try_call<T, R, F, Fut>(
         self,
         msg: T,
         call: F,
     ) -> Result<Result<Response<R>, Status>, ForwardError>
     where
-        F: FnOnce(BackupControlClient<Channel>, Request<T>) -> Fut,
+        T: Clone,
+        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        let (_, answer) = self
+            .try_call_at(msg, call, Some(DEFAULT_FORWARD_TIMEOUT))
+            .await;
+        answer
+    }
+
+    /// [`Hop::try_call`], saying which owner answered last; `default_timeout` is the deadline
+    /// when the caller set none (`None`: no deadline, for a watch).
+    pub(super) async fn try_call_at<T, R, F, Fut>(
+        mut self,
+        msg: T,
+        call: F,
+        default_timeout: Option<Duration>,
+    ) -> (Owner, Answer<R>)
+    where
+        T: Clone,
+        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        let stale = self.stale.take();
+        let spare = stale.as_ref().map(|_| msg.clone());
+        let (store, owner, addr) = (self.store.clone(), self.owner.clone(), self.addr.clone());
+        let peers = self.peers.clone();
+        let asked = Owner {
+            instance_id: owner,
+            addr,
+        };
+        let first = self.send(msg, &call, default_timeout).await;
+        if !disowned(&first) {
+            return (asked, first);
+        }
+        peers.0.owners.forget(&store);
+        let (Some(recheck), Some(msg)) = (stale, spare) else {
+            return (asked, first);
+        };
+        let now = match peers.lookup(&recheck.registry, &store).await {
+            Ok(Some(now)) => now,
+            // Deregistered meanwhile, or the registry cannot say: the owner's answer stands.
+            Ok(None) | Err(_) => return (asked, first),
+        };
+        if now == asked || recheck.ask.deadline.is_some_and(|d| d <= Instant::now()) {
+            return (asked, first);
+        }
+        tracing::debug!(%store, was = %asked.instance_id, now = %now.instance_id,
+            "the store's owner changed: retrying there");
+        let again = match peers.hop_at(&now.instance_id, &now.addr, &store, &recheck.ask) {
+            Ok(hop) => hop.send(msg, &call, default_timeout).await,
+            Err(e) => Err(e),
+        };
+        if disowned(&again) {
+            peers.0.owners.forget(&store);
+        }
+        (now, again)
+    }
+
+    /// One send to this hop's owner.
+    async fn send<T, R, F, Fut>(
+        self,
+        msg: T,
+        call: &F,
+        default_timeout: Option<Duration>,
+    ) -> Answer<R>
+    where
+        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
         let Hop {
@@ -326,19 +524,25 @@ impl Hop {
             addr,
             client,
             meta,
-            timeout,
+            deadline,
             span,
+            ..
         } = self;
+        let timeout = deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .or(default_timeout);
         let mut req = Request::new(msg);
         *req.metadata_mut() = meta;
-        req.set_timeout(timeout);
+        if let Some(t) = timeout {
+            req.set_timeout(t);
+        }
         let answer = call(client, req).instrument(span.clone()).await;
         Ok(match answer {
             Ok(r) => Ok(Response::new(r.into_inner())),
             Err(s) if timed_out(&s) => Err(Status::deadline_exceeded(format!(
                 "instance {owner} (at {addr}), which store {store} belongs to, did not answer \
                  within {} ms",
-                timeout.as_millis()
+                timeout.unwrap_or_default().as_millis()
             ))),
             Err(s) if from_transport(&s) => {
                 let detail = describe(&s);
@@ -350,91 +554,35 @@ impl Hop {
                     detail,
                 });
             }
-            Err(s) => Err(Status::with_details(
-                s.code(),
-                s.message().to_string(),
-                s.details().to_vec().into(),
-            )),
+            Err(s) => Err(same_status(&s)),
         })
     }
 }
 
-impl Hop {
-    /// Relays a `ReportPosition` stream to the owner: `reports` go there with the node's own
-    /// `authorization` (the owner checks the node token; this instance has nothing to check it
-    /// against) and no deadline; the owner's commands come back, and its status when it ends
-    /// the stream. Ends with `UNAVAILABLE` when `shutdown` fires, or when the owner goes away
-    /// (the node reconnects, to whichever instance, and reaches the store's owner then).
-    pub async fn relay_positions<S>(
-        self,
-        caller: &MetadataMap,
-        reports: S,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) -> Result<PositionRelay, Status>
-    where
-        S: futures::Stream<Item = super::proto::PositionReport> + Send + 'static,
-    {
-        use futures::StreamExt as _;
-        let Hop {
-            store,
-            owner,
-            addr,
-            mut client,
-            mut meta,
-            span,
-            ..
-        } = self;
-        match caller.get("authorization") {
-            Some(auth) => meta.insert("authorization", auth.clone()),
-            None => meta.remove("authorization"),
-        };
-        let mut req = Request::new(reports);
-        *req.metadata_mut() = meta;
-        let lost = move |s: &Status| -> Status {
-            if from_transport(s) {
-                super::error::ServiceError::from(ForwardError::Unreachable {
-                    store: store.clone(),
-                    owner: owner.clone(),
-                    addr: addr.clone(),
-                    detail: describe(s),
-                })
-                .into()
-            } else {
-                Status::with_details(
-                    s.code(),
-                    s.message().to_string(),
-                    s.details().to_vec().into(),
-                )
-            }
-        };
-        let commands = match client.report_position(req).instrument(span).await {
-            Ok(r) => r.into_inner(),
-            Err(s) => return Err(lost(&s)),
-        };
-        let stopped = shutdown.clone();
-        let ended = Box::pin(async move { shutdown.cancelled_owned().await });
-        let relayed = commands
-            .map(move |c| c.map_err(|s| lost(&s)))
-            .take_until(ended)
-            .chain(
-                futures::stream::once(async move {
-                    stopped
-                        .is_cancelled()
-                        .then(|| Err(Status::from(super::error::ServiceError::ShuttingDown)))
-                })
-                .filter_map(std::future::ready),
-            );
-        Ok(Box::pin(relayed))
+/// An owner's answer, or why it could not be asked.
+pub(super) type Answer<R> = Result<Result<Response<R>, Status>, ForwardError>;
+
+/// Whether an owner's answer says the route may be stale: it could not be reached, or it
+/// answered as an instance that does not run the store does.
+fn disowned<R>(answer: &Answer<R>) -> bool {
+    match answer {
+        Err(_) => true,
+        Ok(Err(s)) => matches!(s.code(), Code::FailedPrecondition | Code::NotFound),
+        Ok(Ok(_)) => false,
     }
 }
 
-/// The owner's answers to a relayed `ReportPosition` stream.
-pub type PositionRelay = std::pin::Pin<
-    Box<dyn futures::Stream<Item = Result<super::proto::NodeCommand, Status>> + Send>,
->;
+/// The owner's status as it answered (code, message and details).
+pub(super) fn same_status(s: &Status) -> Status {
+    Status::with_details(
+        s.code(),
+        s.message().to_string(),
+        s.details().to_vec().into(),
+    )
+}
 
 /// A status the client made (no connection, a broken one), not one the owner answered.
-fn from_transport(s: &Status) -> bool {
+pub(super) fn from_transport(s: &Status) -> bool {
     std::error::Error::source(s).is_some()
 }
 
@@ -451,7 +599,7 @@ fn timed_out(s: &Status) -> bool {
 }
 
 /// A transport error and its causes, on one line.
-fn describe(s: &Status) -> String {
+pub(super) fn describe(s: &Status) -> String {
     match std::error::Error::source(s) {
         Some(cause) => format!("{}: {}", s.message(), crate::units::error_chain(cause)),
         None => s.message().to_string(),

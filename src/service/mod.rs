@@ -65,11 +65,13 @@ pub mod error;
 pub mod failover;
 pub mod fleet;
 pub mod forward;
+pub mod forward_stream;
 mod health_report;
 mod health_view;
 pub mod health_watch;
 pub mod limits;
 pub mod moves;
+pub mod owner_cache;
 pub mod path_index;
 pub mod paths;
 pub mod pause;
@@ -291,6 +293,10 @@ pub async fn run(
                 config.tls.clone(),
                 config.peers.peer_ca.clone(),
                 config.admin_token.as_deref(),
+                config
+                    .peers
+                    .owner_cache
+                    .unwrap_or(owner_cache::DEFAULT_OWNER_CACHE_TTL),
             ),
         )))
         .serve_with_incoming_shutdown(

@@ -10,6 +10,12 @@ Run by tests/deploy.rs with the project's .venv (scripts/test.sh installs the pa
   in K8S_VERSIONS; the ServiceMonitor against a schema of the Prometheus Operator fields it
   uses; and the objects agree with each other and with the TOML they carry (selectors, port
   names and numbers, mount paths, probe service name, the security context, grace period).
+  The same for the multi-replica fleet in kubernetes/multi/ (Kubernetes 1.37: TLS probes),
+  and what a fleet needs: at least 3 replicas rolling one at a time, the PostgreSQL registry
+  URL from a Secret, --advertise-address under the headless Service (which publishes
+  not-ready pods), one client Service, one failover group, every allowed root on a shared
+  ReadWriteMany claim, TLS files and peer_ca from a mounted Secret, a PodDisruptionBudget of
+  one, and a preStop `ctl drain "$POD_NAME"` that fits in the grace period.
 - Prometheus rules: rule-group structure, every `expr` parsed by a PromQL parser
   (`promql-parser`), `for` durations, metric names the service exports, annotations, and
   runbook links to existing sections of deploy/README.md; `promtool check rules` too when
@@ -344,8 +350,16 @@ def subset(a: dict, b: dict) -> bool:
 
 
 def check_kubernetes() -> None:
-    kdir = DEPLOY / "kubernetes"
+    # One replica (its own registry), and the multi-replica fleet on a shared registry, whose
+    # probes speak TLS (grpc.mode: Kubernetes 1.37+).
+    check_kubernetes_dir(DEPLOY / "kubernetes", K8S_VERSIONS, fleet=False)
+    check_kubernetes_dir(DEPLOY / "kubernetes" / "multi", K8S_VERSIONS[-1:], fleet=True)
+
+
+def check_kubernetes_dir(kdir: pathlib.Path, versions: list[str], fleet: bool) -> None:
+    before = len(errors)
     objects: dict[str, tuple[str, dict]] = {}
+    by_kind: dict[str, list[tuple[str, dict]]] = {}
     for path in sorted(kdir.glob("*.yaml")):
         for doc in load_yaml(path):
             where = f"{rel(path)} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
@@ -353,7 +367,7 @@ def check_kubernetes() -> None:
                 for e in jsonschema.Draft202012Validator(SERVICEMONITOR_SCHEMA).iter_errors(doc):
                     fail(where, f"{'/'.join(map(str, e.absolute_path))}: {e.message}")
             else:
-                for version in K8S_VERSIONS:
+                for version in versions:
                     try:
                         kubernetes_validate.validate(doc, version, strict=True)
                     except kubernetes_validate.ValidationError as e:
@@ -363,13 +377,17 @@ def check_kubernetes() -> None:
             if "namespace" in doc.get("metadata", {}):
                 fail(where, "the set is namespace-less: apply it with -n, leave metadata.namespace out")
             objects[doc.get("kind")] = (where, doc)
+            by_kind.setdefault(doc.get("kind"), []).append((where, doc))
     for kind in ("StatefulSet", "Service", "ConfigMap", "ServiceMonitor"):
         if kind not in objects:
             fail(rel(kdir), f"no {kind}")
-    if errors:
+    if len(errors) > before:
         return  # the cross-checks below assume well-formed objects
     sts_where, sts = objects["StatefulSet"]
-    svc_where, svc = objects["Service"]
+    # The governing Service (the StatefulSet's serviceName); a fleet also has a client one.
+    services = by_kind["Service"]
+    governing = [s for s in services if s[1]["metadata"]["name"] == sts["spec"].get("serviceName")]
+    svc_where, svc = governing[0] if governing else services[0]
     cm_where, cm = objects["ConfigMap"]
     sm_where, sm = objects["ServiceMonitor"]
     pod = sts["spec"]["template"]
@@ -465,7 +483,11 @@ def check_kubernetes() -> None:
     for root in conf.get("allow_roots", []):
         if not any(root == w or root.startswith(w.rstrip("/") + "/") for w in writable):
             fail(cm_where, f"allowed root {root} is on no writable volume (readOnlyRootFilesystem)")
-    if not conf.get("registry", "").startswith(("sqlite://" + conf.get("data_dir", "") + "/", "postgres://", "postgresql://")):
+    registry_secret = env.get("MUSHROOMDB_BACKUP_REGISTRY", {}).get("valueFrom", {}).get("secretKeyRef")
+    if registry_secret:
+        if "registry" in conf:
+            fail(cm_where, "the registry comes from the Secret (MUSHROOMDB_BACKUP_REGISTRY): leave it out of the config")
+    elif not conf.get("registry", "").startswith(("sqlite://" + conf.get("data_dir", "") + "/", "postgres://", "postgresql://")):
         fail(cm_where, "a SQLite registry must live on the data volume")
 
     # Probes: native gRPC on the gRPC port; readiness on the service whose status follows the
@@ -502,6 +524,96 @@ def check_kubernetes() -> None:
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if grace < 2 * bound:
         fail(sts_where, f"terminationGracePeriodSeconds {grace} s is short of twice the shutdown bound ({bound} s)")
+    if fleet:
+        check_fleet(kdir, by_kind, sts_where, sts, svc, conf, env, mounts, volumes, ports, pod_labels)
+    elif len(services) != 1:
+        fail(rel(kdir), "one replica has one Service, the headless one")
+
+
+def check_fleet(kdir, by_kind, sts_where, sts, peers, conf, env, mounts, volumes, ports, pod_labels) -> None:
+    """The multi-replica fleet: one control plane on a shared registry, one failover group."""
+    spec = sts["spec"]
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container.get("args", [])
+    if spec.get("replicas", 1) < 3:
+        fail(sts_where, "a fleet that survives a machine loss during an upgrade needs at least 3 replicas")
+    if spec.get("updateStrategy", {}).get("type", "RollingUpdate") != "RollingUpdate":
+        fail(sts_where, "updateStrategy must be RollingUpdate (one replica drained at a time)")
+    # The registry: PostgreSQL, from a Secret.
+    reg = env.get("MUSHROOMDB_BACKUP_REGISTRY", {}).get("valueFrom", {}).get("secretKeyRef")
+    if not reg or reg.get("optional"):
+        fail(sts_where, "MUSHROOMDB_BACKUP_REGISTRY (the shared PostgreSQL URL) must come from a Secret, not optional")
+    # Peer addresses under the headless Service, on the gRPC port.
+    if not peers["spec"].get("publishNotReadyAddresses"):
+        fail(rel(kdir), "the headless Service must publish not-ready replicas: the others reach an owner while it drains")
+    for var in ("POD_NAME", "POD_NAMESPACE"):
+        if "fieldRef" not in env.get(var, {}).get("valueFrom", {}):
+            fail(sts_where, f"{var} must come from the pod's fieldRef")
+    want = f"$(POD_NAME).{peers['metadata']['name']}.$(POD_NAMESPACE).svc:{ports.get('grpc')}"
+    got = args[args.index("--advertise-address") + 1] if "--advertise-address" in args else None
+    if got != want:
+        fail(sts_where, f"--advertise-address must be {want!r} (the headless Service's per-pod name), not {got!r}")
+    if env.get("MUSHROOMDB_BACKUP_INSTANCE_ID", {}).get("value") != "$(POD_NAME)":
+        fail(sts_where, "MUSHROOMDB_BACKUP_INSTANCE_ID must be $(POD_NAME): stable, and the name drain is given")
+    # The client Service: every call, on the gRPC port only.
+    clients = [s for _, s in by_kind["Service"] if s is not peers]
+    if len(clients) != 1:
+        fail(rel(kdir), "a fleet has one client Service besides the headless one")
+    else:
+        client = clients[0]
+        if client["spec"].get("clusterIP") == "None" or not subset(client["spec"]["selector"], pod_labels):
+            fail(rel(kdir), "the client Service must be a ClusterIP Service selecting the replicas")
+        if [p.get("targetPort") for p in client["spec"]["ports"]] != ["grpc"]:
+            fail(rel(kdir), "the client Service carries the grpc port only (metrics are scraped per replica)")
+    for where, sm in by_kind["ServiceMonitor"]:
+        if clients and subset(sm["spec"]["selector"].get("matchLabels", {}), clients[0]["metadata"].get("labels", {})):
+            fail(where, "selects the client Service too: each replica would be scraped twice")
+        if sm["spec"].get("jobLabel") != "app.kubernetes.io/name" or peers["metadata"]["labels"].get("app.kubernetes.io/name") != "mushroom-backup":
+            fail(where, 'the alerts expect job="mushroom-backup": jobLabel app.kubernetes.io/name on a Service labelled so')
+    # One failover group over one shared ReadWriteMany volume holding every allowed root.
+    if not conf.get("failover_group") and "--failover-group" not in args:
+        fail(sts_where, "the replicas need one failover_group")
+    claims = {o["metadata"]["name"]: o for _, o in by_kind.get("PersistentVolumeClaim", [])}
+    shared = [
+        m for m in mounts.values()
+        if (volumes.get(m["name"], {}).get("persistentVolumeClaim") or {}).get("claimName") in claims
+        and "ReadWriteMany" in claims[volumes[m["name"]]["persistentVolumeClaim"]["claimName"]]["spec"]["accessModes"]
+        and not m.get("readOnly")
+    ]
+    for root in conf.get("allow_roots", []):
+        if not any(root == m["mountPath"] or root.startswith(m["mountPath"].rstrip("/") + "/") for m in shared):
+            fail(rel(kdir), f"allowed root {root} is not on a shared ReadWriteMany volume: a claimant could not see the stores")
+    if not conf.get("allow_roots"):
+        fail(rel(kdir), "allow_roots must name the shared store volume")
+    # Peer TLS and the certificates from a Secret.
+    secret_mounts = [m["mountPath"] for m in mounts.values() if volumes.get(m["name"], {}).get("secret")]
+    tls = conf.get("tls", {})
+    for what, path in (("tls.cert", tls.get("cert")), ("tls.key", tls.get("key")), ("peer_ca", conf.get("peer_ca"))):
+        if not path or not any(str(path).startswith(d.rstrip("/") + "/") for d in secret_mounts):
+            fail(rel(kdir), f"{what} {path!r} must be a file of a mounted Secret (peer TLS)")
+    # A PodDisruptionBudget over the replicas.
+    pdbs = [o for _, o in by_kind.get("PodDisruptionBudget", [])]
+    if not pdbs:
+        fail(rel(kdir), "no PodDisruptionBudget")
+    for pdb in pdbs:
+        if not subset(pdb["spec"]["selector"].get("matchLabels", {}), pod_labels):
+            fail(rel(kdir), "the PodDisruptionBudget does not select the replicas")
+        if pdb["spec"].get("maxUnavailable") != 1 and pdb["spec"].get("minAvailable") != spec.get("replicas", 1) - 1:
+            fail(rel(kdir), "the PodDisruptionBudget must allow exactly one replica down")
+    # Rolling updates drain: preStop runs `ctl drain <this pod>`, within the grace period.
+    hook = " ".join(container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", []))
+    m = re.search(r"ctl\b.*--timeout-ms (\d+).*\bdrain \"?\$\{?POD_NAME\b", hook, re.S)
+    if not m:
+        fail(sts_where, f"preStop must run `mushroom-backup ctl --timeout-ms N drain \"$POD_NAME\"`, not {hook!r}")
+    else:
+        drain_s = int(m.group(1)) / 1000
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+        bound = shutdown_bound_seconds()
+        if grace <= drain_s + 2 * bound:
+            fail(sts_where, f"terminationGracePeriodSeconds {grace} s must exceed the drain's {drain_s:.0f} s plus twice the shutdown bound ({bound} s)")
+    if "--server" in hook and "https://localhost:" not in hook:
+        fail(sts_where, "the drain calls this pod itself: --server https://localhost:<port>")
 
 
 def probes(container: dict) -> dict:
