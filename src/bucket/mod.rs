@@ -69,6 +69,7 @@ pub mod metered;
 pub mod read_only;
 pub mod retry;
 pub mod s3;
+pub mod usage;
 
 pub use body::Body;
 
@@ -409,6 +410,18 @@ pub async fn open_with(
             }
         }
     }
+}
+
+/// [`open`], with every request (each retry too) recorded into `usage` under the retry layer
+/// ([`usage::UsageBucket`]): the service's per-store cost accounting.
+pub async fn open_with_usage(url: &str, usage: Arc<usage::Usage>) -> Result<DynBucket, OpenError> {
+    let raw = open_raw(url, OpenMode::ReadWrite).await?;
+    let counted: DynBucket = Arc::new(usage::UsageBucket::new(raw, usage));
+    Ok(Arc::new(retry::Retrying::new(
+        counted,
+        retry::RetryPolicy::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )))
 }
 
 /// Opens a destination's backend with no retry layer (tests, and wrappers of their own). In

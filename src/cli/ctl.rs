@@ -91,6 +91,8 @@ enum Call {
     },
     /// Every store of the instance.
     ListStores,
+    /// Requests, bytes and the estimated monthly cost of one store, or of every store.
+    Cost(super::ctl_cost::CostArgs),
     /// A store's restore points, newest first.
     ListRestorePoints {
         store_id: String,
@@ -141,6 +143,9 @@ struct StoreFlags {
     keep_for_ms: Option<u64>,
     #[arg(long)]
     keep_generations: Option<u64>,
+    /// Requests a month; a projection over it is a health note.
+    #[arg(long)]
+    monthly_request_budget: Option<u64>,
 }
 
 impl StoreFlags {
@@ -155,6 +160,7 @@ impl StoreFlags {
             retention_interval_ms: self.retention_interval_ms.unwrap_or(0),
             keep_for_ms: self.keep_for_ms.unwrap_or(0),
             keep_generations: self.keep_generations.unwrap_or(0),
+            monthly_request_budget: self.monthly_request_budget.unwrap_or(0),
             ..Default::default()
         })
     }
@@ -211,14 +217,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
 }
 
 /// The connection and the admin token.
-struct Ctl {
-    client: BackupControlClient<Channel>,
+pub(super) struct Ctl {
+    pub(super) client: BackupControlClient<Channel>,
     token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     timeout: Duration,
 }
 
 impl Ctl {
-    fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
+    pub(super) fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         if let Some(t) = &self.token {
             r.metadata_mut().insert("authorization", t.clone());
@@ -231,7 +237,7 @@ impl Ctl {
 }
 
 /// `Call: CODE: message`, on one line.
-fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
+pub(super) fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
     let msg = s.message().replace('\n', " ");
     anyhow::anyhow!("{call}: {}: {msg}", code_name(s.code()))
 }
@@ -283,7 +289,7 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
     })
 }
 
-fn print(json_mode: bool, value: Value, text: String) {
+pub(super) fn print(json_mode: bool, value: Value, text: String) {
     if json_mode {
         println!("{value}");
     } else if !text.is_empty() {
@@ -320,6 +326,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
+        Call::Cost(c) => super::ctl_cost::cost(&mut ctl, j, c).await?,
         Call::ListRestorePoints {
             store_id,
             page_size,
@@ -724,6 +731,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "retention_interval_ms": o.retention_interval_ms,
         "keep_for_ms": o.keep_for_ms,
         "keep_generations": o.keep_generations,
+        "monthly_request_budget": o.monthly_request_budget,
     })
 }
 

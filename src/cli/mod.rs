@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod backup;
 mod client_tls;
 mod ctl;
+mod ctl_cost;
 mod encryption;
 mod inspect;
 mod node;

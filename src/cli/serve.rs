@@ -123,6 +123,8 @@ struct ServeToml {
     tls: Option<TlsToml>,
     worker: Option<WorkerToml>,
     limits: Option<LimitsToml>,
+    /// The price table of the cost estimates (`mushroom_backup::cost::Prices`).
+    prices: Option<mushroom_backup::cost::Prices>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -286,6 +288,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         owner_silent_after,
         limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
         pause,
+        prices: file.prices.unwrap_or_default(),
     };
     Ok((config, telemetry))
 }

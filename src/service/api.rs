@@ -82,8 +82,15 @@ fn now_ms() -> i64 {
     crate::units::unix_now_ms()
 }
 
-pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
-    let h = e.handle.health();
+pub(super) fn store_health(
+    e: &StoreEntry,
+    instance_id: &str,
+    prices: &crate::cost::Prices,
+) -> proto::StoreHealth {
+    let mut h = e.handle.health();
+    // Cost (`usage.rs`): the usage, and a projection over the request budget as a note.
+    let usage = super::usage::priced(e, prices);
+    h.notes.extend(usage.note.clone());
     let counters = e.handle.counters();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     proto::StoreHealth {
@@ -106,6 +113,7 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
         last_error: h.last_error.unwrap_or_default(),
         bytes_stored: load(&counters.bytes_shipped),
         bytes_logical: load(&counters.bytes_logical),
+        usage: Some(usage.proto()),
         ..pause_fields(h.paused.as_ref())
     }
 }
@@ -134,6 +142,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
         options: Some(request::proto_options(&opts)),
+        usage: None,
     }
 }
 
@@ -251,7 +260,10 @@ impl BackupControl for Api {
             .fleet
             .list()
             .iter()
-            .map(|e| store_info(&e.record))
+            .map(|e| proto::StoreInfo {
+                usage: Some(super::usage::priced(e, &self.fleet.config().prices).proto()),
+                ..store_info(&e.record)
+            })
             .collect();
         stores.extend(
             self.fleet
@@ -428,7 +440,7 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
         match fleet.get(store_id) {
             Ok(e) => {
                 return Ok(proto::HealthResponse {
-                    stores: vec![store_health(&e, id)],
+                    stores: vec![store_health(&e, id, &fleet.config().prices)],
                 });
             }
             Err(FleetError::NotHere(_)) => {}
@@ -442,8 +454,11 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
             None => Err(FleetError::UnknownStore(store_id.to_string()).into()),
         };
     }
-    let mut stores: Vec<proto::StoreHealth> =
-        fleet.list().iter().map(|e| store_health(e, id)).collect();
+    let mut stores: Vec<proto::StoreHealth> = fleet
+        .list()
+        .iter()
+        .map(|e| store_health(e, id, &fleet.config().prices))
+        .collect();
     stores.extend(fleet.remote().await?.iter().map(remote_health));
     Ok(proto::HealthResponse { stores })
 }

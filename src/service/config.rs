@@ -55,6 +55,8 @@ pub struct ServiceConfig {
     pub limits: Limits,
     /// A `Pause`'s default and longest deadline.
     pub pause: super::pause::PauseLimits,
+    /// The price table of every store's cost estimate (`crate::cost`; the TOML's `[prices]`).
+    pub prices: crate::cost::Prices,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -76,6 +78,7 @@ impl std::fmt::Debug for ServiceConfig {
             owner_silent_after,
             limits,
             pause,
+            prices,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -94,6 +97,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("owner_silent_after", owner_silent_after)
             .field("limits", limits)
             .field("pause", pause)
+            .field("prices", prices)
             .finish()
     }
 }
@@ -127,6 +131,7 @@ impl ServiceConfig {
             }
         }
         self.pause.check()?;
+        self.prices.check().map_err(|e| e.to_string())?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
@@ -162,6 +167,7 @@ mod tests {
             owner_silent_after: Duration::from_secs(15),
             limits: Limits::default(),
             pause: Default::default(),
+            prices: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

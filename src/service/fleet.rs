@@ -54,6 +54,9 @@ pub struct StoreOptions {
     pub compression: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_level: Option<u32>,
+    /// Requests a month; a projection over it is a health note (`crate::cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_request_budget: Option<u64>,
 }
 
 impl StoreOptions {
@@ -93,6 +96,10 @@ pub struct StoreEntry {
     pub dir: PathBuf,
     pub handle: BackupHandle,
     pub source: Arc<StreamedSource>,
+    /// Every request the worker, its lease and retention send, at the bucket (`bucket::usage`).
+    pub usage: Arc<bucket::usage::Usage>,
+    /// The store's options as it runs with them (its request budget, for health).
+    pub options: StoreOptions,
 }
 
 /// What a client asks to register.
@@ -337,7 +344,8 @@ impl Fleet {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
         }
-        let bucket = bucket::open(&record.destination).await?;
+        let usage = bucket::usage::Usage::new();
+        let bucket = bucket::open_with_usage(&record.destination, usage.clone()).await?;
         // One directory handle for the worker and its WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
@@ -365,6 +373,8 @@ impl Fleet {
             dir,
             handle,
             source,
+            usage,
+            options,
         });
         self.stores
             .write()

@@ -186,6 +186,8 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         // Unusable values fall back to the service's default.
         compression: compression_ok.then(|| o.compression.clone()).flatten(),
         compression_level: compression_ok.then_some(o.compression_level).flatten(),
+        // Any number of requests is a budget.
+        monthly_request_budget: o.monthly_request_budget,
     }
 }
 
@@ -246,6 +248,7 @@ mod tests {
             keep_generations: Some(1),
             compression: Some("zstd".into()),
             compression_level: Some(19),
+            monthly_request_budget: Some(u64::MAX),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

@@ -59,6 +59,7 @@ pub mod request;
 pub mod server_limits;
 mod store_compression;
 pub mod store_metrics;
+pub mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -31,6 +31,7 @@ pub fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
             Err(_) => Some(format!("enum value {}", o.compression)),
         },
         compression_level: (o.compression_level != 0).then_some(o.compression_level),
+        monthly_request_budget: nz(o.monthly_request_budget),
     }
 }
 
@@ -48,6 +49,7 @@ pub fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
             _ => proto::Compression::Unspecified as i32,
         },
         compression_level: o.compression_level.unwrap_or(0),
+        monthly_request_budget: o.monthly_request_budget.unwrap_or(0),
     }
 }
 
