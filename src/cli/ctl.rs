@@ -146,6 +146,13 @@ struct StoreFlags {
     /// Requests a month; a projection over it is a health note.
     #[arg(long)]
     monthly_request_budget: Option<u64>,
+    /// Retention tiers: the newest restore point of each of N newest days, weeks, months.
+    #[arg(long)]
+    keep_daily: Option<u64>,
+    #[arg(long)]
+    keep_weekly: Option<u64>,
+    #[arg(long)]
+    keep_monthly: Option<u64>,
 }
 
 impl StoreFlags {
@@ -161,6 +168,9 @@ impl StoreFlags {
             keep_for_ms: self.keep_for_ms.unwrap_or(0),
             keep_generations: self.keep_generations.unwrap_or(0),
             monthly_request_budget: self.monthly_request_budget.unwrap_or(0),
+            keep_daily: self.keep_daily.unwrap_or(0),
+            keep_weekly: self.keep_weekly.unwrap_or(0),
+            keep_monthly: self.keep_monthly.unwrap_or(0),
             ..Default::default()
         })
     }

@@ -57,6 +57,13 @@ pub struct StoreOptions {
     /// Requests a month; a projection over it is a health note (`crate::cost`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monthly_request_budget: Option<u64>,
+    /// Retention tiers (`crate::worker::tiers`); `None`: the service's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_daily: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_weekly: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_monthly: Option<u64>,
 }
 
 impl StoreOptions {
@@ -77,6 +84,15 @@ impl StoreOptions {
         }
         if let Some(v) = self.keep_generations {
             c.retention.keep_generations = v;
+        }
+        if let Some(v) = self.keep_daily {
+            c.retention.tiers.keep_daily = v;
+        }
+        if let Some(v) = self.keep_weekly {
+            c.retention.tiers.keep_weekly = v;
+        }
+        if let Some(v) = self.keep_monthly {
+            c.retention.tiers.keep_monthly = v;
         }
         if let Ok(Some(compression)) = self.compression() {
             c.compression = compression;

@@ -124,7 +124,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     let intervals = format!("{MAX_INTERVAL_MS} (1 day)");
     let keep_for = format!("{MAX_KEEP_FOR_MS} (100 years)");
     let generations = MAX_KEEP_GENERATIONS.to_string();
-    let ranges: [(&str, Option<u64>, u64, &str); 5] = [
+    let ranges: [(&str, Option<u64>, u64, &str); 8] = [
         (
             "wal_interval_ms",
             o.wal_interval_ms,
@@ -147,6 +147,24 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
         (
             "keep_generations",
             o.keep_generations,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_daily",
+            o.keep_daily,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_weekly",
+            o.keep_weekly,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_monthly",
+            o.keep_monthly,
             MAX_KEEP_GENERATIONS,
             &generations,
         ),
@@ -188,6 +206,9 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         compression_level: compression_ok.then_some(o.compression_level).flatten(),
         // Any number of requests is a budget.
         monthly_request_budget: o.monthly_request_budget,
+        keep_daily: clamp(o.keep_daily, MAX_KEEP_GENERATIONS),
+        keep_weekly: clamp(o.keep_weekly, MAX_KEEP_GENERATIONS),
+        keep_monthly: clamp(o.keep_monthly, MAX_KEEP_GENERATIONS),
     }
 }
 
@@ -249,6 +270,9 @@ mod tests {
             compression: Some("zstd".into()),
             compression_level: Some(19),
             monthly_request_budget: Some(u64::MAX),
+            keep_daily: Some(7),
+            keep_weekly: Some(4),
+            keep_monthly: Some(MAX_KEEP_GENERATIONS),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [
