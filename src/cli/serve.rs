@@ -156,6 +156,8 @@ struct ServeToml {
     tls: Option<TlsToml>,
     worker: Option<WorkerToml>,
     limits: Option<LimitsToml>,
+    /// The price table of the cost estimates (`mushroom_backup::cost::Prices`).
+    prices: Option<mushroom_backup::cost::Prices>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,6 +341,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
                 .unwrap_or(service::drill::DrillLimits::default().max_bytes),
         },
         webhooks,
+        prices: file.prices.unwrap_or_default(),
     };
     Ok((config, telemetry))
 }

@@ -145,8 +145,15 @@ fn now_ms() -> i64 {
     crate::units::unix_now_ms()
 }
 
-pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
-    let h = e.handle.health();
+pub(super) fn store_health(
+    e: &StoreEntry,
+    instance_id: &str,
+    prices: &crate::cost::Prices,
+) -> proto::StoreHealth {
+    let mut h = e.handle.health();
+    // Cost (`usage.rs`): the usage, and a projection over the request budget as a note.
+    let usage = super::usage::priced(e, prices);
+    h.notes.extend(usage.note.clone());
     let counters = e.handle.counters();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     proto::StoreHealth {
@@ -170,6 +177,7 @@ pub(super) fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHea
         bytes_stored: load(&counters.bytes_shipped),
         bytes_logical: load(&counters.bytes_logical),
         last_drill: h.last_drill.as_ref().map(drill_result),
+        usage: Some(usage.proto()),
         ..pause_fields(h.paused.as_ref())
     }
 }
@@ -221,6 +229,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
         options: Some(request::proto_options(&opts)),
+        usage: None,
     }
 }
 
@@ -426,7 +435,10 @@ impl BackupControl for Api {
             .fleet
             .list()
             .iter()
-            .map(|e| store_info(&e.record))
+            .map(|e| proto::StoreInfo {
+                usage: Some(super::usage::priced(e, &self.fleet.config().prices).proto()),
+                ..store_info(&e.record)
+            })
             .collect();
         stores.extend(
             self.fleet
@@ -682,7 +694,10 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
         match fleet.get(store_id) {
             Ok(e) => {
                 return Ok(proto::HealthResponse {
-                    stores: vec![encryption(store_health(&e, id), fleet)],
+                    stores: vec![encryption(
+                        store_health(&e, id, &fleet.config().prices),
+                        fleet,
+                    )],
                 });
             }
             Err(FleetError::NotHere(_)) => {}
@@ -699,7 +714,7 @@ async fn health_of(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespons
     let mut stores: Vec<proto::StoreHealth> = fleet
         .list()
         .iter()
-        .map(|e| encryption(store_health(e, id), fleet))
+        .map(|e| encryption(store_health(e, id, &fleet.config().prices), fleet))
         .collect();
     stores.extend(fleet.remote().await?.iter().map(remote_health));
     Ok(proto::HealthResponse { stores })
