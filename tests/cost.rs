@@ -488,3 +488,106 @@ fn a_bad_price_table_is_refused_at_start_naming_it() {
         assert!(err.contains(named), "{toml:?}: {err}");
     }
 }
+
+/// Registers a store under `name` with a request budget of 1 a month (any request projects
+/// over it) on a directory bucket.
+async fn register_over_budget(c: &Client, d: &Dirs, name: &str) -> String {
+    let dir = d.root.join(name);
+    support::store::write(&dir, 5, 0, 0);
+    let mut req = support::register_req(&dir, &support::file_url(&d.base.join(name)));
+    req.options = Some(proto::StoreOptions {
+        monthly_request_budget: 1,
+        ..Default::default()
+    });
+    c.clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id
+}
+
+/// Reads `events` until the budget-overrun event of `store_id`: every event read, that one last.
+async fn until_over(
+    events: &mut tonic::Streaming<proto::BackupEvent>,
+    store_id: &str,
+) -> Vec<proto::BackupEvent> {
+    let mut seen = Vec::new();
+    let read = async {
+        loop {
+            let e = events
+                .message()
+                .await
+                .expect("the stream fails")
+                .expect("the stream ends");
+            let done = e.kind == proto::EventKind::BudgetExceeded as i32 && e.store_id == store_id;
+            seen.push(e);
+            if done {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(DEADLINE, read).await.is_err() {
+        panic!("waited {DEADLINE:?} for {store_id}'s budget_exceeded; saw {seen:?}");
+    }
+    seen
+}
+
+/// WatchEvents hears `budget_exceeded` for a store whose projection goes over its budget, with
+/// the projection as `count` and the budget in the detail — and once, not at every health
+/// tick while it stays over. Each store here is registered only after the one before was
+/// published, so the next one's event comes from a later tick than the last one's, a tick at
+/// which the earlier stores were (still) over budget: a republish would be among the events
+/// read before the last store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_budget_overrun_is_one_event_on_watch_events() {
+    let d = served::dirs();
+    let (mut server, addr) = served::start(
+        "serve",
+        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
+    );
+    let c = served::client(addr).await;
+    let mut events = c
+        .clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: String::new(),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+    let mut seen = Vec::new();
+    let mut ids = Vec::new();
+    for name in ["first", "second", "third"] {
+        let id = register_over_budget(&c, &d, name).await;
+        seen.extend(until_over(&mut events, &id).await);
+        ids.push(id);
+    }
+    let over: Vec<&proto::BackupEvent> = seen
+        .iter()
+        .filter(|e| e.kind == proto::EventKind::BudgetExceeded as i32)
+        .collect();
+    let of = |id: &str| over.iter().filter(|e| e.store_id == id).count();
+    assert_eq!(
+        ids.iter().map(|id| of(id)).collect::<Vec<_>>(),
+        [1, 1, 1],
+        "{over:?}"
+    );
+    for e in &over {
+        assert_eq!(e.kind_name, "budget_exceeded", "{e:?}");
+        assert!(e.count > 1, "the projection is over the budget of 1: {e:?}");
+        assert!(
+            e.detail
+                .contains(&format!("projected {} requests a month", e.count))
+                && e.detail.contains("over the budget of 1"),
+            "{e:?}"
+        );
+    }
+    // Health says the same of the store, as a note on a healthy store.
+    let h = served::wait_health(&c, &ids[0], "healthy, over budget", |h| {
+        h.healthy && h.usage.as_ref().is_some_and(|u| u.over_budget)
+    })
+    .await;
+    assert!(h.notes.iter().any(|n| n.contains("budget of 1")), "{h:?}");
+    server.signal(libc::SIGTERM);
+    server.wait_exit(DEADLINE);
+}

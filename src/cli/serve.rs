@@ -114,7 +114,8 @@ pub struct ServeArgs {
     /// (repeatable; in the variable, separated by spaces). A `kinds` query parameter filters
     /// and is not sent: `https://h/x?kinds=paused,drill_finished`. Kinds: health_changed,
     /// paused, resumed, restore_point_written, drill_finished, lease_acquired, lease_lost,
-    /// lease_taken_over, generation_started, retention_deleted, registered, deregistered.
+    /// lease_taken_over, generation_started, retention_deleted, registered, deregistered,
+    /// budget_exceeded.
     #[arg(
         long = "webhook-url",
         env = "MUSHROOMDB_BACKUP_WEBHOOK_URLS",

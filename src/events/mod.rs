@@ -66,10 +66,12 @@ pub enum EventKind {
     RetentionDeleted,
     Registered,
     Deregistered,
+    /// The projected requests a month went over the store's request budget (once per overrun).
+    BudgetExceeded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 13] = [
         EventKind::HealthChanged,
         EventKind::Paused,
         EventKind::Resumed,
@@ -82,6 +84,7 @@ impl EventKind {
         EventKind::RetentionDeleted,
         EventKind::Registered,
         EventKind::Deregistered,
+        EventKind::BudgetExceeded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -98,6 +101,7 @@ impl EventKind {
             EventKind::RetentionDeleted => "retention_deleted",
             EventKind::Registered => "registered",
             EventKind::Deregistered => "deregistered",
+            EventKind::BudgetExceeded => "budget_exceeded",
         }
     }
 
@@ -127,7 +131,7 @@ pub struct Facts {
     pub commit_seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
-    /// Objects (retention).
+    /// Objects (retention); projected requests a month (budget exceeded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
     /// Whether the drill succeeded.

@@ -61,7 +61,7 @@ pub(super) async fn report_health(fleet: Arc<Fleet>) {
         for entry in &entries {
             super::usage::record_usage(entry, &prices);
         }
-        budgets.look(&entries, &prices);
+        budgets.look(&entries, &prices, fleet.events());
         let mut changed = Vec::new();
         // Taken as shown once the report is written.
         let mut seen = Vec::new();

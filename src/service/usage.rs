@@ -13,7 +13,10 @@
 //! A store's `options.monthly_request_budget` (0: none) is compared with the projected
 //! requests a month ([`crate::cost::estimate`]); a projection over it is a health note (the
 //! store stays healthy) and `Usage.over_budget`. [`BudgetWatch`] sees a store cross into its
-//! budget's overrun once per crossing; that is where the budget-overrun event is published.
+//! budget's overrun once per crossing and publishes a `budget_exceeded` event then (on the
+//! fleet's bus, at the health report's tick): a store that stays over is not published again
+//! until its projection came back within the budget. What a crash leaves: nothing; the next
+//! process starts counting anew, and publishes again if its projection is over.
 //!
 //! # Metrics
 //!
@@ -31,6 +34,7 @@ use super::fleet::StoreEntry;
 use super::proto;
 use crate::bucket::usage::{RequestClass, Usage, UsageSnapshot};
 use crate::cost::{self, Estimate, Prices};
+use crate::events::{Bus, EventKind, Facts, NewEvent};
 use crate::telemetry::metrics::{
     STORE_DOWNLOADED_BYTES, STORE_ESTIMATED_MONTHLY_COST, STORE_ID_LABEL, STORE_REQUESTS,
     STORE_STORED_BYTES, STORE_UPLOADED_BYTES,
@@ -89,8 +93,9 @@ pub(super) struct BudgetWatch {
 
 impl BudgetWatch {
     /// Looks at every store of `entries`: a store whose projection went over its budget since
-    /// the last look is published (once per crossing).
-    pub fn look(&mut self, entries: &[Arc<StoreEntry>], prices: &Prices) {
+    /// the last look is published on `bus` (once per crossing: a store over it at the last look
+    /// too is not published again; one that came back within it is, when it crosses again).
+    pub fn look(&mut self, entries: &[Arc<StoreEntry>], prices: &Prices, bus: &Bus) {
         let mut now = HashMap::with_capacity(entries.len());
         for e in entries {
             let p = priced(e, prices);
@@ -103,9 +108,21 @@ impl BudgetWatch {
                     budget = p.budget,
                     "the store's projected requests a month are over its budget"
                 );
-                // EVENT(events): publish the budget-overrun event here (kind "budget exceeded":
-                // store id, `p.estimate.monthly_requests`, `p.budget`, now). The events module
-                // (src/events/) is built separately; this is the one call site.
+                bus.publish(
+                    NewEvent::new(
+                        EventKind::BudgetExceeded,
+                        id,
+                        format!(
+                            "projected {} requests a month, over the budget of {} \
+                             (options.monthly_request_budget)",
+                            p.estimate.monthly_requests, p.budget
+                        ),
+                    )
+                    .with(Facts {
+                        count: Some(p.estimate.monthly_requests),
+                        ..Facts::default()
+                    }),
+                );
             }
             now.insert(id.clone(), over);
         }

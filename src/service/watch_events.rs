@@ -107,6 +107,7 @@ pub fn to_proto(e: &Event) -> proto::BackupEvent {
         K::RetentionDeleted => P::RetentionDeleted,
         K::Registered => P::Registered,
         K::Deregistered => P::Deregistered,
+        K::BudgetExceeded => P::BudgetExceeded,
     };
     let f = &e.facts;
     proto::BackupEvent {
