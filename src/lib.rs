@@ -9,6 +9,7 @@
 //!   directory's lock, and what a free one proves about the process that held it.
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
 //!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine;
+//!   [`cost`]: the price table and a store's monthly estimate from its bucket usage;
 //!   [`crypto`]: envelope encryption (sealed objects, data keys, their wrappers, rekey).
 //!   [`at_rest`]: how an object's stored bytes are made from its plain bytes (zstd behind a
 //!   sample, the seam of encryption) and back.
@@ -36,6 +37,7 @@
 pub mod at_rest;
 pub mod backoff;
 pub mod bucket;
+pub mod cost;
 pub mod crypto;
 pub mod drill;
 pub mod events;

@@ -24,6 +24,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("manifest", &[]),
     ("instance_lock", &[]),
     ("bucket", &["units", "backoff", "telemetry"]),
+    ("cost", &["units", "bucket"]),
     ("store", &["units"]),
     ("crypto", &["units", "bucket", "manifest"]),
     ("at_rest", &["units", "bucket", "manifest", "crypto"]),

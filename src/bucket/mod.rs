@@ -69,6 +69,7 @@ pub mod metered;
 pub mod read_only;
 pub mod retry;
 pub mod s3;
+pub mod usage;
 
 pub use body::Body;
 
@@ -399,16 +400,47 @@ pub async fn open_with(
     let retrying: DynBucket = Arc::new(retry::Retrying::new(raw, policy, cancel));
     match mode {
         OpenMode::ReadWrite => Ok(retrying),
-        OpenMode::ReadOnly => {
-            let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
-            // One listing of the root proves the destination is there and readable with these
-            // credentials (a HEAD of a missing S3 bucket would only say "no such object").
-            match bucket.list(ListQuery::new("", None, 1)).await {
-                Ok(_) => Ok(bucket),
-                Err(e) => Err(OpenError::unreadable(url, e)),
-            }
-        }
+        OpenMode::ReadOnly => read_only_checked(url, retrying).await,
     }
+}
+
+/// `retrying` behind [`read_only::ReadOnly`], once one listing of the root proved the
+/// destination is there and readable with these credentials (a HEAD of a missing S3 bucket
+/// would only say "no such object").
+async fn read_only_checked(url: &str, retrying: DynBucket) -> Result<DynBucket, OpenError> {
+    let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
+    match bucket.list(ListQuery::new("", None, 1)).await {
+        Ok(_) => Ok(bucket),
+        Err(e) => Err(OpenError::unreadable(url, e)),
+    }
+}
+
+/// [`open_read_only`], with every request recorded into `usage` as [`open_with_usage`] does:
+/// a store's restore drills cost what its worker's requests do.
+pub async fn open_read_only_with_usage(
+    url: &str,
+    usage: Arc<usage::Usage>,
+) -> Result<DynBucket, OpenError> {
+    let raw = open_raw(url, OpenMode::ReadOnly).await?;
+    let counted: DynBucket = Arc::new(usage::UsageBucket::new(raw, usage));
+    let retrying: DynBucket = Arc::new(retry::Retrying::new(
+        counted,
+        retry::RetryPolicy::default(),
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    read_only_checked(url, retrying).await
+}
+
+/// [`open`], with every request (each retry too) recorded into `usage` under the retry layer
+/// ([`usage::UsageBucket`]): the service's per-store cost accounting.
+pub async fn open_with_usage(url: &str, usage: Arc<usage::Usage>) -> Result<DynBucket, OpenError> {
+    let raw = open_raw(url, OpenMode::ReadWrite).await?;
+    let counted: DynBucket = Arc::new(usage::UsageBucket::new(raw, usage));
+    Ok(Arc::new(retry::Retrying::new(
+        counted,
+        retry::RetryPolicy::default(),
+        tokio_util::sync::CancellationToken::new(),
+    )))
 }
 
 /// Opens a destination's backend with no retry layer (tests, and wrappers of their own). In

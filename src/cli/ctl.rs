@@ -98,6 +98,8 @@ enum Call {
     Moves(super::ctl_move::MoveCall),
     /// Every store of the instance.
     ListStores,
+    /// Requests, bytes and the estimated monthly cost of one store, or of every store.
+    Cost(super::ctl_cost::CostArgs),
     /// A store's restore points, newest first.
     ListRestorePoints {
         store_id: String,
@@ -158,6 +160,16 @@ struct StoreFlags {
     /// Scheduled restore drills every this many ms (60000 to 2592000000; 0: none).
     #[arg(long)]
     drill_interval_ms: Option<u64>,
+    /// Requests a month; a projection over it is a health note.
+    #[arg(long)]
+    monthly_request_budget: Option<u64>,
+    /// Retention tiers: the newest restore point of each of N newest days, weeks, months.
+    #[arg(long)]
+    keep_daily: Option<u64>,
+    #[arg(long)]
+    keep_weekly: Option<u64>,
+    #[arg(long)]
+    keep_monthly: Option<u64>,
 }
 
 impl StoreFlags {
@@ -173,6 +185,10 @@ impl StoreFlags {
             keep_for_ms: self.keep_for_ms.unwrap_or(0),
             keep_generations: self.keep_generations.unwrap_or(0),
             drill_interval_ms: self.drill_interval_ms.unwrap_or(0),
+            monthly_request_budget: self.monthly_request_budget.unwrap_or(0),
+            keep_daily: self.keep_daily.unwrap_or(0),
+            keep_weekly: self.keep_weekly.unwrap_or(0),
+            keep_monthly: self.keep_monthly.unwrap_or(0),
             ..Default::default()
         })
     }
@@ -335,6 +351,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
         Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
         Call::ListStores => list_stores(&mut ctl, j).await?,
+        Call::Cost(c) => super::ctl_cost::cost(&mut ctl, j, c).await?,
         Call::ListRestorePoints {
             store_id,
             page_size,
@@ -761,6 +778,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "keep_for_ms": o.keep_for_ms,
         "keep_generations": o.keep_generations,
         "drill_interval_ms": o.drill_interval_ms,
+        "monthly_request_budget": o.monthly_request_budget,
     })
 }
 

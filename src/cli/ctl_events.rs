@@ -65,7 +65,7 @@ fn event_json(e: &proto::BackupEvent) -> Value {
     match K::try_from(e.kind).unwrap_or(K::Unspecified) {
         K::RestorePointWritten => put("commit_seq", e.commit_seq.into()),
         K::GenerationStarted => put("generation", e.generation.into()),
-        K::RetentionDeleted => put("count", e.count.into()),
+        K::RetentionDeleted | K::BudgetExceeded => put("count", e.count.into()),
         K::HealthChanged => put("healthy", e.healthy.into()),
         K::Lagged => put("dropped", e.dropped.into()),
         K::DrillFinished => {

@@ -8,11 +8,13 @@ use clap::{Parser, Subcommand};
 mod backup;
 mod client_tls;
 mod ctl;
+mod ctl_cost;
 mod ctl_drill;
 mod ctl_move;
 mod encryption;
 mod inspect;
 mod node;
+mod retention;
 mod serve;
 mod serve_limits;
 mod settings;
@@ -39,6 +41,8 @@ enum Command {
     Verify(inspect::VerifyArgs),
     /// List the restore points of a destination.
     Ls(inspect::LsArgs),
+    /// Which restore points a retention pass would delete, and why (`--dry-run`).
+    Retention(retention::RetentionArgs),
     /// Run the gRPC control plane: one backup worker per registered store.
     Serve(Box<serve::ServeArgs>),
     /// A demo database node: the reference engine, reporting its positions to the service.
@@ -88,6 +92,7 @@ pub fn main() -> ExitCode {
             Command::Restore(args) => inspect::restore(args).await,
             Command::Verify(args) => inspect::verify(args).await,
             Command::Ls(args) => inspect::ls(args).await,
+            Command::Retention(args) => retention::run(args).await,
             Command::Serve(args) => serve::run(*args).await,
             Command::Node(args) => node::run(args).await,
             Command::Ctl(args) => ctl::run(args).await,

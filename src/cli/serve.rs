@@ -119,7 +119,8 @@ pub struct ServeArgs {
     /// (repeatable; in the variable, separated by spaces). A `kinds` query parameter filters
     /// and is not sent: `https://h/x?kinds=paused,drill_finished`. Kinds: health_changed,
     /// paused, resumed, restore_point_written, drill_finished, lease_acquired, lease_lost,
-    /// lease_taken_over, generation_started, retention_deleted, registered, deregistered.
+    /// lease_taken_over, generation_started, retention_deleted, registered, deregistered,
+    /// budget_exceeded.
     #[arg(
         long = "webhook-url",
         env = "MUSHROOMDB_BACKUP_WEBHOOK_URLS",
@@ -162,6 +163,8 @@ struct ServeToml {
     tls: Option<TlsToml>,
     worker: Option<WorkerToml>,
     limits: Option<LimitsToml>,
+    /// The price table of the cost estimates (`mushroom_backup::cost::Prices`).
+    prices: Option<mushroom_backup::cost::Prices>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -349,6 +352,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
                 .unwrap_or(service::drill::DrillLimits::default().max_bytes),
         },
         webhooks,
+        prices: file.prices.unwrap_or_default(),
     };
     Ok((config, telemetry))
 }

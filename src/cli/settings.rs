@@ -26,6 +26,16 @@ pub struct WorkerSettings {
     /// Keep every restore point of this many newest generations [default: 2].
     #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_GENERATIONS")]
     pub keep_generations: Option<u64>,
+    /// Keep the newest restore point of each of this many newest UTC days [default: 0, off].
+    /// Any tier set replaces --keep-generations (see the README, "Retention by tiers").
+    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_DAILY")]
+    pub keep_daily: Option<u64>,
+    /// Keep the newest restore point of each of this many newest ISO weeks [default: 0, off].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_WEEKLY")]
+    pub keep_weekly: Option<u64>,
+    /// Keep the newest restore point of each of this many newest months [default: 0, off].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_MONTHLY")]
+    pub keep_monthly: Option<u64>,
     /// Leave objects of a claimed generation no manifest names alone this long, ms [default: 1 h].
     #[arg(long, env = "MUSHROOMDB_BACKUP_ORPHAN_GRACE_MS")]
     pub orphan_grace_ms: Option<u64>,
@@ -58,6 +68,9 @@ pub struct WorkerToml {
     pub retention_interval_ms: Option<u64>,
     pub keep_for_ms: Option<u64>,
     pub keep_generations: Option<u64>,
+    pub keep_daily: Option<u64>,
+    pub keep_weekly: Option<u64>,
+    pub keep_monthly: Option<u64>,
     pub orphan_grace_ms: Option<u64>,
     pub conditional: Option<String>,
     pub lease_ttl_ms: Option<u64>,
@@ -122,6 +135,28 @@ impl WorkerSettings {
                 .map_err(anyhow::Error::msg)?,
             (None, None) => base.retention.keep_generations,
         };
+        let tier = |flag: &str, key: &str, given: (Option<u64>, Option<u64>)| match given {
+            (Some(v), _) => limits::KEEP_TIER.check(flag, v).map_err(anyhow::Error::msg),
+            (None, Some(v)) => limits::KEEP_TIER.check(key, v).map_err(anyhow::Error::msg),
+            (None, None) => Ok(0),
+        };
+        let tiers = mushroom_backup::worker::tiers::Tiers {
+            keep_daily: tier(
+                "--keep-daily",
+                "keep_daily",
+                (self.keep_daily, file.keep_daily),
+            )?,
+            keep_weekly: tier(
+                "--keep-weekly",
+                "keep_weekly",
+                (self.keep_weekly, file.keep_weekly),
+            )?,
+            keep_monthly: tier(
+                "--keep-monthly",
+                "keep_monthly",
+                (self.keep_monthly, file.keep_monthly),
+            )?,
+        };
         Ok(WorkerConfig {
             wal_interval: ms(
                 "--wal-interval-ms",
@@ -163,6 +198,7 @@ impl WorkerSettings {
                     limits::ORPHAN_GRACE_MS,
                     base.retention.orphan_grace,
                 )?,
+                tiers,
             },
             conditional_writes: self.conditional_on(file)?,
             compression: self.compression(file)?,

@@ -69,6 +69,8 @@ pub enum EventKind {
     /// Another instance owns the store now: a failover claim or a planned move
     /// (`service::failover`, `service::moves`).
     OwnerChanged,
+    /// The projected requests a month went over the store's request budget (once per overrun).
+    BudgetExceeded,
 }
 
 impl EventKind {
@@ -86,6 +88,7 @@ impl EventKind {
         EventKind::Registered,
         EventKind::Deregistered,
         EventKind::OwnerChanged,
+        EventKind::BudgetExceeded,
     ];
 
     pub fn name(self) -> &'static str {
@@ -103,6 +106,7 @@ impl EventKind {
             EventKind::Registered => "registered",
             EventKind::Deregistered => "deregistered",
             EventKind::OwnerChanged => "owner_changed",
+            EventKind::BudgetExceeded => "budget_exceeded",
         }
     }
 
@@ -132,7 +136,7 @@ pub struct Facts {
     pub commit_seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<u64>,
-    /// Objects (retention).
+    /// Objects (retention); projected requests a month (budget exceeded).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
     /// Whether the drill succeeded.

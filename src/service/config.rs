@@ -109,6 +109,8 @@ pub struct ServiceConfig {
     pub drill: super::drill::DrillLimits,
     /// Where every event is POSTed as a CloudEvent (`serve --webhook-url`, `crate::events::webhook`).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+    /// The price table of every store's cost estimate (`crate::cost`; the TOML's `[prices]`).
+    pub prices: crate::cost::Prices,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -133,6 +135,7 @@ impl std::fmt::Debug for ServiceConfig {
             peers,
             drill,
             webhooks,
+            prices,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -157,6 +160,7 @@ impl std::fmt::Debug for ServiceConfig {
                 "webhooks",
                 &webhooks.iter().map(|w| w.target.name()).collect::<Vec<_>>(),
             )
+            .field("prices", prices)
             .finish()
     }
 }
@@ -191,6 +195,7 @@ impl ServiceConfig {
         }
         self.pause.check()?;
         self.peers.check()?;
+        self.prices.check().map_err(|e| e.to_string())?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
@@ -229,6 +234,7 @@ mod tests {
             peers: Default::default(),
             drill: Default::default(),
             webhooks: vec![],
+            prices: Default::default(),
         };
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");

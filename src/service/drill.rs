@@ -9,7 +9,8 @@
 //!   reachable ranges), and records nothing.
 //! - The drill reads the store's destination through a read-only bucket of its own, on the
 //!   calling task (the RPC's, or the scheduler's): never the worker's loop, so it never
-//!   delays WAL shipping. Drills of one service run one at a time ([`ONE_AT_A_TIME`]): a
+//!   delays WAL shipping. Its requests are counted into the store's usage (`bucket::usage`,
+//!   `ctl cost`): a drill GETs a whole restore point, which the store's bill shows. Drills of one service run one at a time ([`ONE_AT_A_TIME`]): a
 //!   call waits for the drill running, so scratch space holds one store at a time.
 //! - Its outcome is written to the registry (`store_drills`, `crate::registry::DrillRecord`),
 //!   then into the worker's record, so health shows it ([`crate::health`]: a failed drill
@@ -130,7 +131,9 @@ async fn run_one(
         .await
         .map_err(|e| FleetError::Internal(format!("the drill semaphore: {e}")))?;
     let store_id = &entry.record.store_id;
-    let bucket = bucket::open_read_only(&entry.record.destination).await?;
+    // Its requests are the store's cost (`bucket::usage`), as the worker's are.
+    let bucket =
+        bucket::open_read_only_with_usage(&entry.record.destination, entry.usage.clone()).await?;
     let root = scratch_root(&fleet.config().data_dir);
     let drilled =
         match drill::drill(bucket.as_ref(), &root, store_id, at, fleet.restore_keys()).await {
@@ -306,10 +309,13 @@ async fn scheduled(fleet: &Fleet, entry: &StoreEntry, interval: i64) -> Option<i
     let max = fleet.config().drill.max_bytes;
     let now = unix_now_ms();
     if max > 0 {
-        let size = match bucket::open_read_only(&entry.record.destination).await {
-            Ok(b) => drill::newest_size(b.as_ref()).await.ok().flatten(),
-            Err(_) => None,
-        };
+        let size =
+            match bucket::open_read_only_with_usage(&entry.record.destination, entry.usage.clone())
+                .await
+            {
+                Ok(b) => drill::newest_size(b.as_ref()).await.ok().flatten(),
+                Err(_) => None,
+            };
         if let Some((key, bytes)) = size.filter(|(_, bytes)| *bytes > max) {
             entry.handle.note_drill(Some(format!(
                 "scheduled restore drills skip this store: its newest restore point {key} is \

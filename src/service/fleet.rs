@@ -21,7 +21,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -38,56 +37,9 @@ use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, St
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
-use crate::worker::{BackupHandle, BackupWorker, WorkerConfig};
+use crate::worker::{BackupHandle, BackupWorker};
 
-/// Per-store settings stored in the registry; `None` = the service's default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoreOptions {
-    pub wal_interval_ms: Option<u64>,
-    pub restore_point_interval_ms: Option<u64>,
-    pub retention_interval_ms: Option<u64>,
-    pub keep_for_ms: Option<u64>,
-    pub keep_generations: Option<u64>,
-    /// `zstd` or `none` (`src/at_rest/`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compression: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compression_level: Option<u32>,
-    /// Scheduled restore drills, every this many ms (`super::drill`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drill_interval_ms: Option<u64>,
-}
-
-impl StoreOptions {
-    pub fn apply(&self, base: &WorkerConfig) -> WorkerConfig {
-        let mut c = base.clone();
-        let ms = Duration::from_millis;
-        if let Some(v) = self.wal_interval_ms {
-            c.wal_interval = ms(v);
-        }
-        if let Some(v) = self.restore_point_interval_ms {
-            c.restore_point_interval = ms(v);
-        }
-        if let Some(v) = self.retention_interval_ms {
-            c.retention_interval = ms(v);
-        }
-        if let Some(v) = self.keep_for_ms {
-            c.retention.keep_for = ms(v);
-        }
-        if let Some(v) = self.keep_generations {
-            c.retention.keep_generations = v;
-        }
-        if let Ok(Some(compression)) = self.compression() {
-            c.compression = compression;
-        }
-        c
-    }
-
-    /// Each option unset or in its range ([`limits::check_options`]).
-    pub fn check(&self) -> Result<(), FieldError> {
-        limits::check_options(self)
-    }
-}
+pub use super::store_options::StoreOptions;
 
 /// One registered store with its running worker.
 pub struct StoreEntry {
@@ -95,6 +47,10 @@ pub struct StoreEntry {
     pub dir: PathBuf,
     pub handle: BackupHandle,
     pub source: Arc<StreamedSource>,
+    /// Every request the worker, its lease and retention send, at the bucket (`bucket::usage`).
+    pub usage: Arc<bucket::usage::Usage>,
+    /// The store's options as it runs with them (its request budget, for health).
+    pub options: StoreOptions,
 }
 
 /// What a client asks to register.
@@ -364,7 +320,8 @@ impl Fleet {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
         }
-        let bucket = bucket::open(&record.destination).await?;
+        let usage = bucket::usage::Usage::new();
+        let bucket = bucket::open_with_usage(&record.destination, usage.clone()).await?;
         // One directory handle for the worker and its WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
@@ -393,6 +350,8 @@ impl Fleet {
             dir,
             handle,
             source,
+            usage,
+            options,
         });
         self.stores
             .write()

@@ -31,8 +31,15 @@ pub(super) async fn health_of(
 
 /// Every store this instance runs, then every other one in the registry, with its owner.
 pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, FleetError> {
-    let mut stores: Vec<proto::StoreInfo> =
-        fleet.list().iter().map(|e| store_info(&e.record)).collect();
+    let prices = &fleet.config().prices;
+    let mut stores: Vec<proto::StoreInfo> = fleet
+        .list()
+        .iter()
+        .map(|e| proto::StoreInfo {
+            usage: Some(super::usage::priced(e, prices).proto()),
+            ..store_info(&e.record)
+        })
+        .collect();
     stores.extend(fleet.remote().await?.iter().map(|r| store_info(&r.record)));
     let owners = fleet.registry().owners().await?;
     for s in &mut stores {
@@ -44,8 +51,15 @@ pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, 
     Ok(stores)
 }
 
-fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
-    let h = e.handle.health();
+fn store_health(
+    e: &StoreEntry,
+    instance_id: &str,
+    prices: &crate::cost::Prices,
+) -> proto::StoreHealth {
+    let mut h = e.handle.health();
+    // Cost (`usage.rs`): the usage, and a projection over the request budget as a note.
+    let usage = super::usage::priced(e, prices);
+    h.notes.extend(usage.note.clone());
     let counters = e.handle.counters();
     let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     proto::StoreHealth {
@@ -69,6 +83,7 @@ fn store_health(e: &StoreEntry, instance_id: &str) -> proto::StoreHealth {
         bytes_stored: load(&counters.bytes_shipped),
         bytes_logical: load(&counters.bytes_logical),
         last_drill: h.last_drill.as_ref().map(drill_result),
+        usage: Some(usage.proto()),
         ..pause_fields(h.paused.as_ref())
     }
 }
@@ -130,7 +145,10 @@ async fn health_rows(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespo
         match fleet.get(store_id) {
             Ok(e) => {
                 return Ok(proto::HealthResponse {
-                    stores: vec![encryption(store_health(&e, id), fleet)],
+                    stores: vec![encryption(
+                        store_health(&e, id, &fleet.config().prices),
+                        fleet,
+                    )],
                 });
             }
             Err(FleetError::NotHere(_)) => {}
@@ -147,7 +165,7 @@ async fn health_rows(fleet: &Fleet, store_id: &str) -> Result<proto::HealthRespo
     let mut stores: Vec<proto::StoreHealth> = fleet
         .list()
         .iter()
-        .map(|e| encryption(store_health(e, id), fleet))
+        .map(|e| encryption(store_health(e, id, &fleet.config().prices), fleet))
         .collect();
     stores.extend(fleet.remote().await?.iter().map(remote_health));
     Ok(proto::HealthResponse { stores })

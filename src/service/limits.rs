@@ -130,7 +130,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     let intervals = format!("{MAX_INTERVAL_MS} (1 day)");
     let keep_for = format!("{MAX_KEEP_FOR_MS} (100 years)");
     let generations = MAX_KEEP_GENERATIONS.to_string();
-    let ranges: [(&str, Option<u64>, u64, &str); 5] = [
+    let ranges: [(&str, Option<u64>, u64, &str); 8] = [
         (
             "wal_interval_ms",
             o.wal_interval_ms,
@@ -153,6 +153,24 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
         (
             "keep_generations",
             o.keep_generations,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_daily",
+            o.keep_daily,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_weekly",
+            o.keep_weekly,
+            MAX_KEEP_GENERATIONS,
+            &generations,
+        ),
+        (
+            "keep_monthly",
+            o.keep_monthly,
             MAX_KEEP_GENERATIONS,
             &generations,
         ),
@@ -203,6 +221,11 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         drill_interval_ms: o
             .drill_interval_ms
             .map(|v| v.clamp(MIN_DRILL_INTERVAL_MS, MAX_DRILL_INTERVAL_MS)),
+        // Any number of requests is a budget.
+        monthly_request_budget: o.monthly_request_budget,
+        keep_daily: clamp(o.keep_daily, MAX_KEEP_GENERATIONS),
+        keep_weekly: clamp(o.keep_weekly, MAX_KEEP_GENERATIONS),
+        keep_monthly: clamp(o.keep_monthly, MAX_KEEP_GENERATIONS),
     }
 }
 
@@ -264,6 +287,10 @@ mod tests {
             compression: Some("zstd".into()),
             compression_level: Some(19),
             drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS),
+            monthly_request_budget: Some(u64::MAX),
+            keep_daily: Some(7),
+            keep_weekly: Some(4),
+            keep_monthly: Some(MAX_KEEP_GENERATIONS),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

@@ -81,6 +81,8 @@ pub mod request;
 pub mod server_limits;
 mod store_compression;
 pub mod store_metrics;
+mod store_options;
+pub mod usage;
 pub mod watch_events;
 
 use std::sync::Arc;

@@ -32,6 +32,10 @@ pub fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
         },
         compression_level: (o.compression_level != 0).then_some(o.compression_level),
         drill_interval_ms: nz(o.drill_interval_ms),
+        monthly_request_budget: nz(o.monthly_request_budget),
+        keep_daily: nz(o.keep_daily),
+        keep_weekly: nz(o.keep_weekly),
+        keep_monthly: nz(o.keep_monthly),
     }
 }
 
@@ -50,6 +54,10 @@ pub fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
         },
         compression_level: o.compression_level.unwrap_or(0),
         drill_interval_ms: o.drill_interval_ms.unwrap_or(0),
+        monthly_request_budget: o.monthly_request_budget.unwrap_or(0),
+        keep_daily: o.keep_daily.unwrap_or(0),
+        keep_weekly: o.keep_weekly.unwrap_or(0),
+        keep_monthly: o.keep_monthly.unwrap_or(0),
     }
 }
 

@@ -108,6 +108,7 @@ pub fn to_proto(e: &Event) -> proto::BackupEvent {
         K::Registered => P::Registered,
         K::Deregistered => P::Deregistered,
         K::OwnerChanged => P::OwnerChanged,
+        K::BudgetExceeded => P::BudgetExceeded,
     };
     let f = &e.facts;
     proto::BackupEvent {

@@ -28,6 +28,11 @@
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
 //! | `mushroom_backup_store_restore_points_total` | counter | restore points | the worker's `restore_points` |
 //! | `mushroom_backup_store_failures_total` | counter | failed steps | the worker's `failures` |
+//! | `mushroom_backup_store_requests_total` | counter, label `op` (`put`, `get`, `list`, `head`, `delete`) | requests | the store's bucket usage: every attempt its worker, lease and retention sent |
+//! | `mushroom_backup_store_uploaded_bytes_total` | counter | bytes | bodies sent, every attempt |
+//! | `mushroom_backup_store_downloaded_bytes_total` | counter | bytes | bodies received |
+//! | `mushroom_backup_store_stored_bytes` | gauge | bytes | what the worker knows is under its prefix |
+//! | `mushroom_backup_store_estimated_monthly_cost_usd` | gauge | dollars | the month projected at the price table (`crate::cost`) |
 //!
 //! Events, set by `crate::events`: `mushroom_backup_events_published_total{kind}` and
 //! `mushroom_backup_webhook_deliveries_total{webhook,outcome}` (`webhook`: the URL's host and
@@ -75,6 +80,11 @@ pub const STORE_LOGICAL_BYTES: &str = "mushroom_backup_store_logical_bytes_total
 pub const STORE_SHIPPED_OBJECTS: &str = "mushroom_backup_store_shipped_objects_total";
 pub const STORE_RESTORE_POINTS: &str = "mushroom_backup_store_restore_points_total";
 pub const STORE_FAILURES: &str = "mushroom_backup_store_failures_total";
+pub const STORE_REQUESTS: &str = "mushroom_backup_store_requests_total";
+pub const STORE_UPLOADED_BYTES: &str = "mushroom_backup_store_uploaded_bytes_total";
+pub const STORE_DOWNLOADED_BYTES: &str = "mushroom_backup_store_downloaded_bytes_total";
+pub const STORE_STORED_BYTES: &str = "mushroom_backup_store_stored_bytes";
+pub const STORE_ESTIMATED_MONTHLY_COST: &str = "mushroom_backup_store_estimated_monthly_cost_usd";
 pub const STORES: &str = "mushroom_backup_stores";
 pub const STORES_UNHEALTHY: &str = "mushroom_backup_stores_unhealthy";
 pub const BUCKET_REQUEST_DURATION: &str = "mushroom_backup_bucket_request_duration_seconds";
@@ -162,6 +172,32 @@ pub fn describe() {
         STORE_LAST_DRILL_BYTES,
         Some(Unit::Bytes),
         "Bytes the store's last restore drill restored, as stored.",
+    );
+    describe_counter!(
+        STORE_REQUESTS,
+        Unit::Count,
+        "Requests the store's worker (its lease and retention too) sent to its bucket, every \
+         attempt, by billing class (op)."
+    );
+    describe_counter!(
+        STORE_UPLOADED_BYTES,
+        Unit::Bytes,
+        "Bytes of request bodies sent to the store's bucket, every attempt."
+    );
+    describe_counter!(
+        STORE_DOWNLOADED_BYTES,
+        Unit::Bytes,
+        "Bytes of object bodies read from the store's bucket."
+    );
+    g(
+        STORE_STORED_BYTES,
+        Some(Unit::Bytes),
+        "Bytes the store's worker knows are stored under its prefix (its listings, uploads, deletes).",
+    );
+    g(
+        STORE_ESTIMATED_MONTHLY_COST,
+        None,
+        "The store's monthly cost in US dollars projected from its requests since the worker started and its stored bytes, at the service's price table.",
     );
     describe_counter!(
         STORE_SHIPPED_BYTES,

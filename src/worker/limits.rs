@@ -45,6 +45,12 @@ pub const KEEP_GENERATIONS: Limit = Limit {
     unit: "",
 };
 /// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
+/// Restore points a retention tier keeps (daily, weekly, monthly): 0 (off) to 100,000.
+pub const KEEP_TIER: Limit = Limit {
+    min: 0,
+    max: 100_000,
+    unit: "",
+};
 pub const LEASE_TTL_MS: Limit = Limit {
     min: 30,
     max: 3600 * 1000,

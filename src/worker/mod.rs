@@ -140,6 +140,7 @@ pub mod retention;
 mod segment;
 mod spawn;
 mod supervisor;
+pub mod tiers;
 mod upload;
 mod view;
 

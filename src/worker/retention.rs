@@ -39,6 +39,17 @@
 //! restart, a lost lease) starts over with a full listing; what is remembered only ever skips
 //! a LIST whose keys retention would not act on, never makes a deletion.
 //!
+//! # Tiers
+//! With any of `keep_daily`, `keep_weekly`, `keep_monthly` set ([`super::tiers`]), this
+//! lineage's restore points are kept by those rules and `keep_for` alone: `keep_generations`
+//! no longer keeps every point of the newest generations (it would keep everything of a store
+//! whose generation rarely changes). The manifest just written and the one LATEST names are
+//! still never deleted, and what goes is still only what no remaining manifest (of any
+//! lineage) names, so a kept restore point keeps every object it needs, whichever generation
+//! holds it. Which objects are orphans is decided as before, and a generation's wrapped data
+//! keys (`gen/<g>/keys/`) go only with its last named object, whatever rule dropped the
+//! restore points: a kept tier point keeps its generation's keys.
+//!
 //! Order: manifests first, then the objects they no longer name, then (of a generation left
 //! with no named object) its wrapped data keys (`gen/<g>/keys/`), then its claim. So no data
 //! object is ever left without its key. A crash between any two leaves unnamed objects, which
@@ -64,6 +75,9 @@ pub struct RetentionPolicy {
     pub keep_generations: u64,
     /// Leave a claimed generation no manifest names alone for this long.
     pub orphan_grace: Duration,
+    /// Grandfather-father-son tiers over restore points ([`super::tiers`]); when any is set
+    /// they replace `keep_generations` (see the module docs).
+    pub tiers: super::tiers::Tiers,
 }
 
 impl Default for RetentionPolicy {
@@ -72,6 +86,7 @@ impl Default for RetentionPolicy {
             keep_for: Duration::from_secs(7 * 24 * 3600),
             keep_generations: 2,
             orphan_grace: Duration::from_secs(3600),
+            tiers: super::tiers::Tiers::default(),
         }
     }
 }
@@ -188,6 +203,19 @@ pub(super) async fn run(
         .copied()
         .collect();
     let keep_for_ms = crate::units::millis_i64(policy.keep_for);
+    let tiered = policy.tiers.enabled().then(|| {
+        let own: BTreeMap<&String, Option<i64>> = view
+            .manifests
+            .iter()
+            .filter_map(|(k, m)| m.as_ref().map(|m| (k, m)))
+            .filter(|(_, m)| m.lineage == lineage)
+            .map(|(k, m)| (k, manifest::parse_time_ms(&m.created_at)))
+            .collect();
+        super::tiers::keep(&own, now_ms, policy.keep_for, &policy.tiers)
+            .into_keys()
+            .cloned()
+            .collect::<HashSet<String>>()
+    });
     let doomed: Vec<String> = view
         .manifests
         .iter()
@@ -195,8 +223,13 @@ pub(super) async fn run(
         .filter(|(k, m)| {
             m.lineage == lineage
                 && !protected.contains(*k)
-                && !newest_generations.contains(&m.generation)
-                && age_ms(&m.created_at, now_ms) >= keep_for_ms
+                && match &tiered {
+                    Some(kept) => !kept.contains(*k),
+                    None => {
+                        !newest_generations.contains(&m.generation)
+                            && age_ms(&m.created_at, now_ms) >= keep_for_ms
+                    }
+                }
         })
         .map(|(k, _)| k.clone())
         .collect();

@@ -129,6 +129,10 @@ def toml_schema() -> dict:
         "TlsToml": rust_struct_fields(serve, "TlsToml"),
         "WorkerToml": rust_struct_fields(settings, "WorkerToml"),
         "LimitsToml": rust_struct_fields(ROOT / "src/cli/serve_limits.rs", "LimitsToml"),
+        # `#[serde(default)]`: every key may be left out.
+        "mushroom_backup::cost::Prices": {
+            k: f"Option<{t}>" for k, t in rust_struct_fields(ROOT / "src/cost.rs", "Prices").items()
+        },
     }
 
     def resolve(fields: dict[str, str]) -> dict:
@@ -177,6 +181,7 @@ def check_toml_value(where: str, key: str, spec: dict, value) -> None:
         "u32": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32,
         "usize": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "bool": lambda v: isinstance(v, bool),
+        "f64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
         "String": lambda v: isinstance(v, str),
         "PathBuf": lambda v: isinstance(v, str) and v != "",
         "Vec<PathBuf>": lambda v: isinstance(v, list) and all(isinstance(p, str) and p for p in v),

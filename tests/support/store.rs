@@ -46,6 +46,7 @@ pub fn config() -> WorkerConfig {
             keep_for: Duration::from_secs(3600),
             keep_generations: 100,
             orphan_grace: Duration::from_secs(3600),
+            ..RetentionPolicy::default()
         },
         conditional_writes: true,
         first_backoff: Duration::from_millis(20),

@@ -1,0 +1,115 @@
+//! Retention by tiers through the real binary on a local-directory bucket: `retention
+//! --dry-run` names what a pass would delete and why, deletes nothing, and refuses to run
+//! without `--dry-run` (not built); `backup --once --keep-daily 1 --keep-for-ms 0` drops the
+//! older restore points of the same day (which `keep_generations` alone would keep), and the
+//! restore point kept still restores. (Which points each tier keeps over a simulated month
+//! at chosen times is property-tested in `src/worker/tiers.rs`.)
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use mushroom_backup::store::engine::{Engine, EngineOptions};
+use support::binary;
+
+const WITHIN: Duration = Duration::from_secs(120);
+
+fn mb(args: &[&str]) -> String {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(args);
+    binary::run_ok(args[0], cmd, WITHIN)
+}
+
+fn commit_more(dir: &Path, n: u64) {
+    let mut engine = Engine::open(
+        dir,
+        EngineOptions {
+            group_commit: 0,
+            ..Default::default()
+        },
+    )
+    .expect("open the store");
+    support::store::commit_synced(&mut engine, n);
+}
+
+fn manifests(bucket: &Path) -> usize {
+    std::fs::read_dir(bucket.join("manifests"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn dry_run_names_what_goes_and_a_tiered_pass_keeps_only_the_newest_of_the_day() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, bucket) = (tmp.path().join("store"), tmp.path().join("bucket"));
+    support::store::write(&store, 10, 0, 0);
+    let url = support::file_url(&bucket);
+    let s = store.to_str().unwrap();
+    // Three restore points, at 10, 15 and 20 commits, one generation; nothing deleted.
+    mb(&["backup", "--store", s, "--to", &url, "--once"]);
+    for _ in 0..2 {
+        commit_more(&store, 5);
+        mb(&["backup", "--store", s, "--to", &url, "--once"]);
+    }
+    assert_eq!(manifests(&bucket), 3);
+
+    let plan = binary::json(&mb(&[
+        "retention",
+        "--from",
+        &url,
+        "--dry-run",
+        "--keep-for-ms",
+        "0",
+        "--keep-daily",
+        "1",
+        "--json",
+    ]));
+    let points = plan["restore_points"].as_array().unwrap();
+    let by_seq = |seq: u64| {
+        points
+            .iter()
+            .find(|p| p["commit_seq"] == seq)
+            .unwrap_or_else(|| panic!("no restore point {seq}: {plan}"))
+    };
+    assert_eq!(by_seq(20)["keep"], true, "{plan}");
+    for seq in [10, 15] {
+        assert_eq!(by_seq(seq)["keep"], false, "{plan}");
+        assert_eq!(by_seq(seq)["why"], "dropped: no rule keeps it", "{plan}");
+    }
+    assert_eq!(plan["deleted"], 2);
+    assert_eq!(manifests(&bucket), 3, "a dry run deletes nothing");
+    // The defaults (keep_for 7 days) keep all three, each saying why.
+    let plan = binary::json(&mb(&["retention", "--from", &url, "--dry-run", "--json"]));
+    assert_eq!(plan["deleted"], 0, "{plan}");
+    // Without --dry-run: refused, saying why.
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["retention", "--from", &url]);
+    let mut child = binary::Running::spawn("retention", cmd);
+    assert!(!child.wait_exit(WITHIN).success());
+    assert!(child.output().contains("--dry-run"), "{}", child.output());
+
+    // A backup pass with the tiers: the two older points of the day go; the kept one restores.
+    commit_more(&store, 5);
+    mb(&[
+        "backup",
+        "--store",
+        s,
+        "--to",
+        &url,
+        "--once",
+        "--keep-for-ms",
+        "0",
+        "--keep-daily",
+        "1",
+    ]);
+    assert_eq!(
+        manifests(&bucket),
+        1,
+        "only the newest restore point of the day is kept"
+    );
+    let restored = tmp.path().join("restored");
+    let got = binary::restore_digest("http://unused.invalid", &url, &restored);
+    assert_eq!(got, binary::store_digest(&store));
+    assert_eq!(got["commit_seq"], 25);
+}
