@@ -118,7 +118,7 @@ impl Default for RestoreOptions {
             at_time_ms: None,
             restore_point_only: false,
             adopt: false,
-            parallelism: 8,
+            parallelism: 16,
             progress: false,
             engine_check: false,
         }
