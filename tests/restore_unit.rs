@@ -569,24 +569,52 @@ async fn a_flipped_byte_in_any_object_fails_naming_it_and_leaves_nothing() {
 #[tokio::test]
 async fn large_objects_come_by_ranges_and_are_checked() {
     let fx = Fx::new();
-    // Archive 1 holds 150 frames of ~64 KiB: over one range chunk.
-    let mut g = fx.generation(1, Some(0), 1, &[150], 3, 64 << 10).await;
+    use mushroom_backup::restore::stage::{RANGE_CHUNK, WHOLE_OBJECT_MAX, ranges};
+    // Whole objects up to the limit; beyond it chunks, a tail under half a chunk folded in.
+    const MIB: u64 = 1 << 20;
+    let whole = |len: u64| ranges(len).len() == 1 && ranges(len)[0] == (0..len);
+    assert!(whole(0));
+    assert!(whole(16 * MIB + 4096));
+    assert!(whole(WHOLE_OBJECT_MAX));
+    assert_eq!(RANGE_CHUNK, 16 * MIB);
+    let n = WHOLE_OBJECT_MAX + 1;
+    assert_eq!(
+        ranges(n),
+        [
+            0..16 * MIB,
+            16 * MIB..32 * MIB,
+            32 * MIB..48 * MIB,
+            48 * MIB..n
+        ]
+    );
+    assert_eq!(
+        ranges(72 * MIB),
+        [
+            0..16 * MIB,
+            16 * MIB..32 * MIB,
+            32 * MIB..48 * MIB,
+            48 * MIB..64 * MIB,
+            64 * MIB..72 * MIB
+        ]
+    );
+    // Archive 1 holds 1,100 frames of ~64 KiB: over the whole-object limit.
+    let mut g = fx.generation(1, Some(0), 1, &[1100], 3, 64 << 10).await;
     fx.ship(&mut g, 3).await;
     let m = fx.manifest(&g).await;
     let archive = &m.archives[0].object;
-    assert!(archive.len > mushroom_backup::restore::stage::RANGE_CHUNK);
+    assert!(archive.len > WHOLE_OBJECT_MAX);
     let to = fx.target("store");
     restore(&fx.bucket, &to, &opts()).await.unwrap();
     assert_eq!(
         read(&to.join(ARCHIVE_DIR).join(archive_name(1))),
         g.archives[0].1
     );
-    assert_eq!(read_back(&to).unwrap().commit_seq, 153);
+    assert_eq!(read_back(&to).unwrap().commit_seq, 1103);
     // A flipped byte in the second chunk, and one byte too many.
     let path = fx.object_path(&archive.key);
     let good = read(&path);
     let mut bad = good.clone();
-    bad[9 << 20] ^= 0x80;
+    bad[17 << 20] ^= 0x80;
     std::fs::write(&path, &bad).unwrap();
     let e = restore(&fx.bucket, &fx.target("bad"), &opts())
         .await

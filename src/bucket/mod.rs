@@ -78,6 +78,9 @@ pub struct ObjectMeta {
     pub key: String,
     pub len: u64,
     pub etag: String,
+    /// When the object was written by the bucket's own clock (S3 `LastModified`, a `file://`
+    /// object's mtime), unix milliseconds; `None` when the store does not say.
+    pub modified_ms: Option<i64>,
 }
 
 /// One page of a listing.

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::RestoreError;
-use super::stage::{Piece, RANGE_CHUNK, blocking};
+use super::stage::{Piece, blocking, ranges};
 use crate::at_rest::AtRestError;
 use crate::at_rest::decode::Decoder;
 use crate::bucket::Bucket;
@@ -74,9 +74,7 @@ pub(super) async fn decode_piece(
     let mut decoder = Some(Decoder::new(entry, key.as_ref(), out).map_err(at_rest_error)?);
     let ranges: Vec<Range<u64>> = match &cached {
         Some(_) => std::iter::once(0..piece.len).collect(),
-        None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))
-            .map(|i| i * RANGE_CHUNK..((i + 1) * RANGE_CHUNK).min(piece.len))
-            .collect(),
+        None => ranges(piece.len),
     };
     let last = ranges.len() - 1;
     let mut fetched = futures::stream::iter(ranges.into_iter().enumerate())

@@ -317,6 +317,7 @@ impl super::Bucket for S3Bucket {
                 key: key.to_string(),
                 len: crate::units::u64_of(out.content_length().unwrap_or(0)),
                 etag: etag_of(out.e_tag(), "head", key)?,
+                modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()),
             })),
             Err(BucketError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -387,6 +388,7 @@ impl super::Bucket for S3Bucket {
                 key: key.to_string(),
                 len: crate::units::u64_of(o.size().unwrap_or(0)),
                 etag: etag_of(o.e_tag(), "list", key)?,
+                modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
             });
         }
         let next_token = match out.is_truncated() {
