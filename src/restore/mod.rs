@@ -84,6 +84,7 @@ use crate::store::format::ParentRecord;
 
 pub mod at_time;
 mod decode;
+mod fetch;
 pub mod keys;
 pub mod plan;
 pub mod readback;

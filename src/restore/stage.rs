@@ -49,9 +49,8 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::ErrorKind;
-use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -64,6 +63,8 @@ use uuid::Uuid;
 
 use super::RestoreError;
 use super::decode::decode_piece;
+pub use super::fetch::{BYTES_IN_FLIGHT, RANGE_CHUNK, WHOLE_OBJECT_MAX, WRITE_GROUP, ranges};
+use super::fetch::{Chunk, budget_permits, fetch_chunk};
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
 use crate::bucket::Bucket;
@@ -76,42 +77,8 @@ use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
 
 /// The lock file inside a temporary restore directory.
 const LOCK_NAME: &str = ".restore.lock";
-/// Objects up to this size are fetched by one whole-object GET (see "How objects are
-/// fetched" in the module docs).
-pub const WHOLE_OBJECT_MAX: u64 = 64 << 20;
-/// Larger objects are fetched by ranged GETs of this size, in parallel; a tail shorter than
-/// half of it joins the range before it.
-pub const RANGE_CHUNK: u64 = 16 << 20;
-/// Bytes of GET responses in flight (held in memory until written) at once.
-pub const BYTES_IN_FLIGHT: u64 = 256 << 20;
 /// Complete files being fsynced at once during a download (each on a blocking thread).
 pub const FSYNCS_IN_FLIGHT: usize = 4;
-
-/// The byte ranges an object of `len` bytes is fetched by, in order: one (the whole object)
-/// up to [`WHOLE_OBJECT_MAX`], else [`RANGE_CHUNK`]s with a short tail folded into the last.
-pub fn ranges(len: u64) -> Vec<Range<u64>> {
-    if len <= WHOLE_OBJECT_MAX {
-        return std::iter::once(0..len).collect();
-    }
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < len {
-        let mut end = (start + RANGE_CHUNK).min(len);
-        if len - end < RANGE_CHUNK / 2 {
-            end = len;
-        }
-        out.push(start..end);
-        start = end;
-    }
-    out
-}
-
-/// Permits of [`BYTES_IN_FLIGHT`] (in MiB) that a response of `len` bytes takes: at least one,
-/// at most all.
-fn budget_permits(len: u64) -> u32 {
-    let mib = len.div_ceil(1 << 20).max(1);
-    u32::try_from(mib.min(BYTES_IN_FLIGHT >> 20)).unwrap_or(u32::MAX)
-}
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     move |source| RestoreError::Io {
@@ -447,15 +414,6 @@ pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
     })
 }
 
-/// One GET: a whole object, or one range of a large one.
-#[derive(Debug, Clone)]
-struct Chunk {
-    piece: usize,
-    index: usize,
-    range: Range<u64>,
-    whole: bool,
-}
-
 /// What [`download`] leaves: every file written and fsynced, and what the format's reader
 /// found in each, in the order of [`Layout::files`].
 pub(crate) struct Downloaded {
@@ -537,6 +495,16 @@ pub(crate) async fn download(
     for piece in &layout.pieces {
         file_left[piece.file] += 1;
     }
+    // The files that are one whole raw object: read by the format's reader as they are
+    // written (`super::fetch`), not read back from disk.
+    let whole_file: Vec<bool> = layout
+        .pieces
+        .iter()
+        .zip(&remaining)
+        .map(|(piece, n)| {
+            *n == 1 && file_left[piece.file] == 1 && piece.offset == 0 && piece.encoded.is_none()
+        })
+        .collect();
     let mut checks: Vec<Option<FileCheck>> = vec![None; layout.files.len()];
     let mut reading = FuturesUnordered::new();
     let fsyncs = Arc::new(Semaphore::new(FSYNCS_IN_FLIGHT));
@@ -548,6 +516,7 @@ pub(crate) async fn download(
             let file = files[piece.file].clone();
             let cached = cached.get(&piece.key).cloned();
             let budget = budget.clone();
+            let rel = whole_file[c.piece].then(|| layout.files[piece.file].clone());
             async move {
                 // Bounds the memory of responses in flight; never closed, so this only waits.
                 // An encoded piece holds at most its DECODE_AHEAD ranges.
@@ -562,7 +531,7 @@ pub(crate) async fn download(
                         decode_piece(bucket, piece, entry, key, cached, file).await?;
                         None
                     }
-                    None => Some(fetch_chunk(bucket, piece, &c, cached, file).await?),
+                    None => Some(fetch_chunk(bucket, piece, &c, cached, file, rel).await?),
                 };
                 Ok::<_, RestoreError>((c, hasher))
             }
@@ -575,7 +544,14 @@ pub(crate) async fn download(
                 let (c, hasher) = done?;
                 progress.inc(c.range.end - c.range.start);
                 let decoded = hasher.is_none();
+                let (hasher, check) = match hasher {
+                    Some(f) => (Some(f.hasher), f.check),
+                    None => (None, None),
+                };
                 hashers[c.piece][c.index] = hasher;
+                if check.is_some() {
+                    checks[layout.pieces[c.piece].file] = check;
+                }
                 remaining[c.piece] -= 1;
                 if remaining[c.piece] > 0 {
                     continue;
@@ -598,7 +574,8 @@ pub(crate) async fn download(
                 if file_left[piece.file] == 0 {
                     let file = files[piece.file].clone();
                     let rel = &layout.files[piece.file];
-                    reading.push(read_back_and_sync(dir, rel, piece.file, file, fsyncs.clone()));
+                    let known = checks[piece.file].take();
+                    reading.push(read_back_and_sync(dir, rel, piece.file, file, known, fsyncs.clone()));
                 }
             }
             Some(read) = reading.next(), if !reading.is_empty() => {
@@ -626,22 +603,32 @@ pub(crate) async fn download(
 }
 
 /// Reads the complete file `rel` (index `i` of the layout's files, open as `file`) back with
-/// the format's reader and, beside it, fsyncs it once a permit of `fsyncs` is free; both on
-/// the blocking pool. Done when both are.
+/// the format's reader, unless that reader already ran over its bytes as they were written
+/// (`known`, see [`super::fetch`]), and, beside it, fsyncs it once a permit of `fsyncs` is
+/// free; both on the blocking pool. Done when both are.
 async fn read_back_and_sync(
     dir: &Path,
     rel: &Path,
     i: usize,
     file: Arc<File>,
+    known: Option<FileCheck>,
     fsyncs: Arc<Semaphore>,
 ) -> Result<(usize, FileCheck), RestoreError> {
     let (dir, rel) = (dir.to_path_buf(), rel.to_path_buf());
     let path = dir.join(&rel);
-    let read = blocking(move || {
-        check_file(&dir, &rel)
-            .map(|c| (i, c))
-            .map_err(|detail| RestoreError::ReadBack { dir, detail })
-    });
+    let read = async move {
+        match known {
+            Some(check) => Ok((i, check)),
+            None => {
+                blocking(move || {
+                    check_file(&dir, &rel)
+                        .map(|c| (i, c))
+                        .map_err(|detail| RestoreError::ReadBack { dir, detail })
+                })
+                .await
+            }
+        }
+    };
     let sync = async move {
         // The semaphore is never closed, so this only waits.
         let permit = fsyncs.acquire_owned().await.ok();
@@ -654,58 +641,6 @@ async fn read_back_and_sync(
     };
     let (read, ()) = tokio::try_join!(read, sync)?;
     Ok(read)
-}
-
-/// Fetches one chunk, checks its length, writes it at its offset; returns its CRC state.
-async fn fetch_chunk(
-    bucket: &dyn Bucket,
-    piece: &Piece,
-    c: &Chunk,
-    cached: Option<Bytes>,
-    file: Arc<File>,
-) -> Result<crc32fast::Hasher, RestoreError> {
-    let data = match cached {
-        Some(b) => b,
-        None if c.whole => bucket.get(&piece.key).await?.data,
-        None => {
-            // The last range asks for one byte more, to notice an object longer than stated.
-            let end = if c.range.end == piece.len {
-                piece.len + 1
-            } else {
-                c.range.end
-            };
-            bucket.get_range(&piece.key, c.range.start..end).await?
-        }
-    };
-    let want = c.range.end - c.range.start;
-    let got = data.len() as u64;
-    if got != want {
-        let detail = if got > want {
-            format!("longer than the {} bytes the manifest states", piece.len)
-        } else {
-            format!(
-                "{} bytes, the manifest states {}",
-                c.range.start + got,
-                piece.len
-            )
-        };
-        return Err(RestoreError::BadObject {
-            key: piece.key.clone(),
-            detail,
-        });
-    }
-    let offset = piece.offset + c.range.start;
-    blocking(move || {
-        file.write_all_at(&data, offset)
-            .map_err(|source| RestoreError::Io {
-                path: PathBuf::from(format!("(file at offset {offset})")),
-                source,
-            })?;
-        let mut h = crc32fast::Hasher::new();
-        h.update(&data);
-        Ok(h)
-    })
-    .await
 }
 
 /// Cuts `wal.bin` after frame `seq = n`.
