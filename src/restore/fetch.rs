@@ -301,18 +301,19 @@ fn write_all_vectored_at(file: &File, bufs: &[Bytes], mut offset: u64) -> std::i
                 at,
             )
         };
-        if n < 0 {
+        // Negative: an error (errno says which).
+        let Ok(n) = usize::try_from(n) else {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
             return Err(e);
-        }
+        };
         if n == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
         offset += n as u64;
-        IoSlice::advance_slices(&mut rest, n as usize);
+        IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
 }
