@@ -569,24 +569,52 @@ async fn a_flipped_byte_in_any_object_fails_naming_it_and_leaves_nothing() {
 #[tokio::test]
 async fn large_objects_come_by_ranges_and_are_checked() {
     let fx = Fx::new();
-    // Archive 1 holds 150 frames of ~64 KiB: over one range chunk.
-    let mut g = fx.generation(1, Some(0), 1, &[150], 3, 64 << 10).await;
+    use mushroom_backup::restore::stage::{RANGE_CHUNK, WHOLE_OBJECT_MAX, ranges};
+    // Whole objects up to the limit; beyond it chunks, a tail under half a chunk folded in.
+    const MIB: u64 = 1 << 20;
+    let whole = |len: u64| ranges(len).len() == 1 && ranges(len)[0] == (0..len);
+    assert!(whole(0));
+    assert!(whole(16 * MIB + 4096));
+    assert!(whole(WHOLE_OBJECT_MAX));
+    assert_eq!(RANGE_CHUNK, 16 * MIB);
+    let n = WHOLE_OBJECT_MAX + 1;
+    assert_eq!(
+        ranges(n),
+        [
+            0..16 * MIB,
+            16 * MIB..32 * MIB,
+            32 * MIB..48 * MIB,
+            48 * MIB..n
+        ]
+    );
+    assert_eq!(
+        ranges(72 * MIB),
+        [
+            0..16 * MIB,
+            16 * MIB..32 * MIB,
+            32 * MIB..48 * MIB,
+            48 * MIB..64 * MIB,
+            64 * MIB..72 * MIB
+        ]
+    );
+    // Archive 1 holds 1,100 frames of ~64 KiB: over the whole-object limit.
+    let mut g = fx.generation(1, Some(0), 1, &[1100], 3, 64 << 10).await;
     fx.ship(&mut g, 3).await;
     let m = fx.manifest(&g).await;
     let archive = &m.archives[0].object;
-    assert!(archive.len > mushroom_backup::restore::stage::RANGE_CHUNK);
+    assert!(archive.len > WHOLE_OBJECT_MAX);
     let to = fx.target("store");
     restore(&fx.bucket, &to, &opts()).await.unwrap();
     assert_eq!(
         read(&to.join(ARCHIVE_DIR).join(archive_name(1))),
         g.archives[0].1
     );
-    assert_eq!(read_back(&to).unwrap().commit_seq, 153);
+    assert_eq!(read_back(&to).unwrap().commit_seq, 1103);
     // A flipped byte in the second chunk, and one byte too many.
     let path = fx.object_path(&archive.key);
     let good = read(&path);
     let mut bad = good.clone();
-    bad[9 << 20] ^= 0x80;
+    bad[17 << 20] ^= 0x80;
     std::fs::write(&path, &bad).unwrap();
     let e = restore(&fx.bucket, &fx.target("bad"), &opts())
         .await
@@ -1197,4 +1225,112 @@ async fn the_next_restore_removes_what_a_crashed_one_left() {
         .await
         .unwrap();
     assert_eq!(fx.work_entries(), [".other.restore-1", "store"]);
+}
+
+/// A bucket whose `get_buffers` hands out each response in buffers of uneven sizes (1 byte to
+/// 300 KiB), as a transport may: the restore must write and check them as one object.
+struct Split(FsBucket);
+
+#[async_trait::async_trait]
+impl Bucket for Split {
+    fn url(&self) -> String {
+        self.0.url()
+    }
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<mushroom_backup::bucket::Object, mushroom_backup::bucket::BucketError> {
+        self.0.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, mushroom_backup::bucket::BucketError> {
+        self.0.get_range(key, range).await
+    }
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<std::ops::Range<u64>>,
+    ) -> Result<Vec<bytes::Bytes>, mushroom_backup::bucket::BucketError> {
+        let mut whole = match range {
+            None => self.0.get(key).await?.data,
+            Some(r) => self.0.get_range(key, r).await?,
+        };
+        let sizes = [1usize, 7, 4096, 300 << 10, 13, 65536];
+        let mut out = Vec::new();
+        for n in sizes.iter().cycle() {
+            if whole.is_empty() {
+                break;
+            }
+            out.push(whole.split_to((*n).min(whole.len())));
+        }
+        Ok(out)
+    }
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<Option<mushroom_backup::bucket::ObjectMeta>, mushroom_backup::bucket::BucketError>
+    {
+        self.0.head(key).await
+    }
+    async fn put_with(
+        &self,
+        key: &str,
+        body: mushroom_backup::bucket::Body,
+        opts: mushroom_backup::bucket::PutOpts,
+    ) -> Result<String, mushroom_backup::bucket::BucketError> {
+        self.0.put_with(key, body, opts).await
+    }
+    async fn delete(
+        &self,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<(), mushroom_backup::bucket::BucketError> {
+        self.0.delete(key, if_match).await
+    }
+    async fn list(
+        &self,
+        query: mushroom_backup::bucket::ListQuery<'_>,
+    ) -> Result<mushroom_backup::bucket::ListPage, mushroom_backup::bucket::BucketError> {
+        self.0.list(query).await
+    }
+}
+
+/// Responses in many buffers (written behind the format's reader, `restore::fetch`) restore
+/// the same files, and a flipped byte in any object, in whichever buffer it falls, still fails
+/// naming the object and leaves nothing.
+#[tokio::test]
+async fn responses_in_many_buffers_restore_the_same_files_and_are_checked() {
+    let fx = Fx::new();
+    let (g, m) = standard(&fx).await;
+    let split = Split(fx.bucket.clone());
+    let only = RestoreOptions {
+        restore_point_only: true,
+        ..opts()
+    };
+    let to = fx.target("store");
+    let report = restore(&split, &to, &only).await.unwrap();
+    assert_eq!(report.commit_seq, 45);
+    assert_identical(&to, &g, 15);
+    std::fs::remove_dir_all(&to).unwrap();
+    for key in m.objects().map(|o| o.key.clone()).collect::<Vec<_>>() {
+        let path = fx.object_path(&key);
+        let good = read(&path);
+        for i in [0, 1, good.len() / 2, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[i] ^= 0x40;
+            std::fs::write(&path, &bad).unwrap();
+            let e = restore(&split, &fx.target("missing"), &only)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&e, RestoreError::CrcMismatch { key: k, .. } if *k == key),
+                "{key} byte {i}: {e}"
+            );
+            assert!(fx.work_entries().is_empty(), "{key}: nothing left behind");
+        }
+        std::fs::write(&path, &good).unwrap();
+    }
 }

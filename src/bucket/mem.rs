@@ -77,6 +77,8 @@ struct Stored {
     etag: String,
     /// When it was written, by the tokio clock (so a paused test clock ages it).
     written: tokio::time::Instant,
+    /// When it was written, by the wall clock (unix ms): its `ObjectMeta::modified_ms`.
+    written_ms: i64,
 }
 
 impl Default for MemBucket {
@@ -175,6 +177,7 @@ impl Bucket for MemBucket {
                 data,
                 etag: etag.clone(),
                 written: tokio::time::Instant::now(),
+                written_ms: crate::units::unix_now_ms(),
             },
         );
         Ok(etag)
@@ -226,6 +229,7 @@ fn meta(key: &str, stored: &Stored) -> ObjectMeta {
         key: key.to_string(),
         len: stored.data.len() as u64,
         etag: stored.etag.clone(),
+        modified_ms: Some(stored.written_ms),
     }
 }
 

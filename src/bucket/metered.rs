@@ -159,6 +159,19 @@ impl Bucket for MeteredBucket {
         .await
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        let op = if range.is_some() {
+            Op::GetRange
+        } else {
+            Op::Get
+        };
+        metered(self, op, key, self.inner.get_buffers(key, range), ok).await
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         metered(self, Op::Head, key, self.inner.head(key), |m| {
             if m.is_some() { "ok" } else { "not_found" }

@@ -79,6 +79,9 @@ pub struct ObjectMeta {
     pub key: String,
     pub len: u64,
     pub etag: String,
+    /// When the object was written by the bucket's own clock (S3 `LastModified`, a `file://`
+    /// object's mtime), unix milliseconds; `None` when the store does not say.
+    pub modified_ms: Option<i64>,
 }
 
 /// One page of a listing.
@@ -280,6 +283,21 @@ pub trait Bucket: Send + Sync + 'static {
 
     /// Reads bytes `range` of an object (a range past the end is cut at the end).
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError>;
+
+    /// The bytes of [`Bucket::get`] (`range: None`) or [`Bucket::get_range`], in the buffers
+    /// the transport delivered them in, in order: a caller that writes them out or hashes
+    /// them needs no copy into one buffer. The caller checks them against its own CRC (S3
+    /// does not validate a response checksum here). Default: one buffer.
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        Ok(vec![match range {
+            None => self.get(key).await?.data,
+            Some(r) => self.get_range(key, r).await?,
+        }])
+    }
 
     /// The object's length and ETag, or `None` when there is no such object.
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError>;

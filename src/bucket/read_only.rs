@@ -48,6 +48,14 @@ impl super::Bucket for ReadOnly {
         self.inner.get_range(key, range).await
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        self.inner.get_buffers(key, range).await
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         self.inner.head(key).await
     }

@@ -175,6 +175,17 @@ impl super::Bucket for Retrying {
         .result
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        let op = if range.is_some() { "get_range" } else { "get" };
+        self.attempts(op, key, || self.inner.get_buffers(key, range.clone()))
+            .await
+            .result
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         self.attempts("head", key, || self.inner.head(key))
             .await

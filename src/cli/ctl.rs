@@ -656,6 +656,7 @@ async fn adopt(
         store_dir: dir,
         destination,
         at_commit_seq: at.unwrap_or(0),
+        at_time: String::new(),
         labels: store.labels(),
         options: store.options(),
         instance_id: String::new(),

@@ -20,8 +20,12 @@ pub struct RestoreArgs {
     #[arg(long)]
     to: PathBuf,
     /// Restore exactly to this commit.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "at_time")]
     at: Option<u64>,
+    /// Restore the newest commit shipped at or before this instant, by the bucket's clock:
+    /// RFC 3339 with a UTC offset, e.g. 2026-12-02T10:00:00Z.
+    #[arg(long)]
+    at_time: Option<String>,
     /// Stop at the newest restore point (do not extend it by segments shipped after it).
     #[arg(long)]
     restore_point_only: bool,
@@ -30,7 +34,7 @@ pub struct RestoreArgs {
     #[arg(long)]
     adopt: bool,
     /// Downloads in flight at once.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = RestoreOptions::default().parallelism)]
     parallelism: usize,
     /// Also read a reference-engine store with the engine (every commit decoded) before it is
     /// put in place; the format's own checks run always.
@@ -70,10 +74,16 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--parallelism must be at least 1");
     }
     let keys = a.encryption.load_for_reading()?;
+    let at_time_ms = a
+        .at_time
+        .as_deref()
+        .map(|t| restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()))
+        .transpose()?;
     let bucket = bucket::open_read_only(&a.from).await?;
     let opts = RestoreOptions {
         keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
         at: a.at,
+        at_time_ms,
         restore_point_only: a.restore_point_only,
         adopt: a.adopt,
         parallelism: a.parallelism,

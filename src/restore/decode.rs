@@ -11,7 +11,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::RestoreError;
-use super::stage::{Piece, RANGE_CHUNK, blocking};
+use super::fetch::ranges;
+use super::stage::{Piece, blocking};
 use crate::at_rest::AtRestError;
 use crate::at_rest::decode::Decoder;
 use crate::bucket::Bucket;
@@ -74,9 +75,7 @@ pub(super) async fn decode_piece(
     let mut decoder = Some(Decoder::new(entry, key.as_ref(), out).map_err(at_rest_error)?);
     let ranges: Vec<Range<u64>> = match &cached {
         Some(_) => std::iter::once(0..piece.len).collect(),
-        None => (0..piece.len.div_ceil(RANGE_CHUNK).max(1))
-            .map(|i| i * RANGE_CHUNK..((i + 1) * RANGE_CHUNK).min(piece.len))
-            .collect(),
+        None => ranges(piece.len),
     };
     let last = ranges.len() - 1;
     let mut fetched = futures::stream::iter(ranges.into_iter().enumerate())
@@ -84,36 +83,36 @@ pub(super) async fn decode_piece(
             let cached = cached.clone();
             async move {
                 if let Some(b) = cached {
-                    return Ok::<_, RestoreError>((r, b));
+                    return Ok::<_, RestoreError>((r, vec![b]));
                 }
                 // The last range asks for one byte more, to notice an object longer than stated.
                 let end = if i == last { r.end + 1 } else { r.end };
-                let data = if i == 0 && last == 0 {
-                    bucket.get(&piece.key).await?.data
-                } else {
-                    bucket.get_range(&piece.key, r.start..end).await?
-                };
+                let whole = i == 0 && last == 0;
+                let data = bucket
+                    .get_buffers(&piece.key, (!whole).then_some(r.start..end))
+                    .await?;
                 Ok((r, data))
             }
         })
         .buffered(DECODE_AHEAD);
     while let Some(next) = fetched.next().await {
         let (r, data) = next?;
-        if data.len() as u64 != r.end - r.start {
+        let got: u64 = data.iter().map(|b| b.len() as u64).sum();
+        if got != r.end - r.start {
             return Err(RestoreError::BadObject {
                 key: piece.key.clone(),
                 detail: format!(
-                    "{} bytes at {}, the manifest states {} in all",
-                    data.len(),
-                    r.start,
-                    piece.len
+                    "{got} bytes at {}, the manifest states {} in all",
+                    r.start, piece.len
                 ),
             });
         }
         let mut d = decoder.take().expect("decoder is put back");
         decoder = Some(
             blocking(move || {
-                d.write_stored(&data).map_err(at_rest_error)?;
+                for b in &data {
+                    d.write_stored(b).map_err(at_rest_error)?;
+                }
                 Ok(d)
             })
             .await?,

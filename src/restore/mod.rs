@@ -18,6 +18,10 @@
 //!   WAL is cut right after frame `seq = N`; if N falls in an archive, that archive becomes
 //!   `wal.bin` (cut) and later WAL files are not downloaded. An N that no restore point reaches
 //!   is refused with the reachable ranges.
+//! - With `at_time_ms: Some(T)` (`--at-time`): the newest commit shipped at or before the
+//!   instant T by the bucket's own clock ([`at_time`] says how, and which times count), as an
+//!   `--at` restore of that commit; the report names the commit and its time. Refused together
+//!   with `at`.
 //!
 //! # Guarantees
 //! - Every object is checked against its manifest entry (length and CRC-32); segments past the
@@ -78,7 +82,9 @@ use crate::manifest::ManifestError;
 use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
+pub mod at_time;
 mod decode;
+mod fetch;
 pub mod keys;
 pub mod plan;
 pub mod readback;
@@ -92,6 +98,8 @@ pub use stage::side_file_name_problem;
 pub struct RestoreOptions {
     /// Restore exactly to commit N (see the module docs).
     pub at: Option<u64>,
+    /// Restore the newest commit shipped at or before this instant (unix ms; see [`at_time`]).
+    pub at_time_ms: Option<i64>,
     /// Stop at the restore point: do not extend it by later segments.
     pub restore_point_only: bool,
     /// Boot restore: write a new `backup.lineage` and a `backup.parent`.
@@ -111,9 +119,10 @@ impl Default for RestoreOptions {
     fn default() -> Self {
         RestoreOptions {
             at: None,
+            at_time_ms: None,
             restore_point_only: false,
             adopt: false,
-            parallelism: 8,
+            parallelism: 16,
             progress: false,
             engine_check: false,
             keys: keys::RestoreKeys::default(),
@@ -121,11 +130,22 @@ impl Default for RestoreOptions {
     }
 }
 
+/// Which commit a restore asks for: the newest (both `None`), commit N, or an instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Point {
+    pub commit_seq: Option<u64>,
+    /// Unix ms.
+    pub time_ms: Option<i64>,
+}
+
 /// What a restore did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RestoreReport {
     /// Commits the restored store holds (read back from it).
     pub commit_seq: u64,
+    /// With `at_time_ms`: when the bucket says that commit was shipped (unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit_time_unix_ms: Option<i64>,
     /// The manifest restored from.
     pub manifest_key: String,
     /// The manifest's lineage and generation.
@@ -146,10 +166,14 @@ pub struct RestoreReport {
 
 impl fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "restored commit {}", self.commit_seq)?;
+        if let Some(t) = self.commit_time_unix_ms {
+            write!(f, ", shipped at {},", crate::units::rfc3339_ms(t))?;
+        }
         write!(
             f,
-            "restored commit {} from {} (lineage {}, generation {}",
-            self.commit_seq, self.manifest_key, self.lineage, self.generation
+            " from {} (lineage {}, generation {}",
+            self.manifest_key, self.lineage, self.generation
         )?;
         if self.extended_segments > 0 {
             write!(f, ", extended by {} segments", self.extended_segments)?;
@@ -214,6 +238,14 @@ pub enum RestoreError {
     NoRestorePoint { url: String, detail: String },
     #[error("no restore point reaches commit {at} (reachable: {reachable})")]
     Unreachable { at: u64, reachable: Reachable },
+    /// An `--at-time` that is not a usable instant.
+    #[error("--at-time {given:?} {detail}")]
+    BadTime { given: String, detail: String },
+    #[error(
+        "{at} is before the earliest restorable instant {earliest}: nothing restorable had \
+         been shipped by then"
+    )]
+    BeforeEarliest { at: String, earliest: String },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error("{key}: CRC mismatch (expected {expected:08x}, got {got:08x})")]
@@ -317,6 +349,7 @@ pub async fn restore(
     let extended_segments = layout_extension_count(&plan);
     let report = RestoreReport {
         commit_seq: plan.commit_seq,
+        commit_time_unix_ms: plan.commit_time_ms,
         manifest_key: plan.manifest_key.clone(),
         lineage: plan.manifest.lineage,
         generation: plan.manifest.generation,

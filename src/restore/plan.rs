@@ -36,6 +36,8 @@ pub(crate) struct Plan {
     pub commit_seq: u64,
     /// `Some(N)` for `--at N`: the WAL is cut after frame `seq = N`.
     pub cut: Option<u64>,
+    /// For `--at-time`: when the bucket says the commit restored was shipped (unix ms).
+    pub commit_time_ms: Option<i64>,
     pub warnings: Vec<String>,
 }
 
@@ -45,6 +47,15 @@ pub(crate) async fn choose(
     opts: &RestoreOptions,
 ) -> Result<Plan, RestoreError> {
     let parallelism = opts.parallelism.max(1);
+    if let Some(t) = opts.at_time_ms {
+        if let Some(n) = opts.at {
+            return Err(RestoreError::BadTime {
+                given: crate::units::rfc3339_ms(t),
+                detail: format!("cannot be asked for together with commit {n}: choose one"),
+            });
+        }
+        return super::at_time::choose_at_time(bucket, t, opts).await;
+    }
     match opts.at {
         None => {
             let mut warnings = Vec::new();
@@ -52,7 +63,7 @@ pub(crate) async fn choose(
             let ext = if opts.restore_point_only {
                 Extension::none(&manifest)
             } else {
-                extend(bucket, &manifest, None, parallelism, &opts.keys).await?
+                extend(bucket, &manifest, None, None, parallelism, &opts.keys).await?
             };
             warnings.extend(ext.warnings);
             Ok(Plan {
@@ -62,6 +73,7 @@ pub(crate) async fn choose(
                 extension: ext.segments,
                 cached: ext.cached,
                 cut: None,
+                commit_time_ms: None,
                 warnings,
             })
         }
@@ -70,7 +82,7 @@ pub(crate) async fn choose(
 }
 
 /// Fetches and decodes one manifest: `Ok(Err(why))` when it is missing or not valid.
-async fn load_manifest(
+pub(crate) async fn load_manifest(
     bucket: &dyn Bucket,
     key: &str,
 ) -> Result<Result<Manifest, String>, RestoreError> {
@@ -201,6 +213,7 @@ async fn choose_at(
             cached: ext.cached,
             commit_seq: n,
             cut: Some(n),
+            commit_time_ms: None,
             warnings,
         }
     };
@@ -218,7 +231,7 @@ async fn choose_at(
             continue;
         }
         for newest in newest_per_generation(group).into_values().rev() {
-            let ext = extend(bucket, &newest.1, Some(n), parallelism, keys).await?;
+            let ext = extend(bucket, &newest.1, Some(n), None, parallelism, keys).await?;
             if ext.reach >= n {
                 return Ok(plan(newest, ext, warnings));
             }
@@ -248,7 +261,7 @@ async fn choose_at(
             Some(r) => *r,
             None if restore_point_only => newest.1.commit_seq,
             None => {
-                extend(bucket, &newest.1, None, parallelism, keys)
+                extend(bucket, &newest.1, None, None, parallelism, keys)
                     .await?
                     .reach
             }
@@ -282,6 +295,8 @@ pub(crate) struct Extension {
     pub cached: HashMap<String, Bytes>,
     /// The commit the manifest's WAL reaches with these segments.
     pub reach: u64,
+    /// The WAL offset they reach.
+    pub end: u64,
     pub warnings: Vec<String>,
 }
 
@@ -289,6 +304,7 @@ impl Extension {
     fn none(m: &Manifest) -> Extension {
         Extension {
             reach: m.commit_seq,
+            end: m.segments_end(),
             ..Extension::default()
         }
     }
@@ -299,12 +315,14 @@ type Candidates = BTreeMap<u64, Vec<(u64, String)>>;
 
 /// Follows the segments of `m`'s generation from `m.segments_end()`: each must start where the
 /// last one ended and hold whole, valid frames continuing the seq. Stops at the first gap, at
-/// an invalid segment with no valid alternative, or once `limit` is reached. Where several
-/// start at one offset the longest valid one is taken.
+/// an invalid segment with no valid alternative, once `limit` (a commit) is reached, or at
+/// the WAL offset `until` (segments ending past it are not taken). Where several start at one
+/// offset the longest valid one is taken.
 pub(crate) async fn extend(
     bucket: &dyn Bucket,
     m: &Manifest,
     limit: Option<u64>,
+    until: Option<u64>,
     parallelism: usize,
     keys: &super::keys::RestoreKeys,
 ) -> Result<Extension, RestoreError> {
@@ -314,7 +332,7 @@ pub(crate) async fn extend(
         let Some((start, end)) = parse_segment_key(m.generation, &obj.key) else {
             continue;
         };
-        if start < m.segments_end() {
+        if start < m.segments_end() || until.is_some_and(|u| end > u) {
             continue;
         }
         // An encoded segment is shorter than its key's range; never longer.
@@ -402,6 +420,7 @@ pub(crate) async fn extend(
                         frames,
                     });
                     pos = end;
+                    ext.end = end;
                     if limit.is_some_and(|n| ext.reach >= n) {
                         break 'chain;
                     }
@@ -417,7 +436,7 @@ pub(crate) async fn extend(
         }
     }
     let unused = candidates.range(pos + 1..).next().map(|(start, _)| *start);
-    if let (Some(start), None) = (unused, limit) {
+    if let (Some(start), None, None) = (unused, limit, until) {
         let w = format!(
             "segments of generation {} stop at offset {pos} (commit {}); later segments from \
              offset {start} do not continue them and are not used",

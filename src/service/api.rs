@@ -370,12 +370,18 @@ impl BackupControl for Api {
         let r = req.into_inner();
         record_store_id(&r.store_id);
         let cursor = request::check_listing(&r).map_err(err)?;
-        let page = self
+        let first = cursor.is_none();
+        let (page, span) = self
             .fleet
-            .restore_points(&r.store_id, cursor, limits::page_size(r.page_size))
+            .restore_points(&r.store_id, cursor, limits::page_size(r.page_size), first)
             .await
             .map_err(err)?;
-        Ok(Response::new(request::page(page)))
+        let mut response = request::page(page);
+        if let Some((earliest, latest)) = span {
+            response.earliest_unix_ms = earliest;
+            response.latest_unix_ms = latest;
+        }
+        Ok(Response::new(response))
     }
 
     async fn adopt(
@@ -390,7 +396,7 @@ impl BackupControl for Api {
                 .await;
         }
         let (peer, r) = self.operator(req)?;
-        let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
+        let at = request::adopt_point(&r).map_err(err)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
@@ -413,6 +419,7 @@ impl BackupControl for Api {
             node_token: token,
             commit_seq: report.commit_seq,
             parent_manifest: report.manifest_key,
+            commit_time_unix_ms: report.commit_time_unix_ms.unwrap_or(0),
         }))
     }
 

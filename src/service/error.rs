@@ -145,11 +145,13 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             | RestoreError::BadTarget { .. }
             | RestoreError::NoRestorePoint { .. }
             | RestoreError::Unreachable { .. }
+            | RestoreError::BeforeEarliest { .. }
             | RestoreError::Manifest(_)
             | RestoreError::CrcMismatch { .. }
             | RestoreError::BadObject { .. }
             | RestoreError::Key { .. }
             | RestoreError::ReadBack { .. } => Code::FailedPrecondition,
+            RestoreError::BadTime { .. } => Code::InvalidArgument,
             RestoreError::Bucket(_) => Code::Unavailable,
             RestoreError::Io { .. } | RestoreError::Disk(_) => return None,
         },

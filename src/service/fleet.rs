@@ -555,10 +555,18 @@ impl Fleet {
         store_id: &str,
         cursor: Option<crate::listing::Cursor>,
         page_size: usize,
-    ) -> Result<crate::listing::Page, FleetError> {
+        with_span: bool,
+    ) -> Result<(crate::listing::Page, Option<(i64, i64)>), FleetError> {
         let destination = self.destination_of(store_id).await?;
         let bucket = bucket::open_read_only(&destination).await?;
-        Ok(crate::listing::page(bucket.as_ref(), cursor, page_size).await?)
+        let page = crate::listing::page(bucket.as_ref(), cursor, page_size).await?;
+        let span = match with_span {
+            true => restore::at_time::restorable_span(bucket.as_ref(), 8)
+                .await
+                .map_err(FleetError::Restore)?,
+            false => None,
+        };
+        Ok((page, span))
     }
 
     pub fn list(&self) -> Vec<Arc<StoreEntry>> {
@@ -652,7 +660,7 @@ impl Fleet {
     pub async fn adopt(
         &self,
         new: NewStore,
-        at: Option<u64>,
+        at: restore::Point,
         peer: Option<String>,
     ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), FleetError> {
         let checked = match self.check_adopt(&new).await {
@@ -661,7 +669,8 @@ impl Fleet {
         };
         let bucket = bucket::open_read_only(&checked.url).await?;
         let opts = RestoreOptions {
-            at,
+            at: at.commit_seq,
+            at_time_ms: at.time_ms,
             adopt: true,
             keys: self.restore_keys(),
             ..RestoreOptions::default()

@@ -88,6 +88,27 @@ pub fn trigger(kind: i32) -> Result<BackupTrigger, FieldError> {
     }
 }
 
+/// What an `AdoptRequest` restores: `at_commit_seq` (0: not used) or `at_time` (RFC 3339
+/// with a UTC offset; empty: not used), not both.
+pub fn adopt_point(r: &proto::AdoptRequest) -> Result<crate::restore::Point, FieldError> {
+    let time_ms = match r.at_time.as_str() {
+        "" => None,
+        t => Some(
+            crate::restore::at_time::parse_instant(t, crate::units::unix_now_ms())
+                .map_err(|e| FieldError(format!("at_time: {e}")))?,
+        ),
+    };
+    if time_ms.is_some() && r.at_commit_seq != 0 {
+        return Err(FieldError(
+            "at_commit_seq and at_time are both set: give one of them".into(),
+        ));
+    }
+    Ok(crate::restore::Point {
+        commit_seq: (r.at_commit_seq != 0).then_some(r.at_commit_seq),
+        time_ms,
+    })
+}
+
 /// Checks a `ListRestorePoints` request's store id and page token (empty, or one this server
 /// gave: `crate::listing::Cursor::token`, or a bare manifest key as earlier servers gave);
 /// returns the cursor the token names.
@@ -126,6 +147,8 @@ pub fn page(page: Page) -> proto::ListRestorePointsResponse {
     proto::ListRestorePointsResponse {
         restore_points,
         next_page_token: page.next.map(|c| c.token()).unwrap_or_default(),
+        earliest_unix_ms: 0,
+        latest_unix_ms: 0,
     }
 }
 

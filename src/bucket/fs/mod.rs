@@ -320,10 +320,19 @@ impl Inner {
             return Ok(None);
         };
         let etag = etag_of_file(&file, len).map_err(err)?;
+        // The directory's clock is the bucket's: the object's mtime (set when it was written,
+        // before the link or rename that made it visible).
+        let modified_ms = file
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(crate::units::millis_i64);
         Ok(Some(ObjectMeta {
             key: key.to_string(),
             len,
             etag,
+            modified_ms,
         }))
     }
 

@@ -37,7 +37,7 @@ use std::time::Duration;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation};
+use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::body::SdkBody;
@@ -303,6 +303,55 @@ impl super::Bucket for S3Bucket {
         }
     }
 
+    /// One `GetObject`, whole or ranged, without the SDK's response checksum validation
+    /// (`ResponseChecksumValidation::WhenRequired` for this request: the caller checks the
+    /// bytes against its own CRC, so the SDK's CRC-32 over every byte would be a second one),
+    /// the body's buffers kept as they came.
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        let op = if range.is_some() { "get_range" } else { "get" };
+        super::fs::check_key(op, key)?;
+        let mut req = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(self.full_key(key));
+        match &range {
+            Some(r) if r.start >= r.end => return Ok(vec![self.get_range(key, r.clone()).await?]),
+            Some(r) => req = req.range(format!("bytes={}-{}", r.start, r.end - 1)),
+            None => {}
+        }
+        let sent = req
+            .customize()
+            .config_override(
+                aws_sdk_s3::config::Builder::default()
+                    .response_checksum_validation(ResponseChecksumValidation::WhenRequired),
+            )
+            .send()
+            .await;
+        let out = match sent {
+            Ok(out) => out,
+            Err(SdkError::ServiceError(e))
+                if range.is_some() && e.raw().status().as_u16() == 416 =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(map_error(self, "S3 GetObject", key, false, e)),
+        };
+        match out.body.collect().await {
+            Ok(data) => Ok(data.into_segments().collect()),
+            Err(e) => Err(BucketError::Transient {
+                op: "S3 GetObject",
+                key: key.to_string(),
+                message: format!("reading the response: {}", error::chain(&e)),
+                indeterminate: false,
+            }),
+        }
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         super::fs::check_key("head", key)?;
         let sent = self
@@ -317,6 +366,7 @@ impl super::Bucket for S3Bucket {
                 key: key.to_string(),
                 len: crate::units::u64_of(out.content_length().unwrap_or(0)),
                 etag: etag_of(out.e_tag(), "head", key)?,
+                modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()),
             })),
             Err(BucketError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -387,6 +437,7 @@ impl super::Bucket for S3Bucket {
                 key: key.to_string(),
                 len: crate::units::u64_of(o.size().unwrap_or(0)),
                 etag: etag_of(o.e_tag(), "list", key)?,
+                modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
             });
         }
         let next_token = match out.is_truncated() {

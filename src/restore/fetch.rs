@@ -1,0 +1,319 @@
+//! Fetching one raw object, or one range of a large one, into its file ([`fetch_chunk`]):
+//! which GETs an object takes ([`ranges`]), and how the response's bytes reach the disk and
+//! are checked, each byte looked at once while it is in the cache.
+//!
+//! # One pass over the bytes
+//! A response is kept in the buffers the transport delivered (`Bucket::get_buffers`: no copy
+//! into one buffer, and no response checksum of the SDK's: the manifest's CRC is ours) and
+//! written with positioned, vectored writes of about [`WRITE_GROUP`] bytes each (a single
+//! `pwrite` of a whole 16 MiB object costs this machine's kernel several times the CPU of
+//! the same bytes in 256 KiB writes). The CRC-32 the manifest states is computed over those
+//! buffers once.
+//!
+//! When the chunk is the whole of its file (an archive, and `wal.bin` when it is one object),
+//! the format's reader ([`check_wal`], the same reader as `super::readback::check_file`) runs
+//! over the buffers instead, and each group of them is written as soon as the reader has
+//! passed it: the reader's CRC-32 of every byte is the object's CRC, checked against the
+//! manifest, and its answer is the file's read-back. That file is then not read again from
+//! disk: the read-back DESIGN.md §6 asks for is the format's reader over exactly the bytes
+//! written to the file, computed once, rather than a second reading of them from the page
+//! cache (which would see the same bytes). A write error fails the chunk. Every other file
+//! (a snapshot, a `wal.bin` of several segments, an object fetched by ranges or decoded) is
+//! read back from disk as before (`super::stage`).
+//!
+//! Nothing here fsyncs: the caller fsyncs each file once all its pieces are written.
+
+use std::fs::File;
+use std::io::{IoSlice, Read};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::RestoreError;
+use super::readback::{FileCheck, FileKind};
+use super::stage::{Piece, blocking};
+use crate::bucket::Bucket;
+use crate::store::format::{CHECK_CHUNK, CheckError, check_wal};
+
+/// Objects up to this size are fetched by one whole-object GET (see "How objects are
+/// fetched" in the docs of [`super::stage`]).
+pub const WHOLE_OBJECT_MAX: u64 = 64 << 20;
+/// Larger objects are fetched by ranged GETs of this size, in parallel; a tail shorter than
+/// half of it joins the range before it.
+pub const RANGE_CHUNK: u64 = 16 << 20;
+/// Bytes of GET responses in flight (held in memory until written) at once.
+pub const BYTES_IN_FLIGHT: u64 = 256 << 20;
+/// Bytes of one positioned write (more only where one buffer is larger).
+pub const WRITE_GROUP: usize = 256 << 10;
+
+/// The byte ranges an object of `len` bytes is fetched by, in order: one (the whole object)
+/// up to [`WHOLE_OBJECT_MAX`], else [`RANGE_CHUNK`]s with a short tail folded into the last.
+pub fn ranges(len: u64) -> Vec<Range<u64>> {
+    if len <= WHOLE_OBJECT_MAX {
+        return std::iter::once(0..len).collect();
+    }
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < len {
+        let mut end = (start + RANGE_CHUNK).min(len);
+        if len - end < RANGE_CHUNK / 2 {
+            end = len;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// Permits of [`BYTES_IN_FLIGHT`] (in MiB) that a response of `len` bytes takes: at least one,
+/// at most all.
+pub(super) fn budget_permits(len: u64) -> u32 {
+    let mib = len.div_ceil(1 << 20).max(1);
+    u32::try_from(mib.min(BYTES_IN_FLIGHT >> 20)).unwrap_or(u32::MAX)
+}
+
+/// One GET: a whole object, or one range of a large one.
+#[derive(Debug, Clone)]
+pub(super) struct Chunk {
+    pub piece: usize,
+    pub index: usize,
+    pub range: Range<u64>,
+    pub whole: bool,
+}
+
+/// What one fetched chunk leaves: the CRC state of its bytes, and, when it was the whole of
+/// its file and the format's reader ran over it, the file's read-back.
+pub(super) struct Fetched {
+    pub hasher: crc32fast::Hasher,
+    pub check: Option<FileCheck>,
+}
+
+/// Fetches one chunk, checks its length, writes it at its offset (see the module docs);
+/// `whole_file`: the chunk is all of the file at that path (relative to the store).
+pub(super) async fn fetch_chunk(
+    bucket: &dyn Bucket,
+    piece: &Piece,
+    c: &Chunk,
+    cached: Option<Bytes>,
+    file: Arc<File>,
+    whole_file: Option<PathBuf>,
+) -> Result<Fetched, RestoreError> {
+    let bufs = match cached {
+        Some(b) => vec![b],
+        None if c.whole => bucket.get_buffers(&piece.key, None).await?,
+        None => {
+            // The last range asks for one byte more, to notice an object longer than stated.
+            let end = if c.range.end == piece.len {
+                piece.len + 1
+            } else {
+                c.range.end
+            };
+            bucket
+                .get_buffers(&piece.key, Some(c.range.start..end))
+                .await?
+        }
+    };
+    let want = c.range.end - c.range.start;
+    let got: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+    if got != want {
+        let detail = if got > want {
+            format!("longer than the {} bytes the manifest states", piece.len)
+        } else {
+            format!(
+                "{} bytes, the manifest states {}",
+                c.range.start + got,
+                piece.len
+            )
+        };
+        return Err(RestoreError::BadObject {
+            key: piece.key.clone(),
+            detail,
+        });
+    }
+    let offset = piece.offset + c.range.start;
+    let key = piece.key.clone();
+    blocking(move || match whole_file {
+        Some(rel) if matches!(FileKind::of(&rel), Ok(FileKind::Archive(_) | FileKind::Wal)) => {
+            check_while_writing(&file, offset, &bufs, &rel, &key)
+        }
+        _ => {
+            let mut hasher = crc32fast::Hasher::new();
+            let mut w = WriteBehind::new(&file, offset, &bufs);
+            for b in &bufs {
+                hasher.update(b);
+            }
+            w.write_all().map_err(write_error(offset))?;
+            Ok(Fetched {
+                hasher,
+                check: None,
+            })
+        }
+    })
+    .await
+}
+
+fn write_error(offset: u64) -> impl FnOnce(std::io::Error) -> RestoreError {
+    move |source| RestoreError::Io {
+        path: PathBuf::from(format!("(file at offset {offset})")),
+        source,
+    }
+}
+
+/// The format's reader over `bufs` (a whole WAL file, `rel`), writing them behind it.
+fn check_while_writing(
+    file: &File,
+    offset: u64,
+    bufs: &[Bytes],
+    rel: &Path,
+    key: &str,
+) -> Result<Fetched, RestoreError> {
+    let mut w = WriteBehind::new(file, offset, bufs);
+    let checked = check_wal(&mut w, CHECK_CHUNK, &mut Vec::new());
+    // Written in full whatever the reader said (it reads to the end unless a read failed).
+    w.write_all().map_err(write_error(offset))?;
+    let len = bufs.iter().map(|b| b.len() as u64).sum();
+    let check = match checked {
+        Ok(check) => check,
+        Err(CheckError::Io(source)) => return Err(write_error(offset)(source)),
+        // Not a WAL file: the CRC (checked by the caller) says whether the object is what the
+        // manifest names; a mismatch there is the better error, so the reading is left to the
+        // read-back from disk, which reports the format's complaint.
+        Err(CheckError::Format(_)) => {
+            let mut hasher = crc32fast::Hasher::new();
+            bufs.iter().for_each(|b| hasher.update(b));
+            return Ok(Fetched {
+                hasher,
+                check: None,
+            });
+        }
+    };
+    if check.len != len {
+        return Err(RestoreError::BadObject {
+            key: key.to_string(),
+            detail: format!("the reader saw {} of its {len} bytes", check.len),
+        });
+    }
+    if let Ok(FileKind::Archive(number)) = FileKind::of(rel)
+        && check.header.number != number
+    {
+        // As `check_file` would say it, from the read-back of the file on disk.
+        return Ok(Fetched {
+            hasher: crc32fast::Hasher::new_with_initial_len(check.crc, len),
+            check: None,
+        });
+    }
+    Ok(Fetched {
+        hasher: crc32fast::Hasher::new_with_initial_len(check.crc, len),
+        check: Some(FileCheck::Wal {
+            header: check.header,
+            last_seq: check.last_seq,
+        }),
+    })
+}
+
+/// Hands `bufs` out in order as a [`Read`], and writes them to `file` (the first at
+/// `offset`) in positioned writes of about [`WRITE_GROUP`] bytes as soon as they have been
+/// read past: each buffer is written while the reader's pass has it in the cache.
+struct WriteBehind<'a> {
+    file: &'a File,
+    bufs: &'a [Bytes],
+    /// The reading position: buffer `i`, byte `pos` in it.
+    i: usize,
+    pos: usize,
+    /// `bufs[..written]` are on the file; the next one goes at `at`.
+    written: usize,
+    at: u64,
+}
+
+impl<'a> WriteBehind<'a> {
+    fn new(file: &'a File, offset: u64, bufs: &'a [Bytes]) -> Self {
+        WriteBehind {
+            file,
+            bufs,
+            i: 0,
+            pos: 0,
+            written: 0,
+            at: offset,
+        }
+    }
+
+    /// Writes the buffers read past, once they make a group (or `all`: every one read past).
+    fn write_read(&mut self, all: bool) -> std::io::Result<()> {
+        loop {
+            let mut end = self.written;
+            let mut bytes = 0;
+            while end < self.i && bytes < WRITE_GROUP && end - self.written < 512 {
+                bytes += self.bufs[end].len();
+                end += 1;
+            }
+            if end == self.written || (bytes < WRITE_GROUP && !all) {
+                return Ok(());
+            }
+            write_all_vectored_at(self.file, &self.bufs[self.written..end], self.at)?;
+            self.at += bytes as u64;
+            self.written = end;
+        }
+    }
+
+    /// Writes every buffer not written yet, read or not.
+    fn write_all(&mut self) -> std::io::Result<()> {
+        self.i = self.bufs.len();
+        self.pos = 0;
+        self.write_read(true)
+    }
+}
+
+impl Read for WriteBehind<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.i < self.bufs.len() && self.pos == self.bufs[self.i].len() {
+            self.i += 1;
+            self.pos = 0;
+            self.write_read(false)?;
+        }
+        let Some(b) = self.bufs.get(self.i) else {
+            self.write_read(true)?;
+            return Ok(0);
+        };
+        let n = out.len().min(b.len() - self.pos);
+        out[..n].copy_from_slice(&b[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// `pwritev(2)` of every byte of `bufs` at `offset`, however many calls it takes.
+fn write_all_vectored_at(file: &File, bufs: &[Bytes], mut offset: u64) -> std::io::Result<()> {
+    let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let count = libc::c_int::try_from(rest.len().min(1024)).unwrap_or(1024);
+        let at = libc::off_t::try_from(offset).map_err(std::io::Error::other)?;
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix; the pointer and count
+        // describe `count` live slices; the descriptor is open for writing.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                rest.as_ptr().cast::<libc::iovec>(),
+                count,
+                at,
+            )
+        };
+        // Negative: an error (errno says which).
+        let Ok(n) = usize::try_from(n) else {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        };
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        offset += n as u64;
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
