@@ -74,7 +74,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         EventKind::HealthChanged,
         EventKind::Paused,
         EventKind::Resumed,

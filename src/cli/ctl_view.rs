@@ -1,0 +1,135 @@
+//! How `ctl` shows answers: the JSON documents of `--json` and the text for people (split
+//! out of ctl.rs, which holds the calls).
+
+use serde_json::{Value, json};
+
+use mushroom_backup::health::rfc3339_ms;
+use mushroom_backup::service::proto;
+
+pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
+    let stores: Vec<Value> = r
+        .stores
+        .iter()
+        .map(|s| {
+            json!({
+                "store_id": s.store_id,
+                "store_dir": s.store_dir,
+                "destination": s.destination,
+                "healthy": s.healthy,
+                "reason": s.reason,
+                "reasons": s.reasons,
+                "notes": s.notes,
+                "durable_commit_seq": s.durable_commit_seq,
+                "shipped_commit_seq": s.shipped_commit_seq,
+                "restore_point_commit_seq": s.restore_point_commit_seq,
+                "lag_seconds": s.lag_seconds,
+                "lease_holder": s.lease_holder,
+                "lease_held": s.lease_held,
+                "instance_id": s.instance_id,
+                "consecutive_failures": s.consecutive_failures,
+                "last_error": s.last_error,
+                "reported_at_unix_ms": s.reported_at_unix_ms,
+                "paused": s.paused,
+                "paused_reason": s.paused_reason,
+                "paused_until_unix_ms": s.paused_until_unix_ms,
+                "paused_at_unix_ms": s.paused_at_unix_ms,
+                "last_drill": super::super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
+                "owner_instance_id": s.owner_instance_id,
+                "owner_since_unix_ms": s.owner_since_unix_ms,
+            })
+        })
+        .collect();
+    json!({ "stores": stores })
+}
+
+pub(super) fn health_text(r: &proto::HealthResponse) -> String {
+    if r.stores.is_empty() {
+        return "no stores".into();
+    }
+    r.stores
+        .iter()
+        .map(|s| {
+            let mut state = if s.healthy {
+                "healthy".to_string()
+            } else {
+                format!("UNHEALTHY: {}", s.reason)
+            };
+            if s.paused {
+                // The note beside it says since when and why.
+                state.push_str(&format!(
+                    "  PAUSED until {}: {}",
+                    rfc3339_ms(s.paused_until_unix_ms),
+                    s.paused_reason
+                ));
+            }
+            let mut line = format!(
+                "{}  {}  {state}\n  durable {}  shipped {}  restore point {}  lag {:.1}s  lease {}",
+                s.store_id,
+                s.store_dir,
+                s.durable_commit_seq,
+                s.shipped_commit_seq,
+                s.restore_point_commit_seq,
+                s.lag_seconds,
+                if s.lease_holder.is_empty() {
+                    "-"
+                } else {
+                    &s.lease_holder
+                },
+            );
+            if !s.last_error.is_empty() {
+                line.push_str(&format!("\n  last error: {}", s.last_error));
+            }
+            line.push_str(&super::super::ctl_drill::last_drill_text(
+                s.last_drill.as_ref(),
+            ));
+            line.push_str(&super::super::ctl_move::owner_text(
+                &s.owner_instance_id,
+                s.owner_since_unix_ms,
+            ));
+            for n in &s.notes {
+                line.push_str(&format!("\n  note: {n}"));
+            }
+            line
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn options_json(o: Option<proto::StoreOptions>) -> Value {
+    let o = o.unwrap_or_default();
+    json!({
+        "wal_interval_ms": o.wal_interval_ms,
+        "restore_point_interval_ms": o.restore_point_interval_ms,
+        "retention_interval_ms": o.retention_interval_ms,
+        "keep_for_ms": o.keep_for_ms,
+        "keep_generations": o.keep_generations,
+        "drill_interval_ms": o.drill_interval_ms,
+        "monthly_request_budget": o.monthly_request_budget,
+    })
+}
+
+pub(super) fn store_json(s: &proto::StoreInfo) -> Value {
+    json!({
+        "store_id": s.store_id,
+        "store_dir": s.store_dir,
+        "destination": s.destination,
+        "instance_id": s.instance_id,
+        "labels": s.labels,
+        "registered_at_unix_ms": s.registered_at_unix_ms,
+        "options": options_json(s.options),
+        "owner_instance_id": s.owner_instance_id,
+        "owner_since_unix_ms": s.owner_since_unix_ms,
+    })
+}
+
+pub(super) fn restore_point_json(p: &proto::RestorePoint) -> Value {
+    json!({
+        "commit_seq": p.commit_seq,
+        "manifest_key": p.manifest_key,
+        "lineage": p.lineage,
+        "generation": p.generation,
+        "created_at_unix_ms": p.created_at_unix_ms,
+        "bytes": p.bytes,
+        "is_latest": p.is_latest,
+    })
+}
