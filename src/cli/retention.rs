@@ -63,6 +63,19 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
              --keep-monthly) applies the same rules itself, under its lease"
         );
     }
+    // The same ranges `backup` and `serve` hold these to: a dry run shows only a plan a real
+    // pass could run.
+    use mushroom_backup::worker::limits;
+    let checks = [
+        limits::KEEP_FOR_MS.check("--keep-for-ms", a.keep_for_ms),
+        limits::KEEP_GENERATIONS.check("--keep-generations", a.keep_generations),
+        limits::KEEP_TIER.check("--keep-daily", a.keep_daily),
+        limits::KEEP_TIER.check("--keep-weekly", a.keep_weekly),
+        limits::KEEP_TIER.check("--keep-monthly", a.keep_monthly),
+    ];
+    for c in checks {
+        c.map_err(anyhow::Error::msg)?;
+    }
     let bucket = bucket::open_read_only(&a.from).await?;
     let latest = match bucket.get(manifest::LATEST_KEY).await {
         Ok(o) => Latest::decode(&o.data).ok(),

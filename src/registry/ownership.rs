@@ -117,6 +117,25 @@ impl Registry {
         .map_err(|e| self.err(e))
     }
 
+    /// One store's owner and since when (`None`: not registered): what `owners` gives for one
+    /// store, without reading every row.
+    pub async fn owner(&self, store_id: &str) -> Result<Option<Owner>, RegistryError> {
+        const SQL: &str = "SELECT instance_id, owner_since_ms FROM stores WHERE store_id = $1";
+        with_pool!(self, |pool| {
+            sqlx::query_as::<_, (String, i64)>(SQL)
+                .bind(store_id)
+                .fetch_optional(pool)
+                .await
+                .map(|row| {
+                    row.map(|(instance_id, since_ms)| Owner {
+                        instance_id,
+                        since_ms,
+                    })
+                })
+        })
+        .map_err(|e| self.err(e))
+    }
+
     /// The stores `instance_id` owns: their ids and since when (`owner_since_ms`).
     pub async fn owned_stores(
         &self,

@@ -476,6 +476,12 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::DrainResponse>, Status> {
         self.admin(&req)?;
         let who = req.get_ref().instance_id.clone();
+        // Blank would mean "here" to the router: a drain of whichever instance was reached.
+        if who.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "DrainRequest.instance_id is empty: name the instance to drain",
+            ));
+        }
         if let Some(hop) = self.route_to_instance(&req, &who, &who).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move { c.drain(r).await })

@@ -19,7 +19,14 @@ pub(super) async fn health_of(
     store_id: &str,
 ) -> Result<proto::HealthResponse, ServiceError> {
     let mut r = health_rows(fleet, store_id).await?;
-    let owners = fleet.registry().owners().await.map_err(FleetError::from)?;
+    // One store's Health reads its own row, not every store's (10,000 rows at fleet scale).
+    let owners = if store_id.is_empty() {
+        fleet.registry().owners().await
+    } else {
+        let one = fleet.registry().owner(store_id).await;
+        one.map(|o| o.into_iter().map(|o| (store_id.to_string(), o)).collect())
+    };
+    let owners = owners.map_err(FleetError::from)?;
     for h in &mut r.stores {
         if let Some(o) = owners.get(&h.store_id) {
             h.owner_instance_id = o.instance_id.clone();

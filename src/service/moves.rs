@@ -145,15 +145,15 @@ pub async fn move_store(
     let outcome = match changed {
         Ok(c) => c,
         Err(e) => {
-            // Indeterminate: run the store again unless the row moved after all.
-            let owner = fleet.registry().store_owner(store_id).await.ok().flatten();
-            if owner.as_ref().is_some_and(|(o, _)| *o == me) {
-                fleet.unhost(store_id, false).await;
-                if let Err(e) = fleet.host(entry.record.clone()).await {
-                    tracing::error!(store_id, error = %e, "a move failed and the store cannot start again here");
-                }
-            } else {
-                fleet.unhost(store_id, false).await;
+            // Indeterminate: run the store again unless the row is known to have moved (a
+            // failed re-read runs it again too: the reconcile stops it if the row did move;
+            // leaving it stopped would leave it unprotected until a restart).
+            fleet.unhost(store_id, false).await;
+            let owner = fleet.registry().store_owner(store_id).await;
+            let moved =
+                matches!(&owner, Ok(None)) || matches!(&owner, Ok(Some((o, _))) if *o != me);
+            if !moved && let Err(e) = fleet.host(entry.record.clone()).await {
+                tracing::error!(store_id, error = %e, "a move failed and the store cannot start again here");
             }
             return Err(FleetError::from(e).into());
         }
