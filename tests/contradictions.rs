@@ -427,6 +427,7 @@ fn record(dir: &str) -> StoreRecord {
         node_token_hash: "h".into(),
         instance_id: "i".into(),
         registered_at_ms: 0,
+        owner_since_ms: 0,
     }
 }
 

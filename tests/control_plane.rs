@@ -103,7 +103,21 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         }
     })
     .await;
-    assert!(points[0].is_latest, "{points:?}");
+    // c relayed a's own answer, unchanged: the point listed through c is one a lists itself.
+    let direct = ca
+        .list_restore_points(proto::ListRestorePointsRequest {
+            store_id: id.clone(),
+            page_size: 10,
+            page_token: String::new(),
+        })
+        .await
+        .unwrap_or_else(|e| a.child.fail(&format!("ListRestorePoints on a: {e}")))
+        .into_inner()
+        .restore_points;
+    assert!(
+        direct.contains(&points[0]),
+        "{points:?} through c, {direct:?} on a"
+    );
 
     // Fresh health through b is a's own answer: a holds the lease, its restore point.
     let cb = b.client().await;
@@ -246,7 +260,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
 }
 
 #[test]
-fn a_bad_advertise_address_or_failover_group_is_refused_at_start() {
+fn a_bad_advertise_address_failover_group_or_silence_limit_is_refused_at_start() {
     for (flag, value, says) in [
         ("--advertise-address", "http://h:1", "--advertise-address"),
         ("--advertise-address", "h:0", "port"),
@@ -259,5 +273,19 @@ fn a_bad_advertise_address_or_failover_group_is_refused_at_start() {
         cmd.args([flag, value]);
         let stderr = served::refused(&format!("serve {flag} {value:?}"), cmd);
         assert!(stderr.contains(says), "{flag} {value:?}: {stderr}");
+    }
+    // A failover group claims the stores of a member silent for --owner-silent-after-ms: a
+    // limit under 3 heartbeats would have a live member's stores claimed after a late report.
+    let dirs = served::dirs();
+    let mut cmd = served::command(&dirs);
+    cmd.args(["--failover-group", "g", "--owner-silent-after-ms", "800"])
+        .args(["--health-report-interval-ms", "300"]);
+    let stderr = served::refused("serve with a silence limit of 2.7 heartbeats", cmd);
+    for says in [
+        "--owner-silent-after-ms 800",
+        "--health-report-interval-ms 300",
+        "at least 900",
+    ] {
+        assert!(stderr.contains(says), "{stderr}");
     }
 }

@@ -65,21 +65,26 @@ async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
     r.stores.into_iter().next().ok_or_else(|| "no store".into())
 }
 
-/// Every store's owner, as `ListStores` through `c` says (which must agree with itself).
+/// Every store's owner, as `ListStores` through `c` says: each once, owned since it was
+/// registered or later.
 async fn owners(c: &Client) -> BTreeMap<String, String> {
     let mut c = c.clone();
-    c.list_stores(proto::ListStoresRequest {})
+    let listed = c
+        .list_stores(proto::ListStoresRequest {})
         .await
         .expect("ListStores")
         .into_inner()
-        .stores
+        .stores;
+    let n = listed.len();
+    let owners: BTreeMap<String, String> = listed
         .into_iter()
         .map(|s| {
-            assert_eq!(s.owner_instance_id, s.instance_id, "{s:?}");
             assert!(s.owner_since_unix_ms >= s.registered_at_unix_ms, "{s:?}");
-            (s.store_id, s.instance_id)
+            (s.store_id, s.owner_instance_id)
         })
-        .collect()
+        .collect();
+    assert_eq!(owners.len(), n, "a store listed twice: {owners:?}");
+    owners
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -99,6 +104,8 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     let c = Instance::start("c", &db.url, &dc, &shared_root);
     let ca = served::client(a.addr).await;
     let cb = served::client(b.addr).await;
+    let cc = served::client(c.addr).await;
+    let (events_b, events_c) = (record_events(&cb), record_events(&cc));
 
     // Four stores on a, each with a restore point.
     let mut stores = Vec::new();
@@ -206,8 +213,48 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
         let owner = now.get(id).map(String::as_str);
         assert!(matches!(owner, Some("b" | "c")), "{id}: {now:?}");
     }
-    let through_c = owners(&served::client(c.addr).await).await;
+    let through_c = owners(&cc).await;
     assert_eq!(now, through_c, "b and c agree on the owners");
+    // Each claim was published once, by its winner, naming the silent owner it was taken from.
+    let changed = proto::EventKind::OwnerChanged as i32;
+    let claims = |seen: &std::sync::Mutex<Vec<proto::BackupEvent>>, id: &str| {
+        let seen = seen.lock().unwrap();
+        seen.iter()
+            .filter(|e| e.kind == changed && e.store_id == id)
+            .map(|e| e.detail.clone())
+            .collect::<Vec<String>>()
+    };
+    support::wait_for(
+        served::DEADLINE,
+        "an owner_changed event per claimed store",
+        || {
+            let ids: Vec<String> = stores.iter().map(|(id, ..)| id.clone()).collect();
+            let (eb, ec) = (events_b.clone(), events_c.clone());
+            async move {
+                match ids
+                    .iter()
+                    .find(|id| claims(&eb, id).len() + claims(&ec, id).len() == 0)
+                {
+                    None => Ok(()),
+                    Some(id) => Err(format!("none yet for {id}")),
+                }
+            }
+        },
+    )
+    .await;
+    for (id, ..) in &stores {
+        let (on_b, on_c) = (claims(&events_b, id), claims(&events_c, id));
+        let (winner, loser) = match now[id].as_str() {
+            "b" => (&on_b, &on_c),
+            _ => (&on_c, &on_b),
+        };
+        assert_eq!(winner.len(), 1, "{id}: {on_b:?} on b, {on_c:?} on c");
+        assert!(
+            winner[0].starts_with("claimed from a (silent "),
+            "{winner:?}"
+        );
+        assert!(loser.is_empty(), "{id}: the loser published {loser:?}");
+    }
     // The store b and c cannot see: both looked (past twice the silence limit anyone may
     // claim), neither claimed it.
     let (mut b, mut c) = (b, c);
@@ -255,11 +302,19 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     let a2 = Instance::start("a", &db.url, &da, &shared_root);
     let ca2 = served::client(a2.addr).await;
     for (id, ..) in &stores {
-        let h = served::wait_health(&ca2, id, "owned by b or c, seen from a", |h| {
+        let seen = served::wait_health(&ca2, id, "owned by b or c, seen from a", |h| {
             h.instance_id != "a"
         })
         .await;
-        assert_ne!(h.instance_id, "a", "{h:?}");
+        // Asked fresh, a relays the owner's own answer: the instance the registry names runs
+        // the store, holds its lease, and names itself as the owner since the claim.
+        let own = fresh(&ca2, id).await.unwrap();
+        assert_eq!(own.instance_id, seen.instance_id, "{own:?}");
+        assert_eq!(own.owner_instance_id, own.instance_id, "{own:?}");
+        assert!(
+            own.lease_held && own.owner_since_unix_ms >= killed_ms,
+            "{own:?}"
+        );
     }
     assert_eq!(
         owners(&ca2).await,
@@ -288,6 +343,7 @@ async fn dead_owners_stores(reg: &Registry, n: usize) -> Vec<String> {
             node_token_hash: "0".repeat(64),
             instance_id: "dead".into(),
             registered_at_ms: 1,
+            owner_since_ms: 1,
         })
         .await
         .expect("insert");
@@ -546,6 +602,36 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
         }
     }
     assert!(owner_changes >= 3, "an owner_changed event per move");
+
+    // A rewound directory (its lineage, fewer commits than its newest restore point) is one
+    // the worker's lineage rule refuses: the target applies that rule, and refuses the move.
+    let dir = shared_root.join("rewound");
+    write_store(&dir, 20);
+    let dest = support::file_url(&bucket.join("rewound"));
+    let rewound = cb
+        .clone()
+        .register(support::register_req(&dir, &dest))
+        .await
+        .unwrap_or_else(|e| b.child.fail(&format!("Register: {e}")))
+        .into_inner()
+        .store_id;
+    served::wait_health(&cb, &rewound, "a restore point on b", |h| {
+        h.healthy && h.restore_point_commit_seq >= 20
+    })
+    .await;
+    let older = shared_root.join("older");
+    write_store(&older, 5);
+    std::fs::copy(dir.join("backup.lineage"), older.join("backup.lineage")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::rename(&older, &dir).unwrap();
+    let before = owners(&cb).await;
+    let (ok, out) = ctl(a.addr, &["move", &rewound, "--to", "c"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("instance c cannot take") && out.contains("fewer commits than the newest"),
+        "{out}"
+    );
+    assert_eq!(owners(&cb).await, before, "a refused move changes nothing");
     drop((a, b, c));
     db.drop_database().await;
 }

@@ -23,6 +23,8 @@ both_backends!(
     a_health_report_is_one_transaction_with_a_heartbeat,
     pauses_upsert_clear_and_cascade,
     drills_upsert_and_cascade,
+    one_stores_reads_are_its_rows,
+    every_record_carries_its_owner_and_since_when,
     ping_and_location,
 );
 
@@ -44,6 +46,7 @@ fn record(id: &str, dir: &str, instance: &str, at_ms: i64) -> StoreRecord {
         node_token_hash: hash_token(&token),
         instance_id: instance.into(),
         registered_at_ms: at_ms,
+        owner_since_ms: at_ms,
     }
 }
 
@@ -248,9 +251,17 @@ mod suite {
         assert!(!reg.set_pause("st-9", &pause("x", 1)).await.unwrap());
         assert!(reg.clear_pause("st-1").await.unwrap());
         assert!(!reg.clear_pause("st-1").await.unwrap(), "cleared twice");
+        // One store's read: its row only, as the whole table says.
+        assert_eq!(reg.pause("st-1").await.unwrap(), None);
+        assert_eq!(
+            reg.pause("st-2").await.unwrap(),
+            Some(pause("upgrade", 300))
+        );
+        assert_eq!(reg.pause("st-9").await.unwrap(), None);
         // Deleting a store deletes its pause.
         assert!(reg.delete_store("st-2").await.unwrap());
         assert!(reg.pauses().await.unwrap().is_empty());
+        assert_eq!(reg.pause("st-2").await.unwrap(), None);
     }
 
     pub async fn drills_upsert_and_cascade(reg: Registry) {
@@ -285,6 +296,16 @@ mod suite {
             "{all:?}"
         );
         assert_eq!(all.len(), 2);
+        assert_eq!(
+            reg.drill("st-1").await.unwrap().as_ref(),
+            Some(&all["st-1"])
+        );
+        assert_eq!(
+            reg.drill("st-2").await.unwrap().as_ref(),
+            Some(&all["st-2"])
+        );
+        assert_eq!(all["st-2"].finished_at_ms, 50);
+        assert_eq!(reg.drill("st-9").await.unwrap(), None);
         // An unregistered store takes no drill; a deleted store's drill goes with it.
         assert!(!reg.set_drill("st-9", &drill(true, "", 1)).await.unwrap());
         assert!(reg.delete_store("st-2").await.unwrap());
@@ -330,6 +351,87 @@ mod suite {
                 ("st-2".into(), "inst-2".into(), 150, r#"{"b":3}"#.into()),
             ]
         );
+    }
+
+    /// `store_report`: one store's row, its last health and its owner's heartbeat, in one read.
+    pub async fn one_stores_reads_are_its_rows(reg: Registry) {
+        two_stores(&reg).await;
+        let st1 = reg.get_store("st-1").await.unwrap().unwrap();
+        // Never reported: the row alone.
+        let r = reg.store_report("st-1").await.unwrap().expect("registered");
+        assert_eq!(
+            (r.record, r.health, r.heartbeat_ms),
+            (st1.clone(), None, None)
+        );
+        reg.report_health("inst-1", 100, &changed(&[("st-1", r#"{"a":1}"#)]))
+            .await
+            .unwrap();
+        // Another instance's report of st-2 moves inst-2's heartbeat, not its owner's.
+        reg.report_health("inst-2", 150, &changed(&[("st-2", r#"{"b":2}"#)]))
+            .await
+            .unwrap();
+        reg.report_health("inst-1", 200, &[]).await.unwrap();
+        let r = reg.store_report("st-1").await.unwrap().unwrap();
+        assert_eq!(r.record, st1);
+        let h = r.health.expect("reported");
+        assert_eq!(
+            (
+                h.store_id.as_str(),
+                h.instance_id.as_str(),
+                h.reported_at_ms
+            ),
+            ("st-1", "inst-1", 100)
+        );
+        assert_eq!(h.health_json, r#"{"a":1}"#);
+        assert_eq!(r.heartbeat_ms, Some(200));
+        let r = reg.store_report("st-2").await.unwrap().unwrap();
+        assert_eq!(r.health.unwrap().instance_id, "inst-2");
+        assert_eq!(r.heartbeat_ms, Some(200), "the owner's (inst-1) heartbeat");
+        assert!(reg.store_report("st-9").await.unwrap().is_none());
+        assert!(reg.delete_store("st-2").await.unwrap());
+        assert!(reg.store_report("st-2").await.unwrap().is_none());
+    }
+
+    /// A record says who owns its store and since when (registration, then each change of
+    /// owner), in every read of it: one read of the rows serves lists and owners alike.
+    pub async fn every_record_carries_its_owner_and_since_when(reg: Registry) {
+        two_stores(&reg).await;
+        let before = reg.get_store("st-1").await.unwrap().unwrap();
+        assert_eq!(
+            (before.instance_id.as_str(), before.owner_since_ms),
+            ("inst-1", 1)
+        );
+        let won = reg
+            .change_owner("st-1", "inst-1", "inst-2", 50)
+            .await
+            .unwrap();
+        assert_eq!(won, mushroom_backup::registry::Claimed::Won);
+        let after = reg.get_store("st-1").await.unwrap().unwrap();
+        assert_eq!(
+            (after.instance_id.as_str(), after.owner_since_ms),
+            ("inst-2", 50)
+        );
+        assert_eq!(after.registered_at_ms, 1, "the registration stays");
+        let listed = reg.list_stores(None).await.unwrap();
+        assert_eq!(listed[0], after);
+        assert_eq!(
+            reg.list_stores(Some("inst-2")).await.unwrap(),
+            vec![after.clone()]
+        );
+        assert_eq!(
+            reg.find_by_dir("/data/1").await.unwrap(),
+            Some(after.clone())
+        );
+        let owners = reg.owners().await.unwrap();
+        for r in &listed {
+            assert_eq!(owners[&r.store_id].instance_id, r.instance_id);
+            assert_eq!(owners[&r.store_id].since_ms, r.owner_since_ms);
+        }
+        // Registered with another since when: kept as given.
+        let mut later = record("st-3", "/data/3", "inst-1", 5);
+        later.owner_since_ms = 7;
+        reg.insert_store(&later).await.unwrap();
+        assert_eq!(reg.get_store("st-3").await.unwrap(), Some(later));
     }
 
     pub async fn ping_and_location(reg: Registry) {

@@ -75,21 +75,40 @@ impl Registry {
             let rows = sqlx::query(SQL).fetch_all(pool).await;
             rows.map_err(|e| self.err(e))?
                 .iter()
-                .map(|r| {
-                    let drill = DrillRecord {
-                        ok: r.try_get("ok")?,
-                        commit_seq: u64_of(r.try_get("commit_seq")?),
-                        manifest_key: r.try_get("manifest_key")?,
-                        duration_ms: u64_of(r.try_get("duration_ms")?),
-                        bytes: u64_of(r.try_get("bytes")?),
-                        error: r.try_get("error")?,
-                        finished_at_ms: r.try_get("finished_at_ms")?,
-                        last_ok_at_ms: r.try_get("last_ok_at_ms")?,
-                    };
-                    Ok((r.try_get::<String, _>("store_id")?, drill))
-                })
+                .map(|r| Ok((r.try_get::<String, _>("store_id")?, drill_from_row(r)?)))
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| self.err(e))
         })
     }
+
+    /// One store's last drill, if it had one: its row only (a store started while the
+    /// service runs, `service::fleet::hosting`).
+    pub async fn drill(&self, store_id: &str) -> Result<Option<DrillRecord>, RegistryError> {
+        const SQL: &str = "SELECT ok, commit_seq, manifest_key, duration_ms, bytes, error, \
+                           finished_at_ms, last_ok_at_ms FROM store_drills WHERE store_id = $1";
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
+            row.and_then(|r| r.as_ref().map(drill_from_row).transpose())
+                .map_err(|e| self.err(e))
+        })
+    }
+}
+
+fn drill_from_row<R: Row>(r: &R) -> Result<DrillRecord, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> bool: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(DrillRecord {
+        ok: r.try_get("ok")?,
+        commit_seq: u64_of(r.try_get("commit_seq")?),
+        manifest_key: r.try_get("manifest_key")?,
+        duration_ms: u64_of(r.try_get("duration_ms")?),
+        bytes: u64_of(r.try_get("bytes")?),
+        error: r.try_get("error")?,
+        finished_at_ms: r.try_get("finished_at_ms")?,
+        last_ok_at_ms: r.try_get("last_ok_at_ms")?,
+    })
 }

@@ -7,6 +7,10 @@
 //! nobody listening and answers `UNAVAILABLE` naming it. Its heartbeat
 //! ([`Registry::report_health`]) says whether it is alive.
 //!
+//! The table's `started_at_ms` column (migration 0007) is no longer written or read: nothing
+//! showed it (the process's start is in `instance_claims`). It keeps its default of 0; no
+//! migration drops it.
+//!
 //! One statement per call; a crash leaves the row as it was or as announced.
 
 use sqlx::Row;
@@ -23,8 +27,6 @@ pub struct InstanceInfo {
     pub failover_group: String,
     /// Its last heartbeat, milliseconds since the Unix epoch (0: never).
     pub heartbeat_ms: i64,
-    /// When its current process announced itself, milliseconds since the Unix epoch.
-    pub started_at_ms: i64,
 }
 
 impl Registry {
@@ -37,12 +39,11 @@ impl Registry {
         at_ms: i64,
     ) -> Result<(), RegistryError> {
         const SQL: &str = "INSERT INTO instances (instance_id, heartbeat_ms, advertise_address, \
-                           failover_group, started_at_ms) VALUES ($1, $2, $3, $4, $2) \
+                           failover_group) VALUES ($1, $2, $3, $4) \
                            ON CONFLICT (instance_id) DO UPDATE SET \
                            heartbeat_ms = excluded.heartbeat_ms, \
                            advertise_address = excluded.advertise_address, \
-                           failover_group = excluded.failover_group, \
-                           started_at_ms = excluded.started_at_ms";
+                           failover_group = excluded.failover_group";
         with_pool!(self, |pool| {
             sqlx::query(SQL)
                 .bind(instance_id)
@@ -58,8 +59,8 @@ impl Registry {
 
     /// One instance, if it ever reported or announced itself.
     pub async fn instance(&self, instance_id: &str) -> Result<Option<InstanceInfo>, RegistryError> {
-        const SQL: &str = "SELECT instance_id, heartbeat_ms, advertise_address, failover_group, \
-                           started_at_ms FROM instances WHERE instance_id = $1";
+        const SQL: &str = "SELECT instance_id, heartbeat_ms, advertise_address, failover_group \
+                           FROM instances WHERE instance_id = $1";
         with_pool!(self, |pool| {
             let row = sqlx::query(SQL)
                 .bind(instance_id)
@@ -99,8 +100,8 @@ impl Registry {
 
     /// Every instance that ever reported or announced itself, by instance id.
     pub async fn instances(&self) -> Result<Vec<InstanceInfo>, RegistryError> {
-        const SQL: &str = "SELECT instance_id, heartbeat_ms, advertise_address, failover_group, \
-                           started_at_ms FROM instances ORDER BY instance_id";
+        const SQL: &str = "SELECT instance_id, heartbeat_ms, advertise_address, failover_group \
+                           FROM instances ORDER BY instance_id";
         with_pool!(self, |pool| {
             let rows = sqlx::query(SQL).fetch_all(pool).await;
             rows.and_then(|rows| rows.iter().map(info_from_row).collect())
@@ -120,6 +121,5 @@ where
         advertise_address: r.try_get("advertise_address")?,
         failover_group: r.try_get("failover_group")?,
         heartbeat_ms: r.try_get("heartbeat_ms")?,
-        started_at_ms: r.try_get("started_at_ms")?,
     })
 }

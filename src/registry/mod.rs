@@ -12,7 +12,8 @@
 //!   `instance_id` names the service instance that runs the store's worker, and
 //!   `owner_since_ms` since when (its registration, or the failover claim or planned move
 //!   that gave it to that instance: [`Registry::change_owner`], a compare-and-set,
-//!   `ownership.rs`).
+//!   `ownership.rs`); both are in every [`StoreRecord`] read, so one read of the table
+//!   says who owns what.
 //!   [`Registry::insert_store_unless`] checks a new store against every registered one and
 //!   inserts it in one transaction, under a lock every registration takes.
 //! - `audit_log`: append-only ([`AuditEntry`]), one row per register, deregister, adopt,
@@ -107,6 +108,9 @@ pub struct StoreRecord {
     pub instance_id: String,
     /// When it was registered, milliseconds since the Unix epoch.
     pub registered_at_ms: i64,
+    /// Since when `instance_id` owns it, milliseconds since the Unix epoch: its registration,
+    /// or the failover claim or planned move that gave it to that instance.
+    pub owner_since_ms: i64,
 }
 
 /// Like the derived `Debug`, but the token hash is cut to its first 8 digits: enough to tell
@@ -123,6 +127,7 @@ impl fmt::Debug for StoreRecord {
             .field("node_token_hash", &format_args!("{hash_prefix}…"))
             .field("instance_id", &self.instance_id)
             .field("registered_at_ms", &self.registered_at_ms)
+            .field("owner_since_ms", &self.owner_since_ms)
             .finish()
     }
 }
@@ -214,7 +219,7 @@ macro_rules! select_stores {
     ($tail:literal) => {
         concat!(
             "SELECT store_id, store_dir, destination, labels, options, node_token_hash, ",
-            "instance_id, registered_at_ms FROM stores ",
+            "instance_id, registered_at_ms, owner_since_ms FROM stores ",
             $tail
         )
     };
@@ -267,6 +272,8 @@ mod drill;
 pub use drill::DrillRecord;
 mod ownership;
 pub use ownership::{Claimed, Owner};
+mod report;
+pub use report::StoreReport;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:
@@ -357,7 +364,7 @@ impl Registry {
         const BUMP: &str = "UPDATE stores_serial SET serial = serial + 1 WHERE id = 1";
         const INSERT: &str = "INSERT INTO stores (store_id, store_dir, destination, labels, \
                               options, node_token_hash, instance_id, registered_at_ms, \
-                              owner_since_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)";
+                              owner_since_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
         let labels = serde_json::to_string(&rec.labels).expect("string maps serialize");
         let options = rec.options.to_string();
         // Called exactly once below, on whichever stores the check uses.
@@ -419,6 +426,7 @@ impl Registry {
                     .bind(&rec.node_token_hash)
                     .bind(&rec.instance_id)
                     .bind(rec.registered_at_ms)
+                    .bind(rec.owner_since_ms)
                     .execute(&mut *$tx)
                     .await
                     .map_err(|e| self.insert_error(e, rec))?;
@@ -703,6 +711,9 @@ where
         instance_id: get("instance_id")?,
         registered_at_ms: row
             .try_get("registered_at_ms")
+            .map_err(|e| classify(location, e))?,
+        owner_since_ms: row
+            .try_get("owner_since_ms")
             .map_err(|e| classify(location, e))?,
         store_id,
     })

@@ -14,9 +14,11 @@
 //!
 //! # The reads
 //!
-//! [`Registry::owners`] (every store's owner and since when, one query, for health and lists)
-//! and [`Registry::owned_stores`] (the ids of one instance's stores and since when, one query, for the
-//! reconcile that stops the workers of stores claimed away).
+//! Every [`super::StoreRecord`] carries its owner and since when, so a read of the rows serves
+//! lists and the fleet's health at once. Besides: [`Registry::owners`] (every store's owner,
+//! one query), [`Registry::owner`] (one store's, for the `Health` of a store running here) and
+//! [`Registry::owned_stores`] (the ids of one instance's stores and since when, one query, for
+//! the reconcile that stops the workers of stores claimed away).
 //!
 //! # What a crash leaves
 //!

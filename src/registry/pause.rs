@@ -74,16 +74,34 @@ impl Registry {
             let rows = sqlx::query(SQL).fetch_all(pool).await;
             rows.map_err(|e| self.err(e))?
                 .iter()
-                .map(|r| {
-                    let pause = PauseRecord {
-                        reason: r.try_get("reason")?,
-                        paused_at_ms: r.try_get("paused_at_ms")?,
-                        until_ms: r.try_get("until_ms")?,
-                    };
-                    Ok((r.try_get::<String, _>("store_id")?, pause))
-                })
+                .map(|r| Ok((r.try_get::<String, _>("store_id")?, pause_from_row(r)?)))
                 .collect::<Result<_, sqlx::Error>>()
                 .map_err(|e| self.err(e))
         })
     }
+
+    /// The pause of one store, if it is paused: its row only (a store started while the
+    /// service runs, `service::fleet::hosting`).
+    pub async fn pause(&self, store_id: &str) -> Result<Option<PauseRecord>, RegistryError> {
+        const SQL: &str =
+            "SELECT reason, paused_at_ms, until_ms FROM store_pauses WHERE store_id = $1";
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
+            row.and_then(|r| r.as_ref().map(pause_from_row).transpose())
+                .map_err(|e| self.err(e))
+        })
+    }
+}
+
+fn pause_from_row<R: Row>(r: &R) -> Result<PauseRecord, sqlx::Error>
+where
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(PauseRecord {
+        reason: r.try_get("reason")?,
+        paused_at_ms: r.try_get("paused_at_ms")?,
+        until_ms: r.try_get("until_ms")?,
+    })
 }

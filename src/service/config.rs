@@ -195,11 +195,40 @@ impl ServiceConfig {
         }
         self.pause.check()?;
         self.peers.check()?;
+        self.check_silence()?;
         self.prices.check().map_err(|e| e.to_string())?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
         self.limits.check()
+    }
+}
+
+/// How many heartbeats (`--health-report-interval-ms`) a member of a failover group must miss
+/// at least before its group claims its stores (`--owner-silent-after-ms`).
+pub const MIN_MISSED_HEARTBEATS: u32 = 3;
+
+impl ServiceConfig {
+    /// With a failover group, refuses a silence limit under [`MIN_MISSED_HEARTBEATS`]
+    /// heartbeats: one late report (a pause of the process, a slow registry) would have a live
+    /// owner's stores claimed from it.
+    fn check_silence(&self) -> Result<(), String> {
+        let least = self
+            .health_report_interval
+            .saturating_mul(MIN_MISSED_HEARTBEATS);
+        if self.peers.failover_group.is_none() || self.owner_silent_after >= least {
+            return Ok(());
+        }
+        Err(format!(
+            "--owner-silent-after-ms {} is under {MIN_MISSED_HEARTBEATS} x \
+             --health-report-interval-ms {}: with --failover-group an owner must miss \
+             {MIN_MISSED_HEARTBEATS} heartbeats before its group claims its stores, or a live \
+             owner's stores are claimed after one late report; raise --owner-silent-after-ms to \
+             at least {} or lower --health-report-interval-ms",
+            self.owner_silent_after.as_millis(),
+            self.health_report_interval.as_millis(),
+            least.as_millis(),
+        ))
     }
 }
 
@@ -212,9 +241,8 @@ pub fn blank(token: &str) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn debug_shows_no_secret() {
-        let config = ServiceConfig {
+    fn sample() -> ServiceConfig {
+        ServiceConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: PathBuf::from("/d"),
             allow_roots: vec![],
@@ -235,10 +263,40 @@ mod tests {
             drill: Default::default(),
             webhooks: vec![],
             prices: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let config = sample();
         let shown = format!("{config:?}");
         assert!(!shown.contains("s3cret-t0ken"), "{shown}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn a_failover_group_needs_a_silence_limit_of_three_heartbeats() {
+        let grouped = |silent_ms: u64, report_ms: u64, group: bool| ServiceConfig {
+            allow_roots: vec![PathBuf::from("/r")],
+            owner_silent_after: Duration::from_millis(silent_ms),
+            health_report_interval: Duration::from_millis(report_ms),
+            peers: PeerSettings {
+                failover_group: group.then(|| "g".to_string()),
+                ..Default::default()
+            },
+            ..sample()
+        };
+        let refused = grouped(899, 300, true).check().unwrap_err();
+        for says in [
+            "--owner-silent-after-ms 899",
+            "--health-report-interval-ms 300",
+            "at least 900",
+        ] {
+            assert!(refused.contains(says), "{refused}");
+        }
+        assert_eq!(grouped(900, 300, true).check(), Ok(()));
+        // No group, no claims: the limit only marks stores unhealthy.
+        assert_eq!(grouped(100, 300, false).check(), Ok(()));
     }
 }

@@ -203,6 +203,7 @@ mod tests {
             node_token_hash: String::new(),
             instance_id: "i".into(),
             registered_at_ms: 0,
+            owner_since_ms: 0,
         }
     }
 

@@ -19,18 +19,23 @@
 //!    (as before) until the next start.
 //! 2. **Claims** (only with `--failover-group`, and only while this instance's own heartbeat is
 //!    fresh: an instance cut off from the registry claims nothing): every instance of the
-//!    group whose heartbeat is older than `--owner-silent-after-ms` is silent. For each of its
-//!    stores: this instance claims it at once when it is the store's preferred claimant (the
+//!    group whose heartbeat is older than `--owner-silent-after-ms` is silent ([`live_member`],
+//!    the one test of liveness that claims, moves and drains use). When one is, the stores are
+//!    listed once for the round (whatever the number of silent members). For each store of a
+//!    silent member: this instance claims it at once when it is the store's preferred claimant (the
 //!    store id hashed, FNV-1a, onto the group's live members sorted by id: so the stores of a
 //!    dead instance spread over the survivors), and any live member claims it once the owner
 //!    has been silent for twice the limit (the preferred one may be unable to see it). A claim:
 //!    - checks that this instance sees the store's directory ([`sees`]): inside its allowed
-//!      roots, a real directory, and the same store the prefix backs up (its `backup.lineage`
-//!      is the lineage LATEST names, or its `backup.parent` names LATEST's manifest; a store
-//!      that never backed up has no LATEST to compare and only needs a `store.meta` or
-//!      `wal.bin`). Read through [`StoreDir`] like every read of a store: links, FIFOs and
-//!      oversized files refused. A store it cannot see stays with its owner (and unhealthy
-//!      there, as the owner's silence makes it), and is checked again at the next round;
+//!      roots, a real directory, and the store the prefix backs up as the worker's own lineage
+//!      rule decides it ([`crate::worker::lineage::decide`], against the restore point LATEST
+//!      names: the same lineage and at least its commits, or an adopted store whose
+//!      `backup.parent` LATEST still names); a store that never backed up has no LATEST to
+//!      compare and only needs a `store.meta` or `wal.bin`. Read through [`StoreDir`] like
+//!      every read of a store: links, FIFOs and oversized files refused. A store it cannot
+//!      see stays with its owner (and unhealthy there, as the owner's silence makes it); the
+//!      verdict is remembered (`failover/unseen.rs`) until the store's row changes or
+//!      [`unseen::RECHECK_AFTER_ROUNDS`] rounds pass, then it is checked again;
 //!    - compare-and-sets the row ([`crate::registry::Registry::change_owner`]): exactly one
 //!      claimant wins;
 //!    - the winner audits it (`failover`), publishes `owner_changed` ("claimed from A (silent
@@ -68,7 +73,7 @@
 //!   on (a partition) stops the claimed stores' workers at its next reconcile.
 //! - The audit row or the event may be missing (the row is the truth).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +82,21 @@ use super::paths;
 use crate::events::{EventKind, NewEvent};
 use crate::registry::{Claimed, InstanceInfo, StoreRecord};
 use crate::store::dir::StoreDir;
+use crate::worker::lineage::{self, Decision, NewestRestorePoint};
+
+mod unseen;
+use unseen::Unseen;
+
+/// How long `i` has not been heard from at `now` (milliseconds since its last heartbeat).
+pub fn quiet_ms(i: &InstanceInfo, now: i64) -> i64 {
+    now.saturating_sub(i.heartbeat_ms)
+}
+
+/// Whether `i` is a live member of `group` at `now`: in the group, and heard from within
+/// `silent_ms`. The one test of claims, moves and drains.
+pub fn live_member(i: &InstanceInfo, group: &str, now: i64, silent_ms: i64) -> bool {
+    i.failover_group == group && quiet_ms(i, now) <= silent_ms
+}
 
 /// How often the task looks: a quarter of the silence limit, within 100 ms..=5 s.
 pub fn round_period(owner_silent_after: Duration) -> Duration {
@@ -105,8 +125,8 @@ pub async fn run(fleet: Arc<Fleet>) {
     tick.tick().await;
     // Stores given to this instance that it tried to start, by the owner_since_ms it tried.
     let mut tried: HashMap<String, i64> = HashMap::new();
-    // Stores of silent members this instance cannot see, warned about once.
-    let mut unseen: HashSet<String> = HashSet::new();
+    // Stores of silent members this instance cannot see (`failover/unseen.rs`).
+    let mut unseen = Unseen::default();
     loop {
         tokio::select! {
             _ = fleet.shutdown_token().cancelled() => return,
@@ -144,7 +164,7 @@ async fn reconcile(fleet: &Arc<Fleet>, tried: &mut HashMap<String, i64>) -> Resu
             continue;
         }
         tracing::warn!(store_id = %id, %owner, "the registry gives this store to another instance: stopping its worker here (no flush, nothing deleted)");
-        if fleet.unhost(id, false).await.is_some() {
+        if fleet.unhost(id).await.is_some() {
             let detail = format!("stopped here: instance {owner} owns the store now");
             fleet
                 .audit(
@@ -189,52 +209,63 @@ async fn reconcile(fleet: &Arc<Fleet>, tried: &mut HashMap<String, i64>) -> Resu
 async fn claim_round(
     fleet: &Arc<Fleet>,
     group: &str,
-    unseen: &mut HashSet<String>,
+    unseen: &mut Unseen,
 ) -> Result<(), FleetError> {
     let me = fleet.config().instance_id.clone();
     let silent_ms = crate::units::millis_i64(fleet.config().owner_silent_after);
     let instances = fleet.registry().instances().await?;
     let now = crate::units::unix_now_ms();
-    let quiet_for = |i: &InstanceInfo| now.saturating_sub(i.heartbeat_ms);
-    let members: Vec<&InstanceInfo> = instances
-        .iter()
-        .filter(|i| i.failover_group == group)
-        .collect();
+    let live_here = |i: &&InstanceInfo| live_member(i, group, now, silent_ms);
     // Cut off from the registry (or reporting late): this instance may be the silent one.
-    if !members
+    if !instances
         .iter()
-        .any(|i| i.instance_id == me && quiet_for(i) <= silent_ms)
+        .any(|i| i.instance_id == me && live_here(&i))
     {
         return Ok(());
     }
-    let live: Vec<&str> = members
+    let live: Vec<&str> = instances
         .iter()
-        .filter(|i| quiet_for(i) <= silent_ms)
+        .filter(live_here)
         .map(|i| i.instance_id.as_str())
         .collect();
-    for silent in members.iter().filter(|i| quiet_for(i) > silent_ms) {
-        let quiet = quiet_for(silent);
-        let anyone = quiet > silent_ms.saturating_mul(2);
-        for record in fleet
-            .registry()
-            .list_stores(Some(&silent.instance_id))
-            .await?
-        {
-            if fleet.shutdown_token().is_cancelled() {
-                return Ok(());
-            }
-            if !anyone && preferred(&record.store_id, &live) != Some(me.as_str()) {
-                continue;
-            }
-            if let Err(why) = sees(fleet, &record).await {
-                if unseen.insert(record.store_id.clone()) {
-                    tracing::warn!(store_id = %record.store_id, owner = %silent.instance_id, "failover: not claiming a silent owner's store: {why}");
-                }
-                continue;
-            }
-            unseen.remove(&record.store_id);
-            claim(fleet, &record, &silent.instance_id, quiet).await?;
+    // Each silent member, and for how long it has been.
+    let silent: BTreeMap<&str, i64> = instances
+        .iter()
+        .filter(|i| i.failover_group == group && !live_here(i))
+        .map(|i| (i.instance_id.as_str(), quiet_ms(i, now)))
+        .collect();
+    let stores = match silent.is_empty() {
+        true => Vec::new(),
+        // One listing a round, however many members are silent.
+        false => fleet.registry().list_stores(None).await?,
+    };
+    let stores: Vec<(StoreRecord, i64)> = stores
+        .into_iter()
+        .filter_map(|r| {
+            let quiet = *silent.get(r.instance_id.as_str())?;
+            Some((r, quiet))
+        })
+        .collect();
+    unseen.start_round(stores.iter().map(|(r, _)| r));
+    for (record, quiet) in &stores {
+        if fleet.shutdown_token().is_cancelled() {
+            return Ok(());
         }
+        let anyone = *quiet > silent_ms.saturating_mul(2);
+        if !anyone && preferred(&record.store_id, &live) != Some(me.as_str()) {
+            continue;
+        }
+        if unseen.stands(record) {
+            continue;
+        }
+        if let Err(why) = sees(fleet, record).await {
+            if unseen.remember(record, &why) {
+                tracing::warn!(store_id = %record.store_id, owner = %record.instance_id, "failover: not claiming a silent owner's store: {why}");
+            }
+            continue;
+        }
+        unseen.forget(&record.store_id);
+        claim(fleet, record, &record.instance_id, *quiet).await?;
     }
     Ok(())
 }
@@ -244,7 +275,7 @@ async fn claim(
     fleet: &Arc<Fleet>,
     record: &StoreRecord,
     from: &str,
-    quiet_ms: i64,
+    quiet: i64,
 ) -> Result<(), FleetError> {
     let me = &fleet.config().instance_id;
     let id = &record.store_id;
@@ -258,7 +289,7 @@ async fn claim(
         }
         Claimed::Gone => return Ok(()),
     }
-    let detail = format!("claimed from {from} (silent {} s)", quiet_ms / 1000);
+    let detail = format!("claimed from {from} (silent {} s)", quiet / 1000);
     tracing::warn!(store_id = %id, %from, "failover: {detail}");
     fleet
         .audit(
@@ -275,6 +306,7 @@ async fn claim(
         .publish(NewEvent::new(EventKind::OwnerChanged, id, detail));
     let mut record = record.clone();
     record.instance_id = me.clone();
+    record.owner_since_ms = now;
     if let Err(e) = fleet.host(record).await {
         // The row stays this instance's: the next start (or an operator's move) retries.
         tracing::error!(store_id = %id, error = %e, "failover: claimed a store but cannot start its worker");
@@ -303,48 +335,60 @@ pub async fn sees(fleet: &Fleet, record: &StoreRecord) -> Result<(), String> {
     let roots = fleet.config().allow_roots.clone();
     let dir = paths::check_store_dir(&record.store_dir, &roots).map_err(|e| e.to_string())?;
     let store = StoreDir::confined(dir, roots);
-    let local = tokio::task::spawn_blocking(move || read_identity(&store))
-        .await
-        .map_err(|e| format!("the directory check failed: {e}"))??;
+    let local = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || read_identity(&store))
+            .await
+            .map_err(|e| format!("the directory check failed: {e}"))??
+    };
     let bucket = crate::bucket::open_read_only(&record.destination)
         .await
         .map_err(|e| format!("destination {}: {e}", record.destination))?;
     let latest = match bucket.get(crate::manifest::LATEST_KEY).await {
-        Ok(o) => Some(
-            crate::manifest::Latest::decode(&o.data)
-                .map_err(|e| format!("the prefix's LATEST: {e}"))?,
-        ),
-        Err(crate::bucket::BucketError::NotFound { .. }) => None,
+        Ok(o) => crate::manifest::Latest::decode(&o.data)
+            .map_err(|e| format!("the prefix's LATEST: {e}"))?,
+        Err(crate::bucket::BucketError::NotFound { .. }) if local.has_store => return Ok(()),
+        Err(crate::bucket::BucketError::NotFound { .. }) => {
+            return Err(format!(
+                "{} holds no store (no store.meta or wal.bin)",
+                record.store_dir
+            ));
+        }
         Err(e) => return Err(format!("reading the prefix's LATEST: {e}")),
     };
-    let shown = record.store_dir.as_str();
-    match (latest, local) {
-        (
-            None,
-            Identity {
-                has_store: true, ..
-            },
-        ) => Ok(()),
-        (None, _) => Err(format!("{shown} holds no store (no store.meta or wal.bin)")),
-        (
-            Some(l),
-            Identity {
-                lineage: Some(mine),
-                ..
-            },
-        ) if mine == l.lineage => Ok(()),
-        (
-            Some(l),
-            Identity {
-                parent: Some(p), ..
-            },
-        ) if p.manifest == l.manifest => Ok(()),
-        (Some(l), Identity { lineage, .. }) => Err(format!(
-            "{shown} is not the store the prefix backs up (its lineage is {}, LATEST's {})",
-            lineage.map_or_else(|| "none".to_string(), |u| u.to_string()),
-            l.lineage
+    // The worker's own rule, as its resume applies it: a store it would refuse is not claimed.
+    let commit_seq = durable_commits(&store, local.locked)
+        .await
+        .map_err(|e| format!("{}: its durable commits: {e}", record.store_dir))?;
+    let newest = NewestRestorePoint::named_by(&latest);
+    match lineage::decide(
+        local.lineage,
+        local.parent.as_ref(),
+        commit_seq,
+        Some(newest),
+        uuid::Uuid::nil, // never asked for: the prefix has a restore point
+    ) {
+        Decision::Proceed { .. } => Ok(()),
+        Decision::Refuse(why) => Err(format!(
+            "{}: its worker would refuse it: {why}",
+            record.store_dir
         )),
     }
+}
+
+/// How many commits the store holds durably: `wal.position` while a node holds `store.lock`,
+/// else `wal.bin`'s valid frames (the sources a worker without a node stream reads).
+async fn durable_commits(store: &StoreDir, locked: bool) -> Result<u64, String> {
+    use crate::wal_source::{FileSource, OfflineSource, WalSource};
+    let pos = match locked {
+        true => FileSource::new(store.clone()).durable_wal_position().await,
+        false => {
+            OfflineSource::new(store.clone())
+                .durable_wal_position()
+                .await
+        }
+    };
+    pos.map(|p| p.commit_seq).map_err(|e| e.to_string())
 }
 
 /// What a directory says of the store in it.
@@ -353,11 +397,15 @@ struct Identity {
     parent: Option<crate::store::format::ParentRecord>,
     /// A `store.meta` or `wal.bin` (regular files).
     has_store: bool,
+    /// A node holds `store.lock`.
+    locked: bool,
 }
 
 fn read_identity(store: &StoreDir) -> Result<Identity, String> {
     use crate::store::dir::FileKind;
-    use crate::store::disk::{META_FILE, WAL_FILE, read_lineage_in, read_parent_in};
+    use crate::store::disk::{
+        META_FILE, WAL_FILE, lock_is_held_in, read_lineage_in, read_parent_in,
+    };
     match store.check() {
         Ok(true) => {}
         Ok(false) => return Err(format!("{} does not exist here", store.path().display())),
@@ -373,6 +421,7 @@ fn read_identity(store: &StoreDir) -> Result<Identity, String> {
         lineage: read_lineage_in(store).map_err(|e| e.to_string())?,
         parent: read_parent_in(store).map_err(|e| e.to_string())?,
         has_store: has(META_FILE, FileKind::Side)? || has(WAL_FILE, FileKind::Store)?,
+        locked: lock_is_held_in(store).map_err(|e| e.to_string())?,
     })
 }
 

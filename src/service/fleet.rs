@@ -234,19 +234,11 @@ impl Fleet {
         let mut drills = fleet.registry.drills().await?;
         for record in mine {
             let id = record.store_id.clone();
-            let pause = pauses.remove(&id).map(|p| super::pause::from_record(&p));
-            let drill = drills.remove(&id).map(|d| super::drill::from_record(&d));
-            match fleet.spawn(record, pause).await {
-                Ok(entry) => {
-                    if let Some(d) = drill {
-                        entry.handle.set_drill(d);
-                    }
-                }
-                // The store stays registered (an operator may fix its root or destination);
-                // it just has no worker in this process.
-                Err(e) => {
-                    tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store")
-                }
+            let (pause, drill) = (pauses.remove(&id), drills.remove(&id));
+            // The store stays registered (an operator may fix its root or destination) if
+            // this fails; it just has no worker in this process.
+            if let Err(e) = fleet.respawn(record, pause, drill).await {
+                tracing::error!(store_id = %id, error = %e, "cannot respawn a registered store")
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");
@@ -450,6 +442,7 @@ impl Fleet {
         peer: Option<String>,
     ) -> Result<(Arc<StoreEntry>, String), FleetError> {
         let token = registry::new_node_token();
+        let now = now_ms();
         let record = StoreRecord {
             store_id: uuid::Uuid::new_v4().to_string(),
             store_dir: checked.dir.to_string_lossy().into_owned(),
@@ -459,7 +452,8 @@ impl Fleet {
                 .map_err(|e| FleetError::Internal(e.to_string()))?,
             node_token_hash: registry::hash_token(&token),
             instance_id: self.config.instance_id.clone(),
-            registered_at_ms: now_ms(),
+            registered_at_ms: now,
+            owner_since_ms: now,
         };
         // Against every registered store, final: under the registry's lock, in the insert's
         // transaction.

@@ -1,12 +1,22 @@
 //! What `Health`, `WatchHealth` and `ListStores` answer for each store: a local worker's
 //! health, or another instance's last report of its store (unhealthy once that owner went
 //! silent), and — for every store, local or not — its owner and since when, as the registry
-//! holds them ([`crate::registry::Registry::owners`], one read per answer).
+//! holds them.
+//!
+//! Registry reads per answer: the fleet's `Health` and `ListStores` read the `stores` rows
+//! once (each row carries its owner: [`crate::registry::StoreRecord::owner_since_ms`]), and
+//! `Health` also every health report and heartbeat (`remote.rs`). One store's `Health` reads
+//! that store's rows only: its owner row when it runs here (the registry's word, not the
+//! worker's copy, so a store claimed away shows its new owner before the reconcile stops it
+//! here), else its row, its health report and its owner's heartbeat in one join.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::error::ServiceError;
 use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use super::proto;
 use super::request;
+use crate::registry::Owner;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -18,43 +28,87 @@ pub(super) async fn health_of(
     fleet: &Fleet,
     store_id: &str,
 ) -> Result<proto::HealthResponse, ServiceError> {
-    let mut r = health_rows(fleet, store_id).await?;
-    // One store's Health reads its own row, not every store's (10,000 rows at fleet scale).
-    let owners = if store_id.is_empty() {
-        fleet.registry().owners().await
-    } else {
-        let one = fleet.registry().owner(store_id).await;
-        one.map(|o| o.into_iter().map(|o| (store_id.to_string(), o)).collect())
-    };
-    let owners = owners.map_err(FleetError::from)?;
-    for h in &mut r.stores {
-        if let Some(o) = owners.get(&h.store_id) {
-            h.owner_instance_id = o.instance_id.clone();
-            h.owner_since_unix_ms = o.since_ms;
-        }
+    let id = &fleet.config().instance_id;
+    let local = |e: &StoreEntry| encryption(store_health(e, id, &fleet.config().prices), fleet);
+    if !store_id.is_empty() {
+        let h = match fleet.get(store_id) {
+            Ok(e) => {
+                let mut h = local(&e);
+                let owner = fleet.registry().owner(store_id).await;
+                if let Some(o) = owner.map_err(FleetError::from)? {
+                    set_owner(&mut h, &o);
+                }
+                h
+            }
+            Err(FleetError::NotHere(_)) => match fleet.remote_one(store_id).await? {
+                Some(r) => remote_health(&r),
+                None => return Err(FleetError::UnknownStore(store_id.to_string()).into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        return Ok(proto::HealthResponse { stores: vec![h] });
     }
-    Ok(r)
-}
-
-/// Every store this instance runs, then every other one in the registry, with its owner.
-pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, FleetError> {
-    let prices = &fleet.config().prices;
-    let mut stores: Vec<proto::StoreInfo> = fleet
-        .list()
+    let remote = fleet.remote().await?;
+    let local_stores = fleet.list();
+    let here: BTreeSet<&str> = local_stores
         .iter()
-        .map(|e| proto::StoreInfo {
-            usage: Some(super::usage::priced(e, prices).proto()),
-            ..store_info(&e.record)
+        .map(|e| e.record.store_id.as_str())
+        .collect();
+    let mut stores: Vec<proto::StoreHealth> = local_stores
+        .iter()
+        .map(|e| {
+            let mut h = local(e);
+            if let Some(o) = remote.owners.get(&e.record.store_id) {
+                set_owner(&mut h, o);
+            }
+            h
         })
         .collect();
-    stores.extend(fleet.remote().await?.iter().map(|r| store_info(&r.record)));
-    let owners = fleet.registry().owners().await?;
-    for s in &mut stores {
-        if let Some(o) = owners.get(&s.store_id) {
-            s.owner_instance_id = o.instance_id.clone();
-            s.owner_since_unix_ms = o.since_ms;
-        }
-    }
+    // A store claimed away that still runs here (until the reconcile stops it) shows once.
+    let elsewhere = remote.stores.iter();
+    stores.extend(
+        elsewhere
+            .filter(|r| !here.contains(r.record.store_id.as_str()))
+            .map(remote_health),
+    );
+    Ok(proto::HealthResponse { stores })
+}
+
+fn set_owner(h: &mut proto::StoreHealth, o: &Owner) {
+    h.owner_instance_id = o.instance_id.clone();
+    h.owner_since_unix_ms = o.since_ms;
+}
+
+/// Every store this instance runs, then every other one in the registry, with its owner: one
+/// read of the rows.
+pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, FleetError> {
+    let prices = &fleet.config().prices;
+    let me = &fleet.config().instance_id;
+    let rows = fleet.registry().list_stores(None).await?;
+    let by_id: BTreeMap<&str, &crate::registry::StoreRecord> =
+        rows.iter().map(|r| (r.store_id.as_str(), r)).collect();
+    let local = fleet.list();
+    let here: BTreeSet<&str> = local.iter().map(|e| e.record.store_id.as_str()).collect();
+    let mut stores: Vec<proto::StoreInfo> = local
+        .iter()
+        .map(|e| {
+            let mut info = proto::StoreInfo {
+                usage: Some(super::usage::priced(e, prices).proto()),
+                ..store_info(&e.record)
+            };
+            // The row as read now: the owner may have changed since the worker started.
+            if let Some(row) = by_id.get(e.record.store_id.as_str()) {
+                info.owner_instance_id = row.instance_id.clone();
+                info.owner_since_unix_ms = row.owner_since_ms;
+            }
+            info
+        })
+        .collect();
+    stores.extend(
+        rows.iter()
+            .filter(|r| &r.instance_id != me && !here.contains(r.store_id.as_str()))
+            .map(store_info),
+    );
     Ok(stores)
 }
 
@@ -142,40 +196,10 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
         options: Some(request::proto_options(&opts)),
+        owner_instance_id: r.instance_id.clone(),
+        owner_since_unix_ms: r.owner_since_ms,
         ..Default::default()
     }
-}
-
-async fn health_rows(fleet: &Fleet, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
-    let id = &fleet.config().instance_id;
-    if !store_id.is_empty() {
-        match fleet.get(store_id) {
-            Ok(e) => {
-                return Ok(proto::HealthResponse {
-                    stores: vec![encryption(
-                        store_health(&e, id, &fleet.config().prices),
-                        fleet,
-                    )],
-                });
-            }
-            Err(FleetError::NotHere(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
-        let remote = fleet.remote().await?;
-        return match remote.iter().find(|r| r.record.store_id == store_id) {
-            Some(r) => Ok(proto::HealthResponse {
-                stores: vec![remote_health(r)],
-            }),
-            None => Err(FleetError::UnknownStore(store_id.to_string()).into()),
-        };
-    }
-    let mut stores: Vec<proto::StoreHealth> = fleet
-        .list()
-        .iter()
-        .map(|e| encryption(store_health(e, id, &fleet.config().prices), fleet))
-        .collect();
-    stores.extend(fleet.remote().await?.iter().map(remote_health));
-    Ok(proto::HealthResponse { stores })
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.
@@ -186,6 +210,8 @@ fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
         destination: r.record.destination.clone(),
         instance_id: r.record.instance_id.clone(),
         reported_at_unix_ms: r.reported_at_ms.unwrap_or(0),
+        owner_instance_id: r.record.instance_id.clone(),
+        owner_since_unix_ms: r.record.owner_since_ms,
         ..Default::default()
     };
     if let Some(h) = &r.health {

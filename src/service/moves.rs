@@ -148,7 +148,7 @@ pub async fn move_store(
             // Indeterminate: run the store again unless the row is known to have moved (a
             // failed re-read runs it again too: the reconcile stops it if the row did move;
             // leaving it stopped would leave it unprotected until a restart).
-            fleet.unhost(store_id, false).await;
+            fleet.unhost(store_id).await;
             let owner = fleet.registry().store_owner(store_id).await;
             let moved =
                 matches!(&owner, Ok(None)) || matches!(&owner, Ok(Some((o, _))) if *o != me);
@@ -158,7 +158,7 @@ pub async fn move_store(
             return Err(FleetError::from(e).into());
         }
     };
-    fleet.unhost(store_id, false).await;
+    fleet.unhost(store_id).await;
     match outcome {
         Claimed::Won => {}
         Claimed::Lost { owner } => {
@@ -230,11 +230,12 @@ async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, 
             theirs: info.failover_group,
         }));
     }
-    let quiet_ms = crate::units::unix_now_ms().saturating_sub(info.heartbeat_ms);
-    if quiet_ms > crate::units::millis_i64(fleet.config().owner_silent_after) {
+    let now = crate::units::unix_now_ms();
+    let silent_ms = crate::units::millis_i64(fleet.config().owner_silent_after);
+    if !failover::live_member(&info, &ours, now, silent_ms) {
         return Ok(Err(MoveError::TargetSilent {
             to: to.to_string(),
-            quiet_ms,
+            quiet_ms: failover::quiet_ms(&info, now),
         }));
     }
     Ok(Ok(()))
@@ -260,8 +261,7 @@ pub async fn drain(
         .map_err(FleetError::from)?;
     let live: Vec<&str> = instances
         .iter()
-        .filter(|i| i.failover_group == group && i.instance_id != me)
-        .filter(|i| now.saturating_sub(i.heartbeat_ms) <= silent_ms)
+        .filter(|i| i.instance_id != me && failover::live_member(i, &group, now, silent_ms))
         .map(|i| i.instance_id.as_str())
         .collect();
     if live.is_empty() {

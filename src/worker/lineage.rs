@@ -13,7 +13,9 @@
 //! longer matches and the store is refused like any other lineage.
 //!
 //! This module is a pure function of what the store and the prefix hold, so every case is a
-//! unit test.
+//! unit test. It is also the rule a failover claimant applies before it takes a store over
+//! (`service::failover::sees`), against the restore point LATEST names
+//! ([`NewestRestorePoint::named_by`]): a store the new worker would refuse is not claimed.
 
 use uuid::Uuid;
 
@@ -33,12 +35,38 @@ pub enum Decision {
     Refuse(String),
 }
 
-/// What the prefix's newest restore point is.
+/// What the prefix's newest restore point is: what the rule needs of its manifest.
 pub struct NewestRestorePoint<'a> {
     pub key: &'a str,
-    pub manifest: &'a Manifest,
+    /// Its manifest's lineage.
+    pub lineage: Uuid,
+    /// Its manifest's commit count.
+    pub commit_seq: u64,
     /// What LATEST holds, when it exists.
     pub latest: Option<&'a Latest>,
+}
+
+impl<'a> NewestRestorePoint<'a> {
+    /// The restore point of manifest `m`, stored at `key`.
+    pub fn of(key: &'a str, m: &Manifest, latest: Option<&'a Latest>) -> Self {
+        NewestRestorePoint {
+            key,
+            lineage: m.lineage,
+            commit_seq: m.commit_seq,
+            latest,
+        }
+    }
+
+    /// The restore point LATEST names, from LATEST alone (it holds the lineage and commit
+    /// count of the manifest it names), with no read of the manifest.
+    pub fn named_by(latest: &'a Latest) -> Self {
+        NewestRestorePoint {
+            key: &latest.manifest,
+            lineage: latest.lineage,
+            commit_seq: latest.commit_seq,
+            latest: Some(latest),
+        }
+    }
 }
 
 /// Decides, from the store's lineage and parent record, its durable commit count and the
@@ -64,7 +92,7 @@ pub fn decide(
             },
         };
     };
-    let m = newest.manifest;
+    let m = &newest;
     let Some(lineage) = store_lineage else {
         return Decision::Refuse(format!(
             "the store has no backup.lineage but the prefix has restore points \
@@ -168,11 +196,47 @@ mod tests {
     }
 
     fn newest<'a>(key: &'a str, m: &'a Manifest, l: &'a Latest) -> Option<NewestRestorePoint<'a>> {
-        Some(NewestRestorePoint {
-            key,
-            manifest: m,
-            latest: Some(l),
-        })
+        Some(NewestRestorePoint::of(key, m, Some(l)))
+    }
+
+    /// What a failover claimant asks (LATEST alone) is answered as the worker answers it (the
+    /// manifest LATEST names): a rewound store, another lineage, an adopted one.
+    #[test]
+    fn latest_alone_decides_as_the_manifest_it_names() {
+        let m = manifest(1, 100);
+        let l = latest(&m);
+        let key = l.manifest.clone();
+        let parent = ParentRecord {
+            lineage: Uuid::from_u128(1),
+            manifest: key.clone(),
+            commit_seq: 100,
+        };
+        let cases = [
+            (Some(1), None, 99),
+            (Some(1), None, 100),
+            (Some(2), None, 500),
+            (None, None, 500),
+            (Some(2), Some(&parent), 100),
+            (Some(2), Some(&parent), 90),
+        ];
+        let mut refused = 0;
+        for (lineage, parent, seq) in cases {
+            let lineage = lineage.map(Uuid::from_u128);
+            let by_manifest = decide(lineage, parent, seq, newest(&key, &m, &l), Uuid::new_v4);
+            let by_latest = decide(
+                lineage,
+                parent,
+                seq,
+                Some(NewestRestorePoint::named_by(&l)),
+                Uuid::new_v4,
+            );
+            assert_eq!(by_manifest, by_latest, "{lineage:?} {parent:?} {seq}");
+            refused += usize::from(matches!(by_latest, Decision::Refuse(_)));
+        }
+        assert_eq!(
+            refused, 4,
+            "the rewound, the two strangers, the adopted one rewound"
+        );
     }
 
     #[test]

@@ -246,11 +246,9 @@ impl View {
             store_lineage,
             parent.as_ref(),
             pos.commit_seq,
-            newest.as_ref().map(|(key, m)| NewestRestorePoint {
-                key,
-                manifest: m,
-                latest: latest.as_ref().map(|(l, _)| l),
-            }),
+            newest
+                .as_ref()
+                .map(|(key, m)| NewestRestorePoint::of(key, m, latest.as_ref().map(|(l, _)| l))),
             Uuid::new_v4,
         );
         let (lineage, write_lineage, parent_ref) = match decision {

@@ -1,20 +1,23 @@
 //! Starting and stopping the worker of a store whose owner changed while this process runs:
 //! a store this instance was given (a failover claim, `super::super::failover`, or a planned
-//! move, `super::super::moves`) and one taken from it.
+//! move, `super::super::moves`) and one taken from it; and the start of a registered store's
+//! worker with what the registry holds for it, which [`Fleet::start`] uses too.
 //!
-//! [`Fleet::host`] starts a worker the way [`Fleet::start`] respawns a registered store (its
-//! pause and its last drill from the registry); the bucket lease then decides when it may
+//! [`Fleet::host`] starts a worker the way [`Fleet::start`] respawns a registered store
+//! ([`Fleet::respawn`]: its pause and its last drill from the registry; `host` reads that
+//! store's rows only, `start` every row once); the bucket lease then decides when it may
 //! write (it waits as a standby while the previous owner's lease holds). [`Fleet::unhost`]
 //! takes the store out of the fleet first (calls for it are forwarded to the owner the
-//! registry names from then on), then stops its worker (flushing only when asked: a worker
-//! whose store was claimed away may no longer hold its lease, and must not try to write) and
-//! ends its position streams. Nothing is deleted: not the row, not the store lease of another
-//! holder (a release deletes the lease object only while it is this worker's).
+//! registry names from then on), then stops its worker without a flush (a worker whose store
+//! was claimed away may no longer hold its lease, and must not try to write; a planned move
+//! flushes before it changes the row) and ends its position streams. Nothing is deleted: not
+//! the row, not the store lease of another holder (a release deletes the lease object only
+//! while it is this worker's).
 
 use std::sync::Arc;
 
 use super::{Fleet, FleetError, StoreEntry};
-use crate::registry::StoreRecord;
+use crate::registry::{DrillRecord, PauseRecord, StoreRecord};
 
 impl Fleet {
     /// Starts `record`'s worker here, unless one runs already (then that one). One at a time,
@@ -27,9 +30,19 @@ impl Fleet {
         if let Ok(entry) = self.get(&record.store_id) {
             return Ok(entry);
         }
-        let id = record.store_id.clone();
-        let pause = self.registry.pauses().await?.remove(&id);
-        let drill = self.registry.drills().await?.remove(&id);
+        let pause = self.registry.pause(&record.store_id).await?;
+        let drill = self.registry.drill(&record.store_id).await?;
+        self.respawn(record, pause, drill).await
+    }
+
+    /// Starts a registered store's worker, paused with its pause from the registry and
+    /// showing its last drill.
+    pub(super) async fn respawn(
+        &self,
+        record: StoreRecord,
+        pause: Option<PauseRecord>,
+        drill: Option<DrillRecord>,
+    ) -> Result<Arc<StoreEntry>, FleetError> {
         let pause = pause.map(|p| crate::service::pause::from_record(&p));
         let entry = self.spawn(record, pause).await?;
         if let Some(d) = drill {
@@ -40,22 +53,15 @@ impl Fleet {
         Ok(entry)
     }
 
-    /// Takes `store_id` out of this fleet and stops its worker (see the module docs); `None`
-    /// when it did not run here.
-    pub(in crate::service) async fn unhost(
-        &self,
-        store_id: &str,
-        flush: bool,
-    ) -> Option<Arc<StoreEntry>> {
+    /// Takes `store_id` out of this fleet and stops its worker, without a flush (see the
+    /// module docs); `None` when it did not run here.
+    pub(in crate::service) async fn unhost(&self, store_id: &str) -> Option<Arc<StoreEntry>> {
         let entry = self
             .stores
             .write()
             .expect("not poisoned")
             .remove(store_id)?;
-        if flush {
-            entry.handle.resume().await;
-        }
-        entry.handle.shutdown(flush).await;
+        entry.handle.shutdown(false).await;
         entry.source.close();
         crate::service::store_metrics::forget_store(store_id);
         Some(entry)

@@ -1,0 +1,64 @@
+//! One store as the registry last heard of it: its row, the last health reported for it and
+//! its owner's heartbeat, in one read (a join of `stores`, `store_health` and `instances`), for
+//! the `Health` of one store another instance owns (`service::remote`): that store's rows
+//! only, however many stores the fleet has.
+//!
+//! Read-only: one statement, so a crash leaves nothing.
+
+use sqlx::Row;
+
+use super::{Backend, HealthRow, Registry, RegistryError, StoreRecord, store_from_row};
+
+/// What [`Registry::store_report`] read.
+#[derive(Debug, Clone)]
+pub struct StoreReport {
+    pub record: StoreRecord,
+    /// The last health reported for the store, if any was.
+    pub health: Option<HealthRow>,
+    /// The owner's last heartbeat, if it ever reported or announced itself.
+    pub heartbeat_ms: Option<i64>,
+}
+
+impl Registry {
+    /// `store_id`'s row, last health report and owner's heartbeat (`None`: not registered).
+    pub async fn store_report(&self, store_id: &str) -> Result<Option<StoreReport>, RegistryError> {
+        const SQL: &str = "SELECT s.store_id, s.store_dir, s.destination, s.labels, s.options, \
+                           s.node_token_hash, s.instance_id, s.registered_at_ms, \
+                           s.owner_since_ms, h.instance_id AS reporter, h.reported_at_ms, \
+                           h.health, i.heartbeat_ms FROM stores s \
+                           LEFT JOIN store_health h ON h.store_id = s.store_id \
+                           LEFT JOIN instances i ON i.instance_id = s.instance_id \
+                           WHERE s.store_id = $1";
+        with_pool!(self, |pool| {
+            let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
+            let Some(r) = row.map_err(|e| self.err(e))? else {
+                return Ok(None);
+            };
+            let record = store_from_row(&r, &self.location)?;
+            let extra = || -> Result<_, sqlx::Error> {
+                let reporter: Option<String> = r.try_get("reporter")?;
+                let reported_at_ms: Option<i64> = r.try_get("reported_at_ms")?;
+                let health: Option<String> = r.try_get("health")?;
+                let heartbeat_ms: Option<i64> = r.try_get("heartbeat_ms")?;
+                let health = match (reporter, reported_at_ms, health) {
+                    (Some(instance_id), Some(reported_at_ms), Some(health_json)) => {
+                        Some(HealthRow {
+                            store_id: record.store_id.clone(),
+                            instance_id,
+                            reported_at_ms,
+                            health_json,
+                        })
+                    }
+                    _ => None,
+                };
+                Ok((health, heartbeat_ms))
+            };
+            let (health, heartbeat_ms) = extra().map_err(|e| self.err(e))?;
+            Ok(Some(StoreReport {
+                record,
+                health,
+                heartbeat_ms,
+            }))
+        })
+    }
+}
