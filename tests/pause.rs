@@ -1,6 +1,7 @@
 //! Pause and Resume through the real `serve` binary over gRPC (and `ctl`): a paused store
 //! uploads no object while its node writes — its bucket is byte for byte what it was, leases
-//! aside — holds its bucket lease, stays paused over a restart of the service, and after Resume
+//! aside — holds its bucket lease, stays paused over a restart of the service (reporting the
+//! position the bucket holds, read from LATEST, not 0), and after Resume
 //! ships every commit, which a restore then holds. A pause past its deadline (a short one,
 //! through `serve --pause-default-ms`) turns the store unhealthy and leaves it paused until
 //! Resume. No timed assertion: every wait is for a health condition, with a generous deadline.
@@ -128,7 +129,7 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert!(refused.message().contains("is paused"), "{refused:?}");
     assert!(
-        ctl(addr, &["health", &id]).contains("PAUSED until"),
+        ctl(addr, &["health", &id]).contains("PAUSED since"),
         "ctl health shows the pause"
     );
 
@@ -155,16 +156,33 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
     assert_eq!(commit_more(&dir, 10), 60);
     let (_server, addr) = served::start("serve (restarted)", serve(&d, &[]));
     let c = client(addr).await;
+    // Paused from its start, the worker reads LATEST (a read: the bucket stands) and reports
+    // the position the bucket holds, not 0.
     let h = wait_health(
         &c,
         &id,
-        "paused after the restart, holding the lease, 60 commits durable",
-        |h| h.paused && h.lease_held && h.durable_commit_seq == 60,
+        "paused after the restart, holding the lease, 60 commits durable, 20 shipped",
+        |h| {
+            h.paused
+                && h.lease_held
+                && h.durable_commit_seq == 60
+                && h.shipped_commit_seq == 20
+                && h.restore_point_commit_seq == 20
+        },
     )
     .await;
     assert!(h.healthy, "{h:?}");
     assert_eq!(h.paused_reason, "longer maintenance");
     assert_eq!(h.paused_until_unix_ms, until);
+    assert!(h.notes.iter().any(|n| n.contains("paused since")), "{h:?}");
+    let text = ctl(addr, &["health", &id]);
+    assert!(
+        text.contains(&format!(
+            "PAUSED since {}",
+            mushroom_backup::health::rfc3339_ms(paused.paused_at_unix_ms)
+        )) && text.contains("shipped 20  restore point 20"),
+        "ctl health after the restart: {text}"
+    );
     assert_eq!(
         objects(&bucket),
         frozen,
@@ -272,7 +290,7 @@ async fn a_pause_past_its_deadline_is_unhealthy_and_stays_paused_until_resume() 
     assert!(h.reason.contains("until Resume"), "{h:?}");
     let text = ctl(addr, &["health", &id]);
     assert!(
-        text.contains("UNHEALTHY: paused past its deadline") && text.contains("PAUSED until"),
+        text.contains("UNHEALTHY: paused past its deadline") && text.contains("PAUSED since"),
         "{text}"
     );
 

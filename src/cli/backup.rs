@@ -56,7 +56,7 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
         .run_once()
         .await
         .with_context(|| format!("backup of {} to {}", a.store.display(), a.to))?;
-    println!("{}", summary(&worker.counters(), report.deleted));
+    super::out::line(summary(&worker.counters(), report.deleted))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -126,7 +126,7 @@ async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode
     let ended = handle.wait().await;
     tasks.close();
     tasks.wait().await;
-    println!("{}", summary(&counters, 0));
+    super::out::line(summary(&counters, 0))?;
     match ended {
         WorkerState::Exited(_) => Ok(ExitCode::SUCCESS),
         WorkerState::Panicked(msg) => anyhow::bail!("the backup worker panicked: {msg}"),

@@ -315,11 +315,14 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
     })
 }
 
-pub(super) fn print(json_mode: bool, value: Value, text: String) {
+/// Prints one answer; a closed stdout ends the command (`out.rs`).
+pub(super) fn print(json_mode: bool, value: Value, text: String) -> anyhow::Result<()> {
     if json_mode {
-        println!("{value}");
+        super::out::line(value)
     } else if !text.is_empty() {
-        println!("{}", text.trim_end());
+        super::out::line(text.trim_end())
+    } else {
+        Ok(())
     }
 }
 
@@ -404,7 +407,7 @@ async fn register(
             "registered store {}\nnode token (shown once): {}",
             r.store_id, r.node_token
         ),
-    );
+    )?;
     Ok(())
 }
 
@@ -422,7 +425,7 @@ async fn deregister(ctl: &mut Ctl, j: bool, store_id: String, flush: bool) -> an
         j,
         json!({"deregistered": store_id, "flushed": flush}),
         format!("deregistered store {store_id}"),
-    );
+    )?;
     Ok(())
 }
 
@@ -445,7 +448,7 @@ async fn trigger(ctl: &mut Ctl, j: bool, store_id: String, kind: Kind) -> anyhow
         j,
         json!({"triggered": name, "store_id": store_id}),
         format!("triggered {name} on store {store_id}"),
-    );
+    )?;
     Ok(())
 }
 
@@ -484,7 +487,7 @@ async fn pause(
             rfc3339_ms(r.until_unix_ms),
             r.reason
         ),
-    );
+    )?;
     Ok(())
 }
 
@@ -507,7 +510,7 @@ async fn resume(ctl: &mut Ctl, j: bool, store_id: String) -> anyhow::Result<()> 
         } else {
             format!("store {store_id} was not paused")
         },
-    );
+    )?;
     Ok(())
 }
 
@@ -523,7 +526,7 @@ async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Res
         .await
         .map_err(|s| failed("Health", s))?
         .into_inner();
-    print(j, health_json(&r), health_text(&r));
+    print(j, health_json(&r), health_text(&r))?;
     Ok(())
 }
 
@@ -549,7 +552,7 @@ async fn watch_health(
         match stream.message().await {
             Ok(Some(r)) => {
                 seen += 1;
-                print(j, health_json(&r), format!("{}\n", health_text(&r)));
+                print(j, health_json(&r), format!("{}\n", health_text(&r)))?;
             }
             Ok(None) => break,
             Err(s) => return Err(failed("WatchHealth", s)),
@@ -585,7 +588,7 @@ async fn list_stores(ctl: &mut Ctl, j: bool) -> anyhow::Result<()> {
             .join("\n")
     };
     let stores: Vec<Value> = r.stores.iter().map(store_json).collect();
-    print(j, json!({"stores": stores}), text);
+    print(j, json!({"stores": stores}), text)?;
     Ok(())
 }
 
@@ -642,7 +645,7 @@ async fn list_restore_points(
         j,
         json!({"restore_points": list, "next_page_token": next}),
         text.join("\n"),
-    );
+    )?;
     Ok(())
 }
 
@@ -682,6 +685,6 @@ async fn adopt(
             "adopted store {} at commit {} (from {})\nnode token (shown once): {}",
             r.store_id, r.commit_seq, r.parent_manifest, r.node_token
         ),
-    );
+    )?;
     Ok(())
 }

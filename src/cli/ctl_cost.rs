@@ -29,7 +29,7 @@ pub(super) async fn cost(ctl: &mut Ctl, j: bool, a: CostArgs) -> anyhow::Result<
         .map_err(|s| failed("Health", s))?
         .into_inner();
     let stores: Vec<Value> = r.stores.iter().map(cost_json).collect();
-    print(j, json!({ "stores": stores }), table(&r.stores));
+    print(j, json!({ "stores": stores }), table(&r.stores))?;
     Ok(())
 }
 

@@ -48,7 +48,7 @@ pub(super) async fn drill(
         } else {
             format!("drill of store {store_id} FAILED: {}", r.error)
         },
-    );
+    )?;
     Ok(r.ok)
 }
 

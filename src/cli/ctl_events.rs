@@ -36,7 +36,7 @@ pub(super) async fn watch_events(ctl: &mut Ctl, j: bool, a: WatchEventsArgs) -> 
         match stream.message().await {
             Ok(Some(e)) => {
                 seen += 1;
-                print(j, event_json(&e), event_text(&e));
+                print(j, event_json(&e), event_text(&e))?;
             }
             Ok(None) => break,
             Err(s) => return Err(failed("WatchEvents", s)),

@@ -52,7 +52,7 @@ pub(super) async fn run(ctl: &mut Ctl, j: bool, call: MoveCall) -> anyhow::Resul
                 .await
                 .map_err(|s| failed("Move", s))?
                 .into_inner();
-            print(j, moved_json(&r), moved_text(&r));
+            print(j, moved_json(&r), moved_text(&r))?;
             Ok(ExitCode::SUCCESS)
         }
         MoveCall::Drain { instance_id } => {
@@ -70,7 +70,7 @@ pub(super) async fn run(ctl: &mut Ctl, j: bool, call: MoveCall) -> anyhow::Resul
                 j,
                 json!({ "moved": moved, "failed": r.failed }),
                 text.join("\n"),
-            );
+            )?;
             Ok(if r.failed.is_empty() {
                 ExitCode::SUCCESS
             } else {

@@ -55,9 +55,11 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                 format!("UNHEALTHY: {}", s.reason)
             };
             if s.paused {
-                // The note beside it says since when and why.
+                // Since when, on the first line: with the positions below it, what an SRE asks
+                // of a paused store ("paused since …, shipped N").
                 state.push_str(&format!(
-                    "  PAUSED until {}: {}",
+                    "  PAUSED since {} until {}: {}",
+                    rfc3339_ms(s.paused_at_unix_ms),
                     rfc3339_ms(s.paused_until_unix_ms),
                     s.paused_reason
                 ));

@@ -101,10 +101,10 @@ pub enum KeyCommand {
 pub fn key(cmd: KeyCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         KeyCommand::New { age: false } => {
-            print!("{}", KeyFileKey::generate().file_content().as_str());
+            super::out::text(KeyFileKey::generate().file_content().as_str())?;
         }
         KeyCommand::New { age: true } => {
-            print!("{}", AgeIdentity::generate().file_content().as_str());
+            super::out::text(AgeIdentity::generate().file_content().as_str())?;
         }
         KeyCommand::Recipient { identity_file } => {
             let (ids, warnings) = AgeIdentity::load(&identity_file)?;
@@ -112,7 +112,7 @@ pub fn key(cmd: KeyCommand) -> anyhow::Result<ExitCode> {
                 eprintln!("warning: {w}");
             }
             for i in ids {
-                println!("{}", i.recipient().as_str());
+                super::out::line(i.recipient().as_str())?;
             }
         }
         KeyCommand::Id(args) => {
@@ -122,12 +122,12 @@ pub fn key(cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             let mut seen = std::collections::BTreeSet::new();
             for k in &enc.wrap {
                 if seen.insert(k.id().clone()) {
-                    println!("{} {}", k.id(), k.kind());
+                    super::out::line(format!("{} {}", k.id(), k.kind()))?;
                 }
             }
             for k in &enc.unwrap {
                 if seen.insert(k.id().clone()) {
-                    println!("{} {}", k.id(), k.kind());
+                    super::out::line(format!("{} {}", k.id(), k.kind()))?;
                 }
             }
         }
@@ -177,6 +177,6 @@ pub async fn rekey(a: RekeyArgs) -> anyhow::Result<ExitCode> {
     let report = rekey::rekey(bucket.as_ref(), &old.unwrap, &new.wrap, &cancel)
         .await
         .map_err(|e| anyhow::anyhow!("rekey of {}: {e}", a.from))?;
-    println!("{}", serde_json::to_string(&report)?);
+    super::out::line(serde_json::to_string(&report)?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -94,9 +94,9 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("restore from {} into {}", a.from, a.to.display()))?;
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        super::out::line(serde_json::to_string(&report)?)?;
     } else {
-        println!("{report}");
+        super::out::line(&report)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -110,9 +110,9 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     let report = verify::verify(bucket.as_ref(), &opts).await?;
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        super::out::line(serde_json::to_string(&report)?)?;
     } else {
-        println!("{report}");
+        super::out::line(&report)?;
     }
     if report.ok {
         Ok(ExitCode::SUCCESS)
@@ -128,9 +128,9 @@ pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::open_read_only(&a.from).await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;
     if a.json {
-        println!("{}", serde_json::to_string(&points)?);
+        super::out::line(serde_json::to_string(&points)?)?;
     } else {
-        print!("{}", verify::restore_points_text(&points));
+        super::out::text(&verify::restore_points_text(&points))?;
     }
     Ok(ExitCode::SUCCESS)
 }

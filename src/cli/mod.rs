@@ -1,5 +1,6 @@
-//! Command-line commands. Each parses its arguments, calls the library and prints; every
-//! failure exits non-zero with a one-line reason on stderr.
+//! Command-line commands. Each parses its arguments, calls the library and prints (through
+//! `out.rs`, never `println!`); every failure exits non-zero with a one-line reason on stderr,
+//! but for a closed stdout, which exits 141 quietly (`out.rs` says why).
 
 use std::process::ExitCode;
 
@@ -14,6 +15,7 @@ mod ctl_move;
 mod encryption;
 mod inspect;
 mod node;
+mod out;
 mod retention;
 mod serve;
 mod serve_limits;
@@ -102,6 +104,8 @@ pub fn main() -> ExitCode {
     });
     match result {
         Ok(code) => code,
+        // The reader of stdout left (`… | head -1`): quiet, 141 (see `out.rs`).
+        Err(e) if out::is_stdout_closed(&e) => ExitCode::from(out::STDOUT_CLOSED_EXIT),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE

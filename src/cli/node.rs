@@ -128,15 +128,12 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     tasks.wait().await;
     flushed.context("reporting the last position to the service")?;
     let digest = engine.digest();
-    println!(
-        "{}",
-        serde_json::json!({
-            "commit_seq": digest.commit_seq,
-            "digest": digest.digest,
-            "written": written,
-            "stopped": stop.load(Ordering::SeqCst),
-        })
-    );
+    super::out::line(serde_json::json!({
+        "commit_seq": digest.commit_seq,
+        "digest": digest.digest,
+        "written": written,
+        "stopped": stop.load(Ordering::SeqCst),
+    }))?;
     Ok(ExitCode::SUCCESS)
 }
 

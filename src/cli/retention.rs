@@ -1,17 +1,22 @@
 //! `mushroom-backup retention --from URL --dry-run [--keep-… flags]`: which restore points a
 //! retention pass with these settings would delete, and which rule keeps or drops each.
 //!
-//! The decision is the worker's (`worker::retention`, `worker::tiers`), per lineage: with a
-//! tier set, `keep_for` and the tiers; otherwise `keep_for` and `keep_generations`. The
+//! The decision is the worker's own function (`worker::retention::keep`, which a pass calls),
+//! per lineage: with a tier set, `keep_for` and the tiers; otherwise `keep_for` and
+//! `keep_generations`. The
 //! manifest LATEST names and each lineage's newest restore point are always kept (the worker
 //! keeps its newest; this command does not know which lineage is the running one, so it keeps
 //! every lineage's). An unreadable manifest is kept and named. Objects are not listed: what a
 //! dropped restore point alone names goes with it, as in a pass.
 //!
-//! Only `--dry-run` is built: deleting from here (under the bucket lease) is not, and is
-//! refused with a message saying so; a running backup applies the same settings itself.
+//! Without `--dry-run` it runs the pass (`worker::retention_pass`): it takes the prefix's
+//! bucket lease as a worker does (refused, naming the holder, while another holder is live),
+//! runs the worker's retention for every lineage under it, and releases it. Exactly what a
+//! worker's pass deletes, in its order, so a crash at any request leaves every manifest whole
+//! and only unnamed objects behind (the next pass deletes them). `orphan_grace` is the
+//! worker's default (1 hour).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -20,14 +25,15 @@ use serde_json::json;
 
 use mushroom_backup::bucket::{self, BucketError};
 use mushroom_backup::manifest::{self, Latest, Manifest};
-use mushroom_backup::worker::tiers::{self, Tiers};
+use mushroom_backup::worker::retention::{self, Kept, RetentionPolicy};
+use mushroom_backup::worker::tiers::Tiers;
 
 #[derive(Args)]
 pub struct RetentionArgs {
     /// The destination.
     #[arg(long)]
     from: String,
-    /// Only list what would be deleted and why (required for now).
+    /// Only list what would be deleted and why (without it: delete, under the bucket lease).
     #[arg(long)]
     dry_run: bool,
     /// Keep every restore point younger than this many ms [default: 7 days].
@@ -56,13 +62,6 @@ struct Decision {
 }
 
 pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
-    if !a.dry_run {
-        anyhow::bail!(
-            "retention without --dry-run is not built yet: run with --dry-run to see what a pass \
-             would delete; a running backup (serve or backup with --keep-daily/--keep-weekly/\
-             --keep-monthly) applies the same rules itself, under its lease"
-        );
-    }
     // The same ranges `backup` and `serve` hold these to: a dry run shows only a plan a real
     // pass could run.
     use mushroom_backup::worker::limits;
@@ -75,6 +74,9 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
     ];
     for c in checks {
         c.map_err(anyhow::Error::msg)?;
+    }
+    if !a.dry_run {
+        return pass(&a).await;
     }
     let bucket = bucket::open_read_only(&a.from).await?;
     let latest = match bucket.get(manifest::LATEST_KEY).await {
@@ -112,10 +114,7 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!(
-            "{}",
-            json!({"dry_run": true, "restore_points": points, "deleted": dropped})
-        );
+        super::out::line(json!({"dry_run": true, "restore_points": points, "deleted": dropped}))?;
     } else {
         for d in &decisions {
             let (seq, at) = d
@@ -124,78 +123,121 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
                 .map_or(("?".to_string(), "?".to_string()), |m| {
                     (m.commit_seq.to_string(), m.created_at.clone())
                 });
-            println!(
+            super::out::line(format!(
                 "{:<6} {:>12}  {:<24}  {}",
                 if d.keep { "keep" } else { "delete" },
                 seq,
                 at,
                 d.why
-            );
+            ))?;
         }
-        println!(
+        super::out::line(format!(
             "dry run: {dropped} of {} restore points would be deleted",
             decisions.len()
-        );
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The worker's policy for these flags (`orphan_grace` its default, 1 hour).
+fn policy(a: &RetentionArgs) -> RetentionPolicy {
+    RetentionPolicy {
+        keep_for: Duration::from_millis(a.keep_for_ms),
+        keep_generations: a.keep_generations,
+        tiers: Tiers {
+            keep_daily: a.keep_daily,
+            keep_weekly: a.keep_weekly,
+            keep_monthly: a.keep_monthly,
+        },
+        ..RetentionPolicy::default()
+    }
+}
+
+/// The pass: under the bucket lease, taken as a worker takes it, or refused naming its holder.
+async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
+    use mushroom_backup::lease::{Acquisition, LeaseAcquirer, LeaseConfig};
+    // Proves the destination exists before anything (the lease) creates it.
+    bucket::open_read_only(&a.from).await?;
+    let bucket = bucket::open(&a.from).await?;
+    let tasks = tokio_util::task::TaskTracker::new();
+    let config = LeaseConfig::from_env(format!("retention of {}", a.from))?;
+    let mut acquirer = LeaseAcquirer::new(bucket.clone(), config).tracked(tasks.clone());
+    let lease = match acquirer.try_acquire().await? {
+        Acquisition::Acquired(lease) => lease,
+        Acquisition::HeldElsewhere {
+            holder,
+            host,
+            store,
+            ..
+        } => anyhow::bail!(
+            "retention of {}: refused, the bucket lease is held by {holder} on {host} (store \
+             {store}); one writer at a time: its own retention applies its settings, or run \
+             this once it has stopped (a dead holder's lease goes stale within its TTL)",
+            a.from
+        ),
+    };
+    let ran = lease
+        .guard(mushroom_backup::worker::retention_pass::pass(
+            &bucket,
+            &policy(a),
+        ))
+        .await;
+    let released = lease.release().await;
+    tasks.close();
+    tasks.wait().await;
+    let report = ran
+        .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?
+        .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?;
+    if let Err(e) = released {
+        tracing::warn!(error = %e, "releasing the bucket lease failed: it goes stale within its TTL");
+    }
+    if a.json {
+        super::out::line(
+            json!({"dry_run": false, "lineages": report.lineages, "deleted": report.deleted}),
+        )?;
+    } else {
+        super::out::line(format!(
+            "deleted {} objects over {} lineages",
+            report.deleted, report.lineages
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Each restore point and what a pass does with it: per lineage, the worker's own selection
+/// (`worker::retention::keep`), with LATEST's manifest and the lineage's newest protected.
 fn decide(
     a: &RetentionArgs,
     manifests: &BTreeMap<String, Option<Manifest>>,
     latest: Option<&Latest>,
     now_ms: i64,
 ) -> Vec<Decision> {
-    let keep_for = Duration::from_millis(a.keep_for_ms);
-    let t = Tiers {
-        keep_daily: a.keep_daily,
-        keep_weekly: a.keep_weekly,
-        keep_monthly: a.keep_monthly,
-    };
-    // Per lineage: its manifests' times, its newest, its newest generations.
-    let mut lineages: BTreeMap<uuid::Uuid, BTreeMap<&String, Option<i64>>> = BTreeMap::new();
+    let policy = policy(a);
+    let mut lineages: BTreeMap<uuid::Uuid, BTreeMap<&String, &Manifest>> = BTreeMap::new();
     for (k, m) in manifests {
         if let Some(m) = m {
-            lineages
-                .entry(m.lineage)
-                .or_default()
-                .insert(k, manifest::parse_time_ms(&m.created_at));
+            lineages.entry(m.lineage).or_default().insert(k, m);
         }
     }
     let mut reason: BTreeMap<&String, String> = BTreeMap::new();
-    for points in lineages.values() {
-        let of = |k: &String| manifests[k].as_ref().expect("decoded");
-        if let Some(newest) = points.keys().max_by_key(|k| of(k).commit_seq) {
-            reason.insert(newest, "the lineage's newest restore point".into());
-        }
-        if t.enabled() {
-            for (k, r) in tiers::keep(points, now_ms, keep_for, &t) {
-                reason
-                    .entry(k)
-                    .or_insert_with(|| format!("kept: {}", r.name()));
-            }
-        } else {
-            let mut generations: Vec<u64> = points.keys().map(|k| of(k).generation).collect();
-            generations.sort_unstable();
-            generations.dedup();
-            let newest: Vec<u64> = generations
-                .iter()
-                .rev()
-                .take(mushroom_backup::units::usize_of(a.keep_generations))
-                .copied()
-                .collect();
-            for (k, at) in points {
-                let young = at.is_none_or(|t| {
-                    now_ms.saturating_sub(t) < mushroom_backup::units::i64_of(a.keep_for_ms)
-                });
-                if young {
-                    reason.entry(k).or_insert_with(|| "kept: keep_for".into());
-                } else if newest.contains(&of(k).generation) {
-                    reason
-                        .entry(k)
-                        .or_insert_with(|| "kept: keep_generations".into());
+    for own in lineages.values() {
+        let mut protected: HashSet<String> =
+            latest.map(|l| l.manifest.clone()).into_iter().collect();
+        let newest = own
+            .iter()
+            .max_by_key(|(_, m)| m.commit_seq)
+            .map(|(k, _)| *k);
+        protected.extend(newest.cloned());
+        for (k, kept) in retention::keep(own, &protected, &policy, now_ms) {
+            let why = match kept {
+                Kept::Protected if Some(k) == newest => {
+                    "the lineage's newest restore point".to_string()
                 }
-            }
+                // LATEST's manifest: named below.
+                Kept::Protected => continue,
+                other => format!("kept: {}", other.name()),
+            };
+            reason.insert(k, why);
         }
     }
     manifests

@@ -421,10 +421,12 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     let announce = async move {
         if let Ok(s) = rx.await {
             // One line on stdout once listening, for scripts and tests (port 0 picks a port).
-            println!(
-                "{}",
-                serde_json::json!({"listening": s.addr.to_string(), "instance_id": instance})
-            );
+            // Nobody reading it is no reason to stop serving (`out.rs`).
+            let line =
+                serde_json::json!({"listening": s.addr.to_string(), "instance_id": instance});
+            if let Err(e) = super::out::line(line) {
+                tracing::warn!(error = %e, "could not print the listening line");
+            }
         }
     };
     // Beside the service, not a task of its own: done when the service is listening (or

@@ -70,17 +70,14 @@ pub async fn run(cmd: StoreCommand) -> anyhow::Result<ExitCode> {
                 .await
                 .context("the write task failed")?
                 .with_context(|| format!("store write {}", a.dir.display()))?;
-            println!(
-                "{}",
-                serde_json::json!({
-                    "first_seq": report.first_seq,
-                    "last_seq": report.last_seq,
-                    "written": report.written,
-                    "stopped": report.stopped,
-                    "commit_seq": report.digest.commit_seq,
-                    "digest": report.digest.digest,
-                })
-            );
+            super::out::line(serde_json::json!({
+                "first_seq": report.first_seq,
+                "last_seq": report.last_seq,
+                "written": report.written,
+                "stopped": report.stopped,
+                "commit_seq": report.digest.commit_seq,
+                "digest": report.digest.digest,
+            }))?;
             Ok(ExitCode::SUCCESS)
         }
         StoreCommand::Digest { dir } => {
@@ -89,7 +86,7 @@ pub async fn run(cmd: StoreCommand) -> anyhow::Result<ExitCode> {
                 .await
                 .context("the digest task failed")?
                 .with_context(|| format!("store digest {}", dir.display()))?;
-            println!("{}", serde_json::to_string(&digest)?);
+            super::out::line(serde_json::to_string(&digest)?)?;
             Ok(ExitCode::SUCCESS)
         }
     }

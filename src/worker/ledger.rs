@@ -100,6 +100,16 @@ impl Ledger {
         set(&self.counters.durable_commit_seq, commit_seq);
     }
 
+    /// A paused runner read what LATEST holds for its lineage (`spawn/paused.rs`): shipped and
+    /// in a restore point at least that far. Raises the positions, never lowers them.
+    pub(crate) fn bucket_position(&self, commit_seq: u64) {
+        let c = &*self.counters;
+        c.shipped_commit_seq
+            .fetch_max(commit_seq, Ordering::Relaxed);
+        c.restore_point_commit_seq
+            .fetch_max(commit_seq, Ordering::Relaxed);
+    }
+
     pub(crate) fn lease_acquired(&self) {
         add(&self.counters.lease_acquisitions, 1);
         self.events.emit(

@@ -137,6 +137,7 @@ mod pause;
 mod rest;
 mod restore_point;
 pub mod retention;
+pub mod retention_pass;
 mod segment;
 mod spawn;
 mod supervisor;
@@ -553,7 +554,7 @@ impl BackupWorker {
             let policy = self.config.retention.clone();
             let (cx, view) = self.parts();
             let view = view.as_mut().expect("resumed");
-            return retention::run(&cx, view, &policy).await;
+            return retention::run(cx.bucket, cx.activity, view, &policy).await;
         }
         Ok(StepOutcome::Idle)
     }

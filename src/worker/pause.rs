@@ -3,7 +3,10 @@
 //! A pause stops the worker's uploads, not the worker: the runner keeps (and, after a loss,
 //! acquires again) the bucket lease, so no standby takes the prefix over, and the supervisor
 //! keeps evaluating health. What it stops is every step — so no segment, archive, snapshot,
-//! side file, manifest, LATEST or retention delete — and the last flush at shutdown.
+//! side file, manifest, LATEST or retention delete — and the last flush at shutdown. A pause
+//! stops writes, not reads: a runner paused without a view of the bucket (started paused,
+//! after a restart) reads LATEST once, so that health shows what the bucket holds rather than
+//! 0 (`spawn/paused.rs`).
 //!
 //! # The gate
 //!

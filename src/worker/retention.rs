@@ -1,5 +1,8 @@
 //! Retention (DESIGN.md section 8).
 //!
+//! Which restore points a pass keeps is one pure function, [`keep`], which `retention
+//! --dry-run` calls too, so a dry run shows exactly the selection a pass makes.
+//!
 //! Keeps every restore point younger than `keep_for` and every restore point of the newest
 //! `keep_generations` generations of this lineage, and never the manifest just written or the
 //! one LATEST names. It decides only on this lineage's manifests, and deletes only objects of
@@ -60,10 +63,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use super::ctx::Ctx;
 use super::view::{View, claim};
 use super::{StepOutcome, WorkerError};
-use crate::bucket::{self, BucketError};
+use crate::bucket::{self, BucketError, DynBucket};
 use crate::manifest::{self, Manifest};
 
 /// What retention keeps.
@@ -132,6 +134,76 @@ impl Settled {
     }
 }
 
+/// Why a pass keeps one of its lineage's restore points ([`keep`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Never deleted: named by LATEST, or the lineage's newest (the one just written).
+    Protected,
+    /// Without tiers: younger than `keep_for` (or of a time that cannot be read).
+    KeepFor,
+    /// Without tiers: of one of the `keep_generations` newest generations.
+    KeepGenerations,
+    /// With tiers ([`super::tiers::keep`]): `keep_for`, a tier, or an unreadable time.
+    Tier(super::tiers::Reason),
+}
+
+impl Kept {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kept::Protected => "protected",
+            Kept::KeepFor => "keep_for",
+            Kept::KeepGenerations => "keep_generations",
+            Kept::Tier(r) => r.name(),
+        }
+    }
+}
+
+/// The selection of a pass: which of one lineage's restore points (`own`: manifest key →
+/// manifest, every one of the lineage the pass runs for) `policy` keeps at `now_ms`, each with
+/// the first rule that keeps it; a pass deletes every other. `protected` (LATEST's manifest,
+/// the lineage's newest) is always kept. The one function both a worker's pass and
+/// `retention --dry-run` decide by, so that a dry run cannot disagree with a pass.
+pub fn keep<'a>(
+    own: &BTreeMap<&'a String, &'a Manifest>,
+    protected: &HashSet<String>,
+    policy: &RetentionPolicy,
+    now_ms: i64,
+) -> BTreeMap<&'a String, Kept> {
+    let mut kept: BTreeMap<&'a String, Kept> = own
+        .keys()
+        .filter(|k| protected.contains(**k))
+        .map(|k| (*k, Kept::Protected))
+        .collect();
+    if policy.tiers.enabled() {
+        let times: BTreeMap<&'a String, Option<i64>> = own
+            .iter()
+            .map(|(k, m)| (*k, manifest::parse_time_ms(&m.created_at)))
+            .collect();
+        for (k, r) in super::tiers::keep(&times, now_ms, policy.keep_for, &policy.tiers) {
+            kept.entry(k).or_insert(Kept::Tier(r));
+        }
+        return kept;
+    }
+    let mut generations: Vec<u64> = own.values().map(|m| m.generation).collect();
+    generations.sort_unstable();
+    generations.dedup();
+    let newest: HashSet<u64> = generations
+        .iter()
+        .rev()
+        .take(crate::units::usize_of(policy.keep_generations))
+        .copied()
+        .collect();
+    let keep_for_ms = crate::units::millis_i64(policy.keep_for);
+    for (k, m) in own {
+        if age_ms(&m.created_at, now_ms) < keep_for_ms {
+            kept.entry(*k).or_insert(Kept::KeepFor);
+        } else if newest.contains(&m.generation) {
+            kept.entry(*k).or_insert(Kept::KeepGenerations);
+        }
+    }
+    kept
+}
+
 fn age_ms(created_at: &str, now_ms: i64) -> i64 {
     manifest::parse_time_ms(created_at).map_or(0, |t| now_ms.saturating_sub(t))
 }
@@ -140,18 +212,18 @@ fn age_ms(created_at: &str, now_ms: i64) -> i64 {
 /// Runs retention under `policy` over the prefix `view` knows; the caller restarts its
 /// retention timer.
 pub(super) async fn run(
-    cx: &Ctx<'_>,
+    bucket: &DynBucket,
+    activity: &crate::health::StepActivity,
     view: &mut View,
     policy: &RetentionPolicy,
 ) -> Result<StepOutcome, WorkerError> {
-    let bucket = cx.bucket;
     if view
         .found_empty_at
         .is_some_and(|at| at.elapsed() < policy.keep_for.min(policy.orphan_grace))
     {
         return Ok(StepOutcome::Retention { deleted: 0 });
     }
-    cx.activity.set(crate::health::StepPhase::RunningRetention);
+    activity.set(crate::health::StepPhase::RunningRetention);
     let lineage = view.lineage;
     let now_ms = manifest::parse_time_ms(&manifest::now_rfc3339()).unwrap_or(0);
 
@@ -187,51 +259,17 @@ pub(super) async fn run(
     if let Some(m) = &view.newest_own {
         protected.insert(m.key());
     }
-    let mut own_generations: Vec<u64> = view
-        .manifests
-        .values()
-        .flatten()
-        .filter(|m| m.lineage == lineage)
-        .map(|m| m.generation)
-        .collect();
-    own_generations.sort_unstable();
-    own_generations.dedup();
-    let newest_generations: HashSet<u64> = own_generations
-        .iter()
-        .rev()
-        .take(crate::units::usize_of(policy.keep_generations))
-        .copied()
-        .collect();
-    let keep_for_ms = crate::units::millis_i64(policy.keep_for);
-    let tiered = policy.tiers.enabled().then(|| {
-        let own: BTreeMap<&String, Option<i64>> = view
-            .manifests
-            .iter()
-            .filter_map(|(k, m)| m.as_ref().map(|m| (k, m)))
-            .filter(|(_, m)| m.lineage == lineage)
-            .map(|(k, m)| (k, manifest::parse_time_ms(&m.created_at)))
-            .collect();
-        super::tiers::keep(&own, now_ms, policy.keep_for, &policy.tiers)
-            .into_keys()
-            .cloned()
-            .collect::<HashSet<String>>()
-    });
-    let doomed: Vec<String> = view
+    let own: BTreeMap<&String, &Manifest> = view
         .manifests
         .iter()
         .filter_map(|(k, m)| m.as_ref().map(|m| (k, m)))
-        .filter(|(k, m)| {
-            m.lineage == lineage
-                && !protected.contains(*k)
-                && match &tiered {
-                    Some(kept) => !kept.contains(*k),
-                    None => {
-                        !newest_generations.contains(&m.generation)
-                            && age_ms(&m.created_at, now_ms) >= keep_for_ms
-                    }
-                }
-        })
-        .map(|(k, _)| k.clone())
+        .filter(|(_, m)| m.lineage == lineage)
+        .collect();
+    let kept = keep(&own, &protected, policy, now_ms);
+    let doomed: Vec<String> = own
+        .keys()
+        .filter(|k| !kept.contains_key(*k))
+        .map(|k| (*k).clone())
         .collect();
     let mut deleted = 0u64;
     for key in &doomed {

@@ -25,6 +25,8 @@
 //!
 //! [`BackupHandle::pause`] stops every step (and the last flush) while the runner keeps the
 //! lease; [`BackupHandle::resume`] lets them go on from the bucket's state (see `pause.rs`).
+//! A runner paused without knowing the bucket (started paused) reads LATEST once, so health
+//! shows what the bucket holds (`spawn/paused.rs`).
 //!
 //! # Shutdown
 //!
@@ -70,6 +72,8 @@ use crate::lease::{
     Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState, LostReason,
 };
 use crate::store::watch::Signal;
+
+mod paused;
 
 /// What the serve loop tells the worker, over a watch channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -719,30 +723,6 @@ impl Runner {
             if let Some(until) = self.worker.quiet_until() {
                 let until = crate::pacing::coalesce(until.max(next_step), wal_interval);
                 rest = Some((until, self.status.rest()));
-            }
-        }
-    }
-
-    /// Paused, holding the lease: waits for Resume (`None`: step on, from the bucket's state),
-    /// shutdown or the lease to stop holding. Sends nothing.
-    async fn hold_paused(&mut self, lease: &BucketLease) -> Option<Holding> {
-        let mut gate = self.gate.subscribe();
-        let lost = lease.token();
-        let reason = gate.borrow_and_update().pause.as_ref()?.reason.clone();
-        tracing::info!(store_id = %self.store_id, %reason, "paused: uploading nothing until Resume");
-        self.record(|s| s.activity = Activity::Paused);
-        loop {
-            tokio::select! {
-                _ = self.token.cancelled() => return Some(Holding::Shutdown),
-                _ = lost.cancelled() => return Some(Holding::Lost),
-                // The sender lives in `self.gate`: this wait ends only on a change.
-                _ = gate.changed() => {}
-            }
-            if gate.borrow_and_update().pause.is_none() {
-                tracing::info!(store_id = %self.store_id, "resumed: shipping what is durable");
-                self.record(|s| s.activity = Activity::Idle);
-                self.worker.forget_view();
-                return None;
             }
         }
     }

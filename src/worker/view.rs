@@ -74,7 +74,7 @@ impl Generation {
         m
     }
 
-    fn from_manifest(m: &Manifest) -> Generation {
+    pub(super) fn from_manifest(m: &Manifest) -> Generation {
         Generation {
             number: m.generation,
             snapshot_id: m.snapshot.as_ref().map(|s| s.snapshot_id),

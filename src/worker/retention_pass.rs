@@ -1,0 +1,108 @@
+//! A retention pass from outside a worker: `mushroom-backup retention --from URL` without
+//! `--dry-run`. It runs the worker's own retention (`retention.rs`: the same selection,
+//! [`super::retention::keep`], the same safety rule, the same order of deletes), once for each
+//! lineage with a restore point in the prefix.
+//!
+//! # The one writer
+//!
+//! The caller holds the prefix's bucket lease, taken as a worker takes it, and runs [`pass`]
+//! under [`crate::lease::BucketLease::guard`]: no worker writes while it runs, and a lease
+//! that stops holding drops the pass mid-request.
+//!
+//! # What each lineage's run keeps
+//!
+//! As a worker's pass: LATEST's manifest and the lineage's newest restore point are never
+//! deleted; the lineage's newest generation is treated as the one being shipped, so none of its
+//! objects is deleted (segments a stopped worker shipped past its newest manifest are continued
+//! by its next resume); an object goes only when no remaining manifest of *any* lineage names
+//! it, a generation's wrapped data keys only after its last named object, its claim last and
+//! never the highest in the prefix; a generation claimed within `orphan_grace` is left alone;
+//! while any manifest is unreadable, no object is deleted.
+//!
+//! # What a crash leaves
+//!
+//! What retention's does: manifests go first, then the objects no remaining manifest names,
+//! then an emptied generation's key wrappers, then its claim. A crash between any two requests
+//! leaves every remaining manifest whole (it names nothing deleted) and LATEST naming one of
+//! them; what is left over is unnamed objects, which the next pass (or a worker's) deletes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::view::{Generation, View};
+use super::{RetentionPolicy, StepOutcome, WorkerError};
+use crate::bucket::{self, BucketError, DynBucket};
+use crate::manifest::{self, LATEST_KEY, Latest, Manifest};
+
+/// What a pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PassReport {
+    /// Lineages with a restore point in the prefix, each given a run.
+    pub lineages: u64,
+    /// Objects deleted (manifests, data objects, key wrappers, claims).
+    pub deleted: u64,
+}
+
+/// One retention pass over every lineage of the prefix; see the module docs. The caller holds
+/// the bucket lease.
+pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassReport, WorkerError> {
+    let latest = match bucket.get(LATEST_KEY).await {
+        Ok(o) => Some((
+            Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
+                key: LATEST_KEY.into(),
+                detail: e.to_string(),
+            })?,
+            o.etag,
+        )),
+        Err(BucketError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
+    for o in bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX).await? {
+        if manifest::parse_manifest_key(&o.key).is_none() {
+            continue;
+        }
+        let m = match bucket.get(&o.key).await {
+            Ok(got) => Manifest::decode(&o.key, &got.data).ok(),
+            Err(BucketError::NotFound { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        manifests.insert(o.key, m);
+    }
+    // Each lineage's newest restore point: protected, and its generation the "current" one.
+    let mut newest: BTreeMap<uuid::Uuid, Manifest> = BTreeMap::new();
+    for m in manifests.values().flatten() {
+        let slot = newest.entry(m.lineage).or_insert_with(|| m.clone());
+        if m.commit_seq > slot.commit_seq {
+            *slot = m.clone();
+        }
+    }
+    let activity = crate::health::StepActivity::default();
+    let mut report = PassReport::default();
+    let mut claims = HashMap::new();
+    for (lineage, own_newest) in newest {
+        let mut view = View {
+            lineage,
+            parent: None,
+            latest: latest.clone(),
+            max_generation: own_newest.generation,
+            current: Some(Generation::from_manifest(&own_newest)),
+            newest_own: Some(own_newest),
+            skip_restore_point_at: None,
+            // What was read is read once: each run lists `manifests/` again and reads only
+            // what it has not seen, and drops what is gone.
+            manifests: std::mem::take(&mut manifests),
+            claims: std::mem::take(&mut claims),
+            found_empty_at: None,
+            settled: Default::default(),
+            keys: HashMap::new(),
+        };
+        let outcome = super::retention::run(bucket, &activity, &mut view, policy).await?;
+        if let StepOutcome::Retention { deleted } = outcome {
+            report.deleted += deleted;
+        }
+        report.lineages += 1;
+        manifests = view.manifests;
+        claims = view.claims;
+    }
+    Ok(report)
+}
