@@ -34,8 +34,14 @@ pub(super) enum MoveCall {
         to: String,
     },
     /// Move every store of an instance to live members of its failover group (before
-    /// maintenance); exits 1 if any store stayed.
-    Drain { instance_id: String },
+    /// maintenance), several at once; a store that cannot move stays where it was and the
+    /// others go on; exits 1 if any store stayed.
+    Drain {
+        instance_id: String,
+        /// How many stores are moved at once, 1 to 16 [default: the server's, 4].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+        parallel: Option<u32>,
+    },
 }
 
 /// Runs a [`MoveCall`]: 1 unless everything asked for moved.
@@ -55,8 +61,14 @@ pub(super) async fn run(ctl: &mut Ctl, j: bool, call: MoveCall) -> anyhow::Resul
             print(j, moved_json(&r), moved_text(&r))?;
             Ok(ExitCode::SUCCESS)
         }
-        MoveCall::Drain { instance_id } => {
-            let req = proto::DrainRequest { instance_id };
+        MoveCall::Drain {
+            instance_id,
+            parallel,
+        } => {
+            let req = proto::DrainRequest {
+                instance_id,
+                parallel: parallel.unwrap_or(0),
+            };
             let r = ctl
                 .client
                 .drain(ctl.request(req, false))

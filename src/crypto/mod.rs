@@ -67,7 +67,7 @@ pub mod config;
 pub mod key_objects;
 pub mod keys;
 pub mod rekey;
-mod secret_file;
+pub mod secret_file;
 pub mod stream;
 pub mod wrapper;
 

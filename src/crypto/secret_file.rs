@@ -1,4 +1,5 @@
-//! Reading a small secret file (a key file, an age identity file) without trusting it.
+//! Reading a small secret file (a key file, an age identity file; `serve`'s TLS files,
+//! `service::tls_files`) without trusting it.
 //!
 //! The file is opened non-blocking (a FIFO cannot hang the process), then checked on the open
 //! descriptor (no race between a check and the open): it must be a regular file (a directory,

@@ -73,7 +73,8 @@ impl Api {
             .publish(NewEvent::new(kind, store_id, detail));
     }
 
-    /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`).
+    /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`); puts
+    /// the store on the call's span, for both paths (the handlers do not again).
     async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
         self.route_meta(req.metadata(), store_id).await
     }
@@ -120,13 +121,12 @@ impl Api {
             req.metadata(),
         )?)
     }
+}
 
-    /// An operator call's caller checked; its peer and its message.
-    fn operator<T>(&self, req: Request<T>) -> Result<(Option<String>, T), ServiceError> {
-        self.admin(&req)?;
-        let peer = peer(&req);
-        Ok((peer, req.into_inner()))
-    }
+/// An operator call's peer and its message (its caller was checked once, by [`Api::admin`],
+/// before the call was routed).
+fn operator<T>(req: Request<T>) -> (Option<String>, T) {
+    (peer(&req), req.into_inner())
 }
 
 /// Puts the store a call concerns on the call's span (`grpc.request`), so that a trace search
@@ -161,7 +161,7 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (peer, r) = self.operator(req)?;
+        let (peer, r) = operator(req);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
@@ -196,8 +196,7 @@ impl BackupControl for Api {
                 return answer;
             }
         }
-        let (peer, r) = self.operator(req)?;
-        record_store_id(&r.store_id);
+        let (peer, r) = operator(req);
         self.fleet
             .deregister(&r.store_id, r.flush, peer)
             .await
@@ -224,8 +223,7 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (_, r) = self.operator(req)?;
-        record_store_id(&r.store_id);
+        let (_, r) = operator(req);
         let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
         let trigger = request::trigger(r.kind).map_err(err)?;
         if let Some(p) = entry.handle.paused() {
@@ -248,8 +246,7 @@ impl BackupControl for Api {
                 .call(req.into_inner(), |mut c, r| async move { c.pause(r).await })
                 .await;
         }
-        let (peer, r) = self.operator(req)?;
-        record_store_id(&r.store_id);
+        let (peer, r) = operator(req);
         let ask = PauseAsk {
             reason: r.reason,
             until_unix_ms: r.until_unix_ms,
@@ -292,8 +289,7 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (peer, r) = self.operator(req)?;
-        record_store_id(&r.store_id);
+        let (peer, r) = operator(req);
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
             .await
             .map_err(err)?;
@@ -308,9 +304,13 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<proto::HealthResponse>, Status> {
         self.admin(&req)?;
-        if req.get_ref().fresh
-            && let Some(hop) = self.route(&req, &req.get_ref().store_id).await?
-        {
+        let hop = if req.get_ref().fresh {
+            self.route(&req, &req.get_ref().store_id).await?
+        } else {
+            record_store_id(&req.get_ref().store_id);
+            None
+        };
+        if let Some(hop) = hop {
             return hop
                 .call(
                     req.into_inner(),
@@ -319,7 +319,6 @@ impl BackupControl for Api {
                 .await;
         }
         let r = req.into_inner();
-        record_store_id(&r.store_id);
         Ok(Response::new(self.health_of(&r.store_id).await?))
     }
 
@@ -339,7 +338,6 @@ impl BackupControl for Api {
             ));
         }
         let store_id = req.into_inner().store_id;
-        record_store_id(&store_id);
         let first = self.health_of(&store_id).await?;
         Ok(Response::new(self.watchers.subscribe(store_id, first)?))
     }
@@ -368,7 +366,6 @@ impl BackupControl for Api {
                 .await;
         }
         let r = req.into_inner();
-        record_store_id(&r.store_id);
         let cursor = request::check_listing(&r).map_err(err)?;
         let first = cursor.is_none();
         let (page, span) = self
@@ -395,7 +392,7 @@ impl BackupControl for Api {
                 .call(req.into_inner(), |mut c, r| async move { c.adopt(r).await })
                 .await;
         }
-        let (peer, r) = self.operator(req)?;
+        let (peer, r) = operator(req);
         let at = request::adopt_point(&r).map_err(err)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
@@ -433,8 +430,7 @@ impl BackupControl for Api {
                 .call(req.into_inner(), |mut c, r| async move { c.drill(r).await })
                 .await;
         }
-        let (peer, r) = self.operator(req)?;
-        record_store_id(&r.store_id);
+        let (peer, r) = operator(req);
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
         let d = super::drill::drill(&self.fleet, &r.store_id, at, peer)
             .await
@@ -464,7 +460,7 @@ impl BackupControl for Api {
                 .await;
         }
         let meta = req.metadata().clone();
-        let (peer, r) = self.operator(req)?;
+        let (peer, r) = operator(req);
         let (id, to) = (&r.store_id, &r.to_instance_id);
         let moved = super::moves::move_store(&self.fleet, &self.peers, &meta, id, to, peer);
         Ok(Response::new(moved.await?))
@@ -488,8 +484,8 @@ impl BackupControl for Api {
                 .await;
         }
         let meta = req.metadata().clone();
-        let (peer, _) = self.operator(req)?;
-        let drained = super::moves::drain(&self.fleet, &self.peers, &meta, peer);
+        let (peer, r) = operator(req);
+        let drained = super::moves::drain(&self.fleet, &self.peers, &meta, r.parallel, peer);
         Ok(Response::new(drained.await?))
     }
 
@@ -526,7 +522,6 @@ impl BackupControl for Api {
             ));
         }
         let store_id = req.into_inner().store_id;
-        record_store_id(&store_id);
         if !store_id.is_empty() {
             self.fleet.get_owned(&store_id).await.map_err(err)?;
         }
@@ -657,7 +652,6 @@ impl Api {
         let Some(entry) = entry else {
             return Err(AuthError(auth::NODE_REFUSED.into()).into());
         };
-        record_store_id(&entry.record.store_id);
         let position = position(first)?;
         let attachment = entry
             .source

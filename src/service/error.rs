@@ -107,10 +107,6 @@ impl From<ServiceError> for Status {
                 | ForwardError::NotThisInstance { .. }
                 | ForwardError::BadAddress { .. }
                 | ForwardError::NoPeerCa => Code::FailedPrecondition,
-                ForwardError::TlsFile { .. } => {
-                    tracing::error!(cause = %f, "internal error forwarding a request");
-                    return Status::new(Code::Internal, "internal error (see the server's log)");
-                }
             },
         };
         Status::new(code, e.to_string())

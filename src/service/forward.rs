@@ -72,25 +72,39 @@
 //! instance serves TLS) the peers are reached with `https`, trusting the CA of
 //! `--peer-ca` (default: `--tls-client-ca`, the CA one fleet's certificates share) and
 //! presenting this instance's own certificate, so mutual TLS between instances needs
-//! nothing more. Nothing here holds state a crash could leave half-done: a forwarded call
-//! the owner finished but whose answer was lost is answered `UNAVAILABLE`, as any call whose
-//! connection breaks.
+//! nothing more. That configuration is built once at start from files read and checked
+//! there (`tls_files.rs`): a bad file stops `serve` naming it and its flag, and no call
+//! here reads a file. Nothing here holds state a crash could leave half-done: a forwarded
+//! call the owner finished but whose answer was lost is answered `UNAVAILABLE`, as any call
+//! whose connection breaks.
+//!
+//! # How large a forwarded message may be
+//!
+//! [`FORWARD_MAX_MESSAGE`], 16 MiB, the same both ways (what this instance sends an owner
+//! and what it accepts back). The largest message that goes through a hop is the
+//! `DrainResponse` of an instance running the 10,000 stores one instance is sized for:
+//! every store failed, each failure line at most [`super::moves::MAX_FAILED_LINE`] bytes,
+//! is about 10.3 MB; every store moved, with instance ids of the longest (255 bytes), 5.7 MB
+//! (`moves.rs`'s `the_largest_forwarded_message_fits` builds both). Everything else is far smaller: a
+//! page of restore points (at most 1,000) is some 200 KB, one store's health or a request
+//! with every label (64 of 1.25 KiB) under 100 KB. `ListStores`, whose answer (the whole
+//! fleet) is the largest of all, is never forwarded: every instance answers it from the
+//! registry. A bound of 64 MiB would let a broken or hostile peer make this instance hold
+//! that much per call in flight for nothing a real answer needs.
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use opentelemetry::propagation::Injector;
 use tokio::time::Instant;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::config::TlsFiles;
 use super::fleet::{Fleet, FleetError};
 use super::owner_cache::{OWNER_CACHE_CAPACITY, Owner, OwnerCache};
 use super::proto::backup_control_client::BackupControlClient;
@@ -101,6 +115,9 @@ pub const FORWARDED_BY: &str = "x-mushroom-forwarded-by";
 
 /// The deadline of a forwarded call whose caller set none.
 pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest message a forwarded call sends or accepts back (see the module docs).
+pub const FORWARD_MAX_MESSAGE: usize = 16 << 20;
 
 /// How long connecting to an owner may take before the call is `UNAVAILABLE`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -139,8 +156,6 @@ pub enum ForwardError {
          certificates: set --peer-ca (or --tls-client-ca)"
     )]
     NoPeerCa,
-    #[error("reading {path}: {detail}")]
-    TlsFile { path: PathBuf, detail: String },
 }
 
 /// How this instance reaches the others. Cheap to clone: the clones share the channels and
@@ -150,9 +165,8 @@ pub struct Peers(Arc<PeersInner>);
 
 struct PeersInner {
     me: String,
-    /// `Some` when this instance serves TLS: its peers do too.
-    tls: Option<TlsFiles>,
-    peer_ca: Option<PathBuf>,
+    /// How the peers are reached: over TLS when this instance serves TLS (they do too).
+    tls: PeerTls,
     authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
     /// Owner instance id → (address, channel).
     channels: Mutex<HashMap<String, (String, Channel)>>,
@@ -160,19 +174,29 @@ struct PeersInner {
     owners: OwnerCache,
 }
 
+/// How this instance reaches its peers, decided at start (`tls_files.rs` builds the TLS).
+#[derive(Clone)]
+pub enum PeerTls {
+    /// This instance serves plain HTTP/2: so do its peers.
+    Plain,
+    /// This instance serves TLS, and trusts its peers by this (a CA and its own identity).
+    Tls(ClientTlsConfig),
+    /// This instance serves TLS but has no CA to trust its peers by: a call to forward
+    /// answers [`ForwardError::NoPeerCa`].
+    NoCa,
+}
+
 impl Peers {
     /// `owner_cache_ttl`: how long a store's owner read from the registry is used for
     /// forwarding (zero: every forwarded call reads the registry).
     pub fn new(
         me: &str,
-        tls: Option<TlsFiles>,
-        peer_ca: Option<PathBuf>,
+        tls: PeerTls,
         admin_token: Option<&str>,
         owner_cache_ttl: Duration,
     ) -> Peers {
         Peers(Arc::new(PeersInner {
             me: me.to_string(),
-            peer_ca: peer_ca.or_else(|| tls.as_ref().and_then(|t| t.client_ca.clone())),
             tls,
             // A token is printable ASCII (checked when the service starts), so this parses.
             authorization: admin_token.and_then(|t| format!("Bearer {t}").parse().ok()),
@@ -321,8 +345,8 @@ impl Peers {
             owner: owner.to_string(),
             addr: addr.to_string(),
             client: BackupControlClient::new(channel)
-                .max_decoding_message_size(64 << 20)
-                .max_encoding_message_size(64 << 20),
+                .max_decoding_message_size(FORWARD_MAX_MESSAGE)
+                .max_encoding_message_size(FORWARD_MAX_MESSAGE),
             meta,
             deadline: ask.deadline,
             span,
@@ -347,25 +371,21 @@ impl Peers {
             detail,
         };
         check_advertise_address(addr).map_err(bad)?;
-        let scheme = if p.tls.is_some() { "https" } else { "http" };
+        let scheme = match p.tls {
+            PeerTls::Plain => "http",
+            PeerTls::Tls(_) => "https",
+            PeerTls::NoCa => return Err(ForwardError::NoPeerCa),
+        };
         let mut ep = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| bad(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(false);
-        if let Some(tls) = &p.tls {
-            let ca = p.peer_ca.as_ref().ok_or(ForwardError::NoPeerCa)?;
-            let read = |p: &PathBuf| {
-                std::fs::read(p).map_err(|e| ForwardError::TlsFile {
-                    path: p.clone(),
-                    detail: e.to_string(),
-                })
-            };
-            let config = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(read(ca)?))
-                .identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
-            ep = ep.tls_config(config).map_err(|e| bad(e.to_string()))?;
+        if let PeerTls::Tls(config) = &p.tls {
+            ep = ep
+                .tls_config(config.clone())
+                .map_err(|e| bad(e.to_string()))?;
         }
         let channel = ep.connect_lazy();
         channels.insert(owner.to_string(), (addr.to_string(), channel.clone()));
@@ -563,13 +583,19 @@ impl Hop {
 pub(super) type Answer<R> = Result<Result<Response<R>, Status>, ForwardError>;
 
 /// Whether an owner's answer says the route may be stale: it could not be reached, or it
-/// answered as an instance that does not run the store does.
+/// answered as an instance that does not run the store does ([`disowns`]).
 fn disowned<R>(answer: &Answer<R>) -> bool {
     match answer {
         Err(_) => true,
-        Ok(Err(s)) => matches!(s.code(), Code::FailedPrecondition | Code::NotFound),
+        Ok(Err(s)) => disowns(s),
         Ok(Ok(_)) => false,
     }
+}
+
+/// The answer of an instance that does not run the store a call (or a node's stream) names:
+/// the one-hop rule's `FAILED_PRECONDITION`, or `NOT_FOUND`.
+pub(super) fn disowns(s: &Status) -> bool {
+    matches!(s.code(), Code::FailedPrecondition | Code::NotFound)
 }
 
 /// The owner's status as it answered (code, message and details).

@@ -34,7 +34,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
 use super::error::ServiceError;
-use super::forward::{ForwardError, Hop, describe, from_transport, same_status};
+use super::forward::{ForwardError, Hop, describe, disowns, from_transport, same_status};
 use super::owner_cache::Owner;
 use super::proto::{self, backup_control_client::BackupControlClient};
 
@@ -113,7 +113,7 @@ impl Hop {
             addr,
         };
         let lost = move |s: &Status| {
-            if from_transport(s) || disowning(s) {
+            if from_transport(s) || disowns(s) {
                 peers.forget_owner(&store);
             }
             lost_status(&store, &answered, s)
@@ -124,14 +124,6 @@ impl Hop {
         };
         Ok(relay(commands, lost, None, shutdown))
     }
-}
-
-/// The answer of a node's stream at an instance that does not run its store.
-fn disowning(s: &Status) -> bool {
-    matches!(
-        s.code(),
-        tonic::Code::FailedPrecondition | tonic::Code::NotFound
-    )
 }
 
 /// A status of the stream from `owner`: its own, unchanged, or `UNAVAILABLE` naming it when

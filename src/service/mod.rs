@@ -22,6 +22,9 @@
 //!   planned handovers within a group: the owner checks the target (live, in its group,
 //!   sees the directory: `CanHost`), flushes and stops the worker (releasing the lease),
 //!   compare-and-sets the row, and tells the target to start it (`Host`).
+//! - [`tls_files`]: every TLS file (the server's, and the peers' CA for forwarded calls) read
+//!   with the capped secret-file reader and checked once at start, before the claim; a bad
+//!   one stops `serve` naming the file and its flag.
 //! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
 //!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
 //!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
@@ -82,6 +85,7 @@ pub mod server_limits;
 mod store_compression;
 pub mod store_metrics;
 mod store_options;
+pub mod tls_files;
 pub mod usage;
 pub mod watch_events;
 
@@ -89,7 +93,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 pub use config::{Limits, PeerSettings, ServiceConfig, TlsFiles};
 use fleet::Fleet;
@@ -121,6 +125,9 @@ pub enum ServeError {
     },
     #[error("TLS: {0}")]
     Tls(String),
+    /// A TLS file (`--tls-cert`, `--tls-key`, `--tls-client-ca`, `--peer-ca`) cannot be used.
+    #[error("TLS: {0}")]
+    TlsFile(#[from] tls_files::TlsFileError),
     #[error("the server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("starting the fleet: {0}")]
@@ -196,19 +203,21 @@ pub async fn run(
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .layer(crate::telemetry::grpc_trace_layer())
         .layer(limits.call_timeouts());
-    if let Some(tls) = &config.tls {
-        let read = |p: &std::path::Path| {
-            std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
-        };
-        let mut t =
-            ServerTlsConfig::new().identity(Identity::from_pem(read(&tls.cert)?, read(&tls.key)?));
-        if let Some(ca) = &tls.client_ca {
-            t = t.client_ca_root(Certificate::from_pem(read(ca)?));
+    // Every TLS file is read and checked here, once (tls_files.rs): the server's, and the
+    // peers' for forwarded calls, which then never touch the disk.
+    let peer_tls = match &config.tls {
+        Some(tls) => {
+            let loaded = tls_files::load(tls, config.peers.peer_ca.as_deref())?;
+            server = server
+                .tls_config(loaded.server)
+                .map_err(|e| ServeError::Tls(crate::units::error_chain(&e)))?;
+            match loaded.peers {
+                Some(c) => forward::PeerTls::Tls(c),
+                None => forward::PeerTls::NoCa,
+            }
         }
-        server = server
-            .tls_config(t)
-            .map_err(|e| ServeError::Tls(e.to_string()))?;
-    }
+        None => forward::PeerTls::Plain,
+    };
     let webhooks =
         crate::events::webhook::Webhooks::prepare(&config.webhooks).map_err(ServeError::Config)?;
     let claim =
@@ -292,8 +301,7 @@ pub async fn run(
             serving.clone(),
             forward::Peers::new(
                 &config.instance_id,
-                config.tls.clone(),
-                config.peers.peer_ca.clone(),
+                peer_tls,
                 config.admin_token.as_deref(),
                 config
                     .peers

@@ -26,9 +26,18 @@
 //!
 //! # Drain
 //!
-//! Moves every store of the instance, one at a time, each to the live member of its group
-//! that [`super::failover::preferred`] picks for it among the live members but this one; a
-//! store that cannot move stays and is listed with why.
+//! Moves every store of the instance, each to the live member of its group that
+//! [`super::failover::preferred`] picks for it among the live members but this one, up to
+//! `DrainRequest.parallel` at once ([`drain_parallel`]: 0 means [`DEFAULT_DRAIN_PARALLEL`],
+//! at most [`MAX_DRAIN_PARALLEL`]). Each store's move is the move above, unchanged, and
+//! concerns that store only: a store that cannot move stays where it was (a refusal changes
+//! nothing; a failure after the stop runs it here again, as for one `Move`) and is listed
+//! with why, and the other moves go on. The answer lists every store, moved or not, in the
+//! order the fleet lists them; a failure line is cut at [`MAX_FAILED_LINE`] bytes, which
+//! bounds the answer of a drain of 10,000 stores (`forward.rs`, "How large a forwarded
+//! message may be"). Parallel moves overlap what one move waits for (the flush's uploads,
+//! the registry, the target's answers); the bound keeps a drain from flushing the whole
+//! instance's stores into the bucket and the target at once.
 //!
 //! # What a crash leaves
 //!
@@ -43,13 +52,14 @@
 
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use tonic::metadata::MetadataMap;
 
 use super::error::ServiceError;
 use super::failover;
 use super::fleet::{Fleet, FleetError};
 use super::forward::{ForwardError, Peers};
-use super::limits;
+use super::limits::{self, FieldError};
 use super::proto;
 use crate::events::{EventKind, NewEvent};
 use crate::registry::Claimed;
@@ -241,13 +251,37 @@ async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, 
     Ok(Ok(()))
 }
 
-/// Moves every store of this instance to live members of its group (see the module docs).
+/// How many stores a drain moves at once when the request says 0.
+pub const DEFAULT_DRAIN_PARALLEL: u32 = 4;
+
+/// The most stores a drain moves at once.
+pub const MAX_DRAIN_PARALLEL: u32 = 16;
+
+/// The longest line of `DrainResponse.failed` ("STORE_ID: why"), in bytes.
+pub const MAX_FAILED_LINE: usize = 1024;
+
+/// `DrainRequest.parallel` as the number of moves at once (see the module docs).
+pub fn drain_parallel(asked: u32) -> Result<usize, FieldError> {
+    match asked {
+        0 => Ok(DEFAULT_DRAIN_PARALLEL as usize),
+        n if n <= MAX_DRAIN_PARALLEL => Ok(n as usize),
+        n => Err(FieldError(format!(
+            "parallel must be 0 (for {DEFAULT_DRAIN_PARALLEL}) to {MAX_DRAIN_PARALLEL} stores \
+             moved at once, not {n}"
+        ))),
+    }
+}
+
+/// Moves every store of this instance to live members of its group, up to `parallel` at once
+/// (see the module docs).
 pub async fn drain(
     fleet: &Arc<Fleet>,
     peers: &Peers,
     meta: &MetadataMap,
+    parallel: u32,
     peer: Option<String>,
 ) -> Result<proto::DrainResponse, ServiceError> {
+    let parallel = drain_parallel(parallel).map_err(FleetError::from)?;
     let me = fleet.config().instance_id.clone();
     let Some(group) = fleet.config().peers.failover_group.clone() else {
         return Err(MoveError::NoGroup { me }.into());
@@ -267,16 +301,38 @@ pub async fn drain(
     if live.is_empty() {
         return Err(MoveError::NowhereToDrain { me, group }.into());
     }
+    let live = &live;
+    let moves = fleet.list().into_iter().map(|entry| {
+        let peer = peer.clone();
+        async move {
+            let id = entry.record.store_id.clone();
+            let to = failover::preferred(&id, live).unwrap_or(live[0]);
+            let moved = move_store(fleet, peers, meta, &id, to, peer).await;
+            (id, moved)
+        }
+    });
     let mut out = proto::DrainResponse::default();
-    for entry in fleet.list() {
-        let id = entry.record.store_id.clone();
-        let to = failover::preferred(&id, &live).unwrap_or(live[0]);
-        match move_store(fleet, peers, meta, &id, to, peer.clone()).await {
+    let mut done = futures::stream::iter(moves).buffered(parallel);
+    while let Some((id, moved)) = done.next().await {
+        match moved {
             Ok(moved) => out.moved.push(moved),
-            Err(e) => out.failed.push(format!("{id}: {e}")),
+            Err(e) => out.failed.push(failed_line(&id, &e.to_string())),
         }
     }
     Ok(out)
+}
+
+/// `"STORE_ID: why"`, cut at [`MAX_FAILED_LINE`] bytes (at a character, ending with `…`).
+fn failed_line(id: &str, why: &str) -> String {
+    let line = format!("{id}: {why}");
+    if line.len() <= MAX_FAILED_LINE {
+        return line;
+    }
+    let mut end = MAX_FAILED_LINE - '…'.len_utf8();
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
 }
 
 /// `CanHost` at a move's target: whether this instance sees the store's directory.
@@ -315,4 +371,65 @@ pub async fn host(fleet: &Fleet, store_id: &str) -> Result<(), ServiceError> {
     }
     fleet.host(record).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drain_moves_one_to_sixteen_at_once_and_refuses_more() {
+        assert_eq!(drain_parallel(0), Ok(4));
+        assert_eq!(drain_parallel(1), Ok(1));
+        assert_eq!(drain_parallel(16), Ok(16));
+        let e = drain_parallel(17).unwrap_err();
+        assert!(e.0.contains("parallel") && e.0.contains("17"), "{}", e.0);
+    }
+
+    #[test]
+    fn a_failure_line_is_cut_at_its_bound_on_a_character() {
+        let id = "0".repeat(36);
+        assert_eq!(failed_line(&id, "why"), format!("{id}: why"));
+        for why in ["é".repeat(2000), "x".repeat(2000)] {
+            let line = failed_line(&id, &why);
+            assert!(line.len() <= MAX_FAILED_LINE, "{}", line.len());
+            assert!(line.len() > MAX_FAILED_LINE - 4, "{}", line.len());
+            assert!(line.ends_with('…') && line.starts_with(&id));
+        }
+    }
+
+    /// `forward.rs`'s bound (its module docs): a drain answer of 10,000 stores, all failed
+    /// with the longest failure lines or all moved between instances of the longest ids, fits.
+    #[test]
+    fn the_largest_forwarded_message_fits() {
+        use super::super::forward::FORWARD_MAX_MESSAGE as MAX;
+        use prost::Message as _;
+        let stores = 10_000;
+        let id = "0".repeat(36);
+        let instance = "i".repeat(limits::MAX_INSTANCE_ID_BYTES);
+        let moved = proto::DrainResponse {
+            moved: vec![
+                proto::MoveResponse {
+                    store_id: id.clone(),
+                    from_instance_id: instance.clone(),
+                    to_instance_id: instance.clone(),
+                    restore_point_commit_seq: u64::MAX,
+                };
+                stores
+            ],
+            failed: Vec::new(),
+        };
+        let line = "x".repeat(MAX_FAILED_LINE);
+        let failed = proto::DrainResponse {
+            moved: Vec::new(),
+            failed: vec![line; stores],
+        };
+        let (moved, failed) = (moved.encoded_len(), failed.encoded_len());
+        eprintln!(
+            "FIGURE drain answer of {stores} stores: all moved {moved} bytes, all failed {failed} bytes"
+        );
+        assert!(moved < MAX && failed < MAX, "{moved} {failed}");
+        // Not so loose that it would hide a bound gone wrong.
+        assert!(failed > MAX / 2, "{failed}");
+    }
 }

@@ -1,0 +1,204 @@
+//! `ctl drain` moving several stores at once (issue 15 part 5, `service::moves`): two real
+//! `serve` processes of one failover group on the project's PostgreSQL, the store
+//! directories visible to both but one, which only the drained instance sees. A parallel
+//! drain moves every other store, each healthy on the target holding its lease, and leaves
+//! the one refused where it was, running; the answer lists every store. A serial drain back
+//! moves them all again. The two drains' times are printed (a figure, not an assertion).
+//!
+//! Needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server); without it a SKIP
+//! line, except under `CI=true`, where it fails.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Instant;
+
+use mushroom_backup::service::proto;
+use support::binary::{self, Running, write_store};
+use support::served::{self, Client};
+
+/// Both members' settings: a short silence limit and lease TTL, so the test is quick.
+const GROUP: &[&str] = &[
+    "--failover-group",
+    "g",
+    "--owner-silent-after-ms",
+    "3000",
+    "--lease-ttl-ms",
+    "3000",
+    "--health-report-interval-ms",
+    "300",
+];
+
+fn start(
+    id: &str,
+    registry: &str,
+    dirs: &served::Dirs,
+    shared_root: &Path,
+) -> (Running, SocketAddr) {
+    let mut cmd = served::fast_serve(dirs, GROUP);
+    cmd.arg("--allow-root")
+        .arg(shared_root)
+        .args(["--registry", registry, "--instance-id", id]);
+    served::start(&format!("serve {id}"), cmd)
+}
+
+/// `ctl --json ARGS` against `addr`: whether it exited 0, and its stdout.
+fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["ctl", "--server", &format!("http://{addr}"), "--json"])
+        .args(args);
+    let mut child = Running::spawn("ctl", cmd);
+    let status = child.wait_exit(served::DEADLINE);
+    (status.success(), child.stdout())
+}
+
+/// Waits until every one of `ids` runs on `on`, healthy and holding its lease.
+async fn running_on(c: &Client, ids: &[String], on: &str) {
+    for id in ids {
+        served::wait_health(c, id, &format!("running on {on}"), |h| {
+            h.instance_id == on && h.healthy && h.lease_held
+        })
+        .await;
+    }
+}
+
+/// The store ids a drain answer lists as moved, and the failure lines.
+fn answer(out: &str) -> (BTreeSet<String>, Vec<String>) {
+    let r = binary::json(out);
+    let moved = r["moved"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{out}"))
+        .iter()
+        .map(|m| m["store_id"].as_str().unwrap().to_string())
+        .collect();
+    let failed = r["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    (moved, failed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_running() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "drain_test").await;
+    let shared = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(shared.path()).unwrap();
+    let shared_root = base.join("stores");
+    let bucket = base.join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let (da, db_) = (served::dirs(), served::dirs());
+    let (a, a_addr) = start("a", &db.url, &da, &shared_root);
+    let (_b, b_addr) = start("b", &db.url, &db_, &shared_root);
+    let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
+
+    // Eight stores b sees too, and one in a's own root, which b does not.
+    let mut stores = Vec::new();
+    for i in 0..8 {
+        let dir = shared_root.join(format!("d{i}"));
+        write_store(&dir, 10);
+        let dest = support::file_url(&bucket.join(format!("d{i}")));
+        let r = ca
+            .clone()
+            .register(support::register_req(&dir, &dest))
+            .await
+            .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
+            .into_inner();
+        stores.push(r.store_id);
+    }
+    let private_dir = da.root.join("private");
+    write_store(&private_dir, 5);
+    let private = ca
+        .clone()
+        .register(support::register_req(
+            &private_dir,
+            &support::file_url(&bucket.join("private")),
+        ))
+        .await
+        .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
+        .into_inner()
+        .store_id;
+    running_on(&ca, &stores, "a").await;
+    running_on(&ca, std::slice::from_ref(&private), "a").await;
+
+    // A parallel too wide is refused before anything moves.
+    let (ok, _) = ctl(b_addr, &["drain", "a", "--parallel", "17"]);
+    assert!(!ok, "--parallel 17 accepted");
+    let mut c = cb.clone();
+    let too_wide = c
+        .drain(proto::DrainRequest {
+            instance_id: "a".into(),
+            parallel: 17,
+        })
+        .await
+        .expect_err("DrainRequest.parallel 17 accepted");
+    assert_eq!(
+        too_wide.code(),
+        tonic::Code::InvalidArgument,
+        "{too_wide:?}"
+    );
+    assert!(too_wide.message().contains("parallel"), "{too_wide:?}");
+    running_on(&ca, &stores, "a").await;
+
+    // Drain a through b, four at once: the eight move, the private one is refused and stays.
+    let parallel = Instant::now();
+    let (ok, out) = ctl(b_addr, &["drain", "a", "--parallel", "4"]);
+    assert!(!ok, "a drain with a store left must exit 1: {out}");
+    let (moved, failed) = answer(&out);
+    let parallel_took = parallel.elapsed();
+    assert_eq!(
+        moved,
+        stores.iter().cloned().collect::<BTreeSet<_>>(),
+        "{out}"
+    );
+    assert_eq!(failed.len(), 1, "{out}");
+    assert!(
+        failed[0].starts_with(&format!("{private}: ")) && failed[0].contains("cannot take"),
+        "{out}"
+    );
+    running_on(&cb, &stores, "b").await;
+    let parallel_healthy = parallel.elapsed();
+    // The refused store is where it was, running.
+    running_on(&ca, std::slice::from_ref(&private), "a").await;
+
+    // And back, one at a time: all eight.
+    let serial = Instant::now();
+    let (ok, out) = ctl(a_addr, &["drain", "b", "--parallel", "1"]);
+    assert!(ok, "{out}");
+    let (moved, failed) = answer(&out);
+    let serial_took = serial.elapsed();
+    assert_eq!(
+        moved,
+        stores.iter().cloned().collect::<BTreeSet<_>>(),
+        "{out}"
+    );
+    assert!(failed.is_empty(), "{out}");
+    running_on(&ca, &stores, "a").await;
+    let serial_healthy = serial.elapsed();
+    // The same two drains again, in the other order (each instance has hosted every store by
+    // now), for figures that do not favour either.
+    let serial2 = Instant::now();
+    let (_, out) = ctl(b_addr, &["drain", "a", "--parallel", "1"]);
+    assert_eq!(answer(&out).0.len(), 8, "{out}");
+    running_on(&cb, &stores, "b").await;
+    let serial2 = serial2.elapsed();
+    let parallel2 = Instant::now();
+    let (ok, out) = ctl(a_addr, &["drain", "b", "--parallel", "4"]);
+    assert!(ok && answer(&out).0.len() == 8, "{out}");
+    running_on(&ca, &stores, "a").await;
+    let parallel2 = parallel2.elapsed();
+    eprintln!(
+        "FIGURE drain of 8 stores: 4 at once (and 1 refused) {parallel_took:?} to the answer, \
+         {parallel_healthy:?} to all healthy on the target; 1 at a time {serial_took:?} to the \
+         answer, {serial_healthy:?} to all healthy; again, to all healthy: 1 at a time \
+         {serial2:?} (and 1 refused), 4 at once {parallel2:?}"
+    );
+    drop(a);
+    db.drop_database().await;
+}
