@@ -141,3 +141,35 @@ fn a_bad_tls_file_stops_serve_at_start_naming_its_flag_and_file() {
     );
     serve::terminate(&mut child);
 }
+
+/// `ctl` reads its TLS files with the same reader: a FIFO as `--ca` is refused at once (no
+/// hang), naming the flag and the file, and so is a file past the cap, before any connection.
+#[test]
+fn ctl_reads_its_tls_files_as_serve_does() {
+    let d = serve::dirs();
+    let fifo = d.base.join("ctl-fifo.pem");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let huge = d.base.join("ctl-huge.pem");
+    std::fs::write(&huge, vec![b'A'; (1 << 20) + 1]).unwrap();
+    for (path, why) in [
+        (&fifo, "a FIFO"),
+        (&huge, "a TLS file holds at most 1048576"),
+    ] {
+        let out = std::process::Command::new(support::binary::BIN)
+            .args(["ctl", "--server", "https://127.0.0.1:9", "--ca"])
+            .arg(path)
+            .arg("list")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("ctl runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {err}", path.display());
+        assert!(
+            err.contains("--ca") && err.contains(&path.display().to_string()) && err.contains(why),
+            "{}: {err}",
+            path.display()
+        );
+    }
+}

@@ -1,10 +1,15 @@
 //! The client side of TLS, as `ctl` and `node` take it: the server's CA and, for a server that
-//! requires one, a client certificate. One set of flags, read the same way for both.
+//! requires one, a client certificate. One set of flags, read the same way for both: with the
+//! project's reader of small secret files (`crypto::secret_file`: a FIFO cannot hang the
+//! command, a directory or device is refused, at most `service::tls_files::PEM_FILE_MAX`
+//! bytes, a Kubernetes Secret's symlink followed), as `serve` reads its own TLS files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use clap::Args;
+
+use crate::crypto::secret_file;
+use crate::service::tls_files::PEM_FILE_MAX;
 
 #[derive(Args)]
 pub struct ClientTlsArgs {
@@ -33,18 +38,25 @@ impl ClientTlsArgs {
 
     /// Reads the files; an error names the flag and the file.
     pub fn read(&self) -> anyhow::Result<ClientTlsPem> {
-        let ca = self
-            .ca
-            .as_ref()
-            .map(|ca| std::fs::read(ca).with_context(|| format!("--ca {}", ca.display())))
-            .transpose()?;
+        let ca = self.ca.as_deref().map(|ca| read("--ca", ca)).transpose()?;
         let identity = match (&self.client_cert, &self.client_key) {
-            (Some(cert), Some(key)) => Some((
-                std::fs::read(cert).with_context(|| format!("--client-cert {}", cert.display()))?,
-                std::fs::read(key).with_context(|| format!("--client-key {}", key.display()))?,
-            )),
+            (Some(cert), Some(key)) => {
+                Some((read("--client-cert", cert)?, read("--client-key", key)?))
+            }
             _ => None,
         };
         Ok(ClientTlsPem { ca, identity })
+    }
+}
+
+/// One PEM file a flag names, read as the module docs say.
+fn read(flag: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    match secret_file::read(path, PEM_FILE_MAX) {
+        Ok(file) => Ok(file.bytes.to_vec()),
+        Err(secret_file::SecretFileError::TooLarge { len, max, .. }) => Err(anyhow::anyhow!(
+            "{flag} {}: {len} bytes or more; a TLS file holds at most {max}",
+            path.display()
+        )),
+        Err(e) => Err(anyhow::Error::new(e).context(flag.to_string())),
     }
 }

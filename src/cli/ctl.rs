@@ -273,6 +273,9 @@ pub(super) fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{call}: {}: {msg}", code_name(s.code()))
 }
 
+/// The largest answer `ctl` takes.
+const CTL_MESSAGE_MAX: usize = 64 << 20;
+
 async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
     let timeout = Duration::from_millis(a.timeout_ms);
     let mut ep = Endpoint::from_shared(a.server.clone())
@@ -309,7 +312,10 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
         ),
     };
     Ok(Ctl {
-        client: BackupControlClient::new(channel),
+        // tonic's default 4 MiB would refuse a `ListStores` of a 10,000-store fleet (about
+        // 400 bytes a store); the answer is the service's own, so the bound only guards
+        // against a stream gone wrong.
+        client: BackupControlClient::new(channel).max_decoding_message_size(CTL_MESSAGE_MAX),
         token,
         timeout,
     })
