@@ -1,6 +1,7 @@
 //! Focused tests of the bucket wrappers: fault plans (replayable seeds, crashes before and
 //! after a request, write-only targeting) and the retry layer (what it never retries, how it
-//! reads its own lost writes, cancellation under paused time).
+//! reads its own lost writes, cancellation under paused time), and that every wrapper forwards
+//! the trait's defaulted methods (`get_buffers`) instead of falling back to the default.
 
 mod support;
 
@@ -10,8 +11,9 @@ use std::time::Duration;
 use mushroom_backup::bucket::faults::{
     CrashKind, Fault, FaultPlan, FaultyBucket, LogEntry, Op, SeededFaults,
 };
+use mushroom_backup::bucket::mem::MemBucket;
 use mushroom_backup::bucket::retry::{RetryPolicy, Retrying};
-use mushroom_backup::bucket::{Bucket, BucketError, PutCondition};
+use mushroom_backup::bucket::{Bucket, BucketError, DynBucket, PutCondition};
 use support::{body, fast_retries, fs_bucket, is_precondition_failed};
 use tokio_util::sync::CancellationToken;
 
@@ -241,5 +243,114 @@ async fn retrying_honours_cancellation() {
         faulty.requests(),
         before,
         "a request started after cancellation"
+    );
+}
+
+/// Every wrapper of `src/bucket/` over `inner`, named.
+fn every_wrapper(inner: DynBucket) -> Vec<(&'static str, DynBucket)> {
+    use mushroom_backup::bucket::counting::CountingBucket;
+    use mushroom_backup::bucket::metered::MeteredBucket;
+    use mushroom_backup::bucket::read_only::ReadOnly;
+    use mushroom_backup::bucket::usage::{Usage, UsageBucket};
+    vec![
+        (
+            "usage",
+            Arc::new(UsageBucket::new(inner.clone(), Usage::new())),
+        ),
+        ("counting", Arc::new(CountingBucket::new(inner.clone()))),
+        ("metered", Arc::new(MeteredBucket::new(inner.clone()))),
+        (
+            "retry",
+            Arc::new(Retrying::new(
+                inner.clone(),
+                fast_retries(),
+                CancellationToken::new(),
+            )),
+        ),
+        ("read_only", Arc::new(ReadOnly::new(inner.clone()))),
+        (
+            "faults",
+            Arc::new(FaultyBucket::new(inner, FaultPlan::none())),
+        ),
+    ]
+}
+
+/// A wrapper that does not forward `get_buffers` falls back to the trait's default, one
+/// copied buffer, and a restore or drill through it loses the no-copy path: every wrapper hands
+/// on the inner bucket's buffers, whole and ranged.
+#[tokio::test]
+async fn every_wrapper_forwards_get_buffers() {
+    let mem = MemBucket::with_buffers_of(2);
+    mem.put("k", body("abcdefg"), PutCondition::None)
+        .await
+        .unwrap();
+    for (name, b) in every_wrapper(Arc::new(mem)) {
+        let whole = b.get_buffers("k", None).await.unwrap();
+        assert_eq!(whole.len(), 4, "{name}: {whole:?}");
+        assert_eq!(whole.concat(), b"abcdefg", "{name}");
+        let part = b.get_buffers("k", Some(1..6)).await.unwrap();
+        assert_eq!(part.len(), 3, "{name}: {part:?}");
+        assert_eq!(part.concat(), b"bcdef", "{name}");
+    }
+}
+
+/// The `Bucket` methods with a default body, from the trait's source.
+fn defaulted_methods(module: &str) -> Vec<String> {
+    let start = module.find("pub trait Bucket").expect("the trait");
+    let body = &module[start..];
+    let body = &body[..body.find("\n}\n").expect("the trait's end")];
+    let mut out = Vec::new();
+    for (at, _) in body.match_indices("fn ") {
+        let rest = &body[at + 3..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let semi = rest.find(';').unwrap_or(usize::MAX);
+        let brace = rest.find('{').unwrap_or(usize::MAX);
+        if brace < semi {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Guards the same fault for wrappers yet to come: a wrapper in `src/bucket/` (a `Bucket`
+/// holding an `inner` bucket) defines every trait method that has a default body, but `put`,
+/// a convenience over `put_with` that no bucket overrides (so its default is always right).
+#[test]
+fn every_wrapper_defines_every_defaulted_method() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bucket");
+    let module = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+    let defaulted = defaulted_methods(&module);
+    assert!(
+        defaulted.contains(&"get_buffers".to_string()) && defaulted.contains(&"put".to_string()),
+        "{defaulted:?}"
+    );
+    let mut wrappers = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("mod.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains("async fn put(&self"),
+            "{path:?} overrides Bucket::put: implement put_with only"
+        );
+        if !(text.contains("Bucket for") && text.contains("inner: DynBucket")) {
+            continue;
+        }
+        wrappers += 1;
+        for m in defaulted.iter().filter(|m| *m != "put") {
+            assert!(
+                text.contains(&format!("async fn {m}(")),
+                "{path:?} does not forward Bucket::{m}: it falls back to the default"
+            );
+        }
+    }
+    assert_eq!(
+        wrappers, 6,
+        "usage, counting, metered, retry, read_only, faults"
     );
 }

@@ -3,7 +3,9 @@
 //! `ctl cost`, `/metrics`) agrees with what moto logged for the store's prefix, class by class
 //! (its lease and retention included); the TOML's `[prices]` table is what the estimate is
 //! priced at; a request budget below the projection is a health note on a healthy store; a
-//! price table with a negative price or an unknown key is refused at start, naming it.
+//! price table with a negative price or an unknown key is refused at start, naming it; a budget
+//! overrun is one event, and a store back within its budget is published again when it goes
+//! over again, its health note gone and back.
 //!
 //! The counts are compared without a timed assertion: moto logs a request once it answered it,
 //! the service counts it when it starts, so the usage read between two reads of moto's log lies
@@ -377,7 +379,12 @@ async fn usage_agrees_with_the_requests_moto_logged_and_is_priced_at_the_config(
         if u.bytes_stored == u64::try_from(held).unwrap() {
             Ok(())
         } else {
-            Err(format!("S3 holds {held}, usage says {}", u.bytes_stored))
+            Err(format!(
+                "S3 holds {held} bytes in {} objects, usage says {} in {}",
+                listed.contents().len(),
+                u.bytes_stored,
+                u.objects_stored
+            ))
         }
     })
     .await;
@@ -588,6 +595,110 @@ async fn a_budget_overrun_is_one_event_on_watch_events() {
     })
     .await;
     assert!(h.notes.iter().any(|n| n.contains("budget of 1")), "{h:?}");
+    server.signal(libc::SIGTERM);
+    server.wait_exit(DEADLINE);
+}
+
+/// A budget of 200 requests in a minute, projected to the month (200 × 43,800).
+const RECOVERY_BUDGET: u64 = 200 * 43_800;
+
+/// Commits to `dir` one at a time until `id`'s Health says its projection is over its budget.
+async fn commit_until_over(c: &Client, dir: &Path, id: &str) -> proto::StoreHealth {
+    let mut engine = Engine::open(
+        dir,
+        EngineOptions {
+            group_commit: 0,
+            ..Default::default()
+        },
+    )
+    .expect("open the store");
+    let start = std::time::Instant::now();
+    loop {
+        let h = health(c, id).await.expect("Health");
+        if h.usage.as_ref().is_some_and(|u| u.over_budget) {
+            return h;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "committed for {DEADLINE:?} and the store is not over budget: {h:?}"
+        );
+        support::store::commit_synced(&mut engine, 1);
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+}
+
+/// The recovery path of a budget overrun: a store over its budget (an event, a note), back
+/// within it (its projection falls as the window grows while it is idle: the note goes), then
+/// over again (a second event, the note back), all read through WatchEvents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_back_within_its_budget_is_published_again_when_over() {
+    let d = served::dirs();
+    let (mut server, addr) = served::start(
+        "serve",
+        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
+    );
+    let c = served::client(addr).await;
+    let mut events = c
+        .clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: String::new(),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+    let dir = d.root.join("recovering");
+    support::store::write(&dir, 5, 0, 0);
+    let mut req = support::register_req(&dir, &support::file_url(&d.base.join("recovering")));
+    req.options = Some(proto::StoreOptions {
+        monthly_request_budget: RECOVERY_BUDGET,
+        ..Default::default()
+    });
+    let id = c
+        .clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id;
+    let noted = |h: &proto::StoreHealth| h.notes.iter().any(|n| n.contains("request budget"));
+    let of_store = |seen: &[proto::BackupEvent]| {
+        seen.iter()
+            .filter(|e| e.kind == proto::EventKind::BudgetExceeded as i32 && e.store_id == id)
+            .count()
+    };
+
+    let h = commit_until_over(&c, &dir, &id).await;
+    assert!(h.healthy && noted(&h), "{h:?}");
+    let first = until_over(&mut events, &id).await;
+    assert_eq!(of_store(&first), 1, "{first:?}");
+
+    // Idle: only lease renewals, so the projection falls under the budget as the window grows
+    // past the burst (with a margin, so a renewal at the crossing does not tip it back).
+    let h = support::wait_for(
+        std::time::Duration::from_secs(300),
+        "the projection back within the budget",
+        || async {
+            let h = health(&c, &id).await?;
+            let u = h.usage.ok_or("no usage")?;
+            if !u.over_budget && u.projected_monthly_requests < RECOVERY_BUDGET / 10 * 9 {
+                Ok(h)
+            } else {
+                Err(format!("{u:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(h.healthy && !noted(&h), "the note is gone: {h:?}");
+
+    let h = commit_until_over(&c, &dir, &id).await;
+    assert!(h.healthy && noted(&h), "the note is back: {h:?}");
+    let second = until_over(&mut events, &id).await;
+    assert!(of_store(&second) >= 1, "{second:?}");
+    let e = second.last().unwrap();
+    assert!(
+        e.count > RECOVERY_BUDGET && e.detail.contains(&format!("budget of {RECOVERY_BUDGET}")),
+        "{e:?}"
+    );
     server.signal(libc::SIGTERM);
     server.wait_exit(DEADLINE);
 }

@@ -161,6 +161,19 @@ impl Bucket for CountingBucket {
         self.inner.get_range(key, range).await
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        self.counts.record(if range.is_some() {
+            Op::GetRange
+        } else {
+            Op::Get
+        });
+        self.inner.get_buffers(key, range).await
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         self.counts.record(Op::Head);
         self.inner.head(key).await

@@ -390,6 +390,20 @@ impl super::Bucket for FaultyBucket {
             .await
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        let op = if range.is_some() {
+            Op::GetRange
+        } else {
+            Op::Get
+        };
+        self.run(op, key, false, self.inner.get_buffers(key, range))
+            .await
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         self.run(Op::Head, key, false, self.inner.head(key)).await
     }

@@ -22,6 +22,9 @@
 //! default would refuse. Unlike that bucket, and like S3, a key may also be a prefix of other
 //! keys (`a` and `a/b`).
 //!
+//! [`MemBucket::with_buffers_of`] hands `get_buffers` responses out in buffers of a set size, as
+//! a transport does, so a test can see a wrapper pass them on rather than one copy.
+//!
 //! An object's age ([`Object::age`]) is the tokio clock's time since its write: under
 //! `tokio::time::pause()` it advances with the paused clock, so a test can age an object by
 //! advancing time.
@@ -68,6 +71,9 @@ struct Inner {
     /// Whether `get` reports ages ([`MemBucket::without_clock`]: like an endpoint that sends
     /// no `Date`).
     clock: bool,
+    /// The size of the buffers `get_buffers` hands a response out in (0: one buffer), as a
+    /// transport delivers a body ([`MemBucket::with_buffers_of`]).
+    buffer: usize,
 }
 
 /// One object as stored.
@@ -100,12 +106,24 @@ impl MemBucket {
         Self::with_clock(false)
     }
 
+    /// A new, empty bucket whose `get_buffers` hands each response out in buffers of `n`
+    /// bytes (the last one shorter), as a transport delivers a body: for tests that a wrapper
+    /// passes the buffers on rather than one copy.
+    pub fn with_buffers_of(n: usize) -> Self {
+        Self::made(true, n)
+    }
+
     fn with_clock(clock: bool) -> Self {
+        Self::made(clock, 0)
+    }
+
+    fn made(clock: bool, buffer: usize) -> Self {
         MemBucket {
             inner: Arc::new(Inner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 objects: Mutex::new(BTreeMap::new()),
                 clock,
+                buffer,
             }),
         }
     }
@@ -150,6 +168,26 @@ impl Bucket for MemBucket {
             return Ok(Bytes::new());
         }
         Ok(data.slice(crate::units::usize_of(start)..crate::units::usize_of(end)))
+    }
+
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        let mut data = match range {
+            None => self.get(key).await?.data,
+            Some(r) => self.get_range(key, r).await?,
+        };
+        let n = match self.inner.buffer {
+            0 => return Ok(vec![data]),
+            n => n,
+        };
+        let mut out = Vec::with_capacity(data.len().div_ceil(n));
+        while !data.is_empty() {
+            out.push(data.split_to(n.min(data.len())));
+        }
+        Ok(out)
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {

@@ -69,6 +69,7 @@ pub mod metered;
 pub mod read_only;
 pub mod retry;
 pub mod s3;
+pub mod stored;
 pub mod usage;
 
 pub use body::Body;
@@ -303,7 +304,11 @@ pub trait Bucket: Send + Sync + 'static {
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError>;
 
     /// Writes a whole object under `cond`; returns its new ETag. Large bodies go up in parts
-    /// (multipart on S3), still all or nothing under the final key.
+    /// (multipart on S3), still all or nothing under the final key. A convenience over
+    /// [`Bucket::put_with`] that no bucket overrides (`tests/bucket_wrappers.rs` holds them
+    /// to it), so a wrapper's `put` is always its own `put_with`. Every other method with a
+    /// default body ([`Bucket::get_buffers`]) every wrapper forwards, or it would fall back to
+    /// the default behind the inner bucket's back.
     async fn put(&self, key: &str, body: Body, cond: PutCondition) -> Result<String, BucketError> {
         self.put_with(key, body, cond.into()).await
     }

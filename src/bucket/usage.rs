@@ -14,29 +14,29 @@
 //! downloaded: the length of every body read that arrived (a failed GET's partial bytes are
 //! not known and not counted). Listings and HEADs count no bytes.
 //!
-//! # Bytes stored, an approximation
+//! # Bytes stored
 //!
-//! The wrapper keeps the length of every key it has learned of under its root: each listing
-//! page sets the lengths of the keys it shows (and forgets the keys the page's range no longer
-//! shows, so another writer's deletes are seen when the range is listed again), a successful
-//! PUT sets its key's length, a successful DELETE forgets its key. [`UsageSnapshot::bytes_stored`]
-//! is their sum: what this process knows of the prefix. It is low until the prefix was listed
-//! (the worker's first retention pass lists all of `gen/`, resume lists `manifests/`), and it
-//! does not see objects written by others in ranges it never lists again. It costs one map
-//! entry per object of the prefix. Versioned buckets, multipart uploads left behind and
-//! per-object minimum storage durations (S3 IA, R2's none) are not modelled.
+//! [`UsageSnapshot::bytes_stored`] and `objects_stored` are what the wrapper has learned the
+//! prefix holds, from the listings the worker makes anyway (retention's, resume's) and its own
+//! successful writes and deletes, as totals per group of keys (a directory: `gen/<g>/wal/`, the
+//! manifests, the top level): the memory they take does not grow with the objects. What the totals
+//! mean between listings, and what they miss, is [`super::stored`]'s. They are low until the
+//! prefix was listed (the worker's first retention pass lists all of `gen/`, resume lists
+//! `manifests/`). Versioned buckets, multipart uploads left behind and per-object minimum
+//! storage durations (S3 IA, R2's none) are not modelled.
 //!
 //! A crash loses the counts: they are this process's, since [`Usage::started_unix_ms`].
 
-use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
+use super::stored::{Stored, Write};
 use super::{
-    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition,
+    PutOpts,
 };
 
 /// A request's billing class.
@@ -76,18 +76,11 @@ pub struct Usage {
     requests: [AtomicU64; 5],
     bytes_uploaded: AtomicU64,
     bytes_downloaded: AtomicU64,
-    /// Key → length of every object known under the root (see the module docs).
-    stored: Mutex<BTreeMap<String, u64>>,
-    /// The last key of each page whose next page is not listed yet, by its token: where the
-    /// next page's range starts. At most [`MAX_PENDING_PAGES`] (more: forgotten, and those
-    /// pages' ranges start at their first key).
-    pending_pages: Mutex<BTreeMap<String, String>>,
+    /// What the prefix holds, by group of keys (see the module docs).
+    stored: Mutex<Stored>,
     started_unix_ms: i64,
     started: tokio::time::Instant,
 }
-
-/// The most listings [`Usage`] follows page by page at once (see `pending_pages`).
-const MAX_PENDING_PAGES: usize = 64;
 
 /// The usage at one moment, as plain numbers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -134,8 +127,7 @@ impl Usage {
             requests: Default::default(),
             bytes_uploaded: AtomicU64::new(0),
             bytes_downloaded: AtomicU64::new(0),
-            stored: Mutex::new(BTreeMap::new()),
-            pending_pages: Mutex::new(BTreeMap::new()),
+            stored: Mutex::new(Stored::default()),
             started_unix_ms: crate::units::unix_now_ms(),
             started: tokio::time::Instant::now(),
         })
@@ -154,68 +146,19 @@ impl Usage {
             .fetch_add(crate::units::u64_len(n), Ordering::Relaxed);
     }
 
-    fn stored(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+    fn stored(&self) -> std::sync::MutexGuard<'_, Stored> {
         self.stored.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Learns a listing page: the keys it shows have the lengths it gives, and the keys of
-    /// `prefix` in the range it covered that it does not show are gone.
-    fn listed(&self, query: &ListQuery<'_>, page: &ListPage) {
-        // The range a page covers: after `start_after` on a first page, after the previous
-        // page's last key on a later one (else from its own first key: a token's position is
-        // opaque), up to its last key, or to the end of the prefix on the last page.
-        let previous = {
-            let mut pending = self.pending_pages.lock().unwrap_or_else(|e| e.into_inner());
-            let previous = query.token.as_ref().and_then(|t| pending.remove(t));
-            if let (Some(next), Some(last)) = (&page.next_token, page.objects.last()) {
-                if pending.len() >= MAX_PENDING_PAGES {
-                    pending.clear();
-                }
-                pending.insert(next.clone(), last.key.clone());
-            }
-            previous
-        };
-        let mut stored = self.stored();
-        let from = match (&query.token, &query.start_after, page.objects.first()) {
-            (None, Some(after), _) => Some((after.clone(), false)),
-            (None, None, _) => Some((query.prefix.to_string(), true)),
-            (Some(_), _, _) if previous.is_some() => previous.map(|k| (k, false)),
-            (Some(_), _, Some(first)) => Some((first.key.clone(), true)),
-            (Some(_), _, None) => None,
-        };
-        let to = match (&page.next_token, page.objects.last()) {
-            (None, _) => None,
-            (Some(_), Some(last)) => Some(last.key.clone()),
-            (Some(_), None) => return,
-        };
-        if let Some((from, inclusive)) = from {
-            let shown: std::collections::HashSet<&str> =
-                page.objects.iter().map(|o| o.key.as_str()).collect();
-            let gone: Vec<String> = stored
-                .range(from.clone()..)
-                .map(|(k, _)| k)
-                .skip_while(|k| !inclusive && **k == from)
-                .take_while(|k| k.starts_with(query.prefix))
-                .take_while(|k| to.as_ref().is_none_or(|to| *k <= to))
-                .filter(|k| !shown.contains(k.as_str()))
-                .cloned()
-                .collect();
-            for k in gone {
-                stored.remove(&k);
-            }
-        }
-        for o in &page.objects {
-            stored.insert(o.key.clone(), o.len);
-        }
+    /// How many groups of keys the stored totals are kept for (what their memory grows with).
+    pub fn stored_groups(&self) -> usize {
+        self.stored().groups()
     }
 
     /// The usage now.
     pub fn snapshot(&self) -> UsageSnapshot {
         let n = |c: RequestClass| self.requests[c as usize].load(Ordering::Relaxed);
-        let (bytes_stored, objects_stored) = {
-            let stored = self.stored();
-            (stored.values().sum(), crate::units::u64_len(stored.len()))
-        };
+        let stored = self.stored().totals();
         UsageSnapshot {
             put: n(RequestClass::Put),
             get: n(RequestClass::Get),
@@ -224,8 +167,8 @@ impl Usage {
             delete: n(RequestClass::Delete),
             bytes_uploaded: self.bytes_uploaded.load(Ordering::Relaxed),
             bytes_downloaded: self.bytes_downloaded.load(Ordering::Relaxed),
-            bytes_stored,
-            objects_stored,
+            bytes_stored: stored.bytes,
+            objects_stored: stored.objects,
             since_unix_ms: self.started_unix_ms,
             window_ms: crate::units::millis_u64(self.started.elapsed()),
         }
@@ -264,6 +207,17 @@ impl Bucket for UsageBucket {
         Ok(data)
     }
 
+    async fn get_buffers(
+        &self,
+        key: &str,
+        range: Option<Range<u64>>,
+    ) -> Result<Vec<Bytes>, BucketError> {
+        self.usage.record(RequestClass::Get);
+        let buffers = self.inner.get_buffers(key, range).await?;
+        self.usage.downloaded(buffers.iter().map(Bytes::len).sum());
+        Ok(buffers)
+    }
+
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         self.usage.record(RequestClass::Head);
         self.inner.head(key).await
@@ -273,28 +227,35 @@ impl Bucket for UsageBucket {
         self.usage.record(RequestClass::Put);
         let len = body.len();
         self.usage.bytes_uploaded.fetch_add(len, Ordering::Relaxed);
+        let write = match opts.cond {
+            PutCondition::IfMatch(_) => Write::Replaced(len),
+            PutCondition::IfNoneMatch | PutCondition::None => Write::Created(len),
+        };
         let etag = self.inner.put_with(key, body, opts).await?;
-        self.usage.stored().insert(key.to_string(), len);
+        self.usage.stored().written(key, write);
         Ok(etag)
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
         self.usage.record(RequestClass::Delete);
         self.inner.delete(key, if_match).await?;
-        self.usage.stored().remove(key);
+        self.usage.stored().written(key, Write::Deleted);
         Ok(())
     }
 
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.usage.record(RequestClass::List);
-        let q = ListQuery {
-            prefix: query.prefix,
-            token: query.token.clone(),
-            max_keys: query.max_keys,
-            start_after: query.start_after.clone(),
-        };
+        let prefix = query.prefix;
+        let after = query.after().map(str::to_string);
+        let continued = query.token.is_some();
         let page = self.inner.list(query).await?;
-        self.usage.listed(&q, &page);
+        self.usage.stored().listed(
+            prefix,
+            after.as_deref(),
+            continued,
+            &page.objects,
+            page.next_token.is_none(),
+        );
         Ok(page)
     }
 }
@@ -304,8 +265,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::bucket::PutCondition;
     use crate::bucket::faults::{Fault, FaultPlan, FaultyBucket};
+    use crate::bucket::list_all;
     use crate::bucket::mem::MemBucket;
     use crate::bucket::retry::{RetryPolicy, Retrying};
 
@@ -347,13 +308,53 @@ mod tests {
         assert_eq!(
             usage.snapshot().bytes_stored,
             10,
-            "p/a's page covers only p/a"
+            "a listing counts once its last page is in"
         );
         b.list(ListQuery::new("p/", first.next_token, 1))
             .await
             .unwrap();
         let s = usage.snapshot();
         assert_eq!((s.bytes_stored, s.objects_stored), (8, 3), "{s:?}");
+    }
+
+    #[tokio::test]
+    async fn a_listing_resumed_from_a_key_counts_what_lies_after_it() {
+        let mem: DynBucket = Arc::new(MemBucket::new());
+        for (k, v) in [("gen/1/a", "1"), ("gen/2/a", "22"), ("gen/3/a", "333")] {
+            mem.put(k, body(v), PutCondition::IfNoneMatch)
+                .await
+                .unwrap();
+        }
+        let usage = Usage::new();
+        let b = UsageBucket::new(mem.clone(), usage.clone());
+        list_all(&b, "gen/").await.unwrap();
+        assert_eq!(usage.snapshot().bytes_stored, 6);
+        // Another writer deletes gen/2/a; a listing resumed after gen/1/a (its token a key no
+        // listing here stopped at) covers gen/2/ and gen/3/, and sees gen/2/ gone.
+        mem.delete("gen/2/a", None).await.unwrap();
+        let page = b
+            .list(ListQuery::new("gen/", Some("gen/1/a".into()), 100))
+            .await
+            .unwrap();
+        assert_eq!(page.objects.len(), 1);
+        let s = usage.snapshot();
+        assert_eq!((s.bytes_stored, s.objects_stored), (4, 2), "{s:?}");
+    }
+
+    #[tokio::test]
+    async fn get_buffers_is_forwarded_and_counted_as_a_get() {
+        let usage = Usage::new();
+        let mem = MemBucket::with_buffers_of(2);
+        mem.put("k", body("abcdef"), PutCondition::None)
+            .await
+            .unwrap();
+        let b = UsageBucket::new(Arc::new(mem), usage.clone());
+        let whole = b.get_buffers("k", None).await.unwrap();
+        assert_eq!(whole.len(), 3, "the inner bucket's buffers, not one copy");
+        let part = b.get_buffers("k", Some(1..5)).await.unwrap();
+        assert_eq!(part.concat(), b"bcde");
+        let s = usage.snapshot();
+        assert_eq!((s.get, s.bytes_downloaded), (2, 10), "{s:?}");
     }
 
     #[tokio::test(start_paused = true)]

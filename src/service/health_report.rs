@@ -46,8 +46,9 @@ pub(super) async fn report_health(fleet: Arc<Fleet>) {
     // What each store's worker showed at the last report: while it shows the same, its health,
     // counters and metrics are what they were, and it costs no copy, no JSON, no metric.
     let mut shown: std::collections::HashMap<String, Shown> = Default::default();
-    // Which stores' projected requests were over their budget (`usage.rs`).
-    let mut budgets = super::usage::BudgetWatch::default();
+    // What the metrics were given of each store's usage, and which stores' projected requests
+    // were over their budget (`usage.rs`).
+    let mut usage = super::usage::UsageReport::default();
     loop {
         tokio::select! {
             _ = fleet.shutdown_token().cancelled() => return,
@@ -56,12 +57,9 @@ pub(super) async fn report_health(fleet: Arc<Fleet>) {
         let entries = fleet.list();
         let unhealthy = entries.iter().filter(|e| !e.handle.healthy()).count();
         crate::telemetry::record_fleet(entries.len(), unhealthy);
-        // Requests change on every lease write and step, so usage is recorded every tick.
-        let prices = fleet.config().prices;
-        for entry in &entries {
-            super::usage::record_usage(entry, &prices);
-        }
-        budgets.look(&entries, &prices, fleet.events());
+        // Requests change on every lease write and step, so usage is recorded every tick:
+        // priced once, into the metrics and the budget watch.
+        usage.tick(&entries, &fleet.config().prices, fleet.events());
         let mut changed = Vec::new();
         // Taken as shown once the report is written.
         let mut seen = Vec::new();

@@ -12,21 +12,30 @@
 //!
 //! A store's `options.monthly_request_budget` (0: none) is compared with the projected
 //! requests a month ([`crate::cost::estimate`]); a projection over it is a health note (the
-//! store stays healthy) and `Usage.over_budget`. [`BudgetWatch`] sees a store cross into its
+//! store stays healthy) and `Usage.over_budget`. The budget watch sees a store cross into its
 //! budget's overrun once per crossing and publishes a `budget_exceeded` event then (on the
 //! fleet's bus, at the health report's tick): a store that stays over is not published again
 //! until its projection came back within the budget. What a crash leaves: nothing; the next
 //! process starts counting anew, and publishes again if its projection is over.
 //!
+//! # One figure a tick
+//!
+//! The health report's tick ([`UsageReport::tick`]) prices each store's usage once and hands
+//! that figure to both the metrics and the budget watch, so the two never disagree about a
+//! tick and a fleet of 10,000 stores is priced 10,000 times a tick, not twice that.
+//!
 //! # Metrics
 //!
-//! [`record_usage`] adds what a store's usage grew by since its last call to
+//! Each tick adds what a store's usage grew by since the last tick to
 //! `mushroom_backup_store_requests_total{store_id,op}` and the bytes counters, and sets the
 //! stored-bytes and estimate gauges. A new worker (its usage a new object) starts from zero
-//! and its whole count is added, so the counters only rise (as in `store_metrics`).
+//! and its whole count is added, so the counters only rise (as in `store_metrics`). What it
+//! remembers of a store (its usage and counts at the last tick) lives in the report task and
+//! holds only the stores of the last tick: a store deregistered or moved away is forgotten at
+//! the next one (there is no process-wide map to prune).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use metrics::{counter, gauge};
 
@@ -85,22 +94,66 @@ impl Priced {
     }
 }
 
+/// One store's figure at a tick: priced once ([`priced`]), handed to both the metrics and the
+/// budget watch.
+pub(super) struct Tick<'a> {
+    pub store_id: &'a str,
+    pub usage: &'a Arc<Usage>,
+    pub priced: Priced,
+}
+
+/// What the health report's tick does with the stores' usage (see the module docs): it prices
+/// each store once and hands that figure to `/metrics` and to the budget watch. It remembers
+/// only the stores of the last tick: a store deregistered or moved away since is forgotten.
+#[derive(Default)]
+pub(super) struct UsageReport {
+    metrics: UsageMetrics,
+    budgets: BudgetWatch,
+}
+
+impl UsageReport {
+    /// One tick over this instance's stores.
+    pub fn tick(&mut self, entries: &[Arc<StoreEntry>], prices: &Prices, bus: &Bus) {
+        let stores: Vec<Tick<'_>> = entries
+            .iter()
+            .map(|e| Tick {
+                store_id: &e.record.store_id,
+                usage: &e.usage,
+                priced: priced(e, prices),
+            })
+            .collect();
+        self.look(&stores, bus);
+    }
+
+    /// [`UsageReport::tick`] on figures already priced.
+    pub fn look(&mut self, stores: &[Tick<'_>], bus: &Bus) {
+        self.metrics.record(stores);
+        self.budgets.look(stores, bus);
+    }
+
+    /// How many stores it remembers (those of the last tick).
+    #[cfg(test)]
+    fn remembered(&self) -> (usize, usize) {
+        (self.metrics.seen.len(), self.budgets.over.len())
+    }
+}
+
 /// Which stores' projections were over budget at the last look; see the module docs.
 #[derive(Default)]
-pub(super) struct BudgetWatch {
+struct BudgetWatch {
     over: HashMap<String, bool>,
 }
 
 impl BudgetWatch {
-    /// Looks at every store of `entries`: a store whose projection went over its budget since
+    /// Looks at every store of `stores`: a store whose projection went over its budget since
     /// the last look is published on `bus` (once per crossing: a store over it at the last look
     /// too is not published again; one that came back within it is, when it crosses again).
-    pub fn look(&mut self, entries: &[Arc<StoreEntry>], prices: &Prices, bus: &Bus) {
-        let mut now = HashMap::with_capacity(entries.len());
-        for e in entries {
-            let p = priced(e, prices);
+    fn look(&mut self, stores: &[Tick<'_>], bus: &Bus) {
+        let mut now = HashMap::with_capacity(stores.len());
+        for s in stores {
+            let p = &s.priced;
             let over = p.note.is_some();
-            let id = &e.record.store_id;
+            let id = s.store_id;
             if over && !self.over.get(id).copied().unwrap_or(false) {
                 tracing::warn!(
                     store_id = %id,
@@ -124,19 +177,23 @@ impl BudgetWatch {
                     }),
                 );
             }
-            now.insert(id.clone(), over);
+            now.insert(id.to_string(), over);
         }
         self.over = now;
     }
 }
 
-/// What [`record_usage`] last saw of a store: which usage, and its counts then.
+/// What the metrics were last given of a store: which usage, and its counts then.
 struct Seen {
     usage: Weak<Usage>,
     counts: [u64; 7],
 }
 
-static SEEN: Mutex<Option<HashMap<String, Seen>>> = Mutex::new(None);
+/// What `/metrics` was given of each store at the last tick; see the module docs.
+#[derive(Default)]
+struct UsageMetrics {
+    seen: HashMap<String, Seen>,
+}
 
 fn counts(s: &UsageSnapshot) -> [u64; 7] {
     [
@@ -150,33 +207,38 @@ fn counts(s: &UsageSnapshot) -> [u64; 7] {
     ]
 }
 
-/// Records one store's usage into `/metrics`; see the module docs.
-pub fn record_usage(e: &StoreEntry, prices: &Prices) {
-    let p = priced(e, prices);
-    let now = counts(&p.snapshot);
-    let grown = {
-        let mut all = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        let all = all.get_or_insert_with(HashMap::new);
-        let seen = all
-            .entry(e.record.store_id.clone())
-            .or_insert_with(|| Seen {
-                usage: Arc::downgrade(&e.usage),
+impl UsageMetrics {
+    /// Records `stores` into `/metrics`, and forgets every store not among them.
+    fn record(&mut self, stores: &[Tick<'_>]) {
+        let mut now = HashMap::with_capacity(stores.len());
+        for s in stores {
+            let mut seen = self.seen.remove(s.store_id).unwrap_or(Seen {
+                usage: Weak::new(),
                 counts: [0; 7],
             });
-        if !Weak::ptr_eq(&seen.usage, &Arc::downgrade(&e.usage)) {
-            *seen = Seen {
-                usage: Arc::downgrade(&e.usage),
-                counts: [0; 7],
-            };
+            if !Weak::ptr_eq(&seen.usage, &Arc::downgrade(s.usage)) {
+                // Another worker's usage (or the first look): its whole count is new.
+                seen = Seen {
+                    usage: Arc::downgrade(s.usage),
+                    counts: [0; 7],
+                };
+            }
+            let figure = counts(&s.priced.snapshot);
+            let mut grown = [0; 7];
+            for (i, g) in grown.iter_mut().enumerate() {
+                *g = figure[i].saturating_sub(seen.counts[i]);
+            }
+            seen.counts = figure;
+            now.insert(s.store_id.to_string(), seen);
+            export(s.store_id, &grown, &s.priced);
         }
-        let mut grown = [0; 7];
-        for (i, g) in grown.iter_mut().enumerate() {
-            *g = now[i].saturating_sub(seen.counts[i]);
-        }
-        seen.counts = now;
-        grown
-    };
-    let id = e.record.store_id.clone();
+        self.seen = now;
+    }
+}
+
+/// Adds `grown` to the store's counters and sets its gauges from `p`.
+fn export(store_id: &str, grown: &[u64; 7], p: &Priced) {
+    let id = store_id.to_string();
     for (i, class) in RequestClass::ALL.iter().enumerate() {
         let labels = [
             (STORE_ID_LABEL, id.clone()),
@@ -189,4 +251,122 @@ pub fn record_usage(e: &StoreEntry, prices: &Prices) {
     counter!(STORE_DOWNLOADED_BYTES, &label).increment(grown[6]);
     gauge!(STORE_STORED_BYTES, &label).set(p.snapshot.bytes_stored as f64);
     gauge!(STORE_ESTIMATED_MONTHLY_COST, &label).set(p.estimate.monthly_usd);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Received;
+
+    /// A figure over a budget of 1 (1,000 PUTs in a minute), as if priced from a busy usage.
+    fn over_budget(prices: &Prices) -> Priced {
+        let snapshot = UsageSnapshot {
+            put: 1000,
+            window_ms: 60_000,
+            ..UsageSnapshot::default()
+        };
+        let estimate = cost::estimate(&snapshot, prices);
+        Priced {
+            snapshot,
+            estimate,
+            budget: 1,
+            note: cost::budget_note(&estimate, 1),
+        }
+    }
+
+    fn within_budget(prices: &Prices) -> Priced {
+        Priced {
+            budget: u64::MAX,
+            note: None,
+            ..over_budget(prices)
+        }
+    }
+
+    async fn next_event(w: &mut crate::events::Watcher) -> Arc<crate::events::Event> {
+        match w.next().await {
+            Some(Received::Event(e)) => e,
+            other => panic!("no event: {other:?}"),
+        }
+    }
+
+    /// The budget watch publishes the figure the tick priced, not one of its own: a usage with
+    /// no request (within any budget) handed a figure over budget is published over budget.
+    #[tokio::test]
+    async fn the_budget_watch_takes_the_figure_the_tick_priced() {
+        let (prices, bus) = (Prices::default(), Bus::new());
+        let mut watcher = bus.subscribe(String::new());
+        let usage = Usage::new();
+        let figure = over_budget(&prices);
+        let projected = figure.estimate.monthly_requests;
+        let mut report = UsageReport::default();
+        report.look(
+            &[Tick {
+                store_id: "s",
+                usage: &usage,
+                priced: figure,
+            }],
+            &bus,
+        );
+        let e = next_event(&mut watcher).await;
+        assert_eq!(
+            (e.kind, e.facts.count),
+            (EventKind::BudgetExceeded, Some(projected))
+        );
+    }
+
+    /// A store deregistered (or moved away) is forgotten at the next tick: nothing of it is
+    /// kept, by the metrics or by the budget watch.
+    #[test]
+    fn a_store_gone_is_forgotten() {
+        let (prices, bus) = (Prices::default(), Bus::new());
+        let usage = Usage::new();
+        let mut report = UsageReport::default();
+        report.look(
+            &[Tick {
+                store_id: "registered",
+                usage: &usage,
+                priced: over_budget(&prices),
+            }],
+            &bus,
+        );
+        assert_eq!(report.remembered(), (1, 1));
+        report.look(&[], &bus);
+        assert_eq!(report.remembered(), (0, 0));
+    }
+
+    /// Over, back within the budget, over again: two events.
+    #[tokio::test]
+    async fn a_store_back_within_its_budget_is_published_when_over_again() {
+        let (prices, bus) = (Prices::default(), Bus::new());
+        let mut watcher = bus.subscribe(String::new());
+        let usage = Usage::new();
+        let mut report = UsageReport::default();
+        let mut tick = |priced: Priced| {
+            report.look(
+                &[Tick {
+                    store_id: "s",
+                    usage: &usage,
+                    priced,
+                }],
+                &bus,
+            );
+        };
+        tick(over_budget(&prices));
+        tick(over_budget(&prices));
+        tick(within_budget(&prices));
+        tick(over_budget(&prices));
+        bus.publish(NewEvent::new(EventKind::Registered, "end", "end"));
+        let mut kinds = Vec::new();
+        loop {
+            let e = next_event(&mut watcher).await;
+            if e.store_id == "end" {
+                break;
+            }
+            kinds.push(e.kind);
+        }
+        assert_eq!(
+            kinds,
+            [EventKind::BudgetExceeded, EventKind::BudgetExceeded]
+        );
+    }
 }
