@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use crate::crypto::secret_file;
-use crate::service::tls_files::PEM_FILE_MAX;
+use mushroom_backup::crypto::secret_file;
+use mushroom_backup::service::tls_files::PEM_FILE_MAX;
 
 #[derive(Args)]
 pub struct ClientTlsArgs {
