@@ -2,8 +2,13 @@
 //! zstd decoder (or nothing, codec `none`) → [`PlainSink`] → the output.
 //!
 //! [`Decoder::finish`] checks what passed against the manifest entry: stored length and CRC,
-//! plain length and CRC. The plain sink refuses bytes past the entry's plain length, so a
-//! corrupt or hostile object never writes more than the manifest promised.
+//! plain length and CRC. It is [`Decoder::end`] (the stored bytes and plain length) then
+//! [`Ended::check`] (the plain CRC); a consumer that computes the plain CRC itself while it
+//! reads the plain bytes (restore's format reader) builds the decoder with
+//! [`Decoder::plain_crc_by_caller`], which hashes no plain byte, and checks with
+//! [`Ended::check_with`], so no byte is hashed twice. The plain sink refuses bytes past the
+//! entry's plain length, so a corrupt or hostile object never writes more than the manifest
+//! promised.
 
 use std::io::{self, Write};
 
