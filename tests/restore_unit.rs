@@ -1334,3 +1334,48 @@ async fn responses_in_many_buffers_restore_the_same_files_and_are_checked() {
         std::fs::write(&path, &good).unwrap();
     }
 }
+
+/// `ListRestorePoints`' span GETs the oldest and the newest valid manifest once each: with one
+/// manifest, that is one GET, not the same one twice.
+#[tokio::test]
+async fn the_restorable_span_gets_each_manifest_it_needs_once() {
+    let fx = Fx::new();
+    let mut g = fx.generation(1, Some(10), 5, &[10], 10, 40).await;
+    fx.ship(&mut g, 4).await;
+    let first = fx.manifest(&g).await;
+    let gets = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
+    let counting = Hooked {
+        inner: Arc::new(fx.bucket.clone()),
+        hook: {
+            let gets = gets.clone();
+            move |op: Op, key: &str| {
+                if op == Op::Get && key.starts_with("manifests/") {
+                    *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
+                }
+            }
+        },
+    };
+    let span = mushroom_backup::restore::at_time::restorable_span(&counting)
+        .await
+        .unwrap();
+    assert!(span.is_some());
+    assert_eq!(
+        *gets.lock().unwrap(),
+        HashMap::from([(first.key(), 1)]),
+        "one manifest, one GET"
+    );
+
+    // Two manifests: each once.
+    fx.ship(&mut g, 8).await;
+    let second = fx.manifest(&g).await;
+    gets.lock().unwrap().clear();
+    let (earliest, latest) = mushroom_backup::restore::at_time::restorable_span(&counting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(earliest <= latest);
+    assert_eq!(
+        *gets.lock().unwrap(),
+        HashMap::from([(first.key(), 1), (second.key(), 1)])
+    );
+}

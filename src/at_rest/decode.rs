@@ -2,8 +2,13 @@
 //! zstd decoder (or nothing, codec `none`) → [`PlainSink`] → the output.
 //!
 //! [`Decoder::finish`] checks what passed against the manifest entry: stored length and CRC,
-//! plain length and CRC. The plain sink refuses bytes past the entry's plain length, so a
-//! corrupt or hostile object never writes more than the manifest promised.
+//! plain length and CRC. It is [`Decoder::end`] (the stored bytes and plain length) then
+//! [`Ended::check`] (the plain CRC); a consumer that computes the plain CRC itself while it
+//! reads the plain bytes (restore's format reader) builds the decoder with
+//! [`Decoder::plain_crc_by_caller`], which hashes no plain byte, and checks with
+//! [`Ended::check_with`], so no byte is hashed twice. The plain sink refuses bytes past the
+//! entry's plain length, so a corrupt or hostile object never writes more than the manifest
+//! promised.
 
 use std::io::{self, Write};
 
@@ -77,11 +82,91 @@ pub struct Decoded {
     pub plain: Tally,
 }
 
+/// A decoder whose stream has ended ([`Decoder::end`]): every plain byte is in the output and
+/// the stored bytes and plain length were checked; the plain CRC is still to be checked.
+pub struct Ended<W> {
+    entry: ObjectEntry,
+    key: Option<OpenKey>,
+    out: W,
+    stored: Tally,
+    plain: Tally,
+}
+
+impl<W> Ended<W> {
+    /// The output, for a caller that still reads the last plain bytes from it.
+    pub fn out_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    /// Checks the plain CRC the decoder counted (a decoder of [`Decoder::new`]).
+    pub fn check(self) -> Result<(W, Decoded), AtRestError> {
+        let crc = self.plain.crc;
+        self.check_with(crc)
+    }
+
+    /// Checks `plain_crc`, the CRC-32 of the plain bytes as the caller computed it, against
+    /// the entry's `plain_crc` (a sealed entry's keyed tag of the plain length and CRC).
+    pub fn check_with(self, plain_crc: u32) -> Result<(W, Decoded), AtRestError> {
+        let Ended {
+            entry,
+            key,
+            out,
+            stored,
+            plain,
+        } = self;
+        let check = match (&key, entry.encrypted) {
+            (Some(k), true) => k.plain_tag(plain.len, plain_crc),
+            _ => plain_crc,
+        };
+        if check != entry.plain_crc() {
+            return Err(AtRestError::Corrupt {
+                key: entry.key.clone(),
+                detail: format!(
+                    "{} mismatch of the decoded bytes (expected {:08x}, got {:08x})",
+                    if entry.encrypted { "keyed tag" } else { "CRC" },
+                    entry.plain_crc(),
+                    check
+                ),
+            });
+        }
+        let plain = Tally {
+            len: plain.len,
+            crc: plain_crc,
+        };
+        Ok((out, Decoded { stored, plain }))
+    }
+}
+
 impl<W: Write> Decoder<W> {
     /// A decoder for the object `entry` describes, writing its plain bytes to `out`. An
     /// encrypted object without a key is refused here, before any byte is written.
     pub fn new(entry: &ObjectEntry, key: Option<&OpenKey>, out: W) -> Result<Self, AtRestError> {
-        let plain = PlainSink::new(Out(out), entry.plain_len());
+        Self::build(entry, key, out, true)
+    }
+
+    /// [`Decoder::new`] for a caller that computes the CRC-32 of the plain bytes itself as
+    /// they reach it (restore's format reader does, over every byte): the decoder counts
+    /// their length and keeps to the entry's plain length, but hashes nothing, and
+    /// [`Ended::check_with`] takes the caller's CRC.
+    pub fn plain_crc_by_caller(
+        entry: &ObjectEntry,
+        key: Option<&OpenKey>,
+        out: W,
+    ) -> Result<Self, AtRestError> {
+        Self::build(entry, key, out, false)
+    }
+
+    fn build(
+        entry: &ObjectEntry,
+        key: Option<&OpenKey>,
+        out: W,
+        hash_plain: bool,
+    ) -> Result<Self, AtRestError> {
+        let plain = if hash_plain {
+            PlainSink::new(Out(out), entry.plain_len())
+        } else {
+            PlainSink::uncounted(Out(out), entry.plain_len())
+        };
         let inner = match entry.codec {
             Codec::None => Inner::Raw(plain),
             Codec::Zstd => Inner::Zstd(Box::new(
@@ -113,6 +198,13 @@ impl<W: Write> Decoder<W> {
 
     /// Ends the stream and checks it against the entry; returns the output and the tallies.
     pub fn finish(self) -> Result<(W, Decoded), AtRestError> {
+        self.end()?.check()
+    }
+
+    /// Ends the stream (the last plain bytes reach the output) and checks what needs no plain
+    /// CRC: the stored length and CRC, and the plain length. [`Ended::check`] or
+    /// [`Ended::check_with`] then checks the plain CRC (or a sealed entry's keyed tag).
+    pub fn end(self) -> Result<Ended<W>, AtRestError> {
         let Decoder { entry, key, stages } = self;
         let fail = |what: &'static str, e: io::Error| Decoder::<W>::error_of(&entry, what, e);
         let (open, stored) = stages.into_parts();
@@ -145,19 +237,13 @@ impl<W: Write> Decoder<W> {
                 entry.plain_len()
             )));
         }
-        let check = match (&key, entry.encrypted) {
-            (Some(k), true) => k.plain_tag(plain.len, plain.crc),
-            _ => plain.crc,
-        };
-        if check != entry.plain_crc() {
-            return Err(corrupt(format!(
-                "{} mismatch of the decoded bytes (expected {:08x}, got {:08x})",
-                if entry.encrypted { "keyed tag" } else { "CRC" },
-                entry.plain_crc(),
-                check
-            )));
-        }
-        Ok((out, Decoded { stored, plain }))
+        Ok(Ended {
+            entry,
+            key,
+            out,
+            stored,
+            plain,
+        })
     }
 
     fn error_of(entry: &ObjectEntry, what: &'static str, e: io::Error) -> AtRestError {

@@ -1,6 +1,7 @@
 //! The counting ends of the pipelines: [`StoredSink`] (length and CRC-32 of the stored
 //! bytes, passed on) and [`PlainSink`] (the same of the plain bytes, refusing more than a
-//! limit).
+//! limit; or its length alone, [`PlainSink::uncounted`], where the consumer of the plain bytes
+//! computes their CRC itself, as restore's format reader does).
 
 use std::io::{self, Write};
 
@@ -15,7 +16,8 @@ pub struct Tally {
 pub struct StoredSink<W> {
     inner: W,
     len: u64,
-    hasher: crc32fast::Hasher,
+    /// `None`: the length alone is counted (the CRC a tally reports is then that of no bytes).
+    hasher: Option<crc32fast::Hasher>,
 }
 
 impl<W: Write> StoredSink<W> {
@@ -23,14 +25,14 @@ impl<W: Write> StoredSink<W> {
         StoredSink {
             inner,
             len: 0,
-            hasher: crc32fast::Hasher::new(),
+            hasher: Some(crc32fast::Hasher::new()),
         }
     }
 
     pub fn tally(&self) -> Tally {
         Tally {
             len: self.len,
-            crc: self.hasher.clone().finalize(),
+            crc: self.hasher.clone().map_or(0, |h| h.finalize()),
         }
     }
 
@@ -48,7 +50,9 @@ impl<W: Write> Write for StoredSink<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.len += n as u64;
-        self.hasher.update(&buf[..n]);
+        if let Some(h) = &mut self.hasher {
+            h.update(&buf[..n]);
+        }
         Ok(n)
     }
 
@@ -70,6 +74,14 @@ impl<W: Write> PlainSink<W> {
             sink: StoredSink::new(inner),
             limit,
         }
+    }
+
+    /// A sink that counts the length and enforces the limit but computes no CRC: its tally's
+    /// `crc` means nothing, and the caller supplies the plain CRC from its own pass.
+    pub fn uncounted(inner: W, limit: u64) -> Self {
+        let mut sink = StoredSink::new(inner);
+        sink.hasher = None;
+        PlainSink { sink, limit }
     }
 
     pub fn into_parts(self) -> (W, Tally) {

@@ -137,33 +137,31 @@ struct Timeline {
 /// segments (which extends it); segment events of other generations or beside its segments are
 /// not looked at, and, as in the timeline, segment events are not checked here. `--at-time`
 /// itself always builds the whole timeline.
-pub async fn restorable_span(
-    bucket: &dyn Bucket,
-    _parallelism: usize,
-) -> Result<Option<(i64, i64)>, RestoreError> {
+pub async fn restorable_span(bucket: &dyn Bucket) -> Result<Option<(i64, i64)>, RestoreError> {
     let mut listed = list_all(bucket, MANIFESTS_PREFIX).await?;
     listed.sort_by(|a, b| (a.modified_ms, &a.key).cmp(&(b.modified_ms, &b.key)));
-    let mut earliest = None;
-    for meta in &listed {
-        if load_manifest(bucket, &meta.key).await?.is_ok() {
-            earliest = Some(time_of(meta)?);
+    // The oldest valid manifest: its index, time, and the manifest (kept, in case it is also
+    // the newest: one GET, not two).
+    let mut oldest = None;
+    for (i, meta) in listed.iter().enumerate() {
+        if let Ok(m) = load_manifest(bucket, &meta.key).await? {
+            oldest = Some((i, time_of(meta)?, m));
             break;
         }
     }
-    let Some(earliest) = earliest else {
+    let Some((first, earliest, oldest)) = oldest else {
         return Ok(None);
     };
     let mut newest = None;
-    for meta in listed.iter().rev() {
+    // Those after the oldest valid one, newest first; it is the newest if none of them is.
+    for meta in listed[first + 1..].iter().rev() {
         if let Ok(m) = load_manifest(bucket, &meta.key).await? {
             newest = Some((time_of(meta)?, m));
             break;
         }
     }
-    // The oldest valid manifest was found, so a newest one is (unless it vanished since).
-    let Some((mut latest, m)) = newest else {
-        return Ok(Some((earliest, earliest)));
-    };
+    let newest = newest.unwrap_or((earliest, oldest));
+    let (mut latest, m) = newest;
     for obj in list_all(bucket, &segments_prefix(m.generation)).await? {
         if parse_segment_key(m.generation, &obj.key)
             .is_some_and(|(start, _)| start >= m.segments_end())

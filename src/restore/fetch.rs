@@ -17,16 +17,16 @@
 //! manifest, and its answer is the file's read-back. That file is then not read again from
 //! disk: the read-back DESIGN.md §6 asks for is the format's reader over exactly the bytes
 //! written to the file, computed once, rather than a second reading of them from the page
-//! cache (which would see the same bytes). A write error fails the chunk. Every other file
-//! (a snapshot, a `wal.bin` of several segments, an object fetched by ranges or decoded) is
-//! read back from disk as before (`super::stage`).
+//! cache (which would see the same bytes). A write error fails the chunk. An encoded object
+//! fetched by one GET gets the same pass over its decoded bytes (`super::decode`). Every other
+//! file (a snapshot, a `wal.bin` of several segments, an object fetched by ranges) is read
+//! back from disk as before (`super::stage`).
 //!
 //! Nothing here fsyncs: the caller fsyncs each file once all its pieces are written.
 
 use std::fs::File;
 use std::io::{IoSlice, Read};
 use std::ops::Range;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ use super::RestoreError;
 use super::readback::{FileCheck, FileKind};
 use super::stage::{Piece, blocking};
 use crate::bucket::Bucket;
-use crate::store::format::{CHECK_CHUNK, CheckError, check_wal};
+use crate::store::format::{CHECK_CHUNK, CheckError, WalCheck, check_wal};
 
 /// Objects up to this size are fetched by one whole-object GET (see "How objects are
 /// fetched" in the docs of [`super::stage`]).
@@ -155,7 +155,7 @@ pub(super) async fn fetch_chunk(
     .await
 }
 
-fn write_error(offset: u64) -> impl FnOnce(std::io::Error) -> RestoreError {
+pub(super) fn write_error(offset: u64) -> impl FnOnce(std::io::Error) -> RestoreError {
     move |source| RestoreError::Io {
         path: PathBuf::from(format!("(file at offset {offset})")),
         source,
@@ -175,20 +175,40 @@ fn check_while_writing(
     // Written in full whatever the reader said (it reads to the end unless a read failed).
     w.write_all().map_err(write_error(offset))?;
     let len = bufs.iter().map(|b| b.len() as u64).sum();
+    match wal_reading(checked, len, rel, key, offset)? {
+        Some((crc, check)) => Ok(Fetched {
+            hasher: crc32fast::Hasher::new_with_initial_len(crc, len),
+            check,
+        }),
+        None => {
+            let mut hasher = crc32fast::Hasher::new();
+            bufs.iter().for_each(|b| hasher.update(b));
+            Ok(Fetched {
+                hasher,
+                check: None,
+            })
+        }
+    }
+}
+
+/// What the format's reader over the `len` bytes of a whole WAL file `rel` (the object `key`,
+/// at `offset` of its file) says, as the caller needs it: the CRC-32 of every byte and the
+/// file's read-back, or `Ok(None)` when the bytes are not a WAL file. Then the caller computes
+/// their CRC itself (a mismatch with the manifest is the better error) and leaves the reading
+/// to the read-back from disk, which reports the format's complaint. The read-back is also
+/// left to the disk (`Some((crc, None))`) for an archive whose header names another number,
+/// so that the complaint is worded as `check_file` words it.
+pub(super) fn wal_reading(
+    checked: Result<WalCheck, CheckError>,
+    len: u64,
+    rel: &Path,
+    key: &str,
+    offset: u64,
+) -> Result<Option<(u32, Option<FileCheck>)>, RestoreError> {
     let check = match checked {
         Ok(check) => check,
         Err(CheckError::Io(source)) => return Err(write_error(offset)(source)),
-        // Not a WAL file: the CRC (checked by the caller) says whether the object is what the
-        // manifest names; a mismatch there is the better error, so the reading is left to the
-        // read-back from disk, which reports the format's complaint.
-        Err(CheckError::Format(_)) => {
-            let mut hasher = crc32fast::Hasher::new();
-            bufs.iter().for_each(|b| hasher.update(b));
-            return Ok(Fetched {
-                hasher,
-                check: None,
-            });
-        }
+        Err(CheckError::Format(_)) => return Ok(None),
     };
     if check.len != len {
         return Err(RestoreError::BadObject {
@@ -199,19 +219,15 @@ fn check_while_writing(
     if let Ok(FileKind::Archive(number)) = FileKind::of(rel)
         && check.header.number != number
     {
-        // As `check_file` would say it, from the read-back of the file on disk.
-        return Ok(Fetched {
-            hasher: crc32fast::Hasher::new_with_initial_len(check.crc, len),
-            check: None,
-        });
+        return Ok(Some((check.crc, None)));
     }
-    Ok(Fetched {
-        hasher: crc32fast::Hasher::new_with_initial_len(check.crc, len),
-        check: Some(FileCheck::Wal {
+    Ok(Some((
+        check.crc,
+        Some(FileCheck::Wal {
             header: check.header,
             last_seq: check.last_seq,
         }),
-    })
+    )))
 }
 
 /// Hands `bufs` out in order as a [`Read`], and writes them to `file` (the first at
@@ -289,31 +305,17 @@ fn write_all_vectored_at(file: &File, bufs: &[Bytes], mut offset: u64) -> std::i
     let mut slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
-        let count = libc::c_int::try_from(rest.len().min(1024)).unwrap_or(1024);
-        let at = libc::off_t::try_from(offset).map_err(std::io::Error::other)?;
-        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix; the pointer and count
-        // describe `count` live slices; the descriptor is open for writing.
-        let n = unsafe {
-            libc::pwritev(
-                file.as_raw_fd(),
-                rest.as_ptr().cast::<libc::iovec>(),
-                count,
-                at,
-            )
-        };
-        // Negative: an error (errno says which).
-        let Ok(n) = usize::try_from(n) else {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        // At most IOV_MAX (1024 on Linux) slices a call.
+        let count = rest.len().min(1024);
+        match rustix::io::pwritev(file, &rest[..count], offset) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                offset += n as u64;
+                IoSlice::advance_slices(&mut rest, n);
             }
-            return Err(e);
-        };
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        offset += n as u64;
-        IoSlice::advance_slices(&mut rest, n);
     }
     Ok(())
 }

@@ -30,8 +30,10 @@
 //!   outside the store).
 //! - Every file is read back with the format's own reader ([`readback`]: snapshot CRCs; every
 //!   WAL frame's CRC and the seq chain within each WAL file; archive numbers and floors
-//!   chaining; `wal.bin`'s header) from the file as written, never from the downloaded bytes.
-//!   Each file is read, and fsynced, as soon as its last byte is written, overlapped with the
+//!   chaining; `wal.bin`'s header) over exactly the bytes written to the file: a file that is
+//!   one whole archive or `wal.bin` object (raw, or decoded from one GET) in the same pass that
+//!   writes it, each byte read before it is written (`fetch`, `decode`), every other file from
+//!   disk. Each file is read, and fsynced, as soon as its last byte is written, overlapped with the
 //!   downloads still in flight (a restore's CPU work and disk writes then hide behind its
 //!   network waits; [`stage`] says how); `wal.bin` is read and fsynced again after an `--at`
 //!   cut. Before the rename every file and directory is fsynced, and the

@@ -39,11 +39,16 @@
 //! in README's "Tests and benchmarks" table, row `s5cmd`). A whole GET's length is checked
 //! against the manifest like a range's.
 //!
-//! An encoded object (compressed, `src/at_rest/`) cannot be fetched by ranges into plain
-//! offsets: it is one job of the download, which GETs its ranges in order,
-//! [`super::decode::DECODE_AHEAD`] ahead, and pushes them through the decoder into its file as they come
-//! (on the blocking pool); the decoder checks the stored length and CRC and the plain length
-//! and CRC. Encoded objects still download in parallel with each other and with raw ones.
+//! An encoded object (compressed or sealed, `src/at_rest/`) cannot be fetched by ranges into
+//! plain offsets: it is one job of the download ([`super::decode`]). Up to
+//! [`WHOLE_OBJECT_MAX`] stored bytes it is one GET, decoded in one pass in memory as it is
+//! written, and, when it is a whole archive or `wal.bin`, read by the format's reader in the
+//! same pass (no read-back from disk, as for a raw object); a larger one GETs its ranges in
+//! order, [`super::decode::DECODE_AHEAD`] ahead, pushes them through the decoder into its
+//! file as they come, and is read back from disk. The decoder checks the stored length and
+//! CRC and the plain length and CRC (or keyed tag). Its share of [`BYTES_IN_FLIGHT`] is what
+//! it holds: the whole object, or its `DECODE_AHEAD` largest ranges. Encoded objects still
+//! download in parallel with each other and with raw ones.
 //! An object stored raw (codec `none`) keeps the ranged path.
 
 use std::collections::{HashMap, HashSet};
@@ -62,7 +67,7 @@ use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use super::RestoreError;
-use super::decode::decode_piece;
+use super::decode::{decode_piece, held_bytes};
 pub use super::fetch::{BYTES_IN_FLIGHT, RANGE_CHUNK, WHOLE_OBJECT_MAX, WRITE_GROUP, ranges};
 use super::fetch::{Chunk, budget_permits, fetch_chunk};
 use super::plan::Plan;
@@ -495,15 +500,14 @@ pub(crate) async fn download(
     for piece in &layout.pieces {
         file_left[piece.file] += 1;
     }
-    // The files that are one whole raw object: read by the format's reader as they are
-    // written (`super::fetch`), not read back from disk.
+    // The files that are one whole object: read by the format's reader as they are written
+    // (`super::fetch` for a raw object, `super::decode` for an encoded one fetched by one
+    // GET), not read back from disk.
     let whole_file: Vec<bool> = layout
         .pieces
         .iter()
         .zip(&remaining)
-        .map(|(piece, n)| {
-            *n == 1 && file_left[piece.file] == 1 && piece.offset == 0 && piece.encoded.is_none()
-        })
+        .map(|(piece, n)| *n == 1 && file_left[piece.file] == 1 && piece.offset == 0)
         .collect();
     let mut checks: Vec<Option<FileCheck>> = vec![None; layout.files.len()];
     let mut reading = FuturesUnordered::new();
@@ -519,21 +523,26 @@ pub(crate) async fn download(
             let rel = whole_file[c.piece].then(|| layout.files[piece.file].clone());
             async move {
                 // Bounds the memory of responses in flight; never closed, so this only waits.
-                // An encoded piece holds at most its DECODE_AHEAD ranges.
+                // An encoded piece holds its one GET, or its DECODE_AHEAD largest ranges.
                 let held = match &piece.encoded {
-                    Some(_) => (c.range.end - c.range.start).min(RANGE_CHUNK * 3),
+                    Some(_) => held_bytes(piece.len),
                     None => c.range.end - c.range.start,
                 };
                 let _permit = budget.acquire_many_owned(budget_permits(held)).await.ok();
-                let hasher = match &piece.encoded {
+                let fetched = match &piece.encoded {
                     Some(entry) => {
                         let key = layout.keys.get(entry.generation);
-                        decode_piece(bucket, piece, entry, key, cached, file).await?;
-                        None
+                        let check =
+                            decode_piece(bucket, piece, entry, key, cached, file, rel).await?;
+                        // Checked by its decoder: no CRC left to combine.
+                        (None, check)
                     }
-                    None => Some(fetch_chunk(bucket, piece, &c, cached, file, rel).await?),
+                    None => {
+                        let f = fetch_chunk(bucket, piece, &c, cached, file, rel).await?;
+                        (Some(f.hasher), f.check)
+                    }
                 };
-                Ok::<_, RestoreError>((c, hasher))
+                Ok::<_, RestoreError>((c, fetched))
             }
         })
         .buffer_unordered(parallelism.max(1));
@@ -541,13 +550,9 @@ pub(crate) async fn download(
         tokio::select! {
             done = fetches.next() => {
                 let Some(done) = done else { break };
-                let (c, hasher) = done?;
+                let (c, (hasher, check)) = done?;
                 progress.inc(c.range.end - c.range.start);
                 let decoded = hasher.is_none();
-                let (hasher, check) = match hasher {
-                    Some(f) => (Some(f.hasher), f.check),
-                    None => (None, None),
-                };
                 hashers[c.piece][c.index] = hasher;
                 if check.is_some() {
                     checks[layout.pieces[c.piece].file] = check;

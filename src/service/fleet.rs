@@ -554,7 +554,7 @@ impl Fleet {
         let bucket = bucket::open_read_only(&destination).await?;
         let page = crate::listing::page(bucket.as_ref(), cursor, page_size).await?;
         let span = match with_span {
-            true => restore::at_time::restorable_span(bucket.as_ref(), 8)
+            true => restore::at_time::restorable_span(bucket.as_ref())
                 .await
                 .map_err(FleetError::Restore)?,
             false => None,
