@@ -27,6 +27,9 @@
 //! s5cmd first), so that moto's drift over a run (its memory, the previous prefixes it frees)
 //! touches both sides alike. Every measurement starts after a `sync(2)` (untimed), so none waits
 //! behind the writeback of the one before. After each repetition both prefixes are deleted.
+//! Whichever side goes second in a leg is slower on this moto (by a quarter or so, on both
+//! sides alike), so the repetitions default to an even number, and a second line gives each
+//! side's median when it went first and when it went second, compared position by position.
 //! The first repetition also checks (untimed) that both restored directories hold the store:
 //! `store digest` of each equals that of the original.
 //!
@@ -49,7 +52,7 @@
 //! | `MUSHROOM_BENCH_VALUE_SIZE`     | 256              | bytes per value                         |
 //! | `MUSHROOM_BENCH_VALUE_KIND`     | (unset: random)  | `store write --value-kind`, if set      |
 //! | `MUSHROOM_BENCH_ROTATE_BYTES`   | 16777216         | WAL rotation size (archive size)        |
-//! | `MUSHROOM_BENCH_REPEATS`        | 5                | repetitions                             |
+//! | `MUSHROOM_BENCH_REPEATS`        | 6                | repetitions (even: fair order)          |
 //! | `MUSHROOM_BENCH_BACKUP_ARGS`    | (none)           | extra `backup` arguments, e.g. keys     |
 //! | `MUSHROOM_BENCH_RESTORE_ARGS`   | (none)           | extra `restore` arguments, e.g. keys    |
 //! | `MUSHROOM_BENCH_DIR`            | the temp dir     | where the store and restores are made   |
@@ -106,7 +109,7 @@ impl Settings {
             value_size: env_or("MUSHROOM_BENCH_VALUE_SIZE", 256)?,
             value_kind: std::env::var("MUSHROOM_BENCH_VALUE_KIND").ok(),
             rotate_bytes: env_or("MUSHROOM_BENCH_ROTATE_BYTES", 16 << 20)?,
-            repeats: env_or("MUSHROOM_BENCH_REPEATS", 5)?,
+            repeats: env_or("MUSHROOM_BENCH_REPEATS", 6)?,
             backup_args: words("MUSHROOM_BENCH_BACKUP_ARGS"),
             restore_args: words("MUSHROOM_BENCH_RESTORE_ARGS"),
             dir: std::env::var_os("MUSHROOM_BENCH_DIR")
@@ -612,5 +615,26 @@ fn print_results(store_bytes: u64, r: &Results) {
             list.join(" "),
             median(ratios)
         );
+        // The same position on both sides: each side's median when it ran first (second)
+        // in its leg, so the order's own cost (moto is slower for whichever goes second)
+        // falls on neither.
+        let at = |m: &Measurement, first_is_even: bool| -> Vec<f64> {
+            m.samples
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| i.is_multiple_of(2) == first_is_even)
+                .map(|(_, s)| s.wall.as_secs_f64())
+                .collect()
+        };
+        let (ours_first, theirs_first) = (at(ours, true), at(theirs, false));
+        let (ours_second, theirs_second) = (at(ours, false), at(theirs, true));
+        if !theirs_first.is_empty() && !ours_second.is_empty() {
+            println!(
+                "{:<30} {:.2}x going first, {:.2}x going second (medians by position)",
+                "",
+                median(theirs_first) / median(ours_first),
+                median(theirs_second) / median(ours_second)
+            );
+        }
     }
 }
