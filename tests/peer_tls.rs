@@ -160,7 +160,7 @@ fn ctl_reads_its_tls_files_as_serve_does() {
         let out = std::process::Command::new(support::binary::BIN)
             .args(["ctl", "--server", "https://127.0.0.1:9", "--ca"])
             .arg(path)
-            .arg("list")
+            .arg("list-stores")
             .stdin(std::process::Stdio::null())
             .output()
             .expect("ctl runs");
