@@ -26,6 +26,7 @@ use serde_json::json;
 use mushroom_backup::bucket::{self, BucketError};
 use mushroom_backup::manifest::{self, Latest, Manifest};
 use mushroom_backup::worker::retention::{self, Kept, RetentionPolicy};
+use mushroom_backup::worker::retention_pass;
 use mushroom_backup::worker::tiers::Tiers;
 
 #[derive(Args)]
@@ -84,18 +85,10 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
         Err(BucketError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
-    let mut manifests: BTreeMap<String, Option<Manifest>> = BTreeMap::new();
-    for o in bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX).await? {
-        if manifest::parse_manifest_key(&o.key).is_none() {
-            continue;
-        }
-        let m = match bucket.get(&o.key).await {
-            Ok(got) => Manifest::decode(&o.key, &got.data).ok(),
-            Err(BucketError::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        manifests.insert(o.key, m);
-    }
+    let manifests: BTreeMap<String, Option<Manifest>> = retention_pass::read_manifests(&bucket)
+        .await?
+        .into_iter()
+        .collect();
     let now_ms = mushroom_backup::units::unix_now_ms();
     let decisions = decide(&a, &manifests, latest.as_ref(), now_ms);
     let dropped = decisions.iter().filter(|d| !d.keep).count();
@@ -176,12 +169,7 @@ async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
             a.from
         ),
     };
-    let ran = lease
-        .guard(mushroom_backup::worker::retention_pass::pass(
-            &bucket,
-            &policy(a),
-        ))
-        .await;
+    let ran = lease.guard(retention_pass::pass(&bucket, &policy(a))).await;
     let released = lease.release().await;
     tasks.close();
     tasks.wait().await;

@@ -42,6 +42,27 @@ pub struct PassReport {
     pub deleted: u64,
 }
 
+/// Every manifest under `manifests/`, read: `None` for one that does not decode (retention
+/// then deletes no object); one deleted between the listing and its read is left out. One
+/// listing and a GET per manifest; the pass and `retention --dry-run` both start from it.
+pub async fn read_manifests(
+    bucket: &DynBucket,
+) -> Result<HashMap<String, Option<Manifest>>, BucketError> {
+    let mut manifests = HashMap::new();
+    for o in bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX).await? {
+        if manifest::parse_manifest_key(&o.key).is_none() {
+            continue;
+        }
+        let m = match bucket.get(&o.key).await {
+            Ok(got) => Manifest::decode(&o.key, &got.data).ok(),
+            Err(BucketError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        manifests.insert(o.key, m);
+    }
+    Ok(manifests)
+}
+
 /// One retention pass over every lineage of the prefix; see the module docs. The caller holds
 /// the bucket lease.
 pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassReport, WorkerError> {
@@ -56,18 +77,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
         Err(BucketError::NotFound { .. }) => None,
         Err(e) => return Err(e.into()),
     };
-    let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
-    for o in bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX).await? {
-        if manifest::parse_manifest_key(&o.key).is_none() {
-            continue;
-        }
-        let m = match bucket.get(&o.key).await {
-            Ok(got) => Manifest::decode(&o.key, &got.data).ok(),
-            Err(BucketError::NotFound { .. }) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        manifests.insert(o.key, m);
-    }
+    let mut manifests = read_manifests(bucket).await?;
     // Each lineage's newest restore point: protected, and its generation the "current" one.
     let mut newest: BTreeMap<uuid::Uuid, Manifest> = BTreeMap::new();
     for m in manifests.values().flatten() {
