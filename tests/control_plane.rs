@@ -114,6 +114,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .unwrap_or_else(|e| a.child.fail(&format!("ListRestorePoints on a: {e}")))
         .into_inner()
         .restore_points;
+    assert!(points[0].is_latest, "{points:?}");
     assert!(
         direct.contains(&points[0]),
         "{points:?} through c, {direct:?} on a"

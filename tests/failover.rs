@@ -65,6 +65,54 @@ async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
     r.stores.into_iter().next().ok_or_else(|| "no store".into())
 }
 
+/// A node writing 300 commits into `dir` at 40 a second, reporting to `server`; the thread
+/// ends with the node (its run checked).
+fn steady_node(
+    dir: &Path,
+    server: SocketAddr,
+    store_id: &str,
+    token: &str,
+) -> std::thread::JoinHandle<String> {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.arg("node")
+        .arg("--store")
+        .arg(dir)
+        .args([
+            "--server",
+            &format!("http://{server}"),
+            "--store-id",
+            store_id,
+        ])
+        .args([
+            "--commits",
+            "300",
+            "--rate",
+            "40",
+            "--flush-timeout-ms",
+            "120000",
+        ])
+        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
+    std::thread::spawn(move || binary::run_ok("node", cmd, Duration::from_secs(300)))
+}
+
+/// Waits until the owner of `id`, asked fresh through `c`, has shipped commit `n`.
+async fn wait_shipped(c: &Client, id: &str, n: u64) {
+    support::wait_for(
+        served::DEADLINE,
+        "the owner to ship the node's commits",
+        || {
+            let (c, id) = (c.clone(), id.to_string());
+            async move {
+                match fresh(&c, &id).await? {
+                    h if h.shipped_commit_seq >= n => Ok(()),
+                    h => Err(format!("{h:?}")),
+                }
+            }
+        },
+    )
+    .await;
+}
+
 /// Every store's owner, as `ListStores` through `c` says: each once, owned since it was
 /// registered or later.
 async fn owners(c: &Client) -> BTreeMap<String, String> {
@@ -143,38 +191,8 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
 
     // A node writes into s0 at a steady rate, reporting to b (which relays to a, the owner).
     let (s0, token, s0_dir, s0_dest) = stores[0].clone();
-    let node = {
-        let mut cmd = binary::command("http://unused.invalid");
-        cmd.arg("node")
-            .arg("--store")
-            .arg(&s0_dir)
-            .args(["--server", &format!("http://{}", b.addr), "--store-id", &s0])
-            .args([
-                "--commits",
-                "300",
-                "--rate",
-                "40",
-                "--flush-timeout-ms",
-                "120000",
-            ])
-            .env("MUSHROOMDB_BACKUP_NODE_TOKEN", &token);
-        std::thread::spawn(move || binary::run_ok("node", cmd, Duration::from_secs(300)))
-    };
-    support::wait_for(
-        served::DEADLINE,
-        "a to ship some of the node's commits",
-        || {
-            let cb = cb.clone();
-            let s0 = s0.clone();
-            async move {
-                match fresh(&cb, &s0).await? {
-                    h if h.shipped_commit_seq >= 40 => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
-    )
-    .await;
+    let node = steady_node(&s0_dir, b.addr, &s0, &token);
+    wait_shipped(&cb, &s0, 40).await;
 
     // SIGKILL a: every one of its stores turns healthy on b or c, claimed by exactly one.
     let before = fresh(&cb, &s0).await.unwrap();
@@ -487,38 +505,8 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
         .await;
     }
     let (m0, token, m0_dir, m0_dest) = stores[0].clone();
-    let node = {
-        let mut cmd = binary::command("http://unused.invalid");
-        cmd.arg("node")
-            .arg("--store")
-            .arg(&m0_dir)
-            .args(["--server", &format!("http://{}", c.addr), "--store-id", &m0])
-            .args([
-                "--commits",
-                "300",
-                "--rate",
-                "40",
-                "--flush-timeout-ms",
-                "120000",
-            ])
-            .env("MUSHROOMDB_BACKUP_NODE_TOKEN", &token);
-        std::thread::spawn(move || binary::run_ok("node", cmd, Duration::from_secs(300)))
-    };
-    support::wait_for(
-        served::DEADLINE,
-        "a to ship some of the node's commits",
-        || {
-            let cc = cc.clone();
-            let m0 = m0.clone();
-            async move {
-                match fresh(&cc, &m0).await? {
-                    h if h.shipped_commit_seq >= 40 => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
-    )
-    .await;
+    let node = steady_node(&m0_dir, c.addr, &m0, &token);
+    wait_shipped(&cc, &m0, 40).await;
 
     // Refused moves change nothing: to itself, to an instance that never started.
     let before = owners(&cb).await;

@@ -93,11 +93,6 @@ pub struct Ended<W> {
 }
 
 impl<W> Ended<W> {
-    /// The output, for a caller that still reads the last plain bytes from it.
-    pub fn out_mut(&mut self) -> &mut W {
-        &mut self.out
-    }
-
     /// Checks the plain CRC the decoder counted (a decoder of [`Decoder::new`]).
     pub fn check(self) -> Result<(W, Decoded), AtRestError> {
         let crc = self.plain.crc;

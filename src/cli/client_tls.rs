@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use mushroom_backup::crypto::secret_file;
-use mushroom_backup::service::tls_files::PEM_FILE_MAX;
+use mushroom_backup::service::tls_files;
 
 #[derive(Args)]
 pub struct ClientTlsArgs {
@@ -49,14 +48,7 @@ impl ClientTlsArgs {
     }
 }
 
-/// One PEM file a flag names, read as the module docs say.
-fn read(flag: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
-    match secret_file::read(path, PEM_FILE_MAX) {
-        Ok(file) => Ok(file.bytes.to_vec()),
-        Err(secret_file::SecretFileError::TooLarge { len, max, .. }) => Err(anyhow::anyhow!(
-            "{flag} {}: {len} bytes or more; a TLS file holds at most {max}",
-            path.display()
-        )),
-        Err(e) => Err(anyhow::Error::new(e).context(flag.to_string())),
-    }
+/// One PEM file a flag names, read by `serve`'s reader (its errors name the flag and file).
+fn read(flag: &'static str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    Ok(tls_files::read(flag, path)?)
 }

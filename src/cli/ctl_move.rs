@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use mushroom_backup::health::rfc3339_ms;
-use mushroom_backup::service::proto;
+use mushroom_backup::service::{moves, proto};
 
 use super::ctl::{Ctl, failed, print};
 
@@ -39,7 +39,7 @@ pub(super) enum MoveCall {
     Drain {
         instance_id: String,
         /// How many stores are moved at once, 1 to 16 [default: the server's, 4].
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=16))]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(moves::MAX_DRAIN_PARALLEL)))]
         parallel: Option<u32>,
     },
 }

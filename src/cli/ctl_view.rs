@@ -105,6 +105,9 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "retention_interval_ms": o.retention_interval_ms,
         "keep_for_ms": o.keep_for_ms,
         "keep_generations": o.keep_generations,
+        "keep_daily": o.keep_daily,
+        "keep_weekly": o.keep_weekly,
+        "keep_monthly": o.keep_monthly,
         "drill_interval_ms": o.drill_interval_ms,
         "monthly_request_budget": o.monthly_request_budget,
     })

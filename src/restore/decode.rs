@@ -9,8 +9,10 @@
 //! plain bytes are made as they are read: [`Decoding`] pushes about [`FEED`] stored bytes at a
 //! time through the decoder, hands the plain bytes out as a [`Read`], and writes each run of
 //! them to the file (about [`WRITE_GROUP`] bytes a `pwrite`) once the reader has passed it,
-//! while it is still in the cache. So only a few hundred KiB of plain bytes are held, whatever
-//! the object's plain length.
+//! while it is still in the cache. The plain bytes held are those one feed of stored bytes
+//! decodes to and the reader has not yet passed: a few hundred KiB for sealed or raw data,
+//! but up to the object's plain length for a zstd frame that compresses very well, and that
+//! part is not counted against the restore's memory budget (which counts stored bytes).
 //!
 //! When the object is the whole of its file and that file is an archive or `wal.bin`, the
 //! reader is the format's own (`check_wal`, as in `super::readback::check_file`), as for a raw
@@ -236,6 +238,8 @@ impl Write for Pending {
 /// The plain bytes of a whole object, decoded from `stored` as they are read and written to
 /// `file` behind the reading (see the module docs).
 struct Decoding<'a> {
+    /// The object's key, for an error.
+    key: &'a str,
     stored: &'a [Bytes],
     /// The next stored byte to decode: buffer `next`, byte `at` in it.
     next: usize,
@@ -255,7 +259,7 @@ struct Decoding<'a> {
 
 impl<'a> Decoding<'a> {
     fn new(
-        entry: &ObjectEntry,
+        entry: &'a ObjectEntry,
         key: Option<&GenerationKey>,
         stored: &'a [Bytes],
         file: &'a File,
@@ -265,6 +269,7 @@ impl<'a> Decoding<'a> {
         let decoder =
             Decoder::plain_crc_by_caller(entry, key, pending.clone()).map_err(at_rest_error)?;
         Ok(Decoding {
+            key: &entry.key,
             stored,
             next: 0,
             at: 0,
@@ -358,7 +363,7 @@ impl<'a> Decoding<'a> {
             return Err(at_rest_error(e));
         }
         let ended = self.ended.take().ok_or_else(|| RestoreError::BadObject {
-            key: String::new(),
+            key: self.key.to_string(),
             detail: "the decoding stopped before the end of the object".into(),
         })?;
         ended

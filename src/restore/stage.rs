@@ -35,7 +35,7 @@
 //! store's object is usually 16 MiB plus a header; as three ranged GETs (8, 8 MiB and a few
 //! KiB) it cost three requests, and S3-like servers that read an object whole for every ranged
 //! GET (moto does) three whole reads: `benches/s5cmd.rs` measured 42 GETs, 8 at a time, and
-//! 0.53x s5cmd's download + fsync, against 19 whole GETs after this change (the figures are
+//! 0.53x s5cmd's download + fsync, against 18 whole GETs after this change (the figures are
 //! in README's "Tests and benchmarks" table, row `s5cmd`). A whole GET's length is checked
 //! against the manifest like a range's.
 //!

@@ -34,9 +34,16 @@ pub(super) async fn health_of(
         let h = match fleet.get(store_id) {
             Ok(e) => {
                 let mut h = local(&e);
-                let owner = fleet.registry().owner(store_id).await;
-                if let Some(o) = owner.map_err(FleetError::from)? {
-                    set_owner(&mut h, &o);
+                // The worker's own answer stands when the registry cannot be read: the owner
+                // shown is then the one this instance was started with.
+                match fleet.registry().owner(store_id).await {
+                    Ok(Some(o)) => set_owner(&mut h, &o),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(
+                        store_id,
+                        error = %e,
+                        "the registry's owner row could not be read; Health shows the worker's own"
+                    ),
                 }
                 h
             }

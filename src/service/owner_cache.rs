@@ -166,6 +166,7 @@ impl OwnerCache {
 
     /// How many records the read-order queue holds (live and stale): at most twice the
     /// capacity, plus one.
+    #[cfg(test)]
     pub fn queued(&self) -> usize {
         self.entries.lock().expect("owner cache lock").order.len()
     }

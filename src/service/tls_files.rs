@@ -126,7 +126,7 @@ pub fn load(tls: &TlsFiles, peer_ca: Option<&Path>) -> Result<ServeTls, TlsFileE
 }
 
 /// `path`'s bytes, read as the module docs say; the key's permission warnings logged.
-fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
+pub fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
     let file = secret_file::read(path, PEM_FILE_MAX).map_err(|e| match e {
         SecretFileError::TooLarge { len, max, .. } => TlsFileError::TooLarge {
             flag,
@@ -136,7 +136,7 @@ fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, TlsFileError> {
         },
         source => TlsFileError::Read { flag, source },
     })?;
-    if flag == "--tls-key" {
+    if flag.ends_with("-key") {
         for w in &file.warnings {
             tracing::warn!("{flag}: {w}");
         }
