@@ -7,6 +7,8 @@
 //!   one retry delay. [`telemetry`]: logs, traces, metric names, the Prometheus endpoint.
 //!   [`manifest`]: restore points, object keys, LATEST. [`instance_lock`]: the data
 //!   directory's lock, and what a free one proves about the process that held it.
+//!   [`nofollow`]: opening below a directory descriptor without following a link (the store
+//!   directory's and the local-directory bucket's one walk).
 //! - [`bucket`]: the object-store trait and its backends (local directory, S3, faults, retry);
 //!   [`store`]: the store's on-disk format, [`store::disk::DiskState`], the reference engine;
 //!   [`cost`]: the price table and a store's monthly estimate from its bucket usage;
@@ -47,6 +49,7 @@ pub mod lease;
 pub mod listing;
 pub mod manifest;
 pub mod node_client;
+pub mod nofollow;
 pub mod pacing;
 pub mod registry;
 pub mod restore;

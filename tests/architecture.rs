@@ -23,9 +23,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("telemetry", &[]),
     ("manifest", &[]),
     ("instance_lock", &[]),
-    ("bucket", &["units", "backoff", "telemetry"]),
+    ("nofollow", &[]),
+    ("bucket", &["units", "backoff", "telemetry", "nofollow"]),
     ("cost", &["units", "bucket"]),
-    ("store", &["units"]),
+    ("store", &["units", "nofollow"]),
     ("crypto", &["units", "bucket", "manifest"]),
     ("at_rest", &["units", "bucket", "manifest", "crypto"]),
     (

@@ -505,6 +505,134 @@ async fn fs_bucket_conforms() {
     assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
 }
 
+/// No request of a local-directory bucket goes through a link below its root (issue 25,
+/// part 2): a link as a directory of the key, as the object itself, as `.tmp/` or `.lock`
+/// fails the request with a permanent "bad bucket" error naming the link, and nothing behind
+/// it is read, written or deleted; a listing that would list or descend into one refuses
+/// the same way, one that would not is not disturbed. The root may be a link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fs_bucket_never_goes_through_a_link_below_its_root() {
+    let t = tempfile::tempdir().unwrap();
+    let t = std::fs::canonicalize(t.path()).unwrap();
+    let (root, outside) = (t.join("b"), t.join("outside"));
+    std::fs::create_dir_all(outside.join("1")).unwrap();
+    std::fs::write(outside.join("1/secret"), b"secret").unwrap();
+    std::fs::write(outside.join("plain"), b"plain").unwrap();
+    let link = |target: &std::path::Path, at: &str| {
+        std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+        format!("bad bucket: {} is a symbolic link", root.join(at).display())
+    };
+    let refused = |r: Result<(), BucketError>, named: &str, what: &str| match r {
+        Err(e @ BucketError::Permanent { .. }) => {
+            assert!(e.to_string().contains(named), "{what}: {e}")
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    let outside_before = support::store::tree(&outside);
+    let b = FsBucket::open(&root).unwrap();
+    b.put("manifests/1", body("m"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+
+    // A directory of the key.
+    let gen_link = link(&outside, "gen");
+    for cond in [PutCondition::IfNoneMatch, PutCondition::None] {
+        refused(
+            b.put("gen/1/new", body("x"), cond).await.map(drop),
+            &gen_link,
+            "put",
+        );
+    }
+    refused(b.get("gen/1/secret").await.map(drop), &gen_link, "get");
+    refused(
+        b.get_range("gen/1/secret", 0..2).await.map(drop),
+        &gen_link,
+        "get_range",
+    );
+    refused(b.head("gen/1/secret").await.map(drop), &gen_link, "head");
+    refused(b.delete("gen/1/secret", None).await, &gen_link, "delete");
+    refused(
+        list_all(&b, "").await.map(drop),
+        &gen_link,
+        "list of the root",
+    );
+    refused(
+        list_all(&b, "gen/1/").await.map(drop),
+        &gen_link,
+        "list of gen/1/",
+    );
+    // A listing that cannot meet it is not disturbed.
+    let listed = list_all(&b, "manifests/").await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+
+    // The object itself.
+    let object_link = link(&outside.join("plain"), "manifests/2");
+    refused(
+        b.get("manifests/2").await.map(drop),
+        &object_link,
+        "get of a link",
+    );
+    refused(
+        b.head("manifests/2").await.map(drop),
+        &object_link,
+        "head of a link",
+    );
+    refused(
+        b.put("manifests/2", body("y"), PutCondition::None)
+            .await
+            .map(drop),
+        &object_link,
+        "put over a link",
+    );
+    refused(
+        b.delete("manifests/2", None).await,
+        &object_link,
+        "delete of a link",
+    );
+    assert!(
+        root.join("manifests/2").is_symlink(),
+        "the link is the operator's to remove"
+    );
+    std::fs::remove_file(root.join("manifests/2")).unwrap();
+
+    // The bucket's own `.tmp/` and `.lock`.
+    std::fs::remove_dir(root.join(".tmp")).unwrap();
+    let tmp_link = link(&outside, ".tmp");
+    refused(
+        b.put("manifests/3", body("z"), PutCondition::None)
+            .await
+            .map(drop),
+        &tmp_link,
+        "put through .tmp",
+    );
+    std::fs::remove_file(root.join(".tmp")).unwrap();
+    std::fs::create_dir(root.join(".tmp")).unwrap();
+    std::fs::remove_file(root.join(".lock")).unwrap();
+    let lock_link = link(&outside.join("plain"), ".lock");
+    refused(
+        b.delete("manifests/1", None).await,
+        &lock_link,
+        "delete under a linked .lock",
+    );
+    std::fs::remove_file(root.join(".lock")).unwrap();
+    assert_eq!(
+        support::store::tree(&outside),
+        outside_before,
+        "something behind a link changed"
+    );
+
+    // Reached through a link, the root is a bucket as any other.
+    std::fs::remove_file(root.join("gen")).unwrap();
+    std::os::unix::fs::symlink(&root, t.join("b-link")).unwrap();
+    let through = FsBucket::open(&t.join("b-link")).unwrap();
+    through
+        .put("gen/1/x", body("x"), PutCondition::IfNoneMatch)
+        .await
+        .unwrap();
+    assert_eq!(&b.get("gen/1/x").await.unwrap().data[..], b"x");
+    assert_eq!(list_all(&through, "").await.unwrap().len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mem_bucket_conforms() {
     let b = Arc::new(MemBucket::new());

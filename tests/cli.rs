@@ -6,9 +6,10 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
+
+use support::modes_under;
 
 fn mb(args: &[&str]) -> Output {
     mb_env(args, &[])
@@ -285,22 +286,17 @@ fn read_only_commands_create_nothing_and_name_a_missing_destination() {
     fails(&["ls", "--from", &url(&file)], "not a directory");
 }
 
-/// Every file and directory under `root` (the root included), with its permission bits.
-fn modes_under(root: &Path) -> Vec<(String, bool, u32)> {
-    let mut out = Vec::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(path) = todo.pop() {
-        let meta = std::fs::symlink_metadata(&path).unwrap();
-        let shown = path.strip_prefix(root).unwrap().display().to_string();
-        out.push((shown, meta.is_dir(), meta.permissions().mode() & 0o7777));
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(&path).unwrap() {
-                todo.push(entry.unwrap().path());
-            }
-        }
-    }
-    out.sort();
-    out
+/// `store write STORE --commits 300 --snapshot-every 100`: a small store with snapshots.
+fn small_store(store: &str) {
+    ok(&[
+        "store",
+        "write",
+        store,
+        "--commits",
+        "300",
+        "--snapshot-every",
+        "100",
+    ]);
 }
 
 #[test]
@@ -308,15 +304,7 @@ fn backups_on_file_destinations_are_private_unless_configured() {
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
     let s = store.to_str().unwrap();
-    ok(&[
-        "store",
-        "write",
-        s,
-        "--commits",
-        "300",
-        "--snapshot-every",
-        "100",
-    ]);
+    small_store(s);
     for (setting, file, dir) in [(None, 0o600, 0o700), (Some("0640"), 0o640, 0o750)] {
         let root = t.path().join(format!("b-{}", setting.unwrap_or("default")));
         let env: Vec<(&str, &str)> = setting
@@ -514,4 +502,89 @@ fn an_unreachable_endpoint_is_named_in_the_error_and_every_retry() {
     {
         assert!(line.contains(&said), "{line}");
     }
+}
+
+/// A link planted inside a `file://` bucket is never followed (issue 25, part 2). A backup into
+/// a bucket whose `gen` is a link to another directory exits non-zero naming the link and
+/// writes nothing behind it (it used to put a whole generation there and exit 0); restore,
+/// verify and a retention pass through a `gen` link, and `ls` through a `manifests` link, are
+/// refused naming it, and what lies behind each link is left exactly as it was. The bucket's
+/// root itself may be reached through a link: the operator names it.
+#[test]
+fn links_inside_a_file_bucket_are_refused_never_followed() {
+    let t = tempfile::tempdir().unwrap();
+    let t = std::fs::canonicalize(t.path()).unwrap();
+    let store = t.join("s");
+    let s = store.to_str().unwrap();
+    small_store(s);
+    let link = |target: &Path, at: &Path| std::os::unix::fs::symlink(target, at).unwrap();
+
+    // A fresh bucket with a planted `gen` link.
+    let elsewhere = t.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let planted = t.join("planted");
+    std::fs::create_dir(&planted).unwrap();
+    link(&elsewhere, &planted.join("gen"));
+    let named = format!("{} is a symbolic link", planted.join("gen").display());
+    fails(
+        &["backup", "--store", s, "--to", &url(&planted), "--once"],
+        &named,
+    );
+    let behind: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(
+        behind.is_empty(),
+        "the backup wrote behind the link: {behind:?}"
+    );
+
+    // A root reached through a link backs up, and restores.
+    let bucket = t.join("b");
+    std::fs::create_dir(&bucket).unwrap();
+    link(&bucket, &t.join("b-link"));
+    ok(&[
+        "backup",
+        "--store",
+        s,
+        "--to",
+        &url(&t.join("b-link")),
+        "--once",
+    ]);
+    ok(&[
+        "restore",
+        "--from",
+        &url(&t.join("b-link")),
+        "--to",
+        t.join("r0").to_str().unwrap(),
+    ]);
+
+    // Its `gen` moved out and linked back in: nothing reads or deletes through it.
+    let gen_elsewhere = t.join("gen-elsewhere");
+    std::fs::rename(bucket.join("gen"), &gen_elsewhere).unwrap();
+    link(&gen_elsewhere, &bucket.join("gen"));
+    let before = support::store::tree(&gen_elsewhere);
+    let named = format!("{} is a symbolic link", bucket.join("gen").display());
+    let into = t.join("r1");
+    fails(
+        &[
+            "restore",
+            "--from",
+            &url(&bucket),
+            "--to",
+            into.to_str().unwrap(),
+        ],
+        &named,
+    );
+    assert!(!into.exists(), "a refused restore left {}", into.display());
+    fails(&["verify", "--from", &url(&bucket)], &named);
+    fails(&["retention", "--from", &url(&bucket)], &named);
+    assert_eq!(support::store::tree(&gen_elsewhere), before);
+
+    // `gen` put back, `manifests` linked instead: `ls` refuses, naming it.
+    std::fs::remove_file(bucket.join("gen")).unwrap();
+    std::fs::rename(&gen_elsewhere, bucket.join("gen")).unwrap();
+    let manifests_elsewhere = t.join("manifests-elsewhere");
+    std::fs::rename(bucket.join("manifests"), &manifests_elsewhere).unwrap();
+    link(&manifests_elsewhere, &bucket.join("manifests"));
+    let named = format!("{} is a symbolic link", bucket.join("manifests").display());
+    fails(&["ls", "--from", &url(&bucket)], &named);
+    assert_eq!(support::store::tree(&bucket.join("gen")), before);
 }

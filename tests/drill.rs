@@ -75,7 +75,10 @@ async fn a_drill_proves_a_restore_and_a_corrupted_archive_fails_it_until_one_suc
     let bucket = d.base.join("bucket");
     // Small WAL files: the store has archives.
     support::store::write(&dir, 300, 0, 4096);
-    let (server, addr) = served::start("serve", serve(&d, &[]));
+    // Under umask 022, as a service often runs: the scratch stays private all the same.
+    let mut cmd = serve(&d, &[]);
+    binary::with_umask(&mut cmd, 0o022);
+    let (server, addr) = served::start("serve", cmd);
     let c = client(addr).await;
     let id = c
         .clone()
@@ -93,6 +96,14 @@ async fn a_drill_proves_a_restore_and_a_corrupted_archive_fails_it_until_one_suc
     assert!(ok.manifest_key.starts_with("manifests/"), "{ok:?}");
     assert!(ok.error.is_empty(), "{ok:?}");
     assert_eq!(scratch_left(&d.data), Vec::<PathBuf>::new(), "scratch left");
+    // The scratch root a drill writes plain stores under is the service's alone (issue 25,
+    // part 4); the store restored in it is `0700`/`0600` as every restore is
+    // (`encrypted_backup.rs`, `an_encrypted_store_restores_private_under_umask_022`).
+    assert_eq!(
+        support::modes_under(&d.data.join("drills")),
+        vec![(String::new(), true, 0o700)],
+        "the drill scratch root"
+    );
     let h = wait_health(&c, &id, "healthy with the drill", |h| {
         h.healthy && h.last_drill.is_some()
     })

@@ -550,3 +550,45 @@ fn a_prefix_refuses_the_other_kind_unless_told() {
         );
     }
 }
+
+/// A `0700`/`0600` store backed up with encryption comes back the restoring user's alone
+/// under umask 022 (issue 25, part 4): the target and `archive/` `0700`, every file `0600`,
+/// and with `--at` (the cut `wal.bin`) too. It used to come back `0755`/`0644`, the plain
+/// bytes of an encrypted backup readable by every user of the host.
+#[test]
+fn an_encrypted_store_restores_private_under_umask_022() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    // Small WAL files: the store has archives, so `archive/` is restored too.
+    support::store::write(&store, 400, 0, 4096);
+    for (path, is_dir, _) in support::modes_under(&store) {
+        let mode = if is_dir { 0o700 } else { 0o600 };
+        let p = store.join(&path);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let (kf, _) = key_file(t.path(), "backup.key");
+    let kf = kf.to_str().unwrap().to_string();
+    let url = format!("file://{}", t.path().join("b").display());
+    backup_ok(NO_S3, &store, &url, &["--encryption-key-file", &kf]);
+    for (name, extra) in [("restored", vec![]), ("at", vec!["--at", "200"])] {
+        let into = t.path().join(name);
+        let mut cmd = command(NO_S3);
+        cmd.args(["restore", "--from", &url, "--json", "--to"])
+            .arg(&into)
+            .args(["--encryption-key-file", &kf])
+            .args(&extra);
+        support::binary::with_umask(&mut cmd, 0o022);
+        let (ok, _, err) = run(cmd);
+        assert!(ok, "restore {extra:?}: {err}");
+        let modes = support::modes_under(&into);
+        assert!(
+            modes.iter().any(|(p, d, _)| *d && p == "archive") && modes.len() > 4,
+            "{modes:?}"
+        );
+        for (path, is_dir, mode) in &modes {
+            let want = if *is_dir { 0o700 } else { 0o600 };
+            assert_eq!(*mode, want, "{name}: {path:?} is {mode:o}, not {want:o}");
+        }
+    }
+}

@@ -24,7 +24,10 @@
 //! # Scratch, and what a crash leaves
 //!
 //! Each drill restores into its own directory `<scratch root>/<label>-<uuid>/store` (the
-//! restore's own temporary directory sits beside `store`, inside it). The directory is removed
+//! restore's own temporary directory sits beside `store`, inside it). The scratch root and
+//! each drill's directory are [`SCRATCH_MODE`] (`0700`, a wider root is narrowed) and the
+//! restore writes its store `0700`/`0600` (`crate::restore::stage`): a drill of an encrypted
+//! store writes plain bytes, which no other user may read, whatever the service's umask. The directory is removed
 //! when the drill returns, fails, or its future is dropped ([`Scratch`]'s `Drop`). A crash
 //! leaves the directory behind; [`clear_scratch`] removes every such directory of the scratch
 //! root (and nothing else), and the service calls it when it starts, before any drill runs.
@@ -36,6 +39,7 @@
 //! seq (which must be N) rather than against whole-object CRCs; snapshot, side files and the
 //! archives kept as archives are still compared with the manifest.
 
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -201,6 +205,10 @@ fn is_scratch_name(name: &str) -> bool {
         && Uuid::parse_str(&name[name.len() - UUID_LEN..]).is_ok()
 }
 
+/// The mode of the scratch root and of each drill's directory in it: the service's user
+/// alone, whatever the umask (a drill writes a decrypted store there).
+pub const SCRATCH_MODE: u32 = 0o700;
+
 /// One drill's scratch directory, removed on drop.
 struct Scratch {
     path: PathBuf,
@@ -216,10 +224,22 @@ impl Scratch {
             .take(64)
             .collect();
         let path = root.join(format!("{safe}-{}", Uuid::new_v4()));
-        std::fs::create_dir_all(&path).map_err(|source| DrillError::Scratch {
-            path: path.clone(),
-            source,
-        })?;
+        let scratch_error = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| DrillError::Scratch { path, source }
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(SCRATCH_MODE)
+            .create(root)
+            .map_err(scratch_error(root))?;
+        // A root an earlier version made wider is narrowed: it is the service's own.
+        std::fs::set_permissions(root, std::fs::Permissions::from_mode(SCRATCH_MODE))
+            .map_err(scratch_error(root))?;
+        std::fs::DirBuilder::new()
+            .mode(SCRATCH_MODE)
+            .create(&path)
+            .map_err(scratch_error(&path))?;
         Ok(Scratch { path })
     }
 }

@@ -58,6 +58,12 @@
 //! - Boot restore (`adopt`): a new random `backup.lineage` and a `backup.parent` record naming
 //!   the restore point are written into the staged store before the rename, so the backup
 //!   worker adopts the prefix (DESIGN.md section 5).
+//! - Private: the restored store is the restoring user's alone, whatever the umask. The
+//!   temporary directory that becomes the target, and `archive/` in it, are created `0700`,
+//!   every file `0600` ([`stage::DIR_MODE`], [`stage::FILE_MODE`]). The bucket records no
+//!   modes, so none are restored: a store backed up `0750`/`0640` also comes back
+//!   `0700`/`0600`; widen it after the restore if a group must read it. An existing empty
+//!   target keeps its own mode (whoever made it chose it); the files in it are still `0600`.
 //!
 //! # Crash story
 //! A process that dies mid-restore leaves only its temporary directory

@@ -82,6 +82,31 @@ use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
 
 /// The lock file inside a temporary restore directory.
 const LOCK_NAME: &str = ".restore.lock";
+/// What the restore creates its directories with (the temporary one, which becomes the
+/// target, and `archive/`): the restoring user's alone, whatever the umask.
+pub const DIR_MODE: u32 = 0o700;
+/// What the restore creates its files with (and `backup.lineage`, `backup.parent`).
+pub const FILE_MODE: u32 = 0o600;
+
+/// Creates the directory `path` with [`DIR_MODE`] (a umask can only narrow it further).
+fn create_private_dir(path: &Path) -> Result<(), RestoreError> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .mode(DIR_MODE)
+        .create(path)
+        .map_err(io(path))
+}
+
+/// Creates (or truncates) the file `path`, new ones with [`FILE_MODE`].
+fn create_private_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+}
 /// Complete files being fsynced at once during a download (each on a blocking thread).
 pub const FSYNCS_IN_FLIGHT: usize = 4;
 
@@ -211,16 +236,17 @@ pub(crate) fn remove_stale(target: &Target) -> Result<(), RestoreError> {
     Ok(())
 }
 
-/// Creates the temporary directory beside `target`, with the target's permissions if it exists.
+/// Creates the temporary directory beside `target`: [`DIR_MODE`], or the target's permissions
+/// if it exists (an empty directory someone made for it).
 pub(crate) fn create_temp(target: &Target) -> Result<TempDir, RestoreError> {
     fs::create_dir_all(&target.parent).map_err(io(&target.parent))?;
     remove_stale(target)?;
     let path = target
         .parent
         .join(format!("{}{}", temp_prefix(&target.name), Uuid::new_v4()));
-    fs::create_dir(&path).map_err(io(&path))?;
+    create_private_dir(&path)?;
     let lock_path = path.join(LOCK_NAME);
-    let lock = match File::create(&lock_path) {
+    let lock = match create_private_file(&lock_path) {
         Ok(f) => f,
         Err(e) => {
             let _ = fs::remove_dir_all(&path);
@@ -443,13 +469,12 @@ pub(crate) async fn download(
     let has_archives = layout.has_archives;
     let files: Vec<Arc<File>> = blocking(move || {
         if has_archives {
-            let a = root.join(ARCHIVE_DIR);
-            fs::create_dir(&a).map_err(io(&a))?;
+            create_private_dir(&root.join(ARCHIVE_DIR))?;
         }
         rels.iter()
             .map(|rel| {
                 let p = root.join(rel);
-                File::create(&p).map(Arc::new).map_err(io(&p))
+                create_private_file(&p).map(Arc::new).map_err(io(&p))
             })
             .collect()
     })

@@ -16,8 +16,10 @@
 //!   then into the worker's record, so health shows it ([`crate::health`]: a failed drill
 //!   is unhealthy, naming the object, until a drill succeeds) and metrics export it. A
 //!   DrillFinished event is to be published at the one marked place in [`run_one`].
-//! - Scratch lives under `<data dir>/drills/` ([`scratch_root`]); [`clear_scratch`] removes
-//!   what a crash left there when the service starts, before any drill runs.
+//! - Scratch lives under `<data dir>/drills/` ([`scratch_root`]), `0700` whatever the umask,
+//!   and the drilled store in it `0700`/`0600` (`drill::SCRATCH_MODE`): a drill of an
+//!   encrypted store writes its plain bytes there. [`clear_scratch`] removes what a crash
+//!   left there when the service starts, before any drill runs.
 //!
 //! # Scheduled drills
 //!

@@ -45,6 +45,8 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::nofollow::{AtError, describe, open_dir_at, open_regular_at};
+
 /// The largest side file (`store.meta`, `backup.lineage` as shipped) read into memory.
 pub const SIDE_FILE_CAP: u64 = 16 << 20;
 /// The largest small record read (`wal.position`, `backup.lineage`, `backup.parent`).
@@ -101,20 +103,6 @@ impl DirError {
     /// error: it stays until someone fixes the store directory.
     pub fn is_refusal(&self) -> bool {
         !matches!(self, DirError::Io { .. })
-    }
-}
-
-/// What a file is, in words.
-fn describe(t: FileType) -> &'static str {
-    match t {
-        FileType::RegularFile => "a regular file",
-        FileType::Directory => "a directory",
-        FileType::Symlink => "a symbolic link",
-        FileType::Fifo => "a FIFO",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        FileType::Unknown => "not a regular file",
     }
 }
 
@@ -404,27 +392,19 @@ impl StoreDir {
     /// when absent.
     fn open_subdir(&self, o: &Opened, sub: &str) -> Result<Option<OwnedFd>, DirError> {
         let path = self.display_path(sub);
-        match rustix::fs::openat(
-            &o.fd,
-            sub,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => Ok(Some(fd)),
-            Err(Errno::NOENT) => Ok(None),
-            Err(Errno::LOOP | Errno::NOTDIR) => {
-                let what = rustix::fs::statat(&o.fd, sub, AtFlags::SYMLINK_NOFOLLOW)
-                    .map_or("not a directory", |st| {
-                        describe(FileType::from_raw_mode(st.st_mode))
-                    });
-                Err(DirError::NotRegular {
-                    path,
-                    what,
-                    rule: "the store's subdirectories must be directories, not links",
-                })
-            }
-            Err(e) => Err(io_at(&path)(e)),
-        }
+        open_dir_at(&o.fd, sub).map_err(|e| match e {
+            AtError::Refused(t) => DirError::NotRegular {
+                path,
+                what: describe(t),
+                rule: "the store's subdirectories must be directories, not links",
+            },
+            AtError::Io(Errno::LOOP | Errno::NOTDIR) => DirError::NotRegular {
+                path,
+                what: "not a directory",
+                rule: "the store's subdirectories must be directories, not links",
+            },
+            AtError::Io(e) => io_at(&path)(e),
+        })
     }
 
     /// Splits `rel` into its directory (if any) and its name.
@@ -570,42 +550,22 @@ fn regular(path: &Path, t: FileType, kind: FileKind) -> Result<(), DirError> {
     }
 }
 
-/// Opens `name` in `dir`: looked at first without following (a device is never opened),
-/// opened with `O_NOFOLLOW | O_NONBLOCK`, checked again once open, then made blocking.
+/// Opens `name` in `dir` with [`open_regular_at`]: never a link, a device is never opened,
+/// a FIFO does not block.
 fn open_regular(
     dir: std::os::fd::BorrowedFd<'_>,
     name: &str,
     path: &Path,
     kind: FileKind,
 ) -> Result<Option<File>, DirError> {
-    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => regular(path, FileType::from_raw_mode(st.st_mode), kind)?,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(io_at(path)(e)),
-    }
-    let fd = match rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
-        // Replaced by a link since the look.
-        Err(Errno::LOOP) => {
-            return Err(DirError::NotRegular {
-                path: path.to_path_buf(),
-                what: describe(FileType::Symlink),
-                rule: kind.rule(),
-            });
-        }
-        Err(e) => return Err(io_at(path)(e)),
-    };
-    let st = rustix::fs::fstat(&fd).map_err(io_at(path))?;
-    regular(path, FileType::from_raw_mode(st.st_mode), kind)?;
-    let flags = rustix::fs::fcntl_getfl(&fd).map_err(io_at(path))?;
-    rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK).map_err(io_at(path))?;
-    Ok(Some(File::from(fd)))
+    open_regular_at(dir, name, OFlags::RDONLY).map_err(|e| match e {
+        AtError::Refused(t) => DirError::NotRegular {
+            path: path.to_path_buf(),
+            what: describe(t),
+            rule: kind.rule(),
+        },
+        AtError::Io(e) => io_at(path)(e),
+    })
 }
 
 /// Reads `f` whole if it holds at most `cap` bytes, refusing it (unread) when its size says

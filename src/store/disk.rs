@@ -332,9 +332,17 @@ pub fn read_parent_in(store: &StoreDir) -> Result<Option<ParentRecord>, DiskErro
 /// Writes `name` in `dir` so that a crash leaves either the old file or the whole new one.
 pub fn write_file_durably(dir: &Path, name: &str, data: &[u8]) -> Result<(), DiskError> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let tmp = dir.join(format!(".{name}.tmp"));
     let path = dir.join(name);
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
+    // The restoring user's alone (`0600`), as every file a restore writes.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err(&tmp))?;
     f.write_all(data).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     drop(f);

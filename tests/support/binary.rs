@@ -47,6 +47,19 @@ pub fn command(endpoint: &str) -> Command {
     cmd
 }
 
+/// Makes the child run under `umask` (set between fork and exec), as a shell's `umask 022;
+/// exec …` would: what the modes the binary gives its files are measured against.
+pub fn with_umask(cmd: &mut Command, umask: libc::mode_t) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: `umask` is async-signal-safe and touches no memory.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::umask(umask);
+            Ok(())
+        })
+    }
+}
+
 /// Which stream of the child a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {

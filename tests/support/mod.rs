@@ -82,3 +82,25 @@ where
         }
     }
 }
+
+/// Every file and directory under `root` (the root included), with its permission bits.
+pub fn modes_under(root: &Path) -> Vec<(String, bool, u32)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let shown = path.strip_prefix(root).unwrap().display().to_string();
+        out.push((
+            shown,
+            meta.is_dir(),
+            std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777,
+        ));
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                todo.push(entry.unwrap().path());
+            }
+        }
+    }
+    out.sort();
+    out
+}

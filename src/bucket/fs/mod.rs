@@ -14,6 +14,24 @@
 //! [`FsBucket::open_existing`] (the read-only commands, through [`super::open_read_only`])
 //! creates nothing and removes nothing, and a missing root is an error: `ls --from
 //! file:///typo` must say the directory does not exist, not list an empty bucket it made.
+//! Both open the root once and keep its descriptor: a root renamed or replaced later is not
+//! followed to its new place (the bucket goes on with the directory it opened).
+//!
+//! # Links
+//! The root's own path may pass through symbolic links (the operator names it, and the service
+//! places it, links resolved: `--allow-destination-root`). Below the root, nothing is ever
+//! reached through a link, so whoever can write inside the bucket directory cannot make a
+//! write, read or delete land outside it: every request walks from the root's descriptor one
+//! directory at a time with `openat` and `O_NOFOLLOW` ([`crate::nofollow`], the walk the store
+//! directory uses), and opens, creates, links, renames and unlinks its file relative to the
+//! directory so reached; the temp directory and the lock file are reached the same way. A
+//! link (or a FIFO, socket or device) where a request meets it — a directory of the key, the
+//! object itself, `.tmp/`, `.lock`, a scratch file — fails that request with a `Permanent`
+//! "bad bucket: PATH is a symbolic link; …" naming it, and nothing is written, read or deleted
+//! through it. A listing refuses the same way, naming the first such entry that would be
+//! listed or that a listed key could lie below: it neither descends into it nor skips it, so
+//! a listing never silently misses what a link hides (entries outside the prefix are not
+//! looked at). Nothing is ever removed or repaired: the operator removes the link.
 //!
 //! # Invariants
 //! - An object's file is never written in place. A write goes to a fresh temp file under
@@ -72,19 +90,22 @@
 //! # Limits
 //! A key cannot be both an object and a directory prefix of other keys (`a` and `a/b`): the
 //! second one gets a `Permanent` error. Keys that are empty, absolute, start with `.`, or contain
-//! empty, `.` or `..` segments are refused as `Permanent`. Files not written by this module
-//! (symlinks, names that are not UTF-8) are not listed.
+//! empty, `.` or `..` segments are refused as `Permanent`. Names that are not UTF-8 are not
+//! listed; links and other special files are refused (see "Links").
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::ops::Range;
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use super::body::check_crc32;
@@ -92,10 +113,13 @@ use super::{
     Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, PutCondition, PutHint,
     PutOpts,
 };
+use crate::nofollow::{AtError, kind_at, open_dir_at, open_regular_at};
+use at::{Temp, open_root};
 use etag::{cache_etag, cached_etag, etag_of_digest, etag_of_file};
 pub use mode::{FILE_MODE_ENV, FileModes};
 use walk::walk;
 
+mod at;
 mod etag;
 mod mode;
 #[cfg(test)]
@@ -122,7 +146,10 @@ pub struct FsBucket {
 }
 
 struct Inner {
+    /// The root as the operator named it (for messages).
     root: PathBuf,
+    /// The root, opened once: everything below it is reached from this descriptor.
+    dir: OwnedFd,
     /// Makes temp file names unique within this process (the pid makes them unique across).
     next_tmp: AtomicU64,
     /// What files and directories this bucket creates are given.
@@ -143,20 +170,38 @@ impl FsBucket {
 
     /// [`FsBucket::open`] with the given modes.
     pub fn open_with(root: &Path, modes: FileModes) -> Result<FsBucket, OpenError> {
+        let url = format!("file://{}", root.display());
         let unavailable = |what: &str, e: io::Error| OpenError::Unavailable {
-            url: format!("file://{}", root.display()),
+            url: url.clone(),
             reason: format!("{what}: {e}"),
         };
         check_absolute(root)?;
         modes
-            .create_dir_all(&root.join(TMP_DIR))
+            .create_dir_all(root)
             .map_err(|e| unavailable("create directory", e))?;
-        let bucket = FsBucket::at(root, modes);
-        bucket
-            .inner
-            .open_lock_file()
-            .map_err(|e| unavailable("create lock file", e))?;
-        bucket.inner.remove_stale_temp_files();
+        let dir = open_root(root).map_err(|e| unavailable("open directory", e))?;
+        let bucket = FsBucket::at(root, dir, modes);
+        let refused = |e: BucketError| OpenError::Unavailable {
+            url: url.clone(),
+            reason: match e {
+                BucketError::Permanent { message, .. } | BucketError::Transient { message, .. } => {
+                    message
+                }
+                e => e.to_string(),
+            },
+        };
+        let inner = &bucket.inner;
+        match open_dir_at(&inner.dir, TMP_DIR) {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                modes
+                    .create_dir_at(inner.dir.as_fd(), TMP_DIR)
+                    .map_err(|e| refused(inner.at_error("open", "", TMP_DIR, e)))?;
+            }
+            Err(e) => return Err(refused(inner.at_error("open", "", TMP_DIR, e))),
+        }
+        inner.open_lock_file("open", "").map_err(refused)?;
+        inner.remove_stale_temp_files();
         Ok(bucket)
     }
 
@@ -168,24 +213,30 @@ impl FsBucket {
     pub fn open_existing(root: &Path) -> Result<FsBucket, OpenError> {
         check_absolute(root)?;
         let url = format!("file://{}", root.display());
+        let unavailable = |e: io::Error| OpenError::Unavailable {
+            url: url.clone(),
+            reason: e.to_string(),
+        };
         match fs::metadata(root) {
-            Ok(meta) if meta.is_dir() => Ok(FsBucket::at(root, FileModes::default())),
+            Ok(meta) if meta.is_dir() => Ok(FsBucket::at(
+                root,
+                open_root(root).map_err(unavailable)?,
+                FileModes::default(),
+            )),
             Ok(_) => Err(OpenError::Unavailable {
                 url,
                 reason: "not a directory".into(),
             }),
-            Err(e) if is_absent(&e) => Err(OpenError::Missing { what: url }),
-            Err(e) => Err(OpenError::Unavailable {
-                url,
-                reason: e.to_string(),
-            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(OpenError::Missing { what: url }),
+            Err(e) => Err(unavailable(e)),
         }
     }
 
-    fn at(root: &Path, modes: FileModes) -> FsBucket {
+    fn at(root: &Path, dir: OwnedFd, modes: FileModes) -> FsBucket {
         FsBucket {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
+                dir,
                 next_tmp: AtomicU64::new(0),
                 modes,
             }),
@@ -266,13 +317,39 @@ impl super::Bucket for FsBucket {
 }
 
 impl Inner {
-    fn path(&self, key: &str) -> PathBuf {
-        self.root.join(key)
+    /// Opens the object `name` in `dir` (the key `key`): `None` when there is none (or only a
+    /// directory prefix of other keys).
+    fn object_in(
+        &self,
+        op: &'static str,
+        key: &str,
+        dir: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<Option<(File, u64)>, BucketError> {
+        match open_regular_at(dir, name, OFlags::RDONLY) {
+            Ok(Some(file)) => {
+                let len = file
+                    .metadata()
+                    .map_err(|e| io_error(op, key, e, false))?
+                    .len();
+                Ok(Some((file, len)))
+            }
+            Ok(None) | Err(AtError::Refused(FileType::Directory)) => Ok(None),
+            Err(e) => Err(self.at_error(op, key, key, e)),
+        }
+    }
+
+    /// Opens the object `key`: `None` when there is none.
+    fn open_object(&self, op: &'static str, key: &str) -> Result<Option<(File, u64)>, BucketError> {
+        match self.parent(op, key, false)? {
+            Some(p) => self.object_in(op, key, p.dir(&self.dir), &p.name),
+            None => Ok(None),
+        }
     }
 
     fn get(&self, key: &str) -> Result<Object, BucketError> {
         let err = |e| io_error("get", key, e, false);
-        let Some((mut file, len)) = open_object(&self.path(key)).map_err(err)? else {
+        let Some((mut file, len)) = self.open_object("get", key)? else {
             return Err(BucketError::not_found(key));
         };
         // Taken before the read: an object replaced meanwhile is read through this descriptor,
@@ -301,8 +378,7 @@ impl Inner {
     }
 
     fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
-        let err = |e| io_error("get_range", key, e, false);
-        let Some((file, len)) = open_object(&self.path(key)).map_err(err)? else {
+        let Some((file, len)) = self.open_object("get_range", key)? else {
             return Err(BucketError::not_found(key));
         };
         let (start, end) = (range.start.min(len), range.end.min(len));
@@ -310,16 +386,16 @@ impl Inner {
             return Ok(Bytes::new());
         }
         let mut buf = vec![0u8; crate::units::usize_of(end - start)];
-        file.read_exact_at(&mut buf, start).map_err(err)?;
+        file.read_exact_at(&mut buf, start)
+            .map_err(|e| io_error("get_range", key, e, false))?;
         Ok(Bytes::from(buf))
     }
 
     fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
-        let err = |e| io_error("head", key, e, false);
-        let Some((file, len)) = open_object(&self.path(key)).map_err(err)? else {
+        let Some((file, len)) = self.open_object("head", key)? else {
             return Ok(None);
         };
-        let etag = etag_of_file(&file, len).map_err(err)?;
+        let etag = etag_of_file(&file, len).map_err(|e| io_error("head", key, e, false))?;
         // The directory's clock is the bucket's: the object's mtime (set when it was written,
         // before the link or rename that made it visible).
         let modified_ms = file
@@ -336,11 +412,19 @@ impl Inner {
         }))
     }
 
-    /// The current ETag of `key`, or `None` when there is no such object.
-    fn current_etag(&self, op: &'static str, key: &str) -> Result<Option<String>, BucketError> {
-        let err = |e| io_error(op, key, e, false);
-        match open_object(&self.path(key)).map_err(err)? {
-            Some((file, len)) => Ok(Some(etag_of_file(&file, len).map_err(err)?)),
+    /// The current ETag of the object `name` in `dir` (the key `key`), or `None` when there
+    /// is no such object.
+    fn etag_in(
+        &self,
+        op: &'static str,
+        key: &str,
+        dir: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<Option<String>, BucketError> {
+        match self.object_in(op, key, dir, name)? {
+            Some((file, len)) => Ok(Some(
+                etag_of_file(&file, len).map_err(|e| io_error(op, key, e, false))?,
+            )),
             None => Ok(None),
         }
     }
@@ -356,7 +440,7 @@ impl Inner {
         let (tmp, etag) = self.write_temp(key, body)?;
         let committed = self.commit(key, &tmp, cond);
         // After a rename the temp name is gone; after a link or a failure it is ours to remove.
-        let _ = fs::remove_file(&tmp);
+        let _ = rustix::fs::unlinkat(&tmp.dir, tmp.name.as_str(), AtFlags::empty());
         committed.map(|()| etag)
     }
 
@@ -364,25 +448,44 @@ impl Inner {
     /// (see the module docs): `None` where the file system cannot exchange names, or the key
     /// is too long for a scratch name (then the ordinary path runs).
     fn swap(&self, key: &str, body: &Bytes, expected: &str) -> Option<Result<String, BucketError>> {
-        let scratch = self.root.join(TMP_DIR).join(scratch_name(key)?);
-        let err = |e| io_error("put", key, e, false);
+        let scratch = scratch_name(key)?;
+        let err = |e: io::Error| io_error("put", key, e, false);
         let swapped = (|| -> Result<Option<String>, BucketError> {
             let _lock = self.lock("put", key)?;
-            if self.current_etag("put", key)?.as_deref() != Some(expected) {
+            let Some(parent) = self.parent("put", key, false)? else {
+                return Err(BucketError::precondition_failed(key));
+            };
+            let dir = parent.dir(&self.dir);
+            if self.etag_in("put", key, dir, &parent.name)?.as_deref() != Some(expected) {
                 return Err(BucketError::precondition_failed(key));
             }
+            let tmp = self.tmp_dir("put", key)?;
+            let scratch_rel = format!("{TMP_DIR}/{scratch}");
             // Overwritten from the start and cut to length, never truncated to nothing first:
             // ext4 flushes a file emptied by a truncate when it is closed, at the cost of a
             // disk write per renewal.
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(self.modes.file)
-                .open(&scratch)
-                .map_err(err)?;
-            file.write_all_at(body, 0).map_err(err)?;
+            let file = match rustix::fs::openat(
+                &tmp,
+                scratch.as_str(),
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::NOFOLLOW
+                    | OFlags::NONBLOCK
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(self.modes.file),
+            ) {
+                Ok(fd) => File::from(fd),
+                Err(Errno::LOOP) => {
+                    return Err(self.bad_bucket("put", key, &scratch_rel, FileType::Symlink));
+                }
+                Err(e) => return Err(err(e.into())),
+            };
             let meta = file.metadata().map_err(err)?;
+            if !meta.is_file() {
+                let t = FileType::from_raw_mode(meta.permissions().mode());
+                return Err(self.bad_bucket("put", key, &scratch_rel, t));
+            }
+            file.write_all_at(body, 0).map_err(err)?;
             // Records grow by a digit now and then: a cut is rarely needed.
             if meta.len() != body.len() as u64 {
                 file.set_len(body.len() as u64).map_err(err)?;
@@ -393,38 +496,36 @@ impl Inner {
             }
             let etag = etag_of_digest(Sha256::digest(body).into());
             cache_etag(&file, body.len() as u64, &etag);
-            match exchange(&scratch, &self.path(key)) {
+            match rustix::fs::renameat_with(
+                &tmp,
+                scratch.as_str(),
+                dir,
+                parent.name.as_str(),
+                RenameFlags::EXCHANGE,
+            ) {
                 Ok(()) => Ok(Some(etag)),
                 // No exchange here (NFS, say), or the scratch file was cleaned up meanwhile.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EINVAL | libc::ENOSYS | libc::ENOENT)
-                    ) =>
-                {
-                    Ok(None)
-                }
-                Err(e) => Err(err(e)),
+                Err(Errno::INVAL | Errno::NOSYS | Errno::NOENT) => Ok(None),
+                Err(e) => Err(err(e.into())),
             }
         })();
         swapped.transpose()
     }
 
-    /// Writes `body` to a new, fsynced temp file; returns its path and the content's ETag.
-    fn write_temp(&self, key: &str, body: &Body) -> Result<(PathBuf, String), BucketError> {
+    /// Writes `body` to a new, fsynced temp file; returns it and the content's ETag.
+    fn write_temp(&self, key: &str, body: &Body) -> Result<(Temp, String), BucketError> {
         let n = self.next_tmp.fetch_add(1, Ordering::Relaxed);
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let tmp = self
-            .root
-            .join(TMP_DIR)
-            .join(format!("{}-{n}-{nanos:09}.tmp", std::process::id()));
-        let written = write_file(&tmp, body, &self.modes);
-        match written {
+        let tmp = Temp {
+            dir: self.tmp_dir("put", key)?,
+            name: format!("{}-{n}-{nanos:09}.tmp", std::process::id()),
+        };
+        match write_file(&tmp, body, &self.modes) {
             Ok(etag) => Ok((tmp, etag)),
             Err(e) => {
-                let _ = fs::remove_file(&tmp);
+                let _ = rustix::fs::unlinkat(&tmp.dir, tmp.name.as_str(), AtFlags::empty());
                 Err(match e {
                     WriteError::Body(e) => BucketError::Permanent {
                         op: "put",
@@ -438,50 +539,69 @@ impl Inner {
     }
 
     /// Makes the temp file the object `key` if `cond` holds, under the bucket lock.
-    fn commit(&self, key: &str, tmp: &Path, cond: &PutCondition) -> Result<(), BucketError> {
+    fn commit(&self, key: &str, tmp: &Temp, cond: &PutCondition) -> Result<(), BucketError> {
         let _lock = self.lock("put", key)?;
-        let path = self.path(key);
-        if path.is_dir() {
-            return Err(prefix_conflict("put", key));
+        let err = |e: Errno| io_error("put", key, e.into(), false);
+        let Some(parent) = self.parent("put", key, true)? else {
+            return Err(err(Errno::NOENT)); // never: `create` makes every directory
+        };
+        let (dir, name) = (parent.dir(&self.dir), parent.name.as_str());
+        match kind_at(dir, name).map_err(err)? {
+            None | Some(FileType::RegularFile) => {}
+            Some(FileType::Directory) => return Err(prefix_conflict("put", key)),
+            Some(t) => return Err(self.bad_bucket("put", key, key, t)),
         }
-        self.create_parents("put", key)?;
-        let err = |e| io_error("put", key, e, false);
+        let from = (&tmp.dir, tmp.name.as_str());
         match cond {
-            PutCondition::IfNoneMatch => match fs::hard_link(tmp, &path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return Err(BucketError::precondition_failed(key));
+            PutCondition::IfNoneMatch => {
+                match rustix::fs::linkat(from.0, from.1, dir, name, AtFlags::empty()) {
+                    Ok(()) => {}
+                    Err(Errno::EXIST) => return Err(BucketError::precondition_failed(key)),
+                    Err(e) => return Err(err(e)),
                 }
-                Err(e) => return Err(err(e)),
-            },
-            PutCondition::IfMatch(expected) => {
-                if self.current_etag("put", key)?.as_deref() != Some(expected.as_str()) {
-                    return Err(BucketError::precondition_failed(key));
-                }
-                fs::rename(tmp, &path).map_err(err)?;
             }
-            PutCondition::None => fs::rename(tmp, &path).map_err(err)?,
+            PutCondition::IfMatch(expected) => {
+                if self.etag_in("put", key, dir, name)?.as_deref() != Some(expected.as_str()) {
+                    return Err(BucketError::precondition_failed(key));
+                }
+                rustix::fs::renameat(from.0, from.1, dir, name).map_err(err)?;
+            }
+            PutCondition::None => rustix::fs::renameat(from.0, from.1, dir, name).map_err(err)?,
         }
         // The object is visible now; only its durability is in question.
-        sync_parent(&path).map_err(|e| io_error("put", key, e, true))
+        rustix::fs::fsync(dir).map_err(|e| io_error("put", key, e.into(), true))
     }
 
     fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
         let _lock = self.lock("delete", key)?;
-        if let Some(expected) = if_match
-            && self.current_etag("delete", key)?.as_deref() != Some(expected)
-        {
-            return Err(BucketError::precondition_failed(key));
+        let parent = self.parent("delete", key, false)?;
+        if let Some(expected) = if_match {
+            let current = match &parent {
+                Some(p) => self.etag_in("delete", key, p.dir(&self.dir), &p.name)?,
+                None => None,
+            };
+            if current.as_deref() != Some(expected) {
+                return Err(BucketError::precondition_failed(key));
+            }
         }
-        let path = self.path(key);
-        match fs::remove_file(&path) {
-            Ok(()) => {}
+        let Some(parent) = parent else {
+            return Ok(());
+        };
+        let err = |e: Errno, indeterminate| io_error("delete", key, e.into(), indeterminate);
+        let (dir, name) = (parent.dir(&self.dir), parent.name.as_str());
+        match kind_at(dir, name).map_err(|e| err(e, false))? {
+            Some(FileType::RegularFile) => {}
             // No such object (or only a directory prefix of other keys): deleting is a no-op.
-            Err(e) if is_absent(&e) || e.raw_os_error() == Some(libc::EISDIR) => return Ok(()),
-            Err(e) => return Err(io_error("delete", key, e, false)),
+            None | Some(FileType::Directory) => return Ok(()),
+            Some(t) => return Err(self.bad_bucket("delete", key, key, t)),
         }
-        sync_parent(&path).map_err(|e| io_error("delete", key, e, true))?;
-        self.remove_empty_parents(&path);
+        match rustix::fs::unlinkat(dir, name, AtFlags::empty()) {
+            Ok(()) => {}
+            Err(Errno::NOENT | Errno::ISDIR) => return Ok(()),
+            Err(e) => return Err(err(e, false)),
+        }
+        rustix::fs::fsync(dir).map_err(|e| err(e, true))?;
+        self.remove_empty_parents(key, parent.chain);
         Ok(())
     }
 
@@ -493,8 +613,15 @@ impl Inner {
     ) -> Result<ListPage, BucketError> {
         let max_keys = max_keys.clamp(1, MAX_PAGE);
         let mut found = Vec::new();
-        walk(&self.root, "", prefix, after, max_keys + 1, &mut found)
-            .map_err(|e| io_error("list", prefix, e, false))?;
+        walk(
+            self,
+            self.dir.as_fd(),
+            "",
+            prefix,
+            after,
+            max_keys + 1,
+            &mut found,
+        )?;
         let more = found.len() > max_keys;
         found.truncate(max_keys);
         let next_token = if more { found.last().cloned() } else { None };
@@ -510,93 +637,6 @@ impl Inner {
             next_token,
         })
     }
-
-    /// Takes the bucket-wide lock; it is released when the returned file is dropped.
-    fn lock(&self, op: &'static str, key: &str) -> Result<File, BucketError> {
-        let file = self
-            .open_lock_file()
-            .map_err(|e| io_error(op, key, e, false))?;
-        file.lock().map_err(|e| io_error(op, key, e, false))?;
-        Ok(file)
-    }
-
-    /// Opens the lock file, creating it (with the file mode) if it is not there.
-    fn open_lock_file(&self) -> io::Result<File> {
-        let path = self.root.join(LOCK_FILE);
-        match OpenOptions::new().append(true).open(&path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            other => return other,
-        }
-        match OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .mode(self.modes.file)
-            .open(&path)
-        {
-            Ok(file) => {
-                self.modes.set_file(&file)?;
-                Ok(file)
-            }
-            // Created meanwhile by another process.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                OpenOptions::new().append(true).open(&path)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Creates the missing directories above `key`, each made durable in its parent.
-    fn create_parents(&self, op: &'static str, key: &str) -> Result<(), BucketError> {
-        let mut dir = self.root.clone();
-        let segments: Vec<&str> = key.split('/').collect();
-        for segment in &segments[..segments.len() - 1] {
-            dir.push(segment);
-            match self.modes.create_dir(&dir) {
-                Ok(()) => sync_parent(&dir).map_err(|e| io_error(op, key, e, false))?,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    return Err(prefix_conflict(op, key));
-                }
-                Err(e) => return Err(io_error(op, key, e, false)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Removes the directories above `path` that the delete left empty (best effort).
-    fn remove_empty_parents(&self, path: &Path) {
-        let mut dir = path.parent();
-        while let Some(d) = dir {
-            if d == self.root || fs::remove_dir(d).is_err() {
-                return;
-            }
-            dir = d.parent();
-        }
-    }
-
-    fn remove_stale_temp_files(&self) {
-        let Ok(entries) = fs::read_dir(self.root.join(TMP_DIR)) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let stale = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age > STALE_TMP_AGE);
-            if stale {
-                match fs::remove_file(entry.path()) {
-                    Ok(()) => {
-                        tracing::info!(path = %entry.path().display(), "removed a stale temp file")
-                    }
-                    Err(e) => {
-                        tracing::warn!(path = %entry.path().display(), "cannot remove a stale temp file: {e}")
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Why writing a temp file failed: the body could not be read, or the temp file not written.
@@ -605,15 +645,18 @@ enum WriteError {
     Temp(io::Error),
 }
 
-/// Writes `body` to the new file `path` (given the file mode), fsyncs it and caches its ETag;
-/// returns the ETag.
-fn write_file(path: &Path, body: &Body, modes: &FileModes) -> Result<String, WriteError> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(modes.file)
-        .open(path)
-        .map_err(WriteError::Temp)?;
+/// Writes `body` to the new file `tmp` (created, not followed, with the file mode), fsyncs it
+/// and caches its ETag; returns the ETag.
+fn write_file(tmp: &Temp, body: &Body, modes: &FileModes) -> Result<String, WriteError> {
+    let mut file = File::from(
+        rustix::fs::openat(
+            &tmp.dir,
+            tmp.name.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(modes.file),
+        )
+        .map_err(|e| WriteError::Temp(e.into()))?,
+    );
     modes.set_file(&file).map_err(WriteError::Temp)?;
     let mut hasher = Sha256::new();
     match body {
@@ -653,20 +696,6 @@ fn write_file(path: &Path, body: &Body, modes: &FileModes) -> Result<String, Wri
     let etag = etag_of_digest(hasher.finalize().into());
     cache_etag(&file, body.len(), &etag);
     Ok(etag)
-}
-
-/// Opens the object file at `path`: `None` when there is no such object.
-fn open_object(path: &Path) -> io::Result<Option<(File, u64)>> {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if is_absent(&e) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    Ok(Some((file, meta.len())))
 }
 
 fn check_absolute(root: &Path) -> Result<(), OpenError> {
@@ -710,40 +739,6 @@ pub(super) fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> 
 fn scratch_name(key: &str) -> Option<String> {
     let name = key.replace('%', "%25").replace('/', "%2F") + SCRATCH_SUFFIX;
     (name.len() <= 255).then_some(name)
-}
-
-/// Swaps the names `a` and `b` in one atomic step (`renameat2` with `RENAME_EXCHANGE`).
-fn exchange(a: &Path, b: &Path) -> io::Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes())?;
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes())?;
-    // SAFETY: two NUL-terminated paths; no memory is handed to the kernel beyond the call.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Fsyncs the directory holding `path`, making a link, rename, unlink or mkdir in it durable.
-fn sync_parent(path: &Path) -> io::Result<()> {
-    match path.parent() {
-        Some(dir) => File::open(dir)?.sync_all(),
-        None => Ok(()),
-    }
-}
-
-fn is_absent(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR)
 }
 
 /// Maps an I/O error: resource trouble that may pass is `Transient`, the rest `Permanent`

@@ -14,8 +14,14 @@
 
 use std::fs::{self, File, Permissions};
 use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::Path;
+
+use rustix::fs::Mode;
+use rustix::io::Errno;
+
+use crate::nofollow::{AtError, open_dir_at};
 
 /// The variable that sets the mode of objects (directories follow; see the module docs).
 pub const FILE_MODE_ENV: &str = "MUSHROOMDB_BACKUP_FILE_MODE";
@@ -90,6 +96,28 @@ impl FileModes {
     pub(super) fn create_dir(&self, dir: &Path) -> io::Result<()> {
         fs::DirBuilder::new().mode(self.dir).create(dir)?;
         fs::set_permissions(dir, Permissions::from_mode(self.dir))
+    }
+
+    /// Creates the directory `name` in `dir` with the directory mode and makes it durable
+    /// there; returns it opened (not followed). One made meanwhile by another writer is
+    /// opened as it is; `None` when it was removed again before it could be opened.
+    pub(super) fn create_dir_at(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &str,
+    ) -> Result<Option<OwnedFd>, AtError> {
+        let mode = Mode::from_raw_mode(self.dir);
+        match rustix::fs::mkdirat(dir, name, mode) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => return open_dir_at(dir, name),
+            Err(e) => return Err(AtError::Io(e)),
+        }
+        let made = open_dir_at(dir, name)?;
+        if let Some(fd) = &made {
+            rustix::fs::fchmod(fd, mode)?;
+        }
+        rustix::fs::fsync(dir)?;
+        Ok(made)
     }
 
     /// Creates `dir` and its missing ancestors, each with the directory mode.

@@ -26,6 +26,8 @@ fn bad_keys_are_refused() {
 #[test]
 fn walk_visits_keys_in_byte_order() {
     let dir = tempfile::tempdir().unwrap();
+    let b = FsBucket::open(dir.path()).unwrap();
+    let root = b.inner.dir.as_fd();
     let keys = ["a-b", "a/b", "a/c/d", "a0", "b", "ab/x"];
     for key in keys {
         let path = dir.path().join(key);
@@ -35,10 +37,10 @@ fn walk_visits_keys_in_byte_order() {
     let mut sorted = keys.to_vec();
     sorted.sort();
     let mut out = Vec::new();
-    walk(dir.path(), "", "", None, 100, &mut out).unwrap();
+    walk(&b.inner, root, "", "", None, 100, &mut out).unwrap();
     assert_eq!(out, sorted);
     out.clear();
-    walk(dir.path(), "", "a", Some("a/b"), 100, &mut out).unwrap();
+    walk(&b.inner, root, "", "a", Some("a/b"), 100, &mut out).unwrap();
     assert_eq!(out, ["a/c/d", "a0", "ab/x"]);
 }
 
