@@ -54,7 +54,7 @@ pub(super) async fn take(
             tasks.close();
             tasks.wait().await;
             anyhow::bail!(
-                "{what}: refused, nothing written: the bucket lease is held by {holder} on {host} \
+                "{what}: refused, nothing changed: the bucket lease is held by {holder} on {host} \
                  (store {store}); one writer at a time: {hint} (a dead holder's lease goes stale \
                  within its TTL)"
             )
