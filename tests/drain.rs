@@ -4,6 +4,8 @@
 //! drain moves every other store, each healthy on the target holding its lease, and leaves
 //! the one refused where it was, running; the answer lists every store. A serial drain back
 //! moves them all again. The two drains' times are printed (a figure, not an assertion).
+//! A paused store (issue 25 part 5) moves and drains without an upload, stays paused on each
+//! target, and ships everything after Resume there.
 //!
 //! Needs `MUSHROOM_TEST_POSTGRES_URL` (`scripts/test.sh` starts a server); without it a SKIP
 //! line, except under `CI=true`, where it fails.
@@ -199,6 +201,98 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
          answer, {serial_healthy:?} to all healthy; again, to all healthy: 1 at a time \
          {serial2:?} (and 1 refused), 4 at once {parallel2:?}"
     );
+    drop(a);
+    db.drop_database().await;
+}
+
+/// A pause is total, a move included: a paused store with unshipped commits, moved (`ctl move`)
+/// and drained back (`ctl drain`), leaves its prefix as it was, is paused on each target
+/// (holding its lease there), and after Resume on the last one ships every commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_store_moves_and_drains_without_an_upload_and_stays_paused() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "drain_paused_test").await;
+    let shared = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(shared.path()).unwrap();
+    let shared_root = base.join("stores");
+    let prefix = base.join("bucket").join("paused");
+    std::fs::create_dir_all(base.join("bucket")).unwrap();
+    let (da, db_) = (served::dirs(), served::dirs());
+    let (a, a_addr) = start("a", &db.url, &da, &shared_root);
+    let (_b, b_addr) = start("b", &db.url, &db_, &shared_root);
+    let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
+
+    let dir = shared_root.join("paused");
+    write_store(&dir, 10);
+    let r = ca
+        .clone()
+        .register(support::register_req(&dir, &support::file_url(&prefix)))
+        .await
+        .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
+        .into_inner();
+    let (id, token) = (r.store_id, r.node_token);
+    served::wait_health(&ca, &id, "10 commits in a restore point on a", |h| {
+        h.instance_id == "a" && h.healthy && h.lease_held && h.restore_point_commit_seq == 10
+    })
+    .await;
+    served::pause(&ca, &id, "bucket maintenance").await;
+    // Twenty commits the pause keeps in the (shared) directory only.
+    served::node_writes(a_addr, &dir, &id, &token, 20);
+    served::wait_health(
+        &ca,
+        &id,
+        "paused on a, 30 commits durable, 10 shipped",
+        |h| h.paused && h.durable_commit_seq == 30 && h.shipped_commit_seq == 10,
+    )
+    .await;
+    let frozen = support::store::tree_but_leases(&prefix);
+    assert!(!frozen.is_empty());
+
+    let (ok, out) = ctl(a_addr, &["move", &id, "--to", "b"]);
+    assert!(ok, "ctl move: {out}");
+    assert_eq!(binary::json(&out)["restore_point_commit_seq"], 10, "{out}");
+    let on_b = served::wait_health(&cb, &id, "paused on b, holding its lease", |h| {
+        h.instance_id == "b" && h.paused && h.lease_held && h.healthy
+    })
+    .await;
+    assert_eq!(on_b.paused_reason, "bucket maintenance", "{on_b:?}");
+    assert_eq!(on_b.restore_point_commit_seq, 10, "{on_b:?}");
+    assert_eq!(
+        support::store::tree_but_leases(&prefix),
+        frozen,
+        "the move of a paused store uploaded"
+    );
+
+    let (ok, out) = ctl(a_addr, &["drain", "b"]);
+    assert!(ok, "ctl drain: {out}");
+    assert_eq!(answer(&out).0, BTreeSet::from([id.clone()]), "{out}");
+    served::wait_health(&ca, &id, "paused on a again, holding its lease", |h| {
+        h.instance_id == "a" && h.paused && h.lease_held && h.healthy
+    })
+    .await;
+    assert_eq!(
+        support::store::tree_but_leases(&prefix),
+        frozen,
+        "the drain of a paused store uploaded"
+    );
+
+    assert!(
+        served::resume(&ca, &id).await,
+        "the pause did not follow the store"
+    );
+    served::wait_health(&ca, &id, "unpaused, 30 commits in a restore point", |h| {
+        !h.paused && h.healthy && h.shipped_commit_seq == 30 && h.restore_point_commit_seq == 30
+    })
+    .await;
+    let restored = base.join("restored");
+    let digest = binary::restore_digest(
+        "http://unused.invalid",
+        &support::file_url(&prefix),
+        &restored,
+    );
+    assert_eq!(digest, binary::store_digest(&dir));
     drop(a);
     db.drop_database().await;
 }

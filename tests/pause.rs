@@ -8,9 +8,8 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use mushroom_backup::store::engine::{Engine, EngineOptions};
@@ -22,16 +21,6 @@ use tonic::Code;
 use tonic::transport::Channel;
 
 type Client = BackupControlClient<Channel>;
-
-/// The bucket's objects, leases aside (a paused store keeps — and so may renew — its lease).
-fn objects(bucket: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut t = support::store::tree(bucket);
-    t.retain(|p, _| {
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        name != "lease" && !name.ends_with(".lease")
-    });
-    t
-}
 
 async fn shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
     wait_health(
@@ -105,7 +94,7 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
         "the default pause is an hour: {paused:?}"
     );
     // Pause returns once nothing of the store is in flight: from here on the bucket stands.
-    let frozen = objects(&bucket);
+    let frozen = support::store::tree_but_leases(&bucket);
     assert!(!frozen.is_empty());
 
     node_writes(addr, &dir, &id, &token, 30);
@@ -148,11 +137,19 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
     assert!(again.was_paused);
     assert_eq!(again.until_unix_ms, until);
     assert_eq!(again.paused_at_unix_ms, paused.paused_at_unix_ms);
-    assert_eq!(objects(&bucket), frozen, "a paused store uploaded");
+    assert_eq!(
+        support::store::tree_but_leases(&bucket),
+        frozen,
+        "a paused store uploaded"
+    );
 
     // A clean stop does not flush a paused store; the restarted service starts it paused.
     terminate(&mut server);
-    assert_eq!(objects(&bucket), frozen, "the last flush uploaded");
+    assert_eq!(
+        support::store::tree_but_leases(&bucket),
+        frozen,
+        "the last flush uploaded"
+    );
     assert_eq!(commit_more(&dir, 10), 60);
     let (_server, addr) = served::start("serve (restarted)", serve(&d, &[]));
     let c = client(addr).await;
@@ -184,20 +181,12 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
         "ctl health after the restart: {text}"
     );
     assert_eq!(
-        objects(&bucket),
+        support::store::tree_but_leases(&bucket),
         frozen,
         "a paused store uploaded after a restart"
     );
 
-    let resumed = c
-        .clone()
-        .resume(proto::ResumeRequest {
-            store_id: id.clone(),
-        })
-        .await
-        .expect("Resume")
-        .into_inner();
-    assert!(resumed.was_paused);
+    assert!(served::resume(&c, &id).await);
     shipped(&c, &id, 60).await;
     let twice = c
         .clone()

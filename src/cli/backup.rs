@@ -1,4 +1,10 @@
 //! `backup`: ship a store to a destination, once or following it until SIGINT/SIGTERM.
+//!
+//! Both write the prefix only under its bucket lease. `--once` takes it as `retention` does
+//! (`lease.rs`): refused, before anything is written, naming the holder while another holder's
+//! lease is live (a `serve` holding the store, paused or not; a follower), and released at
+//! the end. Without `--once` the worker takes it and, while another holds it, waits as a
+//! standby (its health lines name the holder).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,15 +55,34 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::open(&a.to).await?;
     let source = Arc::new(LocalSource::new(a.store.clone()));
     let mut worker = BackupWorker::new(a.store.clone(), bucket, source, config);
+    let lease = lease_config(&a)?;
     if !a.once {
-        return follow(worker, &a).await;
+        return follow(worker, lease).await;
     }
-    let report = worker
-        .run_once()
-        .await
-        .with_context(|| format!("backup of {} to {}", a.store.display(), a.to))?;
+    let what = format!("backup of {} to {}", a.store.display(), a.to);
+    let held = super::lease::take(
+        worker.bucket(),
+        lease,
+        &what,
+        "that backup ships this store already; stop it (or move or deregister the store) \
+         before backing it up from here, or back it up to another destination",
+    )
+    .await?;
+    let ran = worker.run_once_under(held.lease()).await;
+    held.release().await;
+    let report = ran
+        .with_context(|| what.clone())?
+        .with_context(|| what.clone())?;
     super::out::line(summary(&worker.counters(), report.deleted))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lease this backup takes: the TTL and conditional writes from the environment, the
+/// latter off too when `--conditional off` says so.
+fn lease_config(a: &BackupArgs) -> anyhow::Result<LeaseConfig> {
+    let mut lease = LeaseConfig::from_env(a.store.display().to_string())?;
+    lease.conditional = lease.conditional && a.settings.conditional_on(&Default::default())?;
+    Ok(lease)
 }
 
 /// The one JSON line a backup prints on stdout when it ends.
@@ -79,9 +104,7 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
 
 /// Follows the store under the bucket lease until SIGINT/SIGTERM, logging every change of
 /// health on stderr, then flushes a last restore point, releases the lease and exits 0.
-async fn follow(worker: BackupWorker, a: &BackupArgs) -> anyhow::Result<ExitCode> {
-    let mut lease = LeaseConfig::from_env(a.store.display().to_string())?;
-    lease.conditional = lease.conditional && a.settings.conditional_on(&Default::default())?;
+async fn follow(worker: BackupWorker, lease: LeaseConfig) -> anyhow::Result<ExitCode> {
     let shutdown = super::shutdown_token();
     let tasks = tokio_util::task::TaskTracker::new();
     let handle = worker.spawn(lease, shutdown.clone(), &tasks);

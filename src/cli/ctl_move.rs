@@ -25,7 +25,8 @@ pub(super) fn owner_text(owner: &str, since_ms: i64) -> String {
 pub(super) enum MoveCall {
     /// Move a store to another live instance of its owner's failover group: the owner
     /// flushes (ships what is durable, writes a restore point), stops and releases the
-    /// lease, the registry row changes owner, the target starts. A refused move changes
+    /// lease, the registry row changes owner, the target starts. A paused store is moved
+    /// without a flush and stays paused on the target until Resume. A refused move changes
     /// nothing.
     Move {
         store_id: String,

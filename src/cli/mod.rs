@@ -14,6 +14,7 @@ mod ctl_drill;
 mod ctl_move;
 mod encryption;
 mod inspect;
+mod lease;
 mod node;
 mod out;
 mod retention;

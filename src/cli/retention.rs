@@ -146,39 +146,29 @@ fn policy(a: &RetentionArgs) -> RetentionPolicy {
     }
 }
 
-/// The pass: under the bucket lease, taken as a worker takes it, or refused naming its holder.
+/// The pass: under the bucket lease, taken as a worker takes it, or refused naming its holder
+/// (`super::lease`).
 async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
-    use mushroom_backup::lease::{Acquisition, LeaseAcquirer, LeaseConfig};
+    use mushroom_backup::lease::LeaseConfig;
     // Proves the destination exists before anything (the lease) creates it.
     bucket::open_read_only(&a.from).await?;
     let bucket = bucket::open(&a.from).await?;
-    let tasks = tokio_util::task::TaskTracker::new();
     let config = LeaseConfig::from_env(format!("retention of {}", a.from))?;
-    let mut acquirer = LeaseAcquirer::new(bucket.clone(), config).tracked(tasks.clone());
-    let lease = match acquirer.try_acquire().await? {
-        Acquisition::Acquired(lease) => lease,
-        Acquisition::HeldElsewhere {
-            holder,
-            host,
-            store,
-            ..
-        } => anyhow::bail!(
-            "retention of {}: refused, the bucket lease is held by {holder} on {host} (store \
-             {store}); one writer at a time: its own retention applies its settings, or run \
-             this once it has stopped (a dead holder's lease goes stale within its TTL)",
-            a.from
-        ),
-    };
-    let ran = lease.guard(retention_pass::pass(&bucket, &policy(a))).await;
-    let released = lease.release().await;
-    tasks.close();
-    tasks.wait().await;
+    let held = super::lease::take(
+        bucket.clone(),
+        config,
+        &format!("retention of {}", a.from),
+        "its own retention applies its settings, or run this once it has stopped",
+    )
+    .await?;
+    let ran = held
+        .lease()
+        .guard(retention_pass::pass(&bucket, &policy(a)))
+        .await;
+    held.release().await;
     let report = ran
         .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?
         .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?;
-    if let Err(e) = released {
-        tracing::warn!(error = %e, "releasing the bucket lease failed: it goes stale within its TTL");
-    }
     if a.json {
         super::out::line(
             json!({"dry_run": false, "lineages": report.lineages, "deleted": report.deleted}),

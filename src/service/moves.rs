@@ -14,6 +14,15 @@
 //!    and releases its bucket lease (a clean [`crate::worker::BackupHandle::shutdown`]). From
 //!    here the store is written by nobody until the target starts; the node goes on
 //!    committing into the shared directory, and its commits are shipped by the target.
+//!    **A paused store is not flushed**: a pause stops every upload, the last flush included
+//!    (`super::pause`), and a move does not end it. Its worker stops without uploading
+//!    anything and releases the lease; its pause row, keyed by the store, follows it, so the
+//!    target starts it paused ([`Fleet::host`] reads the row) and uploads nothing until
+//!    `Resume`, which ships everything durable since the pause from the target (the
+//!    directory is shared). Moving is how an operator empties an instance for maintenance,
+//!    which says nothing about the bucket's pause: so it neither refuses a paused store
+//!    (a drain would then leave it behind, on the instance going down) nor resumes it. The
+//!    answer's restore point is then the bucket's, as health shows it while paused.
 //! 3. **The row** is compare-and-set from this instance to the target
 //!    ([`crate::registry::Registry::change_owner`]), then the store is taken out of this
 //!    fleet; its position streams end `UNAVAILABLE` naming the target, so the node reconnects
@@ -146,10 +155,11 @@ pub async fn move_store(
         return refused(MoveError::TargetRefused { to, store, why }).await;
     }
 
-    // From here the store changes hands: flush, stop, release the lease.
-    entry.handle.resume().await;
+    // From here the store changes hands: flush (unless paused: the pause gate skips the
+    // flush, and the pause row follows the store to the target), stop, release the lease.
     entry.handle.shutdown(true).await;
     let restore_point = entry.handle.health().restore_point_commit_seq;
+    let paused = entry.handle.paused().is_some();
     let now = crate::units::unix_now_ms().max(entry.record.registered_at_ms + 1);
     let changed = fleet.registry().change_owner(store_id, &me, to, now).await;
     let outcome = match changed {
@@ -180,7 +190,14 @@ pub async fn move_store(
         }
         Claimed::Gone => return Err(FleetError::UnknownStore(store_id.to_string()).into()),
     }
-    let detail = format!("moved from {me} to {to} (restore point {restore_point})");
+    let detail = format!(
+        "moved from {me} to {to} (restore point {restore_point}){}",
+        if paused {
+            "; paused: moved without a flush, it stays paused on the target until Resume"
+        } else {
+            ""
+        }
+    );
     tracing::info!(store_id, "{detail}");
     fleet
         .audit(

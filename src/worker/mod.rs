@@ -111,7 +111,8 @@
 //!   token): a dropped attempt whose write landed would hold the lease until its TTL runs out.
 //!
 //! [`BackupWorker::run_once`] and [`BackupWorker::step`] take no lease: they are for tests and
-//! for callers that hold one themselves.
+//! for callers that hold one themselves (`backup --once` runs
+//! [`BackupWorker::run_once_under`] its lease).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -133,6 +134,7 @@ mod ledger;
 pub mod limits;
 pub mod lineage;
 mod local;
+mod once;
 mod pause;
 mod rest;
 mod restore_point;

@@ -161,6 +161,31 @@ pub async fn wait_health(
     .await
 }
 
+/// `Pause` of store `id` for `reason`, until the server's default deadline.
+pub async fn pause(c: &Client, id: &str, reason: &str) -> proto::PauseResponse {
+    c.clone()
+        .pause(proto::PauseRequest {
+            store_id: id.into(),
+            reason: reason.into(),
+            until_unix_ms: 0,
+        })
+        .await
+        .expect("Pause")
+        .into_inner()
+}
+
+/// `Resume` of store `id`: whether it was paused.
+pub async fn resume(c: &Client, id: &str) -> bool {
+    c.clone()
+        .resume(proto::ResumeRequest {
+            store_id: id.into(),
+        })
+        .await
+        .expect("Resume")
+        .into_inner()
+        .was_paused
+}
+
 /// `node`: writes `commits` commits into the store, reporting each position to the service.
 pub fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits: u64) {
     let mut cmd = binary::command("http://unused.invalid");

@@ -89,6 +89,18 @@ pub fn tree(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// [`tree`] of a `file://` bucket, leases aside: what a backup wrote, without the lease objects
+/// a holder (re)writes (a paused store keeps, and may renew, its lease; a move's target takes
+/// it).
+pub fn tree_but_leases(bucket: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut t = tree(bucket);
+    t.retain(|p, _| {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        name != "lease" && !name.ends_with(".lease")
+    });
+    t
+}
+
 /// Copies a store directory (a stand-in for "the same store at an earlier moment").
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
