@@ -562,10 +562,15 @@ fn an_unreachable_endpoint_is_named_in_the_error_and_every_retry() {
 }
 
 /// `args` against moto with no AWS credentials anywhere (no variables, a `HOME` without
-/// `~/.aws`, no instance metadata) and `env_remove`d too, logging as by default (neither
+/// `~/.aws`, no instance metadata) and `env_remove`d too, `env` set, logging as by default (neither
 /// `MUSHROOMDB_BACKUP_LOG` nor `RUST_LOG`): its stderr, after it exited non-zero (a bounded
 /// wait).
-fn without_aws_settings(endpoint: &str, args: &[&str], env_remove: &[&str]) -> String {
+fn without_aws_settings(
+    endpoint: &str,
+    args: &[&str],
+    env_remove: &[&str],
+    env: &[(&str, &str)],
+) -> String {
     let home = tempfile::tempdir().unwrap();
     let mut cmd = support::binary::command(endpoint);
     cmd.args(args)
@@ -582,6 +587,7 @@ fn without_aws_settings(endpoint: &str, args: &[&str], env_remove: &[&str]) -> S
     for name in env_remove {
         cmd.env_remove(name);
     }
+    cmd.envs(env.iter().copied());
     let mut child = support::binary::Running::spawn("mushroom-backup", cmd);
     let status = child.wait_exit(std::time::Duration::from_secs(120));
     let err: String = child
@@ -620,7 +626,7 @@ fn missing_credentials_and_region_are_said_at_once_without_sdk_noise() {
         }
     };
     let none = "no AWS credentials found (";
-    let err = without_aws_settings(&endpoint, &["ls", "--from", "s3://b/p"], &[]);
+    let err = without_aws_settings(&endpoint, &["ls", "--from", "s3://b/p"], &[], &[]);
     check("ls without credentials", &err, none);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("for s3://b/p: set AWS_ACCESS_KEY_ID"), "{err}");
@@ -635,9 +641,23 @@ fn missing_credentials_and_region_are_said_at_once_without_sdk_noise() {
             "--once",
         ],
         &[],
+        &[],
     );
     check("backup without credentials", &err, none);
-    let err = without_aws_settings(&endpoint, &["ls", "--from", "s3://b/p"], &["AWS_REGION"]);
+    // Without a region the SDK asks the instance metadata service for one: here a closed
+    // port, so each attempt fails at once and the SDK warns about it (three lines of ~250
+    // characters before the fix).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let imds = format!("http://127.0.0.1:{port}");
+    let err = without_aws_settings(
+        &endpoint,
+        &["ls", "--from", "s3://b/p"],
+        &["AWS_REGION", "AWS_EC2_METADATA_DISABLED"],
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds)],
+    );
     check("ls without a region", &err, "no AWS region configured");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
