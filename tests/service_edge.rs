@@ -126,6 +126,16 @@ fn a_fifo_directory_or_huge_admin_token_file_refuses_to_start_naming_it() {
         err.contains(&format!("admin_token_file: {}", fifo.display())) && err.contains("a FIFO"),
         "{err}"
     );
+    // A good token in a file others may read: the service starts, and says so in its log.
+    let readable = d.base.join("token-0644");
+    std::fs::write(&readable, "a-token-for-tests\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = serve_with(&d, &[]);
+    cmd.arg("--admin-token-file").arg(&readable);
+    let (mut child, _addr) = serve::start("serve (a 0644 admin token file)", cmd);
+    serve::wait_logged(&mut child, &["--admin-token-file", "chmod 600"]);
+    serve::terminate(&mut child);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

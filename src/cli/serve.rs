@@ -212,6 +212,9 @@ fn resolve_roots(roots: Vec<PathBuf>, what: &str) -> anyhow::Result<Vec<PathBuf>
 struct Telemetry {
     metrics_listen: Option<SocketAddr>,
     log_format: mushroom_backup::telemetry::LogFormat,
+    /// Warnings of the secret files read (one others may read): logged once logging is set
+    /// up, which is after the settings are resolved.
+    warnings: Vec<String>,
 }
 
 fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
@@ -261,11 +264,14 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         (None, None, None) => None,
         _ => anyhow::bail!("--tls-cert and --tls-key go together"),
     };
+    let mut warnings = Vec::new();
     let admin_token = admin_token(
         a.admin_token_file.as_deref(),
         file.admin_token_file.as_deref(),
+        &mut warnings,
     )?;
-    let telemetry = Telemetry {
+    let mut telemetry = Telemetry {
+        warnings: Vec::new(),
         metrics_listen: a.metrics_listen.or(file.metrics_listen),
         log_format: match a
             .log_format
@@ -322,8 +328,8 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         a.webhook_urls
     };
     let secret = match (&a.webhook_secret_file, &file.webhook_secret_file) {
-        (Some(p), _) => Some(webhook_secret(p, "--webhook-secret-file")?),
-        (None, Some(p)) => Some(webhook_secret(p, "webhook_secret_file")?),
+        (Some(p), _) => Some(webhook_secret(p, "--webhook-secret-file", &mut warnings)?),
+        (None, Some(p)) => Some(webhook_secret(p, "webhook_secret_file", &mut warnings)?),
         (None, None) => None,
     };
     let webhooks = urls
@@ -375,11 +381,17 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         webhooks,
         prices: file.prices.unwrap_or_default(),
     };
+    telemetry.warnings = warnings;
     Ok((config, telemetry))
 }
 
-/// The webhooks' signing secret, from the file `path` given by `key` (read as key files are).
-fn webhook_secret(path: &Path, key: &str) -> anyhow::Result<WebhookSecret> {
+/// The webhooks' signing secret, from the file `path` given by `key` (read as key files are;
+/// its warnings pushed to `warnings`).
+fn webhook_secret(
+    path: &Path,
+    key: &str,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<WebhookSecret> {
     let file = secret_file::read(path, WEBHOOK_SECRET_FILE_MAX).map_err(|e| match e {
         SecretFileError::TooLarge { len, max, .. } => anyhow::anyhow!(
             "{key} {}: {len} bytes or more; a webhook secret file holds at most {max}",
@@ -387,9 +399,7 @@ fn webhook_secret(path: &Path, key: &str) -> anyhow::Result<WebhookSecret> {
         ),
         e => anyhow::anyhow!("{key}: {e}"),
     })?;
-    for w in &file.warnings {
-        tracing::warn!("{key}: {w}");
-    }
+    warnings.extend(file.warnings.iter().map(|w| format!("{key}: {w}")));
     WebhookSecret::parse(&file.bytes).map_err(|e| anyhow::anyhow!("{key} {}: {e}", path.display()))
 }
 
@@ -401,10 +411,12 @@ const ADMIN_TOKEN_FILE_MAX: u64 = 4096;
 
 /// The admin token: MUSHROOMDB_BACKUP_ADMIN_TOKEN, else `--admin-token-file`, else the config's
 /// `admin_token_file`. Every source that is set is read and checked, so a blank one (a
-/// whitespace-only file, an empty variable) is an error naming it even when another wins.
+/// whitespace-only file, an empty variable) is an error naming it even when another wins. A
+/// file's warnings are pushed to `warnings`.
 fn admin_token(
     flag_file: Option<&Path>,
     config_file: Option<&Path>,
+    warnings: &mut Vec<String>,
 ) -> anyhow::Result<Option<String>> {
     const VAR: &str = "MUSHROOMDB_BACKUP_ADMIN_TOKEN";
     let check = |token: &str, source: &str| -> anyhow::Result<String> {
@@ -425,7 +437,7 @@ fn admin_token(
     };
     // The capped secret-file reader: a FIFO does not hang the start, a directory, a device or
     // a huge file is refused at once, naming the setting and the file.
-    let read = |p: &Path, key: &str| -> anyhow::Result<String> {
+    let mut read = |p: &Path, key: &str| -> anyhow::Result<String> {
         let source = format!("{key} {}", p.display());
         let file = secret_file::read(p, ADMIN_TOKEN_FILE_MAX).map_err(|e| match e {
             SecretFileError::TooLarge { len, max, .. } => anyhow::anyhow!(
@@ -433,9 +445,7 @@ fn admin_token(
             ),
             e => anyhow::anyhow!("{key}: {e}"),
         })?;
-        for w in &file.warnings {
-            tracing::warn!("{key}: {w}");
-        }
+        warnings.extend(file.warnings.iter().map(|w| format!("{key}: {w}")));
         let text = std::str::from_utf8(&file.bytes)
             .map_err(|_| anyhow::anyhow!("{source}: not UTF-8 text"))?;
         check(text, &source)
@@ -466,6 +476,9 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         metrics_listen: telemetry.metrics_listen,
         ..Default::default()
     })?;
+    for w in &telemetry.warnings {
+        tracing::warn!("{w}");
+    }
     if let Some(addr) = guard.metrics_addr() {
         tracing::info!(%addr, "serving Prometheus metrics on /metrics");
     }
