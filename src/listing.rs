@@ -37,11 +37,20 @@
 //! a key is left below the page, so the last page may be empty (its keys all invalid).
 //!
 //! Reads only; a failure leaves nothing behind.
+//!
+//! # A prefix without restore points
+//! [`holds_a_backup`] tells the two cases apart, for `ls` and `verify`: a prefix that holds
+//! nothing of a backup (no `LATEST`, `lease`, nor anything under `manifests/` or `gen/`: a
+//! typo, or a path one level too high) is an error naming what it holds instead; a prefix
+//! with a generation or a lease but no restore point is a backup whose first restore point is
+//! not written yet (a first backup under way, or stopped before it), a valid state.
 
 use futures::StreamExt;
 
 use crate::bucket::{Bucket, BucketError, ListQuery};
-use crate::manifest::{LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, parse_manifest_key};
+use crate::manifest::{
+    GEN_PREFIX, LATEST_KEY, LEASE_KEY, Latest, MANIFESTS_PREFIX, Manifest, parse_manifest_key,
+};
 
 /// Manifests fetched at once.
 pub const GET_PARALLELISM: usize = 8;
@@ -327,6 +336,81 @@ async fn list_range_within(
         }
     }
     Ok((out, false))
+}
+
+/// Keys of the prefix's root listed to tell a backup from something else; the names of the
+/// first levels among them are shown in the error.
+const PEEK_KEYS: usize = 200;
+/// First-level names an error shows, at most.
+const SHOWN_NAMES: usize = 5;
+
+/// Why a prefix without restore points is not a backup (see the module docs).
+#[derive(Debug, thiserror::Error)]
+pub enum PrefixError {
+    #[error(
+        "{url} holds no backup (no LATEST, lease, manifests/ or gen/ under it): {}",
+        seen_words(url, seen)
+    )]
+    NoBackup {
+        url: String,
+        /// First-level names under the prefix (`node1/`, `notes.txt`), at most a few.
+        seen: Vec<String>,
+    },
+    #[error("cannot list {url}: {source}")]
+    Bucket { url: String, source: BucketError },
+}
+
+fn seen_words(url: &str, seen: &[String]) -> String {
+    match seen.first() {
+        None => "it holds no object at all; check the path".to_string(),
+        Some(first) if first.ends_with('/') => format!(
+            "it holds {}; is the backup a level down, e.g. {}/{}?",
+            seen.join(", "),
+            url.trim_end_matches('/'),
+            first.trim_end_matches('/')
+        ),
+        Some(_) => format!("it holds {}; check the path", seen.join(", ")),
+    }
+}
+
+/// Whether the prefix holds a backup, for a prefix where no restore point was found: `Ok` when
+/// it holds a generation, a lease, LATEST or a manifest key (a backup whose first restore point
+/// is not written yet); else [`PrefixError::NoBackup`]. Two LISTs at most.
+pub async fn holds_a_backup(bucket: &dyn Bucket) -> Result<(), PrefixError> {
+    let err = |source| PrefixError::Bucket {
+        url: bucket.url(),
+        source,
+    };
+    let generations = bucket
+        .list(ListQuery::new(GEN_PREFIX, None, 1))
+        .await
+        .map_err(err)?;
+    if !generations.objects.is_empty() {
+        return Ok(());
+    }
+    let root = bucket
+        .list(ListQuery::new("", None, PEEK_KEYS))
+        .await
+        .map_err(err)?;
+    let ours = |k: &str| k == LATEST_KEY || k == LEASE_KEY || k.starts_with(MANIFESTS_PREFIX);
+    if root.objects.iter().any(|o| ours(&o.key)) {
+        return Ok(());
+    }
+    let mut seen: Vec<String> = Vec::new();
+    for o in &root.objects {
+        let name = match o.key.split_once('/') {
+            Some((dir, _)) => format!("{dir}/"),
+            None => o.key.clone(),
+        };
+        if !seen.contains(&name) {
+            seen.push(name);
+        }
+    }
+    seen.truncate(SHOWN_NAMES);
+    Err(PrefixError::NoBackup {
+        url: bucket.url(),
+        seen,
+    })
 }
 
 #[cfg(test)]

@@ -168,7 +168,7 @@ impl fmt::Display for VerifyReport {
         }
         let bad = self.manifests.iter().filter(|m| !m.ok).count();
         match (self.manifests.len(), bad, self.ok) {
-            (0, _, _) => write!(f, "no restore points"),
+            (0, _, _) => write!(f, "no restore points yet"),
             (n, 0, true) => write!(f, "all {n} restore points verify"),
             (n, 0, false) => write!(f, "{n} restore points verify; {LATEST_KEY} does not"),
             (n, bad, _) => write!(f, "{bad} of {n} restore points FAIL"),
@@ -752,7 +752,7 @@ impl fmt::Display for RestorePointInfo {
 /// One line per restore point, for `ls` without `--json`.
 pub fn restore_points_text(points: &[RestorePointInfo]) -> String {
     if points.is_empty() {
-        return "no restore points\n".to_string();
+        return "no restore points yet\n".to_string();
     }
     points.iter().map(|p| format!("{p}\n")).collect()
 }

@@ -2,7 +2,10 @@
 //! happy path (write, backup, ls, verify, restore, digest) works end to end. The read-only
 //! commands create nothing in a destination; a missing destination, refused credentials and an
 //! unreachable endpoint are each one line in words (against moto, a moto that checks
-//! credentials, and a closed port), in the error and in the retry lines alike.
+//! credentials, and a closed port), in the error and in the retry lines alike; no credentials
+//! at all, and no region, are one line at once, without the SDK's warnings. `ls` and
+//! `verify` of a prefix that holds no backup fail naming what it holds; a backup without a
+//! restore point yet lists as such, exit 0.
 
 mod support;
 
@@ -263,10 +266,18 @@ fn read_only_commands_create_nothing_and_name_a_missing_destination() {
     );
     assert!(!target.exists());
 
-    // An existing directory that is not a bucket yet: listed as empty, and left empty.
+    // An existing directory that holds nothing of a backup (a typo): ls and verify fail
+    // saying so, and leave it empty.
     let empty = t.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    assert_eq!(ok(&["ls", "--from", &url(&empty)]), "no restore points\n");
+    let nothing = format!("{} holds no backup", url(&empty));
+    fails(&["ls", "--from", &url(&empty)], &nothing);
+    fails(
+        &["ls", "--from", &url(&empty), "--json"],
+        "it holds no object at all",
+    );
+    fails(&["verify", "--from", &url(&empty)], &nothing);
+    fails(&["verify", "--from", &url(&empty), "--json"], &nothing);
     fails(
         &[
             "restore",
@@ -284,6 +295,40 @@ fn read_only_commands_create_nothing_and_name_a_missing_destination() {
     let file = t.path().join("file");
     std::fs::write(&file, b"x").unwrap();
     fails(&["ls", "--from", &url(&file)], "not a directory");
+}
+
+/// A path a level too high (the backup is under it) fails `ls` and `verify`, naming what it
+/// holds; a backup whose first restore point is not written yet (a generation, no manifest)
+/// is a valid state: "no restore points yet", exit 0.
+#[test]
+fn a_prefix_a_level_too_high_is_named_and_a_backup_without_restore_points_yet_is_not_an_error() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, up) = (t.path().join("s"), t.path().join("up"));
+    let s = store.to_str().unwrap();
+    ok(&["store", "write", s, "--commits", "50"]);
+    let node1 = up.join("node1");
+    ok(&["backup", "--store", s, "--to", &url(&node1), "--once"]);
+    let hint = format!(
+        "{} holds no backup (no LATEST, lease, manifests/ or gen/ under it): it holds node1/; \
+         is the backup a level down, e.g. {}?",
+        url(&up),
+        url(&node1)
+    );
+    fails(&["ls", "--from", &url(&up)], &hint);
+    fails(&["verify", "--from", &url(&up)], &hint);
+
+    // The same backup with its restore points gone: a generation, no manifest, no LATEST.
+    std::fs::remove_dir_all(node1.join("manifests")).unwrap();
+    std::fs::remove_file(node1.join("LATEST")).unwrap();
+    assert_eq!(
+        ok(&["ls", "--from", &url(&node1)]),
+        "no restore points yet\n"
+    );
+    assert_eq!(ok(&["ls", "--from", &url(&node1), "--json"]).trim(), "[]");
+    assert!(
+        ok(&["verify", "--from", &url(&node1)]).contains("no restore points yet"),
+        "verify of a backup without restore points yet"
+    );
 }
 
 /// `store write STORE --commits 300 --snapshot-every 100`: a small store with snapshots.
@@ -587,4 +632,105 @@ fn links_inside_a_file_bucket_are_refused_never_followed() {
     let named = format!("{} is a symbolic link", bucket.join("manifests").display());
     fails(&["ls", "--from", &url(&bucket)], &named);
     assert_eq!(support::store::tree(&bucket.join("gen")), before);
+}
+
+/// `args` against moto with no AWS credentials anywhere (no variables, a `HOME` without
+/// `~/.aws`, no instance metadata) and `env_remove`d too, `env` set, logging as by default (neither
+/// `MUSHROOMDB_BACKUP_LOG` nor `RUST_LOG`): its stderr, after it exited non-zero (a bounded
+/// wait).
+fn without_aws_settings(
+    endpoint: &str,
+    args: &[&str],
+    env_remove: &[&str],
+    env: &[(&str, &str)],
+) -> String {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = support::binary::command(endpoint);
+    cmd.args(args)
+        .env("HOME", home.path())
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+        .env_remove("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env_remove("MUSHROOMDB_BACKUP_LOG")
+        .env_remove("RUST_LOG");
+    for name in env_remove {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied());
+    let mut child = support::binary::Running::spawn("mushroom-backup", cmd);
+    let status = child.wait_exit(std::time::Duration::from_secs(120));
+    let err: String = child
+        .seen()
+        .iter()
+        .filter(|l| l.stream == support::binary::Stream::Stderr)
+        .map(|l| format!("{}\n", l.text))
+        .collect();
+    assert!(!status.success(), "{args:?} succeeded: {err}");
+    err
+}
+
+/// No credentials at all: one error line saying so, at once (no retry: the endpoint was up),
+/// and none of the SDK's warnings at the default log level. No region: the same, without the
+/// SDK's region warnings.
+#[test]
+fn missing_credentials_and_region_are_said_at_once_without_sdk_noise() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);
+    // One error line; no retry; no line of the SDK's (their targets start with `aws_`).
+    let check = |what: &str, err: &str, says: &str| {
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert!(
+            errors.len() == 1 && errors[0].contains(says),
+            "{what}: {err}"
+        );
+        for line in err.lines() {
+            assert!(
+                !line.contains("retrying") && !line.contains(" aws_"),
+                "{what}: {line}\n{err}"
+            );
+        }
+    };
+    let none = "no AWS credentials found (";
+    let err = without_aws_settings(&endpoint, &["ls", "--from", "s3://b/p"], &[], &[]);
+    check("ls without credentials", &err, none);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("for s3://b/p: set AWS_ACCESS_KEY_ID"), "{err}");
+    let err = without_aws_settings(
+        &endpoint,
+        &[
+            "backup",
+            "--store",
+            store.to_str().unwrap(),
+            "--to",
+            "s3://b/p",
+            "--once",
+        ],
+        &[],
+        &[],
+    );
+    check("backup without credentials", &err, none);
+    // Without a region the SDK asks the instance metadata service for one: here a closed
+    // port, so each attempt fails at once and the SDK warns about it (three lines of ~250
+    // characters before the fix).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let imds = format!("http://127.0.0.1:{port}");
+    let err = without_aws_settings(
+        &endpoint,
+        &["ls", "--from", "s3://b/p"],
+        &["AWS_REGION", "AWS_EC2_METADATA_DISABLED"],
+        &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds)],
+    );
+    check("ls without a region", &err, "no AWS region configured");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

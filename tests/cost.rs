@@ -501,17 +501,12 @@ fn a_bad_price_table_is_refused_at_start_naming_it() {
 async fn register_over_budget(c: &Client, d: &Dirs, name: &str) -> String {
     let dir = d.root.join(name);
     support::store::write(&dir, 5, 0, 0);
-    let mut req = support::register_req(&dir, &support::file_url(&d.base.join(name)));
-    req.options = Some(proto::StoreOptions {
+    let req = support::register_req(&dir, &support::file_url(&d.base.join(name)));
+    let options = proto::StoreOptions {
         monthly_request_budget: 1,
         ..Default::default()
-    });
-    c.clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id
+    };
+    support::served::register_with(c, req, options).await
 }
 
 /// Reads `events` until the budget-overrun event of `store_id`: every event read, that one last.

@@ -4,7 +4,8 @@
 //! byte flipped) fails the drill naming the object and turns the store unhealthy, over a
 //! SIGKILL and a restart too, until a drill succeeds again (the object's bytes put back);
 //! the last drill survives a clean restart; a store with `drill_interval_ms` is drilled by
-//! itself; the byte budget skips a store with a note; bad inputs are refused naming what was
+//! itself; the byte budget, counted in the plain bytes a drill writes (not the compressed
+//! bytes in the bucket), skips a store with a note; bad inputs are refused naming what was
 //! wrong. No timed assertion: every wait is for a health condition, with a generous deadline.
 
 mod support;
@@ -48,6 +49,15 @@ fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
     let mut child = binary::Running::spawn("ctl", cmd);
     let status = child.wait_exit(DEADLINE);
     (status.success(), child.stdout())
+}
+
+/// Registers `req` with scheduled drills every minute (the shortest interval): its store id.
+async fn register_drilled(c: &Client, req: proto::RegisterRequest) -> String {
+    let options = proto::StoreOptions {
+        drill_interval_ms: 60_000,
+        ..Default::default()
+    };
+    served::register_with(c, req, options).await
 }
 
 /// Whatever drills left under the data directory's scratch (nothing, after a drill).
@@ -231,17 +241,7 @@ async fn scheduled_drills_run_by_themselves_and_bad_inputs_are_refused() {
             "{what}: {e:?}"
         );
     }
-    req.options = Some(proto::StoreOptions {
-        drill_interval_ms: 60_000,
-        ..Default::default()
-    });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = register_drilled(&c, req).await;
     // Never drilled, with a restore point: the scheduler drills it, nobody asking.
     let h = wait_health(&c, &id, "drilled by the scheduler", |h| {
         h.last_drill.as_ref().is_some_and(|d| d.ok)
@@ -286,18 +286,8 @@ async fn the_byte_budget_skips_scheduled_drills_with_a_note_but_not_a_drill_aske
     let c = client(addr).await;
     let dir = d.root.join("big");
     support::store::write(&dir, 20, 0, 0);
-    let mut req = support::register_req(&dir, &support::file_url(&d.base.join("bucket")));
-    req.options = Some(proto::StoreOptions {
-        drill_interval_ms: 60_000,
-        ..Default::default()
-    });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let req = support::register_req(&dir, &support::file_url(&d.base.join("bucket")));
+    let id = register_drilled(&c, req).await;
     let h = wait_health(&c, &id, "a note: over the drill budget", |h| {
         h.notes.iter().any(|n| n.contains("over the drill budget"))
     })
@@ -305,4 +295,56 @@ async fn the_byte_budget_skips_scheduled_drills_with_a_note_but_not_a_drill_aske
     assert!(h.healthy && h.last_drill.is_none(), "{h:?}");
     let ok = drill(&c, &id, 0).await.expect("Drill");
     assert!(ok.ok && ok.commit_seq == 20, "{ok:?}");
+}
+
+/// The budget counts the plain bytes a drill writes into scratch, not the fewer bytes a
+/// compressed store takes in the bucket: a store of text rows (zstd, at least 3:1) with a
+/// budget between the two is skipped, and its bucket bytes are under the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_byte_budget_counts_the_plain_bytes_a_drill_writes() {
+    use mushroom_backup::store::engine::{ValueKind, WriteOptions};
+    let d = served::dirs();
+    let dir = d.root.join("text");
+    support::store::write_with(
+        &dir,
+        WriteOptions {
+            commits: 300,
+            value_size: 2048,
+            value_kind: ValueKind::Text,
+            seed: 1,
+            ..WriteOptions::default()
+        },
+    );
+    let plain: u64 = support::store::tree(&dir)
+        .values()
+        .map(|b| b.len() as u64)
+        .sum();
+    let budget = plain / 2;
+    let (_server, addr) = served::start(
+        "serve",
+        serve(&d, &["--drill-max-bytes", &budget.to_string()]),
+    );
+    let c = client(addr).await;
+    let bucket = d.base.join("bucket");
+    let req = support::register_req(&dir, &support::file_url(&bucket));
+    let id = register_drilled(&c, req).await;
+    // Whichever comes first: the scheduler's drill, or its note that the store is skipped.
+    let h = wait_health(&c, &id, "a drill or a note about the budget", |h| {
+        h.last_drill.is_some() || h.notes.iter().any(|n| n.contains("drill budget"))
+    })
+    .await;
+    assert!(
+        h.last_drill.is_none()
+            && h.notes.iter().any(|n| n.contains("restores")
+                && n.contains(&format!("over the drill budget of {budget} bytes"))),
+        "plain {plain} bytes, budget {budget}: {h:?}"
+    );
+    let stored: u64 = support::store::tree(&bucket.join("gen"))
+        .values()
+        .map(|b| b.len() as u64)
+        .sum();
+    assert!(
+        stored < budget,
+        "the bucket holds {stored} bytes, not under the budget of {budget}: the test shows nothing"
+    );
 }

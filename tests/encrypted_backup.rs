@@ -344,21 +344,17 @@ fn a_resumed_encrypted_backup_keeps_its_key_retention_keeps_wrappers_and_rekey_m
     // sealed with the key it opened (a restore opens one key for the generation).
     write(&store, 300, 2);
     backup_ok(NO_S3, &store, &url, &keep);
-    let gens = |b: &Path| -> Vec<String> {
-        let mut g: Vec<String> = std::fs::read_dir(b.join("gen"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        g.sort();
-        g
-    };
-    assert_eq!(gens(&bucket).len(), 1, "a resume started a new generation");
+    assert_eq!(
+        generations(&bucket).len(),
+        1,
+        "a resume started a new generation"
+    );
     // Snapshots at 1500 and 3000 start new generations; retention drops the old ones.
     write(&store, 2000, 3);
     backup_ok(NO_S3, &store, &url, &keep);
     backup_ok(NO_S3, &store, &url, &keep);
     let want = store_digest(&store);
-    for g in gens(&bucket) {
+    for g in generations(&bucket) {
         let dir = bucket.join("gen").join(&g);
         let mut names = Vec::new();
         files(&dir, &dir, &mut names);
@@ -590,5 +586,143 @@ fn an_encrypted_store_restores_private_under_umask_022() {
             let want = if *is_dir { 0o700 } else { 0o600 };
             assert_eq!(*mode, want, "{name}: {path:?} is {mode:o}, not {want:o}");
         }
+    }
+}
+
+/// The generation directories of a `file://` bucket, in order.
+fn generations(bucket: &Path) -> Vec<String> {
+    let mut g: Vec<String> = std::fs::read_dir(bucket.join("gen"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    g.sort();
+    g
+}
+
+/// A generation's data objects (not its claim, not its wrappers): key and bytes.
+fn data_objects(bucket: &Path, generation: &str) -> Vec<(String, Vec<u8>)> {
+    let mut all = Vec::new();
+    files(bucket, &bucket.join("gen").join(generation), &mut all);
+    all.into_iter()
+        .filter(|(k, _)| !k.contains("/keys/") && !k.ends_with("/GENERATION"))
+        .collect()
+}
+
+/// What the README says of rekey and of rotating data keys, shown: `rekey` re-wraps and
+/// leaves the data keys, so a copy of an old wrapper kept from before it, with the old key,
+/// still opens what the old generations hold; a new generation (the store's next snapshot)
+/// comes with a new data key, wrapped for the new key only, which the old wrapper and the
+/// old key do not open.
+#[test]
+fn rekey_keeps_the_data_keys_and_a_new_generation_brings_a_new_one() {
+    use mushroom_backup::crypto::{Binding, KeyFileKey, OpenWriter, UnwrapKek, WrappedKey};
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket) = (t.path().join("s"), t.path().join("b"));
+    let url = format!("file://{}", bucket.display());
+    let (old, old_id) = key_file(t.path(), "old.key");
+    let (new, new_id) = key_file(t.path(), "new.key");
+    let (of, nf) = (old.display().to_string(), new.display().to_string());
+    // 1000 commits, no snapshot yet (every 1500): one generation, under the old key.
+    write(&store, 1000, 1);
+    backup_ok(NO_S3, &store, &url, &["--encryption-key-file", &of]);
+    let first = generations(&bucket);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let g1 = first[0].clone();
+    let wrapper = format!("gen/{g1}/keys/{old_id}.key");
+    let kept = std::fs::read(bucket.join(&wrapper)).expect("the old key's wrapper");
+    let at_1000 = store_digest(&store);
+
+    let mut cmd = command(NO_S3);
+    cmd.args(["rekey", "--from", &url, "--encryption-key-file", &of])
+        .args(["--new-encryption-key-file", &nf]);
+    let (ok, _, err) = run(cmd);
+    assert!(ok, "rekey: {err}");
+    assert!(
+        !bucket.join(&wrapper).exists(),
+        "the old wrapper is still there"
+    );
+    // What rekey does not protect against: the old wrapper, kept from before (a copy of the
+    // bucket, an old object version), with the old key, opens the generation as before.
+    std::fs::write(bucket.join(&wrapper), &kept).unwrap();
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r1"),
+            &["--encryption-key-file", &of]
+        ),
+        at_1000
+    );
+    std::fs::remove_file(bucket.join(&wrapper)).unwrap();
+
+    // The store's next snapshot (at 1500) starts a new generation, under the new key.
+    write(&store, 1000, 2);
+    backup_ok(NO_S3, &store, &url, &["--encryption-key-file", &nf]);
+    let later: Vec<String> = generations(&bucket)
+        .into_iter()
+        .filter(|g| *g != g1)
+        .collect();
+    assert!(!later.is_empty(), "no new generation");
+    for g in &later {
+        let keys: Vec<String> = std::fs::read_dir(bucket.join("gen").join(g).join("keys"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(keys, [format!("{new_id}.key")], "generation {g}");
+    }
+    // Even with the kept wrapper back, the old key restores nothing of the new generation.
+    std::fs::write(bucket.join(&wrapper), &kept).unwrap();
+    let (ok, _, err) = restore(
+        NO_S3,
+        &url,
+        &t.path().join("r2"),
+        &["--encryption-key-file", &of],
+    );
+    assert!(!ok && err.contains(&new_id), "{err}");
+    assert_eq!(
+        restore_digest(
+            NO_S3,
+            &url,
+            &t.path().join("r3"),
+            &["--encryption-key-file", &nf]
+        ),
+        store_digest(&store)
+    );
+
+    // The same, one object at a time: the data key the kept wrapper holds opens every object
+    // of the first generation and no object of a later one.
+    let claim = std::fs::read(bucket.join("gen").join(&g1).join("GENERATION")).unwrap();
+    let claim_key = format!("gen/{g1}/GENERATION");
+    let lineage = mushroom_backup::manifest::GenerationClaim::decode(&claim_key, &claim)
+        .unwrap()
+        .lineage;
+    let old_kek = UnwrapKek::KeyFile(std::sync::Arc::new(KeyFileKey::load(&old).unwrap().0));
+    let binding = Binding {
+        lineage,
+        generation: g1.parse().unwrap(),
+    };
+    let data_key = WrappedKey::decode(&wrapper, &kept)
+        .unwrap()
+        .unwrap(&wrapper, &old_kek, binding)
+        .expect("the kept wrapper opens with the old key");
+    let opens = |key: &str, sealed: &[u8]| {
+        let mut w = OpenWriter::new(Vec::new(), &data_key, key);
+        std::io::Write::write_all(&mut w, sealed).is_ok() && w.finish().is_ok()
+    };
+    let old_objects = data_objects(&bucket, &g1);
+    assert!(!old_objects.is_empty());
+    for (key, sealed) in &old_objects {
+        assert!(
+            opens(key, sealed),
+            "{key} does not open with its generation's key"
+        );
+    }
+    let new_objects: Vec<(String, Vec<u8>)> = later
+        .iter()
+        .flat_map(|g| data_objects(&bucket, g))
+        .collect();
+    assert!(!new_objects.is_empty());
+    for (key, sealed) in &new_objects {
+        assert!(!opens(key, sealed), "{key} opens with the old data key");
     }
 }

@@ -2,8 +2,9 @@
 //! its restore points, a pause and a resume; `ctl watch-events --json` prints them; webhooks —
 //! real HTTP servers in this test, on std's `TcpListener` — receive each as a CloudEvents 1.0
 //! document naming the store, a `kinds` filter keeps only its kinds, and a receiver that
-//! refuses connections for a while gets every event, in order, once it is back. Bad webhook
-//! flags are refused at start. No timed assertion: every wait is for a condition, with a
+//! refuses connections for a while gets every event, in order, once it is back; with a
+//! secret, every POST is signed as Standard Webhooks have it (checked here by an HMAC of the
+//! test's own). Bad webhook flags are refused at start, never echoing a URL's query. No timed assertion: every wait is for a condition, with a
 //! generous deadline.
 
 #[path = "support/otlp.rs"]
@@ -29,6 +30,10 @@ struct Posted {
     path: String,
     content_type: String,
     body: serde_json::Value,
+    /// Every header, names in lower case.
+    headers: Vec<(String, String)>,
+    /// The body's bytes, as sent.
+    raw: Vec<u8>,
 }
 
 /// A webhook receiver: answers every POST 200 and keeps it.
@@ -88,6 +93,7 @@ fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
     let mut parts = line.split_whitespace();
     let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
     let (mut len, mut content_type) = (0usize, String::new());
+    let mut headers = Vec::new();
     loop {
         let mut h = String::new();
         reader.read_line(&mut h).ok()?;
@@ -96,11 +102,13 @@ fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
             break;
         }
         let (name, value) = h.split_once(':')?;
-        match name.to_ascii_lowercase().as_str() {
+        let name = name.to_ascii_lowercase();
+        match name.as_str() {
             "content-length" => len = value.trim().parse().ok()?,
             "content-type" => content_type = value.trim().to_string(),
             _ => {}
         }
+        headers.push((name, value.trim().to_string()));
     }
     let mut body = vec![0; len];
     reader.read_exact(&mut body).ok()?;
@@ -113,6 +121,8 @@ fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
         path,
         content_type,
         body: serde_json::from_slice(&body).ok()?,
+        headers,
+        raw: body,
     })
 }
 
@@ -509,6 +519,154 @@ fn bad_webhook_flags_are_refused_at_start() {
         cmd.args(["--webhook-url", flag]);
         let err = served::refused("serve", cmd);
         assert!(err.contains(says), "{flag}: {err}");
+    }
+    // A refused URL's path and query (a token, often) are never echoed: by the flag, the
+    // variable or the config file.
+    let leaky = "ftp://127.0.0.1/SEKRIT?token=SEKRIT";
+    let config = d.base.join("webhooks.toml");
+    std::fs::write(&config, format!("webhook_urls = [{leaky:?}]\n")).unwrap();
+    for (how, mut cmd) in [
+        ("flag", served::command(&d)),
+        ("variable", served::command(&d)),
+        ("config", served::command(&d)),
+    ] {
+        match how {
+            "flag" => cmd.args(["--webhook-url", leaky]),
+            "variable" => cmd.env("MUSHROOMDB_BACKUP_WEBHOOK_URLS", leaky),
+            _ => cmd.arg("--config").arg(&config),
+        };
+        let err = served::refused("serve", cmd);
+        assert!(
+            err.contains("not http or https") && !err.contains("SEKRIT"),
+            "{how}: {err}"
+        );
+    }
+    // A bad secret file is refused naming the flag and the file, not showing what it holds.
+    let secret = d.base.join("webhook.secret");
+    std::fs::write(&secret, "whsec_SEKRIT\n").unwrap();
+    let mut cmd = served::command(&d);
+    cmd.args([
+        "--webhook-url",
+        "http://127.0.0.1:9/x",
+        "--webhook-secret-file",
+    ])
+    .arg(&secret);
+    let err = served::refused("serve", cmd);
+    assert!(
+        err.contains(&format!("--webhook-secret-file {}", secret.display()))
+            && err.contains("not a webhook secret")
+            && !err.contains("SEKRIT"),
+        "{err}"
+    );
+}
+
+/// HMAC-SHA256 (RFC 2104), written out here over `sha2` so the test checks the service's
+/// signature with a computation of its own.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
+/// What a Standard Webhooks receiver checks: the signature header holds `v1,` and the base64
+/// HMAC of "id.timestamp.body" under the secret's bytes.
+fn signed_by(key: &[u8], p: &Posted, body: &[u8]) -> bool {
+    use base64::Engine as _;
+    let header = |name: &str| {
+        p.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let (id, ts) = (header("webhook-id"), header("webhook-timestamp"));
+    let mut message = format!("{id}.{ts}.").into_bytes();
+    message.extend_from_slice(body);
+    let want = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(hmac_sha256(key, &message))
+    );
+    header("webhook-signature")
+        .split(' ')
+        .any(|sig| sig == want)
+}
+
+/// With `--webhook-secret-file`, every POST carries the Standard Webhooks headers: the id is
+/// the CloudEvent's, the timestamp the attempt's (near now), and the signature checks with an
+/// independent HMAC over the bytes received; a body changed by one byte does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn webhook_deliveries_are_signed_as_standard_webhooks_have_it() {
+    use base64::Engine as _;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/signed", listener.local_addr().unwrap());
+    let receiver = Receiver::serve(listener);
+    let d = served::dirs();
+    let key: Vec<u8> = (0..32u8)
+        .map(|i| i.wrapping_mul(37).wrapping_add(11))
+        .collect();
+    let secret = d.base.join("webhook.secret");
+    std::fs::write(
+        &secret,
+        format!(
+            "whsec_{}\n",
+            base64::engine::general_purpose::STANDARD.encode(&key)
+        ),
+    )
+    .unwrap();
+    let mut cmd = serve(&d, &["--webhook-url", &url, "--webhook-secret-file"]);
+    cmd.arg(&secret);
+    let (_server, addr) = served::start("serve (signed webhooks)", cmd);
+    let c = client(addr).await;
+    register(&c, &d, "signed").await;
+    let posted = receiver
+        .wait_for("a registered event", |p| {
+            p.iter()
+                .any(|p| p.body["type"] == "dev.mushroom.backup.registered")
+        })
+        .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for p in &posted {
+        let id = p.headers.iter().find(|(n, _)| n == "webhook-id");
+        assert_eq!(
+            id.map(|(_, v)| v.as_str()),
+            p.body["id"].as_str(),
+            "webhook-id is the event's id: {:?}",
+            p.headers
+        );
+        let ts: u64 = p
+            .headers
+            .iter()
+            .find(|(n, _)| n == "webhook-timestamp")
+            .and_then(|(_, v)| v.parse().ok())
+            .expect("a webhook-timestamp");
+        assert!(ts <= now && now - ts < 3600, "timestamp {ts}, now {now}");
+        assert!(signed_by(&key, p, &p.raw), "not signed: {:?}", p.headers);
+        let mut tampered = p.raw.clone();
+        let last = tampered.len() - 2;
+        tampered[last] ^= 0x01;
+        assert!(
+            !signed_by(&key, p, &tampered),
+            "a changed body still checks"
+        );
+        let wrong_key: Vec<u8> = key.iter().map(|b| b ^ 0x80).collect();
+        assert!(!signed_by(&wrong_key, p, &p.raw), "another key checks");
     }
 }
 

@@ -3,8 +3,8 @@
 //! aside — holds its bucket lease, stays paused over a restart of the service (reporting the
 //! position the bucket holds, read from LATEST, not 0), and after Resume
 //! ships every commit, which a restore then holds. A pause past its deadline (a short one,
-//! through `serve --pause-default-ms`) turns the store unhealthy and leaves it paused until
-//! Resume. No timed assertion: every wait is for a health condition, with a generous deadline.
+//! through `serve --pause-default-ms`) turns the store unhealthy (`ctl health` exits 3) and
+//! leaves it paused until Resume. No timed assertion: every wait is for a health condition, with a generous deadline.
 
 mod support;
 
@@ -277,7 +277,16 @@ async fn a_pause_past_its_deadline_is_unhealthy_and_stays_paused_until_resume() 
     .await;
     assert!(h.paused && h.lease_held, "{h:?}");
     assert!(h.reason.contains("until Resume"), "{h:?}");
-    let text = ctl(addr, &["health", &id]);
+    // `ctl health` shows it, and exits 3 (a store it shows is unhealthy): scripts rely on it.
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["ctl", "--server", &format!("http://{addr}"), "health", &id]);
+    let out = cmd.output().expect("run ctl health");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "ctl health of an unhealthy store: {out:?}"
+    );
     assert!(
         text.contains("UNHEALTHY: paused past its deadline") && text.contains("PAUSED since"),
         "{text}"

@@ -804,9 +804,10 @@ async fn every_bad_input_is_answered_with_its_code() {
     assert!(ok, "{err}");
     assert!(out.contains(&first.store_id), "{out}");
     let (ok, out, err) = ctl(&server, Some(ADMIN), &["--json", "health", &first.store_id]);
-    assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("health JSON");
     assert_eq!(v["stores"][0]["store_id"], first.store_id.as_str(), "{v}");
+    // It answered: exit 0 when the store shown is healthy, 3 when not (an empty directory).
+    assert_eq!(ok, v["stores"][0]["healthy"] == true, "{err} {v}");
     ctl_fails(&server, None, &["list-stores"], "UNAUTHENTICATED");
     ctl_fails(&server, Some("wrong"), &["list-stores"], "UNAUTHENTICATED");
     ctl_fails(&server, Some(ADMIN), &["health", &unknown], "NOT_FOUND");

@@ -1,5 +1,6 @@
 //! The service's edge against hostile and mistaken input, through the real binary over real
-//! TCP: start-up refuses a blank admin token (naming where it came from) and an unprotected
+//! TCP: start-up refuses a blank admin token (naming where it came from), an admin token file
+//! that is a FIFO, a directory or too large (at once, naming it), and an unprotected
 //! non-loopback listener; limits on what one unauthenticated client may hold (first report
 //! due, per-call deadlines, HTTP/2 stream limit, a cap on `WatchHealth`); mutual TLS with the
 //! project's own clients (`ctl`, `node`); server reflection `v1alpha` beside `v1`.
@@ -79,6 +80,62 @@ fn a_blank_admin_token_from_any_source_refuses_to_start_naming_it() {
         .env("MUSHROOMDB_BACKUP_ADMIN_TOKEN", "a-real-token");
     let err = serve::refused("serve (token set, blank file too)", cmd);
     assert!(err.contains(&blank_text), "{err}");
+}
+
+/// The admin token file goes through the capped secret-file reader: a FIFO (which a plain
+/// read would wait on forever), a directory, a file past the cap stop the start at once,
+/// naming the setting and the file.
+#[test]
+fn a_fifo_directory_or_huge_admin_token_file_refuses_to_start_naming_it() {
+    let d = serve::dirs();
+    let fifo = d.base.join("token-fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let huge = d.base.join("token-huge");
+    std::fs::write(&huge, vec![b'A'; 4097]).unwrap();
+    let dir = d.base.join("token-dir");
+    std::fs::create_dir(&dir).unwrap();
+    for (path, says) in [
+        (&fifo, "is a FIFO, not a regular file"),
+        (&dir, "is a directory, not a regular file"),
+        (&huge, "an admin token file holds at most 4096"),
+    ] {
+        let mut cmd = serve_with(&d, &[]);
+        cmd.arg("--admin-token-file").arg(path);
+        let err = serve::refused("serve (a bad --admin-token-file)", cmd);
+        let named = format!("--admin-token-file: {}", path.display());
+        let named_with_len = format!("--admin-token-file {}", path.display());
+        assert!(
+            (err.contains(&named) || err.contains(&named_with_len)) && err.contains(says),
+            "{}: {err}",
+            path.display()
+        );
+    }
+    // The config file's setting, named as such.
+    let config = d.base.join("fifo-config.toml");
+    std::fs::write(
+        &config,
+        format!("admin_token_file = {:?}\n", fifo.display().to_string()),
+    )
+    .unwrap();
+    let mut cmd = serve_with(&d, &[]);
+    cmd.arg("--config").arg(&config);
+    let err = serve::refused("serve (a FIFO as admin_token_file)", cmd);
+    assert!(
+        err.contains(&format!("admin_token_file: {}", fifo.display())) && err.contains("a FIFO"),
+        "{err}"
+    );
+    // A good token in a file others may read: the service starts, and says so in its log.
+    let readable = d.base.join("token-0644");
+    std::fs::write(&readable, "a-token-for-tests\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut cmd = serve_with(&d, &[]);
+    cmd.arg("--admin-token-file").arg(&readable);
+    let (mut child, _addr) = serve::start("serve (a 0644 admin token file)", cmd);
+    serve::wait_logged(&mut child, &["--admin-token-file", "chmod 600"]);
+    serve::terminate(&mut child);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

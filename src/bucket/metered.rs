@@ -87,7 +87,8 @@ pub fn outcome_of(e: &BucketError) -> &'static str {
         BucketError::Transient { .. } | BucketError::Unreachable { .. } => "transient",
         BucketError::Permanent { .. }
         | BucketError::NoSuchBucket { .. }
-        | BucketError::AccessDenied { .. } => "permanent",
+        | BucketError::AccessDenied { .. }
+        | BucketError::NoCredentials { .. } => "permanent",
         BucketError::Cancelled => "cancelled",
         BucketError::Crashed { .. } => "crashed",
     }

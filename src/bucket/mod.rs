@@ -219,6 +219,13 @@ pub enum BucketError {
         endpoint: String,
         detail: String,
     },
+    /// No credentials to sign a request with: the AWS credentials chain found none (or its
+    /// configuration is broken). Nothing was sent. Not retried: no retry would find any.
+    #[error(
+        "no AWS credentials found ({detail}) for {url}: set AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an instance or task role"
+    )]
+    NoCredentials { url: String, detail: String },
     /// No answer from the endpoint: the connection could not be made, broke, or timed out.
     /// Retried; `indeterminate` as for `Transient`.
     #[error("cannot reach the endpoint {endpoint}: {reason}")]
@@ -512,8 +519,9 @@ pub enum OpenError {
     Missing { what: String },
     #[error("cannot open {url}: {reason}")]
     Unavailable { url: String, reason: String },
-    /// Opened read-only, the destination refused the first listing: access denied, or the
-    /// endpoint cannot be reached (the error names the destination or the endpoint).
+    /// Opened read-only, the destination refused the first listing: access denied, no
+    /// credentials, or the endpoint cannot be reached (the error names the destination or the
+    /// endpoint).
     #[error(transparent)]
     Refused(BucketError),
 }
@@ -525,9 +533,9 @@ impl OpenError {
             BucketError::NoSuchBucket { bucket } => OpenError::Missing {
                 what: format!("bucket {bucket}"),
             },
-            e @ (BucketError::AccessDenied { .. } | BucketError::Unreachable { .. }) => {
-                OpenError::Refused(e)
-            }
+            e @ (BucketError::AccessDenied { .. }
+            | BucketError::NoCredentials { .. }
+            | BucketError::Unreachable { .. }) => OpenError::Refused(e),
             // The listing of the root has no key worth naming: the message says it all.
             BucketError::Transient { message, .. } | BucketError::Permanent { message, .. } => {
                 OpenError::Unavailable {

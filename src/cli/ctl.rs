@@ -2,6 +2,10 @@
 //! per answer with `--json` (one per line for `watch-health`). A failed call exits non-zero
 //! with one line naming the call and its gRPC code: `error: Register: PERMISSION_DENIED: …`.
 //!
+//! Exit codes, which scripts and monitors rely on: 0 the call succeeded; 1 it failed (the
+//! service could not be reached, or answered an error); 2 bad flags (clap's); 3 `health`
+//! answered, and a store it shows is unhealthy (the answer is printed all the same).
+//!
 //! `pause --for DURATION` turns the duration into a deadline by this machine's clock (the
 //! server checks it against its own: in the future, within its maximum pause).
 
@@ -86,7 +90,7 @@ enum Call {
     },
     /// End a store's pause: it ships everything durable since (OK if it was not paused).
     Resume { store_id: String },
-    /// The health of one store, or of every store.
+    /// The health of one store, or of every store; exits 3 when a store shown is unhealthy.
     Health { store_id: Option<String> },
     /// Health as it changes, until interrupted (or `--count` answers).
     WatchHealth {
@@ -358,7 +362,11 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             pause(&mut ctl, j, store_id, reason, until).await?
         }
         Call::Resume { store_id } => resume(&mut ctl, j, store_id).await?,
-        Call::Health { store_id } => health(&mut ctl, j, store_id).await?,
+        Call::Health { store_id } => {
+            if !health(&mut ctl, j, store_id).await? {
+                return Ok(ExitCode::from(UNHEALTHY));
+            }
+        }
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
         Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
@@ -520,8 +528,11 @@ async fn resume(ctl: &mut Ctl, j: bool, store_id: String) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// `ctl health`.
-async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Result<()> {
+/// `ctl health`'s exit code when a store it shows is unhealthy (see the module docs).
+pub const UNHEALTHY: u8 = 3;
+
+/// `ctl health`: whether every store it shows is healthy.
+async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Result<bool> {
     let req = proto::HealthRequest {
         store_id: store_id.unwrap_or_default(),
         fresh: false,
@@ -533,7 +544,7 @@ async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Res
         .map_err(|s| failed("Health", s))?
         .into_inner();
     print(j, health_json(&r), health_text(&r))?;
-    Ok(())
+    Ok(r.stores.iter().all(|s| s.healthy))
 }
 
 /// `ctl watch-health`.

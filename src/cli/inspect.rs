@@ -1,4 +1,8 @@
 //! `restore`, `verify` and `ls`: straight against a bucket, no service needed.
+//!
+//! `ls` and `verify` of a prefix that holds nothing of a backup (a typo, a path a level too
+//! high) fail, naming what the prefix holds ([`listing::holds_a_backup`]); a prefix with a
+//! generation or a lease but no restore point yet lists as "no restore points yet", exit 0.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,9 +11,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 
-use mushroom_backup::bucket;
 use mushroom_backup::restore::{self, RestoreOptions};
 use mushroom_backup::verify::{self, VerifyOptions};
+use mushroom_backup::{bucket, listing};
 
 #[derive(Args)]
 pub struct RestoreArgs {
@@ -109,6 +113,9 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
         ..VerifyOptions::default()
     };
     let report = verify::verify(bucket.as_ref(), &opts).await?;
+    if report.manifests.is_empty() && report.latest.is_none() {
+        listing::holds_a_backup(bucket.as_ref()).await?;
+    }
     if a.json {
         super::out::line(serde_json::to_string(&report)?)?;
     } else {
@@ -127,6 +134,9 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::open_read_only(&a.from).await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;
+    if points.is_empty() {
+        listing::holds_a_backup(bucket.as_ref()).await?;
+    }
     if a.json {
         super::out::line(serde_json::to_string(&points)?)?;
     } else {

@@ -10,6 +10,8 @@ use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
 
+use mushroom_backup::crypto::secret_file::{self, SecretFileError};
+use mushroom_backup::events::signature::WebhookSecret;
 use mushroom_backup::events::webhook::WebhookConfig;
 use mushroom_backup::service::{self, ServiceConfig, TlsFiles};
 use mushroom_backup::worker::limits;
@@ -111,8 +113,9 @@ pub struct ServeArgs {
     /// [default: 1000, at most 60000].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OWNER_CACHE_MS")]
     owner_cache_ms: Option<u64>,
-    /// Scheduled restore drills skip a store whose newest restore point takes more bytes than
-    /// this (with a health note); 0: no budget [default: 10737418240, 10 GiB].
+    /// Scheduled restore drills skip a store whose newest restore point restores more bytes
+    /// (plain, as written into scratch) than this (with a health note); 0: no budget
+    /// [default: 10737418240, 10 GiB].
     #[arg(long, env = "MUSHROOMDB_BACKUP_DRILL_MAX_BYTES")]
     drill_max_bytes: Option<u64>,
     /// POST every event as a CloudEvent (application/cloudevents+json) to this http(s) URL
@@ -121,13 +124,20 @@ pub struct ServeArgs {
     /// paused, resumed, restore_point_written, drill_finished, lease_acquired, lease_lost,
     /// lease_taken_over, generation_started, retention_deleted, registered, deregistered,
     /// budget_exceeded.
+    // Parsed by `resolve`, not by clap, whose error would echo the value: its query may hold
+    // a token.
     #[arg(
         long = "webhook-url",
         env = "MUSHROOMDB_BACKUP_WEBHOOK_URLS",
         value_delimiter = ' ',
-        value_parser = WebhookConfig::parse
+        hide_env_values = true
     )]
-    webhook_urls: Vec<WebhookConfig>,
+    webhook_urls: Vec<String>,
+    /// A file holding the secret every webhook delivery is signed with (Standard Webhooks:
+    /// headers webhook-id, webhook-timestamp, webhook-signature), `whsec_` and base64 of 24 to
+    /// 64 random bytes; read as key files are.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_WEBHOOK_SECRET_FILE")]
+    webhook_secret_file: Option<PathBuf>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -156,6 +166,7 @@ struct ServeToml {
     pause_max_ms: Option<u64>,
     drill_max_bytes: Option<u64>,
     webhook_urls: Option<Vec<String>>,
+    webhook_secret_file: Option<PathBuf>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -201,6 +212,9 @@ fn resolve_roots(roots: Vec<PathBuf>, what: &str) -> anyhow::Result<Vec<PathBuf>
 struct Telemetry {
     metrics_listen: Option<SocketAddr>,
     log_format: mushroom_backup::telemetry::LogFormat,
+    /// Warnings of the secret files read (one others may read): logged once logging is set
+    /// up, which is after the settings are resolved.
+    warnings: Vec<String>,
 }
 
 fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
@@ -250,11 +264,14 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         (None, None, None) => None,
         _ => anyhow::bail!("--tls-cert and --tls-key go together"),
     };
+    let mut warnings = Vec::new();
     let admin_token = admin_token(
         a.admin_token_file.as_deref(),
         file.admin_token_file.as_deref(),
+        &mut warnings,
     )?;
-    let telemetry = Telemetry {
+    let mut telemetry = Telemetry {
+        warnings: Vec::new(),
         metrics_listen: a.metrics_listen.or(file.metrics_listen),
         log_format: match a
             .log_format
@@ -305,14 +322,24 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             86_400_000,
         )?,
     };
-    let webhooks = if a.webhook_urls.is_empty() {
-        let urls = file.webhook_urls.unwrap_or_default();
-        urls.iter()
-            .map(|u| WebhookConfig::parse(u).map_err(anyhow::Error::msg))
-            .collect::<anyhow::Result<_>>()?
+    let urls = if a.webhook_urls.is_empty() {
+        file.webhook_urls.unwrap_or_default()
     } else {
         a.webhook_urls
     };
+    let secret = match (&a.webhook_secret_file, &file.webhook_secret_file) {
+        (Some(p), _) => Some(webhook_secret(p, "--webhook-secret-file", &mut warnings)?),
+        (None, Some(p)) => Some(webhook_secret(p, "webhook_secret_file", &mut warnings)?),
+        (None, None) => None,
+    };
+    let webhooks = urls
+        .iter()
+        .map(|u| {
+            let mut w = WebhookConfig::parse(u).map_err(anyhow::Error::msg)?;
+            w.secret = secret.clone();
+            Ok(w)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let config = ServiceConfig {
         listen: a
             .listen
@@ -354,15 +381,42 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         webhooks,
         prices: file.prices.unwrap_or_default(),
     };
+    telemetry.warnings = warnings;
     Ok((config, telemetry))
 }
 
+/// The webhooks' signing secret, from the file `path` given by `key` (read as key files are;
+/// its warnings pushed to `warnings`).
+fn webhook_secret(
+    path: &Path,
+    key: &str,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<WebhookSecret> {
+    let file = secret_file::read(path, WEBHOOK_SECRET_FILE_MAX).map_err(|e| match e {
+        SecretFileError::TooLarge { len, max, .. } => anyhow::anyhow!(
+            "{key} {}: {len} bytes or more; a webhook secret file holds at most {max}",
+            path.display()
+        ),
+        e => anyhow::anyhow!("{key}: {e}"),
+    })?;
+    warnings.extend(file.warnings.iter().map(|w| format!("{key}: {w}")));
+    WebhookSecret::parse(&file.bytes).map_err(|e| anyhow::anyhow!("{key} {}: {e}", path.display()))
+}
+
+/// The largest webhook secret file read (a secret is one line of under 100 characters).
+const WEBHOOK_SECRET_FILE_MAX: u64 = 4096;
+
+/// The largest admin token file read: a token is a line of printable ASCII.
+const ADMIN_TOKEN_FILE_MAX: u64 = 4096;
+
 /// The admin token: MUSHROOMDB_BACKUP_ADMIN_TOKEN, else `--admin-token-file`, else the config's
 /// `admin_token_file`. Every source that is set is read and checked, so a blank one (a
-/// whitespace-only file, an empty variable) is an error naming it even when another wins.
+/// whitespace-only file, an empty variable) is an error naming it even when another wins. A
+/// file's warnings are pushed to `warnings`.
 fn admin_token(
     flag_file: Option<&Path>,
     config_file: Option<&Path>,
+    warnings: &mut Vec<String>,
 ) -> anyhow::Result<Option<String>> {
     const VAR: &str = "MUSHROOMDB_BACKUP_ADMIN_TOKEN";
     let check = |token: &str, source: &str| -> anyhow::Result<String> {
@@ -381,10 +435,20 @@ fn admin_token(
         }
         Ok(token.to_string())
     };
-    let read = |p: &Path, key: &str| -> anyhow::Result<String> {
+    // The capped secret-file reader: a FIFO does not hang the start, a directory, a device or
+    // a huge file is refused at once, naming the setting and the file.
+    let mut read = |p: &Path, key: &str| -> anyhow::Result<String> {
         let source = format!("{key} {}", p.display());
-        let text = std::fs::read_to_string(p).with_context(|| source.clone())?;
-        check(&text, &source)
+        let file = secret_file::read(p, ADMIN_TOKEN_FILE_MAX).map_err(|e| match e {
+            SecretFileError::TooLarge { len, max, .. } => anyhow::anyhow!(
+                "{source}: {len} bytes or more; an admin token file holds at most {max}"
+            ),
+            e => anyhow::anyhow!("{key}: {e}"),
+        })?;
+        warnings.extend(file.warnings.iter().map(|w| format!("{key}: {w}")));
+        let text = std::str::from_utf8(&file.bytes)
+            .map_err(|_| anyhow::anyhow!("{source}: not UTF-8 text"))?;
+        check(text, &source)
     };
     let env = match std::env::var(VAR) {
         Ok(t) => Some(check(&t, VAR)?),
@@ -412,6 +476,9 @@ pub async fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         metrics_listen: telemetry.metrics_listen,
         ..Default::default()
     })?;
+    for w in &telemetry.warnings {
+        tracing::warn!("{w}");
+    }
     if let Some(addr) = guard.metrics_addr() {
         tracing::info!(%addr, "serving Prometheus metrics on /metrics");
     }

@@ -18,8 +18,15 @@
 //! **Crash safety.** Until step 3 every generation keeps its old wrapper; a new one exists
 //! before any old one goes; so after a crash at any request every generation opens with the
 //! old key or the new (both, before step 3), and a re-run completes: step 2 finds the new
-//! wrappers there, step 3 deletes what is left. After a complete run the old key opens
+//! wrappers there, step 3 deletes what is left. After a complete run the old key alone opens
 //! nothing under the prefix.
+//!
+//! **What it does not change: the data keys.** A rekey re-wraps; every generation keeps its
+//! data key, and its objects are untouched. So an old wrapper kept from before (a copy of the
+//! bucket, an old object version) with the old key still opens its generation. New data keys
+//! come only with new generations (`worker::keys`: a random key per generation, at its
+//! start); rotating them is starting one and letting retention remove the old ones (README,
+//! "Rotating the data keys").
 //!
 //! **The bucket lease.** Rekey does not take it: it writes only write-once wrappers and deletes
 //! only the old KEKs', which no backup reads after writing them, so it can run beside a live

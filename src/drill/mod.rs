@@ -83,14 +83,16 @@ pub enum DrillError {
     },
 }
 
-/// The newest restore point LATEST names, with the bytes its objects take: what a scheduled
-/// drill would download (`None`: LATEST is missing or unreadable, there is nothing to drill
-/// by the budget's measure; the drill itself then says why).
+/// The newest restore point LATEST names, with the plain bytes of its objects (as its
+/// manifest states them): what a scheduled drill would write into scratch, which is what the
+/// budget bounds. A compressed store takes several times its stored bytes there. (`None`:
+/// LATEST is missing or unreadable, or the manifest's lengths overflow: there is nothing to
+/// drill by the budget's measure; the drill itself then says why.)
 pub async fn newest_size(bucket: &dyn Bucket) -> Result<Option<(String, u64)>, BucketError> {
     Ok(newest(bucket).await?.map(|(key, _, bytes)| (key, bytes)))
 }
 
-/// The manifest LATEST names: its key, commit seq and bytes (`None`: none readable).
+/// The manifest LATEST names: its key, commit seq and plain bytes (`None`: none readable).
 async fn newest(bucket: &dyn Bucket) -> Result<Option<(String, u64, u64)>, BucketError> {
     let latest = match bucket.get(LATEST_KEY).await {
         Ok(o) => o,
@@ -107,7 +109,7 @@ async fn newest(bucket: &dyn Bucket) -> Result<Option<(String, u64, u64)>, Bucke
     };
     Ok(Manifest::decode(&latest.manifest, &manifest.data)
         .ok()
-        .and_then(|m| Some((m.commit_seq, m.total_len()?)))
+        .and_then(|m| Some((m.commit_seq, m.total_plain_len()?)))
         .map(|(seq, bytes)| (latest.manifest, seq, bytes)))
 }
 

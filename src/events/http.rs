@@ -34,14 +34,17 @@ impl Target {
             "http" => false,
             "https" => true,
             other => {
-                return Err(format!("{url}: the scheme {other:?} is not http or https"));
+                return Err(format!(
+                    "{}: the scheme {other:?} is not http or https",
+                    redact(&url)
+                ));
             }
         };
         let host = match url.host() {
             Some(url::Host::Domain(d)) => d.to_string(),
             Some(url::Host::Ipv4(a)) => a.to_string(),
             Some(url::Host::Ipv6(a)) => a.to_string(),
-            None => return Err(format!("{url}: no host")),
+            None => return Err(format!("{}: no host", redact(&url))),
         };
         if !url.username().is_empty() || url.password().is_some() {
             return Err(format!(
@@ -139,15 +142,19 @@ impl Client {
         })
     }
 
-    /// POSTs `body` as `content_type` to `target`: the response's status.
+    /// POSTs `body` as `content_type`, with `headers` besides, to `target`: the response's
+    /// status.
     pub async fn post(
         &self,
         target: &Target,
         content_type: &str,
+        headers: &[(&'static str, String)],
         body: Bytes,
         timeout: Duration,
     ) -> Result<u16, PostError> {
-        match tokio::time::timeout(timeout, self.post_once(target, content_type, body)).await {
+        match tokio::time::timeout(timeout, self.post_once(target, content_type, headers, body))
+            .await
+        {
             Ok(r) => r,
             Err(_) => Err(PostError::Timeout {
                 target: target.name(),
@@ -160,6 +167,7 @@ impl Client {
         &self,
         target: &Target,
         content_type: &str,
+        headers: &[(&'static str, String)],
         body: Bytes,
     ) -> Result<u16, PostError> {
         let name = target.name();
@@ -170,7 +178,11 @@ impl Client {
                 source,
             })?;
         let _ = tcp.set_nodelay(true);
-        let request = http::Request::post(target.path_and_query())
+        let mut request = http::Request::post(target.path_and_query());
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
+        }
+        let request = request
             .header(http::header::HOST, host_header(target))
             .header(http::header::CONTENT_TYPE, content_type)
             .header(http::header::CONNECTION, "close")

@@ -13,7 +13,8 @@
 //! - [`Emitter`]: a bus bound to one store, which the worker holds (or holds none: a worker
 //!   outside the service publishes nothing).
 //! - [`cloudevents`]: an event as a CloudEvents 1.0 JSON document; [`webhook`]: the
-//!   `serve --webhook-url` deliveries; [`http`]: the one-request HTTP(S) client they use.
+//!   `serve --webhook-url` deliveries; [`http`]: the one-request HTTP(S) client they use;
+//!   [`signature`]: their Standard Webhooks signature.
 //!
 //! # Invariants
 //!
@@ -30,6 +31,7 @@
 
 pub mod cloudevents;
 pub mod http;
+pub mod signature;
 pub mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -11,6 +11,18 @@
 //! scheme other than http(s), an empty or unknown kind ([`EventKind::parse`]) is refused at
 //! start, naming the flag and what was wrong.
 //!
+//! # Signatures
+//!
+//! With a secret (`serve --webhook-secret-file`, [`WebhookConfig::secret`]) every POST carries
+//! the Standard Webhooks headers `webhook-id` (the event's id), `webhook-timestamp` (the
+//! attempt's, in Unix seconds) and `webhook-signature` (`v1,` base64 HMAC-SHA256 of
+//! `id.timestamp.body`): see [`super::signature`]. A retry is signed again, at its own time.
+//!
+//! # Errors never show the URL's path or query
+//!
+//! They may hold a token: a refused `--webhook-url` is named by its scheme and host at most,
+//! and logs and metrics name a webhook by `host:port`.
+//!
 //! # Delivery
 //!
 //! Each webhook has a queue of at most [`QUEUE_CAP`] events (memory: about a kilobyte an
@@ -44,6 +56,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::http::{Client, Target};
+use super::signature::WebhookSecret;
 use super::{Bus, Event, EventKind, Sink, cloudevents};
 use crate::backoff::Backoff;
 use crate::telemetry::metrics::WEBHOOK_DELIVERIES;
@@ -57,16 +70,19 @@ pub const MAX_RETRY: Duration = Duration::from_secs(10);
 /// How long one POST may take, connecting included.
 pub const POST_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One `--webhook-url`: where, and which kinds (`None`: all).
+/// One `--webhook-url`: where, which kinds (`None`: all), and the secret its deliveries are
+/// signed with (`None`: unsigned).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     pub target: Target,
     pub kinds: Option<BTreeSet<EventKind>>,
+    pub secret: Option<WebhookSecret>,
 }
 
 impl WebhookConfig {
     /// A `--webhook-url` value (see the module docs); an error names what was wrong.
     pub fn parse(value: &str) -> Result<WebhookConfig, String> {
+        // The parser's words only (`e` never holds the input): the value may hold a token.
         let mut url = url::Url::parse(value.trim()).map_err(|e| {
             format!("--webhook-url: not a URL ({e}); give e.g. https://hooks.example/path")
         })?;
@@ -95,7 +111,11 @@ impl WebhookConfig {
             }
         }
         let target = Target::parse(url).map_err(|e| format!("--webhook-url {e}"))?;
-        Ok(WebhookConfig { target, kinds })
+        Ok(WebhookConfig {
+            target,
+            kinds,
+            secret: None,
+        })
     }
 
     pub fn wants(&self, kind: EventKind) -> bool {
@@ -269,9 +289,14 @@ async fn deliver(queue: Arc<Queue>, client: Client, source: String, shutdown: Ca
             }
         };
         loop {
+            let headers = queue
+                .config
+                .secret
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.headers(&event.id, unix_seconds(), &body));
             let posted = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                r = client.post(&queue.config.target, cloudevents::CONTENT_TYPE, body.clone(), POST_TIMEOUT) => r,
+                r = client.post(&queue.config.target, cloudevents::CONTENT_TYPE, &headers, body.clone(), POST_TIMEOUT) => r,
             };
             match judge(posted) {
                 Answer::Delivered => {
@@ -304,6 +329,11 @@ async fn deliver(queue: Arc<Queue>, client: Client, source: String, shutdown: Ca
             }
         }
     }
+}
+
+/// Now, in whole seconds since the Unix epoch (a `webhook-timestamp`).
+fn unix_seconds() -> u64 {
+    u64::try_from(crate::units::unix_now_ms().max(0) / 1000).unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -339,6 +369,23 @@ mod tests {
             let e = WebhookConfig::parse(bad).unwrap_err();
             assert!(
                 e.contains(says) && e.contains("--webhook-url"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_refused_url_never_shows_its_path_or_query() {
+        for bad in [
+            "ftp://h/SECRET?token=SECRET",
+            "unix:/SECRET?token=SECRET",
+            "http://u:SECRET@h/SECRET?token=SECRET",
+            "http://h/x?token=SECRET&kinds=nope",
+            "http://h:99999/SECRET?token=SECRET",
+        ] {
+            let e = WebhookConfig::parse(bad).unwrap_err();
+            assert!(
+                !e.contains("SECRET") && e.contains("--webhook-url"),
                 "{bad}: {e}"
             );
         }

@@ -29,8 +29,10 @@
 //! scratch removed). It looks once a [`TICK`]: a store never drilled is due once it has a
 //! restore point; then a drill is due `drill_interval_ms` after the last one ended (the
 //! registry's time, so a restart does not drill every store at once). A store whose newest
-//! restore point is bigger than the byte budget (`serve --drill-max-bytes`, [`DrillLimits`])
-//! is skipped, with a health note saying so, and looked at again an interval later. The
+//! restore point restores more plain bytes than the byte budget (`serve --drill-max-bytes`,
+//! [`DrillLimits`]; plain, as its manifest states them, since that is what the drill writes
+//! into scratch, not the fewer bytes a compressed store takes in the bucket) is skipped, with
+//! a health note saying so, and looked at again an interval later. The
 //! budget applies to scheduled drills only: a Drill call is an operator's explicit ask.
 //!
 //! # What a crash leaves
@@ -62,7 +64,7 @@ pub const MAX_ERROR_BYTES: usize = 2048;
 /// The byte budget of scheduled drills.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrillLimits {
-    /// A store whose newest restore point's objects take more bytes is not drilled by the
+    /// A store whose newest restore point restores more plain bytes is not drilled by the
     /// scheduler; 0: no budget.
     pub max_bytes: u64,
 }
@@ -320,8 +322,9 @@ async fn scheduled(fleet: &Fleet, entry: &StoreEntry, interval: i64) -> Option<i
             };
         if let Some((key, bytes)) = size.filter(|(_, bytes)| *bytes > max) {
             entry.handle.note_drill(Some(format!(
-                "scheduled restore drills skip this store: its newest restore point {key} is \
-                 {bytes} bytes, over the drill budget of {max} bytes (serve --drill-max-bytes)"
+                "scheduled restore drills skip this store: its newest restore point {key} \
+                 restores {bytes} bytes, over the drill budget of {max} bytes \
+                 (serve --drill-max-bytes)"
             )));
             return Some(now.saturating_add(interval));
         }

@@ -4,8 +4,9 @@
 //! # What is emitted, and when
 //!
 //! - **Logs** always: `tracing` events to stderr, filtered by `MUSHROOMDB_BACKUP_LOG`, else
-//!   `RUST_LOG`, else `warn,mushroom_backup=info` (a set but malformed filter is an error, not
-//!   silently the default). [`LogFormat::Json`] writes one JSON object a line; while a span
+//!   `RUST_LOG`, else `warn,mushroom_backup=info` with the AWS SDK's crates at `error`
+//!   ([`DEFAULT_LOG_FILTER`]; a set but malformed filter is an error, not silently the
+//!   default). [`LogFormat::Json`] writes one JSON object a line; while a span
 //!   exported to OTLP is current, the line starts with its `trace_id` and `span_id`, so a log
 //!   line finds its trace.
 //! - **Traces** only when `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
@@ -62,8 +63,16 @@ pub use metrics::{hide_store, record_fleet, show_store};
 
 /// The log filter's own variable; `RUST_LOG` is read when it is unset.
 pub const LOG_ENV: &str = "MUSHROOMDB_BACKUP_LOG";
-/// The filter when neither [`LOG_ENV`] nor `RUST_LOG` is set.
-pub const DEFAULT_LOG_FILTER: &str = "warn,mushroom_backup=info";
+/// The filter when neither [`LOG_ENV`] nor `RUST_LOG` is set: our own lines from `info`,
+/// others' from `warn`, but the AWS SDK's from `error` only. Its warnings (each credential
+/// provider that found nothing, each region source missing, each retried request) come by
+/// the dozen, hundreds of characters each, before our one line that says what is wrong
+/// (`bucket::s3`: "no AWS credentials found (…)", "no AWS region configured"). Set the
+/// variable (e.g. `warn,mushroom_backup=info`) to see them.
+pub const DEFAULT_LOG_FILTER: &str = "warn,mushroom_backup=info,aws_config=error,\
+aws_runtime=error,aws_credential_types=error,aws_sdk_s3=error,aws_sdk_sso=error,\
+aws_sdk_ssooidc=error,aws_sdk_sts=error,aws_smithy_runtime=error,aws_smithy_runtime_api=error,\
+aws_smithy_http=error,aws_smithy_http_client=error,aws_smithy_types=error";
 /// How long dropping the guard may wait for queued spans to be exported.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 

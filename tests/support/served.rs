@@ -135,6 +135,21 @@ pub async fn client(addr: SocketAddr) -> Client {
         .expect("connect")
 }
 
+/// Registers `req` with the store options `options`: its store id.
+pub async fn register_with(
+    c: &Client,
+    mut req: proto::RegisterRequest,
+    options: proto::StoreOptions,
+) -> String {
+    req.options = Some(options);
+    c.clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id
+}
+
 /// Waits until the store's health satisfies `ok`.
 pub async fn wait_health(
     c: &Client,

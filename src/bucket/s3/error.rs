@@ -8,6 +8,11 @@
 //!   `SignatureDoesNotMatch`, expired or invalid tokens) are [`BucketError::AccessDenied`]:
 //!   "access denied to s3://b/p (check the credentials for ENDPOINT): CODE: MESSAGE (HTTP 403)"
 //!   (a 403 `RequestTimeTooSkewed` is a clock, not a credential, and is `Permanent`);
+//! - a request that could not be signed because the credentials chain found no credentials
+//!   (or found its configuration broken) is [`BucketError::NoCredentials`]: "no AWS
+//!   credentials found (…) for s3://b/p: set …", at once: nothing was sent, and no retry
+//!   would find any (the SDK reports it as a dispatch failure, like a refused connection,
+//!   which is why it is told apart by the [`CredentialsError`] in its sources);
 //! - a request that could not be sent or was not answered (connect, DNS, TLS, I/O errors,
 //!   timeouts) is [`BucketError::Unreachable`]: "cannot reach the endpoint URL: reason";
 //! - anything else keeps its place in the taxonomy of the module docs of [`super`]
@@ -16,6 +21,7 @@
 
 use std::error::Error;
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
 use super::S3Bucket;
@@ -78,6 +84,12 @@ where
             ));
         }
         SdkError::DispatchFailure(d) => {
+            if let Some(detail) = credentials_missing(&e) {
+                return BucketError::NoCredentials {
+                    url: super::super::Bucket::url(b),
+                    detail,
+                };
+            }
             let Some(connector) = d.as_connector_error() else {
                 return unreachable(chain(&e));
             };
@@ -151,6 +163,26 @@ where
             message: detail,
         },
     }
+}
+
+/// When `e`'s sources hold the credentials chain's word that it found no credentials (or
+/// that its configuration is broken): that word and its causes, on one line. A provider that
+/// failed otherwise (timed out, an STS error) may do better later: `None`, and the error is
+/// classified as any other dispatch failure.
+fn credentials_missing(e: &(dyn Error + 'static)) -> Option<String> {
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<CredentialsError>() {
+            return matches!(
+                c,
+                CredentialsError::CredentialsNotLoaded(_)
+                    | CredentialsError::InvalidConfiguration(_)
+            )
+            .then(|| chain(c));
+        }
+        source = s.source();
+    }
+    None
 }
 
 fn access_denied(b: &S3Bucket, detail: String) -> BucketError {

@@ -22,7 +22,8 @@
 //! is `Transient` and determinate (S3 did not do it); 500/502/504 are `Transient`,
 //! indeterminate for writes (they may have happened) and determinate for reads; timeouts and
 //! connection trouble are `Unreachable`, indeterminate for writes likewise; `NoSuchBucket` is
-//! `NoSuchBucket`; 403 and bad credentials are `AccessDenied`; anything else (400, say) is
+//! `NoSuchBucket`; 403 and bad credentials are `AccessDenied`; no credentials at all (the
+//! chain found none: nothing is sent) is `NoCredentials`; anything else (400, say) is
 //! `Permanent`. A HEAD of any key in a missing bucket answers a bare 404, so it reads as "no
 //! such object": a read-only open lists the root first to tell the two apart
 //! ([`super::open_read_only`]).
