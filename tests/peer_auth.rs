@@ -340,3 +340,33 @@ async fn the_owner_audits_the_original_caller_and_every_state_change() {
     drop((a, b));
     db.drop_database().await;
 }
+
+/// A peer token file that cannot be used stops `serve` at start, naming the flag and the
+/// file: a FIFO (without hanging), a token too short, the admin token itself.
+#[test]
+fn a_bad_peer_token_file_stops_serve_naming_it() {
+    let d = support::served::dirs();
+    let fifo = d.base.join("peer-fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let short = d.base.join("peer-short");
+    std::fs::write(&short, "short\n").unwrap();
+    let same = d.base.join("peer-same");
+    std::fs::write(&same, ADMIN).unwrap();
+    let admin = admin_args(&d.base);
+    for (file, extra, why) in [
+        (&fifo, &[][..], "a FIFO"),
+        (&short, &[][..], "at least 16"),
+        (&same, &admin[..], "holds the admin token"),
+    ] {
+        let mut cmd = support::served::command(&d);
+        cmd.arg("--peer-token-file").arg(file).args(extra);
+        let err = support::served::refused(&format!("serve with {}", file.display()), cmd);
+        assert!(
+            err.contains("--peer-token-file") && err.contains(why),
+            "{}: {err}",
+            file.display()
+        );
+    }
+}
