@@ -220,7 +220,8 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     assert_eq!(long.code(), Code::InvalidArgument, "{long:?}");
     assert!(long.message().contains("instance_id"), "{long:?}");
 
-    // A call that says it was forwarded already is not forwarded again (at most one hop).
+    // A call forwarded already (by a peer: it carries the fleet's peer token) is not
+    // forwarded again (at most one hop).
     let mut hopped = tonic::Request::new(proto::TriggerRequest {
         store_id: id.clone(),
         kind: proto::TriggerKind::Ship as i32,
@@ -228,6 +229,9 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     hopped
         .metadata_mut()
         .insert("x-mushroom-forwarded-by", "c".parse().unwrap());
+    hopped
+        .metadata_mut()
+        .insert("x-mushroom-peer-token", served::PEER_TOKEN.parse().unwrap());
     let once = b
         .client()
         .await

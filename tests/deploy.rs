@@ -227,8 +227,14 @@ fn test_pki(dir: &Path) {
     ];
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
     let key = KeyPair::generate().unwrap();
-    let mut params =
-        CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    // One certificate for both replicas (as the example's Secret), naming each instance id as
+    // its peers check it (`service::peer_auth`).
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    names.extend(
+        ["mushroom-backup-0", "mushroom-backup-1"]
+            .map(|id| format!("{id}.mushroom-instance.invalid")),
+    );
+    let mut params = CertificateParams::new(names).unwrap();
     params
         .distinguished_name
         .push(DnType::CommonName, "mushroom-backup replica");
@@ -299,6 +305,9 @@ async fn two_replicas_from_the_fleet_config_forward_to_each_other_over_tls() {
     let bucket = dir.join("bucket");
     std::fs::create_dir_all(&bucket).unwrap();
     const TOKEN: &str = "fleet-test-admin-token";
+    // The Secret's peer-token key, mounted as a file (statefulset.yaml).
+    let peer_token = dir.join("peer-token");
+    std::fs::write(&peer_token, "fleet-test-peer-token-0123456789").unwrap();
 
     let mut replicas = Vec::new();
     for name in ["mushroom-backup-0", "mushroom-backup-1"] {
@@ -323,7 +332,8 @@ async fn two_replicas_from_the_fleet_config_forward_to_each_other_over_tls() {
         // What the pod's environment sets (statefulset.yaml).
         cmd.env("MUSHROOMDB_BACKUP_INSTANCE_ID", name)
             .env("MUSHROOMDB_BACKUP_REGISTRY", &db.url)
-            .env("MUSHROOMDB_BACKUP_ADMIN_TOKEN", TOKEN);
+            .env("MUSHROOMDB_BACKUP_ADMIN_TOKEN", TOKEN)
+            .env("MUSHROOMDB_BACKUP_PEER_TOKEN_FILE", &peer_token);
         replicas.push(listening(cmd).await);
     }
     let ca =

@@ -40,6 +40,7 @@ fn start(
     shared_root: &Path,
 ) -> (Running, SocketAddr) {
     let mut cmd = served::fast_serve(dirs, GROUP);
+    served::with_peer_token(&mut cmd, dirs);
     cmd.arg("--allow-root")
         .arg(shared_root)
         .args(["--registry", registry, "--instance-id", id]);

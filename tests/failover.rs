@@ -40,6 +40,7 @@ struct Instance {
 impl Instance {
     fn start(id: &str, registry: &str, dirs: &served::Dirs, shared_root: &Path) -> Instance {
         let mut cmd = served::fast_serve(dirs, GROUP);
+        served::with_peer_token(&mut cmd, dirs);
         cmd.arg("--allow-root").arg(shared_root).args([
             "--registry",
             registry,

@@ -3,12 +3,21 @@
 //! file, when one is missing, a FIFO (without hanging), a directory, too large, not PEM, or
 //! not what its flag asks for; and it starts with good files reached through a symbolic link
 //! (as Kubernetes mounts a Secret).
+//!
+//! Between instances over TLS each certificate is bound to the instance id the registry
+//! names (issue 25 part 6, `service::peer_auth`): a forwarder refuses an owner whose
+//! certificate names another instance, and an owner refuses a forwarder whose certificate
+//! does not name the instance it claims to be (real `serve` processes on the project's
+//! PostgreSQL; without `MUSHROOM_TEST_POSTGRES_URL` a SKIP line, except under `CI=true`).
 
 mod support;
 
 use std::path::{Path, PathBuf};
 
+use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
+use support::instances::Instance;
 use support::served as serve;
+use tonic::Code;
 
 struct Pki {
     ca: PathBuf,
@@ -16,42 +25,68 @@ struct Pki {
     key: PathBuf,
 }
 
+/// A test CA, its certificate as a PEM file in `dir`, signing certificates into `dir`.
+struct Ca {
+    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    pem: PathBuf,
+    dir: PathBuf,
+}
+
+impl Ca {
+    fn new(dir: &Path) -> Ca {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "mushroom-backup peer test CA");
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let issuer =
+            rcgen::CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+        let pem = dir.join("ca.pem");
+        std::fs::write(&pem, issuer.pem()).unwrap();
+        Ca {
+            issuer,
+            pem,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// A server and client certificate for `names`, and its key: `<stem>.pem`, `<stem>.key`.
+    fn leaf(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
+        let key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "mushroom-backup instance");
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{stem}.pem")),
+            self.dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+}
+
 /// A CA and a certificate for 127.0.0.1 and localhost signed by it, as PEM files in `dir`.
 fn pki(dir: &Path) -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-        IsCa, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "mushroom-backup peer test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut params =
-        CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "mushroom-backup instance");
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca).unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
+    let ca = Ca::new(dir);
+    let (cert, key) = ca.leaf("tls", &["127.0.0.1", "localhost"]);
     Pki {
-        ca: write("ca.pem", &ca.pem()),
-        cert: write("tls.pem", &cert.pem()),
-        key: write("tls.key", &key.serialize_pem()),
+        ca: ca.pem,
+        cert,
+        key,
     }
 }
 
@@ -172,4 +207,125 @@ fn ctl_reads_its_tls_files_as_serve_does() {
             path.display()
         );
     }
+}
+
+const ADMIN: &str = "peer-tls-test-admin-token";
+
+/// The DNS name that binds a certificate to instance `id` (the README's promise).
+fn peer_name(id: &str) -> String {
+    format!("{id}.mushroom-instance.invalid")
+}
+
+/// `msg` with `authorization: Bearer <ADMIN>`.
+fn admin<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
+    r
+}
+
+/// A client of `i` over TLS (by its certificate's name localhost), trusting `ca`.
+async fn tls_client(i: &Instance, ca: &Path) -> serve::Client {
+    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(
+        tonic::transport::Certificate::from_pem(std::fs::read(ca).unwrap()),
+    );
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("https://localhost:{}", i.addr.port()))
+            .unwrap()
+            .tls_config(tls)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap_or_else(|e| {
+                i.child
+                    .fail(&format!("cannot be connected to over TLS: {e}"))
+            });
+    BackupControlClient::new(channel)
+}
+
+fn trigger(id: &str) -> tonic::Request<proto::TriggerRequest> {
+    admin(proto::TriggerRequest {
+        store_id: id.to_string(),
+        kind: proto::TriggerKind::Ship as i32,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_peer_whose_certificate_names_another_instance_is_refused_both_ways() {
+    let Some(pg) = support::postgres::server() else {
+        return;
+    };
+    let db = support::postgres::Database::create(&pg, "peer_tls_binding").await;
+    let d = serve::dirs();
+    let ca = Ca::new(&d.base);
+    let admin_file = d.base.join("admin-token");
+    std::fs::write(&admin_file, ADMIN).unwrap();
+    let shared = d.base.join("shared");
+    for s in ["s1", "s2"] {
+        support::binary::write_store(&shared.join(s), 5);
+    }
+    // Every certificate names 127.0.0.1 (the advertised address) and localhost; r's names
+    // instance x, not r.
+    let start = |id: &str, named: &str| {
+        let (cert, key) = ca.leaf(id, &["127.0.0.1", "localhost", &peer_name(named)]);
+        let args = [
+            "--tls-cert".to_string(),
+            cert.display().to_string(),
+            "--tls-key".into(),
+            key.display().to_string(),
+            "--peer-ca".into(),
+            ca.pem.display().to_string(),
+            "--admin-token-file".into(),
+            admin_file.display().to_string(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Instance::start(id, &db.url, &shared, &args)
+    };
+    let a = start("a", "a");
+    let b = start("b", "b");
+    let r = start("r", "x");
+    let (mut on_a, mut cb, mut cr) = (
+        tls_client(&a, &ca.pem).await,
+        tls_client(&b, &ca.pem).await,
+        tls_client(&r, &ca.pem).await,
+    );
+    let register = |store: &str| {
+        admin(support::register_req(
+            &shared.join(store),
+            &support::file_url(&d.base.join("bucket").join(store)),
+        ))
+    };
+    let s1 = cb.register(register("s1")).await.expect("Register s1 on b");
+    let s1 = s1.into_inner().store_id;
+    let s2 = cr.register(register("s2")).await.expect("Register s2 on r");
+    let s2 = s2.into_inner().store_id;
+
+    // Certificates that name their instances: a forwards to b.
+    on_a.trigger(trigger(&s1)).await.unwrap_or_else(|e| {
+        a.child
+            .fail(&format!("Trigger of b's store through a: {e}"))
+    });
+    // The forwarder's check: r's certificate does not name r, so a does not call it.
+    let refused = on_a
+        .trigger(trigger(&s2))
+        .await
+        .expect_err("a Trigger forwarded to an owner whose certificate names another instance");
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused.message().contains("instance r") && refused.message().contains("certificate"),
+        "{refused:?}"
+    );
+    // The owner's check: r calls b as r with a certificate naming x, and b refuses it.
+    let refused = cr
+        .trigger(trigger(&s1))
+        .await
+        .expect_err("a Trigger forwarded by a peer whose certificate names another instance");
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    assert!(
+        refused.message().contains("does not name instance r"),
+        "{refused:?}"
+    );
+
+    drop((a, b, r));
+    db.drop_database().await;
 }

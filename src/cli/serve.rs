@@ -108,6 +108,11 @@ pub struct ServeArgs {
     /// [default: --tls-client-ca].
     #[arg(long, env = "MUSHROOMDB_BACKUP_PEER_CA")]
     peer_ca: Option<PathBuf>,
+    /// A file holding the token the instances sharing the registry present to each other
+    /// (forwarded calls, moves); never the admin token. Without it an instance with an admin
+    /// token forwards no call.
+    #[arg(long, env = "MUSHROOMDB_BACKUP_PEER_TOKEN_FILE")]
+    peer_token_file: Option<PathBuf>,
     /// How long a store's owner read from the registry is used to forward calls for it; an
     /// owner that disowns the store is read again at once; 0: read it for every call, ms
     /// [default: 1000, at most 60000].
@@ -161,6 +166,8 @@ struct ServeToml {
     advertise_address: Option<String>,
     failover_group: Option<String>,
     peer_ca: Option<PathBuf>,
+    /// A file holding the peers' token (the token itself never goes in the config).
+    peer_token_file: Option<PathBuf>,
     owner_cache_ms: Option<u64>,
     pause_default_ms: Option<u64>,
     pause_max_ms: Option<u64>,
@@ -367,6 +374,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             advertise_address: a.advertise_address.or(file.advertise_address),
             failover_group: a.failover_group.or(file.failover_group),
             peer_ca: a.peer_ca.or(file.peer_ca),
+            token: a
+                .peer_token_file
+                .or(file.peer_token_file)
+                .map(|p| service::peer_auth::PeerToken::read(&p))
+                .transpose()?,
             owner_cache: a
                 .owner_cache_ms
                 .or(file.owner_cache_ms)

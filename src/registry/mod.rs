@@ -57,6 +57,12 @@
 //! stores ([`InstanceClaim`]); which process *writes* a store's prefix is still the bucket
 //! lease's to decide.
 //!
+//! Write access to the registry is admin access: its rows say who owns each store, where
+//! each instance answers and what each store backs up, so whoever writes them directs the
+//! fleet's calls and backups. What the instances send where a row points is bounded by
+//! `service::peer_auth` (the peer token, never the admin token; over TLS only to a
+//! certificate naming the instance the row names).
+//!
 //! # The registration check
 //!
 //! [`Registry::insert_store_unless`] checks a new store against every registered one, under the

@@ -18,6 +18,7 @@ use super::forward::{self, ForwardError, Hop, Peers};
 use super::health_watch::{HealthStream, HealthWatch};
 use super::limits;
 use super::pause::{self, PauseAsk};
+use super::peer_auth::{self, Caller};
 use super::proto::{self, backup_control_server::BackupControl};
 use super::request::{self, new_store, position};
 use super::watch_events::{EventStream, EventWatch};
@@ -75,8 +76,13 @@ impl Api {
 
     /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`); puts
     /// the store on the call's span, for both paths (the handlers do not again).
-    async fn route<T>(&self, req: &Request<T>, store_id: &str) -> Result<Option<Hop>, Status> {
-        self.route_meta(req.metadata(), store_id).await
+    async fn route<T>(
+        &self,
+        req: &Request<T>,
+        caller: &Caller,
+        store_id: &str,
+    ) -> Result<Option<Hop>, Status> {
+        self.route_meta(&forward_meta(req, caller), store_id).await
     }
 
     async fn route_meta(
@@ -92,6 +98,7 @@ impl Api {
     async fn route_to_instance<T>(
         &self,
         req: &Request<T>,
+        caller: &Caller,
         instance_id: &str,
         store_dir: &str,
     ) -> Result<Option<Hop>, Status> {
@@ -109,24 +116,61 @@ impl Api {
         }
         let hop = self
             .peers
-            .hop_to(&self.fleet, instance_id, store_dir, req.metadata())
+            .hop_to(
+                &self.fleet,
+                instance_id,
+                store_dir,
+                &forward_meta(req, caller),
+            )
             .await
             .map_err(err)?;
         Ok(Some(hop))
     }
 
-    fn admin<T>(&self, req: &Request<T>) -> Result<(), ServiceError> {
-        Ok(auth::require_admin(
-            self.fleet.config().admin_token.as_deref(),
+    /// Checks who calls (`peer_auth.rs`): the admin token, or for any call but `ListStores`
+    /// an authenticated peer.
+    fn caller<T>(&self, req: &Request<T>) -> Result<Caller, ServiceError> {
+        self.check_caller(req, true)
+    }
+
+    /// [`Api::caller`] for a call no peer makes: the admin token only.
+    fn admin<T>(&self, req: &Request<T>) -> Result<Caller, ServiceError> {
+        self.check_caller(req, false)
+    }
+
+    fn check_caller<T>(&self, req: &Request<T>, peers_ok: bool) -> Result<Caller, ServiceError> {
+        let config = self.fleet.config();
+        let want = peer_auth::Expect {
+            admin_token: config.admin_token.as_deref(),
+            peer_token: config.peers.token.as_ref(),
+            tls: config.tls.is_some(),
+            peers_ok,
+        };
+        let certs = req.peer_certs();
+        Ok(peer_auth::check(
+            &want,
             req.metadata(),
+            certs.as_deref().map(Vec::as_slice),
+            peer(req),
         )?)
     }
 }
 
-/// An operator call's peer and its message (its caller was checked once, by [`Api::admin`],
-/// before the call was routed).
-fn operator<T>(req: Request<T>) -> (Option<String>, T) {
-    (peer(&req), req.into_inner())
+/// An operator call's caller as the audit log names it, and its message (its caller was
+/// checked once, by [`Api::caller`], before the call was routed).
+fn operator<T>(req: Request<T>, caller: &Caller) -> (Option<String>, T) {
+    (caller.audited(), req.into_inner())
+}
+
+/// The metadata a call forwarded from here starts from: the caller's, with the original
+/// caller's address set from the checked caller (never the header a client sent).
+fn forward_meta<T>(req: &Request<T>, caller: &Caller) -> tonic::metadata::MetadataMap {
+    let mut meta = req.metadata().clone();
+    meta.remove(peer_auth::ORIGINAL_CALLER);
+    if let Some(origin) = caller.origin().and_then(|o| o.parse().ok()) {
+        meta.insert(peer_auth::ORIGINAL_CALLER, origin);
+    }
+    meta
 }
 
 /// Puts the store a call concerns on the call's span (`grpc.request`), so that a trace search
@@ -151,9 +195,9 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::RegisterRequest>,
     ) -> Result<Response<proto::RegisterResponse>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
-        if let Some(hop) = self.route_to_instance(&req, to, dir).await? {
+        if let Some(hop) = self.route_to_instance(&req, &caller, to, dir).await? {
             return hop
                 .call(
                     req.into_inner(),
@@ -161,7 +205,7 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
@@ -183,11 +227,11 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         // An owner that cannot be reached: answered here, where a store whose owner has been
         // silent for owner_silent_after may be deregistered (and one whose owner is still
         // heard from is refused, naming it).
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             let msg = req.get_ref().clone();
             if let Ok(answer) = hop
                 .try_call(msg, |mut c, r| async move { c.deregister(r).await })
@@ -196,7 +240,7 @@ impl BackupControl for Api {
                 return answer;
             }
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         self.fleet
             .deregister(&r.store_id, r.flush, peer)
             .await
@@ -214,8 +258,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::TriggerRequest>,
     ) -> Result<Response<proto::TriggerResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(
                     req.into_inner(),
@@ -223,16 +267,27 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (_, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
         let trigger = request::trigger(r.kind).map_err(err)?;
+        let (id, dir) = (
+            Some(r.store_id.as_str()),
+            Some(entry.record.store_dir.as_str()),
+        );
         if let Some(p) = entry.handle.paused() {
-            return Err(err(FleetError::Paused {
-                store: r.store_id,
+            let e = FleetError::Paused {
+                store: r.store_id.clone(),
                 reason: p.reason,
-            }));
+            };
+            let why = e.to_string();
+            self.fleet
+                .audit("trigger", id, dir, "refused", why, peer)
+                .await;
+            return Err(err(e));
         }
         entry.handle.trigger(trigger);
+        let what = format!("{trigger:?} asked");
+        self.fleet.audit("trigger", id, dir, "ok", what, peer).await;
         Ok(Response::new(proto::TriggerResponse {}))
     }
 
@@ -240,13 +295,13 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::PauseRequest>,
     ) -> Result<Response<proto::PauseResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move { c.pause(r).await })
                 .await;
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let ask = PauseAsk {
             reason: r.reason,
             until_unix_ms: r.until_unix_ms,
@@ -280,8 +335,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::ResumeRequest>,
     ) -> Result<Response<proto::ResumeResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(
                     req.into_inner(),
@@ -289,7 +344,7 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
             .await
             .map_err(err)?;
@@ -303,9 +358,9 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<proto::HealthResponse>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         let hop = if req.get_ref().fresh {
-            self.route(&req, &req.get_ref().store_id).await?
+            self.route(&req, &caller, &req.get_ref().store_id).await?
         } else {
             record_store_id(&req.get_ref().store_id);
             None
@@ -328,9 +383,9 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<HealthStream>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         // One store another instance runs: its owner's live stream (forward_stream.rs).
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             let watch = |mut c: Client, r| async move { c.watch_health(r).await };
             let msg = req.into_inner();
             return Ok(Response::new(
@@ -357,8 +412,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::ListRestorePointsRequest>,
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move {
                     c.list_restore_points(r).await
@@ -385,14 +440,14 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::AdoptRequest>,
     ) -> Result<Response<proto::AdoptResponse>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
-        if let Some(hop) = self.route_to_instance(&req, to, dir).await? {
+        if let Some(hop) = self.route_to_instance(&req, &caller, to, dir).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move { c.adopt(r).await })
                 .await;
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let at = request::adopt_point(&r).map_err(err)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
@@ -424,13 +479,13 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::DrillRequest>,
     ) -> Result<Response<proto::DrillResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move { c.drill(r).await })
                 .await;
         }
-        let (peer, r) = operator(req);
+        let (peer, r) = operator(req, &caller);
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
         let d = super::drill::drill(&self.fleet, &r.store_id, at, peer)
             .await
@@ -450,8 +505,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::MoveRequest>,
     ) -> Result<Response<proto::MoveResponse>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             return hop
                 .call(
                     req.into_inner(),
@@ -459,8 +514,8 @@ impl BackupControl for Api {
                 )
                 .await;
         }
-        let meta = req.metadata().clone();
-        let (peer, r) = operator(req);
+        let meta = forward_meta(&req, &caller);
+        let (peer, r) = operator(req, &caller);
         let (id, to) = (&r.store_id, &r.to_instance_id);
         let moved = super::moves::move_store(&self.fleet, &self.peers, &meta, id, to, peer);
         Ok(Response::new(moved.await?))
@@ -470,7 +525,7 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::DrainRequest>,
     ) -> Result<Response<proto::DrainResponse>, Status> {
-        self.admin(&req)?;
+        let caller = self.caller(&req)?;
         let who = req.get_ref().instance_id.clone();
         // Blank would mean "here" to the router: a drain of whichever instance was reached.
         if who.trim().is_empty() {
@@ -478,13 +533,13 @@ impl BackupControl for Api {
                 "DrainRequest.instance_id is empty: name the instance to drain",
             ));
         }
-        if let Some(hop) = self.route_to_instance(&req, &who, &who).await? {
+        if let Some(hop) = self.route_to_instance(&req, &caller, &who, &who).await? {
             return hop
                 .call(req.into_inner(), |mut c, r| async move { c.drain(r).await })
                 .await;
         }
-        let meta = req.metadata().clone();
-        let (peer, r) = operator(req);
+        let meta = forward_meta(&req, &caller);
+        let (peer, r) = operator(req, &caller);
         let drained = super::moves::drain(&self.fleet, &self.peers, &meta, r.parallel, peer);
         Ok(Response::new(drained.await?))
     }
@@ -493,8 +548,9 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::CanHostRequest>,
     ) -> Result<Response<proto::CanHostResponse>, Status> {
-        self.admin(&req)?;
-        super::moves::can_host(&self.fleet, &req.get_ref().store_id).await?;
+        let caller = self.caller(&req)?;
+        let id = &req.get_ref().store_id;
+        super::moves::can_host(&self.fleet, id, caller.audited()).await?;
         Ok(Response::new(proto::CanHostResponse {}))
     }
 
@@ -502,8 +558,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::HostRequest>,
     ) -> Result<Response<proto::HostResponse>, Status> {
-        self.admin(&req)?;
-        super::moves::host(&self.fleet, &req.get_ref().store_id).await?;
+        let caller = self.caller(&req)?;
+        super::moves::host(&self.fleet, &req.get_ref().store_id, caller.audited()).await?;
         Ok(Response::new(proto::HostResponse {}))
     }
 
@@ -513,8 +569,8 @@ impl BackupControl for Api {
         &self,
         req: Request<proto::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
-        self.admin(&req)?;
-        if let Some(hop) = self.route(&req, &req.get_ref().store_id).await? {
+        let caller = self.caller(&req)?;
+        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
             let watch = |mut c: Client, r| async move { c.watch_events(r).await };
             let msg = req.into_inner();
             return Ok(Response::new(

@@ -68,7 +68,7 @@ pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), 
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

@@ -34,6 +34,9 @@ pub struct PeerSettings {
     /// How long a store's owner read from the registry is used to forward calls for it
     /// (`owner_cache.rs`); `None`: one second; zero: every forwarded call reads the registry.
     pub owner_cache: Option<Duration>,
+    /// The token the fleet's instances share to call each other (`--peer-token-file`,
+    /// `peer_auth.rs`); `None`: none (an instance with an admin token then forwards nothing).
+    pub token: Option<super::peer_auth::PeerToken>,
 }
 
 /// The longest `--owner-cache-ms`.
@@ -195,12 +198,35 @@ impl ServiceConfig {
         }
         self.pause.check()?;
         self.peers.check()?;
+        self.check_peer_token()?;
         self.check_silence()?;
         self.prices.check().map_err(|e| e.to_string())?;
         if self.allow_roots.is_empty() {
             return Err("no allowed root: stores could not be registered anywhere".into());
         }
         self.limits.check()
+    }
+}
+
+impl ServiceConfig {
+    /// The peer token is not the admin token (it would then pass as one), and over TLS this
+    /// instance's id can be named in a certificate (`peer_auth.rs`).
+    fn check_peer_token(&self) -> Result<(), String> {
+        let Some(token) = &self.peers.token else {
+            return Ok(());
+        };
+        if self.admin_token.as_deref() == Some(token.expose()) {
+            return Err(
+                "--peer-token-file holds the admin token: the peers' token must be another \
+                 (a peer token is never accepted as the admin token)"
+                    .into(),
+            );
+        }
+        if self.tls.is_some() {
+            super::peer_auth::peer_server_name(&self.instance_id)
+                .map_err(|why| format!("--instance-id: {why}"))?;
+        }
+        Ok(())
     }
 }
 

@@ -106,7 +106,8 @@ impl From<ServiceError> for Status {
                 ForwardError::NoAddress { .. }
                 | ForwardError::NotThisInstance { .. }
                 | ForwardError::BadAddress { .. }
-                | ForwardError::NoPeerCa => Code::FailedPrecondition,
+                | ForwardError::NoPeerCa
+                | ForwardError::NoPeerToken { .. } => Code::FailedPrecondition,
             },
         };
         Status::new(code, e.to_string())

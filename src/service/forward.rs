@@ -47,15 +47,17 @@
 //! # What a forwarded call carries
 //!
 //! - the message as received (re-encoded, so the owner checks every field again);
-//! - `authorization`: this instance's own admin token when it has one (the caller has been
-//!   checked against it here), else the caller's header as it came (a fleet without admin
-//!   tokens, on loopback or behind a mesh that authenticates callers);
+//! - the peer token when configured, never the admin token nor the caller's `authorization`
+//!   (`peer_auth.rs`; without one, an instance enforcing an admin token forwards nothing:
+//!   [`ForwardError::NoPeerToken`]), and the original caller's address;
 //! - the caller's deadline: the remaining `grpc-timeout`, so the owner stops when the caller
 //!   gives up; without one, [`DEFAULT_FORWARD_TIMEOUT`];
 //! - the trace: a client span `grpc.forward` (naming the owner and its address) is the parent
 //!   of the owner's `grpc.request`, through `traceparent`.
 //!
-//! Nothing else of the caller's metadata is passed on.
+//! Nothing else of the caller's metadata is passed on. A node's `ReportPosition` relay
+//! carries the node's own `authorization` (its store's node token, which the owner checks)
+//! and no peer token.
 //!
 //! # The owner's answer, unchanged
 //!
@@ -72,7 +74,10 @@
 //! instance serves TLS) the peers are reached with `https`, trusting the CA of
 //! `--peer-ca` (default: `--tls-client-ca`, the CA one fleet's certificates share) and
 //! presenting this instance's own certificate, so mutual TLS between instances needs
-//! nothing more. That configuration is built once at start from files read and checked
+//! nothing more. The owner's certificate is checked against the name of the instance the
+//! registry names as the owner ([`super::peer_auth::peer_name`]), not its advertised
+//! address: a registry row pointing a store at any other process is refused by the
+//! handshake (`UNAVAILABLE` naming the owner and why). That configuration is built once at start from files read and checked
 //! there (`tls_files.rs`): a bad file stops `serve` naming it and its flag, and no call
 //! here reads a file. Nothing here holds state a crash could leave half-done: a forwarded
 //! call the owner finished but whose answer was lost is answered `UNAVAILABLE`, as any call
@@ -156,6 +161,14 @@ pub enum ForwardError {
          certificates: set --peer-ca (or --tls-client-ca)"
     )]
     NoPeerCa,
+    /// This instance enforces an admin token and has no peer token: the admin token is never
+    /// sent to another instance.
+    #[error(
+        "store {store} belongs to instance {owner}, and this instance cannot forward calls: \
+         it has no --peer-token-file (the token the fleet's instances share to call each \
+         other; the admin token is never sent to another instance)"
+    )]
+    NoPeerToken { store: String, owner: String },
 }
 
 /// How this instance reaches the others. Cheap to clone: the clones share the channels and
@@ -167,7 +180,8 @@ struct PeersInner {
     me: String,
     /// How the peers are reached: over TLS when this instance serves TLS (they do too).
     tls: PeerTls,
-    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    /// What a forwarded call carries to prove this instance is a peer (`peer_auth.rs`).
+    credential: Credential,
     /// Owner instance id → (address, channel).
     channels: Mutex<HashMap<String, (String, Channel)>>,
     /// Store id → owner, read from the registry less than a second ago (`owner_cache.rs`).
@@ -186,20 +200,36 @@ pub enum PeerTls {
     NoCa,
 }
 
+/// What forwarded calls carry: the peer token, or nothing (`refuse`: forward nothing, since
+/// this instance enforces an admin token, which is never passed on).
+#[derive(Clone)]
+enum Credential {
+    Token(MetadataValue<tonic::metadata::Ascii>),
+    None { refuse: bool },
+}
+
 impl Peers {
     /// `owner_cache_ttl`: how long a store's owner read from the registry is used for
-    /// forwarding (zero: every forwarded call reads the registry).
+    /// forwarding (zero: every forwarded call reads the registry). `admin_token`: whether
+    /// this instance enforces one (it is never sent); `peer_token`: the fleet's peer token.
     pub fn new(
         me: &str,
         tls: PeerTls,
-        admin_token: Option<&str>,
+        admin_token: bool,
+        peer_token: Option<&super::peer_auth::PeerToken>,
         owner_cache_ttl: Duration,
     ) -> Peers {
+        // A token is printable ASCII (checked when the service starts), so this parses.
+        let credential = match peer_token.and_then(|t| t.expose().parse().ok()) {
+            Some(t) => Credential::Token(t),
+            None => Credential::None {
+                refuse: admin_token,
+            },
+        };
         Peers(Arc::new(PeersInner {
             me: me.to_string(),
             tls,
-            // A token is printable ASCII (checked when the service starts), so this parses.
-            authorization: admin_token.and_then(|t| format!("Bearer {t}").parse().ok()),
+            credential,
             channels: Mutex::new(HashMap::new()),
             owners: OwnerCache::new(owner_cache_ttl, OWNER_CACHE_CAPACITY),
         }))
@@ -246,7 +276,8 @@ impl Peers {
             Err(FleetError::NotHere(_)) => {}
             _ => return Ok(None),
         }
-        let ask = Ask::of(&self.0, meta);
+        // Uncached: a node's `ReportPosition` stream, which carries its own token (no peer's).
+        let ask = Ask::of(meta, cached);
         if let Some(owner) = self.0.owners.get(store_id).filter(|_| cached) {
             let mut hop = self.hop_at(&owner.instance_id, &owner.addr, store_id, &ask)?;
             hop.stale = Some(Recheck {
@@ -305,12 +336,7 @@ impl Peers {
             .await
             .map_err(FleetError::from)?
             .ok_or_else(|| ForwardError::UnknownInstance(owner.to_string()))?;
-        Ok(self.hop_at(
-            owner,
-            &info.advertise_address,
-            store,
-            &Ask::of(&self.0, meta),
-        )?)
+        Ok(self.hop_at(owner, &info.advertise_address, store, &Ask::of(meta, true))?)
     }
 
     /// The hop to instance `owner`, which announced `addr` (empty: no address).
@@ -321,6 +347,16 @@ impl Peers {
                 owner: owner.to_string(),
             });
         }
+        let credential = match (&self.0.credential, ask.call) {
+            (Credential::None { refuse: true }, true) => {
+                return Err(ForwardError::NoPeerToken {
+                    store: store.to_string(),
+                    owner: owner.to_string(),
+                });
+            }
+            (Credential::Token(t), true) => Some(t.clone()),
+            _ => None,
+        };
         let channel = self.channel(owner, addr)?;
         let span = tracing::info_span!(
             "grpc.forward",
@@ -330,8 +366,11 @@ impl Peers {
             server.address = %addr,
         );
         let mut meta = MetadataMap::new();
-        if let Some(auth) = ask.authorization.clone() {
-            meta.insert("authorization", auth);
+        if let Some(token) = credential {
+            meta.insert(super::peer_auth::PEER_TOKEN, token);
+        }
+        if let Some(origin) = ask.origin.clone().filter(|_| ask.call) {
+            meta.insert(super::peer_auth::ORIGINAL_CALLER, origin);
         }
         if let Ok(me) = self.0.me.parse() {
             meta.insert(FORWARDED_BY, me);
@@ -383,9 +422,12 @@ impl Peers {
             .http2_keep_alive_interval(Duration::from_secs(30))
             .keep_alive_while_idle(false);
         if let PeerTls::Tls(config) = &p.tls {
-            ep = ep
-                .tls_config(config.clone())
-                .map_err(|e| bad(e.to_string()))?;
+            // The owner's certificate must name the instance the registry names (peer_auth.rs).
+            super::peer_auth::peer_server_name(owner).map_err(&bad)?;
+            let config = config
+                .clone()
+                .domain_name(super::peer_auth::peer_name(owner));
+            ep = ep.tls_config(config).map_err(|e| bad(e.to_string()))?;
         }
         let channel = ep.connect_lazy();
         channels.insert(owner.to_string(), (addr.to_string(), channel.clone()));
@@ -393,22 +435,24 @@ impl Peers {
     }
 }
 
-/// What a forwarded call takes from its caller: the `authorization` it carries on, and the
+/// What a forwarded call takes from its caller: the original caller's address (which the
+/// API put in [`super::peer_auth::ORIGINAL_CALLER`] after checking the caller), and the
 /// caller's deadline as an instant (so a retry has only what is left of it).
 #[derive(Clone)]
 struct Ask {
-    authorization: Option<MetadataValue<tonic::metadata::Ascii>>,
+    origin: Option<MetadataValue<tonic::metadata::Ascii>>,
     deadline: Option<Instant>,
+    /// An operator's call, which carries the peer credential (`false`: a node's
+    /// `ReportPosition` stream, which carries the node's own token).
+    call: bool,
 }
 
 impl Ask {
-    fn of(peers: &PeersInner, caller: &MetadataMap) -> Ask {
+    fn of(caller: &MetadataMap, call: bool) -> Ask {
         Ask {
-            authorization: peers
-                .authorization
-                .clone()
-                .or_else(|| caller.get("authorization").cloned()),
+            origin: caller.get(super::peer_auth::ORIGINAL_CALLER).cloned(),
             deadline: remaining_deadline(caller).map(|d| Instant::now() + d),
+            call,
         }
     }
 }

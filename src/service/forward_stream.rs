@@ -5,8 +5,8 @@
 //! # What a relayed stream does
 //!
 //! - A watch is opened at the owner like any forwarded call: the owner cache and its one
-//!   retry when the owner disowns the store, the caller's `authorization` or this instance's
-//!   token, the trace; the caller's deadline when it set one, and no deadline else (a watch
+//!   retry when the owner disowns the store, the peer credential (never the caller's
+//!   `authorization`, `peer_auth.rs`), the trace; the caller's deadline when it set one, and no deadline else (a watch
 //!   lives as long as its client wants). A node's stream goes to the owner the registry
 //!   names when it opens (`Peers::route_uncached`), with the node's own `authorization`.
 //! - Each message the owner sends is passed on as it comes, and the owner's status when it ends

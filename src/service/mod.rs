@@ -78,6 +78,7 @@ pub mod owner_cache;
 pub mod path_index;
 pub mod paths;
 pub mod pause;
+pub mod peer_auth;
 pub mod proto;
 pub mod remote;
 pub mod request;
@@ -288,6 +289,12 @@ pub async fn run(
     }
     tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
     log_operator_auth(&config, addr);
+    if kind == "postgres" && config.admin_token.is_some() && config.peers.token.is_none() {
+        tracing::warn!(
+            "no --peer-token-file: calls for stores other instances own are refused here, \
+             since the admin token is never sent to another instance (peer_auth.rs)"
+        );
+    }
     if let Some(tx) = started {
         let _ = tx.send(Started { addr });
     }
@@ -302,7 +309,8 @@ pub async fn run(
             forward::Peers::new(
                 &config.instance_id,
                 peer_tls,
-                config.admin_token.as_deref(),
+                config.admin_token.is_some(),
+                config.peers.token.as_ref(),
                 config
                     .peers
                     .owner_cache

@@ -352,42 +352,87 @@ fn failed_line(id: &str, why: &str) -> String {
     format!("{}…", &line[..end])
 }
 
-/// `CanHost` at a move's target: whether this instance sees the store's directory.
-pub async fn can_host(fleet: &Fleet, store_id: &str) -> Result<(), ServiceError> {
+/// `CanHost` at a move's target: whether this instance sees the store's directory. Audited
+/// (`can_host`), with its answer, as asked by `peer`.
+pub async fn can_host(
+    fleet: &Fleet,
+    store_id: &str,
+    peer: Option<String>,
+) -> Result<(), ServiceError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let record = fleet
-        .registry()
-        .get_store(store_id)
-        .await
-        .map_err(FleetError::from)?
-        .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))?;
-    failover::sees(fleet, &record).await.map_err(|why| {
-        ServiceError::from(MoveError::TargetRefused {
-            to: fleet.config().instance_id.clone(),
-            store: store_id.to_string(),
-            why,
-        })
-    })
+    let answer: Result<String, ServiceError> = async {
+        let record = registered(fleet, store_id).await?;
+        failover::sees(fleet, &record).await.map_err(|why| {
+            ServiceError::from(MoveError::TargetRefused {
+                to: fleet.config().instance_id.clone(),
+                store: store_id.to_string(),
+                why,
+            })
+        })?;
+        Ok(record.store_dir)
+    }
+    .await;
+    audited(
+        fleet,
+        "can_host",
+        store_id,
+        answer,
+        "sees the store's directory",
+        peer,
+    )
+    .await
 }
 
-/// `Host` at a move's target: starts a store the registry gives to this instance.
-pub async fn host(fleet: &Fleet, store_id: &str) -> Result<(), ServiceError> {
+/// `Host` at a move's target: starts a store the registry gives to this instance. Audited
+/// (`host`), with its outcome, as asked by `peer`.
+pub async fn host(fleet: &Fleet, store_id: &str, peer: Option<String>) -> Result<(), ServiceError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let record = fleet
+    let answer: Result<String, ServiceError> = async {
+        let record = registered(fleet, store_id).await?;
+        if record.instance_id != fleet.config().instance_id {
+            return Err(FleetError::OwnedElsewhere {
+                store: store_id.to_string(),
+                owner: record.instance_id,
+            }
+            .into());
+        }
+        let dir = record.store_dir.clone();
+        fleet.host(record).await?;
+        Ok(dir)
+    }
+    .await;
+    audited(fleet, "host", store_id, answer, "started here", peer).await
+}
+
+/// The registry's record of `store_id`; an unknown store is [`FleetError::UnknownStore`].
+async fn registered(
+    fleet: &Fleet,
+    store_id: &str,
+) -> Result<crate::registry::StoreRecord, FleetError> {
+    fleet
         .registry()
         .get_store(store_id)
-        .await
-        .map_err(FleetError::from)?
-        .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))?;
-    if record.instance_id != fleet.config().instance_id {
-        return Err(FleetError::OwnedElsewhere {
-            store: store_id.to_string(),
-            owner: record.instance_id,
-        }
-        .into());
-    }
-    fleet.host(record).await?;
-    Ok(())
+        .await?
+        .ok_or_else(|| FleetError::UnknownStore(store_id.to_string()))
+}
+
+/// Audits `action` on `store_id` with its answer (`ok` with `done`, else `refused` and why).
+async fn audited(
+    fleet: &Fleet,
+    action: &str,
+    store_id: &str,
+    answer: Result<String, ServiceError>,
+    done: &str,
+    peer: Option<String>,
+) -> Result<(), ServiceError> {
+    let (dir, outcome, detail) = match &answer {
+        Ok(dir) => (Some(dir.as_str()), "ok", done.to_string()),
+        Err(e) => (None, "refused", e.to_string()),
+    };
+    fleet
+        .audit(action, Some(store_id), dir, outcome, detail, peer)
+        .await;
+    answer.map(drop)
 }
 
 #[cfg(test)]

@@ -22,6 +22,15 @@
 //! - Nothing is read again while serving: forwarding never touches the disk, and a
 //!   certificate rotated on disk takes a restart (as the server's own always did).
 //!
+//! # Which client certificates the server asks for
+//!
+//! A peer's calls are checked against its certificate (`peer_auth.rs`), so the server asks
+//! for one: with `--tls-client-ca` every client must present one chaining to it or, when
+//! `--peer-ca` is set too, to the peers' CA; with `--peer-ca` alone a client may present one
+//! chaining to the peers' CA (operators and probes without a certificate still connect, and
+//! still need the admin token). Without either, no certificate is asked for, and peer calls
+//! over TLS are refused.
+//!
 //! The key file's permissions earn the reader's warning (group or others may read it),
 //! logged once at start; certificates and CAs are public.
 
@@ -93,19 +102,33 @@ pub fn load(tls: &TlsFiles, peer_ca: Option<&Path>) -> Result<ServeTls, TlsFileE
         }
         None => None,
     };
-    let peer_ca = match peer_ca {
+    let own_peer_ca = match peer_ca {
         Some(p) => {
             let pem = read("--peer-ca", p)?;
             certificates("--peer-ca", p, &pem, true)?;
             Some(pem)
         }
-        None => client_ca.clone(),
+        None => None,
     };
     let identity = Identity::from_pem(&cert, &key);
     let mut server = ServerTlsConfig::new().identity(identity.clone());
-    if let Some(ca) = &client_ca {
-        server = server.client_ca_root(Certificate::from_pem(ca));
+    // Which client certificates are asked for (see the module docs).
+    match (&client_ca, &own_peer_ca) {
+        (Some(clients), Some(peers)) => {
+            let mut both = clients.clone();
+            both.push(b'\n');
+            both.extend_from_slice(peers);
+            server = server.client_ca_root(Certificate::from_pem(both));
+        }
+        (Some(clients), None) => server = server.client_ca_root(Certificate::from_pem(clients)),
+        (None, Some(peers)) => {
+            server = server
+                .client_ca_root(Certificate::from_pem(peers))
+                .client_auth_optional(true);
+        }
+        (None, None) => {}
     }
+    let peer_ca = own_peer_ca.or_else(|| client_ca.clone());
     let peers = match peer_ca {
         Some(ca) => {
             let config = ClientTlsConfig::new()

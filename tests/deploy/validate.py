@@ -597,6 +597,10 @@ def check_fleet(kdir, by_kind, sts_where, sts, peers, conf, env, mounts, volumes
     for what, path in (("tls.cert", tls.get("cert")), ("tls.key", tls.get("key")), ("peer_ca", conf.get("peer_ca"))):
         if not path or not any(str(path).startswith(d.rstrip("/") + "/") for d in secret_mounts):
             fail(rel(kdir), f"{what} {path!r} must be a file of a mounted Secret (peer TLS)")
+    # The peers' own token (never the admin token), a file of a mounted Secret.
+    peer_token = env.get("MUSHROOMDB_BACKUP_PEER_TOKEN_FILE", {}).get("value") or conf.get("peer_token_file")
+    if not peer_token or not any(str(peer_token).startswith(d.rstrip("/") + "/") for d in secret_mounts):
+        fail(rel(kdir), f"the peer token {peer_token!r} must be a file of a mounted Secret (MUSHROOMDB_BACKUP_PEER_TOKEN_FILE): with an admin token a replica forwards nothing without it")
     # A PodDisruptionBudget over the replicas.
     pdbs = [o for _, o in by_kind.get("PodDisruptionBudget", [])]
     if not pdbs:

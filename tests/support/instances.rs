@@ -20,15 +20,29 @@ pub struct Instance {
     shared_root: PathBuf,
     extra: Vec<String>,
     dirs: served::Dirs,
+    peer_token: bool,
 }
 
 impl Instance {
-    /// `serve --instance-id id --registry registry --allow-root shared_root extra…`.
+    /// `serve --instance-id id --registry registry --allow-root shared_root extra…`, with the
+    /// fleet's peer token ([`served::with_peer_token`]).
     pub fn start(id: &str, registry: &str, shared_root: &Path, extra: &[&str]) -> Instance {
+        Instance::start_with(id, registry, shared_root, extra, true)
+    }
+
+    /// [`Instance::start`], with the fleet's peer token or without any.
+    pub fn start_with(
+        id: &str,
+        registry: &str,
+        shared_root: &Path,
+        extra: &[&str],
+        peer_token: bool,
+    ) -> Instance {
         let dirs = served::dirs();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, addr) = spawn(id, registry, shared_root, &extra, &dirs, None);
+        let (child, addr) = spawn(id, registry, shared_root, &extra, &dirs, None, peer_token);
         Instance {
+            peer_token,
             child,
             addr,
             id: id.to_string(),
@@ -55,6 +69,7 @@ impl Instance {
             &self.extra,
             &self.dirs,
             at,
+            self.peer_token,
         );
         self.child = child;
         self.addr = addr;
@@ -74,8 +89,12 @@ fn spawn(
     extra: &[String],
     dirs: &served::Dirs,
     listen: Option<SocketAddr>,
+    peer_token: bool,
 ) -> (Running, SocketAddr) {
     let mut cmd = served::command(dirs);
+    if peer_token {
+        served::with_peer_token(&mut cmd, dirs);
+    }
     cmd.arg("--allow-root")
         .arg(shared_root)
         .args(["--registry", registry, "--instance-id", id])

@@ -115,6 +115,18 @@ pub fn wait_logged(child: &mut Running, words: &[&str]) {
     });
 }
 
+/// The token one test fleet's instances share to call each other (`serve --peer-token-file`).
+pub const PEER_TOKEN: &str = "test-fleet-peer-token-0123456789";
+
+/// Gives `cmd` the fleet's peer token: written 0600 into `d`, passed as `--peer-token-file`.
+pub fn with_peer_token(cmd: &mut Command, d: &Dirs) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = d.base.join("peer-token");
+    std::fs::write(&path, format!("{PEER_TOKEN}\n")).expect("write the peer token");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    cmd.arg("--peer-token-file").arg(path);
+}
+
 /// [`command`] with a fast worker (WAL every 50 ms, a restore point every 100 ms) and `extra`.
 pub fn fast_serve(d: &Dirs, extra: &[&str]) -> Command {
     let mut cmd = command(d);
