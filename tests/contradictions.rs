@@ -413,6 +413,26 @@ async fn file_destinations_stay_out_of_the_stores_and_the_data_dir_and_inside_th
     register(&mut c, &d.store("s"), &url(&allowed.join("s")))
         .await
         .expect("a destination under the root");
+
+    // A link planted inside an allowed destination leads nowhere (issue 25, part 2): the
+    // store's worker refuses the bucket, naming the link, and nothing lands behind it.
+    let planted = allowed.join("planted");
+    std::fs::create_dir_all(&planted).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, planted.join("gen")).unwrap();
+    support::store::write(&d.root.join("p"), 50, 0, 0);
+    let id = register(&mut c, &d.store("p"), &url(&planted))
+        .await
+        .expect("a destination under the root");
+    let named = format!("{} is a symbolic link", planted.join("gen").display());
+    support::served::wait_health(&c, &id, "unhealthy, naming the link", |h| {
+        !h.healthy && h.reason.contains(&named)
+    })
+    .await;
+    let behind: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(
+        behind.is_empty(),
+        "the worker wrote behind the link: {behind:?}"
+    );
 }
 
 // ---- the registry decides races --------------------------------------------------------

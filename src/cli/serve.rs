@@ -39,7 +39,8 @@ pub struct ServeArgs {
     )]
     allow_roots: Vec<PathBuf>,
     /// The only directories under which file:// destinations may be (repeatable) [default:
-    /// anywhere but an allowed root or the data dir].
+    /// anywhere but an allowed root or the data dir]. A destination's path is placed with its
+    /// links resolved; no link inside a destination is ever followed.
     #[arg(
         long = "allow-destination-root",
         env = "MUSHROOMDB_BACKUP_ALLOW_DESTINATION_ROOTS",
