@@ -58,6 +58,16 @@ static ARMED: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 
+/// Past this many live bytes while a case runs, an allocation fails (the process aborts
+/// naming the size, and the case it was on is the last one printed) instead of taking the
+/// machine's memory.
+const HARD_CAP: isize = 2 << 30;
+
+/// Whether an allocation of `size` more bytes is refused ([`HARD_CAP`]).
+fn over_cap(size: usize) -> bool {
+    ARMED.load(Relaxed) && LIVE.load(Relaxed).saturating_add(size as isize) > HARD_CAP
+}
+
 fn count(delta: isize) {
     if ARMED.load(Relaxed) {
         let now = LIVE.fetch_add(delta, Relaxed) + delta;
@@ -68,6 +78,9 @@ fn count(delta: isize) {
 // SAFETY: every call is forwarded to `System` unchanged; the counting only touches atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if over_cap(layout.size()) {
+            return std::ptr::null_mut();
+        }
         let p = unsafe { System.alloc(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
@@ -76,6 +89,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if over_cap(layout.size()) {
+            return std::ptr::null_mut();
+        }
         let p = unsafe { System.alloc_zeroed(layout) };
         if !p.is_null() {
             count(layout.size() as isize);
@@ -89,6 +105,9 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if over_cap(new_size) {
+            return std::ptr::null_mut();
+        }
         let p = unsafe { System.realloc(ptr, layout, new_size) };
         if !p.is_null() {
             // The old and the new block may both be live for a moment.
@@ -450,12 +469,20 @@ fn apply(files: &mut Files, m: &Mutation) {
 // One case.
 
 /// Whether `error` names what was wrong: an object (a key the bucket holds or a manifest
-/// names, however hostile), the bucket, or a restored file that did not read back.
+/// names, however hostile), a generation (its key), the bucket, or a restored file that did
+/// not read back.
 fn names_what_was_wrong(error: &str, url: &str, files: &Files) -> bool {
-    let mut named: Vec<String> = ["gen/", "manifests/", "LATEST", url, "read-back of "]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut named: Vec<String> = [
+        "gen/",
+        "manifests/",
+        "LATEST",
+        url,
+        "read-back of ",
+        "generation ",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     for (key, bytes) in files {
         named.push(key.clone());
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(bytes) {
@@ -493,6 +520,7 @@ fn one_case(rt: &tokio::runtime::Runtime, seed: u64, case: u64) {
         apply(&mut files, m);
     }
     let what = format!("seed {seed} case {case}: {mutations:?}");
+    eprintln!("{what}");
 
     let t = tempfile::tempdir().unwrap();
     let (bucket_dir, out) = (t.path().join("bucket"), t.path().join("out"));

@@ -14,6 +14,8 @@
 //! - **segments**: the worker ships at most [`SEGMENT_MAX`] bytes of `wal.bin` per segment (it
 //!   always has: `worker::MAX_SEGMENT_BYTES`), so a segment key (or entry) claiming a longer
 //!   range was not written by it.
+//! - **stored length**: at most [`STORED_MAX`] (S3's largest object), checked before a
+//!   restore plans its ranged GETs.
 //! - **zstd window**: the writer's levels (1 to 19, `super::LEVELS`) use windows of at most
 //!   2^23 bytes; the decoder refuses frames asking for more than 2^[`ZSTD_WINDOW_LOG_MAX`]
 //!   (zstd's own default limit is 2^27), so one frame costs at most 16 MiB of window.
@@ -33,6 +35,22 @@ pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;
 
 /// The longest segment (plain bytes of `wal.bin`) a writer ships.
 pub const SEGMENT_MAX: u64 = crate::worker::MAX_SEGMENT_BYTES;
+
+/// The most stored bytes one object can have: S3's largest object (5 TiB). A manifest entry
+/// stating more is refused before anything is sized by it (a restore plans one ranged GET per
+/// 16 MiB of it).
+pub const STORED_MAX: u64 = 5 << 40;
+
+/// Why an entry's stored length `len` cannot be an object's, if it cannot (the detail,
+/// without the key).
+pub fn stored_len_problem(len: u64) -> Option<String> {
+    (len > STORED_MAX).then(|| {
+        format!(
+            "the manifest states {len} stored bytes, more than an object store holds in one \
+             object ({STORED_MAX}): refused before downloading (a corrupt or hostile entry)"
+        )
+    })
+}
 
 /// The most plain bytes `stored` bytes of `codec` decode to.
 pub fn max_plain_len(codec: Codec, stored: u64) -> u64 {
@@ -109,13 +127,16 @@ mod tests {
     }
 
     #[test]
-    fn segments_are_at_most_what_the_worker_ships() {
-        assert_eq!(segment_len_problem(SEGMENT_MAX), None);
-        assert!(
-            segment_len_problem(1 << 40)
-                .unwrap()
-                .contains("1099511627776")
-        );
+    fn stored_lengths_and_segments_are_at_most_what_a_writer_makes() {
+        type Check = fn(u64) -> Option<String>;
+        let cases: [(Check, u64, u64); 2] = [
+            (stored_len_problem, STORED_MAX, 1 << 63),
+            (segment_len_problem, SEGMENT_MAX, 1 << 40),
+        ];
+        for (check, max, claim) in cases {
+            assert_eq!(check(max), None);
+            assert!(check(claim).unwrap().contains(&claim.to_string()));
+        }
     }
 
     /// The writer's zstd on zeros comes near the format's bound, so the bound is not slack.

@@ -30,8 +30,9 @@
 //! `Decoder::plain_crc_by_caller`), and its answer is the file's read-back. That file is then
 //! not read again from disk: DESIGN.md §6 asks that the restored files be read back with the
 //! format's reader, and this reader runs over exactly the bytes written to the file, in the
-//! order written, each byte written only after the reader saw it; a second reading from the
-//! page cache would see the same bytes. Any other whole object (a snapshot, a side file, one
+//! order written, each byte written only after the reader saw it (but for a feed that decodes
+//! past [`PENDING_MAX`], whose bytes the reader reads back from the file: see "Memory"); a
+//! second reading from the page cache would see the same bytes. Any other whole object (a snapshot, a side file, one
 //! segment of several in `wal.bin`) is decoded the same way with a plain CRC pass in place of
 //! the reader, and its file is read back from disk by `super::stage`.
 //!

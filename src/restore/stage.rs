@@ -340,6 +340,15 @@ pub fn side_file_name_problem(name: &str) -> Option<String> {
 /// are not needed), otherwise segments after the one holding N are left out.
 pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
     let m = &plan.manifest;
+    // A stored length no object has would size the plan of its ranged GETs.
+    for o in m.objects().chain(plan.extension.iter().map(|s| &s.object)) {
+        if let Some(detail) = crate::at_rest::bounds::stored_len_problem(o.len) {
+            return Err(RestoreError::BadObject {
+                key: o.key.clone(),
+                detail,
+            });
+        }
+    }
     let mut files: Vec<PathBuf> = Vec::new();
     let mut pieces = Vec::new();
     let mut add = |rel: PathBuf, object: &ObjectEntry, offset: u64| {
