@@ -28,14 +28,21 @@
 //! Bad content is reported as problems, never an error or a panic. A [`VerifyError`] means the
 //! bucket could not be read (listing, throttling, timeouts): nothing can be said then.
 //! An object named by several manifests is downloaded and checked once. Fetches run with at
-//! most [`VerifyOptions::parallelism`] in flight, each object held in memory while it is
-//! checked.
+//! most [`VerifyOptions::parallelism`] in flight, each object's stored bytes held in memory
+//! while it is checked. Its plain bytes are held only up to [`PLAIN_IN_MEMORY`]: a larger
+//! encoded object is decoded into an unnamed temporary file (`TMPDIR`, gone with its
+//! descriptor) and checked from there a chunk at a time ([`large`]), so what an entry claims
+//! never sizes memory; an entry claiming more than its stored bytes can decode to
+//! (`at_rest::bounds`) is a problem naming it, found before anything is decoded, and so is a
+//! segment longer than a writer ships.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use futures::StreamExt;
 use serde::Serialize;
+
+mod large;
 use uuid::Uuid;
 
 use crate::at_rest::decode::decode_bytes;
@@ -53,6 +60,10 @@ use crate::store::format::{
 
 /// Manifests fetched at once by [`list_restore_points`].
 const LIST_PARALLELISM: usize = 8;
+/// Plain bytes of one object decoded in memory (the longest segment a writer ships, which is
+/// parsed in memory); a larger one is decoded into an unnamed temporary file and read back a
+/// chunk at a time ([`large`]).
+pub const PLAIN_IN_MEMORY: u64 = crate::at_rest::bounds::SEGMENT_MAX;
 
 /// How to verify.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,6 +262,9 @@ fn facts_of(
         let mut probe = entry.clone();
         probe.len = facts.len;
         probe.crc = facts.crc;
+        if probe.plain_len() > PLAIN_IN_MEMORY {
+            return large::facts(facts, stored, roles, &probe, key.as_ref());
+        }
         match decode_bytes(&probe, key.as_ref(), stored) {
             Ok(d) => {
                 let (len, crc) = (d.len() as u64, crc32fast::hash(&d));
@@ -656,6 +670,9 @@ fn check_manifest(m: &Manifest, facts: &HashMap<String, Fetched>) -> Vec<String>
     let mut seq = floor;
     for s in &m.segments {
         let key = &s.object.key;
+        if let Some(p) = crate::at_rest::bounds::segment_len_problem(s.end - s.start) {
+            problems.push(format!("{key}: {p}"));
+        }
         let Some(f) = object(&s.object, &mut problems) else {
             seq += s.frames;
             continue;

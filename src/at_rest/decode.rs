@@ -157,6 +157,12 @@ impl<W: Write> Decoder<W> {
         out: W,
         hash_plain: bool,
     ) -> Result<Self, AtRestError> {
+        if let Some(detail) = super::bounds::plain_len_problem(entry) {
+            return Err(AtRestError::Corrupt {
+                key: entry.key.clone(),
+                detail,
+            });
+        }
         let plain = if hash_plain {
             PlainSink::new(Out(out), entry.plain_len())
         } else {
@@ -164,13 +170,21 @@ impl<W: Write> Decoder<W> {
         };
         let inner = match entry.codec {
             Codec::None => Inner::Raw(plain),
-            Codec::Zstd => Inner::Zstd(Box::new(
-                zstd::stream::write::Decoder::new(plain).map_err(|source| AtRestError::Io {
+            Codec::Zstd => {
+                let start = |source| AtRestError::Io {
                     key: entry.key.clone(),
                     what: "start zstd",
                     source,
-                })?,
-            )),
+                };
+                let mut raw = zstd::stream::raw::Decoder::new().map_err(start)?;
+                raw.set_parameter(zstd::stream::raw::DParameter::WindowLogMax(
+                    super::bounds::ZSTD_WINDOW_LOG_MAX,
+                ))
+                .map_err(start)?;
+                Inner::Zstd(Box::new(zstd::stream::write::Decoder::with_decoder(
+                    plain, raw,
+                )))
+            }
         };
         let open = OpenStage::new(entry.encrypted, key, &entry.key, inner)?;
         Ok(Decoder {
@@ -266,13 +280,21 @@ impl<W: Write> Decoder<W> {
 }
 
 /// Decodes a whole object held in memory (verify, resume, cached extension segments); `key`
-/// is the entry's generation's, for a sealed object.
+/// is the entry's generation's, for a sealed object. The plain bytes grow to at most the
+/// entry's plain length (refused beyond [`super::bounds`]): a caller keeps that small, or
+/// decodes into a file ([`Decoder`]) instead. The first allocation is sized by the bytes
+/// there are, never by the length an entry claims.
 pub fn decode_bytes(
     entry: &ObjectEntry,
     key: Option<&OpenKey>,
     stored: &[u8],
 ) -> Result<Vec<u8>, AtRestError> {
-    let cap = crate::units::usize_of(entry.plain_len().min(64 << 20));
+    let cap = crate::units::usize_of(
+        entry
+            .plain_len()
+            .min(crate::units::u64_len(stored.len()).saturating_mul(4))
+            .min(64 << 20),
+    );
     let mut d = Decoder::new(entry, key, Vec::with_capacity(cap))?;
     d.write_stored(stored)?;
     Ok(d.finish()?.0)
@@ -296,6 +318,9 @@ pub fn recognise(
     plain_len: u64,
     open: Option<&OpenKey>,
 ) -> Option<(ObjectEntry, bytes::Bytes)> {
+    if super::bounds::segment_len_problem(plain_len).is_some() {
+        return None;
+    }
     let crc = crc32fast::hash(stored);
     if stored.starts_with(crate::crypto::stream::MAGIC) {
         return recognise_sealed(key, stored, crc, plain_len, open?);
@@ -306,6 +331,21 @@ pub fn recognise(
             stored.clone(),
         ));
     }
+    let (mut probe, plain, plain_crc) = zstd_of_len(key, stored, crc, plain_len)?;
+    probe.plain_crc = Some(plain_crc);
+    Some((probe, bytes::Bytes::from(plain)))
+}
+
+/// The plain bytes of the zstd stream `stored` (CRC `crc`), when it decodes to exactly
+/// `plain_len` bytes, with an entry for it (no plain CRC yet) and their CRC. The decoder keeps to
+/// `plain_len` and to [`super::bounds`]: a bomb costs at most `plain_len` bytes, which the
+/// caller bounds (a segment's length).
+fn zstd_of_len(
+    key: &str,
+    stored: &[u8],
+    crc: u32,
+    plain_len: u64,
+) -> Option<(ObjectEntry, Vec<u8>, u32)> {
     if !stored.starts_with(&ZSTD_MAGIC) || stored.len() as u64 > plain_len {
         return None;
     }
@@ -328,11 +368,7 @@ pub fn recognise(
         Inner::Raw(_) => return None,
     };
     let (Out(plain), tally) = plain.into_parts();
-    if tally.len != plain_len {
-        return None;
-    }
-    probe.plain_crc = Some(tally.crc);
-    Some((probe, bytes::Bytes::from(plain)))
+    (tally.len == plain_len).then_some((probe, plain, tally.crc))
 }
 
 /// [`recognise`] of a sealed object.
@@ -349,8 +385,8 @@ fn recognise_sealed(
     let (codec, plain) = if inner.len() as u64 == plain_len {
         (Codec::None, inner)
     } else if inner.starts_with(&ZSTD_MAGIC) && (inner.len() as u64) < plain_len {
-        let plain = zstd::stream::decode_all(&inner[..]).ok()?;
-        (Codec::Zstd, plain)
+        let crc = crc32fast::hash(&inner);
+        (Codec::Zstd, zstd_of_len(key, &inner, crc, plain_len)?.1)
     } else {
         return None;
     };

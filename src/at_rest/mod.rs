@@ -21,6 +21,9 @@
 //! - [`decode`]: a push-based decoder for restore and verify; it checks the stored length and
 //!   CRC and the plain length and CRC against the manifest entry, and refuses to write more
 //!   plain bytes than the entry states (a corrupt or hostile object cannot fill a disk).
+//! - [`bounds`]: the plain length stored bytes can decode to (the zstd format's ratio, the
+//!   writer's segment cap, the zstd window); the decoder refuses an entry claiming more before
+//!   it decodes a byte, naming the object.
 //! - [`seal`]: the encryption stage: sealing with the generation's data key, opening, and the
 //!   keyed tag a sealed entry records instead of its plain CRC (see there).
 //!
@@ -34,6 +37,7 @@
 //! and divergence of `wal.bin` by the plain CRC of the local file; for a sealed object the
 //! field holds a keyed tag of the plain length and CRC instead ([`seal`]).
 
+pub mod bounds;
 pub mod decode;
 pub mod encode;
 pub mod seal;

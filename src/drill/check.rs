@@ -1,6 +1,6 @@
 //! A drilled store against its manifest: the format's read-back, the commit seq, and every
 //! file's plain length and CRC-32 (see the module docs of [`super`]). Reads only the restored
-//! directory and the manifest; writes nothing.
+//! directory and the manifest, a chunk at a time (no file is held whole); writes nothing.
 
 use std::path::{Path, PathBuf};
 
@@ -8,6 +8,7 @@ use crate::bucket::Bucket;
 use crate::manifest::{Manifest, ObjectEntry};
 use crate::restore::{RestoreReport, read_back};
 use crate::store::disk::{ARCHIVE_DIR, SNAPSHOT_FILE, WAL_FILE, archive_name};
+use crate::store::format::CHECK_CHUNK;
 
 /// `Err(why)`, naming the object or file, when the store at `dir` is not what the manifest of
 /// `report` promises.
@@ -62,27 +63,28 @@ fn files(
         whole(dir, Path::new(&side.name), &side.object, true)?;
     }
     if whole_wal && !m.segments.is_empty() {
-        let wal = read(dir, Path::new(WAL_FILE))?;
+        let wal = open(dir, Path::new(WAL_FILE))?;
+        let len = wal.1;
         let want = m.segments_end();
-        if crate::units::u64_len(wal.len()) != want {
+        if len != want {
             return Err(format!(
-                "{WAL_FILE} of the drilled store is {} bytes, the segments of {key} end at {want}",
-                wal.len()
+                "{WAL_FILE} of the drilled store is {len} bytes, the segments of {key} end at {want}"
             ));
         }
         for s in &m.segments {
             let o = &s.object;
-            let range = crate::units::usize_of(s.start)..crate::units::usize_of(s.end);
-            let Some(bytes) = wal.get(range) else {
+            if s.end > len {
                 return Err(format!(
                     "{}: its range {}..{} is past the end of {WAL_FILE}",
                     o.key, s.start, s.end
                 ));
-            };
+            }
+            let crc = crc_of(&wal.0, s.start, s.end - s.start)
+                .map_err(|e| format!("{WAL_FILE} of the drilled store: {e}"))?;
             compare(
                 &o.key,
                 &format!("{WAL_FILE} bytes {}..{}", s.start, s.end),
-                bytes,
+                (s.end - s.start, crc),
                 o,
             )?;
         }
@@ -96,16 +98,42 @@ fn whole(dir: &Path, rel: &Path, o: &ObjectEntry, required: bool) -> Result<(), 
     if !required && !dir.join(rel).exists() {
         return Ok(());
     }
-    let bytes = read(dir, rel)?;
-    compare(&o.key, &rel.display().to_string(), &bytes, o)
+    let (file, len) = open(dir, rel)?;
+    let what = rel.display().to_string();
+    if len != o.plain_len() {
+        return compare(&o.key, &what, (len, 0), o);
+    }
+    let crc = crc_of(&file, 0, len).map_err(|e| format!("{what} of the drilled store: {e}"))?;
+    compare(&o.key, &what, (len, crc), o)
 }
 
-fn read(dir: &Path, rel: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(dir.join(rel)).map_err(|e| format!("{} of the drilled store: {e}", rel.display()))
+/// The file at `rel` and its length.
+fn open(dir: &Path, rel: &Path) -> Result<(std::fs::File, u64), String> {
+    let io = |e: std::io::Error| format!("{} of the drilled store: {e}", rel.display());
+    let file = std::fs::File::open(dir.join(rel)).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    Ok((file, len))
 }
 
-fn compare(key: &str, what: &str, bytes: &[u8], o: &ObjectEntry) -> Result<(), String> {
-    let len = crate::units::u64_len(bytes.len());
+/// The CRC-32 of `len` bytes of `file` from `offset`, read a chunk at a time: a drill holds
+/// no restored file in memory, whatever its size.
+fn crc_of(file: &std::fs::File, mut offset: u64, len: u64) -> std::io::Result<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; CHECK_CHUNK];
+    let end = offset + len;
+    while offset < end {
+        let n = usize::try_from(end - offset).map_or(buf.len(), |n| n.min(buf.len()));
+        file.read_exact_at(&mut buf[..n], offset)?;
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    Ok(hasher.finalize())
+}
+
+/// A restored file's (or range's) length and CRC against the entry; the CRC is not looked at
+/// when the length differs.
+fn compare(key: &str, what: &str, (len, crc): (u64, u32), o: &ObjectEntry) -> Result<(), String> {
     if len != o.plain_len() {
         return Err(format!(
             "{key}: restored as {what} of {len} bytes, the manifest says {}",
@@ -114,7 +142,6 @@ fn compare(key: &str, what: &str, bytes: &[u8], o: &ObjectEntry) -> Result<(), S
     }
     // A sealed object's plain_crc is a keyed tag (at_rest/seal.rs), not a CRC: the restore
     // checked it with the generation's key, and authenticated every chunk.
-    let crc = crc32fast::hash(bytes);
     if !o.encrypted && crc != o.plain_crc() {
         return Err(format!(
             "{key}: restored as {what} with CRC {crc:08x}, the manifest says {:08x}",

@@ -9,10 +9,19 @@
 //! plain bytes are made as they are read: [`Decoding`] pushes about [`FEED`] stored bytes at a
 //! time through the decoder, hands the plain bytes out as a [`Read`], and writes each run of
 //! them to the file (about [`WRITE_GROUP`] bytes a `pwrite`) once the reader has passed it,
-//! while it is still in the cache. The plain bytes held are those one feed of stored bytes
-//! decodes to and the reader has not yet passed: a few hundred KiB for sealed or raw data,
-//! but up to the object's plain length for a zstd frame that compresses very well, and that
-//! part is not counted against the restore's memory budget (which counts stored bytes).
+//! while it is still in the cache.
+//!
+//! # Memory
+//! The plain bytes held are those one feed of stored bytes decodes to and the reader has not
+//! yet passed, and never more than [`PENDING_MAX`]: a feed of zstd may decode to up to
+//! 32,768 times its size (`crate::at_rest::bounds`), so once a feed's plain bytes pass
+//! [`PENDING_MAX`], those in memory and every later one of that feed go straight to the file,
+//! and the reader reads them back from it (this one case writes bytes before the reader has
+//! seen them; the reader still sees every byte, from the page cache). So an object costs its
+//! stored bytes (counted against the restore's budget), [`PENDING_MAX`] of plain bytes and
+//! the zstd window (at most 2^`ZSTD_WINDOW_LOG_MAX`), whatever its entry claims; an entry
+//! claiming more plain bytes than its stored bytes can decode to is refused by the decoder
+//! before any byte is written, naming the object.
 //!
 //! When the object is the whole of its file and that file is an archive or `wal.bin`, the
 //! reader is the format's own (`check_wal`, as in `super::readback::check_file`), as for a raw
@@ -21,8 +30,9 @@
 //! `Decoder::plain_crc_by_caller`), and its answer is the file's read-back. That file is then
 //! not read again from disk: DESIGN.md §6 asks that the restored files be read back with the
 //! format's reader, and this reader runs over exactly the bytes written to the file, in the
-//! order written, each byte written only after the reader saw it; a second reading from the
-//! page cache would see the same bytes. Any other whole object (a snapshot, a side file, one
+//! order written, each byte written only after the reader saw it (but for a feed that decodes
+//! past [`PENDING_MAX`], whose bytes the reader reads back from the file: see "Memory"); a
+//! second reading from the page cache would see the same bytes. Any other whole object (a snapshot, a side file, one
 //! segment of several in `wal.bin`) is decoded the same way with a plain CRC pass in place of
 //! the reader, and its file is read back from disk by `super::stage`.
 //!
@@ -63,6 +73,9 @@ use crate::store::format::{CHECK_CHUNK, check_wal};
 pub const DECODE_AHEAD: usize = 3;
 /// Stored bytes pushed through the decoder at a time, in the one-pass decoding.
 pub const FEED: usize = 256 << 10;
+/// Plain bytes of one feed held in memory at most in the one-pass decoding; the rest of that
+/// feed's plain bytes go straight to the file (see "Memory" in the module docs).
+pub const PENDING_MAX: usize = 4 << 20;
 
 /// Bytes of GET responses one encoded object of `len` stored bytes holds in memory at most:
 /// all of them when it is one GET, else its [`DECODE_AHEAD`] largest ranges. (Its plain bytes
@@ -139,7 +152,7 @@ pub(super) async fn decode_piece(
     let fetched = started.elapsed();
     let (entry, offset) = (entry.clone(), piece.offset);
     let check =
-        blocking(move || decode_whole(&entry, key.as_ref(), &stored, &file, offset, whole_file))
+        blocking(move || decode_whole(&entry, key.as_ref(), &stored, file, offset, whole_file))
             .await?;
     tracing::debug!(
         key = %piece.key,
@@ -170,11 +183,11 @@ fn decode_whole(
     entry: &ObjectEntry,
     key: Option<&GenerationKey>,
     stored: &[Bytes],
-    file: &File,
+    file: Arc<File>,
     offset: u64,
     whole_file: Option<PathBuf>,
 ) -> Result<Option<FileCheck>, RestoreError> {
-    let mut d = Decoding::new(entry, key, stored, file, offset)?;
+    let mut d = Decoding::new(entry, key, stored, file.clone(), offset)?;
     let wal = whole_file
         .as_deref()
         .filter(|rel| matches!(FileKind::of(rel), Ok(FileKind::Archive(_) | FileKind::Wal)));
@@ -196,7 +209,7 @@ fn decode_whole(
         // Not a WAL file: the decoder's checks first, from a CRC of the bytes as written.
         None => {
             d.drain(None).map_err(|e| d.error(e))?;
-            let crc = crc_of_file(file, offset, entry.plain_len()).map_err(write_error(offset))?;
+            let crc = crc_of_file(&file, offset, entry.plain_len()).map_err(write_error(offset))?;
             d.finish(crc)?;
             Ok(None)
         }
@@ -220,13 +233,45 @@ fn crc_of_file(file: &File, mut offset: u64, len: u64) -> io::Result<u32> {
     Ok(hasher.finalize())
 }
 
-/// The decoder's output in the one-pass decoding: plain bytes not yet written to the file.
-#[derive(Clone, Default)]
-struct Pending(Rc<RefCell<Vec<u8>>>);
+/// The decoder's output in the one-pass decoding (see "Memory" in the module docs): plain
+/// bytes in memory, then, once more than [`PENDING_MAX`] came of one feed, bytes already on
+/// the file that the reader has not passed yet.
+#[derive(Clone)]
+struct Pending(Rc<RefCell<Output>>);
+
+struct Output {
+    file: Arc<File>,
+    /// Plain bytes from file offset `base`; `mem[..written]` are on the file.
+    mem: Vec<u8>,
+    base: u64,
+    written: usize,
+    /// Bytes written straight to the file after `mem` (from `base + mem.len()`), not yet read.
+    spilled: u64,
+}
+
+impl Output {
+    /// Where the next plain byte goes.
+    fn end(&self) -> u64 {
+        self.base + crate::units::u64_len(self.mem.len()) + self.spilled
+    }
+}
 
 impl Write for Pending {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(buf);
+        let mut o = self.0.borrow_mut();
+        if o.spilled == 0 && o.mem.len() + buf.len() <= PENDING_MAX {
+            o.mem.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        if o.spilled == 0 {
+            // From here on every byte of this feed is on the file: what is in memory first.
+            let at = o.base + crate::units::u64_len(o.written);
+            o.file.write_all_at(&o.mem[o.written..], at)?;
+            o.written = o.mem.len();
+        }
+        let at = o.end();
+        o.file.write_all_at(buf, at)?;
+        o.spilled += crate::units::u64_len(buf.len());
         Ok(buf.len())
     }
 
@@ -236,7 +281,7 @@ impl Write for Pending {
 }
 
 /// The plain bytes of a whole object, decoded from `stored` as they are read and written to
-/// `file` behind the reading (see the module docs).
+/// the file behind the reading (see the module docs).
 struct Decoding<'a> {
     /// The object's key, for an error.
     key: &'a str,
@@ -249,12 +294,8 @@ struct Decoding<'a> {
     /// The decoder's error, once it failed (the reader sees a plain I/O error).
     failed: Option<AtRestError>,
     pending: Pending,
-    /// `pending[..read]` were handed out, `pending[..written]` are on the file.
-    read: usize,
-    written: usize,
-    file: &'a File,
-    /// Where `pending[written]` goes.
-    pos: u64,
+    /// Bytes of this feed handed out: `mem` first, then the spilled bytes.
+    read: u64,
 }
 
 impl<'a> Decoding<'a> {
@@ -262,10 +303,16 @@ impl<'a> Decoding<'a> {
         entry: &'a ObjectEntry,
         key: Option<&GenerationKey>,
         stored: &'a [Bytes],
-        file: &'a File,
+        file: Arc<File>,
         offset: u64,
     ) -> Result<Self, RestoreError> {
-        let pending = Pending::default();
+        let pending = Pending(Rc::new(RefCell::new(Output {
+            file,
+            mem: Vec::new(),
+            base: offset,
+            written: 0,
+            spilled: 0,
+        })));
         let decoder =
             Decoder::plain_crc_by_caller(entry, key, pending.clone()).map_err(at_rest_error)?;
         Ok(Decoding {
@@ -278,20 +325,22 @@ impl<'a> Decoding<'a> {
             failed: None,
             pending,
             read: 0,
-            written: 0,
-            file,
-            pos: offset,
         })
     }
 
-    /// Writes the plain bytes handed out and not yet written.
+    /// Where the next plain byte handed out is (for a write error).
+    fn pos(&self) -> u64 {
+        self.pending.0.borrow().base + self.read
+    }
+
+    /// Writes the bytes of `mem` handed out and not yet written.
     fn write_read(&mut self) -> io::Result<()> {
-        if self.read > self.written {
-            let p = self.pending.0.borrow();
-            self.file
-                .write_all_at(&p[self.written..self.read], self.pos)?;
-            self.pos += (self.read - self.written) as u64;
-            self.written = self.read;
+        let mut o = self.pending.0.borrow_mut();
+        let upto = crate::units::usize_of(self.read).min(o.mem.len());
+        if upto > o.written {
+            let at = o.base + crate::units::u64_len(o.written);
+            o.file.write_all_at(&o.mem[o.written..upto], at)?;
+            o.written = upto;
         }
         Ok(())
     }
@@ -300,8 +349,13 @@ impl<'a> Decoding<'a> {
     /// (or ends the decoder). `false` when the decoder had ended already.
     fn refill(&mut self) -> io::Result<bool> {
         self.write_read()?;
-        self.pending.0.borrow_mut().clear();
-        (self.read, self.written) = (0, 0);
+        {
+            let mut o = self.pending.0.borrow_mut();
+            o.base = o.end();
+            o.mem.clear();
+            (o.written, o.spilled) = (0, 0);
+        }
+        self.read = 0;
         let Some(decoder) = self.decoder.as_mut() else {
             return Ok(false);
         };
@@ -337,12 +391,31 @@ impl<'a> Decoding<'a> {
 
     /// Reads every plain byte left, hashing it into `hasher` if given, and writes it.
     fn drain(&mut self, mut hasher: Option<&mut crc32fast::Hasher>) -> io::Result<()> {
+        let mut buf = Vec::new();
         loop {
-            let len = self.pending.0.borrow().len();
             if let Some(h) = hasher.as_deref_mut() {
-                h.update(&self.pending.0.borrow()[self.read..len]);
+                loop {
+                    let o = self.pending.0.borrow();
+                    let mem = crate::units::u64_len(o.mem.len());
+                    if self.read < mem {
+                        h.update(&o.mem[crate::units::usize_of(self.read)..]);
+                        self.read = mem;
+                        continue;
+                    }
+                    // Spilled bytes: read back from the file, a chunk at a time.
+                    let left = mem + o.spilled - self.read;
+                    if left == 0 {
+                        break;
+                    }
+                    buf.resize(crate::units::usize_of(left.min(CHECK_CHUNK as u64)), 0);
+                    o.file.read_exact_at(&mut buf, o.base + self.read)?;
+                    h.update(&buf);
+                    self.read += crate::units::u64_len(buf.len());
+                }
+            } else {
+                let o = self.pending.0.borrow();
+                self.read = crate::units::u64_len(o.mem.len()) + o.spilled;
             }
-            self.read = len;
             if !self.refill()? {
                 return Ok(());
             }
@@ -353,7 +426,7 @@ impl<'a> Decoding<'a> {
     fn error(&mut self, e: io::Error) -> RestoreError {
         match self.failed.take() {
             Some(e) => at_rest_error(e),
-            None => write_error(self.pos)(e),
+            None => write_error(self.pos())(e),
         }
     }
 
@@ -377,14 +450,27 @@ impl Read for Decoding<'_> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
             let n = {
-                let p = self.pending.0.borrow();
-                let n = out.len().min(p.len() - self.read);
-                out[..n].copy_from_slice(&p[self.read..self.read + n]);
-                n
+                let o = self.pending.0.borrow();
+                let mem = crate::units::u64_len(o.mem.len());
+                if self.read < mem {
+                    let from = crate::units::usize_of(self.read);
+                    let n = out.len().min(o.mem.len() - from);
+                    out[..n].copy_from_slice(&o.mem[from..from + n]);
+                    n
+                } else if self.read < mem + o.spilled {
+                    // On the file already (a feed that decoded to more than PENDING_MAX).
+                    let left = mem + o.spilled - self.read;
+                    let n = out.len().min(crate::units::usize_of(left));
+                    o.file.read_exact_at(&mut out[..n], o.base + self.read)?;
+                    n
+                } else {
+                    0
+                }
             };
             if n > 0 || out.is_empty() {
-                self.read += n;
-                if self.read - self.written >= WRITE_GROUP {
+                self.read += crate::units::u64_len(n);
+                let written = crate::units::u64_len(self.pending.0.borrow().written);
+                if self.read.saturating_sub(written) >= WRITE_GROUP as u64 {
                     self.write_read()?;
                 }
                 return Ok(n);

@@ -72,7 +72,9 @@
 //! by hand is always safe.
 //!
 //! # Limits
-//! The `--at` cut and the read-back read one WAL file at a time into memory. A target that is
+//! The `--at` cut walks `wal.bin`'s frame headers and the read-back reads each file a chunk at
+//! a time, so neither holds a file whole; decoding holds a few MiB per object whatever its
+//! entry claims (`decode`, `crate::at_rest::bounds`). A target that is
 //! a mount point cannot be replaced by a rename and is refused: restore into a directory
 //! inside it.
 

@@ -5,7 +5,9 @@
 //! check them against, so each is downloaded once here and checked frame by frame (length from
 //! its key, every frame's CRC, seqs continuing the chain); its CRC is then recorded so that the
 //! download into the store is checked like any other object. Up to [`EXTENSION_CACHE_BYTES`]
-//! of those bytes are kept in memory and not downloaded a second time.
+//! of those bytes are kept in memory and not downloaded a second time. A segment key whose
+//! range is longer than a writer ships (`at_rest::bounds::SEGMENT_MAX`) fails the plan naming
+//! the object, before it is read: its decoding is then held to that length.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -334,6 +336,13 @@ pub(crate) async fn extend(
         };
         if start < m.segments_end() || until.is_some_and(|u| end > u) {
             continue;
+        }
+        // A range no writer ships (a bomb's claim): refused, naming it, before it is read.
+        if let Some(detail) = crate::at_rest::bounds::segment_len_problem(end - start) {
+            return Err(RestoreError::BadObject {
+                key: obj.key,
+                detail,
+            });
         }
         // An encoded segment is shorter than its key's range; never longer.
         if obj.len > end - start {

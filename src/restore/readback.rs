@@ -9,7 +9,7 @@
 //! [`check_file`] on each file as soon as its last byte is written, overlapped with the
 //! downloads still in flight, and [`chain`] at the end, so the read-back costs the restore
 //! little more than the chain check. Both read the files as written, never the downloaded
-//! bytes in memory.
+//! bytes in memory, a chunk at a time (a file is never held whole, whatever its size).
 
 use std::fs;
 use std::io::ErrorKind;
@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::store::disk::{ARCHIVE_DIR, SNAPSHOT_FILE, WAL_FILE, archive_name};
 use crate::store::engine::ENGINE_NAME;
-use crate::store::format::{CHECK_CHUNK, CheckError, WalHeader, check_wal, decode_snapshot};
+use crate::store::format::{CHECK_CHUNK, CheckError, WalHeader, check_snapshot, check_wal};
 
 /// What a store directory holds according to the format's own reader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +85,11 @@ pub(crate) fn check_file(dir: &Path, rel: &Path) -> Result<FileCheck, String> {
     match kind {
         FileKind::Other => Ok(FileCheck::Other),
         FileKind::Snapshot => {
-            let bytes = fs::read(&path).map_err(io)?;
-            let (header, _) = decode_snapshot(&bytes).map_err(|e| format!("{what}: {e}"))?;
+            let file = fs::File::open(&path).map_err(io)?;
+            let header = check_snapshot(&file, CHECK_CHUNK).map_err(|e| match e {
+                CheckError::Io(e) => io(e),
+                CheckError::Format(e) => format!("{what}: {e}"),
+            })?;
             Ok(FileCheck::Snapshot {
                 commit_seq: header.commit_seq,
             })

@@ -78,7 +78,7 @@ use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
     WAL_FILE, archive_name, sync_dir, write_file_durably,
 };
-use crate::store::format::{ParentRecord, WAL_HEADER_LEN, scan_wal};
+use crate::store::format::{FRAME_HEADER_LEN, ParentRecord, WAL_HEADER_LEN, WalHeader};
 
 /// The lock file inside a temporary restore directory.
 const LOCK_NAME: &str = ".restore.lock";
@@ -97,10 +97,12 @@ fn create_private_dir(path: &Path) -> Result<(), RestoreError> {
         .map_err(io(path))
 }
 
-/// Creates (or truncates) the file `path`, new ones with [`FILE_MODE`].
+/// Creates (or truncates) the file `path`, new ones with [`FILE_MODE`]; opened read-write, since
+/// a decoding that runs ahead of its reader reads back what it wrote (`super::decode`).
 fn create_private_file(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create(true)
         .truncate(true)
@@ -366,6 +368,15 @@ pub fn side_file_name_problem(name: &str) -> Option<String> {
 /// are not needed), otherwise segments after the one holding N are left out.
 pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
     let m = &plan.manifest;
+    // A stored length no object has would size the plan of its ranged GETs.
+    for o in m.objects().chain(plan.extension.iter().map(|s| &s.object)) {
+        if let Some(detail) = crate::at_rest::bounds::stored_len_problem(o.len) {
+            return Err(RestoreError::BadObject {
+                key: o.key.clone(),
+                detail,
+            });
+        }
+    }
     let mut files: Vec<PathBuf> = Vec::new();
     let mut pieces = Vec::new();
     let mut add = |rel: PathBuf, object: &ObjectEntry, offset: u64| {
@@ -474,6 +485,8 @@ pub(crate) async fn download(
         rels.iter()
             .map(|rel| {
                 let p = root.join(rel);
+                // Readable too: a decoding that runs ahead of its reader reads back what
+                // it wrote (`super::decode`, "Memory").
                 create_private_file(&p).map(Arc::new).map_err(io(&p))
             })
             .collect()
@@ -673,35 +686,48 @@ async fn read_back_and_sync(
     Ok(read)
 }
 
-/// Cuts `wal.bin` after frame `seq = n`.
+/// Cuts `wal.bin` after frame `seq = n`, found by walking the frame headers (a header of
+/// 16 bytes read a frame at a time: the file is never held whole, whatever its size). The
+/// file was read back with the format's reader before, and is read back again after the
+/// cut, so the walk takes each header's length and seq as they are and stops at the first
+/// that does not continue the chain or runs past the end.
 fn cut_wal(dir: &Path, n: u64) -> Result<(), RestoreError> {
+    use std::os::unix::fs::FileExt;
     let path = dir.join(WAL_FILE);
-    let bytes = fs::read(&path).map_err(io(&path))?;
     let bad = |detail: String| RestoreError::ReadBack {
         dir: dir.to_path_buf(),
         detail,
     };
-    let scan = scan_wal(&bytes).map_err(|e| bad(format!("{WAL_FILE}: {e}")))?;
-    let end = if scan.header.floor == n {
-        WAL_HEADER_LEN as u64
-    } else {
-        match scan.frames.iter().find(|f| f.seq == n) {
-            Some(f) => f.end as u64,
-            None => {
-                return Err(bad(format!(
-                    "{WAL_FILE} holds commits {}..={}, not {n}",
-                    scan.header.floor + 1,
-                    scan.last_seq
-                )));
-            }
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(io(&path))?;
+    let len = f.metadata().map_err(io(&path))?.len();
+    let mut head = vec![0u8; WAL_HEADER_LEN.min(crate::units::usize_of(len))];
+    f.read_exact_at(&mut head, 0).map_err(io(&path))?;
+    let header = WalHeader::decode(&head).map_err(|e| bad(format!("{WAL_FILE}: {e}")))?;
+    let mut at = WAL_HEADER_LEN as u64;
+    let mut last_seq = header.floor;
+    let mut frame = [0u8; FRAME_HEADER_LEN];
+    while last_seq != n && at + FRAME_HEADER_LEN as u64 <= len {
+        f.read_exact_at(&mut frame, at).map_err(io(&path))?;
+        let payload = u64::from(u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")));
+        let seq = u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes"));
+        let end = at + FRAME_HEADER_LEN as u64 + payload;
+        if Some(seq) != last_seq.checked_add(1) || end > len {
+            break;
         }
-    };
-    if end < bytes.len() as u64 {
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        f.set_len(end).map_err(io(&path))?;
+        (last_seq, at) = (seq, end);
+    }
+    if last_seq != n {
+        return Err(bad(format!(
+            "{WAL_FILE} holds commits {}..={last_seq}, not {n}",
+            header.floor + 1
+        )));
+    }
+    if at < len {
+        f.set_len(at).map_err(io(&path))?;
         f.sync_all().map_err(io(&path))?;
     }
     Ok(())

@@ -522,6 +522,53 @@ pub fn decode_snapshot(file: &[u8]) -> Result<(SnapshotHeader, &[u8]), FormatErr
     Ok((header, payload))
 }
 
+/// [`decode_snapshot`]'s checks of everything `read` yields, reading about `chunk` bytes at a
+/// time: the same answer (the header, or the same error), holding a chunk rather than the
+/// file, so a restored snapshot is read back whatever its size (or a hostile header's
+/// `payload_len`).
+pub fn check_snapshot(
+    mut read: impl std::io::Read,
+    chunk: usize,
+) -> Result<SnapshotHeader, CheckError> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(SNAPSHOT_HEADER_LEN);
+    (&mut read)
+        .take(SNAPSHOT_HEADER_LEN as u64)
+        .read_to_end(&mut head)?;
+    let header = SnapshotHeader::decode(&head)?;
+    let want = header.file_len();
+    let payload_end = want.saturating_sub(SNAPSHOT_TRAILER_LEN as u64);
+    let mut hasher = crc32fast::Hasher::new();
+    let mut trailer = Vec::with_capacity(SNAPSHOT_TRAILER_LEN);
+    let mut pos = SNAPSHOT_HEADER_LEN as u64;
+    let mut buf = vec![0u8; chunk.max(1)];
+    loop {
+        let n = match read.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let b = &buf[..n];
+        let payload = usize::try_from(payload_end.saturating_sub(pos)).map_or(n, |p| p.min(n));
+        hasher.update(&b[..payload]);
+        let room = SNAPSHOT_TRAILER_LEN - trailer.len();
+        trailer.extend_from_slice(&b[payload..n.min(payload + room)]);
+        pos += n as u64;
+    }
+    if pos != want {
+        return Err(FormatError::Invalid {
+            what: "snapshot",
+            detail: format!("file is {pos} bytes, header says {want}"),
+        }
+        .into());
+    }
+    if hasher.finalize() != u32_at(&trailer, 0) {
+        return Err(FormatError::PayloadCrc { what: "snapshot" }.into());
+    }
+    Ok(header)
+}
+
 /// A durable WAL position: how much of which `wal.bin`, beside which snapshot, is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WalPosition {
@@ -644,6 +691,41 @@ mod tests {
             decode_snapshot(&file),
             Err(FormatError::PayloadCrc { what: "snapshot" })
         );
+    }
+
+    /// The streaming check answers exactly what the whole-file decode does, wherever the
+    /// chunks end.
+    #[test]
+    fn check_snapshot_agrees_with_decode_snapshot() {
+        let good = encode_snapshot(Uuid::from_u128(1), 40, None, &[7u8; 1000]);
+        let mut flipped = good.clone();
+        flipped[500] ^= 1;
+        let mut longer = good.clone();
+        longer.push(0);
+        let mut huge = good.clone();
+        huge[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
+        let crc = crc32fast::hash(&huge[..56]);
+        huge[56..60].copy_from_slice(&crc.to_le_bytes());
+        let cases = [
+            good.clone(),
+            flipped,
+            longer,
+            good[..good.len() - 1].to_vec(),
+            good[..30].to_vec(),
+            huge,
+            Vec::new(),
+        ];
+        for case in &cases {
+            let whole = decode_snapshot(case).map(|(h, _)| h);
+            for chunk in [1, 3, 64, 1 << 20] {
+                let streamed = match check_snapshot(&case[..], chunk) {
+                    Ok(h) => Ok(h),
+                    Err(CheckError::Format(e)) => Err(e),
+                    Err(CheckError::Io(e)) => panic!("{e}"),
+                };
+                assert_eq!(streamed, whole, "chunk {chunk}, {} bytes", case.len());
+            }
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 pub mod binary;
 pub mod fault_proxy;
 pub mod hooked;
+pub mod hostile;
 pub mod instances;
 pub mod postgres;
 pub mod registry;
