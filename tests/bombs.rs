@@ -99,6 +99,47 @@ fn restore_refuses_a_segment_key_claiming_more_than_a_writer_ships() {
     assert!(ok, "{stderr}");
 }
 
+/// Every object but the segments (whose lengths their keys fix) of the newest manifest restated
+/// as 5 TiB stored (each within what one object may hold): a restore would have planned one ranged GET per 16 MiB of 20 TiB and more before
+/// its first request. The total is refused before anything is sized by it, naming an object.
+#[test]
+fn restore_refuses_a_manifest_whose_objects_add_up_past_what_a_restore_plans() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket, work) = (t.path().join("s"), t.path().join("b"), t.path().join("w"));
+    std::fs::create_dir(&work).unwrap();
+    support::store::write(&store, 300, 100, 4096);
+    backup_once(&store, &bucket);
+    let (path, mut m) = latest_manifest(&bucket);
+    let mut stated = 0;
+    let mut restate = |e: &mut serde_json::Value| {
+        if e.is_object() {
+            e["len"] = (5u64 << 40).into();
+            stated += 1;
+        }
+    };
+    restate(&mut m["snapshot"]);
+    for list in ["archives", "side_files"] {
+        if let Some(entries) = m.get_mut(list).and_then(|v| v.as_array_mut()) {
+            entries.iter_mut().for_each(&mut restate);
+        }
+    }
+    assert!(
+        stated >= 4,
+        "the restore point names at least four objects: {m}"
+    );
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+
+    let target = work.join("restored");
+    let url = support::file_url(&bucket);
+    let (ok, stderr) = run_capped(&["restore", "--from", &url, "--to", target.to_str().unwrap()]);
+    assert!(!ok, "the restore succeeded: {stderr}");
+    assert!(
+        stderr.contains("more than one restore plans") && stderr.contains("gen/"),
+        "the error names the total and an object: {stderr}"
+    );
+    assert_eq!(names(&work), Vec::<String>::new(), "left beside the target");
+}
+
 #[test]
 fn restore_and_verify_refuse_a_manifest_entry_claiming_more_than_its_bytes_decode_to() {
     let t = tempfile::tempdir().unwrap();

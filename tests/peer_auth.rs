@@ -184,6 +184,24 @@ async fn a_forwarded_call_never_carries_the_admin_token() {
         1,
         "the fake owner was called again"
     );
+    // A Deregister it cannot forward is answered where it was asked, as for an owner that
+    // cannot be reached: refused while the owner was heard from lately, naming it (a silent
+    // owner's store would be deregistered here), not refused for the missing peer token.
+    let here = lone
+        .client()
+        .await
+        .deregister(admin(proto::DeregisterRequest {
+            store_id: id.clone(),
+            ..Default::default()
+        }))
+        .await
+        .expect_err("a Deregister of a store whose owner was heard from lately");
+    assert!(
+        here.message()
+            .contains("belongs to instance b, which is alive"),
+        "{here:?}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "the fake owner was called");
 
     drop((a, lone, b));
     db.drop_database().await;

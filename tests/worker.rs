@@ -372,11 +372,12 @@ async fn segments_shipped_after_the_last_restore_point_are_taken_on_after_a_rest
 
 /// Resume takes on the segments shipped after the newest restore point (fetched several at
 /// once) in order, up to a gap, and never past it: a segment missing from the bucket, or whose
-/// bytes are not the local WAL's, ends the extension there, and the segments after it (valid
-/// on their own) are not spliced on; the bytes from the gap on are shipped again.
+/// bytes are not the local WAL's, or that is longer than its key's range (never fetched: a
+/// hostile object could be gigabytes), ends the extension there, and the segments after it
+/// (valid on their own) are not spliced on; the bytes from the gap on are shipped again.
 #[tokio::test]
 async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
-    for gap in ["missing", "corrupt"] {
+    for gap in ["missing", "corrupt", "oversized"] {
         let t = tempfile::tempdir().unwrap();
         let (store, root) = (t.path().join("s"), t.path().join("b"));
         write(&store, 300, 0, 0);
@@ -413,7 +414,10 @@ async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
         match gap {
             "missing" => b.delete(&hole.2, None).await.unwrap(),
             _ => {
-                let len = usize::try_from(hole.1 - hole.0).unwrap();
+                let mut len = usize::try_from(hole.1 - hole.0).unwrap();
+                if gap == "oversized" {
+                    len += 1 << 20;
+                }
                 b.put(
                     &hole.2,
                     bucket::Body::from(vec![0xab; len]),

@@ -33,13 +33,33 @@ pub const ZSTD_MAX_RATIO: u64 = 32_768;
 /// The largest zstd window (as a power of two) a decoder accepts.
 pub const ZSTD_WINDOW_LOG_MAX: u32 = 24;
 
-/// The longest segment (plain bytes of `wal.bin`) a writer ships.
-pub const SEGMENT_MAX: u64 = crate::worker::MAX_SEGMENT_BYTES;
+/// The longest segment (plain bytes of `wal.bin`) a writer ships: the worker's
+/// `MAX_SEGMENT_BYTES` is defined as this, so the two cannot drift apart (and this floor does
+/// not import the worker above it).
+pub const SEGMENT_MAX: u64 = 32 << 20;
 
 /// The most stored bytes one object can have: S3's largest object (5 TiB). A manifest entry
 /// stating more is refused before anything is sized by it (a restore plans one ranged GET per
 /// 16 MiB of it).
 pub const STORED_MAX: u64 = 5 << 40;
+
+/// The most stored bytes one restore plans (every object a manifest names, and the segments
+/// past it): 16 TiB. A restore plans one ranged GET (a few dozen bytes of bookkeeping) per
+/// 16 MiB before its first request, so without a total a manifest of many entries each just
+/// under [`STORED_MAX`] (a few KiB of JSON) would size gigabytes of plan: with it, the plan
+/// stays under about 100 MiB. A store larger than this is restored by no single restore.
+pub const RESTORE_STORED_MAX: u64 = 16 << 40;
+
+/// Why a restore of `total` stored bytes is refused, if it is (the detail, without the key).
+pub fn restore_total_problem(total: u64) -> Option<String> {
+    (total > RESTORE_STORED_MAX).then(|| {
+        format!(
+            "the restore point and the segments past it state {total} stored bytes in all, more \
+             than one restore plans ({RESTORE_STORED_MAX}): refused before downloading (a \
+             corrupt or hostile manifest)"
+        )
+    })
+}
 
 /// Why an entry's stored length `len` cannot be an object's, if it cannot (the detail,
 /// without the key).
@@ -129,8 +149,9 @@ mod tests {
     #[test]
     fn stored_lengths_and_segments_are_at_most_what_a_writer_makes() {
         type Check = fn(u64) -> Option<String>;
-        let cases: [(Check, u64, u64); 2] = [
+        let cases: [(Check, u64, u64); 3] = [
             (stored_len_problem, STORED_MAX, 1 << 63),
+            (restore_total_problem, RESTORE_STORED_MAX, 1 << 50),
             (segment_len_problem, SEGMENT_MAX, 1 << 40),
         ];
         for (check, max, claim) in cases {

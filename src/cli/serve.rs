@@ -375,11 +375,19 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             advertise_address: a.advertise_address.or(file.advertise_address),
             failover_group: a.failover_group.or(file.failover_group),
             peer_ca: a.peer_ca.or(file.peer_ca),
-            token: a
-                .peer_token_file
-                .or(file.peer_token_file)
-                .map(|p| service::peer_auth::PeerToken::read(&p))
-                .transpose()?,
+            token: match (a.peer_token_file, file.peer_token_file) {
+                (Some(p), _) => Some(service::peer_auth::PeerToken::read(
+                    &p,
+                    "--peer-token-file",
+                    &mut warnings,
+                )?),
+                (None, Some(p)) => Some(service::peer_auth::PeerToken::read(
+                    &p,
+                    "peer_token_file",
+                    &mut warnings,
+                )?),
+                (None, None) => None,
+            },
             owner_cache: a
                 .owner_cache_ms
                 .or(file.owner_cache_ms)

@@ -368,9 +368,15 @@ pub fn side_file_name_problem(name: &str) -> Option<String> {
 /// are not needed), otherwise segments after the one holding N are left out.
 pub(crate) fn layout(plan: &Plan) -> Result<Layout, RestoreError> {
     let m = &plan.manifest;
-    // A stored length no object has would size the plan of its ranged GETs.
+    // A stored length no object has, or a total no restore plans, would size the plan of its
+    // ranged GETs (one per 16 MiB): refused before anything is sized by it.
+    let mut total: u64 = 0;
     for o in m.objects().chain(plan.extension.iter().map(|s| &s.object)) {
-        if let Some(detail) = crate::at_rest::bounds::stored_len_problem(o.len) {
+        let problem = crate::at_rest::bounds::stored_len_problem(o.len).or_else(|| {
+            total = total.saturating_add(o.len);
+            crate::at_rest::bounds::restore_total_problem(total)
+        });
+        if let Some(detail) = problem {
             return Err(RestoreError::BadObject {
                 key: o.key.clone(),
                 detail,

@@ -228,10 +228,21 @@ impl BackupControl for Api {
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
         let caller = self.caller(&req)?;
-        // An owner that cannot be reached: answered here, where a store whose owner has been
+        // An owner that cannot be reached, or that this instance may not call (no peer token
+        // where an admin token is enforced): answered here, where a store whose owner has been
         // silent for owner_silent_after may be deregistered (and one whose owner is still
         // heard from is refused, naming it).
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
+        let store_id = &req.get_ref().store_id;
+        record_store_id(store_id);
+        let routed = self
+            .peers
+            .route(&self.fleet, &forward_meta(&req, &caller), store_id)
+            .await;
+        let routed = match routed {
+            Err(ServiceError::Forward(ForwardError::NoPeerToken { .. })) => None,
+            other => other?,
+        };
+        if let Some(hop) = routed {
             let msg = req.get_ref().clone();
             if let Ok(answer) = hop
                 .try_call(msg, |mut c, r| async move { c.deregister(r).await })

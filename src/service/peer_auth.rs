@@ -108,23 +108,37 @@ impl std::fmt::Debug for PeerToken {
     }
 }
 
-/// Why the peer token file cannot be used (`serve` stops at start).
+/// Why the peer token file cannot be used (`serve` stops at start). Each names the setting
+/// the path came from (`--peer-token-file` or the config file's `peer_token_file`).
 #[derive(Debug, thiserror::Error)]
 pub enum PeerTokenError {
-    #[error("--peer-token-file: {0}")]
-    Read(SecretFileError),
-    #[error("--peer-token-file {path}: {why}")]
-    Bad { path: String, why: String },
+    #[error("{key}: {source}")]
+    Read {
+        key: &'static str,
+        source: SecretFileError,
+    },
+    #[error("{key} {path}: {why}")]
+    Bad {
+        key: &'static str,
+        path: String,
+        why: String,
+    },
 }
 
 impl PeerToken {
-    /// Reads and checks `path` (see the module docs); permission warnings are logged.
-    pub fn read(path: &Path) -> Result<PeerToken, PeerTokenError> {
-        let file = secret_file::read(path, PEER_TOKEN_FILE_MAX).map_err(PeerTokenError::Read)?;
-        for w in &file.warnings {
-            tracing::warn!("--peer-token-file: {w}");
-        }
+    /// Reads and checks `path`, named `key` (the flag or the config key it came from; see the
+    /// module docs). Its permission warnings are pushed to `warnings`, named by `key`: `serve`
+    /// logs them once logging is set up (logged here, they would be lost).
+    pub fn read(
+        path: &Path,
+        key: &'static str,
+        warnings: &mut Vec<String>,
+    ) -> Result<PeerToken, PeerTokenError> {
+        let file = secret_file::read(path, PEER_TOKEN_FILE_MAX)
+            .map_err(|source| PeerTokenError::Read { key, source })?;
+        warnings.extend(file.warnings.iter().map(|w| format!("{key}: {w}")));
         let bad = |why: &str| PeerTokenError::Bad {
+            key,
             path: path.display().to_string(),
             why: why.to_string(),
         };

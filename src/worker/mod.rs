@@ -161,8 +161,9 @@ pub const UNHEALTHY_AFTER_FAILURES: u32 = 5;
 /// The shortest lag that makes the worker unhealthy: durable data unshipped for longer than
 /// `max(MIN_UNHEALTHY_LAG, 10 × wal_interval)`.
 pub const MIN_UNHEALTHY_LAG: Duration = Duration::from_secs(30);
-/// The largest segment one step ships; a longer unshipped stretch goes up in several.
-pub const MAX_SEGMENT_BYTES: u64 = 32 << 20;
+/// The largest segment one step ships; a longer unshipped stretch goes up in several. A
+/// restore refuses a segment claiming more (`at_rest::bounds`, where the number lives).
+pub const MAX_SEGMENT_BYTES: u64 = crate::at_rest::bounds::SEGMENT_MAX;
 
 /// How the worker paces itself.
 #[derive(Debug, Clone)]

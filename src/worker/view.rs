@@ -282,6 +282,18 @@ impl View {
             };
             max_generation = max_generation.max(g);
             if let Some((s, e)) = manifest::parse_segment_key(g, &o.key) {
+                // A segment is fetched whole to be compared with the store (`adopt_segments`):
+                // one longer than its key's range (an encoded segment never is; a hostile
+                // object could be gigabytes) or claiming more than a writer ships is left out
+                // of the chain, as a restore leaves it out (`restore::plan`), and never read.
+                if o.len > e - s || crate::at_rest::bounds::segment_len_problem(e - s).is_some() {
+                    tracing::warn!(
+                        key = %o.key,
+                        len = o.len,
+                        "a segment longer than its key's range or than a writer ships: not read"
+                    );
+                    continue;
+                }
                 segment_keys.entry(g).or_default().push((s, e, o.key));
             }
         }
