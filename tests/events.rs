@@ -167,26 +167,6 @@ fn kind(k: proto::EventKind) -> impl Fn(&proto::BackupEvent) -> bool {
     move |e| e.kind == k as i32
 }
 
-async fn pause(c: &Client, id: &str, reason: &str) {
-    c.clone()
-        .pause(proto::PauseRequest {
-            store_id: id.into(),
-            reason: reason.into(),
-            until_unix_ms: 0,
-        })
-        .await
-        .expect("Pause");
-}
-
-async fn resume(c: &Client, id: &str) {
-    c.clone()
-        .resume(proto::ResumeRequest {
-            store_id: id.into(),
-        })
-        .await
-        .expect("Resume");
-}
-
 async fn register(c: &Client, d: &Dirs, name: &str) -> String {
     let dir = d.root.join(name);
     support::store::write(&dir, 20, 0, 0);
@@ -262,7 +242,7 @@ async fn watchers_and_webhooks_hear_registration_restore_points_pause_and_resume
             "ctl watch-events printed nothing"
         );
         n += 1;
-        pause(&c, &id, &format!("ctl {n}")).await;
+        served::pause(&c, &id, &format!("ctl {n}")).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let out = ctl.wait_with_output().unwrap();
@@ -272,10 +252,10 @@ async fn watchers_and_webhooks_hear_registration_restore_points_pause_and_resume
     assert_eq!(line["kind"], "paused", "{line}");
     assert_eq!(line["store_id"], id.as_str(), "{line}");
     assert!(line["detail"].as_str().unwrap().contains("ctl "), "{line}");
-    resume(&c, &id).await;
+    served::resume(&c, &id).await;
 
-    pause(&c, &id, "disk maintenance").await;
-    resume(&c, &id).await;
+    served::pause(&c, &id, "disk maintenance").await;
+    served::resume(&c, &id).await;
     let seen = until(
         &mut mine,
         "the resume after ctl's pauses",
@@ -389,8 +369,8 @@ async fn a_webhook_down_for_a_while_gets_every_event_in_order_once_back() {
     )
     .await;
     for i in 0..5 {
-        pause(&c, &id, &format!("while the receiver is down {i}")).await;
-        resume(&c, &id).await;
+        served::pause(&c, &id, &format!("while the receiver is down {i}")).await;
+        served::resume(&c, &id).await;
     }
     let mut last = 0;
     for i in 1..=5 {
@@ -683,7 +663,7 @@ async fn an_event_carries_the_trace_of_the_call_that_caused_it() {
     let c = client(addr).await;
     let id = register(&c, &d, "traced").await;
     let mut mine = watch(&c, &id).await;
-    pause(&c, &id, "traced pause").await;
+    served::pause(&c, &id, "traced pause").await;
     let paused = until(&mut mine, "the pause", kind(proto::EventKind::Paused))
         .await
         .pop()
