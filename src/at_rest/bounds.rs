@@ -46,8 +46,8 @@ pub const STORED_MAX: u64 = 5 << 40;
 /// The most stored bytes one restore plans (every object a manifest names, and the segments
 /// past it): 16 TiB. A restore plans one ranged GET (a few dozen bytes of bookkeeping) per
 /// 16 MiB before its first request, so without a total a manifest of many entries each just
-/// under [`STORED_MAX`] (a few KiB of JSON) would size gigabytes of plan: with it, the plan
-/// stays under about 100 MiB. A store larger than this is restored by no single restore.
+/// under [`STORED_MAX`] (a few KiB of JSON) would size gigabytes of plan: with it, at most
+/// 2^20 ranges (reasoned from the sizes of their entries, not measured: some 64 MiB). A store larger than this is restored by no single restore.
 pub const RESTORE_STORED_MAX: u64 = 16 << 40;
 
 /// Why a restore of `total` stored bytes is refused, if it is (the detail, without the key).

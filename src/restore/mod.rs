@@ -93,6 +93,7 @@ use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
 pub mod at_time;
+mod cut;
 mod decode;
 mod fetch;
 pub mod keys;

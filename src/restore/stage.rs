@@ -78,7 +78,7 @@ use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
     WAL_FILE, archive_name, sync_dir, write_file_durably,
 };
-use crate::store::format::{FRAME_HEADER_LEN, ParentRecord, WAL_HEADER_LEN, WalHeader};
+use crate::store::format::ParentRecord;
 
 /// The lock file inside a temporary restore directory.
 const LOCK_NAME: &str = ".restore.lock";
@@ -112,7 +112,7 @@ fn create_private_file(path: &Path) -> std::io::Result<File> {
 /// Complete files being fsynced at once during a download (each on a blocking thread).
 pub const FSYNCS_IN_FLIGHT: usize = 4;
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
+pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     move |source| RestoreError::Io {
         path: path.to_path_buf(),
         source,
@@ -692,53 +692,6 @@ async fn read_back_and_sync(
     Ok(read)
 }
 
-/// Cuts `wal.bin` after frame `seq = n`, found by walking the frame headers (a header of
-/// 16 bytes read a frame at a time: the file is never held whole, whatever its size). The
-/// file was read back with the format's reader before, and is read back again after the
-/// cut, so the walk takes each header's length and seq as they are and stops at the first
-/// that does not continue the chain or runs past the end.
-fn cut_wal(dir: &Path, n: u64) -> Result<(), RestoreError> {
-    use std::os::unix::fs::FileExt;
-    let path = dir.join(WAL_FILE);
-    let bad = |detail: String| RestoreError::ReadBack {
-        dir: dir.to_path_buf(),
-        detail,
-    };
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(io(&path))?;
-    let len = f.metadata().map_err(io(&path))?.len();
-    let mut head = vec![0u8; WAL_HEADER_LEN.min(crate::units::usize_of(len))];
-    f.read_exact_at(&mut head, 0).map_err(io(&path))?;
-    let header = WalHeader::decode(&head).map_err(|e| bad(format!("{WAL_FILE}: {e}")))?;
-    let mut at = WAL_HEADER_LEN as u64;
-    let mut last_seq = header.floor;
-    let mut frame = [0u8; FRAME_HEADER_LEN];
-    while last_seq != n && at + FRAME_HEADER_LEN as u64 <= len {
-        f.read_exact_at(&mut frame, at).map_err(io(&path))?;
-        let payload = u64::from(u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")));
-        let seq = u64::from_le_bytes(frame[8..16].try_into().expect("8 bytes"));
-        let end = at + FRAME_HEADER_LEN as u64 + payload;
-        if Some(seq) != last_seq.checked_add(1) || end > len {
-            break;
-        }
-        (last_seq, at) = (seq, end);
-    }
-    if last_seq != n {
-        return Err(bad(format!(
-            "{WAL_FILE} holds commits {}..={last_seq}, not {n}",
-            header.floor + 1
-        )));
-    }
-    if at < len {
-        f.set_len(at).map_err(io(&path))?;
-        f.sync_all().map_err(io(&path))?;
-    }
-    Ok(())
-}
-
 /// After the download (every file already fsynced): cuts the WAL for `--at` (fsyncing and
 /// reading `wal.bin` back again), writes the adoption files, fsyncs the directories, and
 /// checks how the files read
@@ -759,7 +712,7 @@ pub(crate) fn finish(
         detail,
     };
     if let Some(n) = plan.cut {
-        cut_wal(dir, n)?;
+        super::cut::cut_wal(dir, n)?;
         if let Some(i) = layout.files.iter().position(|f| f == Path::new(WAL_FILE)) {
             checks[i] = check_file(dir, Path::new(WAL_FILE)).map_err(read_back_error)?;
         }

@@ -130,6 +130,12 @@ impl WalHeader {
     }
 }
 
+/// A frame header's payload length and seq, as laid out in the WAL: `len u32 | crc u32 | seq
+/// u64` (the CRC is checked where the payload is read, [`scan_frames`]).
+pub fn frame_header(b: &[u8; FRAME_HEADER_LEN]) -> (u64, u64) {
+    (u64::from(u32_at(b, 0)), u64_at(b, 8))
+}
+
 /// CRC of a frame: of its `seq` bytes followed by the payload, which lie side by side in the
 /// encoded frame (`seq_and_payload` is that part of it), so one pass hashes both.
 pub fn frame_crc(seq_and_payload: &[u8]) -> u32 {

@@ -155,12 +155,12 @@ def grpc_service_name() -> str:
 
 def shutdown_bound_seconds() -> int:
     """How long a clean shutdown may take by design: the in-flight step's grace plus the flush."""
-    text = (ROOT / "src/worker/mod.rs").read_text()
+    text = (ROOT / "src/worker/config.rs").read_text()
     total = 0
     for field in ("shutdown_grace", "flush_timeout"):
         m = re.search(field + r": Duration::from_secs\((\d+)\)", text)
         if not m:
-            raise SystemExit(f"validate.py: the default {field} is not found in src/worker/mod.rs: update this script")
+            raise SystemExit(f"validate.py: the default {field} is not found in src/worker/config.rs: update this script")
         total += int(m.group(1))
     return total
 
