@@ -1,18 +1,16 @@
-//! Compiles `proto/` with protox (pure Rust, no system `protoc`) and tonic-prost-build, and
-//! writes the encoded file descriptor set for gRPC server reflection.
+//! Generates the service's gRPC server for `proto/` (compiled with protox: pure Rust, no
+//! system `protoc`) with the strict decoding codec (`src/service/codec.rs`). The messages, the
+//! client and the reflection descriptor come from the `mushroom-proto` crate: the server names
+//! its types there (`extern_path`), so there is one set of message types.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/mushroom/backup/v1/backup.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"])?;
-    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    std::fs::write(
-        out.join("mushroom_backup_descriptor.bin"),
-        prost::Message::encode_to_vec(&fds),
-    )?;
     tonic_prost_build::configure()
         .codec_path("crate::service::codec::StrictCodec")
-        .build_client(true)
+        .extern_path(".mushroom.backup.v1", "::mushroom_proto")
+        .build_client(false)
         .build_server(true)
         .compile_fds(fds)?;
     Ok(())

@@ -37,7 +37,6 @@
 )]
 
 pub mod at_rest;
-pub mod backoff;
 pub mod bucket;
 pub mod cost;
 pub mod crypto;
@@ -47,8 +46,6 @@ pub mod health;
 pub mod instance_lock;
 pub mod lease;
 pub mod listing;
-pub mod manifest;
-pub mod node_client;
 pub mod nofollow;
 pub mod pacing;
 pub mod registry;
@@ -56,7 +53,12 @@ pub mod restore;
 pub mod service;
 pub mod store;
 pub mod telemetry;
-pub mod units;
 pub mod verify;
 pub mod wal_source;
 pub mod worker;
+
+// The floors that live in their own crates (crates/, README "Layout"), under the paths the
+// library has always used.
+pub use mushroom_backoff as backoff;
+pub use mushroom_format::{manifest, units};
+pub use mushroom_node_client as node_client;

@@ -1,8 +1,8 @@
-//! The generated `mushroom.backup.v1` types, client and server.
+//! The `mushroom.backup.v1` protocol as the service sees it: the messages, the client and the
+//! reflection descriptor of the `mushroom-proto` crate, and the server generated here (by
+//! `build.rs`) on those same types with the strict decoding codec ([`super::codec`]).
 #![allow(clippy::all, missing_docs)]
 
-tonic::include_proto!("mushroom.backup.v1");
+pub use mushroom_proto::*;
 
-/// The encoded file descriptor set, for gRPC server reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/mushroom_backup_descriptor.bin"));
+tonic::include_proto!("mushroom.backup.v1");

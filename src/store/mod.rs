@@ -14,5 +14,6 @@
 pub mod dir;
 pub mod disk;
 pub mod engine;
-pub mod format;
+/// The formats, from the `mushroom-format` crate (shared with engines and the node client).
+pub use mushroom_format::store as format;
 pub mod watch;

@@ -1,5 +1,5 @@
-//! [`Backoff`]: the one exponential backoff of the program (bucket retries, the worker's failed
-//! steps and lease acquisitions, the node client's reconnects).
+//! `mushroom-backoff`: [`Backoff`], the one exponential backoff of the program (bucket
+//! retries, the worker's failed steps and lease acquisitions, the node client's reconnects).
 //!
 //! A delay starts at `first`, doubles after every [`Backoff::next_delay`] up to `max`, and
 //! goes back to `first` on [`Backoff::reset`]. Jitter is optional: with a ratio `r > 0` each
@@ -9,7 +9,8 @@
 //! before this type. [`Backoff::wait`] sleeps the next delay unless a [`CancellationToken`]
 //! is cancelled first.
 //!
-//! A floor module: it depends on nothing else of the crate.
+//! A floor: it depends on no other crate of the workspace, only on tokio's timer and
+//! tokio-util's [`CancellationToken`]; the library re-exports it as `backoff`.
 
 use std::time::Duration;
 

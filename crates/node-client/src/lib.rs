@@ -1,13 +1,19 @@
-//! [`NodeClient`]: the position reporter a database node embeds (DESIGN.md section 3).
+//! `mushroom-node-client`: [`NodeClient`], the position reporter a database node embeds
+//! (DESIGN.md section 3).
+//!
+//! It depends on the protocol (`mushroom-proto`: messages and client, no server), the formats
+//! (`mushroom-format`: [`WalPosition`]) and the backoff (`mushroom-backoff`), and on nothing of
+//! the service: an engine that adds it gets a tonic client channel (TLS on aws-lc-rs), tokio
+//! and little else. `examples/engine.rs` in this crate is a whole engine embedding it.
 //!
 //! A node that backs up through `mushroom-backup serve` tells the service how much of its WAL
 //! is durable, after every group commit, on the `ReportPosition` stream. This module is that
 //! stream's client side, written for an engine author:
 //!
 //! ```no_run
-//! # async fn demo(engine_sync: impl Fn() -> mushroom_backup::store::format::WalPosition) {
+//! # async fn demo(engine_sync: impl Fn() -> mushroom_format::store::WalPosition) {
 //! use std::time::Duration;
-//! use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
+//! use mushroom_node_client::{NodeClient, NodeClientConfig};
 //!
 //! let client = NodeClient::connect(NodeClientConfig::new(
 //!     "http://127.0.0.1:50051", "the-store-id", "the-node-token",
@@ -68,8 +74,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
-use crate::service::proto::{self, backup_control_client::BackupControlClient};
-use crate::store::format::WalPosition;
+use mushroom_backoff::Backoff;
+use mushroom_format::store::WalPosition;
+use mushroom_format::units::error_chain;
+use mushroom_proto::{self as proto, backup_control_client::BackupControlClient};
 
 /// Called with the reason of every `Refresh`.
 pub type RefreshCallback = Arc<dyn Fn(&str) + Send + Sync>;
@@ -438,13 +446,19 @@ impl Drop for NodeClient {
 
 fn endpoint(config: &NodeClientConfig) -> Result<Endpoint, NodeClientError> {
     let bad = |why: String| NodeClientError::Config(format!("server {:?}: {why}", config.server));
-    let url = url::Url::parse(&config.server).map_err(|e| bad(e.to_string()))?;
-    let tls = match url.scheme() {
-        "http" => false,
-        "https" => true,
+    // `http::Uri` (tonic's own) rather than a URL parser: one fewer dependency tree (IDNA) for
+    // an engine, and the address is parsed as the channel will read it.
+    let uri: http::Uri = config
+        .server
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| bad(e.to_string()))?;
+    let tls = match uri.scheme_str() {
+        Some("http") => false,
+        Some("https") => true,
         other => {
             return Err(bad(format!(
-                "the scheme must be http or https, not {other}"
+                "the scheme must be http or https, not {}",
+                other.unwrap_or("none")
             )));
         }
     };
@@ -457,7 +471,7 @@ fn endpoint(config: &NodeClientConfig) -> Result<Endpoint, NodeClientError> {
         .keep_alive_while_idle(true);
     if tls {
         let mut t = ClientTlsConfig::new();
-        if let Some(host) = url.host_str() {
+        if let Some(host) = uri.host() {
             t = t.domain_name(host.to_string());
         }
         if let Some(ca) = &config.tls_ca_pem {
@@ -499,8 +513,7 @@ enum Ended {
 
 impl Task {
     async fn run(mut self) {
-        let mut backoff =
-            crate::backoff::Backoff::new(self.config.first_backoff, self.config.max_backoff);
+        let mut backoff = Backoff::new(self.config.first_backoff, self.config.max_backoff);
         loop {
             self.shared.set_state(ConnectionState::Connecting);
             match self.once().await {
@@ -549,7 +562,7 @@ impl Task {
                 Err(e) => return Ended::Retry {
                     error: NodeClientError::Connect {
                         server: self.config.server.clone(),
-                        detail: crate::units::error_chain(&e),
+                        detail: error_chain(&e),
                     },
                     accepted: false,
                 },
@@ -635,7 +648,7 @@ impl Task {
     /// one per `min_report_interval`; ends (after the newest) when the client closes.
     fn outbound(
         &self,
-    ) -> impl futures::Stream<Item = proto::PositionReport> + Send + 'static + use<> {
+    ) -> impl futures_core::Stream<Item = proto::PositionReport> + Send + 'static + use<> {
         struct Out {
             rx: watch::Receiver<Newest>,
             first: bool,
@@ -655,7 +668,7 @@ impl Task {
             shared: self.shared.clone(),
             store_id: self.config.store_id.clone(),
         };
-        futures::stream::unfold(out, |mut out| async move {
+        futures_util::stream::unfold(out, |mut out| async move {
             loop {
                 let value = if out.first {
                     out.first = false;
