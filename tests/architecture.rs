@@ -15,11 +15,13 @@ use std::path::Path;
 const ALLOWED: &[(&str, &str)] = &[("src/cli/mod.rs", "fn on_signal")];
 
 /// Each module of the library and what it may use (`crate::X` in code; doc links do not
-/// count). Bottom floor first. `units`, `backoff` and `manifest` are crates of their own
-/// (`crates/`), which cannot import the library at all.
+/// count). Bottom floor first.
 const FLOORS: &[(&str, &[&str])] = &[
+    ("units", &[]),
     ("pacing", &[]),
+    ("backoff", &[]),
     ("telemetry", &[]),
+    ("manifest", &[]),
     ("instance_lock", &[]),
     ("nofollow", &[]),
     ("bucket", &["units", "backoff", "telemetry", "nofollow"]),
@@ -87,11 +89,18 @@ fn uses(text: &str) -> std::collections::BTreeSet<String> {
     found
 }
 
+/// The floors that are crates of their own (`crates/`, re-exported by the library under these
+/// names): Cargo keeps them from naming the library at all, so there are no files to read here.
+const IN_CRATES: &[&str] = &["units", "backoff", "manifest"];
+
 #[test]
 fn every_module_imports_only_the_floors_below_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
     for (module, allowed) in FLOORS {
+        if IN_CRATES.contains(module) {
+            continue;
+        }
         let mut files = Vec::new();
         let dir = root.join(module);
         if dir.is_dir() {
