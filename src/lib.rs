@@ -1,7 +1,11 @@
 //! mushroom-backup: continuous, crash-safe backup of database stores to an object store, with
 //! restore points that are proven restorable. See `DESIGN.md` in the project's shared folder
 //! and the module docs below, floor by floor from the bottom: a module uses only the floors
-//! below it (`tests/architecture.rs` checks it).
+//! below it (`tests/architecture.rs` checks it). The floors an engine shares with the service
+//! are crates of their own under `crates/` (README, Layout), re-exported here under the paths
+//! they always had: [`units`] and [`manifest`] (`mushroom-format`, with [`store::format`]),
+//! [`backoff`] (`mushroom-backoff`), [`node_client`] (`mushroom-node-client`) and the messages
+//! and client of [`service::proto`] (`mushroom-proto`).
 //!
 //! - [`units`], [`pacing`], [`backoff`]: saturating conversions, the process's tick grid, the
 //!   one retry delay. [`telemetry`]: logs, traces, metric names, the Prometheus endpoint.

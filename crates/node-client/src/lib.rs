@@ -6,6 +6,9 @@
 //! the service: an engine that adds it gets a tonic client channel (TLS on aws-lc-rs), tokio
 //! and little else. `examples/engine.rs` in this crate is a whole engine embedding it.
 //!
+//! Waiting until a position is durable in the bucket (`wait_durable`) comes with a later
+//! issue; until then [`NodeClient::flush`] and [`NodeClient::close`] say how far a position got.
+//!
 //! A node that backs up through `mushroom-backup serve` tells the service how much of its WAL
 //! is durable, after every group commit, on the `ReportPosition` stream. This module is that
 //! stream's client side, written for an engine author:
