@@ -1,6 +1,7 @@
 //! The node client's example engine (`crates/node-client/examples/engine.rs`) built and run
 //! against the real service: `serve` on loopback, the store registered, the engine commits and
-//! reports, and the service's health shows those commits durable and shipped.
+//! reports, and the service's health shows those commits durable and shipped; then the service
+//! goes away, the engine sees its stream lost, and still shuts down cleanly.
 //!
 //! The engine holds `store.lock` while it runs and writes no `wal.position`, so while it runs
 //! the service learns its position from the node client's stream alone (a locked store's
@@ -100,7 +101,17 @@ async fn the_example_engine_reports_its_commits_to_the_service() {
     )
     .await;
 
-    // SIGTERM: the engine closes the client (the service reads the stream to its end) and exits.
+    // The service goes away: the engine sees its stream lost and keeps running.
+    drop(c);
+    server.terminate();
+    tokio::task::block_in_place(|| {
+        node.wait_for("the engine to see its stream lost", DEADLINE, |l| {
+            (l.stream == Stream::Stderr && l.text.starts_with("backup stream: lost")).then_some(())
+        })
+    });
+
+    // SIGTERM: the engine closes the client (nothing to wait for with the service gone) and
+    // exits cleanly.
     node.signal(libc::SIGTERM);
     let status = tokio::task::block_in_place(|| node.wait_exit(DEADLINE));
     assert!(
@@ -115,6 +126,4 @@ async fn the_example_engine_reports_its_commits_to_the_service() {
         "the engine did not close cleanly:\n{}",
         node.output()
     );
-    drop(c);
-    server.terminate();
 }

@@ -57,13 +57,16 @@ fn main() -> Result<(), Error> {
         .enable_all()
         .build()?;
     let mut wal = Wal::open(Path::new(dir))?;
-    let client = {
+    let (client, mut stop) = {
         let _inside = runtime.enter();
-        Arc::new(NodeClient::connect(NodeClientConfig::new(
+        let client = Arc::new(NodeClient::connect(NodeClientConfig::new(
             server.as_str(),
             store_id.as_str(),
             token,
-        ))?)
+        ))?);
+        // Listening from the start: a signal at any point below (even mid-commit, where it
+        // waits for the commits) is a clean shutdown, never the process killed mid-write.
+        (client, Stop::listen()?)
     };
     // Tell the service where the store stands before the first commit.
     client.report(wal.position());
@@ -80,11 +83,16 @@ fn main() -> Result<(), Error> {
         // WAIT_DURABLE: `client.wait_durable(position)` comes with a later issue, to wait until
         // a commit is in the bucket. Until then `flush` says only that the newest position
         // reached a stream the service accepted.
-        match client.flush(Duration::from_secs(30)).await {
-            Ok(()) => println!("flushed {}", wal.position().commit_seq),
-            Err(e) => eprintln!("not flushed: {e}"),
+        tokio::select! {
+            flushed = client.flush(Duration::from_secs(30)) => {
+                match flushed {
+                    Ok(()) => println!("flushed {}", wal.position().commit_seq),
+                    Err(e) => eprintln!("not flushed: {e}"),
+                }
+                stop.wait().await;
+            }
+            () = stop.wait() => {}
         }
-        shutdown_signal().await;
         client.close().await;
     });
     println!("closed {}", wal.position().commit_seq);
@@ -133,14 +141,28 @@ async fn watch_backup(client: Arc<NodeClient>) {
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM or SIGINT (Ctrl-C), listened for from the start.
+struct Stop {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Stop {
+    /// Must be called inside the runtime.
+    fn listen() -> std::io::Result<Stop> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Stop {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    /// The next signal (at once if one came since the last).
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }
 
