@@ -26,8 +26,7 @@ use std::process::Command;
 use mushroom_backup::bucket::usage::UsageSnapshot;
 use mushroom_backup::cost::{self, Prices};
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
-use support::binary::{self, Running, Stream};
+use support::binary::{self, Running};
 use support::served::{self, DEADLINE, Dirs};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
@@ -158,26 +157,8 @@ fn start(cmd: Command) -> (Running, SocketAddr, SocketAddr) {
     let mut child = Running::spawn("serve", cmd);
     let (mut addr, mut metrics) = (None, None);
     child.wait_for("listen and serve metrics", DEADLINE, |line| {
-        match line.stream {
-            Stream::Stdout => {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text)
-                    && let Some(a) = v["listening"].as_str()
-                {
-                    addr = a.parse().ok();
-                }
-            }
-            Stream::Stderr => {
-                if line.text.contains("serving Prometheus metrics on /metrics")
-                    && let Some((_, rest)) = line.text.split_once("addr=")
-                {
-                    let a: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                        .collect();
-                    metrics = a.parse().ok();
-                }
-            }
-        }
+        addr = addr.or_else(|| line.listening()?.parse().ok());
+        metrics = metrics.or_else(|| line.metrics_addr());
         addr.zip(metrics)
     });
     (child, addr.unwrap(), metrics.unwrap())
@@ -261,25 +242,13 @@ async fn usage_agrees_with_the_requests_moto_logged_and_is_priced_at_the_config(
         monthly_request_budget: u64::MAX,
         ..Default::default()
     });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, req).await;
     let mut req = support::register_req(&other, &format!("s3://{bucket}/budgeted"));
     req.options = Some(proto::StoreOptions {
         monthly_request_budget: 1,
         ..Default::default()
     });
-    let over = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let over = served::register(&c, req).await;
 
     // Shipped and in a restore point; then a snapshot starts a new generation, and
     // retention (keeping one generation) deletes the first one's objects: every class but
@@ -294,14 +263,7 @@ async fn usage_agrees_with_the_requests_moto_logged_and_is_priced_at_the_config(
     })
     .await;
     {
-        let mut engine = Engine::open(
-            &dir,
-            EngineOptions {
-                group_commit: 0,
-                ..Default::default()
-            },
-        )
-        .expect("open the store");
+        let mut engine = support::store::open_engine(&dir);
         engine.snapshot().expect("snapshot");
         support::store::commit_synced(&mut engine, 5);
     }
@@ -599,14 +561,7 @@ const RECOVERY_BUDGET: u64 = 200 * 43_800;
 
 /// Commits to `dir` one at a time until `id`'s Health says its projection is over its budget.
 async fn commit_until_over(c: &Client, dir: &Path, id: &str) -> proto::StoreHealth {
-    let mut engine = Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
+    let mut engine = support::store::open_engine(dir);
     let start = std::time::Instant::now();
     loop {
         let h = health(c, id).await.expect("Health");
@@ -648,13 +603,7 @@ async fn a_store_back_within_its_budget_is_published_again_when_over() {
         monthly_request_budget: RECOVERY_BUDGET,
         ..Default::default()
     });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, req).await;
     let noted = |h: &proto::StoreHealth| h.notes.iter().any(|n| n.contains("request budget"));
     let of_store = |seen: &[proto::BackupEvent]| {
         seen.iter()

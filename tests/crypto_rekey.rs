@@ -23,23 +23,11 @@ use mushroom_backup::crypto::{
     AgeIdentity, Binding, DataKey, KeyFileKey, SealWriter, UnwrapKek, WrapKek,
 };
 use mushroom_backup::manifest::{self, GenerationClaim};
+use support::keks::{age_kek, key_file_kek};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const LINEAGE: Uuid = Uuid::from_u128(0xabcdef);
-
-fn key_file_kek() -> (WrapKek, UnwrapKek) {
-    let k = Arc::new(KeyFileKey::generate());
-    (WrapKek::KeyFile(k.clone()), UnwrapKek::KeyFile(k))
-}
-
-fn age_kek() -> (WrapKek, UnwrapKek) {
-    let id = AgeIdentity::generate();
-    (
-        WrapKek::Recipient(id.recipient().clone()),
-        UnwrapKek::Identity(id),
-    )
-}
 
 fn binding(generation: u64) -> Binding {
     Binding {

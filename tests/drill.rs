@@ -90,13 +90,7 @@ async fn a_drill_proves_a_restore_and_a_corrupted_archive_fails_it_until_one_suc
     binary::with_umask(&mut cmd, 0o022);
     let (server, addr) = served::start("serve", cmd);
     let c = client(addr).await;
-    let id = c
-        .clone()
-        .register(support::register_req(&dir, &support::file_url(&bucket)))
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, support::register_req(&dir, &support::file_url(&bucket))).await;
     shipped(&c, &id, 300).await;
 
     let ok = drill(&c, &id, 0).await.expect("Drill");

@@ -218,10 +218,7 @@ fn peer_name(id: &str) -> String {
 
 /// `msg` with `authorization: Bearer <ADMIN>`.
 fn admin<T>(msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    r
+    support::with_token(msg, ADMIN)
 }
 
 /// A client of `i` over TLS (by its certificate's name localhost), trusting `ca`.

@@ -65,11 +65,7 @@ pub fn command(d: &Dirs) -> Command {
 pub fn start(name: &str, cmd: Command) -> (Running, SocketAddr) {
     let mut child = Running::spawn(name, cmd);
     let addr = child.wait_for("print its listening line", DEADLINE, |line| {
-        if line.stream != Stream::Stdout {
-            return None;
-        }
-        let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
-        v["listening"].as_str()?.parse().ok()
+        line.listening()?.parse().ok()
     });
     (child, addr)
 }
@@ -81,12 +77,7 @@ pub fn refused(name: &str, cmd: Command) -> String {
     if status.success() {
         child.fail("started (or exited 0), but should have refused to start");
     }
-    child
-        .seen()
-        .iter()
-        .filter(|l| l.stream == Stream::Stderr)
-        .map(|l| format!("{}\n", l.text))
-        .collect()
+    stderr(&child)
 }
 
 /// Every line the child printed on stderr so far.
@@ -147,6 +138,16 @@ pub async fn client(addr: SocketAddr) -> Client {
         .expect("connect")
 }
 
+/// Registers `req`: its store id.
+pub async fn register(c: &Client, req: proto::RegisterRequest) -> String {
+    c.clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id
+}
+
 /// Registers `req` with the store options `options`: its store id.
 pub async fn register_with(
     c: &Client,
@@ -154,12 +155,26 @@ pub async fn register_with(
     options: proto::StoreOptions,
 ) -> String {
     req.options = Some(options);
-    c.clone()
-        .register(req)
+    register(c, req).await
+}
+
+/// The health of store `id` (not fresh) as `c` answers it, the request made by `request`
+/// (`tonic::Request::new`, or one carrying a token): exactly one store.
+pub async fn health_of(
+    c: &mut Client,
+    id: &str,
+    request: impl FnOnce(proto::HealthRequest) -> tonic::Request<proto::HealthRequest>,
+) -> proto::StoreHealth {
+    let r = c
+        .health(request(proto::HealthRequest {
+            store_id: id.into(),
+            fresh: false,
+        }))
         .await
-        .expect("Register")
-        .into_inner()
-        .store_id
+        .expect("Health")
+        .into_inner();
+    assert_eq!(r.stores.len(), 1, "{r:?}");
+    r.stores.into_iter().next().unwrap()
 }
 
 /// Waits until the store's health satisfies `ok`.

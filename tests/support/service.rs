@@ -11,7 +11,7 @@ use std::time::Duration;
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use tonic::transport::Channel;
 
-use super::binary::{self, Running, Stream};
+use super::binary::{self, Running};
 
 /// Generous: the machine running the tests may be busy.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -91,13 +91,11 @@ impl Server {
     pub fn start(name: &str, cmd: Command) -> Server {
         let mut child = Running::spawn(name, cmd);
         let addr = tokio::task::block_in_place(|| {
-            child.wait_for("print its listening line", DEADLINE, |line| {
-                if line.stream != Stream::Stdout {
-                    return None;
-                }
-                let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
-                v["listening"].as_str().map(str::to_string)
-            })
+            child.wait_for(
+                "print its listening line",
+                DEADLINE,
+                binary::Line::listening,
+            )
         });
         Server { child, addr }
     }
