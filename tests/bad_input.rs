@@ -455,12 +455,7 @@ async fn the_table(d: &service::Dirs, server: &Server, registry_url: &str) {
     );
 
     // Nothing was registered; every refused Register and Adopt left one bounded audit entry.
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = support::served::list_stores(&c).await;
     assert!(
         listed.is_empty(),
         "bad inputs registered stores: {listed:?}"
@@ -500,12 +495,7 @@ async fn the_table(d: &service::Dirs, server: &Server, registry_url: &str) {
             assert_ne!(s.code(), Code::InvalidArgument, "{}: {s:?}", case.what);
         }
     }
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = support::served::list_stores(&c).await;
     assert_eq!(
         listed.len(),
         1,

@@ -122,46 +122,16 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
 
     // Fresh health through b is a's own answer: a holds the lease, its restore point.
     let cb = b.client().await;
-    let fresh = support::wait_for(DEADLINE, "fresh Health through b to show a's lease", || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let h = cb
-                .health(proto::HealthRequest {
-                    store_id: id,
-                    fresh: true,
-                })
-                .await
-                .map_err(|e| format!("fresh Health through b: {e}"))?
-                .into_inner();
-            match h.stores.as_slice() {
-                [s] if s.lease_held && s.restore_point_commit_seq >= 40 => Ok(s.clone()),
-                _ => Err(format!("{h:?}")),
-            }
-        }
+    let fresh = served::wait_health_as(&cb, &id, true, "a's lease, fresh through b", |s| {
+        s.lease_held && s.restore_point_commit_seq >= 40
     })
     .await;
     assert!(!fresh.lease_holder.is_empty(), "{fresh:?}");
 
     // A node reporting to c: c relays its stream to a, which ships every commit.
     node_writes(c.addr, &store, &id, &registered.node_token, 60);
-    support::wait_for(DEADLINE, "a to ship the node's 100 commits", || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let h = cb
-                .health(proto::HealthRequest {
-                    store_id: id,
-                    fresh: true,
-                })
-                .await
-                .map_err(|e| format!("fresh Health through b: {e}"))?
-                .into_inner();
-            match h.stores.as_slice() {
-                [s] if s.shipped_commit_seq == 100 && s.instance_id == "a" => Ok(()),
-                _ => Err(format!("{h:?}")),
-            }
-        }
+    served::wait_health_as(&cb, &id, true, "a to ship the node's 100 commits", |s| {
+        s.shipped_commit_seq == 100 && s.instance_id == "a"
     })
     .await;
     // A wrong node token through c: a refuses it, and c answers a's refusal.

@@ -165,18 +165,7 @@ fn start(cmd: Command) -> (Running, SocketAddr, SocketAddr) {
 }
 
 async fn health(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
-    c.clone()
-        .health(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: false,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner()
-        .stores
-        .into_iter()
-        .next()
-        .ok_or_else(|| "no store".to_string())
+    served::health(c, id, false).await
 }
 
 async fn metrics_text(addr: SocketAddr) -> Result<String, String> {

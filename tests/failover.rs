@@ -54,16 +54,7 @@ impl Instance {
 
 /// Fresh health of one store, asked of `c` (forwarded to the owner).
 async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
-    let mut c = c.clone();
-    let r = c
-        .health(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: true,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner();
-    r.stores.into_iter().next().ok_or_else(|| "no store".into())
+    served::health(c, id, true).await
 }
 
 /// A node writing 300 commits into `dir` at 40 a second, reporting to `server`; the thread
@@ -98,32 +89,16 @@ fn steady_node(
 
 /// Waits until the owner of `id`, asked fresh through `c`, has shipped commit `n`.
 async fn wait_shipped(c: &Client, id: &str, n: u64) {
-    support::wait_for(
-        served::DEADLINE,
-        "the owner to ship the node's commits",
-        || {
-            let (c, id) = (c.clone(), id.to_string());
-            async move {
-                match fresh(&c, &id).await? {
-                    h if h.shipped_commit_seq >= n => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
-    )
+    served::wait_health_as(c, id, true, "the owner to ship the node's commits", |h| {
+        h.shipped_commit_seq >= n
+    })
     .await;
 }
 
 /// Every store's owner, as `ListStores` through `c` says: each once, owned since it was
 /// registered or later.
 async fn owners(c: &Client) -> BTreeMap<String, String> {
-    let mut c = c.clone();
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = served::list_stores(c).await;
     let n = listed.len();
     let owners: BTreeMap<String, String> = listed
         .into_iter()

@@ -9,7 +9,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::Path;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary;

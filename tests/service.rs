@@ -93,21 +93,8 @@ use support::served::{Dirs, dirs};
 
 fn serve(d: &Dirs, admin: Option<&str>, log_name: &str) -> Server {
     let log = d.base.join(log_name);
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&d.data)
-        .arg("--allow-root")
-        .arg(&d.root)
-        .args([
-            "--wal-interval-ms",
-            "50",
-            "--restore-point-interval-ms",
-            "3600000",
-            "--lease-ttl-ms",
-            "3000",
-        ])
-        .env("MUSHROOMDB_BACKUP_LOG", "info")
-        .env_remove("MUSHROOMDB_BACKUP_ADMIN_TOKEN")
+    let mut cmd = support::serve::command(&d.data, &d.root, &[]);
+    cmd.env("MUSHROOMDB_BACKUP_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap());

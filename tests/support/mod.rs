@@ -10,6 +10,7 @@ pub mod hooked;
 pub mod hostile;
 pub mod instances;
 pub mod keks;
+pub mod pki;
 pub mod postgres;
 pub mod registry;
 pub mod s3;

@@ -158,6 +158,16 @@ pub async fn register_with(
     register(c, req).await
 }
 
+/// Every store `c` lists (`ListStores`).
+pub async fn list_stores(c: &Client) -> Vec<proto::StoreInfo> {
+    c.clone()
+        .list_stores(proto::ListStoresRequest {})
+        .await
+        .expect("ListStores")
+        .into_inner()
+        .stores
+}
+
 /// The health of store `id` (not fresh) as `c` answers it, the request made by `request`
 /// (`tonic::Request::new`, or one carrying a token): exactly one store.
 pub async fn health_of(
@@ -177,6 +187,24 @@ pub async fn health_of(
     r.stores.into_iter().next().unwrap()
 }
 
+/// One `Health` of store `id` through `c` (`fresh`: the owner's own view, asked of it): the
+/// store's record, or what is wrong (the call failed, or it did not name exactly that store).
+pub async fn health(c: &Client, id: &str, fresh: bool) -> Result<proto::StoreHealth, String> {
+    let r = c
+        .clone()
+        .health(proto::HealthRequest {
+            store_id: id.into(),
+            fresh,
+        })
+        .await
+        .map_err(|e| format!("Health (fresh: {fresh}): {e}"))?
+        .into_inner();
+    match r.stores.as_slice() {
+        [h] if h.store_id == id => Ok(h.clone()),
+        _ => Err(format!("not one record of store {id}: {r:?}")),
+    }
+}
+
 /// Waits until the store's health satisfies `ok`.
 pub async fn wait_health(
     c: &Client,
@@ -184,19 +212,21 @@ pub async fn wait_health(
     what: &str,
     ok: impl Fn(&proto::StoreHealth) -> bool,
 ) -> proto::StoreHealth {
+    wait_health_as(c, id, false, what, ok).await
+}
+
+/// Waits until the store's health, asked `fresh` or not ([`health`]), satisfies `ok`.
+pub async fn wait_health_as(
+    c: &Client,
+    id: &str,
+    fresh: bool,
+    what: &str,
+    ok: impl Fn(&proto::StoreHealth) -> bool,
+) -> proto::StoreHealth {
     super::wait_for(DEADLINE, &format!("store {id}: {what}"), || {
-        let mut c = c.clone();
         let ok = &ok;
         async move {
-            let r = c
-                .health(proto::HealthRequest {
-                    store_id: id.into(),
-                    fresh: false,
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner();
-            let h = r.stores.into_iter().next().ok_or("no store")?;
+            let h = health(c, id, fresh).await?;
             if ok(&h) { Ok(h) } else { Err(format!("{h:?}")) }
         }
     })
