@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::binary::{command, json, restore_digest, run_ok, store_digest, verify_ok};
+use support::binary::{
+    backup_once, command, json, restore_digest, run_ok, store_digest, verify_ok,
+};
 use support::dest::{NO_S3, destinations};
 
 fn write(store: &Path, commits: u64, kind: &str) {
@@ -24,12 +26,7 @@ fn write(store: &Path, commits: u64, kind: &str) {
 }
 
 fn backup(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> serde_json::Value {
-    let mut cmd = command(endpoint);
-    cmd.arg("backup")
-        .arg("--store")
-        .arg(store)
-        .args(["--to", to, "--once"])
-        .args(extra);
+    let cmd = backup_once(endpoint, store, to, extra);
     json(&run_ok("backup", cmd, Duration::from_secs(300)))
 }
 

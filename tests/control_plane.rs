@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary::write_store;
-use support::instances::Instance;
+use support::instances::{Fleet, Instance};
 use support::served::{self, node_writes};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -32,17 +32,17 @@ async fn owner_of(c: &mut BackupControlClient<Channel>, id: &str) -> Option<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_asked() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("control_plane_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "control_plane_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
+    let Fleet {
+        db,
+        shared_root,
+        bucket,
+        ..
+    } = &fleet;
     let store = shared_root.join("s1");
     write_store(&store, 40);
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
 
     let a = Instance::start("a", &db.url, &shared_root, &[]);
     let b = Instance::start("b", &db.url, &shared_root, &[]);
@@ -231,7 +231,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
 
     drop((a, b, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }
 
 #[test]

@@ -460,6 +460,25 @@ async fn register_over_budget(c: &Client, d: &Dirs, name: &str) -> String {
     support::served::register_with(c, req, options).await
 }
 
+/// A fast `serve` on `d` that reports health every 100 ms, a client, and every event it
+/// publishes from now on.
+async fn serve_watching(d: &Dirs) -> (Running, Client, tonic::Streaming<proto::BackupEvent>) {
+    let (server, addr) = served::start(
+        "serve",
+        served::fast_serve(d, &["--health-report-interval-ms", "100"]),
+    );
+    let c = served::client(addr).await;
+    let events = c
+        .clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: String::new(),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+    (server, c, events)
+}
+
 /// Reads `events` until the budget-overrun event of `store_id`: every event read, that one last.
 async fn until_over(
     events: &mut tonic::Streaming<proto::BackupEvent>,
@@ -495,19 +514,7 @@ async fn until_over(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_overrun_is_one_event_on_watch_events() {
     let d = served::dirs();
-    let (mut server, addr) = served::start(
-        "serve",
-        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
-    );
-    let c = served::client(addr).await;
-    let mut events = c
-        .clone()
-        .watch_events(proto::WatchEventsRequest {
-            store_id: String::new(),
-        })
-        .await
-        .expect("WatchEvents")
-        .into_inner();
+    let (mut server, c, mut events) = serve_watching(&d).await;
     let mut seen = Vec::new();
     let mut ids = Vec::new();
     for name in ["first", "second", "third"] {
@@ -572,19 +579,7 @@ async fn commit_until_over(c: &Client, dir: &Path, id: &str) -> proto::StoreHeal
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_back_within_its_budget_is_published_again_when_over() {
     let d = served::dirs();
-    let (mut server, addr) = served::start(
-        "serve",
-        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
-    );
-    let c = served::client(addr).await;
-    let mut events = c
-        .clone()
-        .watch_events(proto::WatchEventsRequest {
-            store_id: String::new(),
-        })
-        .await
-        .expect("WatchEvents")
-        .into_inner();
+    let (mut server, c, mut events) = serve_watching(&d).await;
     let dir = d.root.join("recovering");
     support::store::write(&dir, 5, 0, 0);
     let mut req = support::register_req(&dir, &support::file_url(&d.base.join("recovering")));

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::binary::{command, json, run_ok, store_digest};
+use support::binary::{backup_once, command, json, run_ok, store_digest};
 use support::dest::{Dest, NO_S3, destinations, files};
 
 const WINDOW: usize = 32;
@@ -47,13 +47,7 @@ fn run(mut cmd: Command) -> (bool, String, String) {
 }
 
 fn backup(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> (bool, String, String) {
-    let mut cmd = command(endpoint);
-    cmd.arg("backup")
-        .arg("--store")
-        .arg(store)
-        .args(["--to", to, "--once"])
-        .args(extra);
-    run(cmd)
+    run(backup_once(endpoint, store, to, extra))
 }
 
 fn backup_ok(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> serde_json::Value {

@@ -407,6 +407,17 @@ pub fn succeeded(args: &[&str], o: Output) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
+/// `backup --store STORE --to URL --once EXTRA…` against the S3 endpoint `endpoint`.
+pub fn backup_once(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> Command {
+    let mut cmd = command(endpoint);
+    cmd.arg("backup")
+        .arg("--store")
+        .arg(store)
+        .args(["--to", to, "--once"])
+        .args(extra);
+    cmd
+}
+
 /// How a follower is configured (through the environment, as an operator would).
 #[derive(Debug, Clone)]
 pub struct FollowSettings {

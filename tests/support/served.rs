@@ -270,6 +270,17 @@ pub fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits:
     binary::run_ok("node", cmd, DEADLINE);
 }
 
+/// `ctl --server http://ADDR ARGS`, run to its end: whether it exited 0, and the finished
+/// child (its stdout, its whole output).
+pub fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, Running) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["ctl", "--server", &format!("http://{addr}")])
+        .args(args);
+    let mut child = Running::spawn("ctl", cmd);
+    let status = child.wait_exit(DEADLINE);
+    (status.success(), child)
+}
+
 /// SIGTERM, and the exit, which must be 0.
 pub fn terminate(child: &mut binary::Running) {
     child.signal(libc::SIGTERM);
