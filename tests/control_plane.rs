@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary::write_store;
-use support::instances::{Fleet, Instance};
+use support::instances::Fleet;
 use support::served::{self, node_writes};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -35,23 +35,18 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     let Some(fleet) = Fleet::create("control_plane_test").await else {
         return;
     };
-    let Fleet {
-        db,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 40);
 
-    let a = Instance::start("a", &db.url, &shared_root, &[]);
-    let b = Instance::start("b", &db.url, &shared_root, &[]);
-    let c = Instance::start("c", &db.url, &shared_root, &[]);
+    let a = fleet.start("a", &[]);
+    let b = fleet.start("b", &[]);
+    let c = fleet.start("c", &[]);
     let mut cc = c.client().await;
     let mut ca = a.client().await;
 
     // Register through c, naming a: the store runs on a.
-    let mut req = support::register_req(&store, &support::file_url(&bucket));
+    let mut req = support::register_req(&store, &support::file_url(bucket));
     req.instance_id = "a".into();
     let registered = cc
         .register(req)
@@ -173,7 +168,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .expect_err("an unknown store");
     assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
     // Register naming an instance that never started: INVALID_ARGUMENT naming it.
-    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(bucket));
     req.instance_id = "nowhere".into();
     let nowhere = cc
         .register(req)
@@ -181,7 +176,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .expect_err("Register for no instance");
     assert_eq!(nowhere.code(), Code::InvalidArgument, "{nowhere:?}");
     assert!(nowhere.message().contains("nowhere"), "{nowhere:?}");
-    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(bucket));
     req.instance_id = "i".repeat(300);
     let long = cc
         .register(req)

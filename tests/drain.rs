@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use mushroom_backup::service::proto;
 use support::binary::{self, write_store};
-use support::instances::{Fleet, Instance};
+use support::instances::Fleet;
 use support::served::{self, Client};
 
 /// Both members' settings: a short silence limit and lease TTL, so the test is quick.
@@ -63,14 +63,9 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
     let Some(fleet) = Fleet::create("drain_test").await else {
         return;
     };
-    let Fleet {
-        db,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
-    let a = Instance::start("a", &db.url, shared_root, GROUP);
-    let b = Instance::start("b", &db.url, shared_root, GROUP);
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
     let (a_addr, b_addr) = (a.addr, b.addr);
     let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
 
@@ -83,15 +78,7 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
         let r = a.register(support::register_req(&dir, &dest)).await;
         stores.push(r.store_id);
     }
-    let private_dir = a.root().join("private");
-    write_store(&private_dir, 5);
-    let private = a
-        .register(support::register_req(
-            &private_dir,
-            &support::file_url(&bucket.join("private")),
-        ))
-        .await
-        .store_id;
+    let private = a.register_own_store("private", 5, bucket).await;
     running_on(&ca, &stores, "a").await;
     running_on(&ca, std::slice::from_ref(&private), "a").await;
 
@@ -179,16 +166,10 @@ async fn a_paused_store_moves_and_drains_without_an_upload_and_stays_paused() {
     let Some(fleet) = Fleet::create("drain_paused_test").await else {
         return;
     };
-    let Fleet {
-        db,
-        base,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
     let prefix = bucket.join("paused");
-    let a = Instance::start("a", &db.url, shared_root, GROUP);
-    let b = Instance::start("b", &db.url, shared_root, GROUP);
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
     let (a_addr, b_addr) = (a.addr, b.addr);
     let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
 

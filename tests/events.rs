@@ -171,7 +171,7 @@ async fn register(c: &Client, d: &Dirs, name: &str) -> String {
     let dir = d.root.join(name);
     support::store::write(&dir, 20, 0, 0);
     let bucket = d.base.join(format!("{name}-bucket"));
-    served::register(&c, support::register_req(&dir, &support::file_url(&bucket))).await
+    served::register(c, support::register_req(&dir, &support::file_url(&bucket))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use mushroom_backup::registry::{Claimed, Registry, StoreRecord};
 use mushroom_backup::service::proto;
 use support::binary::{self, write_store};
-use support::instances::{Fleet, Instance};
+use support::instances::Fleet;
 use support::served::{self, Client};
 
 /// Every member's settings: a short silence limit and lease TTL, so the test is quick.
@@ -88,16 +88,10 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     let Some(fleet) = Fleet::create("failover_test").await else {
         return;
     };
-    let Fleet {
-        db,
-        base,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
-    let mut a = Instance::start("a", &db.url, shared_root, GROUP);
-    let b = Instance::start("b", &db.url, shared_root, GROUP);
-    let c = Instance::start("c", &db.url, shared_root, GROUP);
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
+    let mut a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let c = fleet.start("c", GROUP);
     let ca = served::client(a.addr).await;
     let cb = served::client(b.addr).await;
     let cc = served::client(c.addr).await;
@@ -113,15 +107,7 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
         stores.push((r.store_id, r.node_token, dir, dest));
     }
     // And one in a's own root, which b and c do not see: it stays a's.
-    let private_dir = a.root().join("private");
-    write_store(&private_dir, 5);
-    let private = a
-        .register(support::register_req(
-            &private_dir,
-            &support::file_url(&bucket.join("private")),
-        ))
-        .await
-        .store_id;
+    let private = a.register_own_store("private", 5, bucket).await;
     for (id, ..) in &stores {
         served::wait_health(&ca, id, "a restore point on a", |h| {
             h.healthy && h.restore_point_commit_seq >= 20 && h.instance_id == "a"
@@ -233,19 +219,12 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     let written = binary::json(&out);
     let total = written["commit_seq"].as_u64().expect("commit_seq");
     assert_eq!(total, 320, "{out}");
-    support::wait_for(
-        served::DEADLINE,
+    served::wait_health_as(
+        &cb,
+        &s0,
+        true,
         "every commit of s0 in a restore point",
-        || {
-            let cb = cb.clone();
-            let s0 = s0.clone();
-            async move {
-                match fresh(&cb, &s0).await? {
-                    h if h.restore_point_commit_seq == total => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
+        |h| h.restore_point_commit_seq == total,
     )
     .await;
     let into = base.join("restored");
@@ -403,16 +382,10 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     let Some(fleet) = Fleet::create("moves_test").await else {
         return;
     };
-    let Fleet {
-        db,
-        base,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
-    let a = Instance::start("a", &db.url, shared_root, GROUP);
-    let b = Instance::start("b", &db.url, shared_root, GROUP);
-    let c = Instance::start("c", &db.url, shared_root, GROUP);
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let c = fleet.start("c", GROUP);
     let (ca, cb, cc) = (
         served::client(a.addr).await,
         served::client(b.addr).await,
@@ -490,19 +463,12 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     let out = node.join().expect("the node thread");
     let total = binary::json(&out)["commit_seq"].as_u64().unwrap();
     assert_eq!(total, 320, "{out}");
-    support::wait_for(
-        served::DEADLINE,
+    served::wait_health_as(
+        &cb,
+        &m0,
+        true,
         "every commit of m0 in a restore point",
-        || {
-            let cb = cb.clone();
-            let m0 = m0.clone();
-            async move {
-                match fresh(&cb, &m0).await? {
-                    h if h.restore_point_commit_seq == total => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
+        |h| h.restore_point_commit_seq == total,
     )
     .await;
     let restored = binary::restore_digest("http://unused.invalid", &m0_dest, &base.join("r"));

@@ -18,7 +18,7 @@ mod support;
 use mushroom_backup::service::proto;
 use sqlx::{Connection, PgConnection};
 use support::binary::write_store;
-use support::instances::{Fleet, Instance};
+use support::instances::Fleet;
 use support::served::{Client, DEADLINE};
 use tonic::Code;
 
@@ -63,25 +63,20 @@ async fn a_call_through_a_warm_owner_cache_reaches_the_new_owner() {
     let Some(fleet) = Fleet::create("forward_routes_cache").await else {
         return;
     };
-    let Fleet {
-        db,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
+    let (db, shared_root, bucket) = (&fleet.db, &fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 10);
 
-    let mut a = Instance::start("a", &db.url, &shared_root, &[]);
-    let mut b = Instance::start("b", &db.url, &shared_root, &[]);
+    let mut a = fleet.start("a", &[]);
+    let mut b = fleet.start("b", &[]);
     // c remembers an owner for a minute: the cache is surely warm for every step below.
-    let c = Instance::start("c", &db.url, &shared_root, &["--owner-cache-ms", "60000"]);
+    let c = fleet.start("c", &["--owner-cache-ms", "60000"]);
     let mut cc = c.client().await;
 
     let id = a
         .client()
         .await
-        .register(support::register_req(&store, &support::file_url(&bucket)))
+        .register(support::register_req(&store, &support::file_url(bucket)))
         .await
         .unwrap_or_else(|e| a.child.fail(&format!("Register on a: {e}")))
         .into_inner()
@@ -182,22 +177,17 @@ async fn watches_of_one_store_through_a_non_owner_are_the_owners_streams() {
     let Some(fleet) = Fleet::create("forward_routes_watch").await else {
         return;
     };
-    let Fleet {
-        db,
-        shared_root,
-        bucket,
-        ..
-    } = &fleet;
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 10);
 
     // a serves one watcher of each kind: a relayed watch takes a's only slot.
-    let mut a = Instance::start("a", &db.url, &shared_root, &["--max-health-watchers", "1"]);
-    let c = Instance::start("c", &db.url, &shared_root, &[]);
+    let mut a = fleet.start("a", &["--max-health-watchers", "1"]);
+    let c = fleet.start("c", &[]);
     let mut ca = a.client().await;
     let mut cc = c.client().await;
     let id = ca
-        .register(support::register_req(&store, &support::file_url(&bucket)))
+        .register(support::register_req(&store, &support::file_url(bucket)))
         .await
         .unwrap_or_else(|e| a.child.fail(&format!("Register on a: {e}")))
         .into_inner()

@@ -42,6 +42,11 @@ impl Fleet {
             base,
         })
     }
+
+    /// [`Instance::start`] of the instance `id` of this fleet, with `extra` arguments.
+    pub fn start(&self, id: &str, extra: &[&str]) -> Instance {
+        Instance::start(id, &self.db.url, &self.shared_root, extra)
+    }
 }
 
 /// The settings of a member of the failover group `g` that is quick to test: fast steps (WAL
@@ -116,6 +121,17 @@ impl Instance {
             .await
             .unwrap_or_else(|e| self.child.fail(&format!("Register: {e}")))
             .into_inner()
+    }
+
+    /// A store of `commits` commits written into `root()/<name>`, which only this instance
+    /// sees, registered through it with the destination `bucket/<name>`: its store id.
+    pub async fn register_own_store(&self, name: &str, commits: u64, bucket: &Path) -> String {
+        let dir = self.root().join(name);
+        super::binary::write_store(&dir, commits);
+        let destination = super::file_url(&bucket.join(name));
+        self.register(super::register_req(&dir, &destination))
+            .await
+            .store_id
     }
 
     /// SIGTERM, and a clean exit.
