@@ -559,15 +559,8 @@ async fn a_registered_option_out_of_range_runs_clamped_after_a_restart() {
 
     let mut server = Server::start("serve again", service::serve_command(&d, "data", None, &[]));
     let mut c = server.client().await;
-    let health = c
-        .health(proto::HealthRequest {
-            store_id: id.clone(),
-            fresh: false,
-        })
-        .await
-        .expect("the store is respawned")
-        .into_inner();
-    assert_eq!(health.stores.len(), 1, "{health:?}");
+    // The store is respawned: its health, one record.
+    support::served::health_of(&mut c, &id, tonic::Request::new).await;
     // Logged at start: maybe among the lines read while waiting for the listening line.
     let warned = |l: &support::binary::Line| l.text.contains("clamped into range");
     if !server.child.seen().iter().any(warned) {
