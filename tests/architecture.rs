@@ -9,7 +9,12 @@
 //!   (a worker's runner, supervisor and lease renewal all end at shutdown) and the serve tests
 //!   (the service exits only after `Fleet::stop_tasks`).
 
+#[path = "support/sources.rs"]
+mod sources;
+
 use std::path::Path;
+
+use sources::rust_files;
 
 /// The places allowed a bare spawn: `(file, the function it is in)`.
 const ALLOWED: &[(&str, &str)] = &[("src/cli/mod.rs", "fn on_signal")];
@@ -122,17 +127,6 @@ fn every_module_imports_only_the_floors_below_it() {
         "a floor imports from above it:\n{}",
         wrong.join("\n")
     );
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
 }
 
 #[test]

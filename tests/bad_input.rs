@@ -455,12 +455,7 @@ async fn the_table(d: &service::Dirs, server: &Server, registry_url: &str) {
     );
 
     // Nothing was registered; every refused Register and Adopt left one bounded audit entry.
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = support::served::list_stores(&c).await;
     assert!(
         listed.is_empty(),
         "bad inputs registered stores: {listed:?}"
@@ -500,12 +495,7 @@ async fn the_table(d: &service::Dirs, server: &Server, registry_url: &str) {
             assert_ne!(s.code(), Code::InvalidArgument, "{}: {s:?}", case.what);
         }
     }
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = support::served::list_stores(&c).await;
     assert_eq!(
         listed.len(),
         1,
@@ -569,15 +559,8 @@ async fn a_registered_option_out_of_range_runs_clamped_after_a_restart() {
 
     let mut server = Server::start("serve again", service::serve_command(&d, "data", None, &[]));
     let mut c = server.client().await;
-    let health = c
-        .health(proto::HealthRequest {
-            store_id: id.clone(),
-            fresh: false,
-        })
-        .await
-        .expect("the store is respawned")
-        .into_inner();
-    assert_eq!(health.stores.len(), 1, "{health:?}");
+    // The store is respawned: its health, one record.
+    support::served::health_of(&mut c, &id, tonic::Request::new).await;
     // Logged at start: maybe among the lines read while waiting for the listening line.
     let warned = |l: &support::binary::Line| l.text.contains("clamped into range");
     if !server.child.seen().iter().any(warned) {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use support::binary;
 use support::served::{self, DEADLINE, client, fast_serve, wait_health};
+use support::sources::rust_files;
 
 /// Runs `cmd` with a stdout nobody reads (its reader closed first): its status and stderr.
 fn with_closed_stdout(name: &str, mut cmd: Command) -> (ExitStatus, String) {
@@ -79,13 +80,7 @@ async fn every_printing_command_exits_quietly_when_its_stdout_closes() {
     support::store::write(&dir, 10, 0, 0);
     let (_server, addr) = served::start("serve", fast_serve(&d, &[]));
     let c = client(addr).await;
-    let id = c
-        .clone()
-        .register(support::register_req(&dir, &support::file_url(&bucket)))
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, support::register_req(&dir, &support::file_url(&bucket))).await;
     wait_health(&c, &id, "10 commits in a restore point", |h| {
         h.healthy && h.restore_point_commit_seq == 10
     })
@@ -132,17 +127,6 @@ async fn every_printing_command_exits_quietly_when_its_stdout_closes() {
         &["store", "digest", dir.to_str().unwrap()],
     ] {
         assert_quiet(&args.join(" "), mb(args));
-    }
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
     }
 }
 

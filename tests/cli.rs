@@ -29,13 +29,7 @@ fn mb_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 fn ok(args: &[&str]) -> String {
-    let o = mb(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    support::binary::succeeded(args, mb(args))
 }
 
 /// Fails with exactly one `error:` line naming `needle`.

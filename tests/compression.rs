@@ -10,10 +10,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use support::binary::{command, json, restore_digest, run_ok, store_digest, verify_ok};
-
-/// No S3 endpoint needed.
-const NO_S3: &str = "http://unused.invalid";
+use support::binary::{
+    backup_once, command, json, restore_digest, run_ok, store_digest, verify_ok,
+};
+use support::dest::{NO_S3, destinations};
 
 fn write(store: &Path, commits: u64, kind: &str) {
     let mut cmd = command(NO_S3);
@@ -26,12 +26,7 @@ fn write(store: &Path, commits: u64, kind: &str) {
 }
 
 fn backup(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> serde_json::Value {
-    let mut cmd = command(endpoint);
-    cmd.arg("backup")
-        .arg("--store")
-        .arg(store)
-        .args(["--to", to, "--once"])
-        .args(extra);
+    let cmd = backup_once(endpoint, store, to, extra);
     json(&run_ok("backup", cmd, Duration::from_secs(300)))
 }
 
@@ -48,69 +43,6 @@ fn store_bytes(dir: &Path) -> u64 {
         }
     }
     n
-}
-
-/// Where a test's bucket is, and how to count what it holds.
-enum Dest {
-    File(std::path::PathBuf),
-    S3 { endpoint: String, bucket: String },
-}
-
-impl Dest {
-    fn url(&self) -> String {
-        match self {
-            Dest::File(p) => format!("file://{}", p.display()),
-            Dest::S3 { bucket, .. } => format!("s3://{bucket}/p"),
-        }
-    }
-
-    fn endpoint(&self) -> &str {
-        match self {
-            Dest::File(_) => NO_S3,
-            Dest::S3 { endpoint, .. } => endpoint,
-        }
-    }
-
-    /// Bytes of every object in the bucket.
-    fn bytes(&self) -> u64 {
-        match self {
-            Dest::File(p) => store_bytes(p),
-            Dest::S3 { endpoint, bucket } => {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(async {
-                    let client = support::s3::client(endpoint);
-                    let mut total = 0u64;
-                    let mut token = None;
-                    loop {
-                        let page = client
-                            .list_objects_v2()
-                            .bucket(bucket)
-                            .set_continuation_token(token)
-                            .send()
-                            .await
-                            .unwrap();
-                        for o in page.contents() {
-                            total += o.size().unwrap_or(0) as u64;
-                        }
-                        token = page.next_continuation_token().map(str::to_string);
-                        if token.is_none() {
-                            break total;
-                        }
-                    }
-                })
-            }
-        }
-    }
-}
-
-fn destinations(t: &Path, name: &str) -> Vec<Dest> {
-    let mut d = vec![Dest::File(t.join(format!("{name}-bucket")))];
-    if let Some(endpoint) = support::s3::endpoint() {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let bucket = rt.block_on(support::s3::create_bucket(&endpoint, name));
-        d.push(Dest::S3 { endpoint, bucket });
-    }
-    d
 }
 
 #[test]

@@ -59,12 +59,7 @@ fn refused<T: std::fmt::Debug>(
 }
 
 async fn store_count(c: &mut Client) -> usize {
-    c.list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores
-        .len()
+    support::served::list_stores(c).await.len()
 }
 
 /// Two clients: `a` registers, `b` contradicts (another instance on PostgreSQL, the same one

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary::write_store;
-use support::instances::Instance;
+use support::instances::Fleet;
 use support::served::{self, node_writes};
 use tonic::Code;
 use tonic::transport::Channel;
@@ -32,26 +32,21 @@ async fn owner_of(c: &mut BackupControlClient<Channel>, id: &str) -> Option<Stri
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_asked() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("control_plane_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "control_plane_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 40);
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
 
-    let a = Instance::start("a", &db.url, &shared_root, &[]);
-    let b = Instance::start("b", &db.url, &shared_root, &[]);
-    let c = Instance::start("c", &db.url, &shared_root, &[]);
+    let a = fleet.start("a", &[]);
+    let b = fleet.start("b", &[]);
+    let c = fleet.start("c", &[]);
     let mut cc = c.client().await;
     let mut ca = a.client().await;
 
     // Register through c, naming a: the store runs on a.
-    let mut req = support::register_req(&store, &support::file_url(&bucket));
+    let mut req = support::register_req(&store, &support::file_url(bucket));
     req.instance_id = "a".into();
     let registered = cc
         .register(req)
@@ -122,46 +117,16 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
 
     // Fresh health through b is a's own answer: a holds the lease, its restore point.
     let cb = b.client().await;
-    let fresh = support::wait_for(DEADLINE, "fresh Health through b to show a's lease", || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let h = cb
-                .health(proto::HealthRequest {
-                    store_id: id,
-                    fresh: true,
-                })
-                .await
-                .map_err(|e| format!("fresh Health through b: {e}"))?
-                .into_inner();
-            match h.stores.as_slice() {
-                [s] if s.lease_held && s.restore_point_commit_seq >= 40 => Ok(s.clone()),
-                _ => Err(format!("{h:?}")),
-            }
-        }
+    let fresh = served::wait_health_as(&cb, &id, true, "a's lease, fresh through b", |s| {
+        s.lease_held && s.restore_point_commit_seq >= 40
     })
     .await;
     assert!(!fresh.lease_holder.is_empty(), "{fresh:?}");
 
     // A node reporting to c: c relays its stream to a, which ships every commit.
     node_writes(c.addr, &store, &id, &registered.node_token, 60);
-    support::wait_for(DEADLINE, "a to ship the node's 100 commits", || {
-        let mut cb = cb.clone();
-        let id = id.clone();
-        async move {
-            let h = cb
-                .health(proto::HealthRequest {
-                    store_id: id,
-                    fresh: true,
-                })
-                .await
-                .map_err(|e| format!("fresh Health through b: {e}"))?
-                .into_inner();
-            match h.stores.as_slice() {
-                [s] if s.shipped_commit_seq == 100 && s.instance_id == "a" => Ok(()),
-                _ => Err(format!("{h:?}")),
-            }
-        }
+    served::wait_health_as(&cb, &id, true, "a to ship the node's 100 commits", |s| {
+        s.shipped_commit_seq == 100 && s.instance_id == "a"
     })
     .await;
     // A wrong node token through c: a refuses it, and c answers a's refusal.
@@ -203,7 +168,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .expect_err("an unknown store");
     assert_eq!(unknown.code(), Code::NotFound, "{unknown:?}");
     // Register naming an instance that never started: INVALID_ARGUMENT naming it.
-    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(bucket));
     req.instance_id = "nowhere".into();
     let nowhere = cc
         .register(req)
@@ -211,7 +176,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
         .expect_err("Register for no instance");
     assert_eq!(nowhere.code(), Code::InvalidArgument, "{nowhere:?}");
     assert!(nowhere.message().contains("nowhere"), "{nowhere:?}");
-    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(&bucket));
+    let mut req = support::register_req(&shared_root.join("s2"), &support::file_url(bucket));
     req.instance_id = "i".repeat(300);
     let long = cc
         .register(req)
@@ -261,7 +226,7 @@ async fn any_instance_answers_for_every_store_and_register_lands_where_it_is_ask
     assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
 
     drop((a, b, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }
 
 #[test]

@@ -26,8 +26,7 @@ use std::process::Command;
 use mushroom_backup::bucket::usage::UsageSnapshot;
 use mushroom_backup::cost::{self, Prices};
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
-use support::binary::{self, Running, Stream};
+use support::binary::{self, Running};
 use support::served::{self, DEADLINE, Dirs};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
@@ -158,44 +157,15 @@ fn start(cmd: Command) -> (Running, SocketAddr, SocketAddr) {
     let mut child = Running::spawn("serve", cmd);
     let (mut addr, mut metrics) = (None, None);
     child.wait_for("listen and serve metrics", DEADLINE, |line| {
-        match line.stream {
-            Stream::Stdout => {
-                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text)
-                    && let Some(a) = v["listening"].as_str()
-                {
-                    addr = a.parse().ok();
-                }
-            }
-            Stream::Stderr => {
-                if line.text.contains("serving Prometheus metrics on /metrics")
-                    && let Some((_, rest)) = line.text.split_once("addr=")
-                {
-                    let a: String = rest
-                        .chars()
-                        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                        .collect();
-                    metrics = a.parse().ok();
-                }
-            }
-        }
+        addr = addr.or_else(|| line.listening()?.parse().ok());
+        metrics = metrics.or_else(|| line.metrics_addr());
         addr.zip(metrics)
     });
     (child, addr.unwrap(), metrics.unwrap())
 }
 
 async fn health(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
-    c.clone()
-        .health(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: false,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner()
-        .stores
-        .into_iter()
-        .next()
-        .ok_or_else(|| "no store".to_string())
+    served::health(c, id, false).await
 }
 
 async fn metrics_text(addr: SocketAddr) -> Result<String, String> {
@@ -261,25 +231,13 @@ async fn usage_agrees_with_the_requests_moto_logged_and_is_priced_at_the_config(
         monthly_request_budget: u64::MAX,
         ..Default::default()
     });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, req).await;
     let mut req = support::register_req(&other, &format!("s3://{bucket}/budgeted"));
     req.options = Some(proto::StoreOptions {
         monthly_request_budget: 1,
         ..Default::default()
     });
-    let over = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let over = served::register(&c, req).await;
 
     // Shipped and in a restore point; then a snapshot starts a new generation, and
     // retention (keeping one generation) deletes the first one's objects: every class but
@@ -294,14 +252,7 @@ async fn usage_agrees_with_the_requests_moto_logged_and_is_priced_at_the_config(
     })
     .await;
     {
-        let mut engine = Engine::open(
-            &dir,
-            EngineOptions {
-                group_commit: 0,
-                ..Default::default()
-            },
-        )
-        .expect("open the store");
+        let mut engine = support::store::open_engine(&dir);
         engine.snapshot().expect("snapshot");
         support::store::commit_synced(&mut engine, 5);
     }
@@ -509,6 +460,25 @@ async fn register_over_budget(c: &Client, d: &Dirs, name: &str) -> String {
     support::served::register_with(c, req, options).await
 }
 
+/// A fast `serve` on `d` that reports health every 100 ms, a client, and every event it
+/// publishes from now on.
+async fn serve_watching(d: &Dirs) -> (Running, Client, tonic::Streaming<proto::BackupEvent>) {
+    let (server, addr) = served::start(
+        "serve",
+        served::fast_serve(d, &["--health-report-interval-ms", "100"]),
+    );
+    let c = served::client(addr).await;
+    let events = c
+        .clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: String::new(),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+    (server, c, events)
+}
+
 /// Reads `events` until the budget-overrun event of `store_id`: every event read, that one last.
 async fn until_over(
     events: &mut tonic::Streaming<proto::BackupEvent>,
@@ -544,19 +514,7 @@ async fn until_over(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_budget_overrun_is_one_event_on_watch_events() {
     let d = served::dirs();
-    let (mut server, addr) = served::start(
-        "serve",
-        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
-    );
-    let c = served::client(addr).await;
-    let mut events = c
-        .clone()
-        .watch_events(proto::WatchEventsRequest {
-            store_id: String::new(),
-        })
-        .await
-        .expect("WatchEvents")
-        .into_inner();
+    let (mut server, c, mut events) = serve_watching(&d).await;
     let mut seen = Vec::new();
     let mut ids = Vec::new();
     for name in ["first", "second", "third"] {
@@ -599,14 +557,7 @@ const RECOVERY_BUDGET: u64 = 200 * 43_800;
 
 /// Commits to `dir` one at a time until `id`'s Health says its projection is over its budget.
 async fn commit_until_over(c: &Client, dir: &Path, id: &str) -> proto::StoreHealth {
-    let mut engine = Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
+    let mut engine = support::store::open_engine(dir);
     let start = std::time::Instant::now();
     loop {
         let h = health(c, id).await.expect("Health");
@@ -628,19 +579,7 @@ async fn commit_until_over(c: &Client, dir: &Path, id: &str) -> proto::StoreHeal
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_back_within_its_budget_is_published_again_when_over() {
     let d = served::dirs();
-    let (mut server, addr) = served::start(
-        "serve",
-        served::fast_serve(&d, &["--health-report-interval-ms", "100"]),
-    );
-    let c = served::client(addr).await;
-    let mut events = c
-        .clone()
-        .watch_events(proto::WatchEventsRequest {
-            store_id: String::new(),
-        })
-        .await
-        .expect("WatchEvents")
-        .into_inner();
+    let (mut server, c, mut events) = serve_watching(&d).await;
     let dir = d.root.join("recovering");
     support::store::write(&dir, 5, 0, 0);
     let mut req = support::register_req(&dir, &support::file_url(&d.base.join("recovering")));
@@ -648,13 +587,7 @@ async fn a_store_back_within_its_budget_is_published_again_when_over() {
         monthly_request_budget: RECOVERY_BUDGET,
         ..Default::default()
     });
-    let id = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, req).await;
     let noted = |h: &proto::StoreHealth| h.notes.iter().any(|n| n.contains("request budget"));
     let of_store = |seen: &[proto::BackupEvent]| {
         seen.iter()

@@ -13,10 +13,10 @@ use mushroom_backup::crypto::stream::{self, CHUNK, HEADER, TAG};
 use mushroom_backup::crypto::wrapper::WrapError;
 use mushroom_backup::crypto::{
     AgeIdentity, AgeRecipient, Binding, DataKey, EncryptionSettings, KeyError, KeyFileKey,
-    OpenWriter, SealWriter, StreamError, UnwrapKek, WrapKek, sealed_len,
+    OpenWriter, SealWriter, StreamError, UnwrapKek, sealed_len,
 };
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
+use support::keks::{age_kek, key_file_kek};
 use uuid::Uuid;
 
 const OBJ: &str = "gen/0000000003/wal/00000000000000000000-00000000000000000100.seg";
@@ -525,19 +525,6 @@ fn binding(generation: u64) -> Binding {
         lineage: Uuid::from_u128(0x1111),
         generation,
     }
-}
-
-fn key_file_kek() -> (WrapKek, UnwrapKek) {
-    let k = Arc::new(KeyFileKey::generate());
-    (WrapKek::KeyFile(k.clone()), UnwrapKek::KeyFile(k))
-}
-
-fn age_kek() -> (WrapKek, UnwrapKek) {
-    let id = AgeIdentity::generate();
-    (
-        WrapKek::Recipient(id.recipient().clone()),
-        UnwrapKek::Identity(id),
-    )
 }
 
 #[test]

@@ -18,28 +18,16 @@ use mushroom_backup::bucket::{
     PutCondition, PutOpts,
 };
 use mushroom_backup::crypto::key_objects::{self, KeyObjectError};
-use mushroom_backup::crypto::rekey::{RekeyError, rekey};
+use mushroom_backup::crypto::rekey::{RekeyError, RekeyReport, rekey};
 use mushroom_backup::crypto::{
     AgeIdentity, Binding, DataKey, KeyFileKey, SealWriter, UnwrapKek, WrapKek,
 };
 use mushroom_backup::manifest::{self, GenerationClaim};
+use support::keks::{age_kek, key_file_kek};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 const LINEAGE: Uuid = Uuid::from_u128(0xabcdef);
-
-fn key_file_kek() -> (WrapKek, UnwrapKek) {
-    let k = Arc::new(KeyFileKey::generate());
-    (WrapKek::KeyFile(k.clone()), UnwrapKek::KeyFile(k))
-}
-
-fn age_kek() -> (WrapKek, UnwrapKek) {
-    let id = AgeIdentity::generate();
-    (
-        WrapKek::Recipient(id.recipient().clone()),
-        UnwrapKek::Identity(id),
-    )
-}
 
 fn binding(generation: u64) -> Binding {
     Binding {
@@ -127,31 +115,32 @@ async fn check_rekeyed(
     assert_eq!(&data_objects(b).await, data_before, "data objects changed");
 }
 
-async fn rekey_round_trip(b: &dyn Bucket, old: (WrapKek, UnwrapKek), new: (WrapKek, UnwrapKek)) {
-    let keys = populate(b, &old.0, 3).await;
-    let before = data_objects(b).await;
-    let report = rekey(
+/// One [`rekey`] of `b` from `old` to `new`, never cancelled.
+async fn rekey_once(
+    b: &dyn Bucket,
+    old: &UnwrapKek,
+    new: &WrapKek,
+) -> Result<RekeyReport, RekeyError> {
+    rekey(
         b,
-        std::slice::from_ref(&old.1),
-        std::slice::from_ref(&new.0),
+        std::slice::from_ref(old),
+        std::slice::from_ref(new),
         &CancellationToken::new(),
     )
     .await
-    .unwrap();
+}
+
+async fn rekey_round_trip(b: &dyn Bucket, old: (WrapKek, UnwrapKek), new: (WrapKek, UnwrapKek)) {
+    let keys = populate(b, &old.0, 3).await;
+    let before = data_objects(b).await;
+    let report = rekey_once(b, &old.1, &new.0).await.unwrap();
     assert_eq!(
         (report.generations, report.wrapped, report.deleted),
         (3, 3, 3)
     );
     check_rekeyed(b, &keys, &old.1, &new.1, &before).await;
     // A second run has nothing to do and says so.
-    let again = rekey(
-        b,
-        std::slice::from_ref(&old.1),
-        std::slice::from_ref(&new.0),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let again = rekey_once(b, &old.1, &new.0).await.unwrap();
     assert_eq!((again.wrapped, again.deleted), (0, 0));
 }
 
@@ -192,13 +181,7 @@ async fn a_rekey_crashed_at_every_request_leaves_every_generation_openable_and_a
                 let keys = populate(inner.as_ref(), &old_w, 3).await;
                 let before = data_objects(inner.as_ref()).await;
                 let faulty = FaultyBucket::new(inner.clone(), FaultPlan::crash_at(k, kind));
-                let result = rekey(
-                    &faulty,
-                    std::slice::from_ref(&old),
-                    std::slice::from_ref(&new_w),
-                    &CancellationToken::new(),
-                )
-                .await;
+                let result = rekey_once(&faulty, &old, &new_w).await;
                 let crashed = faulty.has_crashed();
                 for (&g, dk) in &keys {
                     let with_old = opens(inner.as_ref(), g, &old).await;
@@ -217,14 +200,9 @@ async fn a_rekey_crashed_at_every_request_leaves_every_generation_openable_and_a
                     break;
                 }
                 assert!(result.is_err(), "a crashed rekey reported success");
-                rekey(
-                    inner.as_ref(),
-                    std::slice::from_ref(&old),
-                    std::slice::from_ref(&new_w),
-                    &CancellationToken::new(),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("re-run after a crash at request {k}: {e}"));
+                rekey_once(inner.as_ref(), &old, &new_w)
+                    .await
+                    .unwrap_or_else(|e| panic!("re-run after a crash at request {k}: {e}"));
                 check_rekeyed(inner.as_ref(), &keys, &old, &new, &before).await;
                 k += 1;
             }
@@ -243,14 +221,7 @@ async fn a_rekey_that_cannot_rewrap_every_generation_deletes_nothing() {
     key_objects::wrap_generation_key(b.as_ref(), binding(3), &DataKey::generate(), &[third_w])
         .await
         .unwrap();
-    let e = rekey(
-        b.as_ref(),
-        std::slice::from_ref(&old),
-        std::slice::from_ref(&new_w),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let e = rekey_once(b.as_ref(), &old, &new_w).await.unwrap_err();
     assert!(
         matches!(e, RekeyError::Incomplete(ref p) if p.len() == 1),
         "{e}"
@@ -261,14 +232,7 @@ async fn a_rekey_that_cannot_rewrap_every_generation_deletes_nothing() {
         opens(b.as_ref(), g, &old).await.unwrap();
     }
     // The same key as old and new.
-    let e = rekey(
-        b.as_ref(),
-        std::slice::from_ref(&old),
-        &[old_w],
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let e = rekey_once(b.as_ref(), &old, &old_w).await.unwrap_err();
     assert!(matches!(e, RekeyError::SameKey(_)), "{e}");
 }
 
@@ -327,26 +291,12 @@ async fn a_generation_wrapped_with_the_old_key_during_the_rekey_is_reported_and_
         old: old_w,
         fired: AtomicBool::new(false),
     };
-    let e = rekey(
-        &racing,
-        std::slice::from_ref(&old),
-        std::slice::from_ref(&new_w),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap_err();
+    let e = rekey_once(&racing, &old, &new_w).await.unwrap_err();
     assert!(
         matches!(e, RekeyError::OldKeyStillUsed(ref g) if g == &[99]),
         "{e}"
     );
-    rekey(
-        b.as_ref(),
-        std::slice::from_ref(&old),
-        std::slice::from_ref(&new_w),
-        &CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    rekey_once(b.as_ref(), &old, &new_w).await.unwrap();
     for g in [1, 2, 99] {
         opens(b.as_ref(), g, &new).await.unwrap();
         assert!(opens(b.as_ref(), g, &old).await.is_err());

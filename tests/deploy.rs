@@ -212,41 +212,18 @@ fn fleet_config_text() -> String {
 /// A CA, and a server certificate for localhost and 127.0.0.1 signed by it (PEM files in
 /// `dir`): ca.crt, tls.crt, tls.key, as the mushroom-backup-tls Secret holds them.
 fn test_pki(dir: &Path) {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-        IsCa, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "mushroom-backup fleet test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
+    use support::pki::{Ca, Usage};
+    let ca = Ca::new(dir, "ca.crt", "mushroom-backup fleet test CA");
     // One certificate for both replicas (as the example's Secret), naming each instance id as
     // its peers check it (`service::peer_auth`).
-    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-    names.extend(
-        ["mushroom-backup-0", "mushroom-backup-1"]
-            .map(|id| format!("{id}.mushroom-instance.invalid")),
+    let ids = ["mushroom-backup-0", "mushroom-backup-1"]
+        .map(|id| format!("{id}.mushroom-instance.invalid"));
+    ca.leaf(
+        ("tls.crt", "tls.key"),
+        &["localhost", "127.0.0.1", &ids[0], &ids[1]],
+        "mushroom-backup replica",
+        &[Usage::ServerAuth, Usage::ClientAuth],
     );
-    let mut params = CertificateParams::new(names).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "mushroom-backup replica");
-    params.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = params.signed_by(&key, &ca).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
-    std::fs::write(dir.join("tls.crt"), cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
 }
 
 /// The fleet's config with every path it sets moved under `dir` (the certificates in

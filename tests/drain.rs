@@ -14,47 +14,20 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Instant;
 
 use mushroom_backup::service::proto;
-use support::binary::{self, Running, write_store};
+use support::binary::{self, write_store};
+use support::instances::Fleet;
 use support::served::{self, Client};
 
 /// Both members' settings: a short silence limit and lease TTL, so the test is quick.
-const GROUP: &[&str] = &[
-    "--failover-group",
-    "g",
-    "--owner-silent-after-ms",
-    "3000",
-    "--lease-ttl-ms",
-    "3000",
-    "--health-report-interval-ms",
-    "300",
-];
-
-fn start(
-    id: &str,
-    registry: &str,
-    dirs: &served::Dirs,
-    shared_root: &Path,
-) -> (Running, SocketAddr) {
-    let mut cmd = served::fast_serve(dirs, GROUP);
-    served::with_peer_token(&mut cmd, dirs);
-    cmd.arg("--allow-root")
-        .arg(shared_root)
-        .args(["--registry", registry, "--instance-id", id]);
-    served::start(&format!("serve {id}"), cmd)
-}
+const GROUP: &[&str] = &support::instances::group_member("3000");
 
 /// `ctl --json ARGS` against `addr`: whether it exited 0, and its stdout.
 fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.args(["ctl", "--server", &format!("http://{addr}"), "--json"])
-        .args(args);
-    let mut child = Running::spawn("ctl", cmd);
-    let status = child.wait_exit(served::DEADLINE);
-    (status.success(), child.stdout())
+    let (ok, child) = served::ctl(addr, &[&["--json"], args].concat());
+    (ok, child.stdout())
 }
 
 /// Waits until every one of `ids` runs on `on`, healthy and holding its lease.
@@ -87,18 +60,13 @@ fn answer(out: &str) -> (BTreeSet<String>, Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_running() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("drain_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "drain_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
-    let (da, db_) = (served::dirs(), served::dirs());
-    let (a, a_addr) = start("a", &db.url, &da, &shared_root);
-    let (_b, b_addr) = start("b", &db.url, &db_, &shared_root);
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let (a_addr, b_addr) = (a.addr, b.addr);
     let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
 
     // Eight stores b sees too, and one in a's own root, which b does not.
@@ -107,26 +75,10 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
         let dir = shared_root.join(format!("d{i}"));
         write_store(&dir, 10);
         let dest = support::file_url(&bucket.join(format!("d{i}")));
-        let r = ca
-            .clone()
-            .register(support::register_req(&dir, &dest))
-            .await
-            .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
-            .into_inner();
+        let r = a.register(support::register_req(&dir, &dest)).await;
         stores.push(r.store_id);
     }
-    let private_dir = da.root.join("private");
-    write_store(&private_dir, 5);
-    let private = ca
-        .clone()
-        .register(support::register_req(
-            &private_dir,
-            &support::file_url(&bucket.join("private")),
-        ))
-        .await
-        .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
-        .into_inner()
-        .store_id;
+    let private = a.register_own_store("private", 5, bucket).await;
     running_on(&ca, &stores, "a").await;
     running_on(&ca, std::slice::from_ref(&private), "a").await;
 
@@ -203,7 +155,7 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
          {serial2:?} (and 1 refused), 4 at once {parallel2:?}"
     );
     drop(a);
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }
 
 /// A pause is total, a move included: a paused store with unshipped commits, moved (`ctl move`)
@@ -211,28 +163,21 @@ async fn a_parallel_drain_moves_every_store_it_can_and_leaves_the_refused_one_ru
 /// (holding its lease there), and after Resume on the last one ships every commit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_paused_store_moves_and_drains_without_an_upload_and_stays_paused() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("drain_paused_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "drain_paused_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
-    let prefix = base.join("bucket").join("paused");
-    std::fs::create_dir_all(base.join("bucket")).unwrap();
-    let (da, db_) = (served::dirs(), served::dirs());
-    let (a, a_addr) = start("a", &db.url, &da, &shared_root);
-    let (_b, b_addr) = start("b", &db.url, &db_, &shared_root);
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
+    let prefix = bucket.join("paused");
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let (a_addr, b_addr) = (a.addr, b.addr);
     let (ca, cb) = (served::client(a_addr).await, served::client(b_addr).await);
 
     let dir = shared_root.join("paused");
     write_store(&dir, 10);
-    let r = ca
-        .clone()
+    let r = a
         .register(support::register_req(&dir, &support::file_url(&prefix)))
-        .await
-        .unwrap_or_else(|e| a.fail(&format!("Register: {e}")))
-        .into_inner();
+        .await;
     let (id, token) = (r.store_id, r.node_token);
     served::wait_health(&ca, &id, "10 commits in a restore point on a", |h| {
         h.instance_id == "a" && h.healthy && h.lease_held && h.restore_point_commit_seq == 10
@@ -295,5 +240,5 @@ async fn a_paused_store_moves_and_drains_without_an_upload_and_stays_paused() {
     );
     assert_eq!(digest, binary::store_digest(&dir));
     drop(a);
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary;
-use support::served::{self, DEADLINE, client, fast_serve as serve, terminate, wait_health};
+use support::served::{self, client, fast_serve as serve, terminate, wait_health};
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -43,12 +43,8 @@ async fn drill(c: &Client, id: &str, at: u64) -> Result<proto::DrillResponse, to
 
 /// `ctl --server … ARGS`: its exit status and stdout.
 fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.args(["ctl", "--server", &format!("http://{addr}")])
-        .args(args);
-    let mut child = binary::Running::spawn("ctl", cmd);
-    let status = child.wait_exit(DEADLINE);
-    (status.success(), child.stdout())
+    let (ok, child) = served::ctl(addr, args);
+    (ok, child.stdout())
 }
 
 /// Registers `req` with scheduled drills every minute (the shortest interval): its store id.
@@ -90,13 +86,7 @@ async fn a_drill_proves_a_restore_and_a_corrupted_archive_fails_it_until_one_suc
     binary::with_umask(&mut cmd, 0o022);
     let (server, addr) = served::start("serve", cmd);
     let c = client(addr).await;
-    let id = c
-        .clone()
-        .register(support::register_req(&dir, &support::file_url(&bucket)))
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, support::register_req(&dir, &support::file_url(&bucket))).await;
     shipped(&c, &id, 300).await;
 
     let ok = drill(&c, &id, 0).await.expect("Drill");

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use support::binary::{command, json, run_ok, store_digest};
+use support::binary::{backup_once, command, json, run_ok, store_digest};
+use support::dest::{Dest, NO_S3, destinations, files};
 
-const NO_S3: &str = "http://unused.invalid";
 const WINDOW: usize = 32;
 
 fn write(store: &Path, commits: u64, seed: u64) {
@@ -47,13 +47,7 @@ fn run(mut cmd: Command) -> (bool, String, String) {
 }
 
 fn backup(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> (bool, String, String) {
-    let mut cmd = command(endpoint);
-    cmd.arg("backup")
-        .arg("--store")
-        .arg(store)
-        .args(["--to", to, "--once"])
-        .args(extra);
-    run(cmd)
+    run(backup_once(endpoint, store, to, extra))
 }
 
 fn backup_ok(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> serde_json::Value {
@@ -104,89 +98,6 @@ fn key_file(dir: &Path, name: &str) -> (PathBuf, String) {
     assert!(ok, "{err}");
     let id = out.split_whitespace().next().unwrap().to_string();
     (path, id)
-}
-
-enum Dest {
-    File(PathBuf),
-    S3 { endpoint: String, bucket: String },
-}
-
-impl Dest {
-    fn url(&self) -> String {
-        match self {
-            Dest::File(p) => format!("file://{}", p.display()),
-            Dest::S3 { bucket, .. } => format!("s3://{bucket}/p"),
-        }
-    }
-
-    fn endpoint(&self) -> &str {
-        match self {
-            Dest::File(_) => NO_S3,
-            Dest::S3 { endpoint, .. } => endpoint,
-        }
-    }
-
-    /// Every object's key and bytes.
-    fn objects(&self) -> Vec<(String, Vec<u8>)> {
-        match self {
-            Dest::File(p) => {
-                let mut out = Vec::new();
-                if p.exists() {
-                    files(p, p, &mut out);
-                }
-                out
-            }
-            Dest::S3 { endpoint, bucket } => {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(async {
-                    let client = support::s3::client(endpoint);
-                    let mut out = Vec::new();
-                    let mut token = None;
-                    loop {
-                        let page = client
-                            .list_objects_v2()
-                            .bucket(bucket)
-                            .set_continuation_token(token)
-                            .send()
-                            .await
-                            .unwrap();
-                        for o in page.contents() {
-                            let key = o.key().unwrap().to_string();
-                            let got = client.get_object().bucket(bucket).key(&key).send();
-                            let body = got.await.unwrap().body.collect().await.unwrap();
-                            out.push((key, body.into_bytes().to_vec()));
-                        }
-                        token = page.next_continuation_token().map(str::to_string);
-                        if token.is_none() {
-                            break out;
-                        }
-                    }
-                })
-            }
-        }
-    }
-}
-
-fn files(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            files(root, &p, out);
-        } else {
-            let rel = p.strip_prefix(root).unwrap().display().to_string();
-            out.push((rel, std::fs::read(&p).unwrap()));
-        }
-    }
-}
-
-fn destinations(t: &Path, name: &str) -> Vec<Dest> {
-    let mut d = vec![Dest::File(t.join(format!("{name}-bucket")))];
-    if let Some(endpoint) = support::s3::endpoint() {
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        let bucket = rt.block_on(support::s3::create_bucket(&endpoint, name));
-        d.push(Dest::S3 { endpoint, bucket });
-    }
-    d
 }
 
 /// The store's content files' bytes (not `backup.lineage`/`backup.parent`, which the backup

@@ -171,12 +171,7 @@ async fn register(c: &Client, d: &Dirs, name: &str) -> String {
     let dir = d.root.join(name);
     support::store::write(&dir, 20, 0, 0);
     let bucket = d.base.join(format!("{name}-bucket"));
-    c.clone()
-        .register(support::register_req(&dir, &support::file_url(&bucket)))
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id
+    served::register(c, support::register_req(&dir, &support::file_url(&bucket))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -454,21 +449,14 @@ fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
 
 /// The metrics address `serve --metrics-listen` logs.
 fn metrics_addr(server: &mut binary::Running) -> SocketAddr {
-    let parse = |text: &str| -> Option<SocketAddr> {
-        if !text.contains("serving Prometheus metrics on /metrics") {
-            return None;
-        }
-        let (_, rest) = text.split_once("addr=")?;
-        let a: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-            .collect();
-        a.parse().ok()
-    };
-    if let Some(a) = server.seen().iter().find_map(|l| parse(&l.text)) {
+    if let Some(a) = server.seen().iter().find_map(binary::Line::metrics_addr) {
         return a;
     }
-    server.wait_for("log its metrics address", DEADLINE, |l| parse(&l.text))
+    server.wait_for(
+        "log its metrics address",
+        DEADLINE,
+        binary::Line::metrics_addr,
+    )
 }
 
 /// GET /metrics: the body.

@@ -17,53 +17,16 @@ use std::time::{Duration, Instant};
 
 use mushroom_backup::registry::{Claimed, Registry, StoreRecord};
 use mushroom_backup::service::proto;
-use support::binary::{self, Running, write_store};
+use support::binary::{self, write_store};
+use support::instances::Fleet;
 use support::served::{self, Client};
 
 /// Every member's settings: a short silence limit and lease TTL, so the test is quick.
-const GROUP: &[&str] = &[
-    "--failover-group",
-    "g",
-    "--owner-silent-after-ms",
-    "2000",
-    "--lease-ttl-ms",
-    "2000",
-    "--health-report-interval-ms",
-    "300",
-];
-
-struct Instance {
-    child: Running,
-    addr: SocketAddr,
-}
-
-impl Instance {
-    fn start(id: &str, registry: &str, dirs: &served::Dirs, shared_root: &Path) -> Instance {
-        let mut cmd = served::fast_serve(dirs, GROUP);
-        served::with_peer_token(&mut cmd, dirs);
-        cmd.arg("--allow-root").arg(shared_root).args([
-            "--registry",
-            registry,
-            "--instance-id",
-            id,
-        ]);
-        let (child, addr) = served::start(&format!("serve {id}"), cmd);
-        Instance { child, addr }
-    }
-}
+const GROUP: &[&str] = &support::instances::group_member("2000");
 
 /// Fresh health of one store, asked of `c` (forwarded to the owner).
 async fn fresh(c: &Client, id: &str) -> Result<proto::StoreHealth, String> {
-    let mut c = c.clone();
-    let r = c
-        .health(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: true,
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .into_inner();
-    r.stores.into_iter().next().ok_or_else(|| "no store".into())
+    served::health(c, id, true).await
 }
 
 /// A node writing 300 commits into `dir` at 40 a second, reporting to `server`; the thread
@@ -98,32 +61,16 @@ fn steady_node(
 
 /// Waits until the owner of `id`, asked fresh through `c`, has shipped commit `n`.
 async fn wait_shipped(c: &Client, id: &str, n: u64) {
-    support::wait_for(
-        served::DEADLINE,
-        "the owner to ship the node's commits",
-        || {
-            let (c, id) = (c.clone(), id.to_string());
-            async move {
-                match fresh(&c, &id).await? {
-                    h if h.shipped_commit_seq >= n => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
-    )
+    served::wait_health_as(c, id, true, "the owner to ship the node's commits", |h| {
+        h.shipped_commit_seq >= n
+    })
     .await;
 }
 
 /// Every store's owner, as `ListStores` through `c` says: each once, owned since it was
 /// registered or later.
 async fn owners(c: &Client) -> BTreeMap<String, String> {
-    let mut c = c.clone();
-    let listed = c
-        .list_stores(proto::ListStoresRequest {})
-        .await
-        .expect("ListStores")
-        .into_inner()
-        .stores;
+    let listed = served::list_stores(c).await;
     let n = listed.len();
     let owners: BTreeMap<String, String> = listed
         .into_iter()
@@ -138,19 +85,13 @@ async fn owners(c: &Client) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("failover_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "failover_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
-    let (da, db_, dc) = (served::dirs(), served::dirs(), served::dirs());
-    let mut a = Instance::start("a", &db.url, &da, &shared_root);
-    let b = Instance::start("b", &db.url, &db_, &shared_root);
-    let c = Instance::start("c", &db.url, &dc, &shared_root);
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
+    let mut a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let c = fleet.start("c", GROUP);
     let ca = served::client(a.addr).await;
     let cb = served::client(b.addr).await;
     let cc = served::client(c.addr).await;
@@ -162,27 +103,11 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
         let dir = shared_root.join(format!("s{i}"));
         write_store(&dir, 20);
         let dest = support::file_url(&bucket.join(format!("s{i}")));
-        let r = ca
-            .clone()
-            .register(support::register_req(&dir, &dest))
-            .await
-            .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
-            .into_inner();
+        let r = a.register(support::register_req(&dir, &dest)).await;
         stores.push((r.store_id, r.node_token, dir, dest));
     }
     // And one in a's own root, which b and c do not see: it stays a's.
-    let private_dir = da.root.join("private");
-    write_store(&private_dir, 5);
-    let private = ca
-        .clone()
-        .register(support::register_req(
-            &private_dir,
-            &support::file_url(&bucket.join("private")),
-        ))
-        .await
-        .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
-        .into_inner()
-        .store_id;
+    let private = a.register_own_store("private", 5, bucket).await;
     for (id, ..) in &stores {
         served::wait_health(&ca, id, "a restore point on a", |h| {
             h.healthy && h.restore_point_commit_seq >= 20 && h.instance_id == "a"
@@ -294,19 +219,12 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     let written = binary::json(&out);
     let total = written["commit_seq"].as_u64().expect("commit_seq");
     assert_eq!(total, 320, "{out}");
-    support::wait_for(
-        served::DEADLINE,
+    served::wait_health_as(
+        &cb,
+        &s0,
+        true,
         "every commit of s0 in a restore point",
-        || {
-            let cb = cb.clone();
-            let s0 = s0.clone();
-            async move {
-                match fresh(&cb, &s0).await? {
-                    h if h.restore_point_commit_seq == total => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
+        |h| h.restore_point_commit_seq == total,
     )
     .await;
     let into = base.join("restored");
@@ -318,7 +236,8 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     );
 
     // a back (same id, same data directory): it loads only the rows it still owns (none).
-    let a2 = Instance::start("a", &db.url, &da, &shared_root);
+    a.start_again(false);
+    let a2 = a;
     let ca2 = served::client(a2.addr).await;
     for (id, ..) in &stores {
         let seen = served::wait_health(&ca2, id, "owned by b or c, seen from a", |h| {
@@ -345,7 +264,7 @@ async fn a_silent_owners_stores_are_claimed_by_its_group_and_lose_no_commit() {
     })
     .await;
     drop((a2, b, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }
 
 /// `n` stores owned by `dead`, in `reg`.
@@ -435,15 +354,9 @@ async fn two_claimants_racing_on_postgres_win_each_store_once() {
 /// `ctl ARGS` against `addr`: whether it succeeded, and its stdout (its stderr too when it
 /// failed).
 fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, String) {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.args(["ctl", "--server", &format!("http://{addr}")])
-        .args(args);
-    let mut child = Running::spawn("ctl", cmd);
-    let status = child.wait_exit(served::DEADLINE);
-    if status.success() {
-        (true, child.stdout())
-    } else {
-        (false, child.output())
+    match served::ctl(addr, args) {
+        (true, child) => (true, child.stdout()),
+        (false, child) => (false, child.output()),
     }
 }
 
@@ -466,19 +379,13 @@ fn record_events(c: &Client) -> std::sync::Arc<std::sync::Mutex<Vec<proto::Backu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("moves_test").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "moves_test").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
-    let (da, db_, dc) = (served::dirs(), served::dirs(), served::dirs());
-    let a = Instance::start("a", &db.url, &da, &shared_root);
-    let b = Instance::start("b", &db.url, &db_, &shared_root);
-    let c = Instance::start("c", &db.url, &dc, &shared_root);
+    let (base, shared_root, bucket) = (&fleet.base, &fleet.shared_root, &fleet.bucket);
+    let a = fleet.start("a", GROUP);
+    let b = fleet.start("b", GROUP);
+    let c = fleet.start("c", GROUP);
     let (ca, cb, cc) = (
         served::client(a.addr).await,
         served::client(b.addr).await,
@@ -491,12 +398,7 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
         let dir = shared_root.join(format!("m{i}"));
         write_store(&dir, 20);
         let dest = support::file_url(&bucket.join(format!("m{i}")));
-        let r = ca
-            .clone()
-            .register(support::register_req(&dir, &dest))
-            .await
-            .unwrap_or_else(|e| a.child.fail(&format!("Register: {e}")))
-            .into_inner();
+        let r = a.register(support::register_req(&dir, &dest)).await;
         stores.push((r.store_id, r.node_token, dir, dest));
     }
     for (id, ..) in &stores {
@@ -561,19 +463,12 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     let out = node.join().expect("the node thread");
     let total = binary::json(&out)["commit_seq"].as_u64().unwrap();
     assert_eq!(total, 320, "{out}");
-    support::wait_for(
-        served::DEADLINE,
+    served::wait_health_as(
+        &cb,
+        &m0,
+        true,
         "every commit of m0 in a restore point",
-        || {
-            let cb = cb.clone();
-            let m0 = m0.clone();
-            async move {
-                match fresh(&cb, &m0).await? {
-                    h if h.restore_point_commit_seq == total => Ok(()),
-                    h => Err(format!("{h:?}")),
-                }
-            }
-        },
+        |h| h.restore_point_commit_seq == total,
     )
     .await;
     let restored = binary::restore_digest("http://unused.invalid", &m0_dest, &base.join("r"));
@@ -597,12 +492,9 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     let dir = shared_root.join("rewound");
     write_store(&dir, 20);
     let dest = support::file_url(&bucket.join("rewound"));
-    let rewound = cb
-        .clone()
+    let rewound = b
         .register(support::register_req(&dir, &dest))
         .await
-        .unwrap_or_else(|e| b.child.fail(&format!("Register: {e}")))
-        .into_inner()
         .store_id;
     served::wait_health(&cb, &rewound, "a restore point on b", |h| {
         h.healthy && h.restore_point_commit_seq >= 20
@@ -622,5 +514,5 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     );
     assert_eq!(owners(&cb).await, before, "a refused move changes nothing");
     drop((a, b, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }

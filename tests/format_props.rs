@@ -7,7 +7,7 @@
 #[path = "support/generators.rs"]
 mod generators;
 
-use generators::{edge_u64, map, op, payloads, uuid, wal_file};
+use generators::{Trickle, edge_u64, map, op, payloads, uuid, wal_file};
 use mushroom_backup::store::engine::codec::{decode_batch, decode_map, encode_batch, encode_map};
 use mushroom_backup::store::format::{
     SnapshotHeader, WAL_HEADER_LEN, WalHeader, WalPosition, check_wal, decode_snapshot,
@@ -257,16 +257,6 @@ proptest! {
                 file[j] ^= mask.max(1);
             }
             _ => file.extend_from_slice(&junk),
-        }
-        // A reader that hands out a few bytes at a time, as a pipe or a slow disk may.
-        struct Trickle<'a>(&'a [u8], usize);
-        impl std::io::Read for Trickle<'_> {
-            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-                let n = out.len().min(self.0.len()).min(self.1);
-                out[..n].copy_from_slice(&self.0[..n]);
-                self.0 = &self.0[n..];
-                Ok(n)
-            }
         }
         let mut buf = Vec::new();
         for read_size in [chunk, 3, usize::MAX] {

@@ -18,7 +18,7 @@ mod support;
 use mushroom_backup::service::proto;
 use sqlx::{Connection, PgConnection};
 use support::binary::write_store;
-use support::instances::Instance;
+use support::instances::Fleet;
 use support::served::{Client, DEADLINE};
 use tonic::Code;
 
@@ -60,28 +60,23 @@ async fn fresh_owner(c: &mut Client, id: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_call_through_a_warm_owner_cache_reaches_the_new_owner() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("forward_routes_cache").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "forward_routes_cache").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
+    let (db, shared_root, bucket) = (&fleet.db, &fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 10);
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
 
-    let mut a = Instance::start("a", &db.url, &shared_root, &[]);
-    let mut b = Instance::start("b", &db.url, &shared_root, &[]);
+    let mut a = fleet.start("a", &[]);
+    let mut b = fleet.start("b", &[]);
     // c remembers an owner for a minute: the cache is surely warm for every step below.
-    let c = Instance::start("c", &db.url, &shared_root, &["--owner-cache-ms", "60000"]);
+    let c = fleet.start("c", &["--owner-cache-ms", "60000"]);
     let mut cc = c.client().await;
 
     let id = a
         .client()
         .await
-        .register(support::register_req(&store, &support::file_url(&bucket)))
+        .register(support::register_req(&store, &support::file_url(bucket)))
         .await
         .unwrap_or_else(|e| a.child.fail(&format!("Register on a: {e}")))
         .into_inner()
@@ -126,7 +121,7 @@ async fn a_call_through_a_warm_owner_cache_reaches_the_new_owner() {
     assert!(gone.message().contains("instance a"), "{gone:?}");
 
     drop((a, b, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }
 
 async fn watch_health(
@@ -179,25 +174,20 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn watches_of_one_store_through_a_non_owner_are_the_owners_streams() {
-    let Some(pg) = support::postgres::server() else {
+    let Some(fleet) = Fleet::create("forward_routes_watch").await else {
         return;
     };
-    let db = support::postgres::Database::create(&pg, "forward_routes_watch").await;
-    let shared = tempfile::tempdir().unwrap();
-    let base = std::fs::canonicalize(shared.path()).unwrap();
-    let shared_root = base.join("stores");
+    let (shared_root, bucket) = (&fleet.shared_root, &fleet.bucket);
     let store = shared_root.join("s1");
     write_store(&store, 10);
-    let bucket = base.join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
 
     // a serves one watcher of each kind: a relayed watch takes a's only slot.
-    let mut a = Instance::start("a", &db.url, &shared_root, &["--max-health-watchers", "1"]);
-    let c = Instance::start("c", &db.url, &shared_root, &[]);
+    let mut a = fleet.start("a", &["--max-health-watchers", "1"]);
+    let c = fleet.start("c", &[]);
     let mut ca = a.client().await;
     let mut cc = c.client().await;
     let id = ca
-        .register(support::register_req(&store, &support::file_url(&bucket)))
+        .register(support::register_req(&store, &support::file_url(bucket)))
         .await
         .unwrap_or_else(|e| a.child.fail(&format!("Register on a: {e}")))
         .into_inner()
@@ -276,5 +266,5 @@ async fn watches_of_one_store_through_a_non_owner_are_the_owners_streams() {
     assert!(refused.message().contains("instance a"), "{refused:?}");
 
     drop((a, c));
-    db.drop_database().await;
+    fleet.db.drop_database().await;
 }

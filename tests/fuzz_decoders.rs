@@ -48,7 +48,7 @@ use std::fmt::Debug;
 use std::path::{Component, Path};
 use std::time::{Duration, Instant};
 
-use generators::{edge_u64, map, op, payloads, uuid};
+use generators::{Trickle, edge_u64, map, op, payloads, uuid};
 use mushroom_backup::lease::{FenceRef, LeaseRecord, MAX_TTL};
 use mushroom_backup::manifest::{
     ArchiveEntry, FORMAT, GenerationClaim, Latest, Manifest, ObjectEntry, ParentRef, SegmentEntry,
@@ -484,18 +484,6 @@ fn reseal_header(b: &mut [u8], at: usize) {
     if b.len() >= at + 4 {
         let crc = crc32fast::hash(&b[..at]);
         b[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-    }
-}
-
-/// A reader that hands out at most a few bytes at a time, as a pipe or a slow disk may.
-struct Trickle<'a>(&'a [u8], usize);
-
-impl std::io::Read for Trickle<'_> {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        let n = out.len().min(self.0.len()).min(self.1);
-        out[..n].copy_from_slice(&self.0[..n]);
-        self.0 = &self.0[n..];
-        Ok(n)
     }
 }
 

@@ -15,7 +15,6 @@ use mushroom_backup::health::StoreHealth;
 use mushroom_backup::lease::LeaseConfig;
 use mushroom_backup::node_client::position_report;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
 use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{LocalSource, SourceError, WalSource};
 use mushroom_backup::worker::{BackupHandle, BackupWorker};
@@ -136,14 +135,7 @@ async fn a_resting_store_wakes_for_a_node_report() {
         serve::command(&base.join("data"), &root, &[]),
     );
     let dir = root.join("node");
-    let mut engine = Engine::open(
-        &dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut engine = support::store::open_engine(&dir);
     let mut c = server.client().await;
     let reg = register(&mut c, &dir, &base.join("bucket")).await;
     let id = reg.store_id.clone();

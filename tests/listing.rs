@@ -10,7 +10,6 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use mushroom_backup::bucket::counting::CountingBucket;
@@ -21,7 +20,6 @@ use mushroom_backup::listing::{self, Cursor};
 use mushroom_backup::manifest::{
     self, FORMAT, LATEST_KEY, Latest, Manifest, ObjectEntry, SegmentEntry,
 };
-use mushroom_backup::service::proto;
 use support::fault_proxy::{FaultPlan, FaultProxy};
 use uuid::Uuid;
 
@@ -276,29 +274,11 @@ async fn ctl_list_all_follows_the_pages_at_a_cost_in_proportion_to_the_points() 
         .expect("register")
         .into_inner()
         .store_id;
-    support::wait_for(
-        Duration::from_secs(120),
+    support::served::wait_health(
+        &client,
+        &id,
         "the worker to find the lease held elsewhere",
-        || {
-            let mut client = client.clone();
-            let id = id.clone();
-            async move {
-                let h = client
-                    .health(proto::HealthRequest {
-                        store_id: id,
-                        fresh: false,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_inner();
-                match h.stores.first() {
-                    Some(s) if !s.lease_held && s.lease_holder.starts_with("someone-else") => {
-                        Ok(())
-                    }
-                    other => Err(format!("{other:?}")),
-                }
-            }
-        },
+        |s| !s.lease_held && s.lease_holder.starts_with("someone-else"),
     )
     .await;
 

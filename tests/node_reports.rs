@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use mushroom_backup::node_client::position_report;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
 use mushroom_backup::store::format::WalPosition;
 use support::serve::{self, DEADLINE, Serve};
 use tokio::sync::mpsc;
@@ -44,13 +43,6 @@ fn setup(name: &str) -> Setup {
     }
 }
 
-fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
 async fn register(c: &mut Client, dir: &Path, bucket: &Path) -> proto::RegisterResponse {
     c.register(tonic::Request::new(proto::RegisterRequest {
         store_dir: dir.to_str().unwrap().to_string(),
@@ -63,15 +55,7 @@ async fn register(c: &mut Client, dir: &Path, bucket: &Path) -> proto::RegisterR
 }
 
 async fn health(c: &mut Client, id: &str) -> proto::StoreHealth {
-    let r = c
-        .health(tonic::Request::new(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: false,
-        }))
-        .await
-        .expect("Health")
-        .into_inner();
-    r.stores.into_iter().next().expect("one store")
+    support::served::health_of(c, id, tonic::Request::new).await
 }
 
 /// Polls the store's health until `ok` holds for one, checking `always` on every one seen;
@@ -98,7 +82,7 @@ async fn wait_health(
     }
 }
 
-use support::store::commit_synced as commit;
+use support::store::{commit_synced as commit, open_engine};
 
 /// A raw `ReportPosition` stream: its sender and the server's commands.
 struct RawStream {
@@ -115,24 +99,13 @@ async fn open_stream(
     let (tx, rx) = mpsc::channel(16);
     tx.send(position_report(id, first)).await.unwrap();
     let commands = c
-        .report_position(with_token(
+        .report_position(support::with_token(
             tokio_stream::wrappers::ReceiverStream::new(rx),
             token,
         ))
         .await?
         .into_inner();
     Ok(RawStream { tx, commands })
-}
-
-fn open_engine(dir: &Path) -> Engine {
-    Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

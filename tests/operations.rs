@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use support::binary::{self, Running, Stream, write_store};
+use support::binary::{self, Running, write_store};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -92,28 +92,8 @@ impl Server {
         };
         tokio::task::block_in_place(|| {
             child.wait_for(what, DEADLINE, |line| {
-                match line.stream {
-                    Stream::Stdout => {
-                        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text)
-                            && let Some(a) = v["listening"].as_str()
-                        {
-                            addr = Some(a.to_string());
-                        }
-                    }
-                    Stream::Stderr => {
-                        if line.text.contains("serving Prometheus metrics on /metrics")
-                            && let Some((_, rest)) = line.text.split_once("addr=")
-                        {
-                            let a: String = rest
-                                .chars()
-                                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                                .collect();
-                            metrics_addr = Some(a.parse().unwrap_or_else(|e| {
-                                panic!("a metrics address that does not parse ({e}): {line:?}")
-                            }));
-                        }
-                    }
-                }
+                addr = addr.take().or_else(|| line.listening());
+                metrics_addr = metrics_addr.or_else(|| line.metrics_addr());
                 (addr.is_some() && (!metrics || metrics_addr.is_some())).then_some(())
             })
         });

@@ -9,10 +9,8 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::Path;
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
 use support::binary;
 use support::served::{
     self, DEADLINE, client, fast_serve as serve, node_writes, terminate, wait_health,
@@ -35,20 +33,6 @@ async fn shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
         },
     )
     .await
-}
-
-/// Commits written straight into the store (no service running to report to).
-fn commit_more(dir: &Path, n: u64) -> u64 {
-    let mut engine = Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
-    support::store::commit_synced(&mut engine, n);
-    engine.commit_seq()
 }
 
 /// `ctl --server … ARGS`, to its end: its stdout.
@@ -150,7 +134,7 @@ async fn a_paused_store_uploads_nothing_stays_paused_over_a_restart_and_catches_
         frozen,
         "the last flush uploaded"
     );
-    assert_eq!(commit_more(&dir, 10), 60);
+    assert_eq!(support::store::commit_more(&dir, 10), 60);
     let (_server, addr) = served::start("serve (restarted)", serve(&d, &[]));
     let c = client(addr).await;
     // Paused from its start, the worker reads LATEST (a read: the bucket stands) and reports
@@ -218,13 +202,7 @@ async fn a_pause_past_its_deadline_is_unhealthy_and_stays_paused_until_resume() 
     let flags = ["--pause-default-ms", "300", "--pause-max-ms", "600000"];
     let (mut server, addr) = served::start("serve", serve(&d, &flags));
     let c = client(addr).await;
-    let id = c
-        .clone()
-        .register(support::register_req(&dir, &support::file_url(&bucket)))
-        .await
-        .expect("Register")
-        .into_inner()
-        .store_id;
+    let id = served::register(&c, support::register_req(&dir, &support::file_url(&bucket))).await;
     shipped(&c, &id, 10).await;
 
     // Unknown stores, and fields the server's limits refuse.

@@ -39,10 +39,7 @@ fn admin_args(dir: &Path) -> Vec<String> {
 
 /// `msg` with `authorization: Bearer <ADMIN>`.
 fn admin<T>(msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    r
+    support::with_token(msg, ADMIN)
 }
 
 fn trigger_req(id: &str) -> proto::TriggerRequest {

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::instances::Instance;
+use support::pki::{Ca, Usage};
 use support::served as serve;
 use tonic::Code;
 
@@ -25,64 +26,26 @@ struct Pki {
     key: PathBuf,
 }
 
-/// A test CA, its certificate as a PEM file in `dir`, signing certificates into `dir`.
-struct Ca {
-    issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-    pem: PathBuf,
-    dir: PathBuf,
+/// The peer tests' CA, its certificate `dir/ca.pem`.
+fn peer_ca(dir: &Path) -> Ca {
+    Ca::new(dir, "ca.pem", "mushroom-backup peer test CA")
 }
 
-impl Ca {
-    fn new(dir: &Path) -> Ca {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "mushroom-backup peer test CA");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let issuer =
-            rcgen::CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-        let pem = dir.join("ca.pem");
-        std::fs::write(&pem, issuer.pem()).unwrap();
-        Ca {
-            issuer,
-            pem,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    /// A server and client certificate for `names`, and its key: `<stem>.pem`, `<stem>.key`.
-    fn leaf(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf) {
-        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
-        let key = KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "mushroom-backup instance");
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{stem}.pem")),
-            self.dir.join(format!("{stem}.key")),
-        );
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k)
-    }
+/// An instance's certificate for `names`, server and client: `<stem>.pem`, and its key
+/// `<stem>.key`.
+fn instance_cert(ca: &Ca, stem: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+    ca.leaf(
+        (&format!("{stem}.pem"), &format!("{stem}.key")),
+        names,
+        "mushroom-backup instance",
+        &[Usage::ServerAuth, Usage::ClientAuth],
+    )
 }
 
 /// A CA and a certificate for 127.0.0.1 and localhost signed by it, as PEM files in `dir`.
 fn pki(dir: &Path) -> Pki {
-    let ca = Ca::new(dir);
-    let (cert, key) = ca.leaf("tls", &["127.0.0.1", "localhost"]);
+    let ca = peer_ca(dir);
+    let (cert, key) = instance_cert(&ca, "tls", &["127.0.0.1", "localhost"]);
     Pki {
         ca: ca.pem,
         cert,
@@ -218,10 +181,7 @@ fn peer_name(id: &str) -> String {
 
 /// `msg` with `authorization: Bearer <ADMIN>`.
 fn admin<T>(msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    r
+    support::with_token(msg, ADMIN)
 }
 
 /// A client of `i` over TLS (by its certificate's name localhost), trusting `ca`.
@@ -257,7 +217,7 @@ async fn a_peer_whose_certificate_names_another_instance_is_refused_both_ways() 
     };
     let db = support::postgres::Database::create(&pg, "peer_tls_binding").await;
     let d = serve::dirs();
-    let ca = Ca::new(&d.base);
+    let ca = peer_ca(&d.base);
     let admin_file = d.base.join("admin-token");
     std::fs::write(&admin_file, ADMIN).unwrap();
     let shared = d.base.join("shared");
@@ -267,7 +227,7 @@ async fn a_peer_whose_certificate_names_another_instance_is_refused_both_ways() 
     // Every certificate names 127.0.0.1 (the advertised address) and localhost; r's names
     // instance x, not r.
     let start = |id: &str, named: &str| {
-        let (cert, key) = ca.leaf(id, &["127.0.0.1", "localhost", &peer_name(named)]);
+        let (cert, key) = instance_cert(&ca, id, &["127.0.0.1", "localhost", &peer_name(named)]);
         let args = [
             "--tls-cert".to_string(),
             cert.display().to_string(),

@@ -7,15 +7,10 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
-use support::served::{self, DEADLINE, Dirs};
-use tonic::transport::Channel;
-
-type Client = BackupControlClient<Channel>;
+use mushroom_backup::service::proto;
+use support::served::{self, Client, Dirs};
 
 const STORES: usize = 4;
 const TTL_MS: &str = "600000";
@@ -33,57 +28,21 @@ fn serve(d: &Dirs) -> std::process::Command {
     cmd
 }
 
-async fn client(addr: std::net::SocketAddr) -> Client {
-    BackupControlClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-}
-
 async fn wait_shipped(c: &Client, id: &str, commits: u64) -> proto::StoreHealth {
-    support::wait_for(
-        DEADLINE,
-        &format!("store {id} healthy with {commits} commits shipped"),
-        || {
-            let mut c = c.clone();
-            async move {
-                let r = c
-                    .health(proto::HealthRequest {
-                        store_id: id.into(),
-                        fresh: false,
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .into_inner();
-                let h = r.stores.into_iter().next().ok_or("no store")?;
-                if h.healthy && h.shipped_commit_seq == commits {
-                    Ok(h)
-                } else {
-                    Err(format!("{h:?}"))
-                }
-            }
-        },
+    served::wait_health(
+        c,
+        id,
+        &format!("healthy with {commits} commits shipped"),
+        |h| h.healthy && h.shipped_commit_seq == commits,
     )
     .await
-}
-
-fn commit_more(dir: &Path, n: u64) -> u64 {
-    let mut engine = Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
-    support::store::commit_synced(&mut engine, n);
-    engine.commit_seq()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_serve_restarted_resumes_every_store_at_once_not_a_lease_ttl_later() {
     let d = served::dirs();
     let (mut first, addr) = served::start("serve (to be killed)", serve(&d));
-    let c = client(addr).await;
+    let c = served::client(addr).await;
     let mut stores = Vec::new();
     for i in 0..STORES {
         let dir = d.root.join(format!("store-{i}"));
@@ -107,11 +66,11 @@ async fn a_killed_serve_restarted_resumes_every_store_at_once_not_a_lease_ttl_la
     first.kill();
 
     for (dir, _) in &stores {
-        assert_eq!(commit_more(dir, 5), 25);
+        assert_eq!(support::store::commit_more(dir, 5), 25);
     }
     let restarted = Instant::now();
     let (_second, addr) = served::start("serve (restarted)", serve(&d));
-    let c = client(addr).await;
+    let c = served::client(addr).await;
     for ((_, id), before) in stores.iter().zip(&holders) {
         let h = wait_shipped(&c, id, 25).await;
         assert_ne!(

@@ -47,13 +47,7 @@ fn mb(args: &[&str]) -> Output {
 }
 
 fn ok(args: &[&str]) -> String {
-    let o = mb(args);
-    assert!(
-        o.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+    support::binary::succeeded(args, mb(args))
 }
 
 /// Fails non-zero with stderr naming every one of `needles`.

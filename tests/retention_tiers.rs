@@ -11,7 +11,6 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
-use mushroom_backup::store::engine::{Engine, EngineOptions};
 use support::binary;
 
 const WITHIN: Duration = Duration::from_secs(120);
@@ -20,18 +19,6 @@ fn mb(args: &[&str]) -> String {
     let mut cmd = binary::command("http://unused.invalid");
     cmd.args(args);
     binary::run_ok(args[0], cmd, WITHIN)
-}
-
-fn commit_more(dir: &Path, n: u64) {
-    let mut engine = Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
-    support::store::commit_synced(&mut engine, n);
 }
 
 fn manifests(bucket: &Path) -> usize {
@@ -50,7 +37,7 @@ fn dry_run_names_what_goes_and_a_tiered_pass_keeps_only_the_newest_of_the_day() 
     // Three restore points, at 10, 15 and 20 commits, one generation; nothing deleted.
     mb(&["backup", "--store", s, "--to", &url, "--once"]);
     for _ in 0..2 {
-        commit_more(&store, 5);
+        support::store::commit_more(&store, 5);
         mb(&["backup", "--store", s, "--to", &url, "--once"]);
     }
     assert_eq!(manifests(&bucket), 3);
@@ -91,7 +78,7 @@ fn dry_run_names_what_goes_and_a_tiered_pass_keeps_only_the_newest_of_the_day() 
     assert!(!bucket.join("lease").exists(), "the pass left its lease");
 
     // A backup pass with the tiers: the two older points of the day go; the kept one restores.
-    commit_more(&store, 5);
+    support::store::commit_more(&store, 5);
     mb(&[
         "backup",
         "--store",
@@ -128,7 +115,7 @@ fn a_pass_leaves_exactly_what_the_dry_run_keeps_and_waits_its_turn_for_the_lease
     let s = store.to_str().unwrap();
     mb(&["backup", "--store", s, "--to", url, "--once"]);
     for _ in 0..3 {
-        commit_more(&store, 5);
+        support::store::commit_more(&store, 5);
         mb(&["backup", "--store", s, "--to", url, "--once"]);
     }
     assert_eq!(manifests(&bucket), 4);

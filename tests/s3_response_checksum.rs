@@ -14,45 +14,28 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::header;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{Body, Bucket, PutCondition};
-use tokio::net::{TcpListener, TcpStream};
+use support::fault_proxy::{self, BoxError};
+use tokio::net::TcpListener;
 
 /// The object whose GET responses the proxy corrupts.
 const FLIPPED: &str = "flipped.bin";
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Forwards one request to `upstream`; flips the middle byte of a GET response of [`FLIPPED`].
 async fn forward(
     upstream: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, BoxError> {
-    let (mut parts, body) = req.into_parts();
+    let (parts, body) = req.into_parts();
     let body = body.collect().await?.to_bytes();
     let corrupt = parts.method == Method::GET && parts.uri.path().ends_with(FLIPPED);
-    parts.headers.remove(header::TRANSFER_ENCODING);
-    parts.headers.remove(header::EXPECT);
-    if !body.is_empty() || parts.headers.contains_key(header::CONTENT_LENGTH) {
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, body.len().into());
-    }
-    let stream = TcpStream::connect(upstream).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    let conn = tokio::spawn(conn);
-    let answer = sender
-        .send_request(Request::from_parts(parts, Full::new(body)))
-        .await?;
-    let (mut parts, body) = answer.into_parts();
+    let answer = fault_proxy::forward(upstream, parts, body).await?;
+    let (parts, body) = answer.into_parts();
     let mut body = body.collect().await?.to_bytes().to_vec();
-    drop(sender);
-    let _ = conn.await;
-    parts.headers.remove(header::TRANSFER_ENCODING);
     if corrupt && !body.is_empty() {
         let mid = body.len() / 2;
         body[mid] ^= 0x01;

@@ -15,7 +15,6 @@ use mushroom_backup::node_client::{
     ConnectionState, NodeClient, NodeClientConfig, NodeClientError, position_report,
 };
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
-use mushroom_backup::store::engine::{Engine, EngineOptions};
 use mushroom_backup::store::format::WalPosition;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -94,21 +93,8 @@ use support::served::{Dirs, dirs};
 
 fn serve(d: &Dirs, admin: Option<&str>, log_name: &str) -> Server {
     let log = d.base.join(log_name);
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&d.data)
-        .arg("--allow-root")
-        .arg(&d.root)
-        .args([
-            "--wal-interval-ms",
-            "50",
-            "--restore-point-interval-ms",
-            "3600000",
-            "--lease-ttl-ms",
-            "3000",
-        ])
-        .env("MUSHROOMDB_BACKUP_LOG", "info")
-        .env_remove("MUSHROOMDB_BACKUP_ADMIN_TOKEN")
+    let mut cmd = support::serve::command(&d.data, &d.root, &[]);
+    cmd.env("MUSHROOMDB_BACKUP_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap());
@@ -164,14 +150,7 @@ impl Server {
 
 /// A request with the admin token.
 fn admin<T>(msg: T) -> tonic::Request<T> {
-    with_token(msg, ADMIN)
-}
-
-fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
+    support::with_token(msg, ADMIN)
 }
 
 fn file_url(p: &Path) -> String {
@@ -179,16 +158,7 @@ fn file_url(p: &Path) -> String {
 }
 
 async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreHealth {
-    let r = c
-        .health(admin(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: false,
-        }))
-        .await
-        .expect("Health")
-        .into_inner();
-    assert_eq!(r.stores.len(), 1, "{r:?}");
-    r.stores.into_iter().next().unwrap()
+    support::served::health_of(c, id, admin).await
 }
 
 /// Waits until the store is healthy with `commits` durable and shipped.
@@ -723,11 +693,14 @@ async fn every_bad_input_is_answered_with_its_code() {
         .await;
     assert_eq!(none.unwrap_err().code(), Code::Unauthenticated);
     let wrong = c
-        .list_stores(with_token(proto::ListStoresRequest {}, "wrong"))
+        .list_stores(support::with_token(proto::ListStoresRequest {}, "wrong"))
         .await;
     assert_eq!(wrong.unwrap_err().code(), Code::Unauthenticated);
     let wrong = c
-        .register(with_token(reg(&format!("{root}/s3"), &dest), "wrong"))
+        .register(support::with_token(
+            reg(&format!("{root}/s3"), &dest),
+            "wrong",
+        ))
         .await;
     assert_eq!(wrong.unwrap_err().code(), Code::Unauthenticated);
 
@@ -745,17 +718,20 @@ async fn every_bad_input_is_answered_with_its_code() {
         .await;
     assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::Unauthenticated);
     let r = c
-        .report_position(with_token(report(&first.store_id), "wrong"))
+        .report_position(support::with_token(report(&first.store_id), "wrong"))
         .await;
     assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::Unauthenticated);
     let r = c
-        .report_position(with_token(report(&unknown), &first.node_token))
+        .report_position(support::with_token(report(&unknown), &first.node_token))
         .await;
     // An unknown store is answered like a wrong token (tests/node_reports.rs has the detail).
     assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::Unauthenticated);
     let other = ok.unwrap();
     let r = c
-        .report_position(with_token(report(&first.store_id), &other.node_token))
+        .report_position(support::with_token(
+            report(&first.store_id),
+            &other.node_token,
+        ))
         .await;
     assert_eq!(r.map(|_| ()).unwrap_err().code(), Code::Unauthenticated);
 
@@ -901,14 +877,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
     let mut c = server.client().await;
 
     // The engine holds the store open (and locked) in this process and reports by hand.
-    let mut engine = Engine::open(
-        &store,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
+    let mut engine = support::store::open_engine(&store);
     let reg = c
         .register(tonic::Request::new(support::register_req(
             &store,
@@ -923,7 +892,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
         .await
         .unwrap();
     let mut commands = c
-        .report_position(with_token(
+        .report_position(support::with_token(
             tokio_stream::wrappers::ReceiverStream::new(rx),
             &reg.node_token,
         ))
@@ -1032,14 +1001,7 @@ async fn the_node_client_reconnects_and_resends_the_newest_position() {
     let store = d.root.join("re");
     let server = serve(&d, None, "serve1.log");
     let mut c = server.client().await;
-    let mut engine = Engine::open(
-        &store,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store");
+    let mut engine = support::store::open_engine(&store);
     let reg = c
         .register(tonic::Request::new(support::register_req(
             &store,

@@ -394,50 +394,26 @@ struct Pki {
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
 fn pki(dir: &Path) -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
-        IsCa, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "mushroom-backup test CA");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
-    let leaf = |names: Vec<String>, cn: &str, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &ca).unwrap();
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(
-        vec!["127.0.0.1".into(), "localhost".into()],
+    use support::pki::{Ca, Usage};
+    let ca = Ca::new(dir, "ca.pem", "mushroom-backup test CA");
+    let (server_cert, server_key) = ca.leaf(
+        ("server.pem", "server.key"),
+        &["127.0.0.1", "localhost"],
         "mushroom-backup test server",
-        ExtendedKeyUsagePurpose::ServerAuth,
+        &[Usage::ServerAuth],
     );
-    let (client_cert, client_key) = leaf(
-        Vec::new(),
+    let (client_cert, client_key) = ca.leaf(
+        ("client.pem", "client.key"),
+        &[],
         "mushroom-backup test client",
-        ExtendedKeyUsagePurpose::ClientAuth,
+        &[Usage::ClientAuth],
     );
-    let write = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
     Pki {
-        ca: write("ca.pem", &ca.pem()),
-        server_cert: write("server.pem", &server_cert),
-        server_key: write("server.key", &server_key),
-        client_cert: write("client.pem", &client_cert),
-        client_key: write("client.key", &client_key),
+        ca: ca.pem,
+        server_cert,
+        server_key,
+        client_cert,
+        client_key,
     }
 }
 

@@ -67,10 +67,7 @@ fn serve(d: &Dirs) -> Serve {
 }
 
 fn admin<T>(msg: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    r
+    support::with_token(msg, ADMIN)
 }
 
 async fn client(s: &Serve) -> BackupControlClient<Channel> {
@@ -90,15 +87,7 @@ async fn register(c: &mut BackupControlClient<Channel>, dir: &Path, bucket: &Pat
 }
 
 async fn health(c: &mut BackupControlClient<Channel>, id: &str) -> proto::StoreHealth {
-    let r = c
-        .health(admin(proto::HealthRequest {
-            store_id: id.into(),
-            fresh: false,
-        }))
-        .await
-        .expect("Health")
-        .into_inner();
-    r.stores.into_iter().next().expect("one store")
+    support::served::health_of(c, id, admin).await
 }
 
 /// Polls health until `f` holds; panics after [`DEADLINE`] with the last health and the

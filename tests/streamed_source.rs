@@ -1,21 +1,13 @@
 //! [`StreamedSource`] against a real store written by the reference engine: which reports
 //! count, which are stale, which the files contradict, and what happens as streams come and go.
 
-use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+mod support;
+
+use mushroom_backup::store::engine::{Engine, workload_ops};
 use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{StreamedSource, WalSource};
+use support::store::open_engine as open;
 use uuid::Uuid;
-
-fn open(dir: &std::path::Path) -> Engine {
-    Engine::open(
-        dir,
-        EngineOptions {
-            group_commit: 0,
-            ..Default::default()
-        },
-    )
-    .expect("open the store")
-}
 
 fn commit(engine: &mut Engine, n: u64) -> WalPosition {
     let mut pos = engine.position();

@@ -6,6 +6,7 @@
 mod support;
 
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,7 +18,7 @@ use mushroom_backup::store::disk;
 use mushroom_backup::store::engine::WriteOptions;
 use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{SourceError, WalSource};
-use mushroom_backup::worker::{BackupWorker, DeferReason, StepOutcome, WorkerError};
+use mushroom_backup::worker::{BackupWorker, DeferReason, RunReport, StepOutcome, WorkerError};
 use support::hooked::Hooked;
 use support::store::{config, copy_dir, fs_bucket, tree, worker, write, write_with};
 
@@ -25,6 +26,11 @@ async fn latest(b: &dyn Bucket) -> (Latest, Manifest) {
     let l = Latest::decode(&b.get(manifest::LATEST_KEY).await.unwrap().data).unwrap();
     let m = Manifest::decode(&l.manifest, &b.get(&l.manifest).await.unwrap().data).unwrap();
     (l, m)
+}
+
+/// One backup run of `store` into the directory bucket `root`, with [`config`].
+async fn back_up(store: &Path, root: &Path) -> Result<RunReport, WorkerError> {
+    worker(store, fs_bucket(root), config()).run_once().await
 }
 
 fn refusal(e: WorkerError) -> String {
@@ -39,23 +45,14 @@ async fn an_older_copy_of_the_store_is_refused_and_the_bucket_is_unchanged() {
     let t = tempfile::tempdir().unwrap();
     let (store, old, root) = (t.path().join("s"), t.path().join("old"), t.path().join("b"));
     write(&store, 1000, 300, 16 << 10);
-    worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&store, &root).await.unwrap();
     copy_dir(&store, &old);
     write(&store, 500, 300, 16 << 10);
-    worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&store, &root).await.unwrap();
 
     let before = tree(&root);
     let old_before = tree(&old);
-    let e = worker(&old, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap_err();
+    let e = back_up(&old, &root).await.unwrap_err();
     let reason = refusal(e);
     assert!(
         reason.contains("fewer commits than the newest restore point"),
@@ -70,18 +67,10 @@ async fn a_store_without_lineage_is_refused_on_a_used_prefix() {
     let t = tempfile::tempdir().unwrap();
     let (a, b, root) = (t.path().join("a"), t.path().join("b"), t.path().join("bk"));
     write(&a, 200, 0, 0);
-    worker(&a, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&a, &root).await.unwrap();
     write(&b, 300, 0, 0);
     let before = tree(&root);
-    let reason = refusal(
-        worker(&b, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap_err(),
-    );
+    let reason = refusal(back_up(&b, &root).await.unwrap_err());
     assert!(reason.contains("no backup.lineage"), "{reason}");
     assert_eq!(tree(&root), before);
     assert!(
@@ -94,12 +83,7 @@ async fn a_store_without_lineage_is_refused_on_a_used_prefix() {
         .run_once()
         .await
         .unwrap();
-    let reason = refusal(
-        worker(&b, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap_err(),
-    );
+    let reason = refusal(back_up(&b, &root).await.unwrap_err());
     assert!(reason.contains("belongs to lineage"), "{reason}");
     assert_eq!(tree(&root), before);
 }
@@ -109,10 +93,7 @@ async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_ref
     let t = tempfile::tempdir().unwrap();
     let (parent, child, root) = (t.path().join("p"), t.path().join("c"), t.path().join("b"));
     write(&parent, 800, 250, 8 << 10);
-    worker(&parent, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&parent, &root).await.unwrap();
     let parent_objects = tree(&root);
     let b = fs_bucket(&root);
     let (l, pm) = latest(b.as_ref()).await;
@@ -139,20 +120,14 @@ async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_ref
     assert_ne!(disk::read_lineage(&child).unwrap(), Some(pm.lineage));
 
     // Before its first commit the adopted store writes no restore point over the parent's key.
-    worker(&child, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&child, &root).await.unwrap();
     assert_eq!(
         latest(b.as_ref()).await.0,
         l,
         "LATEST moved without a new commit"
     );
     write(&child, 300, 250, 8 << 10);
-    worker(&child, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&child, &root).await.unwrap();
 
     let after = tree(&root);
     for (path, bytes) in &parent_objects {
@@ -178,12 +153,7 @@ async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_ref
 
     write(&parent, 500, 250, 8 << 10);
     let before = tree(&root);
-    let reason = refusal(
-        worker(&parent, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap_err(),
-    );
+    let reason = refusal(back_up(&parent, &root).await.unwrap_err());
     assert!(reason.contains("belongs to lineage"), "{reason}");
     assert_eq!(tree(&root), before);
 }
@@ -203,10 +173,7 @@ async fn a_corrupt_archive_is_refused_by_name_and_nothing_is_written() {
     bytes[mid] ^= 0x5a;
     std::fs::write(&victim, bytes).unwrap();
 
-    let e = worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap_err();
+    let e = back_up(&store, &root).await.unwrap_err();
     match &e {
         WorkerError::CorruptArchive { path, .. } => assert_eq!(path, &victim),
         other => panic!("expected a corrupt archive, got {other:?}"),
@@ -286,10 +253,7 @@ async fn a_first_backup_ships_the_lineage_it_wrote() {
         let (store, root) = (t.path().join("s"), t.path().join("b"));
         write(&store, 300, 0, 4 << 10);
         assert!(!store.join(disk::LINEAGE_FILE).exists());
-        worker(&store, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap();
+        back_up(&store, &root).await.unwrap();
         let (_, m) = latest(fs_bucket(&root).as_ref()).await;
         let shipped = m
             .side_files
@@ -306,17 +270,11 @@ async fn a_restarted_worker_resumes_its_generation_and_ships_only_new_bytes() {
     let t = tempfile::tempdir().unwrap();
     let (store, root) = (t.path().join("s"), t.path().join("b"));
     write(&store, 400, 0, 0);
-    worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&store, &root).await.unwrap();
     let before = tree(&root);
 
     // Nothing new: a second run writes nothing at all.
-    let r = worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    let r = back_up(&store, &root).await.unwrap();
     assert_eq!((r.generations, r.segments, r.restore_point), (0, 0, None));
     assert_eq!(tree(&root), before);
 
@@ -381,10 +339,7 @@ async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
         let t = tempfile::tempdir().unwrap();
         let (store, root) = (t.path().join("s"), t.path().join("b"));
         write(&store, 300, 0, 0);
-        worker(&store, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap();
+        back_up(&store, &root).await.unwrap();
         // Three segments shipped after it by runs that "die" before a restore point.
         let mut cfg = config();
         cfg.restore_point_interval = std::time::Duration::from_secs(3600);
@@ -464,16 +419,10 @@ async fn a_snapshot_that_keeps_its_wal_reuses_the_shipped_segments() {
         ..WriteOptions::default()
     };
     write_with(&store, opts(300, 0));
-    worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&store, &root).await.unwrap();
     let (_, first) = latest(fs_bucket(&root).as_ref()).await;
     write_with(&store, opts(100, 350));
-    worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap();
+    back_up(&store, &root).await.unwrap();
     let (_, second) = latest(fs_bucket(&root).as_ref()).await;
     assert!(second.snapshot.is_some());
     assert!(second.generation > first.generation);
@@ -494,10 +443,7 @@ async fn retention_keeps_the_newest_generations_and_deletes_only_unnamed_objects
     cfg.retention.orphan_grace = std::time::Duration::ZERO;
     for _ in 0..4 {
         write(&store, 200, 150, 0);
-        worker(&store, fs_bucket(&root), config())
-            .run_once()
-            .await
-            .unwrap();
+        back_up(&store, &root).await.unwrap();
     }
     let b = fs_bucket(&root);
     let all = bucket::list_all(b.as_ref(), manifest::MANIFESTS_PREFIX)
@@ -550,10 +496,7 @@ async fn retention_keeps_everything_when_told_to_keep_for_longer_than_an_i64_of_
         let (store, root) = (t.path().join("s"), t.path().join("b"));
         for _ in 0..3 {
             write(&store, 200, 150, 0);
-            worker(&store, fs_bucket(&root), config())
-                .run_once()
-                .await
-                .unwrap();
+            back_up(&store, &root).await.unwrap();
         }
         let b = fs_bucket(&root);
         let before = bucket::list_all(b.as_ref(), "").await.unwrap();
@@ -742,10 +685,7 @@ async fn an_archive_changed_after_its_check_is_refused_at_upload_and_no_restore_
     );
 
     // The next run checks the file as it now is, and refuses it by name.
-    let e = worker(&store, fs_bucket(&root), config())
-        .run_once()
-        .await
-        .unwrap_err();
+    let e = back_up(&store, &root).await.unwrap_err();
     match &e {
         WorkerError::CorruptArchive { path, .. } => assert_eq!(path, &changed),
         other => panic!("expected a corrupt archive, got {other:?}"),

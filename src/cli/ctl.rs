@@ -269,6 +269,21 @@ impl Ctl {
         }
         r
     }
+
+    /// `Health` of one store (`None`: every store), `fresh` (asked of its owner) or not.
+    pub(super) async fn health(
+        &mut self,
+        store_id: Option<String>,
+        fresh: bool,
+    ) -> anyhow::Result<proto::HealthResponse> {
+        let req = proto::HealthRequest {
+            store_id: store_id.unwrap_or_default(),
+            fresh,
+        };
+        let req = self.request(req, true);
+        let r = self.client.health(req).await;
+        Ok(r.map_err(|s| failed("Health", s))?.into_inner())
+    }
 }
 
 /// `Call: CODE: message`, on one line.
@@ -533,16 +548,7 @@ pub const UNHEALTHY: u8 = 3;
 
 /// `ctl health`: whether every store it shows is healthy.
 async fn health(ctl: &mut Ctl, j: bool, store_id: Option<String>) -> anyhow::Result<bool> {
-    let req = proto::HealthRequest {
-        store_id: store_id.unwrap_or_default(),
-        fresh: false,
-    };
-    let r = ctl
-        .client
-        .health(ctl.request(req, true))
-        .await
-        .map_err(|s| failed("Health", s))?
-        .into_inner();
+    let r = ctl.health(store_id, false).await?;
     print(j, health_json(&r), health_text(&r))?;
     Ok(r.stores.iter().all(|s| s.healthy))
 }

@@ -6,7 +6,7 @@ use clap::Args;
 use mushroom_backup::service::proto;
 use serde_json::{Value, json};
 
-use super::ctl::{Ctl, failed, print};
+use super::ctl::{Ctl, print};
 
 #[derive(Args)]
 pub struct CostArgs {
@@ -18,16 +18,8 @@ pub struct CostArgs {
 pub(super) async fn cost(ctl: &mut Ctl, j: bool, a: CostArgs) -> anyhow::Result<()> {
     // One store's usage is counted only by its owner: ask it (forwarded) rather than read the
     // registry's last report, which has none.
-    let req = proto::HealthRequest {
-        fresh: a.store.is_some(),
-        store_id: a.store.unwrap_or_default(),
-    };
-    let r = ctl
-        .client
-        .health(ctl.request(req, true))
-        .await
-        .map_err(|s| failed("Health", s))?
-        .into_inner();
+    let fresh = a.store.is_some();
+    let r = ctl.health(a.store, fresh).await?;
     let stores: Vec<Value> = r.stores.iter().map(cost_json).collect();
     print(j, json!({ "stores": stores }), table(&r.stores))?;
     Ok(())

@@ -26,6 +26,18 @@ use crate::manifest;
 use super::keys::{DataKey, KekId, list_ids};
 use super::wrapper::{Binding, UnwrapKek, WrapError, WrapKek, WrappedKey};
 
+/// The generations (with their lineages) whose keys open the encrypted ones of `entries`:
+/// each once, in order, whatever number of entries name it.
+pub fn generations_to_open<'e>(
+    entries: impl IntoIterator<Item = &'e manifest::ObjectEntry>,
+) -> BTreeSet<(u64, Uuid)> {
+    entries
+        .into_iter()
+        .filter(|e| e.encrypted)
+        .map(|e| (e.generation, e.lineage))
+        .collect()
+}
+
 /// The folder of a generation's wrappers.
 pub fn keys_prefix(generation: u64) -> String {
     format!("{}keys/", manifest::generation_prefix(generation))

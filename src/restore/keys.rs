@@ -92,12 +92,7 @@ impl RestoreKeys {
         bucket: &dyn Bucket,
         entries: impl IntoIterator<Item = &'e ObjectEntry>,
     ) -> Result<(), RestoreError> {
-        let wanted: BTreeSet<(u64, Uuid)> = entries
-            .into_iter()
-            .filter(|e| e.encrypted)
-            .map(|e| (e.generation, e.lineage))
-            .collect();
-        for (g, lineage) in wanted {
+        for (g, lineage) in key_objects::generations_to_open(entries) {
             self.open(bucket, lineage, g).await?;
         }
         Ok(())
@@ -139,13 +134,8 @@ impl RestoreKeys {
         bucket: &dyn Bucket,
         entries: impl IntoIterator<Item = &'e ObjectEntry>,
     ) -> Result<HashMap<u64, GenerationKeys>, BucketError> {
-        let wanted: BTreeSet<(u64, Uuid)> = entries
-            .into_iter()
-            .filter(|e| e.encrypted)
-            .map(|e| (e.generation, e.lineage))
-            .collect();
         let mut out = HashMap::new();
-        for (g, lineage) in wanted {
+        for (g, lineage) in key_objects::generations_to_open(entries) {
             let wrapped_for = key_objects::list_wrappers(bucket, g).await?;
             let key = if self.is_empty() || wrapped_for.is_empty() {
                 Ok(None)
@@ -190,12 +180,7 @@ pub fn encryption_of(
     problems: &mut Vec<String>,
 ) -> Option<EncryptionCheck> {
     let generations: BTreeSet<u64> = m
-        .snapshot
-        .iter()
-        .map(|s| &s.object)
-        .chain(m.archives.iter().map(|a| &a.object))
-        .chain(m.segments.iter().map(|s| &s.object))
-        .chain(m.side_files.iter().map(|s| &s.object))
+        .objects()
         .filter(|e| e.encrypted)
         .map(|e| e.generation)
         .collect();

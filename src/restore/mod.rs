@@ -307,14 +307,7 @@ pub async fn restore(
     let mut layout = stage::layout(&plan)?;
     // Every generation key before anything is staged: a missing or wrong key leaves nothing.
     let m = &plan.manifest;
-    let entries = m
-        .snapshot
-        .iter()
-        .map(|s| &s.object)
-        .chain(m.archives.iter().map(|a| &a.object))
-        .chain(m.segments.iter().map(|s| &s.object))
-        .chain(m.side_files.iter().map(|s| &s.object))
-        .chain(plan.extension.iter().map(|s| &s.object));
+    let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
     opts.keys.open_all(bucket, entries).await?;
     layout.keys = opts.keys.clone();
     let parent = opts.adopt.then(|| ParentRecord {

@@ -501,17 +501,9 @@ pub(crate) async fn download(
 
     let mut chunks = Vec::new();
     for (p, piece) in layout.pieces.iter().enumerate() {
-        if piece.encoded.is_some() {
-            // One job: ranges fetched and decoded in order (`decode_piece`).
-            chunks.push(Chunk {
-                piece: p,
-                index: 0,
-                range: 0..piece.len,
-                whole: true,
-            });
-            continue;
-        }
-        if cached.contains_key(&piece.key) {
+        // One job for an encoded piece (ranges fetched and decoded in order: `decode_piece`),
+        // and for one held in memory already.
+        if piece.encoded.is_some() || cached.contains_key(&piece.key) {
             chunks.push(Chunk {
                 piece: p,
                 index: 0,

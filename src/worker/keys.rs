@@ -109,12 +109,7 @@ pub(super) async fn open_keys_of<'e>(
     view: &mut View,
     entries: impl IntoIterator<Item = &'e manifest::ObjectEntry>,
 ) -> Result<(), WorkerError> {
-    let wanted: BTreeSet<(u64, Uuid)> = entries
-        .into_iter()
-        .filter(|e| e.encrypted)
-        .map(|e| (e.generation, e.lineage))
-        .collect();
-    for (g, lineage) in wanted {
+    for (g, lineage) in key_objects::generations_to_open(entries) {
         open_key(cx, view, lineage, g).await?;
     }
     Ok(())

@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -76,6 +76,35 @@ pub struct Line {
 }
 
 impl Line {
+    /// The address a `serve` prints on stdout once it listens: `{"listening": ADDR, …}`.
+    pub fn listening(&self) -> Option<String> {
+        if self.stream != Stream::Stdout {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&self.text).ok()?;
+        v["listening"].as_str().map(str::to_string)
+    }
+
+    /// The address a `serve --metrics-listen` logs on stderr once it serves `/metrics`
+    /// (`serving Prometheus metrics on /metrics … addr=ADDR`).
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        if self.stream != Stream::Stderr
+            || !self.text.contains("serving Prometheus metrics on /metrics")
+        {
+            return None;
+        }
+        let (_, rest) = self.text.split_once("addr=")?;
+        let a: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+            .collect();
+        Some(
+            a.parse().unwrap_or_else(|e| {
+                panic!("a metrics address that does not parse ({e}): {self:?}")
+            }),
+        )
+    }
+
     /// The health record of a follower's `health {json}` line on stderr.
     pub fn health(&self) -> Option<Health> {
         let json = self.text.strip_prefix("health ")?;
@@ -365,6 +394,28 @@ pub fn run_ok(name: &str, cmd: Command, within: Duration) -> String {
         child.fail(&format!("failed ({status})"));
     }
     child.stdout()
+}
+
+/// The stdout of the finished run `o` of `args`, which must have exited 0 (else a panic
+/// naming `args`, with its stderr).
+pub fn succeeded(args: &[&str], o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// `backup --store STORE --to URL --once EXTRA…` against the S3 endpoint `endpoint`.
+pub fn backup_once(endpoint: &str, store: &Path, to: &str, extra: &[&str]) -> Command {
+    let mut cmd = command(endpoint);
+    cmd.arg("backup")
+        .arg("--store")
+        .arg(store)
+        .args(["--to", to, "--once"])
+        .args(extra);
+    cmd
 }
 
 /// How a follower is configured (through the environment, as an operator would).

@@ -332,10 +332,11 @@ async fn handle(
     Ok(answer)
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Sends the request upstream on a fresh connection and reads the whole answer.
-async fn forward(
+/// Sends the request upstream on a fresh connection and reads the whole answer (hop-by-hop
+/// headers dropped both ways).
+pub async fn forward(
     upstream: SocketAddr,
     mut parts: hyper::http::request::Parts,
     body: Bytes,

@@ -1,5 +1,6 @@
 //! Generators of the store's and the bucket's encodings, shared by the property tests
-//! (`format_props`, `manifest_props`, `fuzz_decoders`): each includes this file with
+//! (`format_props`, `manifest_props`, `fuzz_decoders`), and [`Trickle`], which feeds one to a
+//! reading decoder a few bytes at a time: each includes this file with
 //! `#[path = "support/generators.rs"] mod generators;`. Each test binary uses only part of it.
 #![allow(dead_code)]
 
@@ -110,4 +111,16 @@ pub fn manifest(frames: Vec<u64>) -> Manifest {
     };
     m.commit_seq = m.computed_commit_seq().unwrap();
     m
+}
+
+/// A reader that hands out at most `.1` bytes of `.0` at a time, as a pipe or a slow disk may.
+pub struct Trickle<'a>(pub &'a [u8], pub usize);
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(self.0.len()).min(self.1);
+        out[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
 }

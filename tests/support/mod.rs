@@ -4,16 +4,20 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod dest;
 pub mod fault_proxy;
 pub mod hooked;
 pub mod hostile;
 pub mod instances;
+pub mod keks;
+pub mod pki;
 pub mod postgres;
 pub mod registry;
 pub mod s3;
 pub mod serve;
 pub mod served;
 pub mod service;
+pub mod sources;
 pub mod store;
 
 use std::path::Path;
@@ -58,6 +62,15 @@ pub fn register_req(dir: &Path, destination: &str) -> proto::RegisterRequest {
         destination: destination.to_string(),
         ..Default::default()
     }
+}
+
+/// `msg` as a request carrying `token` as its bearer token (`authorization: Bearer …`), as an
+/// admin or a node sends it.
+pub fn with_token<T>(msg: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
 }
 
 /// The `file://` URL of a local-directory destination.

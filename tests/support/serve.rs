@@ -8,7 +8,7 @@ use std::time::Duration;
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use tonic::transport::Channel;
 
-use super::binary::{self, Running, Stream};
+use super::binary::{self, Running};
 
 /// Generous: the machine running the tests may be busy.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -52,12 +52,11 @@ impl Serve {
     pub fn start(name: &str, cmd: Command) -> Serve {
         let mut child = Running::spawn(name, cmd);
         let addr = tokio::task::block_in_place(|| {
-            child.wait_for("print its listening line", DEADLINE, |line| {
-                (line.stream == Stream::Stdout)
-                    .then(|| serde_json::from_str::<serde_json::Value>(&line.text).ok())
-                    .flatten()
-                    .and_then(|v| v["listening"].as_str().map(str::to_string))
-            })
+            child.wait_for(
+                "print its listening line",
+                DEADLINE,
+                binary::Line::listening,
+            )
         });
         Serve { child, addr }
     }

@@ -65,11 +65,7 @@ pub fn command(d: &Dirs) -> Command {
 pub fn start(name: &str, cmd: Command) -> (Running, SocketAddr) {
     let mut child = Running::spawn(name, cmd);
     let addr = child.wait_for("print its listening line", DEADLINE, |line| {
-        if line.stream != Stream::Stdout {
-            return None;
-        }
-        let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
-        v["listening"].as_str()?.parse().ok()
+        line.listening()?.parse().ok()
     });
     (child, addr)
 }
@@ -81,12 +77,7 @@ pub fn refused(name: &str, cmd: Command) -> String {
     if status.success() {
         child.fail("started (or exited 0), but should have refused to start");
     }
-    child
-        .seen()
-        .iter()
-        .filter(|l| l.stream == Stream::Stderr)
-        .map(|l| format!("{}\n", l.text))
-        .collect()
+    stderr(&child)
 }
 
 /// Every line the child printed on stderr so far.
@@ -147,6 +138,16 @@ pub async fn client(addr: SocketAddr) -> Client {
         .expect("connect")
 }
 
+/// Registers `req`: its store id.
+pub async fn register(c: &Client, req: proto::RegisterRequest) -> String {
+    c.clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+        .store_id
+}
+
 /// Registers `req` with the store options `options`: its store id.
 pub async fn register_with(
     c: &Client,
@@ -154,12 +155,54 @@ pub async fn register_with(
     options: proto::StoreOptions,
 ) -> String {
     req.options = Some(options);
+    register(c, req).await
+}
+
+/// Every store `c` lists (`ListStores`).
+pub async fn list_stores(c: &Client) -> Vec<proto::StoreInfo> {
     c.clone()
-        .register(req)
+        .list_stores(proto::ListStoresRequest {})
         .await
-        .expect("Register")
+        .expect("ListStores")
         .into_inner()
-        .store_id
+        .stores
+}
+
+/// The health of store `id` (not fresh) as `c` answers it, the request made by `request`
+/// (`tonic::Request::new`, or one carrying a token): exactly one store.
+pub async fn health_of(
+    c: &mut Client,
+    id: &str,
+    request: impl FnOnce(proto::HealthRequest) -> tonic::Request<proto::HealthRequest>,
+) -> proto::StoreHealth {
+    let r = c
+        .health(request(proto::HealthRequest {
+            store_id: id.into(),
+            fresh: false,
+        }))
+        .await
+        .expect("Health")
+        .into_inner();
+    assert_eq!(r.stores.len(), 1, "{r:?}");
+    r.stores.into_iter().next().unwrap()
+}
+
+/// One `Health` of store `id` through `c` (`fresh`: the owner's own view, asked of it): the
+/// store's record, or what is wrong (the call failed, or it did not name exactly that store).
+pub async fn health(c: &Client, id: &str, fresh: bool) -> Result<proto::StoreHealth, String> {
+    let r = c
+        .clone()
+        .health(proto::HealthRequest {
+            store_id: id.into(),
+            fresh,
+        })
+        .await
+        .map_err(|e| format!("Health (fresh: {fresh}): {e}"))?
+        .into_inner();
+    match r.stores.as_slice() {
+        [h] if h.store_id == id => Ok(h.clone()),
+        _ => Err(format!("not one record of store {id}: {r:?}")),
+    }
 }
 
 /// Waits until the store's health satisfies `ok`.
@@ -169,19 +212,21 @@ pub async fn wait_health(
     what: &str,
     ok: impl Fn(&proto::StoreHealth) -> bool,
 ) -> proto::StoreHealth {
+    wait_health_as(c, id, false, what, ok).await
+}
+
+/// Waits until the store's health, asked `fresh` or not ([`health`]), satisfies `ok`.
+pub async fn wait_health_as(
+    c: &Client,
+    id: &str,
+    fresh: bool,
+    what: &str,
+    ok: impl Fn(&proto::StoreHealth) -> bool,
+) -> proto::StoreHealth {
     super::wait_for(DEADLINE, &format!("store {id}: {what}"), || {
-        let mut c = c.clone();
         let ok = &ok;
         async move {
-            let r = c
-                .health(proto::HealthRequest {
-                    store_id: id.into(),
-                    fresh: false,
-                })
-                .await
-                .map_err(|e| e.to_string())?
-                .into_inner();
-            let h = r.stores.into_iter().next().ok_or("no store")?;
+            let h = health(c, id, fresh).await?;
             if ok(&h) { Ok(h) } else { Err(format!("{h:?}")) }
         }
     })
@@ -223,6 +268,17 @@ pub fn node_writes(addr: SocketAddr, dir: &Path, id: &str, token: &str, commits:
         .args(["--commits", &commits.to_string()])
         .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
     binary::run_ok("node", cmd, DEADLINE);
+}
+
+/// `ctl --server http://ADDR ARGS`, run to its end: whether it exited 0, and the finished
+/// child (its stdout, its whole output).
+pub fn ctl(addr: SocketAddr, args: &[&str]) -> (bool, Running) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["ctl", "--server", &format!("http://{addr}")])
+        .args(args);
+    let mut child = Running::spawn("ctl", cmd);
+    let status = child.wait_exit(DEADLINE);
+    (status.success(), child)
 }
 
 /// SIGTERM, and the exit, which must be 0.

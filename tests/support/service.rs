@@ -8,10 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
-use tonic::transport::Channel;
-
-use super::binary::{self, Running, Stream};
+use super::binary;
 
 /// Generous: the machine running the tests may be busy.
 pub const DEADLINE: Duration = Duration::from_secs(120);
@@ -80,31 +77,6 @@ pub fn serve_command(d: &Dirs, data: &str, registry: Option<&str>, extra: &[&str
     cmd
 }
 
-/// A running `serve` and its gRPC address.
-pub struct Server {
-    pub child: Running,
-    pub addr: String,
-}
-
-impl Server {
-    /// Spawns `cmd` and waits for its listening line (call from a multi-threaded runtime).
-    pub fn start(name: &str, cmd: Command) -> Server {
-        let mut child = Running::spawn(name, cmd);
-        let addr = tokio::task::block_in_place(|| {
-            child.wait_for("print its listening line", DEADLINE, |line| {
-                if line.stream != Stream::Stdout {
-                    return None;
-                }
-                let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
-                v["listening"].as_str().map(str::to_string)
-            })
-        });
-        Server { child, addr }
-    }
-
-    pub async fn client(&self) -> BackupControlClient<Channel> {
-        BackupControlClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap_or_else(|e| self.child.fail(&format!("cannot be connected to: {e}")))
-    }
-}
+/// A running `serve` and its gRPC address ([`super::serve::Serve`], started by
+/// [`serve_command`]'s command).
+pub type Server = super::serve::Serve;

@@ -115,6 +115,27 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The store in `dir`, opened in this process (and locked by it) as a node would: every commit
+/// its own group, so each `sync` makes exactly that commit durable.
+pub fn open_engine(dir: &Path) -> engine::Engine {
+    engine::Engine::open(
+        dir,
+        engine::EngineOptions {
+            group_commit: 0,
+            ..Default::default()
+        },
+    )
+    .expect("open the store")
+}
+
+/// `n` commits written straight into the store in `dir` (no service running to report to), the
+/// store closed again: its commit sequence after them.
+pub fn commit_more(dir: &Path, n: u64) -> u64 {
+    let mut engine = open_engine(dir);
+    commit_synced(&mut engine, n);
+    engine.commit_seq()
+}
+
 /// `n` commits of the deterministic workload (seed 3, 64-byte values), each synced; the
 /// position after the last.
 pub fn commit_synced(
