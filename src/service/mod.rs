@@ -57,38 +57,18 @@
 //! one runs (this one was judged dead: no renewal for `owner_silent_after`), it stops serving,
 //! stops its workers without a last flush, and [`run`] returns [`ServeError::Claim`].
 
-pub mod api;
-pub mod auth;
+pub mod cluster;
 pub mod codec;
 pub mod config;
-pub mod conflicts;
-pub mod destination;
-pub mod drill;
-pub mod error;
-pub mod failover;
+pub mod edge;
 pub mod fleet;
-pub mod forward;
-pub mod forward_stream;
-mod health_report;
-mod health_view;
-pub mod health_watch;
-pub mod limits;
-pub mod moves;
-pub mod owner_cache;
-pub mod path_index;
-pub mod paths;
-pub mod pause;
-pub mod peer_auth;
+pub mod ops;
 pub mod proto;
-pub mod remote;
-pub mod request;
-pub mod server_limits;
-mod store_compression;
-pub mod store_metrics;
-mod store_options;
-pub mod tls_files;
-pub mod usage;
-pub mod watch_events;
+
+pub use cluster::moves;
+pub use edge::{peer_auth, tls_files};
+pub use fleet::store_metrics;
+pub use ops::{drill, pause};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,11 +193,11 @@ pub async fn run(
                 .tls_config(loaded.server)
                 .map_err(|e| ServeError::Tls(crate::units::error_chain(&e)))?;
             match loaded.peers {
-                Some(c) => forward::PeerTls::Tls(c),
-                None => forward::PeerTls::NoCa,
+                Some(c) => cluster::forward::PeerTls::Tls(c),
+                None => cluster::forward::PeerTls::NoCa,
             }
         }
-        None => forward::PeerTls::Plain,
+        None => cluster::forward::PeerTls::Plain,
     };
     let webhooks =
         crate::events::webhook::Webhooks::prepare(&config.webhooks).map_err(ServeError::Config)?;
@@ -257,7 +237,7 @@ pub async fn run(
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
-        .set_serving::<BackupControlServer<api::Api>>()
+        .set_serving::<BackupControlServer<edge::api::Api>>()
         .await;
     let reporter_stop = shutdown.child_token();
     {
@@ -274,13 +254,13 @@ pub async fn run(
                 match polled.registry().ping().await {
                     Ok(()) => {
                         reporter
-                            .set_serving::<BackupControlServer<api::Api>>()
+                            .set_serving::<BackupControlServer<edge::api::Api>>()
                             .await
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the registry does not answer: NOT_SERVING");
                         reporter
-                            .set_not_serving::<BackupControlServer<api::Api>>()
+                            .set_not_serving::<BackupControlServer<edge::api::Api>>()
                             .await
                     }
                 }
@@ -303,10 +283,10 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(BackupControlServer::new(api::Api::new(
+        .add_service(BackupControlServer::new(edge::api::Api::new(
             fleet.clone(),
             serving.clone(),
-            forward::Peers::new(
+            cluster::forward::Peers::new(
                 &config.instance_id,
                 peer_tls,
                 config.admin_token.is_some(),
@@ -314,7 +294,7 @@ pub async fn run(
                 config
                     .peers
                     .owner_cache
-                    .unwrap_or(owner_cache::DEFAULT_OWNER_CACHE_TTL),
+                    .unwrap_or(cluster::owner_cache::DEFAULT_OWNER_CACHE_TTL),
             ),
         )))
         .serve_with_incoming_shutdown(

@@ -43,12 +43,12 @@ impl Fleet {
         pause: Option<PauseRecord>,
         drill: Option<DrillRecord>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
-        let pause = pause.map(|p| crate::service::pause::from_record(&p));
+        let pause = pause.map(|p| crate::service::ops::pause::from_record(&p));
         let entry = self.spawn(record, pause).await?;
         if let Some(d) = drill {
             entry
                 .handle
-                .set_drill(crate::service::drill::from_record(&d));
+                .set_drill(crate::service::ops::drill::from_record(&d));
         }
         Ok(entry)
     }
@@ -63,7 +63,7 @@ impl Fleet {
             .remove(store_id)?;
         entry.handle.shutdown(false).await;
         entry.source.close();
-        crate::service::store_metrics::forget_store(store_id);
+        super::store_metrics::forget_store(store_id);
         Some(entry)
     }
 }

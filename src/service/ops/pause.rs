@@ -49,10 +49,10 @@
 
 use std::time::Duration;
 
-use super::fleet::{Fleet, FleetError};
-use super::limits::{FieldError, check_text};
 use crate::health::{Pause, rfc3339_ms};
 use crate::registry::PauseRecord;
+use crate::service::fleet::limits::{FieldError, check_text};
+use crate::service::fleet::{Fleet, FleetError};
 use crate::units::{millis_i64, unix_now_ms};
 
 /// The longest reason accepted.
@@ -225,7 +225,7 @@ pub async fn resume(
 }
 
 /// The pause a store's registry row holds, as the worker takes it.
-pub(super) fn from_record(r: &PauseRecord) -> Pause {
+pub(in crate::service) fn from_record(r: &PauseRecord) -> Pause {
     Pause {
         reason: r.reason.clone(),
         paused_at_unix_ms: r.paused_at_ms,

@@ -24,21 +24,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
-use super::conflicts::{self, Candidate, Conflict, Intent};
-use super::destination::{self, Destination, DestinationError, Placement};
-use super::error::{registry_message, restore_message};
-use super::limits::{self, FieldError};
-use super::paths::{self, StoreDirError};
 use crate::bucket::{self, OpenError};
 use crate::events::Bus;
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
 use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
+use crate::service::edge::error::{registry_message, restore_message};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
 use crate::worker::{BackupHandle, BackupWorker};
+use conflicts::{Candidate, Conflict, Intent};
+use destination::{Destination, DestinationError, Placement};
+use limits::FieldError;
+use paths::StoreDirError;
 
-pub use super::store_options::StoreOptions;
+pub use store_options::StoreOptions;
 
 /// One registered store with its running worker.
 pub struct StoreEntry {
@@ -162,10 +162,19 @@ pub struct Fleet {
     hosting: tokio::sync::Mutex<()>,
 }
 
-pub use super::remote::RemoteStore;
+pub use remote::RemoteStore;
 
 mod claim_renewal;
+pub mod conflicts;
+pub mod destination;
 mod hosting;
+pub mod limits;
+pub mod path_index;
+pub mod paths;
+pub mod remote;
+pub(in crate::service) mod store_compression;
+pub mod store_metrics;
+pub(in crate::service) mod store_options;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -244,8 +253,12 @@ impl Fleet {
         tracing::info!(stores = count, "respawned the registered stores");
         fleet
             .tasks
-            .spawn(super::health_report::report_health(fleet.clone()));
-        fleet.tasks.spawn(super::failover::run(fleet.clone()));
+            .spawn(crate::service::ops::health_report::report_health(
+                fleet.clone(),
+            ));
+        fleet
+            .tasks
+            .spawn(crate::service::cluster::failover::run(fleet.clone()));
         Ok(fleet)
     }
 
@@ -593,7 +606,7 @@ impl Fleet {
         self.stores.write().expect("not poisoned").remove(store_id);
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
-        super::store_metrics::forget_store(store_id);
+        store_metrics::forget_store(store_id);
         self.audit(
             "deregister",
             Some(store_id),

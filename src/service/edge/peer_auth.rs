@@ -60,8 +60,8 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tonic::metadata::MetadataMap;
 
 use super::auth::{self, AuthError};
-use super::forward::FORWARDED_BY;
 use crate::crypto::secret_file::{self, SecretFileError};
+use crate::service::cluster::forward::FORWARDED_BY;
 
 /// The metadata key of the peer token.
 pub const PEER_TOKEN: &str = "x-mushroom-peer-token";

@@ -21,9 +21,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use super::error::ServiceError;
-use super::proto;
 use crate::events::{Bus, Event, Received};
+use crate::service::edge::error::ServiceError;
+use crate::service::proto;
 
 /// One more event stream than the server allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

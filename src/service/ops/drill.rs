@@ -45,12 +45,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
-use super::limits;
 use crate::bucket;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::{DrillRecord, StoreRecord};
+use crate::service::fleet::limits;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::units::{millis_u64, unix_now_ms};
 
 /// How often the scheduler looks for a drill due.
@@ -218,7 +218,7 @@ fn to_record(d: &DrillResult) -> DrillRecord {
 }
 
 /// The drill a store's registry row holds, as health shows it.
-pub(super) fn from_record(r: &DrillRecord) -> DrillResult {
+pub(in crate::service) fn from_record(r: &DrillRecord) -> DrillResult {
     DrillResult {
         ok: r.ok,
         commit_seq: r.commit_seq,

@@ -15,7 +15,7 @@
 //!    here the store is written by nobody until the target starts; the node goes on
 //!    committing into the shared directory, and its commits are shipped by the target.
 //!    **A paused store is not flushed**: a pause stops every upload, the last flush included
-//!    (`super::pause`), and a move does not end it. Its worker stops without uploading
+//!    (`crate::service::ops::pause`), and a move does not end it. Its worker stops without uploading
 //!    anything and releases the lease; its pause row, keyed by the store, follows it, so the
 //!    target starts it paused ([`Fleet::host`] reads the row) and uploads nothing until
 //!    `Resume`, which ships everything durable since the pause from the target (the
@@ -64,14 +64,14 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use tonic::metadata::MetadataMap;
 
-use super::error::ServiceError;
 use super::failover;
-use super::fleet::{Fleet, FleetError};
 use super::forward::{ForwardError, Peers};
-use super::limits::{self, FieldError};
-use super::proto;
 use crate::events::{EventKind, NewEvent};
 use crate::registry::Claimed;
+use crate::service::edge::error::ServiceError;
+use crate::service::fleet::limits::{self, FieldError};
+use crate::service::fleet::{Fleet, FleetError};
+use crate::service::proto;
 
 /// Why a move was refused (nothing changed), or what went wrong after it began.
 #[derive(Debug, thiserror::Error)]

@@ -33,10 +33,10 @@ use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
-use super::error::ServiceError;
 use super::forward::{ForwardError, Hop, describe, disowns, from_transport, same_status};
 use super::owner_cache::Owner;
-use super::proto::{self, backup_control_client::BackupControlClient};
+use crate::service::edge::error::ServiceError;
+use crate::service::proto::{self, backup_control_client::BackupControlClient};
 
 /// The owner's messages as relayed here.
 pub type Relayed<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;

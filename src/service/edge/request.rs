@@ -6,10 +6,10 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::fleet::{NewStore, StoreOptions};
-use super::limits::{self, FieldError};
-use super::proto;
 use crate::listing::{Cursor, Page};
+use crate::service::fleet::limits::{self, FieldError};
+use crate::service::fleet::{NewStore, StoreOptions};
+use crate::service::proto;
 use crate::store::format::WalPosition;
 use crate::worker::BackupTrigger;
 

@@ -77,10 +77,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fleet::{Fleet, FleetError};
-use super::paths;
 use crate::events::{EventKind, NewEvent};
 use crate::registry::{Claimed, InstanceInfo, StoreRecord};
+use crate::service::fleet::paths;
+use crate::service::fleet::{Fleet, FleetError};
 use crate::store::dir::StoreDir;
 use crate::worker::lineage::{self, Decision, NewestRestorePoint};
 
@@ -317,15 +317,18 @@ async fn claim(
 /// What a store's position stream ends with when its source closed here: `UNAVAILABLE`
 /// naming the new owner when another instance owns it now (the node reconnects and is
 /// relayed there), else `NOT_FOUND` (deregistered).
-pub async fn stream_end(fleet: &Fleet, store_id: &str) -> super::error::ServiceError {
+pub async fn stream_end(
+    fleet: &Fleet,
+    store_id: &str,
+) -> crate::service::edge::error::ServiceError {
     match fleet.registry().store_owner(store_id).await {
         Ok(Some((owner, _))) if owner != fleet.config().instance_id => {
-            super::error::ServiceError::Moved {
+            crate::service::edge::error::ServiceError::Moved {
                 store: store_id.to_string(),
                 owner,
             }
         }
-        _ => super::error::ServiceError::Deregistered(store_id.to_string()),
+        _ => crate::service::edge::error::ServiceError::Deregistered(store_id.to_string()),
     }
 }
 

@@ -12,11 +12,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::error::ServiceError;
-use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
-use super::proto;
-use super::request;
 use crate::registry::Owner;
+use crate::service::edge::error::ServiceError;
+use crate::service::edge::request;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
+use crate::service::proto;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -24,7 +24,7 @@ fn now_ms() -> i64 {
 
 /// The health of one store (NOT_FOUND if no instance has it), or of every store when empty,
 /// each with its owner from the registry.
-pub(super) async fn health_of(
+pub(in crate::service) async fn health_of(
     fleet: &Fleet,
     store_id: &str,
 ) -> Result<proto::HealthResponse, ServiceError> {
@@ -88,7 +88,9 @@ fn set_owner(h: &mut proto::StoreHealth, o: &Owner) {
 
 /// Every store this instance runs, then every other one in the registry, with its owner: one
 /// read of the rows.
-pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, FleetError> {
+pub(in crate::service) async fn store_infos(
+    fleet: &Fleet,
+) -> Result<Vec<proto::StoreInfo>, FleetError> {
     let prices = &fleet.config().prices;
     let me = &fleet.config().instance_id;
     let rows = fleet.registry().list_stores(None).await?;
@@ -210,7 +212,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.
-fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
+fn remote_health(r: &crate::service::fleet::RemoteStore) -> proto::StoreHealth {
     let mut out = proto::StoreHealth {
         store_id: r.record.store_id.clone(),
         store_dir: r.record.store_dir.clone(),

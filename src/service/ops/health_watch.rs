@@ -24,9 +24,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use super::error::ServiceError;
-use super::fleet::FleetError;
-use super::proto;
+use crate::service::edge::error::ServiceError;
+use crate::service::fleet::FleetError;
+use crate::service::proto;
 
 /// One more watcher than `max_health_watchers` (`RESOURCE_EXHAUSTED`, `error.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

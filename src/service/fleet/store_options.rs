@@ -24,7 +24,7 @@ pub struct StoreOptions {
     pub compression: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression_level: Option<u32>,
-    /// Scheduled restore drills, every this many ms (`super::drill`).
+    /// Scheduled restore drills, every this many ms (`crate::service::ops::drill`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drill_interval_ms: Option<u64>,
     /// Requests a month; a projection over it is a health note (`crate::cost`).

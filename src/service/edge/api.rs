@@ -13,16 +13,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{self, AuthError};
 use super::error::ServiceError;
-use super::fleet::{Fleet, FleetError, StoreEntry};
-use super::forward::{self, ForwardError, Hop, Peers};
-use super::health_watch::{HealthStream, HealthWatch};
-use super::limits;
-use super::pause::{self, PauseAsk};
 use super::peer_auth::{self, Caller};
-use super::proto::{self, backup_control_server::BackupControl};
 use super::request::{self, new_store, position};
-use super::watch_events::{EventStream, EventWatch};
 use crate::events::{EventKind, Facts, NewEvent};
+use crate::service::cluster::forward::{self, ForwardError, Hop, Peers};
+use crate::service::fleet::limits;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry};
+use crate::service::ops::health_watch::{HealthStream, HealthWatch};
+use crate::service::ops::pause::{self, PauseAsk};
+use crate::service::ops::watch_events::{EventStream, EventWatch};
+use crate::service::proto::{self, backup_control_server::BackupControl};
 use crate::wal_source::StreamAttachment;
 
 pub struct Api {
@@ -45,7 +45,7 @@ impl Api {
         let watchers = HealthWatch::start(
             move || {
                 let fleet = polled.clone();
-                async move { super::health_view::health_of(&fleet, "").await }
+                async move { crate::service::ops::health_view::health_of(&fleet, "").await }
             },
             Duration::from_millis(250),
             fleet.config().limits.max_health_watchers,
@@ -413,7 +413,7 @@ impl BackupControl for Api {
         req: Request<proto::ListStoresRequest>,
     ) -> Result<Response<proto::ListStoresResponse>, Status> {
         self.admin(&req)?;
-        let stores = super::health_view::store_infos(&self.fleet)
+        let stores = crate::service::ops::health_view::store_infos(&self.fleet)
             .await
             .map_err(err)?;
         Ok(Response::new(proto::ListStoresResponse { stores }))
@@ -498,7 +498,7 @@ impl BackupControl for Api {
         }
         let (peer, r) = operator(req, &caller);
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
-        let d = super::drill::drill(&self.fleet, &r.store_id, at, peer)
+        let d = crate::service::ops::drill::drill(&self.fleet, &r.store_id, at, peer)
             .await
             .map_err(err)?;
         Ok(Response::new(proto::DrillResponse {
@@ -528,7 +528,14 @@ impl BackupControl for Api {
         let meta = forward_meta(&req, &caller);
         let (peer, r) = operator(req, &caller);
         let (id, to) = (&r.store_id, &r.to_instance_id);
-        let moved = super::moves::move_store(&self.fleet, &self.peers, &meta, id, to, peer);
+        let moved = crate::service::cluster::moves::move_store(
+            &self.fleet,
+            &self.peers,
+            &meta,
+            id,
+            to,
+            peer,
+        );
         Ok(Response::new(moved.await?))
     }
 
@@ -551,7 +558,13 @@ impl BackupControl for Api {
         }
         let meta = forward_meta(&req, &caller);
         let (peer, r) = operator(req, &caller);
-        let drained = super::moves::drain(&self.fleet, &self.peers, &meta, r.parallel, peer);
+        let drained = crate::service::cluster::moves::drain(
+            &self.fleet,
+            &self.peers,
+            &meta,
+            r.parallel,
+            peer,
+        );
         Ok(Response::new(drained.await?))
     }
 
@@ -561,7 +574,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::CanHostResponse>, Status> {
         let caller = self.caller(&req)?;
         let id = &req.get_ref().store_id;
-        super::moves::can_host(&self.fleet, id, caller.audited()).await?;
+        crate::service::cluster::moves::can_host(&self.fleet, id, caller.audited()).await?;
         Ok(Response::new(proto::CanHostResponse {}))
     }
 
@@ -570,7 +583,12 @@ impl BackupControl for Api {
         req: Request<proto::HostRequest>,
     ) -> Result<Response<proto::HostResponse>, Status> {
         let caller = self.caller(&req)?;
-        super::moves::host(&self.fleet, &req.get_ref().store_id, caller.audited()).await?;
+        crate::service::cluster::moves::host(
+            &self.fleet,
+            &req.get_ref().store_id,
+            caller.audited(),
+        )
+        .await?;
         Ok(Response::new(proto::HostResponse {}))
     }
 
@@ -647,7 +665,7 @@ impl BackupControl for Api {
                         return;
                     }
                     _ = attachment.closed() => {
-                        let end = super::failover::stream_end(&fleet, &store_id).await;
+                        let end = crate::service::cluster::failover::stream_end(&fleet, &store_id).await;
                         let _ = tx.send(Err(end.into())).await;
                         return;
                     }
@@ -730,7 +748,7 @@ impl Api {
     }
 
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
-        super::health_view::health_of(&self.fleet, store_id).await
+        crate::service::ops::health_view::health_of(&self.fleet, store_id).await
     }
 }
 

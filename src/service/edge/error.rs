@@ -23,17 +23,17 @@
 use tonic::{Code, Status};
 
 pub use super::auth::AuthError;
-pub use super::conflicts::Conflict;
-pub use super::destination::DestinationError;
-pub use super::fleet::FleetError;
-pub use super::forward::ForwardError;
-pub use super::health_watch::WatchersFull;
-pub use super::limits::FieldError;
-pub use super::paths::StoreDirError;
-pub use super::watch_events::EventWatchersFull;
 use crate::bucket::{BucketError, OpenError};
 use crate::registry::RegistryError;
 use crate::restore::RestoreError;
+pub use crate::service::cluster::forward::ForwardError;
+pub use crate::service::fleet::FleetError;
+pub use crate::service::fleet::conflicts::Conflict;
+pub use crate::service::fleet::destination::DestinationError;
+pub use crate::service::fleet::limits::FieldError;
+pub use crate::service::fleet::paths::StoreDirError;
+pub use crate::service::ops::health_watch::WatchersFull;
+pub use crate::service::ops::watch_events::EventWatchersFull;
 
 /// Why a call failed, as the API answers it.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +78,7 @@ pub enum ServiceError {
     Forward(#[from] ForwardError),
     /// A planned move refused (nothing changed), or raced by a claim.
     #[error(transparent)]
-    Move(#[from] super::moves::MoveError),
+    Move(#[from] crate::service::cluster::moves::MoveError),
 }
 
 impl From<ServiceError> for Status {
@@ -98,7 +98,9 @@ impl From<ServiceError> for Status {
             }
             ServiceError::ShuttingDown | ServiceError::Moved { .. } => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
-            ServiceError::Move(super::moves::MoveError::Raced { .. }) => Code::Aborted,
+            ServiceError::Move(crate::service::cluster::moves::MoveError::Raced { .. }) => {
+                Code::Aborted
+            }
             ServiceError::Move(_) => Code::FailedPrecondition,
             ServiceError::Forward(f) => match f {
                 ForwardError::Unreachable { .. } => Code::Unavailable,
@@ -177,7 +179,7 @@ pub fn malformed_request(decoded: &Status) -> Status {
 }
 
 /// How a restore error reads (audited, and sent to the client unless internal).
-pub(super) fn restore_message(e: &RestoreError) -> String {
+pub(in crate::service) fn restore_message(e: &RestoreError) -> String {
     match e {
         RestoreError::Manifest(_)
         | RestoreError::CrcMismatch { .. }
@@ -190,7 +192,7 @@ pub(super) fn restore_message(e: &RestoreError) -> String {
 }
 
 /// How a registry error reads (audited, and sent to the client unless internal).
-pub(super) fn registry_message(e: &RegistryError) -> String {
+pub(in crate::service) fn registry_message(e: &RegistryError) -> String {
     match e {
         RegistryError::AlreadyExists { what, value } => {
             format!("a store with {what} {value} is already registered")

@@ -1,0 +1,9 @@
+//! The gRPC edge: the handlers, auth, request decoding and the one mapping to status codes.
+
+pub mod api;
+pub mod auth;
+pub mod error;
+pub mod peer_auth;
+pub mod request;
+pub mod server_limits;
+pub mod tls_files;
