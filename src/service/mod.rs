@@ -219,6 +219,12 @@ pub async fn run(
     let events = crate::events::Bus::new();
     let deliveries = webhooks.attach(&events, &config.instance_id);
     let fleet = Fleet::start(registry, claim, config.clone(), workers.clone(), events).await?;
+    // The fleet's own loops, below the rooms that run them: health reports to the registry
+    // (ops) and the failover reconcile (cluster).
+    fleet
+        .tasks
+        .spawn(ops::health_report::report_health(fleet.clone()));
+    fleet.tasks.spawn(cluster::failover::run(fleet.clone()));
     // They end with the workers, after the last flushes published their events.
     deliveries.spawn(&workers, &fleet.tasks);
     drill::schedule(fleet.clone());

@@ -314,21 +314,13 @@ async fn claim(
     Ok(())
 }
 
-/// What a store's position stream ends with when its source closed here: `UNAVAILABLE`
-/// naming the new owner when another instance owns it now (the node reconnects and is
-/// relayed there), else `NOT_FOUND` (deregistered).
-pub async fn stream_end(
-    fleet: &Fleet,
-    store_id: &str,
-) -> crate::service::edge::error::ServiceError {
+/// Where a store whose position stream's source closed here went: the instance that owns it
+/// now when that is another one (the node reconnects and is relayed there), `None` when none
+/// does (deregistered, or the registry cannot say).
+pub async fn moved_to(fleet: &Fleet, store_id: &str) -> Option<String> {
     match fleet.registry().store_owner(store_id).await {
-        Ok(Some((owner, _))) if owner != fleet.config().instance_id => {
-            crate::service::edge::error::ServiceError::Moved {
-                store: store_id.to_string(),
-                owner,
-            }
-        }
-        _ => crate::service::edge::error::ServiceError::Deregistered(store_id.to_string()),
+        Ok(Some((owner, _))) if owner != fleet.config().instance_id => Some(owner),
+        _ => None,
     }
 }
 

@@ -64,11 +64,10 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use tonic::metadata::MetadataMap;
 
-use super::failover;
 use super::forward::{ForwardError, Peers};
+use super::{ClusterError, failover};
 use crate::events::{EventKind, NewEvent};
 use crate::registry::Claimed;
-use crate::service::edge::error::ServiceError;
 use crate::service::fleet::limits::{self, FieldError};
 use crate::service::fleet::{Fleet, FleetError};
 use crate::service::proto;
@@ -114,7 +113,7 @@ pub async fn move_store(
     store_id: &str,
     to: &str,
     peer: Option<String>,
-) -> Result<proto::MoveResponse, ServiceError> {
+) -> Result<proto::MoveResponse, ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
     limits::check_text("to_instance_id", to, limits::MAX_INSTANCE_ID_BYTES)
         .map_err(FleetError::from)?;
@@ -131,7 +130,7 @@ pub async fn move_store(
                 peer.clone(),
             )
             .await;
-        Err(ServiceError::from(e))
+        Err(ClusterError::from(e))
     };
     if to == me {
         return refused(MoveError::ToSelf(me)).await;
@@ -239,7 +238,7 @@ pub async fn move_store(
 }
 
 /// The target is another live member of this instance's group: `Ok(Err(why))` when not.
-async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, ServiceError> {
+async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, ClusterError> {
     let me = &fleet.config().instance_id;
     let Some(ours) = fleet.config().peers.failover_group.clone() else {
         return Ok(Err(MoveError::NoGroup { me: me.clone() }));
@@ -297,7 +296,7 @@ pub async fn drain(
     meta: &MetadataMap,
     parallel: u32,
     peer: Option<String>,
-) -> Result<proto::DrainResponse, ServiceError> {
+) -> Result<proto::DrainResponse, ClusterError> {
     let parallel = drain_parallel(parallel).map_err(FleetError::from)?;
     let me = fleet.config().instance_id.clone();
     let Some(group) = fleet.config().peers.failover_group.clone() else {
@@ -358,12 +357,12 @@ pub async fn can_host(
     fleet: &Fleet,
     store_id: &str,
     peer: Option<String>,
-) -> Result<(), ServiceError> {
+) -> Result<(), ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let answer: Result<String, ServiceError> = async {
+    let answer: Result<String, ClusterError> = async {
         let record = registered(fleet, store_id).await?;
         failover::sees(fleet, &record).await.map_err(|why| {
-            ServiceError::from(MoveError::TargetRefused {
+            ClusterError::from(MoveError::TargetRefused {
                 to: fleet.config().instance_id.clone(),
                 store: store_id.to_string(),
                 why,
@@ -385,9 +384,9 @@ pub async fn can_host(
 
 /// `Host` at a move's target: starts a store the registry gives to this instance. Audited
 /// (`host`), with its outcome, as asked by `peer`.
-pub async fn host(fleet: &Fleet, store_id: &str, peer: Option<String>) -> Result<(), ServiceError> {
+pub async fn host(fleet: &Fleet, store_id: &str, peer: Option<String>) -> Result<(), ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let answer: Result<String, ServiceError> = async {
+    let answer: Result<String, ClusterError> = async {
         let record = registered(fleet, store_id).await?;
         if record.instance_id != fleet.config().instance_id {
             return Err(FleetError::OwnedElsewhere {
@@ -421,10 +420,10 @@ async fn audited(
     fleet: &Fleet,
     action: &str,
     store_id: &str,
-    answer: Result<String, ServiceError>,
+    answer: Result<String, ClusterError>,
     done: &str,
     peer: Option<String>,
-) -> Result<(), ServiceError> {
+) -> Result<(), ClusterError> {
     let (dir, outcome, detail) = match &answer {
         Ok(dir) => (Some(dir.as_str()), "ok", done.to_string()),
         Err(e) => (None, "refused", e.to_string()),

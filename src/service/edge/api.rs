@@ -13,15 +13,16 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{self, AuthError};
 use super::error::ServiceError;
+use super::health_watch::{HealthStream, HealthWatch};
 use super::peer_auth::{self, Caller};
 use super::request::{self, new_store, position};
+use super::watch_events::{EventStream, EventWatch};
 use crate::events::{EventKind, Facts, NewEvent};
+use crate::service::cluster::ClusterError;
 use crate::service::cluster::forward::{self, ForwardError, Hop, Peers};
 use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry};
-use crate::service::ops::health_watch::{HealthStream, HealthWatch};
 use crate::service::ops::pause::{self, PauseAsk};
-use crate::service::ops::watch_events::{EventStream, EventWatch};
 use crate::service::proto::{self, backup_control_server::BackupControl};
 use crate::wal_source::StreamAttachment;
 
@@ -45,7 +46,11 @@ impl Api {
         let watchers = HealthWatch::start(
             move || {
                 let fleet = polled.clone();
-                async move { crate::service::ops::health_view::health_of(&fleet, "").await }
+                async move {
+                    crate::service::ops::health_view::health_of(&fleet, "")
+                        .await
+                        .map_err(ServiceError::from)
+                }
             },
             Duration::from_millis(250),
             fleet.config().limits.max_health_watchers,
@@ -239,7 +244,7 @@ impl BackupControl for Api {
             .route(&self.fleet, &forward_meta(&req, &caller), store_id)
             .await;
         let routed = match routed {
-            Err(ServiceError::Forward(ForwardError::NoPeerToken { .. })) => None,
+            Err(ClusterError::Forward(ForwardError::NoPeerToken { .. })) => None,
             other => other?,
         };
         if let Some(hop) = routed {
@@ -665,7 +670,12 @@ impl BackupControl for Api {
                         return;
                     }
                     _ = attachment.closed() => {
-                        let end = crate::service::cluster::failover::stream_end(&fleet, &store_id).await;
+                        // UNAVAILABLE naming the new owner (the node reconnects and is
+                        // relayed there), else NOT_FOUND (deregistered).
+                        let end = match crate::service::cluster::failover::moved_to(&fleet, &store_id).await {
+                            Some(owner) => ServiceError::Moved { store: store_id.clone(), owner },
+                            None => ServiceError::Deregistered(store_id.clone()),
+                        };
                         let _ = tx.send(Err(end.into())).await;
                         return;
                     }
@@ -748,7 +758,7 @@ impl Api {
     }
 
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
-        crate::service::ops::health_view::health_of(&self.fleet, store_id).await
+        Ok(crate::service::ops::health_view::health_of(&self.fleet, store_id).await?)
     }
 }
 

@@ -3,7 +3,10 @@
 pub mod api;
 pub mod auth;
 pub mod error;
+pub mod forward_stream;
+pub mod health_watch;
 pub mod peer_auth;
 pub mod request;
 pub mod server_limits;
 pub mod tls_files;
+pub mod watch_events;

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use super::{Fleet, FleetError, StoreEntry};
+use crate::health::{DrillResult, Pause};
 use crate::registry::{DrillRecord, PauseRecord, StoreRecord};
 
 impl Fleet {
@@ -43,12 +44,10 @@ impl Fleet {
         pause: Option<PauseRecord>,
         drill: Option<DrillRecord>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
-        let pause = pause.map(|p| crate::service::ops::pause::from_record(&p));
+        let pause = pause.map(|p| pause_of(&p));
         let entry = self.spawn(record, pause).await?;
         if let Some(d) = drill {
-            entry
-                .handle
-                .set_drill(crate::service::ops::drill::from_record(&d));
+            entry.handle.set_drill(drill_of(&d));
         }
         Ok(entry)
     }
@@ -65,5 +64,28 @@ impl Fleet {
         entry.source.close();
         super::store_metrics::forget_store(store_id);
         Some(entry)
+    }
+}
+
+/// The pause a store's registry row holds, as the worker takes it.
+fn pause_of(r: &PauseRecord) -> Pause {
+    Pause {
+        reason: r.reason.clone(),
+        paused_at_unix_ms: r.paused_at_ms,
+        until_unix_ms: r.until_ms,
+    }
+}
+
+/// The drill a store's registry row holds, as health shows it.
+fn drill_of(r: &DrillRecord) -> DrillResult {
+    DrillResult {
+        ok: r.ok,
+        commit_seq: r.commit_seq,
+        manifest_key: r.manifest_key.clone(),
+        duration_ms: r.duration_ms,
+        bytes: r.bytes,
+        error: r.error.clone(),
+        finished_at_unix_ms: r.finished_at_ms,
+        last_ok_at_unix_ms: r.last_ok_at_ms,
     }
 }

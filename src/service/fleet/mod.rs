@@ -24,19 +24,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
-use crate::bucket::{self, OpenError};
+use crate::bucket;
 use crate::events::Bus;
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
 use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
-use crate::service::edge::error::{registry_message, restore_message};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
 use crate::worker::{BackupHandle, BackupWorker};
-use conflicts::{Candidate, Conflict, Intent};
-use destination::{Destination, DestinationError, Placement};
+use conflicts::{Candidate, Intent};
+use destination::{Destination, Placement};
 use limits::FieldError;
-use paths::StoreDirError;
 
 pub use store_options::StoreOptions;
 
@@ -80,63 +78,6 @@ impl Checked {
     }
 }
 
-/// What the fleet answers when it cannot do what it was asked, in its own terms (the status
-/// codes are chosen in `error.rs`).
-#[derive(Debug, thiserror::Error)]
-pub enum FleetError {
-    /// A field of the request out of bounds (a store id, labels, options).
-    #[error(transparent)]
-    Field(#[from] FieldError),
-    #[error(transparent)]
-    StoreDir(#[from] StoreDirError),
-    #[error(transparent)]
-    Destination(#[from] DestinationError),
-    /// The new store contradicts a registered one.
-    #[error(transparent)]
-    Conflict(#[from] Conflict),
-    /// No such store runs on this instance (it may be registered elsewhere).
-    #[error("no store {0} on this instance")]
-    NotHere(String),
-    /// No instance has this store.
-    #[error("no store {0}")]
-    UnknownStore(String),
-    /// The store is registered, but another instance runs it.
-    #[error("store {store} belongs to instance {owner}: call that instance")]
-    OwnedElsewhere { store: String, owner: String },
-    /// A call that would upload (Trigger) on a paused store.
-    #[error("store {store} is paused ({reason}): Resume it first")]
-    Paused { store: String, reason: String },
-    /// Deregistering a store whose owner is still heard from.
-    #[error(
-        "store {store} belongs to instance {owner}, which is alive: deregister it there (a \
-         store can be deregistered elsewhere once its owner has been silent for {silent_ms} ms)"
-    )]
-    OwnerAlive {
-        store: String,
-        owner: String,
-        silent_ms: i64,
-    },
-    /// Adopt's target directory is not empty, or cannot be read.
-    #[error("{0}")]
-    AdoptTarget(String),
-    /// The destination does not open.
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    /// The destination's restore points cannot be listed.
-    #[error(transparent)]
-    Listing(#[from] crate::listing::ListingError),
-    #[error("{}", restore_message(.0))]
-    Restore(#[from] restore::RestoreError),
-    #[error("{}", registry_message(.0))]
-    Registry(#[from] registry::RegistryError),
-    /// The lease root of the destination (where the instance lease lives) cannot be opened.
-    #[error("{0}")]
-    LeaseRoot(String),
-    /// A failure of ours.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
 pub struct Fleet {
     /// Every long-lived task of the service (the claim's renewal, the health reports, the
     /// API's streams and pollers, every worker's runner, supervisor and lease renewal): closed
@@ -162,11 +103,13 @@ pub struct Fleet {
     hosting: tokio::sync::Mutex<()>,
 }
 
+pub use error::FleetError;
 pub use remote::RemoteStore;
 
 mod claim_renewal;
 pub mod conflicts;
 pub mod destination;
+mod error;
 mod hosting;
 pub mod limits;
 pub mod path_index;
@@ -251,14 +194,6 @@ impl Fleet {
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");
-        fleet
-            .tasks
-            .spawn(crate::service::ops::health_report::report_health(
-                fleet.clone(),
-            ));
-        fleet
-            .tasks
-            .spawn(crate::service::cluster::failover::run(fleet.clone()));
         Ok(fleet)
     }
 

@@ -13,8 +13,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::registry::Owner;
-use crate::service::edge::error::ServiceError;
-use crate::service::edge::request;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::service::proto;
 
@@ -27,7 +25,7 @@ fn now_ms() -> i64 {
 pub(in crate::service) async fn health_of(
     fleet: &Fleet,
     store_id: &str,
-) -> Result<proto::HealthResponse, ServiceError> {
+) -> Result<proto::HealthResponse, FleetError> {
     let id = &fleet.config().instance_id;
     let local = |e: &StoreEntry| encryption(store_health(e, id, &fleet.config().prices), fleet);
     if !store_id.is_empty() {
@@ -204,7 +202,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         instance_id: r.instance_id.clone(),
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
-        options: Some(request::proto_options(&opts)),
+        options: Some(opts.to_proto()),
         owner_instance_id: r.instance_id.clone(),
         owner_since_unix_ms: r.owner_since_ms,
         ..Default::default()

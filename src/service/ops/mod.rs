@@ -3,7 +3,5 @@
 pub mod drill;
 pub(in crate::service) mod health_report;
 pub(in crate::service) mod health_view;
-pub mod health_watch;
 pub mod pause;
 pub mod usage;
-pub mod watch_events;

@@ -47,10 +47,9 @@
 //! between the two leaves the registry's word, which the next start follows (a store with a
 //! pause row starts paused).
 
-use std::time::Duration;
-
 use crate::health::{Pause, rfc3339_ms};
 use crate::registry::PauseRecord;
+pub use crate::service::config::limits::PauseLimits;
 use crate::service::fleet::limits::{FieldError, check_text};
 use crate::service::fleet::{Fleet, FleetError};
 use crate::units::{millis_i64, unix_now_ms};
@@ -59,24 +58,6 @@ use crate::units::{millis_i64, unix_now_ms};
 pub const MAX_REASON_BYTES: usize = 512;
 /// What a pause with a blank reason says.
 pub const DEFAULT_REASON: &str = "no reason given";
-
-/// A pause's default and longest deadline, from now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PauseLimits {
-    /// The deadline of a Pause that names none.
-    pub default: Duration,
-    /// The furthest deadline a Pause may name.
-    pub max: Duration,
-}
-
-impl Default for PauseLimits {
-    fn default() -> Self {
-        Self {
-            default: Duration::from_secs(3600),
-            max: Duration::from_secs(24 * 3600),
-        }
-    }
-}
 
 impl PauseLimits {
     /// The default must lie within the maximum.
@@ -224,18 +205,10 @@ pub async fn resume(
     Ok(was_paused)
 }
 
-/// The pause a store's registry row holds, as the worker takes it.
-pub(in crate::service) fn from_record(r: &PauseRecord) -> Pause {
-    Pause {
-        reason: r.reason.clone(),
-        paused_at_unix_ms: r.paused_at_ms,
-        until_unix_ms: r.until_ms,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn ask(reason: &str, until_unix_ms: i64) -> PauseAsk {
         PauseAsk {

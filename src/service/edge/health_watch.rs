@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use crate::service::edge::error::ServiceError;
+use super::error::ServiceError;
 use crate::service::fleet::FleetError;
 use crate::service::proto;
 

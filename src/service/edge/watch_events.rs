@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
+use super::error::ServiceError;
 use crate::events::{Bus, Event, Received};
-use crate::service::edge::error::ServiceError;
 use crate::service::proto;
 
 /// One more event stream than the server allows.
