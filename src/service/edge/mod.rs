@@ -6,6 +6,7 @@ pub mod error;
 pub mod forward_stream;
 pub mod health_watch;
 pub mod peer_auth;
+mod position_stream;
 pub mod request;
 pub mod server_limits;
 pub mod tls_files;
