@@ -69,7 +69,7 @@ use super::{ClusterError, failover};
 use crate::events::{EventKind, NewEvent};
 use crate::registry::Claimed;
 use crate::service::fleet::limits::{self, FieldError};
-use crate::service::fleet::{Fleet, FleetError};
+use crate::service::fleet::{Done, Fleet, FleetError};
 use crate::service::proto;
 
 /// Why a move was refused (nothing changed), or what went wrong after it began.
@@ -198,19 +198,15 @@ pub async fn move_store(
         }
     );
     tracing::info!(store_id, "{detail}");
-    fleet
-        .audit(
-            "move",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            detail.clone(),
-            peer,
-        )
-        .await;
-    fleet
-        .events()
-        .publish(NewEvent::new(EventKind::OwnerChanged, store_id, detail));
+    let event = NewEvent::new(EventKind::OwnerChanged, store_id, detail.clone());
+    let done = Done {
+        action: "move",
+        store_id,
+        store_dir: &entry.record.store_dir,
+        detail,
+        peer,
+    };
+    fleet.record(done, Some(event)).await;
     match peers.hop_to(fleet, to, store_id, meta).await {
         Ok(hop) => {
             let started = hop

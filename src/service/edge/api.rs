@@ -16,7 +16,6 @@ use super::peer_auth::{self, Caller};
 use super::position_stream::CommandStream;
 use super::request::{self, new_store, position};
 use super::watch_events::{EventStream, EventWatch};
-use crate::events::{EventKind, Facts, NewEvent};
 use crate::service::cluster::ClusterError;
 use crate::service::cluster::forward::{ForwardError, Peers};
 use crate::service::fleet::limits;
@@ -75,13 +74,6 @@ impl Api {
         }
     }
 
-    /// Publishes an event of a call (with the call's trace).
-    fn publish(&self, kind: EventKind, store_id: &str, detail: impl Into<String>) {
-        self.fleet
-            .events()
-            .publish(NewEvent::new(kind, store_id, detail));
-    }
-
     /// Checks who calls (`peer_auth.rs`): the admin token, or for any call but `ListStores`
     /// an authenticated peer.
     fn caller<T>(&self, req: &Request<T>) -> Result<Caller, ServiceError> {
@@ -138,14 +130,6 @@ impl BackupControl for Api {
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
-        self.publish(
-            EventKind::Registered,
-            &entry.record.store_id,
-            format!(
-                "registered {} backing up to {}",
-                entry.record.store_dir, entry.record.destination
-            ),
-        );
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -185,12 +169,6 @@ impl BackupControl for Api {
             .deregister(&r.store_id, r.flush, peer)
             .await
             .map_err(err)?;
-        let how = if r.flush { " after a last flush" } else { "" };
-        self.publish(
-            EventKind::Deregistered,
-            &r.store_id,
-            format!("deregistered{how}"),
-        );
         Ok(Response::new(proto::DeregisterResponse {}))
     }
 
@@ -244,20 +222,6 @@ impl BackupControl for Api {
         let done = pause::pause(&self.fleet, &r.store_id, ask, peer)
             .await
             .map_err(err)?;
-        let again = if done.was_paused {
-            " (pause replaced)"
-        } else {
-            ""
-        };
-        self.publish(
-            EventKind::Paused,
-            &r.store_id,
-            format!(
-                "paused until {}{again}: {}",
-                crate::health::rfc3339_ms(done.pause.until_unix_ms),
-                done.pause.reason
-            ),
-        );
         Ok(Response::new(proto::PauseResponse {
             reason: done.pause.reason,
             until_unix_ms: done.pause.until_unix_ms,
@@ -279,9 +243,6 @@ impl BackupControl for Api {
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
             .await
             .map_err(err)?;
-        if was_paused {
-            self.publish(EventKind::Resumed, &r.store_id, "resumed");
-        }
         Ok(Response::new(proto::ResumeResponse { was_paused }))
     }
 
@@ -370,20 +331,6 @@ impl BackupControl for Api {
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
-        self.fleet.events().publish(
-            NewEvent::new(
-                EventKind::Registered,
-                &entry.record.store_id,
-                format!(
-                    "adopted {} at commit {} from {}",
-                    entry.record.store_dir, report.commit_seq, report.manifest_key
-                ),
-            )
-            .with(Facts {
-                commit_seq: Some(report.commit_seq),
-                ..Facts::default()
-            }),
-        );
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,

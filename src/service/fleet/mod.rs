@@ -25,9 +25,9 @@ use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
 use crate::bucket;
-use crate::events::Bus;
+use crate::events::{Bus, EventKind, Facts, NewEvent};
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
-use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, StoreRecord};
+use crate::registry::{self, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
@@ -104,6 +104,7 @@ pub struct Fleet {
 }
 
 pub use error::FleetError;
+pub(in crate::service) use record::Done;
 pub use remote::RemoteStore;
 
 mod claim_renewal;
@@ -114,6 +115,7 @@ mod hosting;
 pub mod limits;
 pub mod path_index;
 pub mod paths;
+mod record;
 pub mod remote;
 pub(in crate::service) mod store_compression;
 pub mod store_metrics;
@@ -299,43 +301,6 @@ impl Fleet {
         Ok(entry)
     }
 
-    pub(super) async fn audit(
-        &self,
-        action: &str,
-        store_id: Option<&str>,
-        store_dir: Option<&str>,
-        outcome: &str,
-        detail: String,
-        peer: Option<String>,
-    ) {
-        let entry = AuditEntry {
-            at_ms: now_ms(),
-            instance_id: self.config.instance_id.clone(),
-            action: action.into(),
-            store_id: store_id.map(Into::into),
-            store_dir: store_dir.map(Into::into),
-            outcome: outcome.into(),
-            detail,
-            peer,
-        };
-        if let Err(e) = self.registry.record_audit(&entry).await {
-            tracing::warn!(error = %e, action, "cannot write the audit log");
-        }
-    }
-
-    /// Audits a refused call (bad input, permission), then returns the error.
-    pub async fn refused(
-        &self,
-        action: &str,
-        store_dir: Option<&str>,
-        e: FleetError,
-        peer: Option<String>,
-    ) -> FleetError {
-        self.audit(action, None, store_dir, "refused", e.to_string(), peer)
-            .await;
-        e
-    }
-
     /// Registers a store and starts its worker; returns its id and node token.
     pub async fn register(
         &self,
@@ -350,7 +315,11 @@ impl Fleet {
                     .await);
             }
         };
-        self.insert_and_spawn(new, checked, "register", String::new(), peer)
+        let event = |r: &StoreRecord| {
+            let detail = format!("registered {} backing up to {}", r.store_dir, r.destination);
+            NewEvent::new(EventKind::Registered, &r.store_id, detail)
+        };
+        self.insert_and_spawn(new, checked, "register", String::new(), peer, event)
             .await
     }
 
@@ -388,6 +357,7 @@ impl Fleet {
         action: &str,
         detail: String,
         peer: Option<String>,
+        event: impl FnOnce(&StoreRecord) -> NewEvent + Send,
     ) -> Result<(Arc<StoreEntry>, String), FleetError> {
         let token = registry::new_node_token();
         let now = now_ms();
@@ -421,15 +391,14 @@ impl Fleet {
         }
         match self.spawn(record.clone(), None).await {
             Ok(entry) => {
-                self.audit(
+                let done = Done {
                     action,
-                    Some(&record.store_id),
-                    Some(&record.store_dir),
-                    "ok",
+                    store_id: &record.store_id,
+                    store_dir: &record.store_dir,
                     detail,
                     peer,
-                )
-                .await;
+                };
+                self.record(done, Some(event(&record))).await;
                 tracing::info!(store_id = %record.store_id, store_dir = %record.store_dir, destination = %record.destination, "{action}ed a store");
                 Ok((entry, token))
             }
@@ -528,7 +497,9 @@ impl Fleet {
         let entry = match self.get(store_id) {
             Ok(entry) => entry,
             Err(FleetError::NotHere(_)) => {
-                return self.deregister_of_a_silent_owner(store_id, peer).await;
+                return self
+                    .deregister_of_a_silent_owner(store_id, flush, peer)
+                    .await;
             }
             Err(e) => return Err(e),
         };
@@ -542,15 +513,14 @@ impl Fleet {
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
         store_metrics::forget_store(store_id);
-        self.audit(
-            "deregister",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            format!("flush={flush}"),
+        let done = Done {
+            action: "deregister",
+            store_id,
+            store_dir: &entry.record.store_dir,
+            detail: format!("flush={flush}"),
             peer,
-        )
-        .await;
+        };
+        self.record(done, Some(deregistered(store_id, flush))).await;
         Ok(())
     }
 
@@ -564,6 +534,7 @@ impl Fleet {
     async fn deregister_of_a_silent_owner(
         &self,
         store_id: &str,
+        flush: bool,
         peer: Option<String>,
     ) -> Result<(), FleetError> {
         let record = self.registered(store_id).await?;
@@ -581,19 +552,18 @@ impl Fleet {
         }
         self.registry.delete_store(store_id).await?;
         tracing::warn!(store_id, owner = %owner, "deregistered a store that had no worker here");
-        self.audit(
-            "deregister",
-            Some(store_id),
-            Some(&record.store_dir),
-            "ok",
-            if mine {
+        let done = Done {
+            action: "deregister",
+            store_id,
+            store_dir: &record.store_dir,
+            detail: if mine {
                 "no worker was running: the registry row only".to_string()
             } else {
                 format!("owner {owner} silent: its registry row only")
             },
             peer,
-        )
-        .await;
+        };
+        self.record(done, Some(deregistered(store_id, flush))).await;
         Ok(())
     }
 
@@ -627,8 +597,18 @@ impl Fleet {
             "restored commit {} from {}",
             report.commit_seq, report.manifest_key
         );
+        let event = |r: &StoreRecord| {
+            let detail = format!(
+                "adopted {} at commit {} from {}",
+                r.store_dir, report.commit_seq, report.manifest_key
+            );
+            NewEvent::new(EventKind::Registered, &r.store_id, detail).with(Facts {
+                commit_seq: Some(report.commit_seq),
+                ..Facts::default()
+            })
+        };
         let (entry, token) = self
-            .insert_and_spawn(new, checked, "adopt", detail, peer)
+            .insert_and_spawn(new, checked, "adopt", detail, peer, event)
             .await?;
         Ok((entry, token, report))
     }
@@ -675,4 +655,14 @@ impl Fleet {
         self.tasks.close();
         self.tasks.wait().await;
     }
+}
+
+/// The event of a store deregistered (`flush`: after a last flush).
+fn deregistered(store_id: &str, flush: bool) -> NewEvent {
+    let how = if flush { " after a last flush" } else { "" };
+    NewEvent::new(
+        EventKind::Deregistered,
+        store_id,
+        format!("deregistered{how}"),
+    )
 }

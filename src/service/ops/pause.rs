@@ -47,11 +47,12 @@
 //! between the two leaves the registry's word, which the next start follows (a store with a
 //! pause row starts paused).
 
+use crate::events::{EventKind, NewEvent};
 use crate::health::{Pause, rfc3339_ms};
 use crate::registry::PauseRecord;
 pub use crate::service::config::limits::PauseLimits;
 use crate::service::fleet::limits::{FieldError, check_text};
-use crate::service::fleet::{Fleet, FleetError};
+use crate::service::fleet::{Done, Fleet, FleetError};
 use crate::units::{millis_i64, unix_now_ms};
 
 /// The longest reason accepted.
@@ -166,16 +167,24 @@ pub async fn pause(
         pause.reason
     );
     tracing::info!(store_id, until = %rfc3339_ms(pause.until_unix_ms), reason = %pause.reason, was_paused, "paused a store");
-    fleet
-        .audit(
-            "pause",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            detail,
-            peer,
-        )
-        .await;
+    let again = if was_paused { " (pause replaced)" } else { "" };
+    let event = NewEvent::new(
+        EventKind::Paused,
+        store_id,
+        format!(
+            "paused until {}{again}: {}",
+            rfc3339_ms(pause.until_unix_ms),
+            pause.reason
+        ),
+    );
+    let done = Done {
+        action: "pause",
+        store_id,
+        store_dir: &entry.record.store_dir,
+        detail,
+        peer,
+    };
+    fleet.record(done, Some(event)).await;
     Ok(Paused { pause, was_paused })
 }
 
@@ -191,16 +200,15 @@ pub async fn resume(
     let was_paused = entry.handle.resume().await || stored;
     if was_paused {
         tracing::info!(store_id, "resumed a store");
-        fleet
-            .audit(
-                "resume",
-                Some(store_id),
-                Some(&entry.record.store_dir),
-                "ok",
-                String::new(),
-                peer,
-            )
-            .await;
+        let done = Done {
+            action: "resume",
+            store_id,
+            store_dir: &entry.record.store_dir,
+            detail: String::new(),
+            peer,
+        };
+        let event = NewEvent::new(EventKind::Resumed, store_id, "resumed");
+        fleet.record(done, Some(event)).await;
     }
     Ok(was_paused)
 }
