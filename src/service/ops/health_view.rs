@@ -133,6 +133,21 @@ fn store_health(
     proto::StoreHealth {
         store_id: e.record.store_id.clone(),
         store_dir: e.record.store_dir.clone(),
+        instance_id: instance_id.to_string(),
+        reported_at_unix_ms: now_ms(),
+        destination: e.record.destination.clone(),
+        bytes_stored: load(&counters.bytes_shipped),
+        bytes_logical: load(&counters.bytes_logical),
+        usage: Some(usage.proto()),
+        ..health_fields(h)
+    }
+}
+
+/// The one mapping of a store's health to the API's fields, for a store hosted here (its
+/// worker's health now) and for one another instance owns (its owner's last report); the
+/// callers add whose and where it is.
+fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
+    proto::StoreHealth {
         healthy: h.healthy,
         reason: h.reason,
         durable_commit_seq: h.durable_commit_seq,
@@ -140,18 +155,12 @@ fn store_health(
         restore_point_commit_seq: h.restore_point_commit_seq,
         lag_seconds: h.lag_seconds,
         lease_holder: h.lease_holder,
-        instance_id: instance_id.to_string(),
         reasons: h.reasons,
         notes: h.notes,
-        reported_at_unix_ms: now_ms(),
-        destination: e.record.destination.clone(),
         lease_held: h.lease_held,
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
-        bytes_stored: load(&counters.bytes_shipped),
-        bytes_logical: load(&counters.bytes_logical),
         last_drill: h.last_drill.as_ref().map(drill_result),
-        usage: Some(usage.proto()),
         ..pause_fields(h.paused.as_ref())
     }
 }
@@ -219,28 +228,8 @@ fn remote_health(r: &crate::service::fleet::RemoteStore) -> proto::StoreHealth {
         reported_at_unix_ms: r.reported_at_ms.unwrap_or(0),
         owner_instance_id: r.record.instance_id.clone(),
         owner_since_unix_ms: r.record.owner_since_ms,
-        ..Default::default()
+        ..r.health.clone().map(health_fields).unwrap_or_default()
     };
-    if let Some(h) = &r.health {
-        out.healthy = h.healthy;
-        out.reason = h.reason.clone();
-        out.reasons = h.reasons.clone();
-        out.notes = h.notes.clone();
-        out.durable_commit_seq = h.durable_commit_seq;
-        out.shipped_commit_seq = h.shipped_commit_seq;
-        out.restore_point_commit_seq = h.restore_point_commit_seq;
-        out.lag_seconds = h.lag_seconds;
-        out.lease_holder = h.lease_holder.clone();
-        out.lease_held = h.lease_held;
-        out.consecutive_failures = h.consecutive_failures;
-        out.last_error = h.last_error.clone().unwrap_or_default();
-        let p = pause_fields(h.paused.as_ref());
-        out.paused = p.paused;
-        out.paused_reason = p.paused_reason;
-        out.paused_until_unix_ms = p.paused_until_unix_ms;
-        out.paused_at_unix_ms = p.paused_at_unix_ms;
-        out.last_drill = h.last_drill.as_ref().map(drill_result);
-    }
     if r.silent {
         let why = match r.reported_at_ms {
             Some(t) => format!(
