@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use super::{Fleet, FleetError, StoreEntry};
+use super::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::health::{DrillResult, Pause};
 use crate::registry::{DrillRecord, PauseRecord, StoreRecord};
 
@@ -45,7 +45,8 @@ impl Fleet {
         drill: Option<DrillRecord>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
         let pause = pause.map(|p| pause_of(&p));
-        let entry = self.spawn(record, pause).await?;
+        let options = StoreOptions::of_row(&record)?;
+        let entry = self.spawn(record, options, pause).await?;
         if let Some(d) = drill {
             entry.handle.set_drill(drill_of(&d));
         }

@@ -235,28 +235,16 @@ impl Fleet {
         &self.events
     }
 
-    /// Starts a store's worker (paused, with the pause the registry holds for it).
+    /// Starts a store's worker (paused, with the pause the registry holds for it) with its
+    /// options, checked (a registration's) or brought into range (a row's,
+    /// [`StoreOptions::of_row`]): the worker takes them as they are.
     async fn spawn(
         &self,
         record: StoreRecord,
+        options: StoreOptions,
         pause: Option<crate::health::Pause>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
         let dir = paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
-        let options: StoreOptions =
-            serde_json::from_value(record.options.clone()).map_err(|e| {
-                FleetError::Internal(format!(
-                    "store {} has unreadable options: {e}",
-                    record.store_id
-                ))
-            })?;
-        let options = match options.check() {
-            Ok(()) => options,
-            Err(e) => {
-                // Registered before the bounds: run within them rather than not at all.
-                tracing::warn!(store_id = %record.store_id, error = %e, "a registered option is out of range: running with it clamped into range");
-                limits::clamp_options(&options)
-            }
-        };
         if let Err(e) = destination::check(&record.destination, self.placement()) {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
@@ -366,8 +354,7 @@ impl Fleet {
             store_dir: checked.dir.to_string_lossy().into_owned(),
             destination: checked.url.clone(),
             labels: new.labels,
-            options: serde_json::to_value(&new.options)
-                .map_err(|e| FleetError::Internal(e.to_string()))?,
+            options: new.options.to_row(),
             node_token_hash: registry::hash_token(&token),
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now,
@@ -389,7 +376,7 @@ impl Fleet {
         if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
-        match self.spawn(record.clone(), None).await {
+        match self.spawn(record.clone(), new.options, None).await {
             Ok(entry) => {
                 let done = Done {
                     action,

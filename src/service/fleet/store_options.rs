@@ -3,12 +3,20 @@
 //! service's worker configuration. Unknown JSON keys of a newer version are ignored and
 //! missing ones are `None`, so a row written by either version reads in the other. The
 //! ranges are checked (and clamped for old rows) in `limits`.
+//!
+//! One record from the API to the worker: a request's options ([`StoreOptions::from_proto`])
+//! are checked once at registration, stored ([`StoreOptions::to_row`]) and handed to the
+//! worker as they are; a row read back (a restart, a failover, a move) is decoded once
+//! ([`StoreOptions::of_row`]), and [`StoreOptions::apply`] lays them over the worker's
+//! configuration.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::FleetError;
 use super::limits::{self, FieldError};
+use crate::registry::StoreRecord;
 use crate::service::proto;
 use crate::worker::WorkerConfig;
 
@@ -72,6 +80,33 @@ impl StoreOptions {
             c.compression = compression;
         }
         c
+    }
+
+    /// The registry's stored form of these options: the JSON object every version reads
+    /// (see the module docs).
+    pub fn to_row(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("options serialize to JSON")
+    }
+
+    /// A registry row's options as its worker runs with them, read once: each in its range,
+    /// or clamped into it (a row registered before the bounds, or edited by hand), with a
+    /// warning.
+    pub fn of_row(record: &StoreRecord) -> Result<StoreOptions, FleetError> {
+        let options: StoreOptions =
+            serde_json::from_value(record.options.clone()).map_err(|e| {
+                FleetError::Internal(format!(
+                    "store {} has unreadable options: {e}",
+                    record.store_id
+                ))
+            })?;
+        Ok(match options.check() {
+            Ok(()) => options,
+            Err(e) => {
+                // Registered before the bounds: run within them rather than not at all.
+                tracing::warn!(store_id = %record.store_id, error = %e, "a registered option is out of range: running with it clamped into range");
+                limits::clamp_options(&options)
+            }
+        })
     }
 
     /// Each option unset or in its range ([`limits::check_options`]).
