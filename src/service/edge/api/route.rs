@@ -65,23 +65,20 @@ about_store!(
     proto::MoveRequest,
 );
 
-impl Addressed for proto::RegisterRequest {
-    fn target(&self) -> Target<'_> {
-        Target::Instance {
-            id: &self.instance_id,
-            store_dir: &self.store_dir,
-        }
-    }
+macro_rules! about_instance {
+    ($($t:ty),* $(,)?) => {
+        $(impl Addressed for $t {
+            fn target(&self) -> Target<'_> {
+                Target::Instance {
+                    id: &self.instance_id,
+                    store_dir: &self.store_dir,
+                }
+            }
+        })*
+    };
 }
 
-impl Addressed for proto::AdoptRequest {
-    fn target(&self) -> Target<'_> {
-        Target::Instance {
-            id: &self.instance_id,
-            store_dir: &self.store_dir,
-        }
-    }
-}
+about_instance!(proto::RegisterRequest, proto::AdoptRequest);
 
 impl Addressed for proto::DrainRequest {
     fn target(&self) -> Target<'_> {
