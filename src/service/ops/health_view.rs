@@ -47,9 +47,9 @@ pub(in crate::service) async fn health_of(
             }
             Err(FleetError::NotHere(_)) => match fleet.remote_one(store_id).await? {
                 Some(r) => remote_health(&r),
-                None => return Err(FleetError::UnknownStore(store_id.to_string()).into()),
+                None => return Err(FleetError::UnknownStore(store_id.to_string())),
             },
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         return Ok(proto::HealthResponse { stores: vec![h] });
     }
