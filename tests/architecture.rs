@@ -2,6 +2,13 @@
 //!
 //! - **Floors stay floors**: a module imports only the modules on the floors below it, so
 //!   telemetry and the bucket know nothing of workers, health or the service.
+//! - **The service's rooms import downward only** (`src/service/mod.rs`): the gRPC edge, the
+//!   cluster, the operations, the fleet, its configuration, each naming only the rooms below
+//!   it (`crate::service::ROOM`), so the domain never imports the edge and no two rooms import
+//!   each other. Every file of the service but its top (`mod.rs`) and the protocol
+//!   (`proto.rs`, `codec.rs`) lives in a room. Both tables may name only what stands below,
+//!   so a new circle fails here whichever way it is written.
+//! - **No file of `src/` passes 800 lines.**
 //! - **Every long-lived task is spawned through a `TaskTracker`**, so that a shutdown can
 //!   wait for all of them: outside test modules, `src/` spawns no task with a bare
 //!   `tokio::spawn` but the one signal listener, which lives as long as the process and is
@@ -76,14 +83,37 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("registry", &["units", "lease", "instance_lock"]),
 ];
 
+/// The service's rooms and the rooms each may use (`crate::service::X`), bottom floor first
+/// (`src/service/mod.rs` says what each holds). A room is `src/service/X.rs`, `src/service/X/`
+/// or both.
+const ROOMS: &[(&str, &[&str])] = &[
+    ("config", &[]),
+    ("fleet", &["config"]),
+    ("ops", &["fleet", "config"]),
+    ("cluster", &["ops", "fleet", "config"]),
+    ("edge", &["cluster", "ops", "fleet", "config"]),
+];
+
+/// The files of `src/service/` outside every room: its top, which starts the rooms, and the
+/// protocol, which every room may use.
+const SERVICE_TOP: &[&str] = &["mod.rs", "proto.rs", "codec.rs"];
+
+/// The lines a file of `src/` may have.
+const MAX_LINES: usize = 800;
+
 /// The `crate::X` modules a file's code (not its comments) names.
 fn uses(text: &str) -> std::collections::BTreeSet<String> {
+    uses_under(text, "crate::")
+}
+
+/// The modules a file's code (not its comments) names after `prefix`.
+fn uses_under(text: &str, prefix: &str) -> std::collections::BTreeSet<String> {
     let mut found = std::collections::BTreeSet::new();
     for line in text.lines() {
         let code = line.split("//").next().unwrap();
         let mut rest = code;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
+        while let Some(at) = rest.find(prefix) {
+            rest = &rest[at + prefix.len()..];
             let name: String = rest
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -126,6 +156,106 @@ fn every_module_imports_only_the_floors_below_it() {
         wrong.is_empty(),
         "a floor imports from above it:\n{}",
         wrong.join("\n")
+    );
+}
+
+/// Each table names only what stands on a floor below the one naming it: no table can be
+/// edited into a circle.
+#[test]
+fn the_floor_tables_have_no_circle() {
+    for (table, rows) in [("FLOORS", FLOORS), ("ROOMS", ROOMS)] {
+        for (at, (module, allowed)) in rows.iter().enumerate() {
+            let below: Vec<&str> = rows[..at].iter().map(|(m, _)| *m).collect();
+            for used in *allowed {
+                assert!(
+                    below.contains(used),
+                    "{table}: {module} may use {used}, which is not on a floor below it"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_service_room_imports_only_the_rooms_below_it() {
+    let service = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/service");
+    let rooms: Vec<&str> = ROOMS.iter().map(|(r, _)| *r).collect();
+    // Every file of the service is in a room, or at its top.
+    let mut outside = Vec::new();
+    for entry in std::fs::read_dir(&service).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let room = name.strip_suffix(".rs").unwrap_or(&name);
+        if !rooms.contains(&room) && !SERVICE_TOP.contains(&name.as_str()) {
+            outside.push(path.display().to_string());
+        }
+    }
+    assert!(
+        outside.is_empty(),
+        "files of src/service/ in no room (ROOMS):\n{}",
+        outside.join("\n")
+    );
+    let mut wrong = Vec::new();
+    let mut found = 0;
+    for (room, allowed) in ROOMS {
+        let mut files = Vec::new();
+        let dir = service.join(room);
+        if dir.is_dir() {
+            rust_files(&dir, &mut files);
+        }
+        let file = service.join(format!("{room}.rs"));
+        if file.is_file() {
+            files.push(file);
+        }
+        assert!(!files.is_empty(), "room {room} has no file");
+        found += files.len();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for used in uses_under(&text, "crate::service::") {
+                if rooms.contains(&used.as_str())
+                    && used != *room
+                    && !allowed.contains(&used.as_str())
+                {
+                    wrong.push(format!("{}: crate::service::{used}", file.display()));
+                }
+            }
+            // A room is named by its absolute path, never reached by climbing out of one.
+            for used in uses_under(&text, "super::super::") {
+                if rooms.contains(&used.as_str()) {
+                    wrong.push(format!("{}: super::super::{used}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found > 30,
+        "found only {found} files in the service's rooms"
+    );
+    assert!(
+        wrong.is_empty(),
+        "a service room imports from a room above it, or beside it:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_file_passes_800_lines() {
+    let mut files = Vec::new();
+    rust_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = std::fs::read_to_string(f).unwrap().lines().count();
+            (n > MAX_LINES).then(|| format!("{}: {n} lines", f.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines (split them by concept):\n{}",
+        long.join("\n")
     );
 }
 

@@ -1,7 +1,7 @@
 //! The protobuf codec of the service: tonic's prost codec, except that a request that does not
 //! decode (a string field that is not UTF-8, a truncated message) is `INVALID_ARGUMENT` — the
 //! client sent bad input — rather than tonic's default `INTERNAL` (the status is built in
-//! `error.rs`, [`malformed_request`](super::error::malformed_request)).
+//! `error.rs`, [`malformed_request`](crate::service::edge::error::malformed_request)).
 
 use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -47,7 +47,7 @@ impl<U: prost::Message + Default> Decoder for StrictDecoder<U> {
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         self.inner
             .decode(buf)
-            .map_err(|s| super::error::malformed_request(&s))
+            .map_err(|s| crate::service::edge::error::malformed_request(&s))
     }
 
     fn buffer_settings(&self) -> BufferSettings {

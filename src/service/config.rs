@@ -10,8 +10,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use super::server_limits::Limits;
+pub mod limits;
+pub mod peers;
+
 use crate::worker::WorkerConfig;
+pub use limits::{DrillLimits, Limits, PauseLimits};
+pub use peers::PeerToken;
 
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
@@ -36,7 +40,7 @@ pub struct PeerSettings {
     pub owner_cache: Option<Duration>,
     /// The token the fleet's instances share to call each other (`--peer-token-file`,
     /// `peer_auth.rs`); `None`: none (an instance with an admin token then forwards nothing).
-    pub token: Option<super::peer_auth::PeerToken>,
+    pub token: Option<PeerToken>,
 }
 
 /// The longest `--owner-cache-ms`.
@@ -45,7 +49,7 @@ pub const MAX_OWNER_CACHE: Duration = Duration::from_secs(60);
 impl PeerSettings {
     fn check(&self) -> Result<(), String> {
         if let Some(a) = &self.advertise_address {
-            super::forward::check_advertise_address(a)
+            peers::check_advertise_address(a)
                 .map_err(|why| format!("--advertise-address {a:?}: {why}"))?;
         }
         if let Some(t) = self.owner_cache
@@ -105,11 +109,11 @@ pub struct ServiceConfig {
     /// What one client may hold: streams, calls, deadlines.
     pub limits: Limits,
     /// A `Pause`'s default and longest deadline.
-    pub pause: super::pause::PauseLimits,
+    pub pause: PauseLimits,
     /// How the other instances reach this one.
     pub peers: PeerSettings,
     /// The byte budget of scheduled restore drills.
-    pub drill: super::drill::DrillLimits,
+    pub drill: DrillLimits,
     /// Where every event is POSTed as a CloudEvent (`serve --webhook-url`, `crate::events::webhook`).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
     /// The price table of every store's cost estimate (`crate::cost`; the TOML's `[prices]`).
@@ -223,7 +227,7 @@ impl ServiceConfig {
             );
         }
         if self.tls.is_some() {
-            super::peer_auth::peer_server_name(&self.instance_id)
+            peers::peer_server_name(&self.instance_id)
                 .map_err(|why| format!("--instance-id: {why}"))?;
         }
         Ok(())

@@ -1,38 +1,54 @@
 //! `mushroom-backup serve`: the gRPC control plane hosting one backup worker per registered
 //! store directory (DESIGN.md section 1).
 //!
-//! - [`api`]: the `BackupControl` handlers, a thin translation from proto messages to the
-//!   fleet's typed calls and back ([`request`]: what the request fields mean); [`error`]: the
-//!   one place a gRPC status code is chosen, for every module's typed errors.
-//! - [`fleet`]: the workers and the registry, answering [`fleet::FleetError`]s; [`paths`]: what a store directory may be;
-//!   [`destination`]: what a destination may be; [`limits`]: the bounds of every request
-//!   field; [`conflicts`]: a new store against the registered ones; [`auth`]: admin and node
-//!   tokens; [`codec`]: malformed requests are `INVALID_ARGUMENT`; [`pause`]: `Pause` and
-//!   `Resume`, stored in the registry; [`drill`]: `Drill` and scheduled restore drills.
-//!   Drills restore into `<data_dir>/drills/`, from which [`run`] removes at start what a crash
-//!   left (drills' directories only), before any drill runs; the scheduler is one task of
-//!   the fleet's tracker.
-//! - [`failover`]: failover groups. Every instance reconciles the workers it runs with the
-//!   registry rows it owns (stopping those claimed or moved away, starting those given to
-//!   it); an instance of a `--failover-group` claims, one compare-and-set per store, the
-//!   stores of a member silent for `--owner-silent-after-ms` whose directories it sees. The
-//!   registry row says who should run a store, the bucket lease who may write it: a claimant
-//!   waits as a standby until the silent owner's lease has expired (the timeline, and what a
-//!   crash at each step leaves, are in the module's docs). [`moves`]: `Move` and `Drain`,
-//!   planned handovers within a group: the owner checks the target (live, in its group,
-//!   sees the directory: `CanHost`), flushes and stops the worker (releasing the lease),
-//!   compare-and-sets the row, and tells the target to start it (`Host`).
-//! - [`tls_files`]: every TLS file (the server's, and the peers' CA for forwarded calls) read
-//!   with the capped secret-file reader and checked once at start, before the claim; a bad
-//!   one stops `serve` naming the file and its flag.
-//! - The standard `grpc.health.v1` service reports SERVING while the registry answers, and
-//!   server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
-//!   Python's `grpcio-reflection`, older grpcurl and most GUI clients speak).
-//! - [`server_limits`]: what one client may hold (streams, calls in flight, deadlines), applied to
-//!   the server here; [`health_watch`]: every `WatchHealth` stream served by one poller;
-//!   [`store_metrics`]: every hosted store's health and counters as Prometheus series;
-//!   [`watch_events`]: `WatchEvents`, the event bus ([`crate::events`]) as a stream. The
-//!   handlers publish registered, deregistered, paused and resumed; the workers the rest.
+//! # Rooms
+//!
+//! The service is five rooms whose imports run one way, top to bottom; a room names only the
+//! rooms below it (`tests/architecture.rs`, `ROOMS`), so the domain never imports the edge:
+//!
+//! 1. [`edge`]: the gRPC edge, thin. [`edge::api`]: the `BackupControl` handlers, a translation
+//!    from proto messages to typed calls and back ([`edge::request`]: what the request fields
+//!    mean); [`edge::error`]: the one place a gRPC status code is chosen, for every room's
+//!    typed errors; [`edge::auth`], [`edge::peer_auth`]: admin, node and peer tokens;
+//!    [`edge::server_limits`]: what one client may hold (streams, calls in flight, deadlines);
+//!    [`edge::tls_files`]: every TLS file read with the capped secret-file reader and checked
+//!    once at start, before the claim (a bad one stops `serve` naming the file and its flag);
+//!    [`edge::health_watch`]: every `WatchHealth` stream served by one poller;
+//!    [`edge::watch_events`]: `WatchEvents`, the event bus ([`crate::events`]) as a stream;
+//!    [`edge::forward_stream`]: streams relayed to another instance.
+//! 2. [`cluster`]: the instances together. [`cluster::forward`]: where a call for another
+//!    instance's store goes; [`cluster::failover`]: failover groups. Every instance reconciles
+//!    the workers it runs with the registry rows it owns (stopping those claimed or moved
+//!    away, starting those given to it); an instance of a `--failover-group` claims, one
+//!    compare-and-set per store, the stores of a member silent for `--owner-silent-after-ms`
+//!    whose directories it sees. The registry row says who should run a store, the bucket
+//!    lease who may write it: a claimant waits as a standby until the silent owner's lease has
+//!    expired (the timeline, and what a crash at each step leaves, are in the module's docs).
+//!    [`cluster::moves`]: `Move` and `Drain`, planned handovers within a group: the owner
+//!    checks the target (live, in its group, sees the directory: `CanHost`), flushes and stops
+//!    the worker (releasing the lease), compare-and-sets the row, and tells the target to start
+//!    it (`Host`). Its errors: [`cluster::ClusterError`].
+//! 3. [`ops`]: acts on hosted stores. [`ops::pause`]: `Pause` and `Resume`, stored in the
+//!    registry; [`ops::drill`]: `Drill` and scheduled restore drills. Drills restore into
+//!    `<data_dir>/drills/`, from which [`run`] removes at start what a crash left (drills'
+//!    directories only), before any drill runs; the scheduler is one task of the fleet's
+//!    tracker. [`ops::usage`]: requests and their price; `health_view`: local and remote
+//!    stores' health as the API shows it; `health_report`: every hosted store's health to the
+//!    registry.
+//! 4. [`fleet`]: the workers and the registry, answering [`fleet::FleetError`]s; admission
+//!    ([`fleet::paths`]: what a store directory may be; [`fleet::destination`]: what a
+//!    destination may be; [`fleet::limits`]: the bounds of every request field;
+//!    [`fleet::conflicts`]: a new store against the registered ones); [`fleet::store_metrics`]:
+//!    every hosted store's health and counters as Prometheus series.
+//! 5. [`config`]: the resolved configuration, plain settings every room may read.
+//!
+//! Beside the rooms: [`proto`], the generated messages, and [`codec`] (malformed requests are
+//! `INVALID_ARGUMENT`). This module, above them all, starts them ([`run`]).
+//!
+//! The standard `grpc.health.v1` service reports SERVING while the registry answers, and
+//! server reflection describes the API, as `grpc.reflection.v1` and as `v1alpha` (which
+//! Python's `grpcio-reflection`, older grpcurl and most GUI clients speak). The handlers
+//! publish registered, deregistered, paused and resumed; the workers the rest.
 //!
 //! Shutdown (SIGTERM, or the token): the listener stops taking calls, the long-lived streams
 //! (`ReportPosition`, `WatchHealth`) end with `UNAVAILABLE` (the graceful shutdown waits for
@@ -57,38 +73,18 @@
 //! one runs (this one was judged dead: no renewal for `owner_silent_after`), it stops serving,
 //! stops its workers without a last flush, and [`run`] returns [`ServeError::Claim`].
 
-pub mod api;
-pub mod auth;
+pub mod cluster;
 pub mod codec;
 pub mod config;
-pub mod conflicts;
-pub mod destination;
-pub mod drill;
-pub mod error;
-pub mod failover;
+pub mod edge;
 pub mod fleet;
-pub mod forward;
-pub mod forward_stream;
-mod health_report;
-mod health_view;
-pub mod health_watch;
-pub mod limits;
-pub mod moves;
-pub mod owner_cache;
-pub mod path_index;
-pub mod paths;
-pub mod pause;
-pub mod peer_auth;
+pub mod ops;
 pub mod proto;
-pub mod remote;
-pub mod request;
-pub mod server_limits;
-mod store_compression;
-pub mod store_metrics;
-mod store_options;
-pub mod tls_files;
-pub mod usage;
-pub mod watch_events;
+
+pub use cluster::moves;
+pub use edge::{peer_auth, tls_files};
+pub use fleet::store_metrics;
+pub use ops::{drill, pause};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -213,11 +209,11 @@ pub async fn run(
                 .tls_config(loaded.server)
                 .map_err(|e| ServeError::Tls(crate::units::error_chain(&e)))?;
             match loaded.peers {
-                Some(c) => forward::PeerTls::Tls(c),
-                None => forward::PeerTls::NoCa,
+                Some(c) => cluster::forward::PeerTls::Tls(c),
+                None => cluster::forward::PeerTls::NoCa,
             }
         }
-        None => forward::PeerTls::Plain,
+        None => cluster::forward::PeerTls::Plain,
     };
     let webhooks =
         crate::events::webhook::Webhooks::prepare(&config.webhooks).map_err(ServeError::Config)?;
@@ -239,6 +235,12 @@ pub async fn run(
     let events = crate::events::Bus::new();
     let deliveries = webhooks.attach(&events, &config.instance_id);
     let fleet = Fleet::start(registry, claim, config.clone(), workers.clone(), events).await?;
+    // The fleet's own loops, below the rooms that run them: health reports to the registry
+    // (ops) and the failover reconcile (cluster).
+    fleet
+        .tasks
+        .spawn(ops::health_report::report_health(fleet.clone()));
+    fleet.tasks.spawn(cluster::failover::run(fleet.clone()));
     // They end with the workers, after the last flushes published their events.
     deliveries.spawn(&workers, &fleet.tasks);
     drill::schedule(fleet.clone());
@@ -257,7 +259,7 @@ pub async fn run(
 
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
-        .set_serving::<BackupControlServer<api::Api>>()
+        .set_serving::<BackupControlServer<edge::api::Api>>()
         .await;
     let reporter_stop = shutdown.child_token();
     {
@@ -274,13 +276,13 @@ pub async fn run(
                 match polled.registry().ping().await {
                     Ok(()) => {
                         reporter
-                            .set_serving::<BackupControlServer<api::Api>>()
+                            .set_serving::<BackupControlServer<edge::api::Api>>()
                             .await
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "the registry does not answer: NOT_SERVING");
                         reporter
-                            .set_not_serving::<BackupControlServer<api::Api>>()
+                            .set_not_serving::<BackupControlServer<edge::api::Api>>()
                             .await
                     }
                 }
@@ -303,10 +305,10 @@ pub async fn run(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(BackupControlServer::new(api::Api::new(
+        .add_service(BackupControlServer::new(edge::api::Api::new(
             fleet.clone(),
             serving.clone(),
-            forward::Peers::new(
+            cluster::forward::Peers::new(
                 &config.instance_id,
                 peer_tls,
                 config.admin_token.is_some(),
@@ -314,7 +316,7 @@ pub async fn run(
                 config
                     .peers
                     .owner_cache
-                    .unwrap_or(owner_cache::DEFAULT_OWNER_CACHE_TTL),
+                    .unwrap_or(cluster::owner_cache::DEFAULT_OWNER_CACHE_TTL),
             ),
         )))
         .serve_with_incoming_shutdown(

@@ -16,7 +16,8 @@
 
 use std::sync::Arc;
 
-use super::{Fleet, FleetError, StoreEntry};
+use super::{Fleet, FleetError, StoreEntry, StoreOptions};
+use crate::health::{DrillResult, Pause};
 use crate::registry::{DrillRecord, PauseRecord, StoreRecord};
 
 impl Fleet {
@@ -43,12 +44,11 @@ impl Fleet {
         pause: Option<PauseRecord>,
         drill: Option<DrillRecord>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
-        let pause = pause.map(|p| crate::service::pause::from_record(&p));
-        let entry = self.spawn(record, pause).await?;
+        let pause = pause.map(|p| pause_of(&p));
+        let options = StoreOptions::of_row(&record)?;
+        let entry = self.spawn(record, options, pause).await?;
         if let Some(d) = drill {
-            entry
-                .handle
-                .set_drill(crate::service::drill::from_record(&d));
+            entry.handle.set_drill(drill_of(&d));
         }
         Ok(entry)
     }
@@ -63,7 +63,30 @@ impl Fleet {
             .remove(store_id)?;
         entry.handle.shutdown(false).await;
         entry.source.close();
-        crate::service::store_metrics::forget_store(store_id);
+        super::store_metrics::forget_store(store_id);
         Some(entry)
+    }
+}
+
+/// The pause a store's registry row holds, as the worker takes it.
+fn pause_of(r: &PauseRecord) -> Pause {
+    Pause {
+        reason: r.reason.clone(),
+        paused_at_unix_ms: r.paused_at_ms,
+        until_unix_ms: r.until_ms,
+    }
+}
+
+/// The drill a store's registry row holds, as health shows it.
+fn drill_of(r: &DrillRecord) -> DrillResult {
+    DrillResult {
+        ok: r.ok,
+        commit_seq: r.commit_seq,
+        manifest_key: r.manifest_key.clone(),
+        duration_ms: r.duration_ms,
+        bytes: r.bytes,
+        error: r.error.clone(),
+        finished_at_unix_ms: r.finished_at_ms,
+        last_ok_at_unix_ms: r.last_ok_at_ms,
     }
 }

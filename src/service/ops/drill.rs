@@ -45,12 +45,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
-use super::limits;
 use crate::bucket;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::{DrillRecord, StoreRecord};
+pub use crate::service::config::limits::DrillLimits;
+use crate::service::fleet::limits;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::units::{millis_u64, unix_now_ms};
 
 /// How often the scheduler looks for a drill due.
@@ -60,22 +61,6 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const RETRY_NOTHING_MS: i64 = 60_000;
 /// The longest error a drill records (cut on a character boundary).
 pub const MAX_ERROR_BYTES: usize = 2048;
-
-/// The byte budget of scheduled drills.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DrillLimits {
-    /// A store whose newest restore point restores more plain bytes is not drilled by the
-    /// scheduler; 0: no budget.
-    pub max_bytes: u64,
-}
-
-impl Default for DrillLimits {
-    fn default() -> Self {
-        Self {
-            max_bytes: 10 << 30,
-        }
-    }
-}
 
 /// Drills of this process, one at a time (see the module docs).
 static ONE_AT_A_TIME: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
@@ -214,20 +199,6 @@ fn to_record(d: &DrillResult) -> DrillRecord {
         error: d.error.clone(),
         finished_at_ms: d.finished_at_unix_ms,
         last_ok_at_ms: d.last_ok_at_unix_ms,
-    }
-}
-
-/// The drill a store's registry row holds, as health shows it.
-pub(super) fn from_record(r: &DrillRecord) -> DrillResult {
-    DrillResult {
-        ok: r.ok,
-        commit_seq: r.commit_seq,
-        manifest_key: r.manifest_key.clone(),
-        duration_ms: r.duration_ms,
-        bytes: r.bytes,
-        error: r.error.clone(),
-        finished_at_unix_ms: r.finished_at_ms,
-        last_ok_at_unix_ms: r.last_ok_at_ms,
     }
 }
 

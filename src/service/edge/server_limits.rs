@@ -28,79 +28,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::error::ServiceError;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// A `ReportPosition` stream's first report is due within this.
-    pub first_report_timeout: Duration,
-    /// Every call but `Adopt` ends within this.
-    pub call_timeout: Duration,
-    /// `Adopt` (a whole restore) ends within this.
-    pub adopt_timeout: Duration,
-    /// Streams one connection may have open at once.
-    pub max_concurrent_streams: u32,
-    /// Calls one connection may have in their handlers at once; more wait.
-    pub concurrency_per_connection: usize,
-    /// How often the server pings a connection.
-    pub keepalive_interval: Duration,
-    /// A ping not answered within this drops the connection.
-    pub keepalive_timeout: Duration,
-    /// `WatchHealth` streams open at once on the server.
-    pub max_health_watchers: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            first_report_timeout: Duration::from_secs(5),
-            call_timeout: Duration::from_secs(60),
-            adopt_timeout: Duration::from_secs(6 * 3600),
-            max_concurrent_streams: 256,
-            concurrency_per_connection: 64,
-            keepalive_interval: Duration::from_secs(30),
-            keepalive_timeout: Duration::from_secs(20),
-            max_health_watchers: 64,
-        }
-    }
-}
+pub use crate::service::config::limits::Limits;
 
 impl Limits {
-    /// Every limit must be positive: a zero would refuse everything, or mean "none".
-    pub fn check(&self) -> Result<(), String> {
-        let durations = [
-            ("first_report_timeout_ms", self.first_report_timeout),
-            ("call_timeout_ms", self.call_timeout),
-            ("adopt_timeout_ms", self.adopt_timeout),
-            ("keepalive_interval_ms", self.keepalive_interval),
-            ("keepalive_timeout_ms", self.keepalive_timeout),
-        ];
-        for (name, d) in durations {
-            if d.is_zero() {
-                return Err(format!("limits: {name} must be at least 1 ms"));
-            }
-        }
-        let counts = [
-            (
-                "max_concurrent_streams",
-                u64::from(self.max_concurrent_streams),
-            ),
-            (
-                "concurrency_per_connection",
-                u64::try_from(self.concurrency_per_connection).unwrap_or(u64::MAX),
-            ),
-            (
-                "max_health_watchers",
-                u64::try_from(self.max_health_watchers).unwrap_or(u64::MAX),
-            ),
-        ];
-        for (name, n) in counts {
-            if n == 0 {
-                return Err(format!("limits: {name} must be at least 1"));
-            }
-        }
-        Ok(())
-    }
-
     /// The tower layer that applies `call_timeout` and `adopt_timeout`.
     pub fn call_timeouts(&self) -> CallTimeoutLayer {
         CallTimeoutLayer {

@@ -68,7 +68,7 @@ pub fn require_node(meta: &MetadataMap, token_hash: Option<&str>) -> Result<(), 
     }
 }
 
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(in crate::service) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

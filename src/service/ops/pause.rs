@@ -47,36 +47,18 @@
 //! between the two leaves the registry's word, which the next start follows (a store with a
 //! pause row starts paused).
 
-use std::time::Duration;
-
-use super::fleet::{Fleet, FleetError};
-use super::limits::{FieldError, check_text};
+use crate::events::{EventKind, NewEvent};
 use crate::health::{Pause, rfc3339_ms};
 use crate::registry::PauseRecord;
+pub use crate::service::config::limits::PauseLimits;
+use crate::service::fleet::limits::{FieldError, check_text};
+use crate::service::fleet::{Done, Fleet, FleetError};
 use crate::units::{millis_i64, unix_now_ms};
 
 /// The longest reason accepted.
 pub const MAX_REASON_BYTES: usize = 512;
 /// What a pause with a blank reason says.
 pub const DEFAULT_REASON: &str = "no reason given";
-
-/// A pause's default and longest deadline, from now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PauseLimits {
-    /// The deadline of a Pause that names none.
-    pub default: Duration,
-    /// The furthest deadline a Pause may name.
-    pub max: Duration,
-}
-
-impl Default for PauseLimits {
-    fn default() -> Self {
-        Self {
-            default: Duration::from_secs(3600),
-            max: Duration::from_secs(24 * 3600),
-        }
-    }
-}
 
 impl PauseLimits {
     /// The default must lie within the maximum.
@@ -185,16 +167,24 @@ pub async fn pause(
         pause.reason
     );
     tracing::info!(store_id, until = %rfc3339_ms(pause.until_unix_ms), reason = %pause.reason, was_paused, "paused a store");
-    fleet
-        .audit(
-            "pause",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            detail,
-            peer,
-        )
-        .await;
+    let again = if was_paused { " (pause replaced)" } else { "" };
+    let event = NewEvent::new(
+        EventKind::Paused,
+        store_id,
+        format!(
+            "paused until {}{again}: {}",
+            rfc3339_ms(pause.until_unix_ms),
+            pause.reason
+        ),
+    );
+    let done = Done {
+        action: "pause",
+        store_id,
+        store_dir: &entry.record.store_dir,
+        detail,
+        peer,
+    };
+    fleet.record(done, Some(event)).await;
     Ok(Paused { pause, was_paused })
 }
 
@@ -210,32 +200,23 @@ pub async fn resume(
     let was_paused = entry.handle.resume().await || stored;
     if was_paused {
         tracing::info!(store_id, "resumed a store");
-        fleet
-            .audit(
-                "resume",
-                Some(store_id),
-                Some(&entry.record.store_dir),
-                "ok",
-                String::new(),
-                peer,
-            )
-            .await;
+        let done = Done {
+            action: "resume",
+            store_id,
+            store_dir: &entry.record.store_dir,
+            detail: String::new(),
+            peer,
+        };
+        let event = NewEvent::new(EventKind::Resumed, store_id, "resumed");
+        fleet.record(done, Some(event)).await;
     }
     Ok(was_paused)
-}
-
-/// The pause a store's registry row holds, as the worker takes it.
-pub(super) fn from_record(r: &PauseRecord) -> Pause {
-    Pause {
-        reason: r.reason.clone(),
-        paused_at_unix_ms: r.paused_at_ms,
-        until_unix_ms: r.until_ms,
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn ask(reason: &str, until_unix_ms: i64) -> PauseAsk {
         PauseAsk {

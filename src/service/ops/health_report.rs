@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::fleet::Fleet;
+use crate::service::fleet::Fleet;
 use crate::units::unix_now_ms;
 
 /// What [`report_health`] last saw of a store's worker: its id, health serial and counters.
@@ -38,7 +38,7 @@ impl Shown {
 /// A store whose worker shows the same health serial and counters as at the last written
 /// report is passed over without a copy of its health, its JSON or its metrics (all the same as
 /// then): a quiet fleet's report costs a few atomic loads per store.
-pub(super) async fn report_health(fleet: Arc<Fleet>) {
+pub(in crate::service) async fn report_health(fleet: Arc<Fleet>) {
     let mut tick = tokio::time::interval(fleet.config().health_report_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // What the registry holds for each store, as far as this task wrote it.
@@ -71,7 +71,12 @@ pub(super) async fn report_health(fleet: Arc<Fleet>) {
             seen.push((entry.record.store_id.clone(), now));
             let h = entry.handle.health();
             let (id, worker) = (&entry.record.store_id, entry.handle.holder());
-            super::store_metrics::record_store(id, worker, &h, &entry.handle.counters());
+            crate::service::fleet::store_metrics::record_store(
+                id,
+                worker,
+                &h,
+                &entry.handle.counters(),
+            );
             let Ok(json) = serde_json::to_string(&h) else {
                 continue;
             };

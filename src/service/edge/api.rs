@@ -2,28 +2,31 @@
 //! call (`request.rs` reads the fields) and the answer into a response. Errors are
 //! [`ServiceError`]s, mapped to status in one place (`error.rs`); nothing here picks a code.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::Stream;
 use tokio_stream::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::auth::{self, AuthError};
 use super::error::ServiceError;
-use super::fleet::{Fleet, FleetError, StoreEntry};
-use super::forward::{self, ForwardError, Hop, Peers};
 use super::health_watch::{HealthStream, HealthWatch};
-use super::limits;
-use super::pause::{self, PauseAsk};
 use super::peer_auth::{self, Caller};
-use super::proto::{self, backup_control_server::BackupControl};
+use super::position_stream::CommandStream;
 use super::request::{self, new_store, position};
 use super::watch_events::{EventStream, EventWatch};
-use crate::events::{EventKind, Facts, NewEvent};
+use crate::service::cluster::ClusterError;
+use crate::service::cluster::forward::{ForwardError, Peers};
+use crate::service::fleet::limits;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry};
+use crate::service::ops::pause::{self, PauseAsk};
+use crate::service::proto::{self, backup_control_server::BackupControl};
 use crate::wal_source::StreamAttachment;
+use route::{Routed, forward_meta, record_store_id};
+
+#[macro_use]
+mod route;
 
 pub struct Api {
     fleet: Arc<Fleet>,
@@ -45,7 +48,11 @@ impl Api {
         let watchers = HealthWatch::start(
             move || {
                 let fleet = polled.clone();
-                async move { super::health_view::health_of(&fleet, "").await }
+                async move {
+                    crate::service::ops::health_view::health_of(&fleet, "")
+                        .await
+                        .map_err(ServiceError::from)
+                }
             },
             Duration::from_millis(250),
             fleet.config().limits.max_health_watchers,
@@ -65,66 +72,6 @@ impl Api {
             peers,
             events,
         }
-    }
-
-    /// Publishes an event of a call (with the call's trace).
-    fn publish(&self, kind: EventKind, store_id: &str, detail: impl Into<String>) {
-        self.fleet
-            .events()
-            .publish(NewEvent::new(kind, store_id, detail));
-    }
-
-    /// The hop to the owner of `store_id` when another instance runs it (`forward.rs`); puts
-    /// the store on the call's span, for both paths (the handlers do not again).
-    async fn route<T>(
-        &self,
-        req: &Request<T>,
-        caller: &Caller,
-        store_id: &str,
-    ) -> Result<Option<Hop>, Status> {
-        self.route_meta(&forward_meta(req, caller), store_id).await
-    }
-
-    async fn route_meta(
-        &self,
-        meta: &tonic::metadata::MetadataMap,
-        store_id: &str,
-    ) -> Result<Option<Hop>, Status> {
-        record_store_id(store_id);
-        Ok(self.peers.route(&self.fleet, meta, store_id).await?)
-    }
-
-    /// The hop to `instance_id` for a `Register` or `Adopt` naming it; `None`: this instance.
-    async fn route_to_instance<T>(
-        &self,
-        req: &Request<T>,
-        caller: &Caller,
-        instance_id: &str,
-        store_dir: &str,
-    ) -> Result<Option<Hop>, Status> {
-        let me = &self.fleet.config().instance_id;
-        if instance_id.is_empty() || instance_id == me {
-            return Ok(None);
-        }
-        limits::check_text("instance_id", instance_id, limits::MAX_INSTANCE_ID_BYTES)
-            .map_err(err)?;
-        if forward::forwarded(req.metadata()) {
-            return Err(err(ForwardError::NotThisInstance {
-                asked: instance_id.to_string(),
-                me: me.clone(),
-            }));
-        }
-        let hop = self
-            .peers
-            .hop_to(
-                &self.fleet,
-                instance_id,
-                store_dir,
-                &forward_meta(req, caller),
-            )
-            .await
-            .map_err(err)?;
-        Ok(Some(hop))
     }
 
     /// Checks who calls (`peer_auth.rs`): the admin token, or for any call but `ListStores`
@@ -162,32 +109,11 @@ fn operator<T>(req: Request<T>, caller: &Caller) -> (Option<String>, T) {
     (caller.audited(), req.into_inner())
 }
 
-/// The metadata a call forwarded from here starts from: the caller's, with the original
-/// caller's address set from the checked caller (never the header a client sent).
-fn forward_meta<T>(req: &Request<T>, caller: &Caller) -> tonic::metadata::MetadataMap {
-    let mut meta = req.metadata().clone();
-    meta.remove(peer_auth::ORIGINAL_CALLER);
-    if let Some(origin) = caller.origin().and_then(|o| o.parse().ok()) {
-        meta.insert(peer_auth::ORIGINAL_CALLER, origin);
-    }
-    meta
-}
-
-/// Puts the store a call concerns on the call's span (`grpc.request`), so that a trace search
-/// by store finds the calls beside the worker's steps.
-fn record_store_id(store_id: &str) {
-    if !store_id.is_empty() {
-        tracing::Span::current().record("store_id", store_id);
-    }
-}
-
 fn peer<T>(req: &Request<T>) -> Option<String> {
     req.remote_addr().map(|a| a.to_string())
 }
 
 type Client = proto::backup_control_client::BackupControlClient<tonic::transport::Channel>;
-
-type CommandStream = Pin<Box<dyn Stream<Item = Result<proto::NodeCommand, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl BackupControl for Api {
@@ -196,27 +122,14 @@ impl BackupControl for Api {
         req: Request<proto::RegisterRequest>,
     ) -> Result<Response<proto::RegisterResponse>, Status> {
         let caller = self.caller(&req)?;
-        let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
-        if let Some(hop) = self.route_to_instance(&req, &caller, to, dir).await? {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.register(r).await },
-                )
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.register(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
-        self.publish(
-            EventKind::Registered,
-            &entry.record.store_id,
-            format!(
-                "registered {} backing up to {}",
-                entry.record.store_dir, entry.record.destination
-            ),
-        );
         Ok(Response::new(proto::RegisterResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -239,7 +152,7 @@ impl BackupControl for Api {
             .route(&self.fleet, &forward_meta(&req, &caller), store_id)
             .await;
         let routed = match routed {
-            Err(ServiceError::Forward(ForwardError::NoPeerToken { .. })) => None,
+            Err(ClusterError::Forward(ForwardError::NoPeerToken { .. })) => None,
             other => other?,
         };
         if let Some(hop) = routed {
@@ -256,12 +169,6 @@ impl BackupControl for Api {
             .deregister(&r.store_id, r.flush, peer)
             .await
             .map_err(err)?;
-        let how = if r.flush { " after a last flush" } else { "" };
-        self.publish(
-            EventKind::Deregistered,
-            &r.store_id,
-            format!("deregistered{how}"),
-        );
         Ok(Response::new(proto::DeregisterResponse {}))
     }
 
@@ -270,14 +177,10 @@ impl BackupControl for Api {
         req: Request<proto::TriggerRequest>,
     ) -> Result<Response<proto::TriggerResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.trigger(r).await },
-                )
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.trigger(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let entry = self.fleet.get_owned(&r.store_id).await.map_err(err)?;
         let trigger = request::trigger(r.kind).map_err(err)?;
@@ -307,11 +210,10 @@ impl BackupControl for Api {
         req: Request<proto::PauseRequest>,
     ) -> Result<Response<proto::PauseResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(req.into_inner(), |mut c, r| async move { c.pause(r).await })
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.pause(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let ask = PauseAsk {
             reason: r.reason,
@@ -320,20 +222,6 @@ impl BackupControl for Api {
         let done = pause::pause(&self.fleet, &r.store_id, ask, peer)
             .await
             .map_err(err)?;
-        let again = if done.was_paused {
-            " (pause replaced)"
-        } else {
-            ""
-        };
-        self.publish(
-            EventKind::Paused,
-            &r.store_id,
-            format!(
-                "paused until {}{again}: {}",
-                crate::health::rfc3339_ms(done.pause.until_unix_ms),
-                done.pause.reason
-            ),
-        );
         Ok(Response::new(proto::PauseResponse {
             reason: done.pause.reason,
             until_unix_ms: done.pause.until_unix_ms,
@@ -347,21 +235,14 @@ impl BackupControl for Api {
         req: Request<proto::ResumeRequest>,
     ) -> Result<Response<proto::ResumeResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.resume(r).await },
-                )
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.resume(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let was_paused = pause::resume(&self.fleet, &r.store_id, peer)
             .await
             .map_err(err)?;
-        if was_paused {
-            self.publish(EventKind::Resumed, &r.store_id, "resumed");
-        }
         Ok(Response::new(proto::ResumeResponse { was_paused }))
     }
 
@@ -370,20 +251,10 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<proto::HealthResponse>, Status> {
         let caller = self.caller(&req)?;
-        let hop = if req.get_ref().fresh {
-            self.route(&req, &caller, &req.get_ref().store_id).await?
-        } else {
-            record_store_id(&req.get_ref().store_id);
-            None
-        };
-        if let Some(hop) = hop {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.health(r).await },
-                )
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.health(r).await })
+                .await
+        );
         let r = req.into_inner();
         Ok(Response::new(self.health_of(&r.store_id).await?))
     }
@@ -413,7 +284,7 @@ impl BackupControl for Api {
         req: Request<proto::ListStoresRequest>,
     ) -> Result<Response<proto::ListStoresResponse>, Status> {
         self.admin(&req)?;
-        let stores = super::health_view::store_infos(&self.fleet)
+        let stores = crate::service::ops::health_view::store_infos(&self.fleet)
             .await
             .map_err(err)?;
         Ok(Response::new(proto::ListStoresResponse { stores }))
@@ -424,13 +295,12 @@ impl BackupControl for Api {
         req: Request<proto::ListRestorePointsRequest>,
     ) -> Result<Response<proto::ListRestorePointsResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(req.into_inner(), |mut c, r| async move {
-                    c.list_restore_points(r).await
-                })
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move {
+                c.list_restore_points(r).await
+            })
+            .await
+        );
         let r = req.into_inner();
         let cursor = request::check_listing(&r).map_err(err)?;
         let first = cursor.is_none();
@@ -452,31 +322,15 @@ impl BackupControl for Api {
         req: Request<proto::AdoptRequest>,
     ) -> Result<Response<proto::AdoptResponse>, Status> {
         let caller = self.caller(&req)?;
-        let (to, dir) = (&req.get_ref().instance_id, &req.get_ref().store_dir);
-        if let Some(hop) = self.route_to_instance(&req, &caller, to, dir).await? {
-            return hop
-                .call(req.into_inner(), |mut c, r| async move { c.adopt(r).await })
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.adopt(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let at = request::adopt_point(&r).map_err(err)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
         let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&entry.record.store_id);
-        self.fleet.events().publish(
-            NewEvent::new(
-                EventKind::Registered,
-                &entry.record.store_id,
-                format!(
-                    "adopted {} at commit {} from {}",
-                    entry.record.store_dir, report.commit_seq, report.manifest_key
-                ),
-            )
-            .with(Facts {
-                commit_seq: Some(report.commit_seq),
-                ..Facts::default()
-            }),
-        );
         Ok(Response::new(proto::AdoptResponse {
             store_id: entry.record.store_id.clone(),
             node_token: token,
@@ -491,14 +345,13 @@ impl BackupControl for Api {
         req: Request<proto::DrillRequest>,
     ) -> Result<Response<proto::DrillResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(req.into_inner(), |mut c, r| async move { c.drill(r).await })
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.drill(r).await })
+                .await
+        );
         let (peer, r) = operator(req, &caller);
         let at = (r.at_commit_seq != 0).then_some(r.at_commit_seq);
-        let d = super::drill::drill(&self.fleet, &r.store_id, at, peer)
+        let d = crate::service::ops::drill::drill(&self.fleet, &r.store_id, at, peer)
             .await
             .map_err(err)?;
         Ok(Response::new(proto::DrillResponse {
@@ -517,18 +370,21 @@ impl BackupControl for Api {
         req: Request<proto::MoveRequest>,
     ) -> Result<Response<proto::MoveResponse>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            return hop
-                .call(
-                    req.into_inner(),
-                    |mut c, r| async move { c.r#move(r).await },
-                )
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.r#move(r).await })
+                .await
+        );
         let meta = forward_meta(&req, &caller);
         let (peer, r) = operator(req, &caller);
         let (id, to) = (&r.store_id, &r.to_instance_id);
-        let moved = super::moves::move_store(&self.fleet, &self.peers, &meta, id, to, peer);
+        let moved = crate::service::cluster::moves::move_store(
+            &self.fleet,
+            &self.peers,
+            &meta,
+            id,
+            to,
+            peer,
+        );
         Ok(Response::new(moved.await?))
     }
 
@@ -544,14 +400,19 @@ impl BackupControl for Api {
                 "DrainRequest.instance_id is empty: name the instance to drain",
             ));
         }
-        if let Some(hop) = self.route_to_instance(&req, &caller, &who, &who).await? {
-            return hop
-                .call(req.into_inner(), |mut c, r| async move { c.drain(r).await })
-                .await;
-        }
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.drain(r).await })
+                .await
+        );
         let meta = forward_meta(&req, &caller);
         let (peer, r) = operator(req, &caller);
-        let drained = super::moves::drain(&self.fleet, &self.peers, &meta, r.parallel, peer);
+        let drained = crate::service::cluster::moves::drain(
+            &self.fleet,
+            &self.peers,
+            &meta,
+            r.parallel,
+            peer,
+        );
         Ok(Response::new(drained.await?))
     }
 
@@ -561,7 +422,7 @@ impl BackupControl for Api {
     ) -> Result<Response<proto::CanHostResponse>, Status> {
         let caller = self.caller(&req)?;
         let id = &req.get_ref().store_id;
-        super::moves::can_host(&self.fleet, id, caller.audited()).await?;
+        crate::service::cluster::moves::can_host(&self.fleet, id, caller.audited()).await?;
         Ok(Response::new(proto::CanHostResponse {}))
     }
 
@@ -570,7 +431,12 @@ impl BackupControl for Api {
         req: Request<proto::HostRequest>,
     ) -> Result<Response<proto::HostResponse>, Status> {
         let caller = self.caller(&req)?;
-        super::moves::host(&self.fleet, &req.get_ref().store_id, caller.audited()).await?;
+        crate::service::cluster::moves::host(
+            &self.fleet,
+            &req.get_ref().store_id,
+            caller.audited(),
+        )
+        .await?;
         Ok(Response::new(proto::HostResponse {}))
     }
 
@@ -632,72 +498,13 @@ impl BackupControl for Api {
             return Ok(Response::new(relayed));
         }
         let (attachment, entry) = self.attach_node(&meta, &first, from)?;
-        let store_id = first.store_id.clone();
-        let shutdown = self.shutdown.clone();
-        let fleet = self.fleet.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel(8);
-        self.fleet.tasks.spawn(async move {
-            let mut attachment = attachment;
-            // The stream's report stops counting when it ends: the worker looks again then.
-            let _nudge = NudgeOnEnd(entry);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => {
-                        let _ = tx.send(Err(ServiceError::ShuttingDown.into())).await;
-                        return;
-                    }
-                    _ = attachment.closed() => {
-                        let end = super::failover::stream_end(&fleet, &store_id).await;
-                        let _ = tx.send(Err(end.into())).await;
-                        return;
-                    }
-                    msg = inbound.next() => match msg {
-                        None => return,
-                        Some(Err(e)) => {
-                            tracing::debug!(%store_id, error = %e, "a position stream ended");
-                            return;
-                        }
-                        Some(Ok(r)) => {
-                            match request::same_store(&store_id, &r).and_then(|()| position(&r)) {
-                                Ok(p) => {
-                                    attachment.report(p);
-                                    // A resting worker and supervisor look at it.
-                                    _nudge.0.handle.nudge();
-                                }
-                                Err(e) => {
-                                    let _ = tx.send(Err(err(e))).await;
-                                    return;
-                                }
-                            }
-                        }
-                    },
-                    refresh = attachment.refresh.recv() => match refresh {
-                        Ok(reason) => {
-                            let cmd = proto::NodeCommand {
-                                command: Some(proto::node_command::Command::Refresh(proto::Refresh { reason })),
-                            };
-                            if tx.send(Ok(cmd)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                    },
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(
-            tokio_stream::wrappers::ReceiverStream::new(rx),
+        Ok(Response::new(super::position_stream::pump(
+            &self.fleet,
+            attachment,
+            entry,
+            inbound,
+            self.shutdown.clone(),
         )))
-    }
-}
-
-/// Nudges the store's worker ([`crate::worker::BackupHandle::nudge`]) when dropped.
-struct NudgeOnEnd(Arc<StoreEntry>);
-
-impl Drop for NudgeOnEnd {
-    fn drop(&mut self) {
-        self.0.handle.nudge();
     }
 }
 
@@ -730,7 +537,7 @@ impl Api {
     }
 
     async fn health_of(&self, store_id: &str) -> Result<proto::HealthResponse, ServiceError> {
-        super::health_view::health_of(&self.fleet, store_id).await
+        Ok(crate::service::ops::health_view::health_of(&self.fleet, store_id).await?)
     }
 }
 

@@ -12,11 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::error::ServiceError;
-use super::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
-use super::proto;
-use super::request;
 use crate::registry::Owner;
+use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
+use crate::service::proto;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -24,10 +22,10 @@ fn now_ms() -> i64 {
 
 /// The health of one store (NOT_FOUND if no instance has it), or of every store when empty,
 /// each with its owner from the registry.
-pub(super) async fn health_of(
+pub(in crate::service) async fn health_of(
     fleet: &Fleet,
     store_id: &str,
-) -> Result<proto::HealthResponse, ServiceError> {
+) -> Result<proto::HealthResponse, FleetError> {
     let id = &fleet.config().instance_id;
     let local = |e: &StoreEntry| encryption(store_health(e, id, &fleet.config().prices), fleet);
     if !store_id.is_empty() {
@@ -49,9 +47,9 @@ pub(super) async fn health_of(
             }
             Err(FleetError::NotHere(_)) => match fleet.remote_one(store_id).await? {
                 Some(r) => remote_health(&r),
-                None => return Err(FleetError::UnknownStore(store_id.to_string()).into()),
+                None => return Err(FleetError::UnknownStore(store_id.to_string())),
             },
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         return Ok(proto::HealthResponse { stores: vec![h] });
     }
@@ -88,7 +86,9 @@ fn set_owner(h: &mut proto::StoreHealth, o: &Owner) {
 
 /// Every store this instance runs, then every other one in the registry, with its owner: one
 /// read of the rows.
-pub(super) async fn store_infos(fleet: &Fleet) -> Result<Vec<proto::StoreInfo>, FleetError> {
+pub(in crate::service) async fn store_infos(
+    fleet: &Fleet,
+) -> Result<Vec<proto::StoreInfo>, FleetError> {
     let prices = &fleet.config().prices;
     let me = &fleet.config().instance_id;
     let rows = fleet.registry().list_stores(None).await?;
@@ -133,6 +133,21 @@ fn store_health(
     proto::StoreHealth {
         store_id: e.record.store_id.clone(),
         store_dir: e.record.store_dir.clone(),
+        instance_id: instance_id.to_string(),
+        reported_at_unix_ms: now_ms(),
+        destination: e.record.destination.clone(),
+        bytes_stored: load(&counters.bytes_shipped),
+        bytes_logical: load(&counters.bytes_logical),
+        usage: Some(usage.proto()),
+        ..health_fields(h)
+    }
+}
+
+/// The one mapping of a store's health to the API's fields, for a store hosted here (its
+/// worker's health now) and for one another instance owns (its owner's last report); the
+/// callers add whose and where it is.
+fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
+    proto::StoreHealth {
         healthy: h.healthy,
         reason: h.reason,
         durable_commit_seq: h.durable_commit_seq,
@@ -140,18 +155,12 @@ fn store_health(
         restore_point_commit_seq: h.restore_point_commit_seq,
         lag_seconds: h.lag_seconds,
         lease_holder: h.lease_holder,
-        instance_id: instance_id.to_string(),
         reasons: h.reasons,
         notes: h.notes,
-        reported_at_unix_ms: now_ms(),
-        destination: e.record.destination.clone(),
         lease_held: h.lease_held,
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
-        bytes_stored: load(&counters.bytes_shipped),
-        bytes_logical: load(&counters.bytes_logical),
         last_drill: h.last_drill.as_ref().map(drill_result),
-        usage: Some(usage.proto()),
         ..pause_fields(h.paused.as_ref())
     }
 }
@@ -202,7 +211,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         instance_id: r.instance_id.clone(),
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
-        options: Some(request::proto_options(&opts)),
+        options: Some(opts.to_proto()),
         owner_instance_id: r.instance_id.clone(),
         owner_since_unix_ms: r.owner_since_ms,
         ..Default::default()
@@ -210,7 +219,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
 }
 
 /// A store another instance owns, from its last report; unhealthy when the owner went silent.
-fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
+fn remote_health(r: &crate::service::fleet::RemoteStore) -> proto::StoreHealth {
     let mut out = proto::StoreHealth {
         store_id: r.record.store_id.clone(),
         store_dir: r.record.store_dir.clone(),
@@ -219,28 +228,8 @@ fn remote_health(r: &super::fleet::RemoteStore) -> proto::StoreHealth {
         reported_at_unix_ms: r.reported_at_ms.unwrap_or(0),
         owner_instance_id: r.record.instance_id.clone(),
         owner_since_unix_ms: r.record.owner_since_ms,
-        ..Default::default()
+        ..r.health.clone().map(health_fields).unwrap_or_default()
     };
-    if let Some(h) = &r.health {
-        out.healthy = h.healthy;
-        out.reason = h.reason.clone();
-        out.reasons = h.reasons.clone();
-        out.notes = h.notes.clone();
-        out.durable_commit_seq = h.durable_commit_seq;
-        out.shipped_commit_seq = h.shipped_commit_seq;
-        out.restore_point_commit_seq = h.restore_point_commit_seq;
-        out.lag_seconds = h.lag_seconds;
-        out.lease_holder = h.lease_holder.clone();
-        out.lease_held = h.lease_held;
-        out.consecutive_failures = h.consecutive_failures;
-        out.last_error = h.last_error.clone().unwrap_or_default();
-        let p = pause_fields(h.paused.as_ref());
-        out.paused = p.paused;
-        out.paused_reason = p.paused_reason;
-        out.paused_until_unix_ms = p.paused_until_unix_ms;
-        out.paused_at_unix_ms = p.paused_at_unix_ms;
-        out.last_drill = h.last_drill.as_ref().map(drill_result);
-    }
     if r.silent {
         let why = match r.reported_at_ms {
             Some(t) => format!(

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::fleet::{Fleet, FleetError};
+use super::{Fleet, FleetError};
 use crate::registry::{HealthRow, Owner, StoreRecord, StoreReport};
 
 /// A store another instance owns, as the shared registry last heard of it.

@@ -23,17 +23,18 @@
 use tonic::{Code, Status};
 
 pub use super::auth::AuthError;
-pub use super::conflicts::Conflict;
-pub use super::destination::DestinationError;
-pub use super::fleet::FleetError;
-pub use super::forward::ForwardError;
 pub use super::health_watch::WatchersFull;
-pub use super::limits::FieldError;
-pub use super::paths::StoreDirError;
 pub use super::watch_events::EventWatchersFull;
 use crate::bucket::{BucketError, OpenError};
 use crate::registry::RegistryError;
 use crate::restore::RestoreError;
+use crate::service::cluster::ClusterError;
+pub use crate::service::cluster::forward::ForwardError;
+pub use crate::service::fleet::FleetError;
+pub use crate::service::fleet::conflicts::Conflict;
+pub use crate::service::fleet::destination::DestinationError;
+pub use crate::service::fleet::limits::FieldError;
+pub use crate::service::fleet::paths::StoreDirError;
 
 /// Why a call failed, as the API answers it.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +79,23 @@ pub enum ServiceError {
     Forward(#[from] ForwardError),
     /// A planned move refused (nothing changed), or raced by a claim.
     #[error(transparent)]
-    Move(#[from] super::moves::MoveError),
+    Move(#[from] crate::service::cluster::moves::MoveError),
+}
+
+impl From<ClusterError> for ServiceError {
+    fn from(e: ClusterError) -> Self {
+        match e {
+            ClusterError::Fleet(e) => ServiceError::Fleet(e),
+            ClusterError::Forward(e) => ServiceError::Forward(e),
+            ClusterError::Move(e) => ServiceError::Move(e),
+        }
+    }
+}
+
+impl From<ClusterError> for Status {
+    fn from(e: ClusterError) -> Status {
+        ServiceError::from(e).into()
+    }
 }
 
 impl From<ServiceError> for Status {
@@ -98,7 +115,9 @@ impl From<ServiceError> for Status {
             }
             ServiceError::ShuttingDown | ServiceError::Moved { .. } => Code::Unavailable,
             ServiceError::Deregistered(_) => Code::NotFound,
-            ServiceError::Move(super::moves::MoveError::Raced { .. }) => Code::Aborted,
+            ServiceError::Move(crate::service::cluster::moves::MoveError::Raced { .. }) => {
+                Code::Aborted
+            }
             ServiceError::Move(_) => Code::FailedPrecondition,
             ServiceError::Forward(f) => match f {
                 ForwardError::Unreachable { .. } => Code::Unavailable,
@@ -174,28 +193,4 @@ pub fn malformed_request(decoded: &Status) -> Status {
         Code::InvalidArgument,
         format!("malformed request: {}", decoded.message()),
     )
-}
-
-/// How a restore error reads (audited, and sent to the client unless internal).
-pub(super) fn restore_message(e: &RestoreError) -> String {
-    match e {
-        RestoreError::Manifest(_)
-        | RestoreError::CrcMismatch { .. }
-        | RestoreError::BadObject { .. }
-        | RestoreError::ReadBack { .. } => format!("the destination cannot be restored: {e}"),
-        RestoreError::Bucket(b) => format!("the destination is unavailable: {b}"),
-        RestoreError::Io { .. } | RestoreError::Disk(_) => format!("internal error: {e}"),
-        _ => e.to_string(),
-    }
-}
-
-/// How a registry error reads (audited, and sent to the client unless internal).
-pub(super) fn registry_message(e: &RegistryError) -> String {
-    match e {
-        RegistryError::AlreadyExists { what, value } => {
-            format!("a store with {what} {value} is already registered")
-        }
-        RegistryError::Unavailable { detail } => format!("the registry is unavailable: {detail}"),
-        other => format!("internal error: {other}"),
-    }
 }

@@ -15,7 +15,7 @@
 //!    here the store is written by nobody until the target starts; the node goes on
 //!    committing into the shared directory, and its commits are shipped by the target.
 //!    **A paused store is not flushed**: a pause stops every upload, the last flush included
-//!    (`super::pause`), and a move does not end it. Its worker stops without uploading
+//!    (`crate::service::ops::pause`), and a move does not end it. Its worker stops without uploading
 //!    anything and releases the lease; its pause row, keyed by the store, follows it, so the
 //!    target starts it paused ([`Fleet::host`] reads the row) and uploads nothing until
 //!    `Resume`, which ships everything durable since the pause from the target (the
@@ -64,14 +64,13 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use tonic::metadata::MetadataMap;
 
-use super::error::ServiceError;
-use super::failover;
-use super::fleet::{Fleet, FleetError};
 use super::forward::{ForwardError, Peers};
-use super::limits::{self, FieldError};
-use super::proto;
+use super::{ClusterError, failover};
 use crate::events::{EventKind, NewEvent};
 use crate::registry::Claimed;
+use crate::service::fleet::limits::{self, FieldError};
+use crate::service::fleet::{Done, Fleet, FleetError};
+use crate::service::proto;
 
 /// Why a move was refused (nothing changed), or what went wrong after it began.
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +113,7 @@ pub async fn move_store(
     store_id: &str,
     to: &str,
     peer: Option<String>,
-) -> Result<proto::MoveResponse, ServiceError> {
+) -> Result<proto::MoveResponse, ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
     limits::check_text("to_instance_id", to, limits::MAX_INSTANCE_ID_BYTES)
         .map_err(FleetError::from)?;
@@ -131,7 +130,7 @@ pub async fn move_store(
                 peer.clone(),
             )
             .await;
-        Err(ServiceError::from(e))
+        Err(ClusterError::from(e))
     };
     if to == me {
         return refused(MoveError::ToSelf(me)).await;
@@ -199,19 +198,15 @@ pub async fn move_store(
         }
     );
     tracing::info!(store_id, "{detail}");
-    fleet
-        .audit(
-            "move",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            detail.clone(),
-            peer,
-        )
-        .await;
-    fleet
-        .events()
-        .publish(NewEvent::new(EventKind::OwnerChanged, store_id, detail));
+    let event = NewEvent::new(EventKind::OwnerChanged, store_id, detail.clone());
+    let done = Done {
+        action: "move",
+        store_id,
+        store_dir: &entry.record.store_dir,
+        detail,
+        peer,
+    };
+    fleet.record(done, Some(event)).await;
     match peers.hop_to(fleet, to, store_id, meta).await {
         Ok(hop) => {
             let started = hop
@@ -239,7 +234,7 @@ pub async fn move_store(
 }
 
 /// The target is another live member of this instance's group: `Ok(Err(why))` when not.
-async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, ServiceError> {
+async fn check_target(fleet: &Fleet, to: &str) -> Result<Result<(), MoveError>, ClusterError> {
     let me = &fleet.config().instance_id;
     let Some(ours) = fleet.config().peers.failover_group.clone() else {
         return Ok(Err(MoveError::NoGroup { me: me.clone() }));
@@ -297,7 +292,7 @@ pub async fn drain(
     meta: &MetadataMap,
     parallel: u32,
     peer: Option<String>,
-) -> Result<proto::DrainResponse, ServiceError> {
+) -> Result<proto::DrainResponse, ClusterError> {
     let parallel = drain_parallel(parallel).map_err(FleetError::from)?;
     let me = fleet.config().instance_id.clone();
     let Some(group) = fleet.config().peers.failover_group.clone() else {
@@ -358,12 +353,12 @@ pub async fn can_host(
     fleet: &Fleet,
     store_id: &str,
     peer: Option<String>,
-) -> Result<(), ServiceError> {
+) -> Result<(), ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let answer: Result<String, ServiceError> = async {
+    let answer: Result<String, ClusterError> = async {
         let record = registered(fleet, store_id).await?;
         failover::sees(fleet, &record).await.map_err(|why| {
-            ServiceError::from(MoveError::TargetRefused {
+            ClusterError::from(MoveError::TargetRefused {
                 to: fleet.config().instance_id.clone(),
                 store: store_id.to_string(),
                 why,
@@ -385,9 +380,9 @@ pub async fn can_host(
 
 /// `Host` at a move's target: starts a store the registry gives to this instance. Audited
 /// (`host`), with its outcome, as asked by `peer`.
-pub async fn host(fleet: &Fleet, store_id: &str, peer: Option<String>) -> Result<(), ServiceError> {
+pub async fn host(fleet: &Fleet, store_id: &str, peer: Option<String>) -> Result<(), ClusterError> {
     limits::check_store_id(store_id).map_err(FleetError::from)?;
-    let answer: Result<String, ServiceError> = async {
+    let answer: Result<String, ClusterError> = async {
         let record = registered(fleet, store_id).await?;
         if record.instance_id != fleet.config().instance_id {
             return Err(FleetError::OwnedElsewhere {
@@ -421,10 +416,10 @@ async fn audited(
     fleet: &Fleet,
     action: &str,
     store_id: &str,
-    answer: Result<String, ServiceError>,
+    answer: Result<String, ClusterError>,
     done: &str,
     peer: Option<String>,
-) -> Result<(), ServiceError> {
+) -> Result<(), ClusterError> {
     let (dir, outcome, detail) = match &answer {
         Ok(dir) => (Some(dir.as_str()), "ok", done.to_string()),
         Err(e) => (None, "refused", e.to_string()),

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::fleet::StoreOptions;
+use super::StoreOptions;
 // The flags' ranges: an option the API takes is one a flag would take, and the reverse.
 use crate::worker::limits as worker_limits;
 

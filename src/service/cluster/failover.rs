@@ -77,10 +77,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::fleet::{Fleet, FleetError};
-use super::paths;
 use crate::events::{EventKind, NewEvent};
 use crate::registry::{Claimed, InstanceInfo, StoreRecord};
+use crate::service::fleet::paths;
+use crate::service::fleet::{Done, Fleet, FleetError};
 use crate::store::dir::StoreDir;
 use crate::worker::lineage::{self, Decision, NewestRestorePoint};
 
@@ -166,19 +166,15 @@ async fn reconcile(fleet: &Arc<Fleet>, tried: &mut HashMap<String, i64>) -> Resu
         tracing::warn!(store_id = %id, %owner, "the registry gives this store to another instance: stopping its worker here (no flush, nothing deleted)");
         if fleet.unhost(id).await.is_some() {
             let detail = format!("stopped here: instance {owner} owns the store now");
-            fleet
-                .audit(
-                    "release",
-                    Some(id),
-                    Some(&entry.record.store_dir),
-                    "ok",
-                    detail.clone(),
-                    None,
-                )
-                .await;
-            fleet
-                .events()
-                .publish(NewEvent::new(EventKind::OwnerChanged, id, detail));
+            let event = NewEvent::new(EventKind::OwnerChanged, id, detail.clone());
+            let done = Done {
+                action: "release",
+                store_id: id,
+                store_dir: &entry.record.store_dir,
+                detail,
+                peer: None,
+            };
+            fleet.record(done, Some(event)).await;
         }
     }
     tried.retain(|id, _| owned.contains_key(id));
@@ -291,19 +287,15 @@ async fn claim(
     }
     let detail = format!("claimed from {from} (silent {} s)", quiet / 1000);
     tracing::warn!(store_id = %id, %from, "failover: {detail}");
-    fleet
-        .audit(
-            "failover",
-            Some(id),
-            Some(&record.store_dir),
-            "ok",
-            detail.clone(),
-            None,
-        )
-        .await;
-    fleet
-        .events()
-        .publish(NewEvent::new(EventKind::OwnerChanged, id, detail));
+    let event = NewEvent::new(EventKind::OwnerChanged, id, detail.clone());
+    let done = Done {
+        action: "failover",
+        store_id: id,
+        store_dir: &record.store_dir,
+        detail,
+        peer: None,
+    };
+    fleet.record(done, Some(event)).await;
     let mut record = record.clone();
     record.instance_id = me.clone();
     record.owner_since_ms = now;
@@ -314,18 +306,13 @@ async fn claim(
     Ok(())
 }
 
-/// What a store's position stream ends with when its source closed here: `UNAVAILABLE`
-/// naming the new owner when another instance owns it now (the node reconnects and is
-/// relayed there), else `NOT_FOUND` (deregistered).
-pub async fn stream_end(fleet: &Fleet, store_id: &str) -> super::error::ServiceError {
+/// Where a store whose position stream's source closed here went: the instance that owns it
+/// now when that is another one (the node reconnects and is relayed there), `None` when none
+/// does (deregistered, or the registry cannot say).
+pub async fn moved_to(fleet: &Fleet, store_id: &str) -> Option<String> {
     match fleet.registry().store_owner(store_id).await {
-        Ok(Some((owner, _))) if owner != fleet.config().instance_id => {
-            super::error::ServiceError::Moved {
-                store: store_id.to_string(),
-                owner,
-            }
-        }
-        _ => super::error::ServiceError::Deregistered(store_id.to_string()),
+        Ok(Some((owner, _))) if owner != fleet.config().instance_id => Some(owner),
+        _ => None,
     }
 }
 

@@ -24,21 +24,19 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
-use super::conflicts::{self, Candidate, Conflict, Intent};
-use super::destination::{self, Destination, DestinationError, Placement};
-use super::error::{registry_message, restore_message};
-use super::limits::{self, FieldError};
-use super::paths::{self, StoreDirError};
-use crate::bucket::{self, OpenError};
-use crate::events::Bus;
+use crate::bucket;
+use crate::events::{Bus, EventKind, Facts, NewEvent};
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
-use crate::registry::{self, AuditEntry, InstanceClaim, Predecessor, Registry, StoreRecord};
+use crate::registry::{self, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
 use crate::worker::{BackupHandle, BackupWorker};
+use conflicts::{Candidate, Intent};
+use destination::{Destination, Placement};
+use limits::FieldError;
 
-pub use super::store_options::StoreOptions;
+pub use store_options::StoreOptions;
 
 /// One registered store with its running worker.
 pub struct StoreEntry {
@@ -80,63 +78,6 @@ impl Checked {
     }
 }
 
-/// What the fleet answers when it cannot do what it was asked, in its own terms (the status
-/// codes are chosen in `error.rs`).
-#[derive(Debug, thiserror::Error)]
-pub enum FleetError {
-    /// A field of the request out of bounds (a store id, labels, options).
-    #[error(transparent)]
-    Field(#[from] FieldError),
-    #[error(transparent)]
-    StoreDir(#[from] StoreDirError),
-    #[error(transparent)]
-    Destination(#[from] DestinationError),
-    /// The new store contradicts a registered one.
-    #[error(transparent)]
-    Conflict(#[from] Conflict),
-    /// No such store runs on this instance (it may be registered elsewhere).
-    #[error("no store {0} on this instance")]
-    NotHere(String),
-    /// No instance has this store.
-    #[error("no store {0}")]
-    UnknownStore(String),
-    /// The store is registered, but another instance runs it.
-    #[error("store {store} belongs to instance {owner}: call that instance")]
-    OwnedElsewhere { store: String, owner: String },
-    /// A call that would upload (Trigger) on a paused store.
-    #[error("store {store} is paused ({reason}): Resume it first")]
-    Paused { store: String, reason: String },
-    /// Deregistering a store whose owner is still heard from.
-    #[error(
-        "store {store} belongs to instance {owner}, which is alive: deregister it there (a \
-         store can be deregistered elsewhere once its owner has been silent for {silent_ms} ms)"
-    )]
-    OwnerAlive {
-        store: String,
-        owner: String,
-        silent_ms: i64,
-    },
-    /// Adopt's target directory is not empty, or cannot be read.
-    #[error("{0}")]
-    AdoptTarget(String),
-    /// The destination does not open.
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    /// The destination's restore points cannot be listed.
-    #[error(transparent)]
-    Listing(#[from] crate::listing::ListingError),
-    #[error("{}", restore_message(.0))]
-    Restore(#[from] restore::RestoreError),
-    #[error("{}", registry_message(.0))]
-    Registry(#[from] registry::RegistryError),
-    /// The lease root of the destination (where the instance lease lives) cannot be opened.
-    #[error("{0}")]
-    LeaseRoot(String),
-    /// A failure of ours.
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
 pub struct Fleet {
     /// Every long-lived task of the service (the claim's renewal, the health reports, the
     /// API's streams and pollers, every worker's runner, supervisor and lease renewal): closed
@@ -162,10 +103,23 @@ pub struct Fleet {
     hosting: tokio::sync::Mutex<()>,
 }
 
-pub use super::remote::RemoteStore;
+pub use error::FleetError;
+pub(in crate::service) use record::Done;
+pub use remote::RemoteStore;
 
 mod claim_renewal;
+pub mod conflicts;
+pub mod destination;
+mod error;
 mod hosting;
+pub mod limits;
+pub mod path_index;
+pub mod paths;
+mod record;
+pub mod remote;
+pub(in crate::service) mod store_compression;
+pub mod store_metrics;
+pub(in crate::service) mod store_options;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -242,10 +196,6 @@ impl Fleet {
             }
         }
         tracing::info!(stores = count, "respawned the registered stores");
-        fleet
-            .tasks
-            .spawn(super::health_report::report_health(fleet.clone()));
-        fleet.tasks.spawn(super::failover::run(fleet.clone()));
         Ok(fleet)
     }
 
@@ -285,28 +235,16 @@ impl Fleet {
         &self.events
     }
 
-    /// Starts a store's worker (paused, with the pause the registry holds for it).
+    /// Starts a store's worker (paused, with the pause the registry holds for it) with its
+    /// options, checked (a registration's) or brought into range (a row's,
+    /// [`StoreOptions::of_row`]): the worker takes them as they are.
     async fn spawn(
         &self,
         record: StoreRecord,
+        options: StoreOptions,
         pause: Option<crate::health::Pause>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
         let dir = paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
-        let options: StoreOptions =
-            serde_json::from_value(record.options.clone()).map_err(|e| {
-                FleetError::Internal(format!(
-                    "store {} has unreadable options: {e}",
-                    record.store_id
-                ))
-            })?;
-        let options = match options.check() {
-            Ok(()) => options,
-            Err(e) => {
-                // Registered before the bounds: run within them rather than not at all.
-                tracing::warn!(store_id = %record.store_id, error = %e, "a registered option is out of range: running with it clamped into range");
-                limits::clamp_options(&options)
-            }
-        };
         if let Err(e) = destination::check(&record.destination, self.placement()) {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
@@ -351,43 +289,6 @@ impl Fleet {
         Ok(entry)
     }
 
-    pub(super) async fn audit(
-        &self,
-        action: &str,
-        store_id: Option<&str>,
-        store_dir: Option<&str>,
-        outcome: &str,
-        detail: String,
-        peer: Option<String>,
-    ) {
-        let entry = AuditEntry {
-            at_ms: now_ms(),
-            instance_id: self.config.instance_id.clone(),
-            action: action.into(),
-            store_id: store_id.map(Into::into),
-            store_dir: store_dir.map(Into::into),
-            outcome: outcome.into(),
-            detail,
-            peer,
-        };
-        if let Err(e) = self.registry.record_audit(&entry).await {
-            tracing::warn!(error = %e, action, "cannot write the audit log");
-        }
-    }
-
-    /// Audits a refused call (bad input, permission), then returns the error.
-    pub async fn refused(
-        &self,
-        action: &str,
-        store_dir: Option<&str>,
-        e: FleetError,
-        peer: Option<String>,
-    ) -> FleetError {
-        self.audit(action, None, store_dir, "refused", e.to_string(), peer)
-            .await;
-        e
-    }
-
     /// Registers a store and starts its worker; returns its id and node token.
     pub async fn register(
         &self,
@@ -402,7 +303,11 @@ impl Fleet {
                     .await);
             }
         };
-        self.insert_and_spawn(new, checked, "register", String::new(), peer)
+        let event = |r: &StoreRecord| {
+            let detail = format!("registered {} backing up to {}", r.store_dir, r.destination);
+            NewEvent::new(EventKind::Registered, &r.store_id, detail)
+        };
+        self.insert_and_spawn(new, checked, "register", String::new(), peer, event)
             .await
     }
 
@@ -440,6 +345,7 @@ impl Fleet {
         action: &str,
         detail: String,
         peer: Option<String>,
+        event: impl FnOnce(&StoreRecord) -> NewEvent + Send,
     ) -> Result<(Arc<StoreEntry>, String), FleetError> {
         let token = registry::new_node_token();
         let now = now_ms();
@@ -448,8 +354,7 @@ impl Fleet {
             store_dir: checked.dir.to_string_lossy().into_owned(),
             destination: checked.url.clone(),
             labels: new.labels,
-            options: serde_json::to_value(&new.options)
-                .map_err(|e| FleetError::Internal(e.to_string()))?,
+            options: new.options.to_row(),
             node_token_hash: registry::hash_token(&token),
             instance_id: self.config.instance_id.clone(),
             registered_at_ms: now,
@@ -471,17 +376,16 @@ impl Fleet {
         if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
-        match self.spawn(record.clone(), None).await {
+        match self.spawn(record.clone(), new.options, None).await {
             Ok(entry) => {
-                self.audit(
+                let done = Done {
                     action,
-                    Some(&record.store_id),
-                    Some(&record.store_dir),
-                    "ok",
+                    store_id: &record.store_id,
+                    store_dir: &record.store_dir,
                     detail,
                     peer,
-                )
-                .await;
+                };
+                self.record(done, Some(event(&record))).await;
                 tracing::info!(store_id = %record.store_id, store_dir = %record.store_dir, destination = %record.destination, "{action}ed a store");
                 Ok((entry, token))
             }
@@ -580,7 +484,9 @@ impl Fleet {
         let entry = match self.get(store_id) {
             Ok(entry) => entry,
             Err(FleetError::NotHere(_)) => {
-                return self.deregister_of_a_silent_owner(store_id, peer).await;
+                return self
+                    .deregister_of_a_silent_owner(store_id, flush, peer)
+                    .await;
             }
             Err(e) => return Err(e),
         };
@@ -593,16 +499,15 @@ impl Fleet {
         self.stores.write().expect("not poisoned").remove(store_id);
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
-        super::store_metrics::forget_store(store_id);
-        self.audit(
-            "deregister",
-            Some(store_id),
-            Some(&entry.record.store_dir),
-            "ok",
-            format!("flush={flush}"),
+        store_metrics::forget_store(store_id);
+        let done = Done {
+            action: "deregister",
+            store_id,
+            store_dir: &entry.record.store_dir,
+            detail: format!("flush={flush}"),
             peer,
-        )
-        .await;
+        };
+        self.record(done, Some(deregistered(store_id, flush))).await;
         Ok(())
     }
 
@@ -616,6 +521,7 @@ impl Fleet {
     async fn deregister_of_a_silent_owner(
         &self,
         store_id: &str,
+        flush: bool,
         peer: Option<String>,
     ) -> Result<(), FleetError> {
         let record = self.registered(store_id).await?;
@@ -633,19 +539,18 @@ impl Fleet {
         }
         self.registry.delete_store(store_id).await?;
         tracing::warn!(store_id, owner = %owner, "deregistered a store that had no worker here");
-        self.audit(
-            "deregister",
-            Some(store_id),
-            Some(&record.store_dir),
-            "ok",
-            if mine {
+        let done = Done {
+            action: "deregister",
+            store_id,
+            store_dir: &record.store_dir,
+            detail: if mine {
                 "no worker was running: the registry row only".to_string()
             } else {
                 format!("owner {owner} silent: its registry row only")
             },
             peer,
-        )
-        .await;
+        };
+        self.record(done, Some(deregistered(store_id, flush))).await;
         Ok(())
     }
 
@@ -679,8 +584,18 @@ impl Fleet {
             "restored commit {} from {}",
             report.commit_seq, report.manifest_key
         );
+        let event = |r: &StoreRecord| {
+            let detail = format!(
+                "adopted {} at commit {} from {}",
+                r.store_dir, report.commit_seq, report.manifest_key
+            );
+            NewEvent::new(EventKind::Registered, &r.store_id, detail).with(Facts {
+                commit_seq: Some(report.commit_seq),
+                ..Facts::default()
+            })
+        };
         let (entry, token) = self
-            .insert_and_spawn(new, checked, "adopt", detail, peer)
+            .insert_and_spawn(new, checked, "adopt", detail, peer, event)
             .await?;
         Ok((entry, token, report))
     }
@@ -727,4 +642,14 @@ impl Fleet {
         self.tasks.close();
         self.tasks.wait().await;
     }
+}
+
+/// The event of a store deregistered (`flush`: after a last flush).
+fn deregistered(store_id: &str, flush: bool) -> NewEvent {
+    let how = if flush { " after a last flush" } else { "" };
+    NewEvent::new(
+        EventKind::Deregistered,
+        store_id,
+        format!("deregistered{how}"),
+    )
 }

@@ -25,8 +25,8 @@ use tokio_util::task::TaskTracker;
 use tonic::Status;
 
 use super::error::ServiceError;
-use super::fleet::FleetError;
-use super::proto;
+use crate::service::fleet::FleetError;
+use crate::service::proto;
 
 /// One more watcher than `max_health_watchers` (`RESOURCE_EXHAUSTED`, `error.rs`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -75,7 +75,7 @@
 //! `--peer-ca` (default: `--tls-client-ca`, the CA one fleet's certificates share) and
 //! presenting this instance's own certificate, so mutual TLS between instances needs
 //! nothing more. The owner's certificate is checked against the name of the instance the
-//! registry names as the owner ([`super::peer_auth::peer_name`]), not its advertised
+//! registry names as the owner ([`crate::service::config::peers::peer_name`]), not its advertised
 //! address: a registry row pointing a store at any other process is refused by the
 //! handshake (`UNAVAILABLE` naming the owner and why). That configuration is built once at start from files read and checked
 //! there (`tls_files.rs`): a bad file stops `serve` naming it and its flag, and no call
@@ -110,16 +110,24 @@ use tonic::{Code, Request, Response, Status};
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::fleet::{Fleet, FleetError};
 use super::owner_cache::{OWNER_CACHE_CAPACITY, Owner, OwnerCache};
-use super::proto::backup_control_client::BackupControlClient;
 use crate::registry::Registry;
+use crate::service::fleet::{Fleet, FleetError};
+use crate::service::proto::backup_control_client::BackupControlClient;
 
 /// The metadata key a forwarded call carries: the id of the instance that forwarded it.
 pub const FORWARDED_BY: &str = "x-mushroom-forwarded-by";
 
+/// The metadata key of the peer token.
+pub const PEER_TOKEN: &str = "x-mushroom-peer-token";
+
+/// The metadata key of the address of the client a forwarded call came from.
+pub const ORIGINAL_CALLER: &str = "x-mushroom-original-caller";
+
 /// The deadline of a forwarded call whose caller set none.
 pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub use crate::service::config::peers::check_advertise_address;
 
 /// The largest message a forwarded call sends or accepts back (see the module docs).
 pub const FORWARD_MAX_MESSAGE: usize = 16 << 20;
@@ -216,7 +224,7 @@ impl Peers {
         me: &str,
         tls: PeerTls,
         admin_token: bool,
-        peer_token: Option<&super::peer_auth::PeerToken>,
+        peer_token: Option<&crate::service::config::peers::PeerToken>,
         owner_cache_ttl: Duration,
     ) -> Peers {
         // A token is printable ASCII (checked when the service starts), so this parses.
@@ -244,7 +252,7 @@ impl Peers {
         fleet: &Fleet,
         meta: &MetadataMap,
         store_id: &str,
-    ) -> Result<Option<Hop>, super::error::ServiceError> {
+    ) -> Result<Option<Hop>, super::ClusterError> {
         self.route_via(fleet, meta, store_id, true).await
     }
 
@@ -257,7 +265,7 @@ impl Peers {
         fleet: &Fleet,
         meta: &MetadataMap,
         store_id: &str,
-    ) -> Result<Option<Hop>, super::error::ServiceError> {
+    ) -> Result<Option<Hop>, super::ClusterError> {
         self.route_via(fleet, meta, store_id, false).await
     }
 
@@ -267,9 +275,9 @@ impl Peers {
         meta: &MetadataMap,
         store_id: &str,
         cached: bool,
-    ) -> Result<Option<Hop>, super::error::ServiceError> {
+    ) -> Result<Option<Hop>, super::ClusterError> {
         // A malformed id is the local handler's to refuse, with no registry read.
-        if forwarded(meta) || super::limits::check_store_id(store_id).is_err() {
+        if forwarded(meta) || crate::service::fleet::limits::check_store_id(store_id).is_err() {
             return Ok(None);
         }
         match fleet.get(store_id) {
@@ -299,7 +307,7 @@ impl Peers {
     }
 
     /// Forgets the remembered owner of `store_id` (it went away mid-stream).
-    pub(super) fn forget_owner(&self, store_id: &str) {
+    pub(in crate::service) fn forget_owner(&self, store_id: &str) {
         self.0.owners.forget(store_id);
     }
 
@@ -329,7 +337,7 @@ impl Peers {
         owner: &str,
         store: &str,
         meta: &MetadataMap,
-    ) -> Result<Hop, super::error::ServiceError> {
+    ) -> Result<Hop, super::ClusterError> {
         let info = fleet
             .registry()
             .instance(owner)
@@ -367,10 +375,10 @@ impl Peers {
         );
         let mut meta = MetadataMap::new();
         if let Some(token) = credential {
-            meta.insert(super::peer_auth::PEER_TOKEN, token);
+            meta.insert(PEER_TOKEN, token);
         }
         if let Some(origin) = ask.origin.clone().filter(|_| ask.call) {
-            meta.insert(super::peer_auth::ORIGINAL_CALLER, origin);
+            meta.insert(ORIGINAL_CALLER, origin);
         }
         if let Ok(me) = self.0.me.parse() {
             meta.insert(FORWARDED_BY, me);
@@ -423,10 +431,10 @@ impl Peers {
             .keep_alive_while_idle(false);
         if let PeerTls::Tls(config) = &p.tls {
             // The owner's certificate must name the instance the registry names (peer_auth.rs).
-            super::peer_auth::peer_server_name(owner).map_err(&bad)?;
+            crate::service::config::peers::peer_server_name(owner).map_err(&bad)?;
             let config = config
                 .clone()
-                .domain_name(super::peer_auth::peer_name(owner));
+                .domain_name(crate::service::config::peers::peer_name(owner));
             ep = ep.tls_config(config).map_err(|e| bad(e.to_string()))?;
         }
         let channel = ep.connect_lazy();
@@ -436,7 +444,7 @@ impl Peers {
 }
 
 /// What a forwarded call takes from its caller: the original caller's address (which the
-/// API put in [`super::peer_auth::ORIGINAL_CALLER`] after checking the caller), and the
+/// API put in [`ORIGINAL_CALLER`] after checking the caller), and the
 /// caller's deadline as an instant (so a retry has only what is left of it).
 #[derive(Clone)]
 struct Ask {
@@ -450,7 +458,7 @@ struct Ask {
 impl Ask {
     fn of(caller: &MetadataMap, call: bool) -> Ask {
         Ask {
-            origin: caller.get(super::peer_auth::ORIGINAL_CALLER).cloned(),
+            origin: caller.get(ORIGINAL_CALLER).cloned(),
             deadline: remaining_deadline(caller).map(|d| Instant::now() + d),
             call,
         }
@@ -474,32 +482,20 @@ pub struct Hop {
     pub store: String,
     pub owner: String,
     pub addr: String,
-    pub(super) client: BackupControlClient<Channel>,
-    pub(super) meta: MetadataMap,
+    pub(in crate::service) client: BackupControlClient<Channel>,
+    pub(in crate::service) meta: MetadataMap,
     /// The caller's deadline; `None`: it set none.
-    pub(super) deadline: Option<Instant>,
-    pub(super) span: tracing::Span,
+    pub(in crate::service) deadline: Option<Instant>,
+    pub(in crate::service) span: tracing::Span,
     /// Whose owner cache forgets this owner when it disowns the store.
-    pub(super) peers: Peers,
+    pub(in crate::service) peers: Peers,
     /// `Some` when the owner came from the owner cache (it may be stale).
     stale: Option<Recheck>,
 }
 
 impl Hop {
-    /// Sends `msg` with `call` (one client method) and answers as the owner did.
-    pub async fn call<T, R, F, Fut>(self, msg: T, call: F) -> Result<Response<R>, Status>
-    where
-        T: Clone,
-        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
-        Fut: Future<Output = Result<Response<R>, Status>>,
-    {
-        match self.try_call(msg, call).await {
-            Ok(answer) => answer,
-            Err(e) => Err(super::error::ServiceError::from(e).into()),
-        }
-    }
-
-    /// [`Hop::call`], telling an owner that could not be reached (`Err`) from its answer.
+    /// Sends `msg` with `call` (one client method): the owner's answer, or `Err` when it could
+    /// not be reached.
     ///
     /// An owner that answers `FAILED_PRECONDITION` or `NOT_FOUND` (the one-hop rule's answer
     /// for a store it does not own) or cannot be reached is forgotten by the owner cache. When
@@ -524,7 +520,7 @@ impl Hop {
 
     /// [`Hop::try_call`], saying which owner answered last; `default_timeout` is the deadline
     /// when the caller set none (`None`: no deadline, for a watch).
-    pub(super) async fn try_call_at<T, R, F, Fut>(
+    pub(in crate::service) async fn try_call_at<T, R, F, Fut>(
         mut self,
         msg: T,
         call: F,
@@ -624,7 +620,7 @@ impl Hop {
 }
 
 /// An owner's answer, or why it could not be asked.
-pub(super) type Answer<R> = Result<Result<Response<R>, Status>, ForwardError>;
+pub(in crate::service) type Answer<R> = Result<Result<Response<R>, Status>, ForwardError>;
 
 /// Whether an owner's answer says the route may be stale: it could not be reached, or it
 /// answered as an instance that does not run the store does ([`disowns`]).
@@ -638,12 +634,12 @@ fn disowned<R>(answer: &Answer<R>) -> bool {
 
 /// The answer of an instance that does not run the store a call (or a node's stream) names:
 /// the one-hop rule's `FAILED_PRECONDITION`, or `NOT_FOUND`.
-pub(super) fn disowns(s: &Status) -> bool {
+pub(in crate::service) fn disowns(s: &Status) -> bool {
     matches!(s.code(), Code::FailedPrecondition | Code::NotFound)
 }
 
 /// The owner's status as it answered (code, message and details).
-pub(super) fn same_status(s: &Status) -> Status {
+pub(in crate::service) fn same_status(s: &Status) -> Status {
     Status::with_details(
         s.code(),
         s.message().to_string(),
@@ -652,7 +648,7 @@ pub(super) fn same_status(s: &Status) -> Status {
 }
 
 /// A status the client made (no connection, a broken one), not one the owner answered.
-pub(super) fn from_transport(s: &Status) -> bool {
+pub(in crate::service) fn from_transport(s: &Status) -> bool {
     std::error::Error::source(s).is_some()
 }
 
@@ -669,7 +665,7 @@ fn timed_out(s: &Status) -> bool {
 }
 
 /// A transport error and its causes, on one line.
-pub(super) fn describe(s: &Status) -> String {
+pub(in crate::service) fn describe(s: &Status) -> String {
     match std::error::Error::source(s) {
         Some(cause) => format!("{}: {}", s.message(), crate::units::error_chain(cause)),
         None => s.message().to_string(),
@@ -701,36 +697,6 @@ pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
-}
-
-/// Whether `addr` is `HOST:PORT` an instance can be reached at: a host name or IP literal
-/// (IPv6 in brackets) and a port in 1..=65535, nothing else (no scheme, path or spaces).
-pub fn check_advertise_address(addr: &str) -> Result<(), String> {
-    if addr.is_empty() || addr.len() > 255 {
-        return Err("must be HOST:PORT, at most 255 bytes".into());
-    }
-    if !addr.bytes().all(|b| b.is_ascii_graphic()) || addr.contains('/') || addr.contains('@') {
-        return Err("must be HOST:PORT (no scheme, path, user or space)".into());
-    }
-    let Some((host, port)) = addr.rsplit_once(':') else {
-        return Err("has no :PORT".into());
-    };
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => {}
-        _ => return Err(format!("port {port:?} is not in 1..=65535")),
-    }
-    let bracketed = host.starts_with('[') && host.ends_with(']');
-    if host.is_empty() || (host.contains(':') && !bracketed) {
-        return Err("the host is empty, or an IPv6 literal not in brackets".into());
-    }
-    if bracketed
-        && host[1..host.len() - 1]
-            .parse::<std::net::Ipv6Addr>()
-            .is_err()
-    {
-        return Err(format!("{host} is not an IPv6 address"));
-    }
-    Ok(())
 }
 
 struct MetaInjector<'a>(&'a mut MetadataMap);

@@ -39,11 +39,11 @@ use std::sync::{Arc, Weak};
 
 use metrics::{counter, gauge};
 
-use super::fleet::StoreEntry;
-use super::proto;
 use crate::bucket::usage::{RequestClass, Usage, UsageSnapshot};
 use crate::cost::{self, Estimate, Prices};
 use crate::events::{Bus, EventKind, Facts, NewEvent};
+use crate::service::fleet::StoreEntry;
+use crate::service::proto;
 use crate::telemetry::metrics::{
     STORE_DOWNLOADED_BYTES, STORE_ESTIMATED_MONTHLY_COST, STORE_ID_LABEL, STORE_REQUESTS,
     STORE_STORED_BYTES, STORE_UPLOADED_BYTES,
@@ -96,7 +96,7 @@ impl Priced {
 
 /// One store's figure at a tick: priced once ([`priced`]), handed to both the metrics and the
 /// budget watch.
-pub(super) struct Tick<'a> {
+pub(in crate::service) struct Tick<'a> {
     pub store_id: &'a str,
     pub usage: &'a Arc<Usage>,
     pub priced: Priced,
@@ -106,7 +106,7 @@ pub(super) struct Tick<'a> {
 /// each store once and hands that figure to `/metrics` and to the budget watch. It remembers
 /// only the stores of the last tick: a store deregistered or moved away since is forgotten.
 #[derive(Default)]
-pub(super) struct UsageReport {
+pub(in crate::service) struct UsageReport {
     metrics: UsageMetrics,
     budgets: BudgetWatch,
 }

@@ -1,7 +1,7 @@
 //! A store's compression option ([`StoreOptions::compression`]): `compression` (`zstd` or
 //! `none`) and `compression_level` of the Register request, over the service's default.
 
-use super::fleet::StoreOptions;
+use super::StoreOptions;
 use crate::at_rest::{AtRestError, Compression};
 
 impl StoreOptions {

@@ -41,8 +41,8 @@ use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity, ServerTlsConfig};
 
-use super::config::TlsFiles;
 use crate::crypto::secret_file::{self, SecretFileError};
+use crate::service::config::TlsFiles;
 
 /// The largest TLS file read: a CA bundle of a few hundred certificates is about 200 KiB; a
 /// certificate chain or a key a few KiB.

@@ -6,60 +6,12 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::fleet::{NewStore, StoreOptions};
-use super::limits::{self, FieldError};
-use super::proto;
 use crate::listing::{Cursor, Page};
+use crate::service::fleet::limits::{self, FieldError};
+use crate::service::fleet::{NewStore, StoreOptions};
+use crate::service::proto;
 use crate::store::format::WalPosition;
 use crate::worker::BackupTrigger;
-
-/// A store's options: 0 (or no options at all) is the service's default.
-pub fn options(o: Option<proto::StoreOptions>) -> StoreOptions {
-    let o = o.unwrap_or_default();
-    let nz = |v: u64| (v != 0).then_some(v);
-    StoreOptions {
-        wal_interval_ms: nz(o.wal_interval_ms),
-        restore_point_interval_ms: nz(o.restore_point_interval_ms),
-        retention_interval_ms: nz(o.retention_interval_ms),
-        keep_for_ms: nz(o.keep_for_ms),
-        keep_generations: nz(o.keep_generations),
-        compression: match proto::Compression::try_from(o.compression) {
-            Ok(proto::Compression::Zstd) => Some("zstd".into()),
-            Ok(proto::Compression::None) => Some("none".into()),
-            Ok(proto::Compression::Unspecified) => None,
-            // Refused by the options' check, naming the field.
-            Err(_) => Some(format!("enum value {}", o.compression)),
-        },
-        compression_level: (o.compression_level != 0).then_some(o.compression_level),
-        drill_interval_ms: nz(o.drill_interval_ms),
-        monthly_request_budget: nz(o.monthly_request_budget),
-        keep_daily: nz(o.keep_daily),
-        keep_weekly: nz(o.keep_weekly),
-        keep_monthly: nz(o.keep_monthly),
-    }
-}
-
-/// The proto form of a store's options (the service's default: 0).
-pub fn proto_options(o: &StoreOptions) -> proto::StoreOptions {
-    proto::StoreOptions {
-        wal_interval_ms: o.wal_interval_ms.unwrap_or(0),
-        restore_point_interval_ms: o.restore_point_interval_ms.unwrap_or(0),
-        retention_interval_ms: o.retention_interval_ms.unwrap_or(0),
-        keep_for_ms: o.keep_for_ms.unwrap_or(0),
-        keep_generations: o.keep_generations.unwrap_or(0),
-        compression: match o.compression.as_deref() {
-            Some("zstd") => proto::Compression::Zstd as i32,
-            Some("none") => proto::Compression::None as i32,
-            _ => proto::Compression::Unspecified as i32,
-        },
-        compression_level: o.compression_level.unwrap_or(0),
-        drill_interval_ms: o.drill_interval_ms.unwrap_or(0),
-        monthly_request_budget: o.monthly_request_budget.unwrap_or(0),
-        keep_daily: o.keep_daily.unwrap_or(0),
-        keep_weekly: o.keep_weekly.unwrap_or(0),
-        keep_monthly: o.keep_monthly.unwrap_or(0),
-    }
-}
 
 /// What Register and Adopt ask for (the fleet checks every field).
 pub fn new_store(
@@ -72,7 +24,7 @@ pub fn new_store(
         store_dir,
         destination,
         labels: labels.into_iter().collect(),
-        options: options(o),
+        options: StoreOptions::from_proto(o),
     }
 }
 

@@ -34,9 +34,11 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
 use super::error::ServiceError;
-use super::forward::{ForwardError, Hop, describe, disowns, from_transport, same_status};
-use super::owner_cache::Owner;
-use super::proto::{self, backup_control_client::BackupControlClient};
+use crate::service::cluster::forward::{
+    ForwardError, Hop, describe, disowns, from_transport, same_status,
+};
+use crate::service::cluster::owner_cache::Owner;
+use crate::service::proto::{self, backup_control_client::BackupControlClient};
 
 /// The owner's messages as relayed here.
 pub type Relayed<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
@@ -45,6 +47,19 @@ pub type Relayed<M> = Pin<Box<dyn Stream<Item = Result<M, Status>> + Send>>;
 pub type PositionRelay = Relayed<proto::NodeCommand>;
 
 impl Hop {
+    /// Sends `msg` with `call` (one client method) and answers as the owner did.
+    pub async fn call<T, R, F, Fut>(self, msg: T, call: F) -> Result<Response<R>, Status>
+    where
+        T: Clone,
+        F: Fn(BackupControlClient<Channel>, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<R>, Status>>,
+    {
+        match self.try_call(msg, call).await {
+            Ok(answer) => answer,
+            Err(e) => Err(ServiceError::from(e).into()),
+        }
+    }
+
     /// Relays a server stream (`WatchHealth`, `WatchEvents`) opened with `call` to the owner.
     /// An owner that cannot be reached is `UNAVAILABLE` naming it.
     pub async fn relay_watch<T, M, F, Fut>(

@@ -22,8 +22,8 @@ use tokio_util::task::TaskTracker;
 use tonic::Status;
 
 use super::error::ServiceError;
-use super::proto;
 use crate::events::{Bus, Event, Received};
+use crate::service::proto;
 
 /// One more event stream than the server allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,0 +1,113 @@
+//! The bounds the server is started with (plain settings, checked at start): what one client
+//! may hold ([`Limits`], applied by `edge::server_limits`), a pause's deadlines
+//! ([`PauseLimits`], `ops::pause`) and the scheduled drills' byte budget ([`DrillLimits`],
+//! `ops::drill`).
+
+use std::time::Duration;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// A `ReportPosition` stream's first report is due within this.
+    pub first_report_timeout: Duration,
+    /// Every call but `Adopt` ends within this.
+    pub call_timeout: Duration,
+    /// `Adopt` (a whole restore) ends within this.
+    pub adopt_timeout: Duration,
+    /// Streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Calls one connection may have in their handlers at once; more wait.
+    pub concurrency_per_connection: usize,
+    /// How often the server pings a connection.
+    pub keepalive_interval: Duration,
+    /// A ping not answered within this drops the connection.
+    pub keepalive_timeout: Duration,
+    /// `WatchHealth` streams open at once on the server.
+    pub max_health_watchers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            first_report_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(60),
+            adopt_timeout: Duration::from_secs(6 * 3600),
+            max_concurrent_streams: 256,
+            concurrency_per_connection: 64,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(20),
+            max_health_watchers: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// Every limit must be positive: a zero would refuse everything, or mean "none".
+    pub fn check(&self) -> Result<(), String> {
+        let durations = [
+            ("first_report_timeout_ms", self.first_report_timeout),
+            ("call_timeout_ms", self.call_timeout),
+            ("adopt_timeout_ms", self.adopt_timeout),
+            ("keepalive_interval_ms", self.keepalive_interval),
+            ("keepalive_timeout_ms", self.keepalive_timeout),
+        ];
+        for (name, d) in durations {
+            if d.is_zero() {
+                return Err(format!("limits: {name} must be at least 1 ms"));
+            }
+        }
+        let counts = [
+            (
+                "max_concurrent_streams",
+                u64::from(self.max_concurrent_streams),
+            ),
+            (
+                "concurrency_per_connection",
+                u64::try_from(self.concurrency_per_connection).unwrap_or(u64::MAX),
+            ),
+            (
+                "max_health_watchers",
+                u64::try_from(self.max_health_watchers).unwrap_or(u64::MAX),
+            ),
+        ];
+        for (name, n) in counts {
+            if n == 0 {
+                return Err(format!("limits: {name} must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A pause's default and longest deadline, from now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PauseLimits {
+    /// The deadline of a Pause that names none.
+    pub default: Duration,
+    /// The furthest deadline a Pause may name.
+    pub max: Duration,
+}
+
+impl Default for PauseLimits {
+    fn default() -> Self {
+        Self {
+            default: Duration::from_secs(3600),
+            max: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+/// The byte budget of scheduled drills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrillLimits {
+    /// A store whose newest restore point restores more plain bytes is not drilled by the
+    /// scheduler; 0: no budget.
+    pub max_bytes: u64,
+}
+
+impl Default for DrillLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 10 << 30,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Operations on hosted stores: pause, drills, usage, events and health views.
+
+pub mod drill;
+pub(in crate::service) mod health_report;
+pub(in crate::service) mod health_view;
+pub mod pause;
+pub mod usage;
