@@ -7,9 +7,10 @@ mod support;
 
 use std::collections::BTreeMap;
 
+use mushroom_backup::health::DrillResult;
 use mushroom_backup::registry::{
-    AuditEntry, DrillRecord, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord,
-    hash_token, new_node_token, token_matches,
+    AuditEntry, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord, hash_token,
+    new_node_token, token_matches,
 };
 use sqlx::Connection;
 use support::registry::{PgDatabase, postgres_server, sqlite_registry};
@@ -266,15 +267,15 @@ mod suite {
 
     pub async fn drills_upsert_and_cascade(reg: Registry) {
         two_stores(&reg).await;
-        let drill = |ok: bool, error: &str, at: i64| DrillRecord {
+        let drill = |ok: bool, error: &str, at: i64| DrillResult {
             ok,
             commit_seq: u64::MAX,
             manifest_key: "manifests/00000000000000000010.json".into(),
             duration_ms: 1234,
             bytes: 1 << 40,
             error: error.into(),
-            finished_at_ms: at,
-            last_ok_at_ms: if ok { at } else { 0 },
+            finished_at_unix_ms: at,
+            last_ok_at_unix_ms: if ok { at } else { 0 },
         };
         assert!(reg.drills().await.unwrap().is_empty());
         assert!(
@@ -292,7 +293,7 @@ mod suite {
         assert!(reg.set_drill("st-1", &drill(true, "", 200)).await.unwrap());
         let all = reg.drills().await.unwrap();
         assert!(
-            all["st-1"].ok && all["st-1"].finished_at_ms == 200,
+            all["st-1"].ok && all["st-1"].finished_at_unix_ms == 200,
             "{all:?}"
         );
         assert_eq!(all.len(), 2);
@@ -304,7 +305,7 @@ mod suite {
             reg.drill("st-2").await.unwrap().as_ref(),
             Some(&all["st-2"])
         );
-        assert_eq!(all["st-2"].finished_at_ms, 50);
+        assert_eq!(all["st-2"].finished_at_unix_ms, 50);
         assert_eq!(reg.drill("st-9").await.unwrap(), None);
         // An unregistered store takes no drill; a deleted store's drill goes with it.
         assert!(!reg.set_drill("st-9", &drill(true, "", 1)).await.unwrap());

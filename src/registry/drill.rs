@@ -5,29 +5,17 @@
 //! Each call is one statement. The service writes the row when a drill ends, before it shows
 //! the outcome in health, so a crash between the two leaves the registry's word, which the
 //! next start shows. A row goes with its store (`ON DELETE CASCADE`).
+//!
+//! A row holds a [`DrillResult`], the one drill outcome health shows and the service answers:
+//! what the registry keeps is what health shows after a restart, field for field.
 
 use std::collections::BTreeMap;
 
 use sqlx::Row;
 
 use super::{Backend, Registry, RegistryError};
+use crate::health::DrillResult;
 use crate::units::{i64_of, u64_of};
-
-/// One store's last drill.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrillRecord {
-    pub ok: bool,
-    pub commit_seq: u64,
-    pub manifest_key: String,
-    pub duration_ms: u64,
-    pub bytes: u64,
-    /// Why it failed (bounded by the service); empty when ok.
-    pub error: String,
-    /// Milliseconds since the Unix epoch.
-    pub finished_at_ms: i64,
-    /// When a drill of the store last succeeded (0: never).
-    pub last_ok_at_ms: i64,
-}
 
 impl Registry {
     /// Records (replacing) the last drill of `store_id`. `false`, and nothing written, when no
@@ -35,7 +23,7 @@ impl Registry {
     pub async fn set_drill(
         &self,
         store_id: &str,
-        drill: &DrillRecord,
+        drill: &DrillResult,
     ) -> Result<bool, RegistryError> {
         const SQL: &str = "INSERT INTO store_drills (store_id, ok, commit_seq, manifest_key, \
                            duration_ms, bytes, error, finished_at_ms, last_ok_at_ms) \
@@ -58,8 +46,8 @@ impl Registry {
                 .bind(i64_of(drill.duration_ms))
                 .bind(i64_of(drill.bytes))
                 .bind(&drill.error)
-                .bind(drill.finished_at_ms)
-                .bind(drill.last_ok_at_ms)
+                .bind(drill.finished_at_unix_ms)
+                .bind(drill.last_ok_at_unix_ms)
                 .execute(pool)
                 .await
                 .map(|r| r.rows_affected() > 0)
@@ -68,7 +56,7 @@ impl Registry {
     }
 
     /// Every store's last drill, by `store_id` (read once when the service starts).
-    pub async fn drills(&self) -> Result<BTreeMap<String, DrillRecord>, RegistryError> {
+    pub async fn drills(&self) -> Result<BTreeMap<String, DrillResult>, RegistryError> {
         const SQL: &str = "SELECT store_id, ok, commit_seq, manifest_key, duration_ms, bytes, \
                            error, finished_at_ms, last_ok_at_ms FROM store_drills";
         with_pool!(self, |pool| {
@@ -83,7 +71,7 @@ impl Registry {
 
     /// One store's last drill, if it had one: its row only (a store started while the
     /// service runs, `service::fleet::hosting`).
-    pub async fn drill(&self, store_id: &str) -> Result<Option<DrillRecord>, RegistryError> {
+    pub async fn drill(&self, store_id: &str) -> Result<Option<DrillResult>, RegistryError> {
         const SQL: &str = "SELECT ok, commit_seq, manifest_key, duration_ms, bytes, error, \
                            finished_at_ms, last_ok_at_ms FROM store_drills WHERE store_id = $1";
         with_pool!(self, |pool| {
@@ -94,21 +82,21 @@ impl Registry {
     }
 }
 
-fn drill_from_row<R: Row>(r: &R) -> Result<DrillRecord, sqlx::Error>
+fn drill_from_row<R: Row>(r: &R) -> Result<DrillResult, sqlx::Error>
 where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     for<'a> bool: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
 {
-    Ok(DrillRecord {
+    Ok(DrillResult {
         ok: r.try_get("ok")?,
         commit_seq: u64_of(r.try_get("commit_seq")?),
         manifest_key: r.try_get("manifest_key")?,
         duration_ms: u64_of(r.try_get("duration_ms")?),
         bytes: u64_of(r.try_get("bytes")?),
         error: r.try_get("error")?,
-        finished_at_ms: r.try_get("finished_at_ms")?,
-        last_ok_at_ms: r.try_get("last_ok_at_ms")?,
+        finished_at_unix_ms: r.try_get("finished_at_ms")?,
+        last_ok_at_unix_ms: r.try_get("last_ok_at_ms")?,
     })
 }

@@ -31,7 +31,7 @@
 //!   that two processes started with one id never both run its stores.
 //! - `store_pauses`: the stores whose uploads an operator paused ([`PauseRecord`]), deleted on
 //!   Resume and with their store (`ON DELETE CASCADE`).
-//! - `store_drills`: each store's last restore drill ([`DrillRecord`]), replaced by the next,
+//! - `store_drills`: each store's last restore drill ([`crate::health::DrillResult`]), replaced by the next,
 //!   deleted with its store.
 //!
 //! # Crash story
@@ -275,7 +275,6 @@ pub use instances::InstanceInfo;
 mod pause;
 pub use pause::PauseRecord;
 mod drill;
-pub use drill::DrillRecord;
 mod ownership;
 pub use ownership::{Claimed, Owner};
 mod report;

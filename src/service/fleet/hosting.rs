@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::health::{DrillResult, Pause};
-use crate::registry::{DrillRecord, PauseRecord, StoreRecord};
+use crate::registry::{PauseRecord, StoreRecord};
 
 impl Fleet {
     /// Starts `record`'s worker here, unless one runs already (then that one). One at a time,
@@ -42,13 +42,13 @@ impl Fleet {
         &self,
         record: StoreRecord,
         pause: Option<PauseRecord>,
-        drill: Option<DrillRecord>,
+        drill: Option<DrillResult>,
     ) -> Result<Arc<StoreEntry>, FleetError> {
         let pause = pause.map(|p| pause_of(&p));
         let options = StoreOptions::of_row(&record)?;
         let entry = self.spawn(record, options, pause).await?;
         if let Some(d) = drill {
-            entry.handle.set_drill(drill_of(&d));
+            entry.handle.set_drill(d);
         }
         Ok(entry)
     }
@@ -74,19 +74,5 @@ fn pause_of(r: &PauseRecord) -> Pause {
         reason: r.reason.clone(),
         paused_at_unix_ms: r.paused_at_ms,
         until_unix_ms: r.until_ms,
-    }
-}
-
-/// The drill a store's registry row holds, as health shows it.
-fn drill_of(r: &DrillRecord) -> DrillResult {
-    DrillResult {
-        ok: r.ok,
-        commit_seq: r.commit_seq,
-        manifest_key: r.manifest_key.clone(),
-        duration_ms: r.duration_ms,
-        bytes: r.bytes,
-        error: r.error.clone(),
-        finished_at_unix_ms: r.finished_at_ms,
-        last_ok_at_unix_ms: r.last_ok_at_ms,
     }
 }

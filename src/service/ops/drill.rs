@@ -12,7 +12,7 @@
 //!   delays WAL shipping. Its requests are counted into the store's usage (`bucket::usage`,
 //!   `ctl cost`): a drill GETs a whole restore point, which the store's bill shows. Drills of one service run one at a time ([`ONE_AT_A_TIME`]): a
 //!   call waits for the drill running, so scratch space holds one store at a time.
-//! - Its outcome is written to the registry (`store_drills`, `crate::registry::DrillRecord`),
+//! - Its outcome is written to the registry (`store_drills`, `crate::health::DrillResult`),
 //!   then into the worker's record, so health shows it ([`crate::health`]: a failed drill
 //!   is unhealthy, naming the object, until a drill succeeds) and metrics export it. A
 //!   DrillFinished event is to be published at the one marked place in [`run_one`].
@@ -48,7 +48,7 @@ use std::time::Duration;
 use crate::bucket;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
-use crate::registry::{DrillRecord, StoreRecord};
+use crate::registry::StoreRecord;
 pub use crate::service::config::limits::DrillLimits;
 use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
@@ -153,11 +153,7 @@ async fn run_one(
         tracing::error!(store_id, manifest = %result.manifest_key, error = %result.error, "a restore drill failed");
     }
     // The registry first: a crash before the worker shows it leaves the registry's word.
-    if let Err(e) = fleet
-        .registry()
-        .set_drill(store_id, &to_record(&result))
-        .await
-    {
+    if let Err(e) = fleet.registry().set_drill(store_id, &result).await {
         tracing::warn!(store_id, error = %e, "cannot record the drill in the registry; it shows until this process stops");
     }
     entry.handle.record_drill(result.clone()).await;
@@ -187,19 +183,6 @@ fn bounded(error: String) -> String {
         cut -= 1;
     }
     format!("{}…", &one_line[..cut])
-}
-
-fn to_record(d: &DrillResult) -> DrillRecord {
-    DrillRecord {
-        ok: d.ok,
-        commit_seq: d.commit_seq,
-        manifest_key: d.manifest_key.clone(),
-        duration_ms: d.duration_ms,
-        bytes: d.bytes,
-        error: d.error.clone(),
-        finished_at_ms: d.finished_at_unix_ms,
-        last_ok_at_ms: d.last_ok_at_unix_ms,
-    }
 }
 
 /// A store's drill interval in ms, if it has one.
