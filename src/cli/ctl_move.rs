@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use mushroom_backup::health::rfc3339_ms;
-use mushroom_backup::service::{moves, proto};
+use mushroom_backup::service::{self, proto};
 
 use super::ctl::{Ctl, failed, print};
 
@@ -40,7 +40,7 @@ pub(super) enum MoveCall {
     Drain {
         instance_id: String,
         /// How many stores are moved at once, 1 to 16 [default: the server's, 4].
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(moves::MAX_DRAIN_PARALLEL)))]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(service::MAX_DRAIN_PARALLEL)))]
         parallel: Option<u32>,
     },
 }

@@ -318,7 +318,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             .check_ms(flag, v.unwrap_or(default))
             .map_err(anyhow::Error::msg)
     };
-    let pause = service::pause::PauseLimits {
+    let pause = service::PauseLimits {
         default: pause_ms(
             "--pause-default-ms",
             a.pause_default_ms.or(file.pause_default_ms),
@@ -376,12 +376,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             failover_group: a.failover_group.or(file.failover_group),
             peer_ca: a.peer_ca.or(file.peer_ca),
             token: match (a.peer_token_file, file.peer_token_file) {
-                (Some(p), _) => Some(service::peer_auth::PeerToken::read(
+                (Some(p), _) => Some(service::PeerToken::read(
                     &p,
                     "--peer-token-file",
                     &mut warnings,
                 )?),
-                (None, Some(p)) => Some(service::peer_auth::PeerToken::read(
+                (None, Some(p)) => Some(service::PeerToken::read(
                     &p,
                     "peer_token_file",
                     &mut warnings,
@@ -393,11 +393,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
                 .or(file.owner_cache_ms)
                 .map(std::time::Duration::from_millis),
         },
-        drill: service::drill::DrillLimits {
+        drill: service::DrillLimits {
             max_bytes: a
                 .drill_max_bytes
                 .or(file.drill_max_bytes)
-                .unwrap_or(service::drill::DrillLimits::default().max_bytes),
+                .unwrap_or(service::DrillLimits::default().max_bytes),
         },
         webhooks,
         prices: file.prices.unwrap_or_default(),

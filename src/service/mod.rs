@@ -73,18 +73,23 @@
 //! one runs (this one was judged dead: no renewal for `owner_silent_after`), it stops serving,
 //! stops its workers without a last flush, and [`run`] returns [`ServeError::Claim`].
 
-pub mod cluster;
+// The rooms are the crate's own (`pub(crate)`): what the library offers outside is `run`, its
+// configuration, the protocol and the per-store metric series.
+pub(crate) mod cluster;
 pub mod codec;
-pub mod config;
-pub mod edge;
-pub mod fleet;
-pub mod ops;
+pub(crate) mod config;
+pub(crate) mod edge;
+pub(crate) mod fleet;
+pub(crate) mod ops;
+
+use ops::drill;
 pub mod proto;
 
-pub use cluster::moves;
-pub use edge::{peer_auth, tls_files};
+pub use cluster::moves::MAX_DRAIN_PARALLEL;
+pub use config::limits::{DrillLimits, PauseLimits};
+pub use config::peers::PeerToken;
+pub use edge::tls_files;
 pub use fleet::store_metrics;
-pub use ops::{drill, pause};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -152,6 +152,7 @@ impl OwnerCache {
     }
 
     /// How many entries are held (expired ones included until they are dropped).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.entries
             .lock()
@@ -160,6 +161,7 @@ impl OwnerCache {
             .len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -59,10 +59,7 @@ use tonic::metadata::MetadataMap;
 
 use super::auth::{self, AuthError};
 pub use crate::service::cluster::forward::{FORWARDED_BY, ORIGINAL_CALLER, PEER_TOKEN};
-pub use crate::service::config::peers::{
-    PEER_NAME_SUFFIX, PEER_TOKEN_FILE_MAX, PEER_TOKEN_MIN, PeerToken, PeerTokenError, peer_name,
-    peer_server_name,
-};
+pub use crate::service::config::peers::{PeerToken, peer_name, peer_server_name};
 
 /// The longest original-caller value believed (an address, with room to spare).
 const MAX_ORIGINAL_CALLER: usize = 256;

@@ -106,6 +106,7 @@ impl Destination {
 
     /// Whether the two share any object: the same bucket (or filesystem) and one prefix equal
     /// to or inside the other.
+    #[cfg(test)]
     pub fn overlaps(&self, other: &Destination) -> bool {
         match (self, other) {
             (Destination::File(a), Destination::File(b)) => overlap(a, b),

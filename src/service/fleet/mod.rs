@@ -41,7 +41,6 @@ pub use store_options::StoreOptions;
 /// One registered store with its running worker.
 pub struct StoreEntry {
     pub record: StoreRecord,
-    pub dir: PathBuf,
     pub handle: BackupHandle,
     pub source: Arc<StreamedSource>,
     /// Every request the worker, its lease and retention send, at the bucket (`bucket::usage`).
@@ -276,7 +275,6 @@ impl Fleet {
         let handle = worker.spawn_paused(acquirer, pause, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
-            dir,
             handle,
             source,
             usage,

@@ -49,7 +49,6 @@ use crate::bucket;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::StoreRecord;
-pub use crate::service::config::limits::DrillLimits;
 use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::units::{millis_u64, unix_now_ms};
