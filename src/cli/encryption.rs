@@ -171,8 +171,12 @@ pub async fn rekey(a: RekeyArgs) -> anyhow::Result<ExitCode> {
         );
     };
     // Proves the destination exists before anything creates it.
-    bucket::open_read_only(&a.from).await?;
-    let bucket = bucket::open(&a.from).await?;
+    bucket::Open::read_only(&a.from, &super::bucket_token())
+        .open()
+        .await?;
+    let bucket = bucket::Open::read_write(&a.from, &super::bucket_token())
+        .open()
+        .await?;
     let cancel = super::shutdown_token();
     let report = rekey::rekey(bucket.as_ref(), &old.unwrap, &new.wrap, &cancel)
         .await
