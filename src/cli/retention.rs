@@ -152,13 +152,7 @@ fn policy(a: &RetentionArgs) -> RetentionPolicy {
 /// (`super::lease`).
 async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::lease::LeaseConfig;
-    // Proves the destination exists before anything (the lease) creates it.
-    bucket::Open::read_only(&a.from, &super::bucket_token())
-        .open()
-        .await?;
-    let bucket = bucket::Open::read_write(&a.from, &super::bucket_token())
-        .open()
-        .await?;
+    let bucket = super::open_existing(&a.from).await?;
     let config = LeaseConfig::from_env(format!("retention of {}", a.from))?;
     let held = super::lease::take(
         bucket.clone(),

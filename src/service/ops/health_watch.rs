@@ -154,7 +154,7 @@ impl HealthWatch {
 /// The poller rests at least this many times as long as its last poll took: a poll reads
 /// every store (10,000 take tens of milliseconds), so a big fleet is polled less often than
 /// `interval` rather than the poller taking more than a 1/`POLL_SHARE` of a core.
-const POLL_SHARE: u32 = 40;
+const POLL_SHARE: u32 = 50;
 
 async fn poller<F, Fut>(
     feed: Arc<watch::Sender<Snapshot>>,
