@@ -18,8 +18,8 @@ use mushroom_backup::bucket::read_only::ReadOnly;
 use mushroom_backup::bucket::retry::Retrying;
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, Created, DynBucket, ListQuery, OpenError, PutCondition, list_all,
-    open_read_only, put_immutable,
+    Body, Bucket, BucketError, Created, DynBucket, ListQuery, Open, OpenError, PutCondition,
+    list_all, put_immutable,
 };
 use support::{body, fast_retries, fs_bucket, is_precondition_failed};
 use tokio_util::sync::CancellationToken;
@@ -820,7 +820,10 @@ async fn s3_open_child() {
     let Ok(url) = std::env::var(CHILD_S3_URL_ENV) else {
         return;
     };
-    let b = mushroom_backup::bucket::open(&url).await.unwrap();
+    let b = Open::read_write(&url, &CancellationToken::new())
+        .open()
+        .await
+        .unwrap();
     assert_eq!(b.url(), url);
     let etag = b
         .put("k", body("v"), PutCondition::IfNoneMatch)
@@ -834,7 +837,7 @@ async fn s3_open_child() {
     );
 }
 
-/// `bucket::open("s3://...")` with the standard AWS environment variables (path-style, since an
+/// `Open::read_write("s3://...")` with the standard AWS environment variables (path-style, since an
 /// endpoint URL is set); the object lands under the prefix.
 #[tokio::test]
 async fn s3_open_from_the_environment() {
@@ -931,9 +934,13 @@ async fn read_only_views_of_every_backend_read_and_refuse_writes() {
     let mem = Arc::new(MemBucket::new());
     read_only_view(&*mem, &ReadOnly::new(mem.clone())).await;
     let (dir, fs) = fs_bucket();
-    let reader = open_read_only(&format!("file://{}", dir.path().display()))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let reader = Open::read_only(
+        &format!("file://{}", dir.path().display()),
+        &CancellationToken::new(),
+    )
+    .open()
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
     read_only_view(&*fs, &*reader).await;
     if let Some(s3) = support::s3::bucket("read-only").await {
         read_only_view(&*s3, &ReadOnly::new(s3.clone())).await;
@@ -970,7 +977,10 @@ async fn a_read_only_open_creates_nothing_and_names_a_missing_destination() {
     let t = tempfile::tempdir().unwrap();
     let missing = t.path().join("typo");
     let url = format!("file://{}", missing.display());
-    match open_read_only(&url).await {
+    match Open::read_only(&url, &CancellationToken::new())
+        .open()
+        .await
+    {
         Err(e @ OpenError::Missing { .. }) => {
             assert_eq!(e.to_string(), format!("{url} does not exist"))
         }
@@ -989,9 +999,13 @@ async fn a_read_only_open_creates_nothing_and_names_a_missing_destination() {
             .unwrap();
     }
     let before = tree(&root);
-    let reader = open_read_only(&format!("file://{}", root.display()))
-        .await
-        .unwrap();
+    let reader = Open::read_only(
+        &format!("file://{}", root.display()),
+        &CancellationToken::new(),
+    )
+    .open()
+    .await
+    .unwrap();
     assert_eq!(list_all(&*reader, "").await.unwrap().len(), 3);
     assert_eq!(&reader.get("gen/1/x").await.unwrap().data[..], b"gen/1/x");
     assert!(
@@ -1006,9 +1020,13 @@ async fn a_read_only_open_creates_nothing_and_names_a_missing_destination() {
     // A directory that is no bucket yet stays empty: no `.lock`, no `.tmp/`.
     let empty = t.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    let reader = open_read_only(&format!("file://{}", empty.display()))
-        .await
-        .unwrap();
+    let reader = Open::read_only(
+        &format!("file://{}", empty.display()),
+        &CancellationToken::new(),
+    )
+    .open()
+    .await
+    .unwrap();
     assert!(list_all(&*reader, "").await.unwrap().is_empty());
     let left: Vec<_> = std::fs::read_dir(&empty).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");

@@ -35,6 +35,7 @@ fn instance(id: &str, nonce: &str, proven_dead: &[&str]) -> InstanceLeases {
             ..InstanceLeaseConfig::new(id, nonce)
         },
         &TaskTracker::new(),
+        mushroom_backup::bucket::Opener::new(tokio_util::sync::CancellationToken::new()),
     )
 }
 

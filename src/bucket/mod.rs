@@ -29,12 +29,16 @@
 //! backend passes an SDK's `Debug` dump through.
 //!
 //! # Opening
-//! [`open`] opens a destination for backups: a `file://` directory is created as needed. The
-//! read-only commands (`ls`, `verify`, `restore`, the service's `ListRestorePoints` and Adopt's
-//! read phase) use [`open_read_only`], which creates nothing anywhere (no directory, no `.lock`,
-//! no `.tmp/`), refuses every write and delete ([`read_only::ReadOnly`]), and proves it can
-//! list the destination before it answers: a missing directory or S3 bucket is
-//! [`OpenError::Missing`], an access denied or an unreachable endpoint says so.
+//! One opener, [`Open`], for every caller: the destination, the mode, the caller's
+//! cancellation token, and optionally usage accounting, a retry policy and the instance's
+//! shared S3 clients ([`s3::Clients`]). [`Open::read_write`] opens a destination for backups:
+//! a `file://` directory is created as needed. The read-only commands (`ls`, `verify`,
+//! `restore`, the service's `ListRestorePoints`, drills and Adopt's read phase) use
+//! [`Open::read_only`], which creates nothing anywhere (no directory, no `.lock`, no `.tmp/`),
+//! refuses every write and delete ([`read_only::ReadOnly`]), and proves it can list the
+//! destination before it answers: a missing directory or S3 bucket is [`OpenError::Missing`],
+//! an access denied or an unreachable endpoint says so. An instance holds one [`Opener`]:
+//! every bucket it opens shares its S3 clients and its cancellation token.
 //!
 //! # The bucket's clock
 //! [`Object::age`] is how long ago the object read was last written, by the clock of whatever
@@ -66,6 +70,7 @@ pub mod faults;
 pub mod fs;
 pub mod mem;
 pub mod metered;
+mod open;
 pub mod read_only;
 pub mod retry;
 pub mod s3;
@@ -73,6 +78,7 @@ pub mod stored;
 pub mod usage;
 
 pub use body::Body;
+pub use open::{Open, OpenError, OpenMode, Opener};
 
 /// What a listing or a HEAD says about one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,171 +388,5 @@ pub async fn put_immutable(
             }
         }
         Err(e) => Err(e),
-    }
-}
-
-/// What an opened destination may be used for; see the module docs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpenMode {
-    /// Backups: a `file://` directory (with its `.lock` and `.tmp/`) is created as needed.
-    ReadWrite,
-    /// `ls`, `verify`, `restore`, `ListRestorePoints`, Adopt's read phase: nothing is created,
-    /// writes and deletes are refused, and a missing destination is an error.
-    ReadOnly,
-}
-
-/// Parses a destination URL and opens its bucket for backups behind the one retry layer:
-/// `file:///abs/path` or `s3://bucket/prefix`.
-pub async fn open(url: &str) -> Result<DynBucket, OpenError> {
-    open_with(
-        url,
-        OpenMode::ReadWrite,
-        retry::RetryPolicy::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-}
-
-/// Opens a destination to read it, creating nothing (see the module docs).
-pub async fn open_read_only(url: &str) -> Result<DynBucket, OpenError> {
-    open_with(
-        url,
-        OpenMode::ReadOnly,
-        retry::RetryPolicy::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )
-    .await
-}
-
-/// [`open`] or [`open_read_only`] with a retry policy and a token that cancels every request
-/// and retry sleep.
-pub async fn open_with(
-    url: &str,
-    mode: OpenMode,
-    policy: retry::RetryPolicy,
-    cancel: tokio_util::sync::CancellationToken,
-) -> Result<DynBucket, OpenError> {
-    let raw = open_raw(url, mode).await?;
-    let retrying: DynBucket = Arc::new(retry::Retrying::new(raw, policy, cancel));
-    match mode {
-        OpenMode::ReadWrite => Ok(retrying),
-        OpenMode::ReadOnly => read_only_checked(url, retrying).await,
-    }
-}
-
-/// `retrying` behind [`read_only::ReadOnly`], once one listing of the root proved the
-/// destination is there and readable with these credentials (a HEAD of a missing S3 bucket
-/// would only say "no such object").
-async fn read_only_checked(url: &str, retrying: DynBucket) -> Result<DynBucket, OpenError> {
-    let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
-    match bucket.list(ListQuery::new("", None, 1)).await {
-        Ok(_) => Ok(bucket),
-        Err(e) => Err(OpenError::unreadable(url, e)),
-    }
-}
-
-/// [`open_read_only`], with every request recorded into `usage` as [`open_with_usage`] does:
-/// a store's restore drills cost what its worker's requests do.
-pub async fn open_read_only_with_usage(
-    url: &str,
-    usage: Arc<usage::Usage>,
-) -> Result<DynBucket, OpenError> {
-    let raw = open_raw(url, OpenMode::ReadOnly).await?;
-    let counted: DynBucket = Arc::new(usage::UsageBucket::new(raw, usage));
-    let retrying: DynBucket = Arc::new(retry::Retrying::new(
-        counted,
-        retry::RetryPolicy::default(),
-        tokio_util::sync::CancellationToken::new(),
-    ));
-    read_only_checked(url, retrying).await
-}
-
-/// [`open`], with every request (each retry too) recorded into `usage` under the retry layer
-/// ([`usage::UsageBucket`]): the service's per-store cost accounting.
-pub async fn open_with_usage(url: &str, usage: Arc<usage::Usage>) -> Result<DynBucket, OpenError> {
-    let raw = open_raw(url, OpenMode::ReadWrite).await?;
-    let counted: DynBucket = Arc::new(usage::UsageBucket::new(raw, usage));
-    Ok(Arc::new(retry::Retrying::new(
-        counted,
-        retry::RetryPolicy::default(),
-        tokio_util::sync::CancellationToken::new(),
-    )))
-}
-
-/// Opens a destination's backend with no retry layer (tests, and wrappers of their own). In
-/// [`OpenMode::ReadOnly`] nothing is created, but writes are not refused: that is
-/// [`read_only::ReadOnly`]'s part.
-pub async fn open_raw(url: &str, mode: OpenMode) -> Result<DynBucket, OpenError> {
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(OpenError::BadUrl {
-                url: url.to_string(),
-                reason: "a file:// destination needs an absolute path (file:///path)".into(),
-            });
-        }
-        let path = std::path::Path::new(path);
-        Ok(Arc::new(match mode {
-            OpenMode::ReadWrite => fs::FsBucket::open(path)?,
-            OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
-        }))
-    } else if let Some(rest) = url.strip_prefix("s3://") {
-        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.is_empty() {
-            return Err(OpenError::BadUrl {
-                url: url.to_string(),
-                reason: "no bucket name after s3://".into(),
-            });
-        }
-        Ok(Arc::new(
-            s3::S3Bucket::from_env(bucket, prefix.trim_end_matches('/')).await?,
-        ))
-    } else {
-        Err(OpenError::BadUrl {
-            url: url.to_string(),
-            reason: "the destination must start with file:// or s3://".into(),
-        })
-    }
-}
-
-/// A destination that could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("bad destination {url}: {reason}")]
-    BadUrl { url: String, reason: String },
-    /// Opened read-only, the destination is not there: `what` is the `file://` URL of the
-    /// missing directory, or `bucket NAME`.
-    #[error("{what} does not exist")]
-    Missing { what: String },
-    #[error("cannot open {url}: {reason}")]
-    Unavailable { url: String, reason: String },
-    /// Opened read-only, the destination refused the first listing: access denied, no
-    /// credentials, or the endpoint cannot be reached (the error names the destination or the
-    /// endpoint).
-    #[error(transparent)]
-    Refused(BucketError),
-}
-
-impl OpenError {
-    /// Why a read-only open's first listing of `url` failed.
-    fn unreadable(url: &str, e: BucketError) -> OpenError {
-        match e {
-            BucketError::NoSuchBucket { bucket } => OpenError::Missing {
-                what: format!("bucket {bucket}"),
-            },
-            e @ (BucketError::AccessDenied { .. }
-            | BucketError::NoCredentials { .. }
-            | BucketError::Unreachable { .. }) => OpenError::Refused(e),
-            // The listing of the root has no key worth naming: the message says it all.
-            BucketError::Transient { message, .. } | BucketError::Permanent { message, .. } => {
-                OpenError::Unavailable {
-                    url: url.to_string(),
-                    reason: message,
-                }
-            }
-            e => OpenError::Unavailable {
-                url: url.to_string(),
-                reason: e.to_string(),
-            },
-        }
     }
 }

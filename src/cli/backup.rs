@@ -52,7 +52,9 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
     {
         anyhow::bail!("{} is not a store (no wal.bin)", a.store.display());
     }
-    let bucket = bucket::open(&a.to).await?;
+    let bucket = bucket::Open::read_write(&a.to, &super::bucket_token())
+        .open()
+        .await?;
     let source = Arc::new(LocalSource::new(a.store.clone()));
     let mut worker = BackupWorker::new(a.store.clone(), bucket, source, config);
     let lease = lease_config(&a)?;

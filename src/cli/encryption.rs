@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use mushroom_backup::bucket;
 use mushroom_backup::crypto::rekey;
 use mushroom_backup::crypto::{AgeIdentity, Encryption, EncryptionSettings, KeyFileKey};
 
@@ -170,9 +169,7 @@ pub async fn rekey(a: RekeyArgs) -> anyhow::Result<ExitCode> {
             "rekey needs a new key: --new-encryption-key-file or --new-encryption-recipient"
         );
     };
-    // Proves the destination exists before anything creates it.
-    bucket::open_read_only(&a.from).await?;
-    let bucket = bucket::open(&a.from).await?;
+    let bucket = super::open_existing(&a.from).await?;
     let cancel = super::shutdown_token();
     let report = rekey::rekey(bucket.as_ref(), &old.unwrap, &new.wrap, &cancel)
         .await

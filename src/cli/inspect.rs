@@ -83,7 +83,9 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|t| restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()))
         .transpose()?;
-    let bucket = bucket::open_read_only(&a.from).await?;
+    let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .open()
+        .await?;
     let opts = RestoreOptions {
         keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
         at: a.at,
@@ -107,7 +109,9 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let keys = a.encryption.load_for_reading()?;
-    let bucket = bucket::open_read_only(&a.from).await?;
+    let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .open()
+        .await?;
     let opts = VerifyOptions {
         keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
         ..VerifyOptions::default()
@@ -132,7 +136,9 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
-    let bucket = bucket::open_read_only(&a.from).await?;
+    let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .open()
+        .await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;
     if points.is_empty() {
         listing::holds_a_backup(bucket.as_ref()).await?;

@@ -122,6 +122,23 @@ pub fn shutdown_token() -> tokio_util::sync::CancellationToken {
     token
 }
 
+/// The token a command opens its destination with (`bucket::Open`): nothing cancels its
+/// requests early. A signal ends a read-only command's process outright (a restore cut short
+/// has renamed nothing into place), and `backup`, `retention` and `rekey` stop on their own
+/// [`shutdown_token`] between steps, flushing or finishing the object in hand, which a bucket
+/// cancelled by the same signal would break.
+pub fn bucket_token() -> tokio_util::sync::CancellationToken {
+    tokio_util::sync::CancellationToken::new()
+}
+
+/// Opens for writing a destination a command works on rather than creates (`rekey`,
+/// `retention`): a read-only open proves it exists before anything (a lease) creates it.
+pub async fn open_existing(url: &str) -> anyhow::Result<mushroom_backup::bucket::DynBucket> {
+    use mushroom_backup::bucket::Open;
+    Open::read_only(url, &bucket_token()).open().await?;
+    Ok(Open::read_write(url, &bucket_token()).open().await?)
+}
+
 /// A flag set by the first SIGINT or SIGTERM, for a writer on the blocking pool to poll.
 pub fn shutdown_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -79,7 +79,9 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
     if !a.dry_run {
         return pass(&a).await;
     }
-    let bucket = bucket::open_read_only(&a.from).await?;
+    let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .open()
+        .await?;
     let latest = match bucket.get(manifest::LATEST_KEY).await {
         Ok(o) => Latest::decode(&o.data).ok(),
         Err(BucketError::NotFound { .. }) => None,
@@ -150,9 +152,7 @@ fn policy(a: &RetentionArgs) -> RetentionPolicy {
 /// (`super::lease`).
 async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::lease::LeaseConfig;
-    // Proves the destination exists before anything (the lease) creates it.
-    bucket::open_read_only(&a.from).await?;
-    let bucket = bucket::open(&a.from).await?;
+    let bucket = super::open_existing(&a.from).await?;
     let config = LeaseConfig::from_env(format!("retention of {}", a.from))?;
     let held = super::lease::take(
         bucket.clone(),

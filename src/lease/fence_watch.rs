@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::{FenceRef, LeaseError, LeaseRecord};
 use crate::bucket::{self, BucketError, DynBucket, OpenError};
@@ -156,7 +157,12 @@ impl FenceWatch {
         if let Root::Unresolved = self.root {
             match super::instance::lease_root(store_url) {
                 None => self.root = Root::Unreadable,
-                Some(url) => match bucket::open_read_only(&url).await {
+                // No caller's token reaches an attempt (the acquisition loop races its token
+                // around attempts, never inside one): the open's retries bound it instead.
+                Some(url) => match bucket::Open::read_only(&url, &CancellationToken::new())
+                    .open()
+                    .await
+                {
                     Ok(b) => self.root = Root::Open(b),
                     // Looked for again next time: it may be created meanwhile.
                     Err(OpenError::Missing { .. }) => return Ok(Resolved::Missing),

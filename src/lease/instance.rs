@@ -166,6 +166,8 @@ pub struct InstanceLeases {
 struct Inner {
     config: InstanceLeaseConfig,
     tasks: TaskTracker,
+    /// Opens each lease root: the instance's S3 clients and bucket token.
+    opener: bucket::Opener,
     roots: Mutex<HashMap<String, Arc<Root>>>,
     /// Set by [`InstanceLeases::release_all`]: nothing is acquired after it.
     closed: AtomicBool,
@@ -220,12 +222,17 @@ impl std::fmt::Debug for Fence {
 }
 
 impl InstanceLeases {
-    /// Renewal tasks are spawned through `tasks`.
-    pub fn new(config: InstanceLeaseConfig, tasks: &TaskTracker) -> InstanceLeases {
+    /// Renewal tasks are spawned through `tasks`; lease roots are opened by `opener`.
+    pub fn new(
+        config: InstanceLeaseConfig,
+        tasks: &TaskTracker,
+        opener: bucket::Opener,
+    ) -> InstanceLeases {
         InstanceLeases {
             inner: Arc::new(Inner {
                 config,
                 tasks: tasks.clone(),
+                opener,
                 roots: Mutex::new(HashMap::new()),
                 closed: AtomicBool::new(false),
             }),
@@ -246,7 +253,11 @@ impl InstanceLeases {
         if let Some(root) = self.root(&url) {
             return Ok(self.fence(root));
         }
-        let bucket = bucket::open(&url)
+        let bucket = self
+            .inner
+            .opener
+            .read_write(&url)
+            .open()
             .await
             .map_err(|e| LeaseError::FenceRoot {
                 url: url.clone(),

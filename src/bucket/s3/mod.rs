@@ -36,9 +36,7 @@ use std::ops::Range;
 use std::time::Duration;
 
 use aws_sdk_s3::Client;
-use aws_sdk_s3::config::retry::RetryConfig;
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::ResponseChecksumValidation;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_smithy_types::body::SdkBody;
@@ -53,7 +51,11 @@ use super::{
 mod clock;
 mod error;
 mod multipart;
+pub mod shared;
 mod stream;
+
+pub use shared::Clients;
+use shared::Configured;
 
 /// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
 pub const PATH_STYLE_ENV: &str = "MUSHROOMDB_BACKUP_S3_PATH_STYLE";
@@ -114,65 +116,34 @@ pub struct S3Bucket {
 impl S3Bucket {
     /// Opens `s3://bucket/prefix` with the standard AWS environment: the credentials chain,
     /// `AWS_REGION`, `AWS_ENDPOINT_URL` (with which path-style addressing is used unless
-    /// `MUSHROOMDB_BACKUP_S3_PATH_STYLE=false`).
-    pub async fn from_env(bucket: &str, prefix: &str) -> Result<S3Bucket, OpenError> {
+    /// `MUSHROOMDB_BACKUP_S3_PATH_STYLE=false`). The client comes from `clients`: one per
+    /// configuration, shared by every bucket opened through them (see [`shared`]).
+    pub async fn open(
+        clients: &Clients,
+        bucket: &str,
+        prefix: &str,
+    ) -> Result<S3Bucket, OpenError> {
         let url = format!("s3://{bucket}/{prefix}");
-        let sdk = aws_config::defaults(BehaviorVersion::latest())
-            .retry_config(RetryConfig::disabled())
-            .load()
-            .await;
-        if sdk.region().is_none() {
-            return Err(OpenError::Unavailable {
-                url,
-                reason: "no AWS region configured: set AWS_REGION".into(),
-            });
-        }
-        let path_style = sdk.endpoint_url().is_some()
-            && !std::env::var(PATH_STYLE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("false"));
-        let options = S3Options {
-            checksums_when_required: std::env::var(CHECKSUMS_ENV)
-                .is_ok_and(|v| v.eq_ignore_ascii_case("when_required")),
-            ..S3Options::default()
-        };
-        let endpoint = match (sdk.endpoint_url(), sdk.region()) {
-            (Some(url), _) => url.to_string(),
-            (None, Some(region)) => format!("https://s3.{region}.amazonaws.com"),
-            (None, None) => "of AWS S3".to_string(),
-        };
-        let conf = aws_sdk_s3::config::Builder::from(&sdk)
-            .force_path_style(path_style)
-            .build();
-        Ok(Self::new(Client::from_conf(conf), bucket, prefix, options).endpoint_named(&endpoint))
+        let client = clients
+            .from_env()
+            .await
+            .map_err(|reason| OpenError::Unavailable { url, reason })?;
+        Ok(Self::on(&client, bucket, prefix))
     }
 
     /// Wraps `client`, overriding its retry (off), timeout and checksum settings from `options`.
     pub fn new(client: Client, bucket: &str, prefix: &str, options: S3Options) -> S3Bucket {
-        let timeouts = TimeoutConfig::builder()
-            .connect_timeout(options.connect_timeout)
-            .read_timeout(options.read_timeout)
-            .operation_attempt_timeout(options.attempt_timeout)
-            .build();
-        let mut conf = client
-            .config()
-            .to_builder()
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(timeouts);
-        if options.checksums_when_required {
-            conf = conf.request_checksum_calculation(RequestChecksumCalculation::WhenRequired);
-        }
+        Self::on(&Configured::new(client, options), bucket, prefix)
+    }
+
+    /// A bucket on a client already configured: no configuration is built or copied.
+    fn on(client: &Configured, bucket: &str, prefix: &str) -> S3Bucket {
         S3Bucket {
-            client: Client::from_conf(conf.build()),
+            client: client.client.clone(),
             bucket: bucket.to_string(),
             prefix: prefix.trim_matches('/').to_string(),
-            options: S3Options {
-                part_size: options.part_size.max(MIN_PART_SIZE),
-                multipart_threshold: options
-                    .multipart_threshold
-                    .max(options.part_size.max(MIN_PART_SIZE)),
-                upload_concurrency: options.upload_concurrency.max(1),
-                ..options
-            },
-            endpoint: "of the S3 client".to_string(),
+            options: client.options.clone(),
+            endpoint: client.endpoint.clone(),
         }
     }
 

@@ -328,7 +328,10 @@ pub async fn sees(fleet: &Fleet, record: &StoreRecord) -> Result<(), String> {
             .await
             .map_err(|e| format!("the directory check failed: {e}"))??
     };
-    let bucket = crate::bucket::open_read_only(&record.destination)
+    let bucket = fleet
+        .buckets()
+        .read_only(&record.destination)
+        .open()
         .await
         .map_err(|e| format!("destination {}: {e}", record.destination))?;
     let latest = match bucket.get(crate::manifest::LATEST_KEY).await {

@@ -5,7 +5,10 @@
 //! `interval` while at least one watcher is open, and publishes the snapshot on a `watch`
 //! channel when it changed. Each watcher's task only filters that snapshot to its store and
 //! sends what changed for it; so N watchers cost one registry read per interval, not N. With
-//! no watcher the poller sleeps until one subscribes.
+//! no watcher the poller sleeps until one subscribes. A poll that took long (a fleet of
+//! thousands of stores) stretches the interval after it to [`POLL_SHARE`] times its length,
+//! so one open `mb ctl watch-health` (or a dashboard's stream) never costs an idle fleet more
+//! than a small share of a core, however many stores it has.
 //!
 //! At most `max` watchers are open at once; one more is refused ([`WatchersFull`],
 //! `RESOURCE_EXHAUSTED`) naming the limit. A watcher's slot is freed when its stream ends (the client went away, the
@@ -148,6 +151,11 @@ impl HealthWatch {
     }
 }
 
+/// The poller rests at least this many times as long as its last poll took: a poll reads
+/// every store (10,000 take tens of milliseconds), so a big fleet is polled less often than
+/// `interval` rather than the poller taking more than a 1/`POLL_SHARE` of a core.
+const POLL_SHARE: u32 = 50;
+
 async fn poller<F, Fut>(
     feed: Arc<watch::Sender<Snapshot>>,
     wake: Arc<Notify>,
@@ -159,6 +167,7 @@ async fn poller<F, Fut>(
     Fut: Future<Output = Result<proto::HealthResponse, ServiceError>>,
 {
     let mut last: Option<proto::HealthResponse> = None;
+    let mut pause = interval;
     loop {
         if feed.receiver_count() == 0 {
             tokio::select! {
@@ -168,8 +177,9 @@ async fn poller<F, Fut>(
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(pause) => {}
         }
+        let started = tokio::time::Instant::now();
         match poll().await {
             Ok(all) => {
                 let cmp = comparable(&all);
@@ -183,6 +193,7 @@ async fn poller<F, Fut>(
                 feed.send_replace(Some(Err(e.into())));
             }
         }
+        pause = interval.max(started.elapsed() * POLL_SHARE);
     }
 }
 

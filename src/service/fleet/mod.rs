@@ -100,6 +100,10 @@ pub struct Fleet {
     events: Bus,
     /// Held while a store given to this instance is started (`fleet/hosting.rs`).
     hosting: tokio::sync::Mutex<()>,
+    /// Opens every bucket of the instance: one S3 client per configuration, and a token
+    /// cancelled only by [`Fleet::stop_tasks`], after the last flushes and lease releases
+    /// (the shutdown token is cancelled before them: a worker flushes on it).
+    buckets: bucket::Opener,
 }
 
 pub use error::FleetError;
@@ -154,6 +158,7 @@ impl Fleet {
             .map(|p| instance::holder_id(&config.instance_id, p.nonce()))
             .into_iter()
             .collect();
+        let buckets = bucket::Opener::new(CancellationToken::new());
         let leases = InstanceLeases::new(
             InstanceLeaseConfig {
                 ttl: config.lease_ttl,
@@ -162,6 +167,7 @@ impl Fleet {
                 ..InstanceLeaseConfig::new(&config.instance_id, &claim.record().nonce)
             },
             &tasks,
+            buckets.clone(),
         );
         let fleet = Arc::new(Fleet {
             tasks,
@@ -176,6 +182,7 @@ impl Fleet {
             claim_lost_why: std::sync::Mutex::new(None),
             events,
             hosting: tokio::sync::Mutex::new(()),
+            buckets,
         });
         fleet.tasks.spawn(claim_renewal::keep_claim(fleet.clone()));
         let mine = fleet
@@ -225,6 +232,11 @@ impl Fleet {
         }
     }
 
+    /// What every bucket of this instance is opened with (see the field).
+    pub fn buckets(&self) -> &bucket::Opener {
+        &self.buckets
+    }
+
     pub fn config(&self) -> &ServiceConfig {
         &self.config
     }
@@ -249,7 +261,12 @@ impl Fleet {
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
         }
         let usage = bucket::usage::Usage::new();
-        let bucket = bucket::open_with_usage(&record.destination, usage.clone()).await?;
+        let bucket = self
+            .buckets
+            .read_write(&record.destination)
+            .usage(usage.clone())
+            .open()
+            .await?;
         // One directory handle for the worker and its WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
@@ -453,7 +470,7 @@ impl Fleet {
         with_span: bool,
     ) -> Result<(crate::listing::Page, Option<(i64, i64)>), FleetError> {
         let destination = self.destination_of(store_id).await?;
-        let bucket = bucket::open_read_only(&destination).await?;
+        let bucket = self.buckets.read_only(&destination).open().await?;
         let page = crate::listing::page(bucket.as_ref(), cursor, page_size).await?;
         let span = match with_span {
             true => restore::at_time::restorable_span(bucket.as_ref())
@@ -563,7 +580,7 @@ impl Fleet {
             Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = bucket::open_read_only(&checked.url).await?;
+        let bucket = self.buckets.read_only(&checked.url).open().await?;
         let opts = RestoreOptions {
             at: at.commit_seq,
             at_time_ms: at.time_ms,
@@ -637,6 +654,8 @@ impl Fleet {
     /// Closes [`Fleet::tasks`] and waits for every task in it to end (each ends on its
     /// cancellation token: call this after cancelling them).
     pub async fn stop_tasks(&self) {
+        // Nothing flushes any more: a request still retrying (a drill's, a listing's) ends.
+        self.buckets.cancel_token().cancel();
         self.tasks.close();
         self.tasks.wait().await;
     }

@@ -45,7 +45,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::bucket;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::StoreRecord;
@@ -120,8 +119,12 @@ async fn run_one(
         .map_err(|e| FleetError::Internal(format!("the drill semaphore: {e}")))?;
     let store_id = &entry.record.store_id;
     // Its requests are the store's cost (`bucket::usage`), as the worker's are.
-    let bucket =
-        bucket::open_read_only_with_usage(&entry.record.destination, entry.usage.clone()).await?;
+    let bucket = fleet
+        .buckets()
+        .read_only(&entry.record.destination)
+        .usage(entry.usage.clone())
+        .open()
+        .await?;
     let root = scratch_root(&fleet.config().data_dir);
     let drilled =
         match drill::drill(bucket.as_ref(), &root, store_id, at, fleet.restore_keys()).await {
@@ -266,13 +269,16 @@ async fn scheduled(fleet: &Fleet, entry: &StoreEntry, interval: i64) -> Option<i
     let max = fleet.config().drill.max_bytes;
     let now = unix_now_ms();
     if max > 0 {
-        let size =
-            match bucket::open_read_only_with_usage(&entry.record.destination, entry.usage.clone())
-                .await
-            {
-                Ok(b) => drill::newest_size(b.as_ref()).await.ok().flatten(),
-                Err(_) => None,
-            };
+        let opened = fleet
+            .buckets()
+            .read_only(&entry.record.destination)
+            .usage(entry.usage.clone())
+            .open()
+            .await;
+        let size = match opened {
+            Ok(b) => drill::newest_size(b.as_ref()).await.ok().flatten(),
+            Err(_) => None,
+        };
         if let Some((key, bytes)) = size.filter(|(_, bytes)| *bytes > max) {
             entry.handle.note_drill(Some(format!(
                 "scheduled restore drills skip this store: its newest restore point {key} \

@@ -1,0 +1,238 @@
+//! The one way to open a destination: [`Open`], on its own (a command opening one bucket) or
+//! from an [`Opener`] (an instance opening many, sharing S3 clients and a cancellation token).
+//!
+//! Every bucket opened is the same stack, outermost first:
+//! - [`ReadOnly`](super::read_only::ReadOnly), in [`OpenMode::ReadOnly`] only, once one listing
+//!   of the root proved the destination is there and readable (a HEAD of a missing S3 bucket
+//!   would only say "no such object");
+//! - [`Retrying`](super::retry::Retrying), the one retry layer, with the caller's policy and
+//!   cancellation token: cancelling it fails the request in flight and every retry sleep with
+//!   [`BucketError::Cancelled`];
+//! - [`UsageBucket`](super::usage::UsageBucket), when usage is asked for, *under* the retry
+//!   layer, so every attempt is one request counted;
+//! - the backend: [`FsBucket`](super::fs::FsBucket) for `file:///abs/path`,
+//!   [`S3Bucket`](super::s3::S3Bucket) for `s3://bucket/prefix`, on a client of the caller's
+//!   [`Clients`] (one per configuration, shared by every bucket of an instance) or of its own.
+//!
+//! The token is the caller's, never a fresh one nothing cancels: a worker's is the fleet's,
+//! cancelled once the last flushes are done; a command's is its own. Cancelling it only ever
+//! fails bucket requests: a restore that loses its bucket stops before it renames anything
+//! into place (restore is all or nothing), a write in flight is indeterminate as any lost
+//! answer is.
+//!
+//! # What a crash leaves
+//! Opening writes nothing but, in [`OpenMode::ReadWrite`], a `file://` destination's directory,
+//! `.lock` and `.tmp/` (see [`super::fs`]).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::retry::{RetryPolicy, Retrying};
+use super::s3::Clients;
+use super::usage::{Usage, UsageBucket};
+use super::{BucketError, DynBucket, ListQuery, fs, read_only, s3};
+
+/// What an instance opens every bucket with: its shared S3 clients and its cancellation token
+/// (cancelled when the instance is done with its buckets: after the last flushes and lease
+/// releases, never at the signal that starts them). Cheap to clone.
+#[derive(Clone)]
+pub struct Opener {
+    clients: Clients,
+    cancel: CancellationToken,
+}
+
+impl Opener {
+    /// Buckets whose requests `cancel` ends, sharing one set of S3 clients.
+    pub fn new(cancel: CancellationToken) -> Opener {
+        Opener {
+            clients: Clients::default(),
+            cancel,
+        }
+    }
+
+    /// `url` for backups, on the shared clients and token.
+    pub fn read_write<'a>(&self, url: &'a str) -> Open<'a> {
+        Open::read_write(url, &self.cancel).clients(&self.clients)
+    }
+
+    /// `url` to read it, creating nothing, on the shared clients and token.
+    pub fn read_only<'a>(&self, url: &'a str) -> Open<'a> {
+        Open::read_only(url, &self.cancel).clients(&self.clients)
+    }
+
+    /// The S3 clients every bucket opened so shares.
+    pub fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    /// The token every bucket opened so is cancelled by.
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+/// What an opened destination may be used for; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Backups: a `file://` directory (with its `.lock` and `.tmp/`) is created as needed.
+    ReadWrite,
+    /// `ls`, `verify`, `restore`, `ListRestorePoints`, drills, Adopt's read phase: nothing is
+    /// created, writes and deletes are refused, and a missing destination is an error.
+    ReadOnly,
+}
+
+/// How to open one destination: its URL, mode and the caller's cancellation token, then what
+/// the caller adds ([`Open::usage`], [`Open::policy`], [`Open::clients`]); [`Open::open`]
+/// opens it.
+#[must_use = "nothing is opened until `open` is called"]
+pub struct Open<'a> {
+    url: &'a str,
+    mode: OpenMode,
+    cancel: CancellationToken,
+    usage: Option<Arc<Usage>>,
+    policy: RetryPolicy,
+    clients: Option<Clients>,
+}
+
+impl<'a> Open<'a> {
+    /// `url` in `mode`, every request and retry sleep ended by `cancel`.
+    pub fn new(url: &'a str, mode: OpenMode, cancel: &CancellationToken) -> Open<'a> {
+        Open {
+            url,
+            mode,
+            cancel: cancel.clone(),
+            usage: None,
+            policy: RetryPolicy::default(),
+            clients: None,
+        }
+    }
+
+    /// `url` for backups ([`OpenMode::ReadWrite`]).
+    pub fn read_write(url: &'a str, cancel: &CancellationToken) -> Open<'a> {
+        Open::new(url, OpenMode::ReadWrite, cancel)
+    }
+
+    /// `url` to read it, creating nothing ([`OpenMode::ReadOnly`]).
+    pub fn read_only(url: &'a str, cancel: &CancellationToken) -> Open<'a> {
+        Open::new(url, OpenMode::ReadOnly, cancel)
+    }
+
+    /// Records every request (each retry too) into `usage`: a store's cost accounting.
+    pub fn usage(mut self, usage: Arc<Usage>) -> Open<'a> {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// Retries with `policy` rather than [`RetryPolicy::default`].
+    pub fn policy(mut self, policy: RetryPolicy) -> Open<'a> {
+        self.policy = policy;
+        self
+    }
+
+    /// Takes an S3 client from `clients` (shared with every bucket opened through them)
+    /// rather than loading a configuration of its own.
+    pub fn clients(mut self, clients: &Clients) -> Open<'a> {
+        self.clients = Some(clients.clone());
+        self
+    }
+
+    /// Opens the destination: the stack of the module docs.
+    pub async fn open(self) -> Result<DynBucket, OpenError> {
+        let mut bucket = self.backend().await?;
+        if let Some(usage) = self.usage {
+            bucket = Arc::new(UsageBucket::new(bucket, usage));
+        }
+        let retrying: DynBucket = Arc::new(Retrying::new(bucket, self.policy, self.cancel));
+        match self.mode {
+            OpenMode::ReadWrite => Ok(retrying),
+            OpenMode::ReadOnly => {
+                let bucket: DynBucket = Arc::new(read_only::ReadOnly::new(retrying));
+                match bucket.list(ListQuery::new("", None, 1)).await {
+                    Ok(_) => Ok(bucket),
+                    Err(e) => Err(OpenError::unreadable(self.url, e)),
+                }
+            }
+        }
+    }
+
+    /// The destination's backend, with no layer over it. In [`OpenMode::ReadOnly`] nothing is
+    /// created, but writes are not refused: that is [`read_only::ReadOnly`]'s part.
+    async fn backend(&self) -> Result<DynBucket, OpenError> {
+        let url = self.url;
+        if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(OpenError::BadUrl {
+                    url: url.to_string(),
+                    reason: "a file:// destination needs an absolute path (file:///path)".into(),
+                });
+            }
+            let path = std::path::Path::new(path);
+            Ok(Arc::new(match self.mode {
+                OpenMode::ReadWrite => fs::FsBucket::open(path)?,
+                OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
+            }))
+        } else if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(OpenError::BadUrl {
+                    url: url.to_string(),
+                    reason: "no bucket name after s3://".into(),
+                });
+            }
+            let clients = self.clients.clone().unwrap_or_default();
+            let prefix = prefix.trim_end_matches('/');
+            Ok(Arc::new(
+                s3::S3Bucket::open(&clients, bucket, prefix).await?,
+            ))
+        } else {
+            Err(OpenError::BadUrl {
+                url: url.to_string(),
+                reason: "the destination must start with file:// or s3://".into(),
+            })
+        }
+    }
+}
+
+/// A destination that could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("bad destination {url}: {reason}")]
+    BadUrl { url: String, reason: String },
+    /// Opened read-only, the destination is not there: `what` is the `file://` URL of the
+    /// missing directory, or `bucket NAME`.
+    #[error("{what} does not exist")]
+    Missing { what: String },
+    #[error("cannot open {url}: {reason}")]
+    Unavailable { url: String, reason: String },
+    /// Opened read-only, the destination refused the first listing: access denied, no
+    /// credentials, or the endpoint cannot be reached (the error names the destination or the
+    /// endpoint).
+    #[error(transparent)]
+    Refused(BucketError),
+}
+
+impl OpenError {
+    /// Why a read-only open's first listing of `url` failed.
+    fn unreadable(url: &str, e: BucketError) -> OpenError {
+        match e {
+            BucketError::NoSuchBucket { bucket } => OpenError::Missing {
+                what: format!("bucket {bucket}"),
+            },
+            e @ (BucketError::AccessDenied { .. }
+            | BucketError::NoCredentials { .. }
+            | BucketError::Unreachable { .. }) => OpenError::Refused(e),
+            // The listing of the root has no key worth naming: the message says it all.
+            BucketError::Transient { message, .. } | BucketError::Permanent { message, .. } => {
+                OpenError::Unavailable {
+                    url: url.to_string(),
+                    reason: message,
+                }
+            }
+            e => OpenError::Unavailable {
+                url: url.to_string(),
+                reason: e.to_string(),
+            },
+        }
+    }
+}
