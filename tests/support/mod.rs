@@ -11,6 +11,7 @@ pub mod instances;
 pub mod postgres;
 pub mod registry;
 pub mod s3;
+pub mod s3_servers;
 pub mod serve;
 pub mod served;
 pub mod service;
