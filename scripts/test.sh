@@ -56,11 +56,12 @@ fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mushroom-backup/target}"
 
-# The test runner: cargo-nextest, built from crates.io (~3 min) the first time.
+# The test runner: cargo-nextest, built from crates.io the first time (into ~/.cargo/bin, or
+# $CARGO_INSTALL_ROOT/bin; its build in a temp dir of cargo's, not in the project's target).
 NEXTEST_VERSION=0.9.143
 if ! cargo nextest --version >/dev/null 2>&1; then
-    echo "test.sh: cargo-nextest is missing; installing cargo-nextest $NEXTEST_VERSION from crates.io (cargo install)" >&2
-    cargo install --locked --quiet "cargo-nextest@$NEXTEST_VERSION"
+    echo "test.sh: cargo-nextest is missing; installing cargo-nextest $NEXTEST_VERSION from crates.io (cargo install, a few minutes)" >&2
+    env -u CARGO_TARGET_DIR cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
 fi
 
 PORT=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -651,7 +651,10 @@ async fn mem_bucket_conforms() {
     assert!(matches!(again, Ok(Created::AlreadyThere(_))), "{again:?}");
 }
 
-on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn s3_bucket_conforms);
+on_each_s3_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn s3_bucket_conforms
+);
 async fn s3_bucket_conforms(server: &S3Server) {
     let b = server.bucket_with_part_size("conformance", 5 << 20).await;
     conformance_listing_in(b.clone(), server.list_order()).await;

@@ -9,12 +9,11 @@
 
 mod support;
 
-use support::s3_servers::S3Server;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
 use support::modes_under;
+use support::s3_servers::S3Server;
 
 fn mb(args: &[&str]) -> Output {
     mb_env(args, &[])

@@ -9,12 +9,11 @@
 
 mod support;
 
-use support::s3_servers::S3Server;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use support::binary::{self, FollowSettings, Health, Running};
+use support::s3_servers::S3Server;
 
 /// The lease TTL of both followers.
 const TTL: Duration = Duration::from_millis(2000);

@@ -134,12 +134,17 @@ fn readme_commands(readme: &str) -> Vec<(usize, Vec<String>)> {
         }
     }
     // Inline spans may run over a line break.
-    for (at, span) in prose.match_indices('`').collect::<Vec<_>>().chunks(2).filter_map(|pair| {
-        let [(open, _), (close, _)] = pair else {
-            return None;
-        };
-        Some((*open, &prose[open + 1..*close]))
-    }) {
+    for (at, span) in prose
+        .match_indices('`')
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .filter_map(|pair| {
+            let [(open, _), (close, _)] = pair else {
+                return None;
+            };
+            Some((*open, &prose[open + 1..*close]))
+        })
+    {
         let span = span.replace('\n', " ");
         for binary in ["mb ", "mushroom-backup "] {
             if let Some(rest) = span.strip_prefix(binary) {
@@ -244,7 +249,10 @@ fn the_checker_finds_wrong_flags_and_subcommands() {
         "{wrong:?}"
     );
     let parent = check_line("ctl register --server http://x --dir /d");
-    assert!(parent.is_some(), "a parent's flag after the subcommand passed");
+    assert!(
+        parent.is_some(),
+        "a parent's flag after the subcommand passed"
+    );
     let sub = check_line("lss --from s3://b/p");
     assert!(
         sub.as_deref().is_some_and(|w| w.contains("no subcommand")),
@@ -252,9 +260,22 @@ fn the_checker_finds_wrong_flags_and_subcommands() {
     );
     assert_eq!(
         parse(r#"ctl pause ID --reason "disk swap" [--for 2h | --until T]  # note"#),
-        ["ctl", "pause", "ID", "--reason", "disk swap", "--for", "2h", "--until", "T"]
+        [
+            "ctl",
+            "pause",
+            "ID",
+            "--reason",
+            "disk swap",
+            "--for",
+            "2h",
+            "--until",
+            "T"
+        ]
     );
-    assert_eq!(parse("key new --age > restore.age"), ["key", "new", "--age"]);
+    assert_eq!(
+        parse("key new --age > restore.age"),
+        ["key", "new", "--age"]
+    );
 }
 
 /// Inline spans over a line break and code-block lines are both found, with their lines.

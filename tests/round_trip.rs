@@ -5,8 +5,6 @@
 
 mod support;
 
-use support::s3_servers::S3Server;
-
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,6 +17,7 @@ use mushroom_backup::store::engine::{
 use mushroom_backup::verify::{self, VerifyOptions};
 use mushroom_backup::wal_source::InProcessSource;
 use mushroom_backup::worker::BackupWorker;
+use support::s3_servers::S3Server;
 use support::store::{config, digest, fs_bucket, worker, write};
 
 /// Appends half a frame to wal.bin, as a crash in the middle of an append leaves it.

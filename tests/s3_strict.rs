@@ -61,8 +61,7 @@ impl CorruptingProxy {
                             let start = seen.len();
                             seen.extend_from_slice(chunk);
                             if seen.starts_with(b"PUT ")
-                                && let Some(head) =
-                                    seen.windows(4).position(|w| w == b"\r\n\r\n")
+                                && let Some(head) = seen.windows(4).position(|w| w == b"\r\n\r\n")
                             {
                                 let at = head + 4 + FLIPPED_AT;
                                 if (start..start + n).contains(&at) {
@@ -117,7 +116,11 @@ async fn a_body_corrupted_on_the_wire_is_refused_by_the_servers_crc_check_seawee
     let refused = through_proxy
         .put("corrupted", body.clone(), PutCondition::IfNoneMatch)
         .await;
-    assert_eq!(proxy.flipped.load(Ordering::SeqCst), 1, "no bit was flipped");
+    assert_eq!(
+        proxy.flipped.load(Ordering::SeqCst),
+        1,
+        "no bit was flipped"
+    );
     match &refused {
         Err(BucketError::Permanent { key, message, .. }) => {
             assert_eq!(key, "corrupted");

@@ -50,8 +50,13 @@ fn backup_once(endpoint: &str, dir: &Path, url: &str) -> (bool, String, String) 
     (status.success(), child.stdout(), served::stderr(&child))
 }
 
-on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing);
-async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing(server: &S3Server) {
+on_each_s3_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing
+);
+async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing(
+    server: &S3Server,
+) {
     let Some((endpoint, url, prefix)) = fresh_prefix(server, "once-beside-serve").await else {
         return;
     };
@@ -125,7 +130,10 @@ async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_w
     assert_eq!(digest, binary::store_digest(&dir));
 }
 
-on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 4)] async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end);
+on_each_s3_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end
+);
 async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end(server: &S3Server) {
     let Some((endpoint, url, prefix)) = fresh_prefix(server, "once-alone").await else {
         return;
