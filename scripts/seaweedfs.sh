@@ -48,21 +48,27 @@ JSON
         -s3.port.iceberg=0 -s3.port.lance=0 \
         >"$SW_DIR/weed.log" 2>&1 &
     SW_PID=$!
-    local _
+    wait_listening "weed mini" "$SW_PID" "${ports[0]}" "$SW_DIR/weed.log" || return 1
+    export MUSHROOM_TEST_SEAWEEDFS_ENDPOINT="http://127.0.0.1:${ports[0]}"
+}
+
+# Waits (at most 60 s) until the server NAME, process PID, answers on loopback port PORT;
+# on its exit or the timeout, prints its log LOG and returns 1. (test.sh waits for moto so.)
+wait_listening() {
+    local name=$1 pid=$2 port=$3 log=$4 _
     for _ in $(seq 1 600); do
-        if ! kill -0 "$SW_PID" 2>/dev/null; then
-            echo "seaweedfs.sh: weed mini exited; its log:" >&2
-            cat "$SW_DIR/weed.log" >&2
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "$name exited; its log:" >&2
+            cat "$log" >&2
             return 1
         fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/${ports[0]}") 2>/dev/null; then
-            export MUSHROOM_TEST_SEAWEEDFS_ENDPOINT="http://127.0.0.1:${ports[0]}"
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             return 0
         fi
         sleep 0.1
     done
-    echo "seaweedfs.sh: weed mini did not answer on port ${ports[0]} within 60 s; its log:" >&2
-    cat "$SW_DIR/weed.log" >&2
+    echo "$name did not answer on port $port within 60 s; its log:" >&2
+    cat "$log" >&2
     return 1
 }
 
@@ -80,7 +86,7 @@ sw_stop() {
         SW_PID=
     fi
     local port
-    for port in "${SW_PORTS[@]}"; do
+    for port in ${SW_PORTS[@]+"${SW_PORTS[@]}"}; do
         rm -f /tmp/seaweedfs-*-"$port".sock
     done
     if [ -n "${SW_DIR:-}" ]; then

@@ -79,27 +79,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for _ in $(seq 1 600); do
-    if ! kill -0 "$MOTO_PID" 2>/dev/null; then
-        echo "test.sh: moto_server exited; its log:" >&2
-        cat "$MOTO_LOG" >&2
-        exit 1
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-        break
-    fi
-    sleep 0.1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-    echo "test.sh: moto_server did not answer on port $PORT within 60 s; its log:" >&2
-    cat "$MOTO_LOG" >&2
-    exit 1
-fi
+wait_listening moto_server "$MOTO_PID" "$PORT" "$MOTO_LOG" || exit 1
 export MUSHROOM_TEST_S3_ENDPOINT="http://127.0.0.1:$PORT"
 
 # The second S3 server, unless MUSHROOM_TEST_SEAWEEDFS_ENDPOINT already names one.
 if [ -z "${MUSHROOM_TEST_SEAWEEDFS_ENDPOINT:-}" ]; then
-    sw_start
+    sw_start || exit 1
 fi
 
 if [ -z "${MUSHROOM_TEST_POSTGRES_URL:-}" ]; then
