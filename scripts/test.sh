@@ -60,7 +60,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mushroom-backup/target
 # $CARGO_INSTALL_ROOT/bin; its build in a temp dir of cargo's, not in the project's target).
 NEXTEST_VERSION=0.9.143
 if ! cargo nextest --version >/dev/null 2>&1; then
-    echo "test.sh: cargo-nextest is missing; installing cargo-nextest $NEXTEST_VERSION from crates.io (cargo install, a few minutes)" >&2
+    echo "test.sh: cargo-nextest is missing; installing cargo-nextest $NEXTEST_VERSION from crates.io (cargo install: a release build of its own, once)" >&2
     env -u CARGO_TARGET_DIR cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
 fi
 
