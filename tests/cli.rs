@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use support::modes_under;
+use support::s3_servers::S3Server;
 
 fn mb(args: &[&str]) -> Output {
     mb_env(args, &[])
@@ -460,11 +461,9 @@ fn fails_on_s3(endpoint: &str, args: &[&str], needle: &str) -> Vec<String> {
     lines
 }
 
-#[test]
-fn a_missing_bucket_is_named() {
-    let Some(endpoint) = support::s3::endpoint() else {
-        return;
-    };
+on_each_s3_server!(#[test] fn a_missing_bucket_is_named);
+fn a_missing_bucket_is_named(server: &S3Server) {
+    let endpoint = server.endpoint.clone();
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
     ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);
@@ -667,14 +666,12 @@ fn without_aws_settings(
     err
 }
 
+on_each_s3_server!(#[test] fn missing_credentials_and_region_are_said_at_once_without_sdk_noise);
 /// No credentials at all: one error line saying so, at once (no retry: the endpoint was up),
 /// and none of the SDK's warnings at the default log level. No region: the same, without the
 /// SDK's region warnings.
-#[test]
-fn missing_credentials_and_region_are_said_at_once_without_sdk_noise() {
-    let Some(endpoint) = support::s3::endpoint() else {
-        return;
-    };
+fn missing_credentials_and_region_are_said_at_once_without_sdk_noise(server: &S3Server) {
+    let endpoint = server.endpoint.clone();
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
     ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);

@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use support::binary::{self, FollowSettings, Health, Running};
+use support::s3_servers::S3Server;
 
 /// The lease TTL of both followers.
 const TTL: Duration = Duration::from_millis(2000);
@@ -31,14 +32,12 @@ const RESUME_ALLOWANCE: Duration = Duration::from_millis(3000);
 
 const PREFIX: &str = "follow";
 
-#[test]
-fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third() {
-    let Some(endpoint) = support::s3::endpoint() else {
-        return;
-    };
+on_each_s3_server!(#[test] fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third);
+fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third(server: &S3Server) {
+    let endpoint = server.endpoint.clone();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let bucket = rt.block_on(support::s3::create_bucket(&endpoint, "follow"));
-    let s3 = support::s3::client(&endpoint);
+    let bucket = rt.block_on(server.create_bucket("follow"));
+    let s3 = server.client();
     let url = format!("s3://{bucket}/{PREFIX}");
     let tmp = tempfile::tempdir().expect("a temp dir");
     let store = tmp.path().join("store");
@@ -225,19 +224,17 @@ fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third() {
     );
 }
 
+on_each_s3_server!(#[test] fn restore_points_keep_their_interval_under_a_steady_writer);
 /// DESIGN.md section 5: a follower writes a restore point every `restore_point_interval`
 /// (and as soon as a new generation's objects are up). Under a steady writer it does not:
 /// `BackupWorker::step` ships a segment whenever durable data is unshipped and looks at the
 /// restore point only when a step finds nothing to ship, which a writer committing faster than
 /// a step takes rarely allows; the runner therefore ships one segment a tick and then writes a
 /// due restore point (`tick_step` in `src/worker/spawn.rs`). This guards that.
-#[test]
-fn restore_points_keep_their_interval_under_a_steady_writer() {
-    let Some(endpoint) = support::s3::endpoint() else {
-        return;
-    };
+fn restore_points_keep_their_interval_under_a_steady_writer(server: &S3Server) {
+    let endpoint = server.endpoint.clone();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
-    let bucket = rt.block_on(support::s3::create_bucket(&endpoint, "follow-rp"));
+    let bucket = rt.block_on(server.create_bucket("follow-rp"));
     let url = format!("s3://{bucket}/{PREFIX}");
     let tmp = tempfile::tempdir().expect("a temp dir");
     let store = tmp.path().join("store");

@@ -17,6 +17,7 @@ use mushroom_backup::store::engine::{
 use mushroom_backup::verify::{self, VerifyOptions};
 use mushroom_backup::wal_source::InProcessSource;
 use mushroom_backup::worker::BackupWorker;
+use support::s3_servers::S3Server;
 use support::store::{config, digest, fs_bucket, worker, write};
 
 /// Appends half a frame to wal.bin, as a crash in the middle of an append leaves it.
@@ -73,11 +74,9 @@ async fn two_passes_round_trip_on_a_local_directory() {
     two_passes_restore_to_the_same_digest(fs_bucket(&t.path().join("b"))).await;
 }
 
-#[tokio::test]
-async fn two_passes_round_trip_on_s3() {
-    let Some(bucket) = support::s3::bucket("roundtrip").await else {
-        return;
-    };
+on_each_s3_server!(#[tokio::test] async fn two_passes_round_trip_on_s3);
+async fn two_passes_round_trip_on_s3(server: &S3Server) {
+    let bucket = server.bucket("roundtrip").await;
     two_passes_restore_to_the_same_digest(bucket).await;
 }
 
@@ -169,11 +168,9 @@ async fn restore_at_any_commit_on_a_local_directory() {
     restore_at_gives_exactly_that_commit(fs_bucket(&t.path().join("b")), 13, 29).await;
 }
 
-#[tokio::test]
-async fn restore_at_commits_on_s3() {
-    let Some(bucket) = support::s3::bucket("restore-at").await else {
-        return;
-    };
+on_each_s3_server!(#[tokio::test] async fn restore_at_commits_on_s3);
+async fn restore_at_commits_on_s3(server: &S3Server) {
+    let bucket = server.bucket("restore-at").await;
     restore_at_gives_exactly_that_commit(bucket, 7, 211).await;
 }
 

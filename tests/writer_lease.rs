@@ -1,5 +1,5 @@
 //! Every writer of a prefix takes its bucket lease (issue 25 part 3), through the real binary
-//! on moto: `backup --once` beside a running `serve` that holds the store (paused, so that the
+//! on moto and on SeaweedFS: `backup --once` beside a running `serve` that holds the store (paused, so that the
 //! service itself uploads nothing meanwhile, then running) is refused naming the service's
 //! instance, writes nothing to the prefix, and leaves the service's store healthy; alone, it
 //! takes the lease, releases it at its end, and a second run right after succeeds.
@@ -13,19 +13,18 @@ use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{self, Bucket, BucketError};
 use mushroom_backup::manifest::LEASE_KEY;
 use support::binary::{self, Running};
+use support::s3_servers::S3Server;
 use support::served::{self, DEADLINE, client, wait_health};
 
 const PREFIX: &str = "store";
 
-/// On moto (`None`: skipped), a fresh bucket: the endpoint, the URL of [`PREFIX`] in it, and
-/// that prefix as a bucket to look at.
-async fn fresh_prefix(hint: &str) -> Option<(String, String, S3Bucket)> {
-    let endpoint = support::s3::endpoint()?;
-    let name = support::s3::create_bucket(&endpoint, hint).await;
+/// On `server`, a fresh bucket: the endpoint, the URL of [`PREFIX`] in it, and that prefix as
+/// a bucket to look at.
+async fn fresh_prefix(server: &S3Server, hint: &str) -> Option<(String, String, S3Bucket)> {
+    let name = server.create_bucket(hint).await;
     let url = format!("s3://{name}/{PREFIX}");
-    let client = support::s3::client(&endpoint);
-    let prefix = S3Bucket::new(client, &name, PREFIX, S3Options::default());
-    Some((endpoint, url, prefix))
+    let prefix = S3Bucket::new(server.client(), &name, PREFIX, S3Options::default());
+    Some((server.endpoint.clone(), url, prefix))
 }
 
 /// Every object of the prefix, with its ETag.
@@ -51,9 +50,14 @@ fn backup_once(endpoint: &str, dir: &Path, url: &str) -> (bool, String, String) 
     (status.success(), child.stdout(), served::stderr(&child))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing() {
-    let Some((endpoint, url, prefix)) = fresh_prefix("once-beside-serve").await else {
+on_each_s3_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing
+);
+async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_writes_nothing(
+    server: &S3Server,
+) {
+    let Some((endpoint, url, prefix)) = fresh_prefix(server, "once-beside-serve").await else {
         return;
     };
     let d = served::dirs();
@@ -126,9 +130,12 @@ async fn backup_once_beside_a_serve_holding_the_store_is_refused_naming_it_and_w
     assert_eq!(digest, binary::store_digest(&dir));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end() {
-    let Some((endpoint, url, prefix)) = fresh_prefix("once-alone").await else {
+on_each_s3_server!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end
+);
+async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end(server: &S3Server) {
+    let Some((endpoint, url, prefix)) = fresh_prefix(server, "once-alone").await else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

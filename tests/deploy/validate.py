@@ -28,6 +28,13 @@ Run by tests/deploy.rs with the project's .venv (scripts/test.sh installs the pa
 - TOML: deploy/config.example.toml (and the ConfigMap's config.toml) parse with tomllib and use
   only the keys `serve` accepts, read from its serde structs in src/cli/; each key has the
   type its struct field has; every accepted key is shown (set or commented out).
+- Containerfile (the repository root's): multi-stage, the last stage built on a base image
+  holding only the binary (and the CA bundle) copied from the build stage, a numeric non-root
+  USER equal to the manifests' runAsUser/runAsGroup, an exec-form ENTRYPOINT equal to the
+  containers' `command` and a CMD equal to the single replica's `args`; the image every
+  StatefulSet names is the one the file's documented build tags (`mushroom-backup:<Cargo.toml
+  version>`); the build uses the lockfile and the release profile, and .dockerignore keeps
+  target/ and .venv/ out of the build context.
 - systemd: a structural check of the unit's sections and the directives the deployment relies
   on, always; `systemd-analyze verify` and `systemd-analyze security --offline` when
   systemd-analyze exists.
@@ -994,6 +1001,100 @@ def check_systemd() -> None:
             fail(where, f"systemd-analyze security: exposure {m.group(1)} (want 2.0 or lower)")
 
 
+# ---------------------------------------------------------------- Containerfile
+
+
+def containerfile_stages(text: str) -> list[list[tuple[str, str]]]:
+    """The Containerfile's stages, each a list of (INSTRUCTION, arguments), continuation lines
+    joined and comments dropped."""
+    logical: list[str] = []
+    pending = ""
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") and not pending:
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    stages: list[list[tuple[str, str]]] = []
+    for line in logical:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        word, _, rest = line.strip().partition(" ")
+        word = word.upper()
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, rest.strip()))
+    return stages
+
+
+def check_containerfile() -> None:
+    where = "Containerfile"
+    path = ROOT / "Containerfile"
+    if not path.exists():
+        fail(where, "missing: the image deploy/kubernetes/ names must be buildable from the repository")
+        return
+    text = path.read_text()
+    stages = containerfile_stages(text)
+    if len(stages) < 2:
+        fail(where, f"{len(stages)} stage(s): build in one stage, ship the binary alone in another")
+        return
+    version = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+    image = f"mushroom-backup:{version}"
+    if f"-t {image} -f Containerfile" not in text:
+        fail(where, f"its documented build does not tag {image!r} (`podman build -t {image} -f Containerfile .`)")
+    build = stages[0]
+    build_name = build[0][1].split()[-1] if " AS " in build[0][1].upper() else None
+    runs = " ".join(args for word, args in build if word == "RUN")
+    if "cargo build --release --locked" not in runs:
+        fail(where, "the build stage must run `cargo build --release --locked` (the lockfile, the lean release profile)")
+    final = stages[-1]
+    instructions = {word: args for word, args in final}
+    copies = [args for word, args in final if word in ("COPY", "ADD")]
+    for args in copies:
+        if not build_name or f"--from={build_name}" not in args:
+            fail(where, f"the shipped stage copies {args!r} from outside the build stage: it holds the binary only")
+    destinations = sorted(args.split()[-1] for args in copies)
+    if destinations != ["/etc/ssl/certs/ca-certificates.crt", "/usr/bin/mushroom-backup"]:
+        fail(where, f"the shipped stage copies {destinations}: the binary (and the CA bundle) only")
+    user = instructions.get("USER", "")
+    uid, _, gid = user.partition(":")
+    if not uid.isdigit() or int(uid) == 0 or (gid and (not gid.isdigit() or int(gid) == 0)):
+        fail(where, f"USER {user!r}: a numeric non-root uid:gid (runAsNonRoot can check only a number)")
+    try:
+        entrypoint = json.loads(instructions.get("ENTRYPOINT", "null"))
+        cmd = json.loads(instructions.get("CMD", "null"))
+    except json.JSONDecodeError as e:
+        fail(where, f"ENTRYPOINT and CMD must be in exec (JSON) form: {e}")
+        return
+    if entrypoint != ["/usr/bin/mushroom-backup"]:
+        fail(where, f"ENTRYPOINT {entrypoint!r}: the binary, exec form")
+    ignore = (ROOT / ".dockerignore").read_text().split() if (ROOT / ".dockerignore").exists() else []
+    for needed in ("target", ".venv"):
+        if needed not in ignore:
+            fail(".dockerignore", f"does not keep {needed}/ out of the build context")
+    for sts_path, single in ((DEPLOY / "kubernetes" / "statefulset.yaml", True), (DEPLOY / "kubernetes" / "multi" / "statefulset.yaml", False)):
+        for doc in load_yaml(sts_path):
+            if doc.get("kind") != "StatefulSet":
+                continue
+            sts_where = f"{rel(sts_path)} StatefulSet/{doc['metadata']['name']}"
+            pod = doc["spec"]["template"]["spec"]
+            ctx = pod.get("securityContext", {})
+            if uid.isdigit() and ctx.get("runAsUser") != int(uid):
+                fail(sts_where, f"runAsUser {ctx.get('runAsUser')} is not the Containerfile's USER {uid}")
+            if gid.isdigit() and ctx.get("runAsGroup") != int(gid):
+                fail(sts_where, f"runAsGroup {ctx.get('runAsGroup')} is not the Containerfile's group {gid}")
+            for c in pod["containers"]:
+                if c.get("image") != image:
+                    fail(sts_where, f"image {c.get('image')!r} is not the one the Containerfile builds, {image!r}")
+                if c.get("command") != entrypoint:
+                    fail(sts_where, f"command {c.get('command')!r} is not the Containerfile's ENTRYPOINT {entrypoint!r}")
+                if single and c.get("args") != cmd:
+                    fail(sts_where, f"args {c.get('args')!r} are not the Containerfile's CMD {cmd!r}")
+
+
 # ---------------------------------------------------------------- README
 
 
@@ -1007,7 +1108,7 @@ def check_readme() -> None:
 def main() -> int:
     for path in sorted(DEPLOY.rglob("*.yaml")) + sorted(DEPLOY.rglob("*.yml")):
         load_yaml(path)
-    for check in (check_example_toml, check_kubernetes, check_alerts, check_grafana, check_otel, check_systemd, check_readme):
+    for check in (check_example_toml, check_kubernetes, check_alerts, check_grafana, check_otel, check_systemd, check_containerfile, check_readme):
         check()
     for n in notes:
         print(f"note: {n}")

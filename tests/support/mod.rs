@@ -14,6 +14,7 @@ pub mod pki;
 pub mod postgres;
 pub mod registry;
 pub mod s3;
+pub mod s3_servers;
 pub mod serve;
 pub mod served;
 pub mod service;
