@@ -17,14 +17,16 @@ use crate::nofollow::{AtError, describe, open_dir_at, open_regular_at};
 /// The directories holding a key, each opened from the one above it without following a link
 /// (the root's descriptor above the first), and the key's last segment.
 pub(super) struct Parent {
+    /// The root, as this request opened it ([`Inner::root_dir`]).
+    pub root: OwnedFd,
     pub chain: Vec<OwnedFd>,
     pub name: String,
 }
 
 impl Parent {
     /// The directory holding the key's file.
-    pub fn dir<'a>(&'a self, root: &'a OwnedFd) -> BorrowedFd<'a> {
-        self.chain.last().unwrap_or(root).as_fd()
+    pub fn dir(&self) -> BorrowedFd<'_> {
+        self.chain.last().unwrap_or(&self.root).as_fd()
     }
 }
 
@@ -35,6 +37,27 @@ pub(super) struct Temp {
 }
 
 impl Inner {
+    /// The root, opened for one request (following the links of its own path, which the
+    /// operator names) and checked to be the very directory the bucket opened (device and
+    /// inode): a root replaced or moved since fails the request, naming it, and nothing is
+    /// written elsewhere. Opened per request rather than held, so an idle bucket holds no
+    /// descriptor (a service hosting 10,000 stores would otherwise hold 10,000 more).
+    pub(super) fn root_dir(&self, op: &'static str, key: &str) -> Result<OwnedFd, BucketError> {
+        let dir = open_root(&self.root).map_err(|e| io_error(op, key, e, false))?;
+        if identity(&dir).map_err(|e| io_error(op, key, e, false))? != self.id {
+            return Err(BucketError::Permanent {
+                op,
+                key: key.to_string(),
+                message: format!(
+                    "bad bucket: {} is no longer the directory this bucket opened (replaced or \
+                     moved since); reopen the bucket",
+                    self.root.display()
+                ),
+            });
+        }
+        Ok(dir)
+    }
+
     /// The error for `t` standing at `rel` below the root, where only directories and regular
     /// files may (see the module docs, "Links").
     pub(super) fn bad_bucket(
@@ -83,11 +106,12 @@ impl Inner {
         let (dirs, name) = key
             .rsplit_once('/')
             .map_or((None, key), |(d, n)| (Some(d), n));
+        let root = self.root_dir(op, key)?;
         let mut chain: Vec<OwnedFd> = Vec::new();
         let mut walked = 0;
         for segment in dirs.into_iter().flat_map(|d| d.split('/')) {
             walked += segment.len() + usize::from(walked > 0);
-            let here = chain.last().unwrap_or(&self.dir).as_fd();
+            let here = chain.last().unwrap_or(&root).as_fd();
             let opened = match open_dir_at(here, segment) {
                 Ok(None) if create => self.modes.create_dir_at(here, segment),
                 other => other,
@@ -108,6 +132,7 @@ impl Inner {
             }
         }
         Ok(Some(Parent {
+            root,
             chain,
             name: name.to_string(),
         }))
@@ -115,7 +140,7 @@ impl Inner {
 
     /// The temp directory, opened (not followed).
     pub(super) fn tmp_dir(&self, op: &'static str, key: &str) -> Result<OwnedFd, BucketError> {
-        match open_dir_at(&self.dir, TMP_DIR) {
+        match open_dir_at(&self.root_dir(op, key)?, TMP_DIR) {
             Ok(Some(dir)) => Ok(dir),
             Ok(None) => {
                 let e = io::Error::new(
@@ -138,15 +163,16 @@ impl Inner {
     /// Opens the lock file (not followed), creating it (with the file mode) if it is not there.
     pub(super) fn open_lock_file(&self, op: &'static str, key: &str) -> Result<File, BucketError> {
         let flags = OFlags::WRONLY | OFlags::APPEND;
+        let root = self.root_dir(op, key)?;
         let open = || {
-            open_regular_at(&self.dir, LOCK_FILE, flags)
+            open_regular_at(&root, LOCK_FILE, flags)
                 .map_err(|e| self.at_error(op, key, LOCK_FILE, e))
         };
         if let Some(file) = open()? {
             return Ok(file);
         }
         match rustix::fs::openat(
-            &self.dir,
+            &root,
             LOCK_FILE,
             flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(self.modes.file),
@@ -167,13 +193,16 @@ impl Inner {
         }
     }
 
-    /// Removes the directories above `key` (opened as `chain`) that the delete left empty
+    /// Removes the directories above `key` (opened as `parent`) that the delete left empty
     /// (best effort).
-    pub(super) fn remove_empty_parents(&self, key: &str, mut chain: Vec<OwnedFd>) {
+    pub(super) fn remove_empty_parents(&self, key: &str, parent: Parent) {
+        let Parent {
+            root, mut chain, ..
+        } = parent;
         let segments: Vec<&str> = key.split('/').collect();
         while let Some(emptied) = chain.pop() {
             drop(emptied);
-            let above = chain.last().unwrap_or(&self.dir);
+            let above = chain.last().unwrap_or(&root);
             let name = segments[chain.len()];
             if rustix::fs::unlinkat(above, name, AtFlags::REMOVEDIR).is_err() {
                 return;
@@ -182,7 +211,10 @@ impl Inner {
     }
 
     pub(super) fn remove_stale_temp_files(&self) {
-        let Ok(Some(tmp)) = open_dir_at(&self.dir, TMP_DIR) else {
+        let Ok(root) = self.root_dir("open", "") else {
+            return;
+        };
+        let Ok(Some(tmp)) = open_dir_at(&root, TMP_DIR) else {
             return;
         };
         let Ok(entries) = rustix::fs::Dir::read_from(&tmp) else {
@@ -214,6 +246,12 @@ impl Inner {
 
 /// Opens the bucket's root directory, following the links of its own path: the operator
 /// names it (see the module docs, "Links").
+/// What names a directory for as long as it exists: its device and inode.
+pub(super) fn identity(dir: &OwnedFd) -> io::Result<(u64, u64)> {
+    let st = rustix::fs::fstat(dir)?;
+    Ok((st.st_dev, st.st_ino))
+}
+
 pub(super) fn open_root(root: &Path) -> io::Result<OwnedFd> {
     Ok(rustix::fs::open(
         root,

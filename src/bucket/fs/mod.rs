@@ -148,8 +148,10 @@ pub struct FsBucket {
 struct Inner {
     /// The root as the operator named it (for messages).
     root: PathBuf,
-    /// The root, opened once: everything below it is reached from this descriptor.
-    dir: OwnedFd,
+    /// The root's device and inode as opened: each request opens the root anew and reaches
+    /// everything below from that descriptor, refusing a root that is no longer this directory
+    /// ([`Inner::root_dir`]).
+    id: (u64, u64),
     /// Makes temp file names unique within this process (the pid makes them unique across).
     next_tmp: AtomicU64,
     /// What files and directories this bucket creates are given.
@@ -180,7 +182,8 @@ impl FsBucket {
             .create_dir_all(root)
             .map_err(|e| unavailable("create directory", e))?;
         let dir = open_root(root).map_err(|e| unavailable("open directory", e))?;
-        let bucket = FsBucket::at(root, dir, modes);
+        let bucket =
+            FsBucket::at(root, &dir, modes).map_err(|e| unavailable("open directory", e))?;
         let refused = |e: BucketError| OpenError::Unavailable {
             url: url.clone(),
             reason: match e {
@@ -191,11 +194,11 @@ impl FsBucket {
             },
         };
         let inner = &bucket.inner;
-        match open_dir_at(&inner.dir, TMP_DIR) {
+        match open_dir_at(&dir, TMP_DIR) {
             Ok(Some(_)) => {}
             Ok(None) => {
                 modes
-                    .create_dir_at(inner.dir.as_fd(), TMP_DIR)
+                    .create_dir_at(dir.as_fd(), TMP_DIR)
                     .map_err(|e| refused(inner.at_error("open", "", TMP_DIR, e)))?;
             }
             Err(e) => return Err(refused(inner.at_error("open", "", TMP_DIR, e))),
@@ -218,11 +221,10 @@ impl FsBucket {
             reason: e.to_string(),
         };
         match fs::metadata(root) {
-            Ok(meta) if meta.is_dir() => Ok(FsBucket::at(
-                root,
-                open_root(root).map_err(unavailable)?,
-                FileModes::default(),
-            )),
+            Ok(meta) if meta.is_dir() => {
+                let dir = open_root(root).map_err(unavailable)?;
+                FsBucket::at(root, &dir, FileModes::default()).map_err(unavailable)
+            }
             Ok(_) => Err(OpenError::Unavailable {
                 url,
                 reason: "not a directory".into(),
@@ -232,15 +234,15 @@ impl FsBucket {
         }
     }
 
-    fn at(root: &Path, dir: OwnedFd, modes: FileModes) -> FsBucket {
-        FsBucket {
+    fn at(root: &Path, dir: &OwnedFd, modes: FileModes) -> io::Result<FsBucket> {
+        Ok(FsBucket {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
-                dir,
+                id: at::identity(dir)?,
                 next_tmp: AtomicU64::new(0),
                 modes,
             }),
-        }
+        })
     }
 
     /// The directory this bucket is rooted at.
@@ -342,7 +344,7 @@ impl Inner {
     /// Opens the object `key`: `None` when there is none.
     fn open_object(&self, op: &'static str, key: &str) -> Result<Option<(File, u64)>, BucketError> {
         match self.parent(op, key, false)? {
-            Some(p) => self.object_in(op, key, p.dir(&self.dir), &p.name),
+            Some(p) => self.object_in(op, key, p.dir(), &p.name),
             None => Ok(None),
         }
     }
@@ -455,7 +457,7 @@ impl Inner {
             let Some(parent) = self.parent("put", key, false)? else {
                 return Err(BucketError::precondition_failed(key));
             };
-            let dir = parent.dir(&self.dir);
+            let dir = parent.dir();
             if self.etag_in("put", key, dir, &parent.name)?.as_deref() != Some(expected) {
                 return Err(BucketError::precondition_failed(key));
             }
@@ -545,7 +547,7 @@ impl Inner {
         let Some(parent) = self.parent("put", key, true)? else {
             return Err(err(Errno::NOENT)); // never: `create` makes every directory
         };
-        let (dir, name) = (parent.dir(&self.dir), parent.name.as_str());
+        let (dir, name) = (parent.dir(), parent.name.as_str());
         match kind_at(dir, name).map_err(err)? {
             None | Some(FileType::RegularFile) => {}
             Some(FileType::Directory) => return Err(prefix_conflict("put", key)),
@@ -577,7 +579,7 @@ impl Inner {
         let parent = self.parent("delete", key, false)?;
         if let Some(expected) = if_match {
             let current = match &parent {
-                Some(p) => self.etag_in("delete", key, p.dir(&self.dir), &p.name)?,
+                Some(p) => self.etag_in("delete", key, p.dir(), &p.name)?,
                 None => None,
             };
             if current.as_deref() != Some(expected) {
@@ -588,7 +590,7 @@ impl Inner {
             return Ok(());
         };
         let err = |e: Errno, indeterminate| io_error("delete", key, e.into(), indeterminate);
-        let (dir, name) = (parent.dir(&self.dir), parent.name.as_str());
+        let (dir, name) = (parent.dir(), parent.name.as_str());
         match kind_at(dir, name).map_err(|e| err(e, false))? {
             Some(FileType::RegularFile) => {}
             // No such object (or only a directory prefix of other keys): deleting is a no-op.
@@ -601,7 +603,7 @@ impl Inner {
             Err(e) => return Err(err(e, false)),
         }
         rustix::fs::fsync(dir).map_err(|e| err(e, true))?;
-        self.remove_empty_parents(key, parent.chain);
+        self.remove_empty_parents(key, parent);
         Ok(())
     }
 
@@ -613,9 +615,10 @@ impl Inner {
     ) -> Result<ListPage, BucketError> {
         let max_keys = max_keys.clamp(1, MAX_PAGE);
         let mut found = Vec::new();
+        let root = self.root_dir("list", prefix)?;
         walk(
             self,
-            self.dir.as_fd(),
+            root.as_fd(),
             "",
             prefix,
             after,

@@ -27,7 +27,8 @@ fn bad_keys_are_refused() {
 fn walk_visits_keys_in_byte_order() {
     let dir = tempfile::tempdir().unwrap();
     let b = FsBucket::open(dir.path()).unwrap();
-    let root = b.inner.dir.as_fd();
+    let root = b.inner.root_dir("list", "").unwrap();
+    let root = root.as_fd();
     let keys = ["a-b", "a/b", "a/c/d", "a0", "b", "ab/x"];
     for key in keys {
         let path = dir.path().join(key);
@@ -130,4 +131,48 @@ async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
     assert_eq!(keys, [LEASE_KEY]);
     b.delete(LEASE_KEY, Some(&etag)).await.unwrap();
     assert!(b.head(LEASE_KEY).await.unwrap().is_none());
+}
+
+/// The root is opened per request, not held: a bucket holds no descriptor between requests,
+/// and a root replaced since it was opened is refused, naming it, with nothing written to the
+/// directory now standing at its path.
+#[tokio::test]
+async fn a_bucket_holds_no_descriptor_and_refuses_a_replaced_root() {
+    use crate::bucket::Bucket;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("bucket");
+    let fds = || fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    let buckets: Vec<FsBucket> = (0..64).map(|_| FsBucket::open(&root).unwrap()).collect();
+    assert!(
+        fds() < before + 8,
+        "64 open buckets hold {} descriptors",
+        fds() - before
+    );
+    let b = &buckets[0];
+    b.put(
+        "a/k",
+        Body::from(Bytes::from_static(b"one")),
+        PutCondition::IfNoneMatch,
+    )
+    .await
+    .unwrap();
+    assert_eq!(&b.get("a/k").await.unwrap().data[..], b"one");
+    fs::rename(&root, dir.path().join("moved")).unwrap();
+    fs::create_dir(&root).unwrap();
+    let err = b
+        .put(
+            "a/k2",
+            Body::from(Bytes::from_static(b"two")),
+            PutCondition::IfNoneMatch,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("is no longer the directory this bucket opened"),
+        "{err}"
+    );
+    assert!(b.get("a/k").await.is_err());
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 0, "nothing written");
 }
