@@ -166,11 +166,7 @@ impl Bucket for CountingBucket {
         key: &str,
         range: Option<Range<u64>>,
     ) -> Result<Vec<Bytes>, BucketError> {
-        self.counts.record(if range.is_some() {
-            Op::GetRange
-        } else {
-            Op::Get
-        });
+        self.counts.record(Op::of_range(&range));
         self.inner.get_buffers(key, range).await
     }
 

@@ -53,6 +53,15 @@ impl Op {
         Op::List,
     ];
 
+    /// The operation a `get_buffers` of `range` is: ranged, or the whole object.
+    pub fn of_range(range: &Option<Range<u64>>) -> Op {
+        if range.is_some() {
+            Op::GetRange
+        } else {
+            Op::Get
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Op::Get => "get",
@@ -395,11 +404,7 @@ impl super::Bucket for FaultyBucket {
         key: &str,
         range: Option<Range<u64>>,
     ) -> Result<Vec<Bytes>, BucketError> {
-        let op = if range.is_some() {
-            Op::GetRange
-        } else {
-            Op::Get
-        };
+        let op = Op::of_range(&range);
         self.run(op, key, false, self.inner.get_buffers(key, range))
             .await
     }

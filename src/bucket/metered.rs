@@ -165,11 +165,7 @@ impl Bucket for MeteredBucket {
         key: &str,
         range: Option<Range<u64>>,
     ) -> Result<Vec<Bytes>, BucketError> {
-        let op = if range.is_some() {
-            Op::GetRange
-        } else {
-            Op::Get
-        };
+        let op = Op::of_range(&range);
         metered(self, op, key, self.inner.get_buffers(key, range), ok).await
     }
 

@@ -180,7 +180,7 @@ impl super::Bucket for Retrying {
         key: &str,
         range: Option<Range<u64>>,
     ) -> Result<Vec<Bytes>, BucketError> {
-        let op = if range.is_some() { "get_range" } else { "get" };
+        let op = super::faults::Op::of_range(&range).name();
         self.attempts(op, key, || self.inner.get_buffers(key, range.clone()))
             .await
             .result

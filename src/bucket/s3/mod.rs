@@ -284,7 +284,7 @@ impl super::Bucket for S3Bucket {
         key: &str,
         range: Option<Range<u64>>,
     ) -> Result<Vec<Bytes>, BucketError> {
-        let op = if range.is_some() { "get_range" } else { "get" };
+        let op = crate::bucket::faults::Op::of_range(&range).name();
         super::fs::check_key(op, key)?;
         let mut req = self
             .client
