@@ -92,13 +92,12 @@ impl StoreOptions {
     /// or clamped into it (a row registered before the bounds, or edited by hand), with a
     /// warning.
     pub fn of_row(record: &StoreRecord) -> Result<StoreOptions, FleetError> {
-        let options: StoreOptions =
-            serde_json::from_value(record.options.clone()).map_err(|e| {
-                FleetError::Internal(format!(
-                    "store {} has unreadable options: {e}",
-                    record.store_id
-                ))
-            })?;
+        let options = Self::as_registered(record).map_err(|e| {
+            FleetError::Internal(format!(
+                "store {} has unreadable options: {e}",
+                record.store_id
+            ))
+        })?;
         Ok(match options.check() {
             Ok(()) => options,
             Err(e) => {
@@ -107,6 +106,13 @@ impl StoreOptions {
                 limits::clamp_options(&options)
             }
         })
+    }
+
+    /// A registry row's options as they were registered: decoded from the row's stored form,
+    /// neither checked nor clamped (the one place that form is read; [`Self::of_row`] is what a
+    /// worker runs with).
+    pub fn as_registered(record: &StoreRecord) -> Result<StoreOptions, serde_json::Error> {
+        serde_json::from_value(record.options.clone())
     }
 
     /// Each option unset or in its range ([`limits::check_options`]).

@@ -189,7 +189,7 @@ fn bounded(error: String) -> String {
 
 /// A store's drill interval in ms, if it has one.
 fn interval_of(record: &StoreRecord) -> Option<i64> {
-    let options: StoreOptions = serde_json::from_value(record.options.clone()).ok()?;
+    let options = StoreOptions::as_registered(record).ok()?;
     limits::clamp_options(&options)
         .drill_interval_ms
         .map(crate::units::i64_of)

@@ -203,7 +203,7 @@ fn pause_fields(p: Option<&crate::health::Pause>) -> proto::StoreHealth {
 }
 
 fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
-    let opts: StoreOptions = serde_json::from_value(r.options.clone()).unwrap_or_default();
+    let opts = StoreOptions::as_registered(r).unwrap_or_default();
     proto::StoreInfo {
         store_id: r.store_id.clone(),
         store_dir: r.store_dir.clone(),
