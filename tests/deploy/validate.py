@@ -1041,7 +1041,11 @@ def check_containerfile() -> None:
     if len(stages) < 2:
         fail(where, f"{len(stages)} stage(s): build in one stage, ship the binary alone in another")
         return
-    version = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    version = cargo["package"]["version"]
+    if isinstance(version, dict) and version.get("workspace"):
+        # `version.workspace = true`: the workspace's one version.
+        version = cargo["workspace"]["package"]["version"]
     image = f"mushroom-backup:{version}"
     if f"-t {image} -f Containerfile" not in text:
         fail(where, f"its documented build does not tag {image!r} (`podman build -t {image} -f Containerfile .`)")
