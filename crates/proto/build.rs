@@ -4,7 +4,9 @@
 //! `build.rs`, on these same message types.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not baked in when it is built: checkouts at two paths that
+    // share a target directory share this script's binary too.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let proto = root.join("mushroom/backup/v1/backup.proto");
     println!("cargo:rerun-if-changed={}", proto.display());
     let fds = protox::compile([&proto], [&root])?;
