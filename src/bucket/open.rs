@@ -61,11 +61,6 @@ impl Opener {
         Open::read_only(url, &self.cancel).clients(&self.clients)
     }
 
-    /// The S3 clients every bucket opened so shares.
-    pub fn clients(&self) -> &Clients {
-        &self.clients
-    }
-
     /// The token every bucket opened so is cancelled by.
     pub fn cancel_token(&self) -> &CancellationToken {
         &self.cancel

@@ -134,9 +134,17 @@ pub fn bucket_token() -> tokio_util::sync::CancellationToken {
 /// Opens for writing a destination a command works on rather than creates (`rekey`,
 /// `retention`): a read-only open proves it exists before anything (a lease) creates it.
 pub async fn open_existing(url: &str) -> anyhow::Result<mushroom_backup::bucket::DynBucket> {
-    use mushroom_backup::bucket::Open;
-    Open::read_only(url, &bucket_token()).open().await?;
-    Ok(Open::read_write(url, &bucket_token()).open().await?)
+    use mushroom_backup::bucket::{Open, s3::Clients};
+    // One S3 client for both opens: the AWS configuration is loaded once.
+    let (clients, token) = (Clients::default(), bucket_token());
+    Open::read_only(url, &token)
+        .clients(&clients)
+        .open()
+        .await?;
+    Ok(Open::read_write(url, &token)
+        .clients(&clients)
+        .open()
+        .await?)
 }
 
 /// A flag set by the first SIGINT or SIGTERM, for a writer on the blocking pool to poll.

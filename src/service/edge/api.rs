@@ -266,15 +266,11 @@ impl BackupControl for Api {
         req: Request<proto::HealthRequest>,
     ) -> Result<Response<HealthStream>, Status> {
         let caller = self.caller(&req)?;
-        // One store another instance runs: its owner's live stream (forward_stream.rs).
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            let watch = |mut c: Client, r| async move { c.watch_health(r).await };
-            let msg = req.into_inner();
-            return Ok(Response::new(
-                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
-            ));
+        let store_id = req.get_ref().store_id.clone();
+        let watch = |mut c: Client, r| async move { c.watch_health(r).await };
+        if let Some(relayed) = self.relay_elsewhere(req, &caller, &store_id, watch).await? {
+            return Ok(Response::new(relayed));
         }
-        let store_id = req.into_inner().store_id;
         let first = self.health_of(&store_id).await?;
         Ok(Response::new(self.watchers.subscribe(store_id, first)?))
     }
@@ -447,14 +443,11 @@ impl BackupControl for Api {
         req: Request<proto::WatchEventsRequest>,
     ) -> Result<Response<EventStream>, Status> {
         let caller = self.caller(&req)?;
-        if let Some(hop) = self.route(&req, &caller, &req.get_ref().store_id).await? {
-            let watch = |mut c: Client, r| async move { c.watch_events(r).await };
-            let msg = req.into_inner();
-            return Ok(Response::new(
-                hop.relay_watch(msg, watch, self.shutdown.clone()).await?,
-            ));
+        let store_id = req.get_ref().store_id.clone();
+        let watch = |mut c: Client, r| async move { c.watch_events(r).await };
+        if let Some(relayed) = self.relay_elsewhere(req, &caller, &store_id, watch).await? {
+            return Ok(Response::new(relayed));
         }
-        let store_id = req.into_inner().store_id;
         if !store_id.is_empty() {
             self.fleet.get_owned(&store_id).await.map_err(err)?;
         }

@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status};
 
 use super::{Api, Client, err};
 use crate::service::cluster::forward::{self, ForwardError, Hop};
+use crate::service::edge::forward_stream::Relayed;
 use crate::service::edge::peer_auth::{self, Caller};
 use crate::service::fleet::limits;
 use crate::service::proto;
@@ -139,6 +140,28 @@ impl Api {
         store_id: &str,
     ) -> Result<Option<Hop>, Status> {
         self.route_meta(&forward_meta(req, caller), store_id).await
+    }
+
+    /// A watch stream (`WatchHealth`, `WatchEvents`) of a store another instance runs: its
+    /// owner's live stream, relayed (`forward_stream.rs`); `None`: the store is answered here.
+    pub(super) async fn relay_elsewhere<T, M, F, Fut>(
+        &self,
+        req: Request<T>,
+        caller: &Caller,
+        store_id: &str,
+        call: F,
+    ) -> Result<Option<Relayed<M>>, Status>
+    where
+        T: Clone,
+        M: Send + 'static,
+        F: Fn(Client, Request<T>) -> Fut,
+        Fut: Future<Output = Result<Response<tonic::Streaming<M>>, Status>>,
+    {
+        let Some(hop) = self.route(&req, caller, store_id).await? else {
+            return Ok(None);
+        };
+        let relayed = hop.relay_watch(req.into_inner(), call, self.shutdown.clone());
+        Ok(Some(relayed.await?))
     }
 
     pub(super) async fn route_meta(
