@@ -574,28 +574,23 @@ mod tests {
         assert_eq!(Manifest::decode(&m.key(), &m.encode()).unwrap(), m);
         assert!(m.encode().windows(6).any(|w| w == b"\"zstd\""));
         m.segments[1].object.plain_crc = None;
-        let e = m.check(&m.key()).unwrap_err().to_string();
-        assert!(e.contains("without its plain length"), "{e}");
+        assert_refused(&m, "without its plain length");
         m.segments[1].object.plain_crc = Some(7);
         m.segments[1].object.plain_len = Some(31);
-        assert!(
-            m.check(&m.key())
-                .unwrap_err()
-                .to_string()
-                .contains("not contiguous")
-        );
+        assert_refused(&m, "not contiguous");
     }
 
     #[test]
     fn rejects_gaps() {
         let mut m = sample();
         m.segments[1].start = 61;
-        assert!(
-            m.check(&m.key())
-                .unwrap_err()
-                .to_string()
-                .contains("not contiguous")
-        );
+        assert_refused(&m, "not contiguous");
+    }
+
+    /// The manifest's own check refuses it, with `why` in the error.
+    fn assert_refused(m: &Manifest, why: &str) {
+        let e = m.check(&m.key()).unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
     }
 
     #[test]
