@@ -925,8 +925,8 @@ impl Bucket for Logged {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        let call = self.inner.get(key);
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        let call = self.inner.get_at_most(key, at_most);
         self.timed("get", |o: &Object| o.data.len() as u64, call)
             .await
     }

@@ -14,6 +14,7 @@ mod support;
 
 use std::path::Path;
 
+use mushroom_backup::bucket::GET_MAX;
 use mushroom_backup::service::proto;
 use support::binary::{self, command, run_ok};
 use support::hostile::{
@@ -60,12 +61,18 @@ fn backup_once(store: &Path, bucket: &Path) {
 
 /// Runs `args` on the binary with its address space capped: success, and stderr.
 fn run_capped(args: &[&str]) -> (bool, String) {
+    let (ok, _, stderr) = run_capped_output(args);
+    (ok, stderr)
+}
+
+/// [`run_capped`], with stdout too: success, stdout, stderr.
+fn run_capped_output(args: &[&str]) -> (bool, String, String) {
     let mut cmd = command(NO_S3);
     cmd.args(args);
     cap_address_space(&mut cmd, AS_CAP);
     let out = cmd.output().expect("run the binary");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.success(), stderr)
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
 #[test]
@@ -321,4 +328,63 @@ async fn an_object_that_decodes_past_the_memory_bound_restores_exactly() {
         .await
         .unwrap();
     assert!(verified.ok, "{verified}");
+}
+
+/// LATEST, then the newest manifest, grown (sparse) one byte past [`GET_MAX`]: a whole-object
+/// read refuses a longer object before reading it, naming it and the bound, so that a hostile
+/// one of any length costs no memory (one of 4 GiB would abort these capped children without
+/// the bound; a bucket directory's listing hashes each object it has no ETag of, which makes
+/// such a length slow to list here). The prefix restores again once the object is put back.
+#[test]
+fn restore_and_ls_refuse_a_pointer_or_a_manifest_longer_than_a_whole_read_takes() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket, work) = (t.path().join("s"), t.path().join("b"), t.path().join("w"));
+    std::fs::create_dir(&work).unwrap();
+    binary::write_store(&store, 50);
+    backup_once(&store, &bucket);
+    let url = support::file_url(&bucket);
+    let target = work.join("restored");
+    let (manifest, _) = latest_manifest(&bucket);
+    let manifest_key = manifest.strip_prefix(&bucket).unwrap().to_str().unwrap();
+    for (key, path) in [
+        ("LATEST", bucket.join("LATEST")),
+        (manifest_key, manifest.clone()),
+    ] {
+        let kept = std::fs::read(&path).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(GET_MAX + 1).unwrap();
+        drop(file);
+        let bound = format!("more than the {GET_MAX} this read takes");
+        let names_it = |text: &str| text.contains(key) && text.contains(&bound);
+        let restore = ["restore", "--from", &url, "--to", target.to_str().unwrap()];
+        let (ok, _, stderr) = run_capped_output(&restore);
+        assert!(
+            !ok,
+            "restore succeeded over a {key} past the bound: {stderr}"
+        );
+        assert!(
+            names_it(&stderr),
+            "restore names {key} and the bound: {stderr}"
+        );
+        assert!(!stderr.contains("memory allocation"), "{stderr}");
+        assert_eq!(names(&work), Vec::<String>::new(), "left beside the target");
+        // `ls` fails on LATEST and lists a manifest it cannot read as INVALID, saying why.
+        let (ok, stdout, stderr) = run_capped_output(&["ls", "--from", &url]);
+        assert_eq!(
+            ok,
+            key != "LATEST",
+            "ls over a {key} past the bound: {stderr}"
+        );
+        let said = if ok { &stdout } else { &stderr };
+        assert!(
+            names_it(said),
+            "ls names {key} and the bound: {stdout}{stderr}"
+        );
+        std::fs::write(&path, kept).unwrap();
+    }
+    let (ok, stderr) = run_capped(&["restore", "--from", &url, "--to", target.to_str().unwrap()]);
+    assert!(
+        ok,
+        "the prefix restores once the objects are put back: {stderr}"
+    );
 }

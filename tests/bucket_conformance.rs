@@ -20,7 +20,7 @@ use mushroom_backup::bucket::read_only::ReadOnly;
 use mushroom_backup::bucket::retry::Retrying;
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::{
-    Body, Bucket, BucketError, Created, DynBucket, ListQuery, Open, OpenError, PutCondition,
+    Body, Bucket, BucketError, Created, DynBucket, ListQuery, Open, OpenError, Part, PutCondition,
     list_all, put_immutable,
 };
 use support::s3_servers::{ListOrder, S3Server};
@@ -43,6 +43,7 @@ async fn conformance_listing_in(b: DynBucket, order: ListOrder) {
     listing(&*b, order).await;
     listing_start_after(&*b).await;
     ranges(&*b).await;
+    whole_reads_are_bounded(&*b).await;
     large_file_body(&*b).await;
     checked_file_bodies(&*b).await;
     immutable(&*b).await;
@@ -313,6 +314,50 @@ async fn ranges(b: &dyn Bucket) {
     assert!(
         matches!(missing, Err(BucketError::NotFound { .. })),
         "{missing:?}"
+    );
+}
+
+/// A whole-object read takes at most the bound it is given, and refuses a longer object
+/// naming it and its length, as [`Bucket::get`] does past [`GET_MAX`].
+async fn whole_reads_are_bounded(b: &dyn Bucket) {
+    let data = vec![7u8; 1000];
+    b.put("whole/x", Body::from(data.clone()), PutCondition::None)
+        .await
+        .unwrap();
+    assert_eq!(
+        &b.get_at_most("whole/x", 1000).await.unwrap().data[..],
+        &data[..]
+    );
+    let whole = |at_most| Part::Whole { at_most };
+    assert_eq!(
+        b.get_buffers("whole/x", whole(1000))
+            .await
+            .unwrap()
+            .concat(),
+        data
+    );
+    let refused = [
+        b.get_at_most("whole/x", 999).await.map(|o| o.data.len()),
+        b.get_buffers("whole/x", whole(999)).await.map(|v| v.len()),
+    ];
+    for r in refused {
+        match r {
+            Err(e @ BucketError::Permanent { .. }) => {
+                let e = e.to_string();
+                assert!(
+                    e.contains("whole/x") && e.contains("1000 bytes, more than the 999"),
+                    "{e}"
+                );
+            }
+            other => panic!("a read bounded at 999 of 1000 bytes: {other:?}"),
+        }
+    }
+    assert!(
+        matches!(
+            b.get_at_most("whole/missing", 10).await,
+            Err(BucketError::NotFound { .. })
+        ),
+        "a bound does not hide a missing object"
     );
 }
 

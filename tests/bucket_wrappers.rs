@@ -13,7 +13,7 @@ use mushroom_backup::bucket::faults::{
 };
 use mushroom_backup::bucket::mem::MemBucket;
 use mushroom_backup::bucket::retry::{RetryPolicy, Retrying};
-use mushroom_backup::bucket::{Bucket, BucketError, DynBucket, PutCondition};
+use mushroom_backup::bucket::{Bucket, BucketError, DynBucket, Part, PutCondition};
 use support::{body, fast_retries, fs_bucket, is_precondition_failed};
 use tokio_util::sync::CancellationToken;
 
@@ -285,10 +285,13 @@ async fn every_wrapper_forwards_get_buffers() {
         .await
         .unwrap();
     for (name, b) in every_wrapper(Arc::new(mem)) {
-        let whole = b.get_buffers("k", None).await.unwrap();
+        let whole = b
+            .get_buffers("k", Part::Whole { at_most: 7 })
+            .await
+            .unwrap();
         assert_eq!(whole.len(), 4, "{name}: {whole:?}");
         assert_eq!(whole.concat(), b"abcdefg", "{name}");
-        let part = b.get_buffers("k", Some(1..6)).await.unwrap();
+        let part = b.get_buffers("k", Part::Range(1..6)).await.unwrap();
         assert_eq!(part.len(), 3, "{name}: {part:?}");
         assert_eq!(part.concat(), b"bcdef", "{name}");
     }
@@ -316,15 +319,18 @@ fn defaulted_methods(module: &str) -> Vec<String> {
 }
 
 /// Guards the same fault for wrappers yet to come: a wrapper in `src/bucket/` (a `Bucket`
-/// holding an `inner` bucket) defines every trait method that has a default body, but `put`,
-/// a convenience over `put_with` that no bucket overrides (so its default is always right).
+/// holding an `inner` bucket) defines every trait method that has a default body, but `put`
+/// and `get`, conveniences over `put_with` and `get_at_most` that no bucket overrides (so
+/// their defaults are always right).
 #[test]
 fn every_wrapper_defines_every_defaulted_method() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bucket");
     let module = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
     let defaulted = defaulted_methods(&module);
     assert!(
-        defaulted.contains(&"get_buffers".to_string()) && defaulted.contains(&"put".to_string()),
+        ["get_buffers", "put", "get"]
+            .iter()
+            .all(|m| defaulted.contains(&m.to_string())),
         "{defaulted:?}"
     );
     let mut wrappers = 0;
@@ -338,11 +344,18 @@ fn every_wrapper_defines_every_defaulted_method() {
             !text.contains("async fn put(&self"),
             "{path:?} overrides Bucket::put: implement put_with only"
         );
+        assert!(
+            !text.contains("async fn get(&self"),
+            "{path:?} overrides Bucket::get: implement get_at_most only"
+        );
         if !(text.contains("Bucket for") && text.contains("inner: DynBucket")) {
             continue;
         }
         wrappers += 1;
-        for m in defaulted.iter().filter(|m| *m != "put") {
+        for m in defaulted
+            .iter()
+            .filter(|m| !["put", "get"].contains(&m.as_str()))
+        {
             assert!(
                 text.contains(&format!("async fn {m}(")),
                 "{path:?} does not forward Bucket::{m}: it falls back to the default"

@@ -249,8 +249,8 @@ impl Bucket for WriterDuringRekey {
     fn url(&self) -> String {
         self.inner.url()
     }
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        self.inner.get(key).await
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        self.inner.get_at_most(key, at_most).await
     }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
         self.inner.get_range(key, range).await

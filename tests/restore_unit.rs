@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use mushroom_backup::bucket::faults::Op;
 use mushroom_backup::bucket::fs::FsBucket;
-use mushroom_backup::bucket::{Bucket, PutCondition};
+use mushroom_backup::bucket::{Bucket, Part, PutCondition};
 use mushroom_backup::manifest::{
     ArchiveEntry, FORMAT, LATEST_KEY, Latest, Manifest, ObjectEntry, SegmentEntry, SideFileEntry,
     SnapshotEntry, archive_key, manifest_key, now_rfc3339, segment_key, side_key, snapshot_key,
@@ -1236,11 +1236,12 @@ impl Bucket for Split {
     fn url(&self) -> String {
         self.0.url()
     }
-    async fn get(
+    async fn get_at_most(
         &self,
         key: &str,
+        at_most: u64,
     ) -> Result<mushroom_backup::bucket::Object, mushroom_backup::bucket::BucketError> {
-        self.0.get(key).await
+        self.0.get_at_most(key, at_most).await
     }
     async fn get_range(
         &self,
@@ -1252,11 +1253,11 @@ impl Bucket for Split {
     async fn get_buffers(
         &self,
         key: &str,
-        range: Option<std::ops::Range<u64>>,
+        part: Part,
     ) -> Result<Vec<bytes::Bytes>, mushroom_backup::bucket::BucketError> {
-        let mut whole = match range {
-            None => self.0.get(key).await?.data,
-            Some(r) => self.0.get_range(key, r).await?,
+        let mut whole = match part {
+            Part::Whole { at_most } => self.0.get_at_most(key, at_most).await?.data,
+            Part::Range(r) => self.0.get_range(key, r).await?,
         };
         let sizes = [1usize, 7, 4096, 300 << 10, 13, 65536];
         let mut out = Vec::new();

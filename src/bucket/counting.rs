@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use super::faults::Op;
 use super::{
-    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part, PutOpts,
 };
 
 /// Requests counted by kind; shared between [`CountingBucket`]s and whoever reports them.
@@ -151,9 +151,9 @@ impl Bucket for CountingBucket {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         self.counts.record(Op::Get);
-        self.inner.get(key).await
+        self.inner.get_at_most(key, at_most).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
@@ -161,13 +161,9 @@ impl Bucket for CountingBucket {
         self.inner.get_range(key, range).await
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        self.counts.record(Op::of_range(&range));
-        self.inner.get_buffers(key, range).await
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        self.counts.record(Op::of_part(&part));
+        self.inner.get_buffers(key, part).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {

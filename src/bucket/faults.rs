@@ -28,7 +28,8 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::{
-    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part, PutCondition,
+    PutOpts,
 };
 
 /// A bucket operation, as counted and logged.
@@ -53,12 +54,11 @@ impl Op {
         Op::List,
     ];
 
-    /// The operation a `get_buffers` of `range` is: ranged, or the whole object.
-    pub fn of_range(range: &Option<Range<u64>>) -> Op {
-        if range.is_some() {
-            Op::GetRange
-        } else {
-            Op::Get
+    /// The operation a `get_buffers` of `part` is: ranged, or the whole object.
+    pub fn of_part(part: &Part) -> Op {
+        match part {
+            Part::Range(_) => Op::GetRange,
+            Part::Whole { .. } => Op::Get,
         }
     }
 
@@ -390,8 +390,9 @@ impl super::Bucket for FaultyBucket {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        self.run(Op::Get, key, false, self.inner.get(key)).await
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        self.run(Op::Get, key, false, self.inner.get_at_most(key, at_most))
+            .await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
@@ -399,13 +400,9 @@ impl super::Bucket for FaultyBucket {
             .await
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        let op = Op::of_range(&range);
-        self.run(op, key, false, self.inner.get_buffers(key, range))
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        let op = Op::of_part(&part);
+        self.run(op, key, false, self.inner.get_buffers(key, part))
             .await
     }
 

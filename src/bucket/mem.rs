@@ -50,7 +50,7 @@ use sha2::{Digest, Sha256};
 use super::body::with_key;
 use super::fs::check_key;
 use super::{
-    Body, Bucket, BucketError, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+    Body, Bucket, BucketError, ListPage, ListQuery, Object, ObjectMeta, Part, PutCondition, PutOpts,
 };
 
 /// S3's limit on a page of a listing; larger `max_keys` are cut to it.
@@ -146,10 +146,14 @@ impl Bucket for MemBucket {
         format!("mem://{}", self.inner.id)
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         let stored = self
             .stored("get", key)?
             .ok_or_else(|| BucketError::not_found(key))?;
+        let len = stored.data.len() as u64;
+        if len > at_most {
+            return Err(BucketError::too_large("get", key, len, at_most));
+        }
         Ok(Object {
             data: stored.data,
             etag: stored.etag,
@@ -170,14 +174,10 @@ impl Bucket for MemBucket {
         Ok(data.slice(crate::units::usize_of(start)..crate::units::usize_of(end)))
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        let mut data = match range {
-            None => self.get(key).await?.data,
-            Some(r) => self.get_range(key, r).await?,
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        let mut data = match part {
+            Part::Whole { at_most } => self.get_at_most(key, at_most).await?.data,
+            Part::Range(r) => self.get_range(key, r).await?,
         };
         let n = match self.inner.buffer {
             0 => return Ok(vec![data]),

@@ -25,7 +25,7 @@ use tracing::Instrument as _;
 
 use super::faults::Op;
 use super::{
-    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part, PutOpts,
 };
 use crate::telemetry::metrics::{BUCKET_REQUEST_DURATION, BUCKET_REQUESTS};
 
@@ -145,8 +145,9 @@ impl Bucket for MeteredBucket {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        metered(self, Op::Get, key, self.inner.get(key), ok).await
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        let get = self.inner.get_at_most(key, at_most);
+        metered(self, Op::Get, key, get, ok).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
@@ -160,13 +161,9 @@ impl Bucket for MeteredBucket {
         .await
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        let op = Op::of_range(&range);
-        metered(self, op, key, self.inner.get_buffers(key, range), ok).await
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        let op = Op::of_part(&part);
+        metered(self, op, key, self.inner.get_buffers(key, part), ok).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {

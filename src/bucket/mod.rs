@@ -99,6 +99,25 @@ pub struct ListPage {
     pub next_token: Option<String>,
 }
 
+/// The most a whole-object read ([`Bucket::get`]) takes: the largest object read whole
+/// other than a restore's data pieces, a manifest (LATEST, the lease, claims, lineage and key
+/// objects are a few hundred bytes each). A larger object is refused before its body is read,
+/// naming it: one hostile or foreign object in a prefix costs an error, never the memory of
+/// the service. The worker never writes a manifest past it
+/// ([`crate::worker`]'s restore point refuses to).
+pub const GET_MAX: u64 = 64 << 20;
+
+/// Which bytes of an object a read takes ([`Bucket::get_buffers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The whole object, refused (naming it, before its body is read) when it is longer than
+    /// `at_most` bytes: a reader that knows how long the object should be says so, and a
+    /// hostile object costs it no more memory than that.
+    Whole { at_most: u64 },
+    /// Bytes `range` (a range past the end is cut at the end).
+    Range(Range<u64>),
+}
+
 /// An object read whole.
 #[derive(Debug, Clone)]
 pub struct Object {
@@ -249,6 +268,18 @@ pub enum BucketError {
 }
 
 impl BucketError {
+    /// A whole-object read of an object longer than the read takes ([`Part::Whole`]).
+    pub fn too_large(op: &'static str, key: &str, len: u64, at_most: u64) -> BucketError {
+        BucketError::Permanent {
+            op,
+            key: key.to_string(),
+            message: format!(
+                "the object is {len} bytes, more than the {at_most} this read takes \
+                 (not an object this project wrote as it is now)"
+            ),
+        }
+    }
+
     pub fn not_found(key: &str) -> BucketError {
         BucketError::NotFound {
             key: key.to_string(),
@@ -292,24 +323,27 @@ pub trait Bucket: Send + Sync + 'static {
     /// The destination URL this bucket is rooted at, for messages.
     fn url(&self) -> String;
 
-    /// Reads a whole object.
-    async fn get(&self, key: &str) -> Result<Object, BucketError>;
+    /// Reads a whole object of at most [`GET_MAX`] bytes (see [`Bucket::get_at_most`]).
+    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+        self.get_at_most(key, GET_MAX).await
+    }
+
+    /// Reads a whole object, refusing one longer than `at_most` bytes before its body is read
+    /// ([`BucketError::too_large`], naming the object).
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError>;
 
     /// Reads bytes `range` of an object (a range past the end is cut at the end).
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError>;
 
-    /// The bytes of [`Bucket::get`] (`range: None`) or [`Bucket::get_range`], in the buffers
-    /// the transport delivered them in, in order: a caller that writes them out or hashes
-    /// them needs no copy into one buffer. The caller checks them against its own CRC (S3
-    /// does not validate a response checksum here). Default: one buffer.
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        Ok(vec![match range {
-            None => self.get(key).await?.data,
-            Some(r) => self.get_range(key, r).await?,
+    /// The bytes of [`Bucket::get_at_most`] ([`Part::Whole`]) or [`Bucket::get_range`]
+    /// ([`Part::Range`]), in the buffers the transport delivered them in, in order: a caller
+    /// that writes them out or hashes them needs no copy into one buffer. The caller checks
+    /// them against its own CRC (S3 does not validate a response checksum here). Default: one
+    /// buffer.
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        Ok(vec![match part {
+            Part::Whole { at_most } => self.get_at_most(key, at_most).await?.data,
+            Part::Range(r) => self.get_range(key, r).await?,
         }])
     }
 

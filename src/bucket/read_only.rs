@@ -10,7 +10,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
-use super::{Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutOpts};
+use super::{Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part, PutOpts};
 
 /// What a refused request says.
 const REFUSED: &str = "the destination was opened read-only";
@@ -40,20 +40,16 @@ impl super::Bucket for ReadOnly {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        self.inner.get(key).await
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        self.inner.get_at_most(key, at_most).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
         self.inner.get_range(key, range).await
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        self.inner.get_buffers(key, range).await
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        self.inner.get_buffers(key, part).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {

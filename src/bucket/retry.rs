@@ -31,7 +31,8 @@ use bytes::Bytes;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition, PutOpts,
+    Body, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part, PutCondition,
+    PutOpts,
 };
 
 /// How often and how patiently to retry.
@@ -161,8 +162,8 @@ impl super::Bucket for Retrying {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
-        self.attempts("get", key, || self.inner.get(key))
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
+        self.attempts("get", key, || self.inner.get_at_most(key, at_most))
             .await
             .result
     }
@@ -175,13 +176,9 @@ impl super::Bucket for Retrying {
         .result
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        let op = super::faults::Op::of_range(&range).name();
-        self.attempts(op, key, || self.inner.get_buffers(key, range.clone()))
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        let op = super::faults::Op::of_part(&part).name();
+        self.attempts(op, key, || self.inner.get_buffers(key, part.clone()))
             .await
             .result
     }

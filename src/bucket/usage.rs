@@ -35,8 +35,8 @@ use bytes::Bytes;
 
 use super::stored::{Stored, Write};
 use super::{
-    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, PutCondition,
-    PutOpts,
+    Body, Bucket, BucketError, DynBucket, ListPage, ListQuery, Object, ObjectMeta, Part,
+    PutCondition, PutOpts,
 };
 
 /// A request's billing class.
@@ -193,9 +193,9 @@ impl Bucket for UsageBucket {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         self.usage.record(RequestClass::Get);
-        let object = self.inner.get(key).await?;
+        let object = self.inner.get_at_most(key, at_most).await?;
         self.usage.downloaded(object.data.len());
         Ok(object)
     }
@@ -207,13 +207,9 @@ impl Bucket for UsageBucket {
         Ok(data)
     }
 
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
         self.usage.record(RequestClass::Get);
-        let buffers = self.inner.get_buffers(key, range).await?;
+        let buffers = self.inner.get_buffers(key, part).await?;
         self.usage.downloaded(buffers.iter().map(Bytes::len).sum());
         Ok(buffers)
     }
@@ -349,9 +345,12 @@ mod tests {
             .await
             .unwrap();
         let b = UsageBucket::new(Arc::new(mem), usage.clone());
-        let whole = b.get_buffers("k", None).await.unwrap();
+        let whole = b
+            .get_buffers("k", Part::Whole { at_most: 1 << 20 })
+            .await
+            .unwrap();
         assert_eq!(whole.len(), 3, "the inner bucket's buffers, not one copy");
-        let part = b.get_buffers("k", Some(1..5)).await.unwrap();
+        let part = b.get_buffers("k", Part::Range(1..5)).await.unwrap();
         assert_eq!(part.concat(), b"bcde");
         let s = usage.snapshot();
         assert_eq!((s.get, s.bytes_downloaded), (2, 10), "{s:?}");

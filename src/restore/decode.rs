@@ -61,11 +61,12 @@ use futures::StreamExt;
 use super::RestoreError;
 use super::fetch::{WRITE_GROUP, ranges, wal_reading, write_error};
 use super::readback::{FileCheck, FileKind};
+use super::stage::whole_of;
 use super::stage::{Piece, blocking};
 use crate::at_rest::AtRestError;
 use crate::at_rest::decode::{Decoder, Ended};
 use crate::at_rest::seal::GenerationKey;
-use crate::bucket::Bucket;
+use crate::bucket::{Bucket, Part};
 use crate::manifest::ObjectEntry;
 use crate::store::format::{CHECK_CHUNK, check_wal};
 
@@ -146,7 +147,7 @@ pub(super) async fn decode_piece(
     let started = std::time::Instant::now();
     let stored = match cached {
         Some(b) => vec![b],
-        None => bucket.get_buffers(&piece.key, None).await?,
+        None => bucket.get_buffers(&piece.key, whole_of(piece)).await?,
     };
     check_stored_len(piece, 0..piece.len, &stored)?;
     let fetched = started.elapsed();
@@ -502,7 +503,9 @@ async fn decode_ranges(
         .map(|(i, r)| async move {
             // The last range asks for one byte more, to notice an object longer than stated.
             let end = if i == last { r.end + 1 } else { r.end };
-            let data = bucket.get_buffers(&piece.key, Some(r.start..end)).await?;
+            let data = bucket
+                .get_buffers(&piece.key, Part::Range(r.start..end))
+                .await?;
             Ok::<_, RestoreError>((r, data))
         })
         .buffered(DECODE_AHEAD);

@@ -34,8 +34,9 @@ use bytes::Bytes;
 
 use super::RestoreError;
 use super::readback::{FileCheck, FileKind};
+use super::stage::whole_of;
 use super::stage::{Piece, blocking};
-use crate::bucket::Bucket;
+use crate::bucket::{Bucket, Part};
 use crate::store::format::{CHECK_CHUNK, CheckError, WalCheck, check_wal};
 
 /// Objects up to this size are fetched by one whole-object GET (see "How objects are
@@ -103,7 +104,7 @@ pub(super) async fn fetch_chunk(
 ) -> Result<Fetched, RestoreError> {
     let bufs = match cached {
         Some(b) => vec![b],
-        None if c.whole => bucket.get_buffers(&piece.key, None).await?,
+        None if c.whole => bucket.get_buffers(&piece.key, whole_of(piece)).await?,
         None => {
             // The last range asks for one byte more, to notice an object longer than stated.
             let end = if c.range.end == piece.len {
@@ -112,7 +113,7 @@ pub(super) async fn fetch_chunk(
                 c.range.end
             };
             bucket
-                .get_buffers(&piece.key, Some(c.range.start..end))
+                .get_buffers(&piece.key, Part::Range(c.range.start..end))
                 .await?
         }
     };

@@ -72,7 +72,7 @@ pub use super::fetch::{BYTES_IN_FLIGHT, RANGE_CHUNK, WHOLE_OBJECT_MAX, WRITE_GRO
 use super::fetch::{Chunk, budget_permits, fetch_chunk};
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
-use crate::bucket::Bucket;
+use crate::bucket::{Bucket, Part};
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
@@ -312,6 +312,14 @@ pub(super) struct Piece {
     pub offset: u64,
     /// The entry, when the object is encoded (decoded on the way in).
     encoded: Option<ObjectEntry>,
+}
+
+/// A whole-object read of `piece`: one byte more than the manifest states, so that a longer
+/// object is seen (and refused by the caller's length check, naming it) without reading more.
+pub(super) fn whole_of(piece: &Piece) -> Part {
+    Part::Whole {
+        at_most: piece.len.saturating_add(1),
+    }
 }
 
 /// The files of the restored store and the objects that fill them.

@@ -11,7 +11,7 @@
 use super::ctx::Ctx;
 use super::view::View;
 use super::{StepOutcome, WorkerError};
-use crate::bucket::{Body, BucketError, PutCondition};
+use crate::bucket::{Body, BucketError, GET_MAX, PutCondition};
 use crate::health::StepPhase;
 use crate::manifest::{LATEST_KEY, Latest, Manifest};
 
@@ -35,7 +35,22 @@ pub(super) async fn write(
         commit_seq: m.commit_seq,
     });
 
-    match bucket.put(&key, Body::from(m.encode()), cond).await {
+    let encoded = m.encode();
+    if encoded.len() as u64 > GET_MAX {
+        // Every reader refuses a manifest past what a whole-object read takes: one that
+        // long would be a restore point nothing restores.
+        return Err(WorkerError::Store {
+            dir: cx.dir.clone(),
+            detail: format!(
+                "the restore point at commit {} would be a manifest of {} bytes, more than \
+                 the {GET_MAX} a reader takes: its generation names too many segments; a \
+                 checkpoint of the store starts a new one",
+                m.commit_seq,
+                encoded.len()
+            ),
+        });
+    }
+    match bucket.put(&key, Body::from(encoded), cond).await {
         Ok(_) => {}
         Err(BucketError::PreconditionFailed { .. }) => {
             let there = bucket.get(&key).await?;

@@ -21,9 +21,9 @@ impl<F: Fn(Op, &str) + Send + Sync + 'static> Bucket for Hooked<F> {
         self.inner.url()
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         (self.hook)(Op::Get, key);
-        self.inner.get(key).await
+        self.inner.get_at_most(key, at_most).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {

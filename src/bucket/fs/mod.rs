@@ -274,10 +274,10 @@ impl super::Bucket for FsBucket {
         format!("file://{}", self.inner.root.display())
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         check_key("get", key)?;
         let k = key.to_string();
-        self.blocking("get", key, move |b| b.get(&k)).await
+        self.blocking("get", key, move |b| b.get(&k, at_most)).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
@@ -349,11 +349,14 @@ impl Inner {
         }
     }
 
-    fn get(&self, key: &str) -> Result<Object, BucketError> {
+    fn get(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         let err = |e| io_error("get", key, e, false);
-        let Some((mut file, len)) = self.open_object("get", key)? else {
+        let Some((file, len)) = self.open_object("get", key)? else {
             return Err(BucketError::not_found(key));
         };
+        if len > at_most {
+            return Err(BucketError::too_large("get", key, len, at_most));
+        }
         // Taken before the read: an object replaced meanwhile is read through this descriptor,
         // so both the age and the data are the opened file's.
         let age = file
@@ -366,8 +369,20 @@ impl Inner {
                     .duration_since(written)
                     .unwrap_or(Duration::ZERO)
             });
+        // Never past `at_most`, should the file grow after the look at its length.
         let mut data = Vec::with_capacity(crate::units::usize_of(len));
-        file.read_to_end(&mut data).map_err(err)?;
+        (&file)
+            .take(at_most + 1)
+            .read_to_end(&mut data)
+            .map_err(err)?;
+        if data.len() as u64 > at_most {
+            return Err(BucketError::too_large(
+                "get",
+                key,
+                data.len() as u64,
+                at_most,
+            ));
+        }
         let etag = match cached_etag(&file, data.len() as u64) {
             Some(etag) => etag,
             None => etag_of_digest(Sha256::digest(&data).into()),

@@ -45,7 +45,8 @@ use error::map_error;
 
 use super::body::with_key;
 use super::{
-    Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, PutCondition, PutOpts,
+    Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, Part, PutCondition,
+    PutOpts,
 };
 
 mod clock;
@@ -229,7 +230,7 @@ impl super::Bucket for S3Bucket {
         format!("s3://{}/{}", self.bucket, self.prefix)
     }
 
-    async fn get(&self, key: &str) -> Result<Object, BucketError> {
+    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         super::fs::check_key("get", key)?;
         let date = clock::ResponseDate::default();
         let out = self
@@ -244,8 +245,13 @@ impl super::Bucket for S3Bucket {
             .map_err(|e| map_error(self, "S3 GetObject", key, false, e))?;
         let etag = etag_of(out.e_tag(), "get", key)?;
         let age = clock::age(date.date().as_deref(), out.last_modified());
-        let data = read_body(out.body, "S3 GetObject", key).await?;
-        Ok(Object { data, etag, age })
+        let stated = out.content_length();
+        let data = read_body(out.body, stated, at_most, key).await?;
+        Ok(Object {
+            data: one_buffer(data),
+            etag,
+            age,
+        })
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
@@ -268,7 +274,11 @@ impl super::Bucket for S3Bucket {
             .send()
             .await;
         match sent {
-            Ok(out) => read_body(out.body, "S3 GetObject", key).await,
+            Ok(out) => {
+                let asked = range.end - range.start;
+                let buffers = read_body(out.body, out.content_length, asked, key).await?;
+                Ok(one_buffer(buffers))
+            }
             // 416: the range starts at or past the end (or the object is empty).
             Err(SdkError::ServiceError(e)) if e.raw().status().as_u16() == 416 => Ok(Bytes::new()),
             Err(e) => Err(map_error(self, "S3 GetObject", key, false, e)),
@@ -279,23 +289,24 @@ impl super::Bucket for S3Bucket {
     /// (`ResponseChecksumValidation::WhenRequired` for this request: the caller checks the
     /// bytes against its own CRC, so the SDK's CRC-32 over every byte would be a second one),
     /// the body's buffers kept as they came.
-    async fn get_buffers(
-        &self,
-        key: &str,
-        range: Option<Range<u64>>,
-    ) -> Result<Vec<Bytes>, BucketError> {
-        let op = crate::bucket::faults::Op::of_range(&range).name();
+    async fn get_buffers(&self, key: &str, part: Part) -> Result<Vec<Bytes>, BucketError> {
+        let op = crate::bucket::faults::Op::of_part(&part).name();
         super::fs::check_key(op, key)?;
         let mut req = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(self.full_key(key));
-        match &range {
-            Some(r) if r.start >= r.end => return Ok(vec![self.get_range(key, r.clone()).await?]),
-            Some(r) => req = req.range(format!("bytes={}-{}", r.start, r.end - 1)),
-            None => {}
-        }
+        let at_most = match &part {
+            Part::Range(r) if r.start >= r.end => {
+                return Ok(vec![self.get_range(key, r.clone()).await?]);
+            }
+            Part::Range(r) => {
+                req = req.range(format!("bytes={}-{}", r.start, r.end - 1));
+                r.end - r.start
+            }
+            Part::Whole { at_most } => *at_most,
+        };
         let sent = req
             .customize()
             .config_override(
@@ -307,21 +318,13 @@ impl super::Bucket for S3Bucket {
         let out = match sent {
             Ok(out) => out,
             Err(SdkError::ServiceError(e))
-                if range.is_some() && e.raw().status().as_u16() == 416 =>
+                if matches!(part, Part::Range(_)) && e.raw().status().as_u16() == 416 =>
             {
                 return Ok(Vec::new());
             }
             Err(e) => return Err(map_error(self, "S3 GetObject", key, false, e)),
         };
-        match out.body.collect().await {
-            Ok(data) => Ok(data.into_segments().collect()),
-            Err(e) => Err(BucketError::Transient {
-                op: "S3 GetObject",
-                key: key.to_string(),
-                message: format!("reading the response: {}", error::chain(&e)),
-                indeterminate: false,
-            }),
-        }
+        read_body(out.body, out.content_length, at_most, key).await
     }
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
@@ -423,15 +426,50 @@ impl super::Bucket for S3Bucket {
     }
 }
 
-async fn read_body(body: ByteStream, op: &'static str, key: &str) -> Result<Bytes, BucketError> {
-    match body.collect().await {
-        Ok(data) => Ok(data.into_bytes()),
-        Err(e) => Err(BucketError::Transient {
-            op,
-            key: key.to_string(),
-            message: format!("reading the response: {}", error::chain(&e)),
-            indeterminate: false,
-        }),
+/// `buffers` as one (a copy only when there are several).
+fn one_buffer(buffers: Vec<Bytes>) -> Bytes {
+    match buffers.as_slice() {
+        [one] => one.clone(),
+        many => Bytes::from(many.concat()),
+    }
+}
+
+/// A GetObject's body, in the buffers it came in, refused (naming the object) as soon as it is
+/// known to be longer than `at_most`: by its stated length before a byte is read, or, without
+/// one, once the bytes read pass it. The connection of a refused body is dropped.
+async fn read_body(
+    mut body: ByteStream,
+    stated: Option<i64>,
+    at_most: u64,
+    key: &str,
+) -> Result<Vec<Bytes>, BucketError> {
+    const OP: &str = "S3 GetObject";
+    if let Some(len) = stated.and_then(|l| u64::try_from(l).ok())
+        && len > at_most
+    {
+        return Err(BucketError::too_large(OP, key, len, at_most));
+    }
+    let mut buffers = Vec::new();
+    let mut read = 0u64;
+    loop {
+        match body.try_next().await {
+            Ok(Some(buffer)) => {
+                read += buffer.len() as u64;
+                if read > at_most {
+                    return Err(BucketError::too_large(OP, key, read, at_most));
+                }
+                buffers.push(buffer);
+            }
+            Ok(None) => return Ok(buffers),
+            Err(e) => {
+                return Err(BucketError::Transient {
+                    op: OP,
+                    key: key.to_string(),
+                    message: format!("reading the response: {}", error::chain(&e)),
+                    indeterminate: false,
+                });
+            }
+        }
     }
 }
 

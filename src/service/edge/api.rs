@@ -16,8 +16,7 @@ use super::peer_auth::{self, Caller};
 use super::position_stream::CommandStream;
 use super::request::{self, new_store, position};
 use super::watch_events::{EventStream, EventWatch};
-use crate::service::cluster::ClusterError;
-use crate::service::cluster::forward::{ForwardError, Peers};
+use crate::service::cluster::forward::Peers;
 use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry};
 use crate::service::ops::pause::{self, PauseAsk};
@@ -141,29 +140,16 @@ impl BackupControl for Api {
         req: Request<proto::DeregisterRequest>,
     ) -> Result<Response<proto::DeregisterResponse>, Status> {
         let caller = self.caller(&req)?;
-        // An owner that cannot be reached, or that this instance may not call (no peer token
-        // where an admin token is enforced): answered here, where a store whose owner has been
-        // silent for owner_silent_after may be deregistered (and one whose owner is still
-        // heard from is refused, naming it).
-        let store_id = &req.get_ref().store_id;
-        record_store_id(store_id);
-        let routed = self
-            .peers
-            .route(&self.fleet, &forward_meta(&req, &caller), store_id)
-            .await;
-        let routed = match routed {
-            Err(ClusterError::Forward(ForwardError::NoPeerToken { .. })) => None,
-            other => other?,
-        };
-        if let Some(hop) = routed {
-            let msg = req.get_ref().clone();
-            if let Ok(answer) = hop
-                .try_call(msg, |mut c, r| async move { c.deregister(r).await })
-                .await
-            {
-                return answer;
-            }
-        }
+        // Its owner's answer, or this instance's when the owner cannot be called
+        // (`Target::StoreOrHere`).
+        let req = here_or_return!(
+            self.local_or_forward(
+                req,
+                &caller,
+                |mut c, r| async move { c.deregister(r).await }
+            )
+            .await
+        );
         let (peer, r) = operator(req, &caller);
         self.fleet
             .deregister(&r.store_id, r.flush, peer)

@@ -8,6 +8,7 @@ use std::future::Future;
 use tonic::{Request, Response, Status};
 
 use super::{Api, Client, err};
+use crate::service::cluster::ClusterError;
 use crate::service::cluster::forward::{self, ForwardError, Hop};
 use crate::service::edge::forward_stream::Relayed;
 use crate::service::edge::peer_auth::{self, Caller};
@@ -40,6 +41,10 @@ pub(super) enum Target<'a> {
     Instance { id: &'a str, store_dir: &'a str },
     /// A store, answered here whoever owns it (a health read from the registry).
     Here(&'a str),
+    /// A store: its owner answers when it can be called and answers; otherwise this instance
+    /// does (Deregister: where a store whose owner has been silent long enough may be
+    /// forgotten, and one whose owner is still heard from is refused, naming it).
+    StoreOrHere(&'a str),
 }
 
 /// A request that says what it is about.
@@ -81,6 +86,12 @@ macro_rules! about_instance {
 
 about_instance!(proto::RegisterRequest, proto::AdoptRequest);
 
+impl Addressed for proto::DeregisterRequest {
+    fn target(&self) -> Target<'_> {
+        Target::StoreOrHere(&self.store_id)
+    }
+}
+
 impl Addressed for proto::DrainRequest {
     fn target(&self) -> Target<'_> {
         Target::Instance {
@@ -115,17 +126,32 @@ impl Api {
         F: Fn(Client, Request<T>) -> Fut,
         Fut: Future<Output = Result<Response<R>, Status>>,
     {
-        let hop = match req.get_ref().target() {
-            Target::Store(store_id) => self.route(&req, caller, store_id).await?,
+        let (hop, or_here) = match req.get_ref().target() {
+            Target::Store(store_id) => (self.route(&req, caller, store_id).await?, false),
             Target::Instance { id, store_dir } => {
-                self.route_to_instance(&req, caller, id, store_dir).await?
+                let hop = self.route_to_instance(&req, caller, id, store_dir).await?;
+                (hop, false)
             }
             Target::Here(store_id) => {
                 record_store_id(store_id);
-                None
+                (None, false)
+            }
+            Target::StoreOrHere(store_id) => {
+                record_store_id(store_id);
+                let meta = forward_meta(&req, caller);
+                match self.peers.route(&self.fleet, &meta, store_id).await {
+                    // No peer token where an admin token is enforced: the owner cannot be
+                    // called from here.
+                    Err(ClusterError::Forward(ForwardError::NoPeerToken { .. })) => (None, true),
+                    other => (other?, true),
+                }
             }
         };
         Ok(match hop {
+            Some(hop) if or_here => match hop.try_call(req.get_ref().clone(), call).await {
+                Ok(answer) => Routed::There(answer),
+                Err(_) => Routed::Here(req),
+            },
             Some(hop) => Routed::There(hop.call(req.into_inner(), call).await),
             None => Routed::Here(req),
         })
