@@ -130,6 +130,7 @@ async fn watch(c: &Client, store_id: &str) -> tonic::Streaming<proto::BackupEven
     c.clone()
         .watch_events(proto::WatchEventsRequest {
             store_id: store_id.into(),
+            after: None,
         })
         .await
         .expect("WatchEvents")
