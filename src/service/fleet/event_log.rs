@@ -197,3 +197,120 @@ impl Outbox for RegistryOutbox {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::webhook::WebhookConfig;
+    use crate::events::{Bus, EventKind, NewEvent};
+    use tokio_util::task::TaskTracker;
+
+    /// A receiver answering `statuses` in turn (then 200): the `(position, id)` of every POST.
+    async fn receiver(
+        statuses: Vec<u16>,
+    ) -> (String, tokio::sync::mpsc::UnboundedReceiver<(u64, String)>, TaskTracker) {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let tracker = TaskTracker::new();
+        tracker.spawn(async move {
+            let mut statuses = statuses.into_iter();
+            loop {
+                let (conn, _) = listener.accept().await.unwrap();
+                let mut conn = BufReader::new(conn);
+                let mut len = 0;
+                loop {
+                    let mut line = String::new();
+                    conn.read_line(&mut line).await.unwrap();
+                    if line.trim().is_empty() {
+                        break;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                }
+                let mut body = vec![0; len];
+                conn.read_exact(&mut body).await.unwrap();
+                let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                let position: u64 = doc["position"].as_str().unwrap().parse().unwrap();
+                assert_eq!(doc["data"]["position"], position);
+                tx.send((position, doc["id"].as_str().unwrap().to_string()))
+                    .unwrap();
+                let status = statuses.next().unwrap_or(200);
+                let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
+                conn.get_mut().write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        (url, rx, tracker)
+    }
+
+    /// The service's wiring in small: a bus with a log on a real SQLite registry, its writer,
+    /// and the webhooks delivering from the log.
+    async fn start(
+        registry: &Registry,
+        url: &str,
+        stop: &CancellationToken,
+        tasks: &TaskTracker,
+    ) -> Bus {
+        let (bus, feed) = Bus::logged();
+        let hooks = Webhooks::prepare(&[WebhookConfig::parse(url).unwrap()]).unwrap();
+        init_cursors(registry, &hooks).await.unwrap();
+        tasks.spawn(write(registry.clone(), feed, stop.clone()));
+        hooks.spawn(
+            "i",
+            Arc::new(RegistryOutbox::new(registry.clone(), "i")),
+            &bus.logged_position(),
+            stop,
+            tasks,
+        );
+        bus
+    }
+
+    #[tokio::test]
+    async fn a_5xx_is_retried_a_4xx_given_up_and_a_restart_goes_on_from_the_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/registry.db", dir.path().display());
+        let registry = Registry::open(&url).await.unwrap();
+        let (hook, mut posts, _receiver) = receiver(vec![503, 400]).await;
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let bus = start(&registry, &hook, &stop, &tasks).await;
+        bus.publish(NewEvent::new(EventKind::Paused, "s", "one"));
+        bus.publish(NewEvent::new(EventKind::Resumed, "s", "two"));
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            got.push(posts.recv().await.unwrap());
+        }
+        // 1 answered 503 (retried, same id), then 400 (given up); 2 delivered.
+        let positions: Vec<u64> = got.iter().map(|g| g.0).collect();
+        assert_eq!(positions, [1, 1, 2]);
+        assert_eq!(got[0].1, got[1].1, "a retry carries the same id");
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+
+        // Published while no delivery runs (a crash's queue): the next start posts it, and
+        // nothing delivered before.
+        registry
+            .append_events(&[row(&Event {
+                id: "after-the-stop".into(),
+                position: 0,
+                seq: 9,
+                kind: EventKind::Paused,
+                store_id: "s".into(),
+                time_unix_ms: 1,
+                detail: "three".into(),
+                trace_id: String::new(),
+                facts: Default::default(),
+            })])
+            .await
+            .unwrap();
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        let _bus = start(&registry, &hook, &stop, &tasks).await;
+        let (position, id) = posts.recv().await.unwrap();
+        assert_eq!((position, id.as_str()), (3, "after-the-stop"));
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
+}
