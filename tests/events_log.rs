@@ -93,19 +93,38 @@ mod suite {
         reg.init_webhook_cursor("k", "h:80", 7).await.unwrap();
         reg.init_webhook_cursor("k", "h:80", 99).await.unwrap();
         assert_eq!(reg.claim_webhook("nope", "a", 0, 10).await.unwrap(), None);
-        assert_eq!(reg.claim_webhook("k", "a", 100, 200).await.unwrap(), Some(7), "an existing cursor stays");
+        assert_eq!(
+            reg.claim_webhook("k", "a", 100, 200).await.unwrap(),
+            Some(7),
+            "an existing cursor stays"
+        );
         // b waits while a's hold lasts; a keeps it.
         assert_eq!(reg.claim_webhook("k", "b", 150, 250).await.unwrap(), None);
-        assert_eq!(reg.claim_webhook("k", "a", 150, 250).await.unwrap(), Some(7));
+        assert_eq!(
+            reg.claim_webhook("k", "a", 150, 250).await.unwrap(),
+            Some(7)
+        );
         assert!(reg.webhook_delivered("k", "a", 12, 300).await.unwrap());
-        assert!(!reg.webhook_delivered("k", "b", 50, 300).await.unwrap(), "not b's");
+        assert!(
+            !reg.webhook_delivered("k", "b", 50, 300).await.unwrap(),
+            "not b's"
+        );
         assert!(reg.webhook_delivered("k", "a", 9, 300).await.unwrap());
         // The hold lapsed: b takes over where a left it (never back).
-        assert_eq!(reg.claim_webhook("k", "b", 301, 400).await.unwrap(), Some(12));
-        assert!(!reg.webhook_delivered("k", "a", 13, 500).await.unwrap(), "a lost it");
+        assert_eq!(
+            reg.claim_webhook("k", "b", 301, 400).await.unwrap(),
+            Some(12)
+        );
+        assert!(
+            !reg.webhook_delivered("k", "a", 13, 500).await.unwrap(),
+            "a lost it"
+        );
         // Given up, it is anyone's at once.
         reg.release_webhook("k", "b").await.unwrap();
-        assert_eq!(reg.claim_webhook("k", "a", 302, 400).await.unwrap(), Some(12));
+        assert_eq!(
+            reg.claim_webhook("k", "a", 302, 400).await.unwrap(),
+            Some(12)
+        );
     }
 
     pub async fn ten_thousand_events_in_batches(reg: Registry) {
@@ -138,7 +157,11 @@ mod suite {
 
 /// Two handles (two instances) append at once while a third tails the log: the reader never
 /// sees a position appear below one it has already read past.
-async fn concurrent_appends_never_open_a_gap_behind_a_reader(a: Registry, b: Registry, r: Registry) {
+async fn concurrent_appends_never_open_a_gap_behind_a_reader(
+    a: Registry,
+    b: Registry,
+    r: Registry,
+) {
     let write = |reg: Registry, store: &'static str| async move {
         for _ in 0..40 {
             reg.append_events(&rows(store, 1, 5)).await.unwrap();

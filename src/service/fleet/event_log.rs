@@ -208,7 +208,11 @@ mod tests {
     /// A receiver answering `statuses` in turn (then 200): the `(position, id)` of every POST.
     async fn receiver(
         statuses: Vec<u16>,
-    ) -> (String, tokio::sync::mpsc::UnboundedReceiver<(u64, String)>, TaskTracker) {
+    ) -> (
+        String,
+        tokio::sync::mpsc::UnboundedReceiver<(u64, String)>,
+        TaskTracker,
+    ) {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
