@@ -488,6 +488,21 @@ mod tests {
     }
 
     #[test]
+    fn a_cursor_key_is_the_same_for_the_same_url_and_filter_and_holds_no_token() {
+        let key = |u: &str| WebhookConfig::parse(u).unwrap().key();
+        let k = key("https://h/x?token=SECRET&kinds=paused");
+        assert_eq!(k, key("https://h/x?token=SECRET&kinds=paused"));
+        assert_eq!(k.len(), 64);
+        assert!(!k.contains("SECRET"));
+        assert_ne!(
+            k,
+            key("https://h/x?token=SECRET"),
+            "another filter, another cursor"
+        );
+        assert_ne!(k, key("https://h/x?token=OTHER&kinds=paused"));
+    }
+
+    #[test]
     fn a_refused_url_never_shows_its_path_or_query() {
         for bad in [
             "ftp://h/SECRET?token=SECRET",

@@ -191,6 +191,10 @@ impl EventWatch {
                 if full {
                     continue;
                 }
+                // Every position up to the span's last was in the page's reach (positions
+                // commit in order): a quiet store's watcher is past them too, so a prune of
+                // them is nothing it missed.
+                last = last.max(span.last);
                 tokio::select! {
                     _ = tx.closed() => return,
                     _ = shutdown.cancelled() => {
@@ -277,5 +281,72 @@ fn lagged(n: u64) -> proto::BackupEvent {
         detail: format!("lagged, {n} events dropped: this stream read too slowly"),
         dropped: n,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventKind, NewEvent};
+    use futures::StreamExt;
+
+    /// A log of `n` events of store "s" on a fresh SQLite registry, written as the service
+    /// writes them (a bus with a log, its writer).
+    async fn logged(
+        n: usize,
+    ) -> (
+        tempfile::TempDir,
+        Registry,
+        Bus,
+        CancellationToken,
+        TaskTracker,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/registry.db", dir.path().display());
+        let registry = Registry::open(&url).await.unwrap();
+        let (bus, feed) = Bus::logged();
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        tasks.spawn(event_log::write(registry.clone(), feed, stop.clone()));
+        let mut logged = bus.logged_position();
+        for i in 0..n {
+            bus.publish(NewEvent::new(EventKind::Paused, "s", format!("{i}")));
+        }
+        while *logged.borrow_and_update() < n as u64 {
+            logged.changed().await.unwrap();
+        }
+        (dir, registry, bus, stop, tasks)
+    }
+
+    #[tokio::test]
+    async fn a_resume_before_the_oldest_kept_starts_with_one_pruned_event_then_goes_on() {
+        let (_dir, registry, bus, stop, tasks) = logged(6).await;
+        // Positions 1 to 4 go; 5 and 6 stay.
+        assert_eq!(registry.prune_events(0, 2).await.unwrap(), 4);
+        let watch = EventWatch::new(bus.clone(), registry.clone(), 4, stop.clone(), &tasks);
+        let mut s = watch.resume(String::new(), 1).await.unwrap();
+        let marker = s.next().await.unwrap().unwrap();
+        assert_eq!(marker.kind, proto::EventKind::Pruned as i32);
+        assert_eq!((marker.position, marker.dropped), (4, 3));
+        assert!(
+            marker.detail.contains("oldest available"),
+            "{}",
+            marker.detail
+        );
+        let next = s.next().await.unwrap().unwrap();
+        assert_eq!((next.position, next.detail.as_str()), (5, "4"));
+        assert_eq!(s.next().await.unwrap().unwrap().position, 6);
+        // Then live: a new event arrives with the next position, once.
+        bus.publish(NewEvent::new(EventKind::Resumed, "s", "live"));
+        let live = s.next().await.unwrap().unwrap();
+        assert_eq!((live.position, live.detail.as_str()), (7, "live"));
+        // After the newest: nothing old; an unknown store is refused.
+        let mut after = watch.resume("s".into(), 7).await.unwrap();
+        bus.publish(NewEvent::new(EventKind::Paused, "s", "eight"));
+        assert_eq!(after.next().await.unwrap().unwrap().position, 8);
+        assert!(watch.resume("nope".into(), 0).await.is_err());
+        stop.cancel();
+        drop((s, after));
+        tasks.close();
+        tasks.wait().await;
     }
 }

@@ -293,8 +293,9 @@ mod tests {
         tasks.close();
         tasks.wait().await;
 
-        // Published while no delivery runs (a crash's queue): the next start posts it, and
-        // nothing delivered before.
+        // Published while no delivery runs: the next start posts it, from the cursor: not
+        // 1 again (given up, and written), perhaps 2 again (the stop may have come before its
+        // answer was read: at least once), then 3.
         registry
             .append_events(&[row(&Event {
                 id: "after-the-stop".into(),
@@ -311,8 +312,15 @@ mod tests {
             .unwrap();
         let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
         let _bus = start(&registry, &hook, &stop, &tasks).await;
-        let (position, id) = posts.recv().await.unwrap();
-        assert_eq!((position, id.as_str()), (3, "after-the-stop"));
+        let mut again = Vec::new();
+        while again.last().is_none_or(|(p, _)| *p != 3) {
+            again.push(posts.recv().await.unwrap());
+        }
+        assert_eq!(again.last().unwrap().1, "after-the-stop");
+        assert!(
+            again[..again.len() - 1].iter().all(|a| *a == got[2]),
+            "{again:?}"
+        );
         stop.cancel();
         tasks.close();
         tasks.wait().await;
