@@ -151,7 +151,8 @@ async fn check(w: &Watcher, addr: SocketAddr, hook: &Receiver) {
         .map(|p| p.body["position"].as_str().unwrap().parse().unwrap())
         .collect();
     eprintln!(
-        "FIGURE {} events in the log; the watcher read them in {} streams; the webhook took {} posts",
+        "FIGURE {} events in the log; the watcher read {} across the kill (and the move); the \
+         webhook took {} posts, duplicates included",
         log.len(),
         w.seen.len(),
         posts_in_order.len()

@@ -134,7 +134,7 @@ pub const EVENTS_KEEP: crate::worker::limits::Limit = crate::worker::limits::Lim
 };
 
 impl EventRetention {
-    /// Days and count checked against [`EVENTS_KEEP_DAYS`] and [`EVENTS_KEEP`]; the error
+    /// Days and count checked against `EVENTS_KEEP_DAYS` and `EVENTS_KEEP`; the error
     /// names the flag and its range.
     pub fn new(keep_days: u64, keep: u64) -> Result<EventRetention, String> {
         let days = EVENTS_KEEP_DAYS.check("--events-keep-days", keep_days)?;
