@@ -310,3 +310,19 @@ async fn a_watcher_and_a_webhook_resume_across_a_sigkill_and_a_move_on_postgres(
     drop((a, b));
     fleet.db.drop_database().await;
 }
+
+#[test]
+fn retention_flags_out_of_range_are_refused_at_start_naming_the_flag_and_range() {
+    let d = served::dirs();
+    for (flag, value, range) in [
+        ("--events-keep-days", "0", "from 1 to 3650 days"),
+        ("--events-keep-days", "3651", "from 1 to 3650 days"),
+        ("--events-keep", "999", "from 1000 to 100000000"),
+    ] {
+        let err = served::refused("serve", served::fast_serve(&d, &[flag, value]));
+        assert!(
+            err.contains(&format!("{flag} = {value} is out of range")) && err.contains(range),
+            "{flag} {value}: {err}"
+        );
+    }
+}

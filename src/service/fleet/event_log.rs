@@ -272,6 +272,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_registry_that_fails_never_holds_an_event_back_from_live_watchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/registry.db", dir.path().display());
+        let registry = Registry::open(&url).await.unwrap();
+        registry.close().await;
+        let (bus, feed) = Bus::logged();
+        let mut watcher = bus.subscribe(String::new());
+        let (stop, tasks) = (CancellationToken::new(), TaskTracker::new());
+        tasks.spawn(write(registry, feed, stop.clone()));
+        bus.publish(NewEvent::new(EventKind::Paused, "s", "unlogged"));
+        match watcher.next().await {
+            Some(crate::events::Received::Event(e)) => {
+                assert_eq!((e.position, e.detail.as_str()), (0, "unlogged"));
+            }
+            other => panic!("{other:?}"),
+        }
+        stop.cancel();
+        tasks.close();
+        tasks.wait().await;
+    }
+
+    #[tokio::test]
     async fn a_5xx_is_retried_a_4xx_given_up_and_a_restart_goes_on_from_the_cursor() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/registry.db", dir.path().display());
