@@ -154,12 +154,16 @@ impl EventWatch {
             let store = (!store_id.is_empty()).then_some(store_id.as_str());
             let mut last = after;
             loop {
+                // The newest position before the page (every one up to it is in the page's
+                // reach: positions commit in order), the page, and what was pruned after it
+                // (so a prune racing the read is never missed).
                 let read = async {
-                    let span = registry.event_span().await?;
+                    let newest = registry.event_span().await?.last;
                     let page = event_log::after(&registry, last, store, PAGE).await?;
-                    Ok::<_, crate::registry::RegistryError>((span, page))
+                    let span = registry.event_span().await?;
+                    Ok::<_, crate::registry::RegistryError>((newest, page, span))
                 };
-                let (span, page) = match read.await {
+                let (newest, page, span) = match read.await {
                     Ok(r) => r,
                     Err(e) => {
                         let _ = tx
@@ -168,9 +172,9 @@ impl EventWatch {
                         return;
                     }
                 };
-                // `span` was read before the page: a prune between them only makes the page
-                // start later, and the next round tells.
                 if span.pruned_through > last {
+                    // Positions after `last` may have gone before the page was read: the page
+                    // is dropped, the marker says so, and the next round goes on after it.
                     if tx
                         .send(Ok(pruned(last, span.oldest_available())))
                         .await
@@ -191,10 +195,9 @@ impl EventWatch {
                 if full {
                     continue;
                 }
-                // Every position up to the span's last was in the page's reach (positions
-                // commit in order): a quiet store's watcher is past them too, so a prune of
-                // them is nothing it missed.
-                last = last.max(span.last);
+                // A quiet store's watcher is past every position up to `newest` too, so a
+                // prune of them is nothing it missed.
+                last = last.max(newest);
                 tokio::select! {
                     _ = tx.closed() => return,
                     _ = shutdown.cancelled() => {
