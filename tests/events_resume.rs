@@ -1,7 +1,8 @@
 //! Events you can resume, through the real `serve` binary: a watcher (`WatchEvents` with
 //! `after`, over gRPC, and `ctl watch-events --after`) and a webhook receiver (a real HTTP
 //! server in this test) across a SIGKILL of the service and its restart, on SQLite, and on
-//! PostgreSQL across a SIGKILL, a restart and a `Move` of the store to a second instance. The
+//! PostgreSQL across a SIGKILL, a restart and a `Move` of the store to a second instance, then
+//! the death of the instance that delivered the webhook (the other takes it over). The
 //! webhook refuses (503) from before the kill until after it, so deliveries are pending when
 //! the process dies. After resuming from the last position it saw, the watcher saw every event
 //! of the log exactly once, in position order, as any instance reads the log; the receiver got
@@ -307,6 +308,17 @@ async fn a_watcher_and_a_webhook_resume_across_a_sigkill_and_a_move_on_postgres(
     check(&w, b.addr, &hook).await;
     check(&w, a.addr, &hook).await;
     ctl_resumes(b.addr, &w);
+
+    // a, which delivered the webhook, dies for good: b takes the delivery over once a's hold
+    // lapsed, from the cursor a left.
+    a.child.kill();
+    let mut stream = w.open(b.addr).await;
+    pause_and_resume(&cb, &id, "after a died").await;
+    w.read_until(&mut stream, "the resume after a died", |s| {
+        count(s, &id, K::Resumed) >= 4
+    })
+    .await;
+    check(&w, b.addr, &hook).await;
     drop((a, b));
     fleet.db.drop_database().await;
 }
