@@ -472,6 +472,7 @@ async fn serve_watching(d: &Dirs) -> (Running, Client, tonic::Streaming<proto::B
         .clone()
         .watch_events(proto::WatchEventsRequest {
             store_id: String::new(),
+            after: None,
         })
         .await
         .expect("WatchEvents")

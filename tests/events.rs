@@ -11,125 +11,24 @@
 mod otlp;
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 use support::binary;
 use support::served::{self, DEADLINE, Dirs, client, fast_serve as serve};
+use support::webhooks::{Posted, Receiver, kinds_of};
 use tonic::transport::Channel;
 
 type Client = BackupControlClient<Channel>;
-
-/// One POST a receiver took.
-#[derive(Debug, Clone)]
-struct Posted {
-    path: String,
-    content_type: String,
-    body: serde_json::Value,
-    /// Every header, names in lower case.
-    headers: Vec<(String, String)>,
-    /// The body's bytes, as sent.
-    raw: Vec<u8>,
-}
-
-/// A webhook receiver: answers every POST 200 and keeps it.
-#[derive(Clone, Default)]
-struct Receiver {
-    posted: Arc<Mutex<Vec<Posted>>>,
-}
-
-impl Receiver {
-    /// Serves on `listener` (a thread, for the rest of the test).
-    fn serve(listener: TcpListener) -> Receiver {
-        let r = Receiver::default();
-        let posted = r.posted.clone();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                if let Some(p) = read_post(conn) {
-                    posted.lock().unwrap().push(p);
-                }
-            }
-        });
-        r
-    }
-
-    fn posted(&self) -> Vec<Posted> {
-        self.posted.lock().unwrap().clone()
-    }
-
-    /// Waits until a POST satisfies `ok`.
-    async fn wait_for(&self, what: &str, ok: impl Fn(&[Posted]) -> bool) -> Vec<Posted> {
-        support::wait_for(DEADLINE, what, || {
-            let got = self.posted();
-            let ok = ok(&got);
-            async move {
-                if ok {
-                    Ok(got)
-                } else {
-                    Err(format!("{} posts: {:?}", got.len(), kinds_of(&got)))
-                }
-            }
-        })
-        .await
-    }
-}
-
-fn kinds_of(p: &[Posted]) -> Vec<String> {
-    p.iter()
-        .map(|p| p.body["type"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
-/// Reads one HTTP/1.1 request and answers 200; the request if it was a POST with a JSON body.
-fn read_post(conn: std::net::TcpStream) -> Option<Posted> {
-    let mut reader = BufReader::new(conn.try_clone().ok()?);
-    let mut line = String::new();
-    reader.read_line(&mut line).ok()?;
-    let mut parts = line.split_whitespace();
-    let (method, path) = (parts.next()?.to_string(), parts.next()?.to_string());
-    let (mut len, mut content_type) = (0usize, String::new());
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h).ok()?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (name, value) = h.split_once(':')?;
-        let name = name.to_ascii_lowercase();
-        match name.as_str() {
-            "content-length" => len = value.trim().parse().ok()?,
-            "content-type" => content_type = value.trim().to_string(),
-            _ => {}
-        }
-        headers.push((name, value.trim().to_string()));
-    }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body).ok()?;
-    let mut conn = conn;
-    let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    if method != "POST" {
-        return None;
-    }
-    Some(Posted {
-        path,
-        content_type,
-        body: serde_json::from_slice(&body).ok()?,
-        headers,
-        raw: body,
-    })
-}
 
 async fn watch(c: &Client, store_id: &str) -> tonic::Streaming<proto::BackupEvent> {
     c.clone()
         .watch_events(proto::WatchEventsRequest {
             store_id: store_id.into(),
+            after: None,
         })
         .await
         .expect("WatchEvents")

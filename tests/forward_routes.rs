@@ -142,6 +142,7 @@ async fn watch_events(
 ) -> Result<tonic::Streaming<proto::BackupEvent>, tonic::Status> {
     c.watch_events(proto::WatchEventsRequest {
         store_id: id.to_string(),
+        after: None,
     })
     .await
     .map(|r| r.into_inner())

@@ -558,7 +558,8 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             (5, true),
             (6, true),
             (7, true),
-            (8, true)
+            (8, true),
+            (9, true)
         ]
     );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")

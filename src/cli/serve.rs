@@ -144,6 +144,13 @@ pub struct ServeArgs {
     /// 64 random bytes; read as key files are.
     #[arg(long, env = "MUSHROOMDB_BACKUP_WEBHOOK_SECRET_FILE")]
     webhook_secret_file: Option<PathBuf>,
+    /// Keep the fleet's event log (what WatchEvents replays and webhooks deliver from) this
+    /// many days, 1 to 3650 [default: 7].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_EVENTS_KEEP_DAYS")]
+    events_keep_days: Option<u64>,
+    /// Keep at most this many events in the log, 1000 to 100000000 [default: 1000000].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_EVENTS_KEEP")]
+    events_keep: Option<u64>,
     #[command(flatten)]
     worker: WorkerSettings,
     #[command(flatten)]
@@ -175,6 +182,8 @@ struct ServeToml {
     drill_max_bytes: Option<u64>,
     webhook_urls: Option<Vec<String>>,
     webhook_secret_file: Option<PathBuf>,
+    events_keep_days: Option<u64>,
+    events_keep: Option<u64>,
     insecure: Option<bool>,
     /// A file holding the admin token (the token itself never goes in the config).
     admin_token_file: Option<PathBuf>,
@@ -400,6 +409,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
                 .unwrap_or(service::DrillLimits::default().max_bytes),
         },
         webhooks,
+        event_retention: service::EventRetention::new(
+            a.events_keep_days.or(file.events_keep_days).unwrap_or(7),
+            a.events_keep.or(file.events_keep).unwrap_or(1_000_000),
+        )
+        .map_err(anyhow::Error::msg)?,
         prices: file.prices.unwrap_or_default(),
     };
     telemetry.warnings = warnings;

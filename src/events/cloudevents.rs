@@ -3,8 +3,10 @@
 //! a receiver can drop a duplicate), `source` `/mushroom-backup/<instance id>`, `type`
 //! `dev.mushroom.backup.<kind>` ([`super::EventKind::name`]), `time` RFC 3339 in UTC with
 //! milliseconds, `subject` the store id, `datacontenttype` "application/json", and `data`: the
-//! event itself (seq, kind, store_id, detail, trace_id, the kind's facts). With a trace id the
-//! document also carries the `traceparent` extension attribute (W3C Trace Context), so a
+//! event itself (position, seq, kind, store_id, detail, trace_id, the kind's facts). An event in
+//! the fleet's log carries its position there in the `position` extension attribute too, as a
+//! string of decimal digits (CloudEvents integers are 32-bit; positions are not). With a trace
+//! id the document also carries the `traceparent` extension attribute (W3C Trace Context), so a
 //! receiver that traces can join the trace.
 
 use serde_json::{Value, json};
@@ -33,6 +35,9 @@ pub fn document(event: &Event, source: &str) -> Value {
         "datacontenttype": "application/json",
         "data": event,
     });
+    if event.position > 0 {
+        doc["position"] = Value::String(event.position.to_string());
+    }
     if event.trace_id.len() == 32 {
         // The span is not known here: the event's own 8 bytes would not name a real span, so
         // the parent id is the trace's (a valid, non-zero id), flagged not sampled.
@@ -54,6 +59,7 @@ mod tests {
     fn a_paused_event_is_a_cloudevent_naming_its_store() {
         let e = Event {
             id: "7a1b".into(),
+            position: 0,
             seq: 4,
             kind: EventKind::Paused,
             store_id: "s1".into(),
@@ -72,6 +78,16 @@ mod tests {
         assert_eq!(d["data"]["kind"], "paused");
         assert_eq!(d["data"]["seq"], 4);
         assert!(d.get("traceparent").is_none());
+        assert!(d.get("position").is_none(), "not in the log: no position");
+        let logged = document(
+            &Event {
+                position: 12,
+                ..e.clone()
+            },
+            &source("i1"),
+        );
+        assert_eq!(logged["position"], "12");
+        assert_eq!(logged["data"]["position"], 12);
         assert!(
             d["data"].get("commit_seq").is_none(),
             "no facts: none shown"

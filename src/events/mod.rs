@@ -5,39 +5,45 @@
 //!   detail, the kind's facts ([`Facts`]) and the trace id of the work that caused it (the
 //!   current span's, from [`crate::telemetry::current_trace_id`]; empty when nothing is traced).
 //! - [`Bus`]: the process's one bus. [`Bus::publish`] never blocks and never fails: it numbers
-//!   the event, hands it to every [`Sink`] (a webhook's queue: a push under a short lock) and
-//!   to a bounded broadcast ring of [`BUS_CAPACITY`] events that every watcher reads at its own
-//!   pace. A watcher that falls more than the ring behind is not waited for: its next read
-//!   answers [`Received::Lagged`] with how many events it missed, then goes on from the oldest
-//!   one still in the ring.
+//!   the event and, on a bus with a log ([`Bus::logged`], the service's), queues it for the
+//!   log's writer ([`journal`]), which appends it to the registry's event log (giving it its
+//!   fleet-wide `position`) and only then hands it to the bounded broadcast ring of
+//!   [`BUS_CAPACITY`] events that every watcher reads at its own pace; on a bus without a log
+//!   it goes to the ring at once. A watcher that falls more than the ring behind is not waited
+//!   for: its next read answers [`Received::Lagged`] with how many events it missed, then goes
+//!   on from the oldest one still in the ring. A watcher that must miss nothing, across
+//!   restarts too, reads the log (`WatchEvents` with `after`); so do the webhooks.
 //! - [`Emitter`]: a bus bound to one store, which the worker holds (or holds none: a worker
 //!   outside the service publishes nothing).
 //! - [`cloudevents`]: an event as a CloudEvents 1.0 JSON document; [`webhook`]: the
-//!   `serve --webhook-url` deliveries; [`http`]: the one-request HTTP(S) client they use;
-//!   [`signature`]: their Standard Webhooks signature.
+//!   `serve --webhook-url` deliveries, from the log; [`http`]: the one-request HTTP(S) client
+//!   they use; [`signature`]: their Standard Webhooks signature.
 //!
 //! # Invariants
 //!
-//! - Events are numbered (`seq`) in the order they are handed to sinks and watchers: the
-//!   number, the sinks and the ring are all done under one lock, so every sink and watcher
-//!   sees them in `seq` order.
-//! - Publishing costs a lock, an allocation and, per webhook, a queue push; no I/O, no await.
-//!   A worker is never delayed by a watcher or a webhook.
+//! - Events are numbered (`seq`) in the order they are published, under one lock with the
+//!   push to the log's queue; the writer appends and hands them to the ring in that order, so
+//!   every watcher sees them in `seq` order, and logged ones in `position` order too.
+//! - Publishing costs a lock, an allocation and a queue push; no I/O, no await. A worker is
+//!   never delayed by a watcher, a webhook or the registry ([`journal`] says what happens to
+//!   an event the registry does not take).
 //!
 //! # What a crash leaves
 //!
-//! Nothing: events live in memory only. A watcher or a webhook misses what happened while the
-//! service was down (health and the registry say what is true now; events say what changed).
+//! Events appended to the log stand (they are replayed to whoever resumes, and the webhooks
+//! deliver them after a restart); those still queued for the writer are lost with the process,
+//! as the ring is.
 
 pub mod cloudevents;
 pub mod http;
+pub mod journal;
 pub mod signature;
 pub mod webhook;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 /// Events a watcher may fall behind before it is told it lagged.
@@ -45,7 +51,7 @@ pub const BUS_CAPACITY: usize = 1024;
 
 /// What happened. [`EventKind::name`] is the name in CloudEvents types
 /// (`dev.mushroom.backup.<name>`), webhook filters and `ctl watch-events`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     /// Healthy turned unhealthy or back, or the main reason changed.
@@ -132,7 +138,8 @@ impl std::fmt::Display for EventKind {
 }
 
 /// The facts an event's kind has; `None` where it has none (left out of JSON).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Facts {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub commit_seq: Option<u64>,
@@ -154,11 +161,15 @@ pub struct Facts {
 }
 
 /// One event; see the module docs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     /// Unique (a UUID): the CloudEvents id, so a receiver can drop a redelivered one.
     pub id: String,
-    /// This process's number of it, increasing.
+    /// Its place in the fleet's event log, increasing (`crate::registry`'s `events`); 0: not
+    /// in the log (a bus without one, or an event the registry did not take).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub position: u64,
+    /// The publishing process's number of it, increasing.
     pub seq: u64,
     pub kind: EventKind,
     pub store_id: String,
@@ -168,6 +179,10 @@ pub struct Event {
     pub trace_id: String,
     #[serde(flatten)]
     pub facts: Facts,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An event before the bus numbers it.
@@ -195,12 +210,6 @@ impl NewEvent {
     }
 }
 
-/// Where the bus hands every event, in order, as it is published: must not block (a webhook's
-/// bounded queue).
-pub trait Sink: Send + Sync {
-    fn offer(&self, event: &Arc<Event>);
-}
-
 /// The process's event bus; cheap to clone (see the module docs).
 #[derive(Clone)]
 pub struct Bus {
@@ -209,9 +218,13 @@ pub struct Bus {
 
 struct Inner {
     ring: broadcast::Sender<Arc<Event>>,
-    /// Held while an event is numbered and handed out, so every reader sees `seq` order.
-    order: Mutex<Vec<Arc<dyn Sink>>>,
+    /// Held while an event is numbered and handed on, so every reader sees `seq` order.
+    order: Mutex<()>,
     seq: AtomicU64,
+    /// The log's queue, on a bus with a log.
+    journal: Option<Arc<journal::Queue>>,
+    /// The newest position appended to the log by this process (a wake for readers of the log).
+    logged: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for Bus {
@@ -221,33 +234,54 @@ impl Default for Bus {
 }
 
 impl Bus {
+    /// A bus without a log: events go to the ring as they are published.
     pub fn new() -> Bus {
+        Bus::with_journal(None)
+    }
+
+    /// A bus with a log: events wait in the returned feed until its writer appended them
+    /// ([`journal`]).
+    pub fn logged() -> (Bus, journal::Feed) {
+        let queue = Arc::new(journal::Queue::default());
+        let bus = Bus::with_journal(Some(queue.clone()));
+        (bus.clone(), journal::Feed::new(bus, queue))
+    }
+
+    fn with_journal(journal: Option<Arc<journal::Queue>>) -> Bus {
         let (ring, _) = broadcast::channel(BUS_CAPACITY);
         Bus {
             inner: Arc::new(Inner {
                 ring,
-                order: Mutex::new(Vec::new()),
+                order: Mutex::new(()),
                 seq: AtomicU64::new(0),
+                journal,
+                logged: tokio::sync::watch::Sender::new(0),
             }),
         }
     }
 
-    /// Hands every event published from now on to `sink` too.
-    pub fn add_sink(&self, sink: Arc<dyn Sink>) {
-        self.inner
-            .order
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(sink);
+    /// The newest position this process appended to the log, changing as it appends.
+    pub fn logged_position(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.logged.subscribe()
+    }
+
+    /// Hands events to the ring, in order (the log's writer, after appending them).
+    fn go_live(&self, events: impl IntoIterator<Item = Event>) {
+        let _order = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
+        for event in events {
+            // No watcher is not an error.
+            let _ = self.inner.ring.send(Arc::new(event));
+        }
     }
 
     /// Publishes `new` (never blocks; see the module docs), with the current span's trace id.
     pub fn publish(&self, new: NewEvent) {
         let trace_id = crate::telemetry::current_trace_id().unwrap_or_default();
         let time_unix_ms = crate::units::unix_now_ms();
-        let sinks = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
-        let event = Arc::new(Event {
+        let order = self.inner.order.lock().unwrap_or_else(|p| p.into_inner());
+        let event = Event {
             id: uuid::Uuid::new_v4().to_string(),
+            position: 0,
             seq: self.inner.seq.fetch_add(1, Ordering::Relaxed) + 1,
             kind: new.kind,
             store_id: new.store_id,
@@ -255,18 +289,24 @@ impl Bus {
             detail: new.detail,
             trace_id,
             facts: new.facts,
-        });
+        };
         metrics::counter!(
             crate::telemetry::metrics::EVENTS_PUBLISHED,
             "kind" => event.kind.name()
         )
         .increment(1);
         tracing::debug!(kind = %event.kind, store_id = %event.store_id, detail = %event.detail, "event");
-        for sink in sinks.iter() {
-            sink.offer(&event);
-        }
+        let event = match &self.inner.journal {
+            Some(journal) => match journal.push(event) {
+                None => return,
+                // Too many waiting for the registry: live at once, unlogged (counted).
+                Some(event) => event,
+            },
+            None => event,
+        };
         // No watcher is not an error.
-        let _ = self.inner.ring.send(event);
+        let _ = self.inner.ring.send(Arc::new(event));
+        drop(order);
     }
 
     /// A watcher of the events published from now on, of `store_id` (every store when empty).

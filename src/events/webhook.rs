@@ -23,46 +23,63 @@
 //! They may hold a token: a refused `--webhook-url` is named by its scheme and host at most,
 //! and logs and metrics name a webhook by `host:port`.
 //!
-//! # Delivery
+//! # Delivery: from the log, at least once
 //!
-//! Each webhook has a queue of at most [`QUEUE_CAP`] events (memory: about a kilobyte an
-//! event, so ~10 MiB per webhook when full), filled by the bus as events are published (a push
-//! under a short lock: a worker never waits for a webhook), and one task that posts the
-//! oldest, waits for its answer, then posts the next: events arrive in order. An answer 2xx is
-//! delivered (`outcome="ok"`). A connection refused, a timeout ([`POST_TIMEOUT`]), 408, 429
+//! Deliveries come from the registry's event log ([`Outbox`]), never from memory: each webhook
+//! has a cursor in the registry (the last position delivered), keyed by [`WebhookConfig::key`]
+//! (a hash of the URL as configured, so every instance configured with it shares one cursor).
+//! One instance at a time holds a webhook's delivery (a claim in the registry, renewed as it
+//! delivers, [`HOLD`] long); the others stand by and take over when the holder goes silent past
+//! its hold. The holder posts the events after the cursor, oldest first, one at a time: events
+//! arrive in position order, every store's, whichever instance published them. An answer 2xx
+//! is delivered (`outcome="ok"`). A connection refused, a timeout ([`POST_TIMEOUT`]), 408, 429
 //! or 5xx is retried, the same event, with the one backoff of the program
 //! ([`crate::backoff::Backoff`], [`FIRST_RETRY`] doubling to [`MAX_RETRY`]), for as long as it
 //! takes (`outcome="failed"` per failed attempt; a log line when a webhook starts failing and
 //! one when it delivers again). Any other answer (3xx — no redirect is followed —, 4xx) is
 //! the receiver refusing that event: it is given up (`outcome="rejected"`, logged) and the
-//! next is posted. While a receiver is down the queue grows; a push to a full queue drops the
-//! oldest waiting event (`outcome="dropped"`, and a log line at the first drop and every
-//! thousandth after). So a receiver that comes back gets every event published while it was
-//! away, in order, as long as no more than [`QUEUE_CAP`] piled up (plus the one being retried).
+//! next is posted. The cursor moves past an event once it was delivered or given up, written
+//! after each batch of at most [`BATCH`] and at least every [`CURSOR_EVERY`]. A receiver down
+//! for a while gets every event the log still holds (its retention: `serve
+//! --events-keep-days`, `--events-keep`), in order.
+//!
+//! Each document's `id` is the event's id (also the `webhook-id` header when signed) and its
+//! `position` extension attribute the event's position: a receiver drops a redelivered event
+//! by its id.
 //!
 //! # Shutdown and crashes
 //!
-//! The delivery tasks end at the service's shutdown (or when their webhook is dropped): events
-//! still queued then are not delivered. Queues are memory only; a crash loses them.
+//! At the service's shutdown a delivery task writes its cursor, gives up its hold and ends.
+//! A crash (SIGKILL) leaves the cursor where it was last written: the events after it are
+//! posted again after the restart, or by another instance once the hold lapsed (at least
+//! once).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::Notify;
+use futures::future::BoxFuture;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::http::{Client, Target};
 use super::signature::WebhookSecret;
-use super::{Bus, Event, EventKind, Sink, cloudevents};
+use super::{Event, EventKind, cloudevents};
 use crate::backoff::Backoff;
 use crate::telemetry::metrics::WEBHOOK_DELIVERIES;
 
-/// Events waiting per webhook, at most.
-pub const QUEUE_CAP: usize = 10_000;
+/// Events read from the log at a time, and the most posted between two cursor writes.
+pub const BATCH: u32 = 100;
+/// The longest a delivered event waits for its cursor write.
+pub const CURSOR_EVERY: Duration = Duration::from_millis(250);
+/// How long a claim on a webhook's delivery lasts unless renewed (renewed at a third of it).
+pub const HOLD: Duration = Duration::from_secs(15);
+/// How often a delivery with nothing to post looks at the log for other instances' events
+/// (its own instance's wake it at once).
+pub const POLL: Duration = Duration::from_secs(1);
 /// First delay before an event is posted again.
 pub const FIRST_RETRY: Duration = Duration::from_millis(100);
 /// Longest delay between two attempts.
@@ -121,72 +138,41 @@ impl WebhookConfig {
     pub fn wants(&self, kind: EventKind) -> bool {
         self.kinds.as_ref().is_none_or(|k| k.contains(&kind))
     }
-}
 
-/// A webhook's queue: the bus's [`Sink`] for it.
-struct Queue {
-    config: WebhookConfig,
-    name: String,
-    cap: usize,
-    waiting: std::sync::Mutex<VecDeque<Arc<Event>>>,
-    wake: Notify,
-    dropped: AtomicU64,
-}
-
-impl Sink for Queue {
-    fn offer(&self, event: &Arc<Event>) {
-        if !self.config.wants(event.kind) {
-            return;
+    /// The key of this webhook's cursor in the registry: SHA-256 (hex) of its URL and its
+    /// filter, the same on every instance configured alike; never the URL, which may hold a
+    /// token.
+    pub fn key(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.target.url.as_str().as_bytes());
+        for k in self.kinds.iter().flatten() {
+            h.update(b"\0");
+            h.update(k.name().as_bytes());
         }
-        let dropped = {
-            let mut q = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
-            q.push_back(event.clone());
-            (q.len() > self.cap).then(|| q.pop_front())
-        };
-        if let Some(Some(oldest)) = dropped {
-            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            metrics::counter!(WEBHOOK_DELIVERIES, "webhook" => self.name.clone(), "outcome" => "dropped")
-                .increment(1);
-            if n == 1 || n.is_multiple_of(1000) {
-                tracing::warn!(
-                    webhook = %self.name,
-                    dropped = n,
-                    oldest_seq = oldest.seq,
-                    "a webhook's queue is full ({} events): dropped its oldest event ({n} so far)",
-                    self.cap
-                );
-            }
-        }
-        self.wake.notify_one();
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
-impl Queue {
-    fn new(config: WebhookConfig, cap: usize) -> Queue {
-        Queue {
-            name: config.target.name(),
-            config,
-            cap,
-            waiting: std::sync::Mutex::new(VecDeque::new()),
-            wake: Notify::new(),
-            dropped: AtomicU64::new(0),
-        }
-    }
-
-    fn pop(&self) -> Option<Arc<Event>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
-    }
+/// The log and the webhooks' cursors, as the deliveries use them (the service's registry,
+/// `service::fleet::event_log`); errors are one line, logged as they are.
+pub trait Outbox: Send + Sync + 'static {
+    /// Takes or keeps the delivery of webhook `key` for this instance: the position delivered
+    /// so far; `None`: another instance delivers it.
+    fn claim<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, String>>;
+    /// At most `limit` events after `position`, every store's, in position order.
+    fn after(&self, position: u64, limit: u32) -> BoxFuture<'_, Result<Vec<Event>, String>>;
+    /// Webhook `key` was delivered up to `position`, and its claim is renewed; `false`: another
+    /// instance took it over.
+    fn delivered<'a>(&'a self, key: &'a str, position: u64) -> BoxFuture<'a, Result<bool, String>>;
+    /// Gives up the claim on webhook `key` (at shutdown).
+    fn release<'a>(&'a self, key: &'a str) -> BoxFuture<'a, ()>;
 }
 
 /// The configured webhooks, checked and with their client built: [`Webhooks::prepare`] can
-/// fail (no root certificates for an https webhook), [`Webhooks::start`] cannot.
+/// fail (no root certificates for an https webhook), [`Webhooks::spawn`] cannot.
 pub struct Webhooks {
     configs: Vec<WebhookConfig>,
     client: Option<Client>,
-    cap: usize,
 }
 
 impl Webhooks {
@@ -199,51 +185,46 @@ impl Webhooks {
         Ok(Webhooks {
             configs: configs.to_vec(),
             client,
-            cap: QUEUE_CAP,
         })
     }
 
-    /// Puts every webhook's queue on `bus`: events published from now on wait for
-    /// [`Deliveries::spawn`]. `instance_id` makes the documents' `source`.
-    pub fn attach(self, bus: &Bus, instance_id: &str) -> Deliveries {
-        let queues = self
-            .configs
-            .into_iter()
-            .map(|w| {
-                let queue = Arc::new(Queue::new(w, self.cap));
-                bus.add_sink(queue.clone());
-                queue
-            })
-            .collect();
-        Deliveries {
-            queues,
-            client: self.client,
-            source: cloudevents::source(instance_id),
-        }
+    /// Every webhook's cursor key ([`WebhookConfig::key`]) and name (`host:port`).
+    pub fn cursors(&self) -> Vec<(String, String)> {
+        self.configs
+            .iter()
+            .map(|w| (w.key(), w.target.name()))
+            .collect()
     }
-}
 
-/// The webhooks' queues, on the bus, waiting for their delivery tasks.
-pub struct Deliveries {
-    queues: Vec<Arc<Queue>>,
-    client: Option<Client>,
-    source: String,
-}
-
-impl Deliveries {
-    /// A delivery task per webhook in `tasks`, until `shutdown`.
-    pub fn spawn(self, shutdown: &CancellationToken, tasks: &TaskTracker) {
+    /// A delivery task per webhook in `tasks`, from `outbox`, woken when this instance
+    /// appends to the log (`wake`), until `shutdown`. `instance_id` makes the documents'
+    /// `source`.
+    pub fn spawn(
+        self,
+        instance_id: &str,
+        outbox: Arc<dyn Outbox>,
+        wake: &watch::Receiver<u64>,
+        shutdown: &CancellationToken,
+        tasks: &TaskTracker,
+    ) {
         let Some(client) = self.client else {
             return;
         };
-        for queue in self.queues {
-            tracing::info!(webhook = %queue.name, kinds = ?queue.config.kinds, "posting events to a webhook");
-            tasks.spawn(deliver(
-                queue,
-                client.clone(),
-                self.source.clone(),
-                shutdown.clone(),
-            ));
+        let source = cloudevents::source(instance_id);
+        for config in self.configs {
+            tracing::info!(webhook = %config.target.name(), kinds = ?config.kinds, "posting events to a webhook");
+            tasks.spawn(
+                Delivery {
+                    name: config.target.name(),
+                    key: config.key(),
+                    config,
+                    client: client.clone(),
+                    source: source.clone(),
+                    outbox: outbox.clone(),
+                    shutdown: shutdown.clone(),
+                }
+                .run(wake.clone()),
+            );
         }
     }
 }
@@ -264,66 +245,199 @@ fn judge(r: Result<u16, super::http::PostError>) -> Answer {
     }
 }
 
-/// The webhook's task: posts the oldest waiting event until it is delivered or rejected, then
-/// the next (see the module docs).
-async fn deliver(queue: Arc<Queue>, client: Client, source: String, shutdown: CancellationToken) {
-    let name = queue.name.clone();
-    let count = |outcome: &'static str| {
-        metrics::counter!(WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome)
-            .increment(1);
-    };
-    let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY);
-    let mut failing = false;
-    loop {
-        let Some(event) = queue.pop() else {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = queue.wake.notified() => continue,
+/// One webhook's delivery task (see the module docs).
+struct Delivery {
+    config: WebhookConfig,
+    name: String,
+    key: String,
+    client: Client,
+    source: String,
+    outbox: Arc<dyn Outbox>,
+    shutdown: CancellationToken,
+}
+
+/// How a delivery round ended.
+enum Stop {
+    Shutdown,
+    /// Another instance holds the webhook now.
+    Lost,
+}
+
+impl Delivery {
+    async fn run(self, mut wake: watch::Receiver<u64>) {
+        let mut standing_by = false;
+        loop {
+            match self.outbox.claim(&self.key).await {
+                Ok(Some(cursor)) => {
+                    if standing_by {
+                        standing_by = false;
+                        tracing::info!(webhook = %self.name, cursor, "this instance delivers the webhook now");
+                    }
+                    match self.deliver_from(cursor, &mut wake).await {
+                        Stop::Shutdown => {
+                            self.outbox.release(&self.key).await;
+                            return;
+                        }
+                        Stop::Lost => {
+                            tracing::info!(webhook = %self.name, "another instance took the webhook's delivery over");
+                        }
+                    }
+                }
+                Ok(None) => {
+                    if !standing_by {
+                        standing_by = true;
+                        tracing::info!(webhook = %self.name, "another instance delivers the webhook: standing by");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(webhook = %self.name, error = %e, "cannot claim the webhook's delivery; trying again");
+                }
             }
+            if !self.sleep(HOLD / 3).await {
+                return;
+            }
+        }
+    }
+
+    /// Waits `d`; `false` at shutdown.
+    async fn sleep(&self, d: Duration) -> bool {
+        tokio::select! {
+            _ = self.shutdown.cancelled() => false,
+            _ = tokio::time::sleep(d) => true,
+        }
+    }
+
+    /// Posts every event after `cursor` while this instance holds the webhook.
+    async fn deliver_from(&self, mut cursor: u64, wake: &mut watch::Receiver<u64>) -> Stop {
+        let mut backoff = Backoff::new(FIRST_RETRY, MAX_RETRY);
+        let mut failing = false;
+        let mut renewed = Instant::now();
+        loop {
+            let batch = match self.outbox.after(cursor, BATCH).await {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(webhook = %self.name, error = %e, "cannot read the event log; trying again");
+                    if !self.sleep(POLL).await {
+                        return Stop::Shutdown;
+                    }
+                    continue;
+                }
+            };
+            if batch.is_empty() {
+                if renewed.elapsed() >= HOLD / 3 {
+                    match self.outbox.claim(&self.key).await {
+                        Ok(Some(_)) => renewed = Instant::now(),
+                        Ok(None) => return Stop::Lost,
+                        Err(e) => {
+                            tracing::warn!(webhook = %self.name, error = %e, "cannot renew the webhook's claim")
+                        }
+                    }
+                }
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return Stop::Shutdown,
+                    r = wake.changed() => if r.is_err() && !self.sleep(POLL).await {
+                        return Stop::Shutdown;
+                    },
+                    _ = tokio::time::sleep(POLL) => {}
+                }
+                continue;
+            }
+            let mut written = Instant::now();
+            let mut unwritten = false;
+            for event in batch {
+                if self.config.wants(event.kind)
+                    && !self.post(&event, &mut backoff, &mut failing).await
+                {
+                    // Shutdown: what was delivered is written, the rest waits in the log.
+                    if unwritten {
+                        let _ = self.outbox.delivered(&self.key, cursor).await;
+                    }
+                    return Stop::Shutdown;
+                }
+                cursor = event.position;
+                unwritten = true;
+                if written.elapsed() >= CURSOR_EVERY {
+                    match self.write(cursor).await {
+                        Some(true) => {}
+                        Some(false) => return Stop::Lost,
+                        None => {}
+                    }
+                    written = Instant::now();
+                    renewed = written;
+                    unwritten = false;
+                }
+            }
+            if unwritten {
+                match self.write(cursor).await {
+                    Some(false) => return Stop::Lost,
+                    Some(true) => renewed = Instant::now(),
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Writes the cursor; `None`: the registry failed (logged; the next write carries it).
+    async fn write(&self, cursor: u64) -> Option<bool> {
+        match self.outbox.delivered(&self.key, cursor).await {
+            Ok(held) => Some(held),
+            Err(e) => {
+                tracing::warn!(webhook = %self.name, cursor, error = %e, "cannot write the webhook's cursor");
+                None
+            }
+        }
+    }
+
+    /// Posts `event` until it is delivered or rejected; `false` at shutdown.
+    async fn post(&self, event: &Event, backoff: &mut Backoff, failing: &mut bool) -> bool {
+        let name = &self.name;
+        let count = |outcome: &'static str| {
+            metrics::counter!(WEBHOOK_DELIVERIES, "webhook" => name.clone(), "outcome" => outcome)
+                .increment(1);
         };
-        let body = match serde_json::to_vec(&cloudevents::document(&event, &source)) {
+        let body = match serde_json::to_vec(&cloudevents::document(event, &self.source)) {
             Ok(b) => Bytes::from(b),
             Err(e) => {
-                tracing::error!(webhook = %name, seq = event.seq, error = %e, "cannot encode an event; skipped");
-                continue;
+                tracing::error!(webhook = %name, position = event.position, error = %e, "cannot encode an event; skipped");
+                return true;
             }
         };
         loop {
-            let headers = queue
+            let headers = self
                 .config
                 .secret
                 .as_ref()
                 .map_or_else(Vec::new, |s| s.headers(&event.id, unix_seconds(), &body));
             let posted = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                r = client.post(&queue.config.target, cloudevents::CONTENT_TYPE, &headers, body.clone(), POST_TIMEOUT) => r,
+                _ = self.shutdown.cancelled() => return false,
+                r = self.client.post(&self.config.target, cloudevents::CONTENT_TYPE, &headers, body.clone(), POST_TIMEOUT) => r,
             };
             match judge(posted) {
                 Answer::Delivered => {
                     count("ok");
-                    if failing {
-                        failing = false;
+                    if *failing {
+                        *failing = false;
                         tracing::info!(webhook = %name, attempts = backoff.attempts() + 1, "the webhook takes events again");
                     }
                     backoff.reset();
-                    break;
+                    return true;
                 }
                 Answer::Rejected(status) => {
                     count("rejected");
-                    tracing::warn!(webhook = %name, seq = event.seq, kind = %event.kind, status, "the webhook refused an event; given up");
+                    tracing::warn!(webhook = %name, position = event.position, kind = %event.kind, status, "the webhook refused an event; given up");
                     backoff.reset();
-                    break;
+                    return true;
                 }
                 Answer::Retry(why) => {
                     count("failed");
-                    if !failing {
-                        failing = true;
-                        tracing::warn!(webhook = %name, seq = event.seq, error = %why, "posting to the webhook failed; retrying with backoff, events queue meanwhile");
+                    if !*failing {
+                        *failing = true;
+                        tracing::warn!(webhook = %name, position = event.position, error = %why, "posting to the webhook failed; retrying with backoff, events wait in the log meanwhile");
                     } else {
-                        tracing::debug!(webhook = %name, seq = event.seq, error = %why, "posting to the webhook failed again");
+                        tracing::debug!(webhook = %name, position = event.position, error = %why, "posting to the webhook failed again");
                     }
-                    if !backoff.wait(&shutdown).await {
-                        return;
+                    if !backoff.wait(&self.shutdown).await {
+                        return false;
                     }
                 }
             }
@@ -339,7 +453,6 @@ fn unix_seconds() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::NewEvent;
 
     #[test]
     fn a_kinds_parameter_is_the_filter_and_is_not_sent() {
@@ -375,6 +488,21 @@ mod tests {
     }
 
     #[test]
+    fn a_cursor_key_is_the_same_for_the_same_url_and_filter_and_holds_no_token() {
+        let key = |u: &str| WebhookConfig::parse(u).unwrap().key();
+        let k = key("https://h/x?token=SECRET&kinds=paused");
+        assert_eq!(k, key("https://h/x?token=SECRET&kinds=paused"));
+        assert_eq!(k.len(), 64);
+        assert!(!k.contains("SECRET"));
+        assert_ne!(
+            k,
+            key("https://h/x?token=SECRET"),
+            "another filter, another cursor"
+        );
+        assert_ne!(k, key("https://h/x?token=OTHER&kinds=paused"));
+    }
+
+    #[test]
     fn a_refused_url_never_shows_its_path_or_query() {
         for bad in [
             "ftp://h/SECRET?token=SECRET",
@@ -389,82 +517,5 @@ mod tests {
                 "{bad}: {e}"
             );
         }
-    }
-
-    #[test]
-    fn a_full_queue_drops_its_oldest() {
-        let bus = Bus::new();
-        let q = Arc::new(Queue::new(
-            WebhookConfig::parse("http://127.0.0.1:9/?kinds=paused").unwrap(),
-            3,
-        ));
-        bus.add_sink(q.clone());
-        for i in 0..5 {
-            bus.publish(NewEvent::new(EventKind::Paused, "s", format!("{i}")));
-            bus.publish(NewEvent::new(EventKind::Resumed, "s", "filtered out"));
-        }
-        let left: Vec<String> = std::iter::from_fn(|| q.pop())
-            .map(|e| e.detail.clone())
-            .collect();
-        assert_eq!(left, ["2", "3", "4"]);
-        assert_eq!(q.dropped.load(Ordering::Relaxed), 2);
-    }
-
-    /// A receiver answering `statuses` in turn (then 200): the `seq` of every POST it took.
-    async fn receiver(statuses: Vec<u16>) -> (String, tokio::sync::mpsc::UnboundedReceiver<u64>) {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let tracker = TaskTracker::new();
-        tracker.spawn(async move {
-            let mut statuses = statuses.into_iter();
-            loop {
-                let (conn, _) = listener.accept().await.unwrap();
-                let mut conn = BufReader::new(conn);
-                let mut len = 0;
-                loop {
-                    let mut line = String::new();
-                    conn.read_line(&mut line).await.unwrap();
-                    if line.trim().is_empty() {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                }
-                let mut body = vec![0; len];
-                conn.read_exact(&mut body).await.unwrap();
-                let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
-                tx.send(doc["data"]["seq"].as_u64().unwrap()).unwrap();
-                let status = statuses.next().unwrap_or(200);
-                let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n");
-                conn.get_mut().write_all(answer.as_bytes()).await.unwrap();
-            }
-        });
-        (url, rx)
-    }
-
-    #[tokio::test]
-    async fn a_5xx_is_retried_a_4xx_given_up_and_the_next_event_goes_on() {
-        let (url, mut posts) = receiver(vec![503, 400]).await;
-        let bus = Bus::new();
-        let stop = CancellationToken::new();
-        let tasks = TaskTracker::new();
-        Webhooks::prepare(&[WebhookConfig::parse(&url).unwrap()])
-            .unwrap()
-            .attach(&bus, "i")
-            .spawn(&stop, &tasks);
-        bus.publish(NewEvent::new(EventKind::Paused, "s", "one"));
-        bus.publish(NewEvent::new(EventKind::Resumed, "s", "two"));
-        let mut got = Vec::new();
-        while got.len() < 3 {
-            got.push(posts.recv().await.unwrap());
-        }
-        // 1 answered 503 (retried), then 400 (given up); 2 delivered.
-        assert_eq!(got, [1, 1, 2]);
-        stop.cancel();
-        tasks.close();
-        tasks.wait().await;
     }
 }

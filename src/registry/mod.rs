@@ -33,6 +33,9 @@
 //!   Resume and with their store (`ON DELETE CASCADE`).
 //! - `store_drills`: each store's last restore drill ([`crate::health::DrillResult`]), replaced by the next,
 //!   deleted with its store.
+//! - `events`: the fleet's event log, in one order of positions, pruned by age and count
+//!   (`events.rs`); `webhook_cursors`: how far each webhook was delivered, and by whom
+//!   (`webhook_cursor.rs`).
 //!
 //! # Crash story
 //!
@@ -279,6 +282,9 @@ mod ownership;
 pub use ownership::{Claimed, Owner};
 mod report;
 pub use report::StoreReport;
+mod events;
+pub use events::{EventRow, EventSpan, LoggedEvent};
+mod webhook_cursor;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

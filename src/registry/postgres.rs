@@ -65,6 +65,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store owners",
         include_str!("../../migrations/postgres/0008_store_owners.sql"),
     ),
+    (
+        9,
+        "events",
+        include_str!("../../migrations/postgres/0009_events.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

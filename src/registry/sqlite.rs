@@ -68,6 +68,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "store owners",
         include_str!("../../migrations/sqlite/0008_store_owners.sql"),
     ),
+    (
+        9,
+        "events",
+        include_str!("../../migrations/sqlite/0009_events.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

@@ -14,7 +14,7 @@ pub mod limits;
 pub mod peers;
 
 use crate::worker::WorkerConfig;
-pub use limits::{DrillLimits, Limits, PauseLimits};
+pub use limits::{DrillLimits, EventRetention, Limits, PauseLimits};
 pub use peers::PeerToken;
 
 #[derive(Debug, Clone)]
@@ -116,6 +116,8 @@ pub struct ServiceConfig {
     pub drill: DrillLimits,
     /// Where every event is POSTed as a CloudEvent (`serve --webhook-url`, `crate::events::webhook`).
     pub webhooks: Vec<crate::events::webhook::WebhookConfig>,
+    /// How much of the fleet's event log is kept (`fleet::event_log`).
+    pub event_retention: EventRetention,
     /// The price table of every store's cost estimate (`crate::cost`; the TOML's `[prices]`).
     pub prices: crate::cost::Prices,
 }
@@ -142,6 +144,7 @@ impl std::fmt::Debug for ServiceConfig {
             peers,
             drill,
             webhooks,
+            event_retention,
             prices,
         } = self;
         f.debug_struct("ServiceConfig")
@@ -167,6 +170,7 @@ impl std::fmt::Debug for ServiceConfig {
                 "webhooks",
                 &webhooks.iter().map(|w| w.target.name()).collect::<Vec<_>>(),
             )
+            .field("event_retention", event_retention)
             .field("prices", prices)
             .finish()
     }
@@ -292,6 +296,7 @@ mod tests {
             peers: Default::default(),
             drill: Default::default(),
             webhooks: vec![],
+            event_retention: Default::default(),
             prices: Default::default(),
         }
     }

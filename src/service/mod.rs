@@ -86,7 +86,7 @@ use ops::drill;
 pub mod proto;
 
 pub use cluster::moves::MAX_DRAIN_PARALLEL;
-pub use config::limits::{DrillLimits, PauseLimits};
+pub use config::limits::{DrillLimits, EventRetention, PauseLimits};
 pub use config::peers::PeerToken;
 pub use edge::tls_files;
 pub use fleet::store_metrics;
@@ -237,17 +237,41 @@ pub async fn run(
     let config = Arc::new(config);
     let workers = shutdown.child_token();
     let kind = registry.kind();
-    let events = crate::events::Bus::new();
-    let deliveries = webhooks.attach(&events, &config.instance_id);
+    // The event log's writer starts with the fleet; what the fleet publishes before waits in
+    // the bus's queue. A webhook new to the fleet starts at the log's end (before any event).
+    let (events, feed) = crate::events::Bus::logged();
+    fleet::event_log::init_cursors(&registry, &webhooks)
+        .await
+        .map_err(|source| ServeError::Registry {
+            url: crate::registry::redact_url(&config.registry_url),
+            source,
+        })?;
     let fleet = Fleet::start(registry, claim, config.clone(), workers.clone(), events).await?;
+    fleet.tasks.spawn(fleet::event_log::write(
+        fleet.registry().clone(),
+        feed,
+        workers.clone(),
+    ));
+    fleet
+        .tasks
+        .spawn(fleet::event_log::prune(fleet.clone(), workers.clone()));
     // The fleet's own loops, below the rooms that run them: health reports to the registry
     // (ops) and the failover reconcile (cluster).
     fleet
         .tasks
         .spawn(ops::health_report::report_health(fleet.clone()));
     fleet.tasks.spawn(cluster::failover::run(fleet.clone()));
-    // They end with the workers, after the last flushes published their events.
-    deliveries.spawn(&workers, &fleet.tasks);
+    // They end with the workers; what they did not deliver waits in the log.
+    webhooks.spawn(
+        &config.instance_id,
+        Arc::new(fleet::event_log::RegistryOutbox::new(
+            fleet.registry().clone(),
+            &config.instance_id,
+        )),
+        &fleet.events().logged_position(),
+        &workers,
+        &fleet.tasks,
+    );
     drill::schedule(fleet.clone());
     // Serving stops on shutdown, or when another process took this instance id over.
     let serving = shutdown.child_token();

@@ -92,6 +92,7 @@ pub const BUCKET_REQUESTS: &str = "mushroom_backup_bucket_requests_total";
 // Events (`crate::events`).
 pub const EVENTS_PUBLISHED: &str = "mushroom_backup_events_published_total";
 pub const WEBHOOK_DELIVERIES: &str = "mushroom_backup_webhook_deliveries_total";
+pub const EVENTS_UNLOGGED: &str = "mushroom_backup_events_unlogged_total";
 
 /// The label of every per-store series.
 pub const STORE_ID_LABEL: &str = "store_id";
@@ -251,7 +252,13 @@ pub fn describe() {
         WEBHOOK_DELIVERIES,
         Unit::Count,
         "Webhook deliveries by webhook (its host) and outcome: ok, failed (an attempt, retried), \
-         rejected (a 4xx, given up), dropped (the queue was full: the oldest event went)."
+         rejected (a 4xx, given up)."
+    );
+    describe_counter!(
+        EVENTS_UNLOGGED,
+        Unit::Count,
+        "Events the registry's event log did not take (it failed, or too many waited): sent to \
+         live watchers without a position, never replayed nor posted to webhooks."
     );
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 pub struct Limit {
     pub min: u64,
     pub max: u64,
-    /// `"ms"` or `""` (a count).
+    /// `"ms"`, `"days"` or `""` (a count).
     pub unit: &'static str,
 }
 

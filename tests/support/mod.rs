@@ -20,6 +20,7 @@ pub mod served;
 pub mod service;
 pub mod sources;
 pub mod store;
+pub mod webhooks;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The bounds the server is started with (plain settings, checked at start): what one client
 //! may hold ([`Limits`], applied by `edge::server_limits`), a pause's deadlines
-//! ([`PauseLimits`], `ops::pause`) and the scheduled drills' byte budget ([`DrillLimits`],
-//! `ops::drill`).
+//! ([`PauseLimits`], `ops::pause`), the scheduled drills' byte budget ([`DrillLimits`],
+//! `ops::drill`) and the event log's retention ([`EventRetention`], `fleet::event_log`).
 
 use std::time::Duration;
 
@@ -108,6 +108,50 @@ impl Default for DrillLimits {
     fn default() -> Self {
         Self {
             max_bytes: 10 << 30,
+        }
+    }
+}
+
+/// How much of the fleet's event log is kept (`serve --events-keep-days`, `--events-keep`):
+/// events older than `keep_for` go, and all but the newest `keep`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventRetention {
+    pub keep_for: Duration,
+    pub keep: u64,
+}
+
+/// `--events-keep-days`: 1 day to 10 years.
+pub const EVENTS_KEEP_DAYS: crate::worker::limits::Limit = crate::worker::limits::Limit {
+    min: 1,
+    max: 3650,
+    unit: "days",
+};
+/// `--events-keep`: 1,000 to 100 million events (about a kilobyte each).
+pub const EVENTS_KEEP: crate::worker::limits::Limit = crate::worker::limits::Limit {
+    min: 1000,
+    max: 100_000_000,
+    unit: "",
+};
+
+impl EventRetention {
+    /// Days and count checked against `EVENTS_KEEP_DAYS` and `EVENTS_KEEP`; the error
+    /// names the flag and its range.
+    pub fn new(keep_days: u64, keep: u64) -> Result<EventRetention, String> {
+        let days = EVENTS_KEEP_DAYS.check("--events-keep-days", keep_days)?;
+        let keep = EVENTS_KEEP.check("--events-keep", keep)?;
+        Ok(EventRetention {
+            keep_for: Duration::from_secs(days * 86_400),
+            keep,
+        })
+    }
+}
+
+impl Default for EventRetention {
+    /// A week, at most a million events.
+    fn default() -> Self {
+        EventRetention {
+            keep_for: Duration::from_secs(7 * 86_400),
+            keep: 1_000_000,
         }
     }
 }

@@ -60,6 +60,7 @@ impl Api {
         );
         let events = EventWatch::new(
             fleet.events().clone(),
+            fleet.registry().clone(),
             fleet.config().limits.max_health_watchers,
             shutdown.clone(),
             &fleet.tasks,
@@ -430,6 +431,11 @@ impl BackupControl for Api {
     ) -> Result<Response<EventStream>, Status> {
         let caller = self.caller(&req)?;
         let store_id = req.get_ref().store_id.clone();
+        if let Some(after) = req.get_ref().after {
+            // The log is the fleet's: any instance answers for every store.
+            record_store_id(&store_id);
+            return Ok(Response::new(self.events.resume(store_id, after).await?));
+        }
         let watch = |mut c: Client, r| async move { c.watch_events(r).await };
         if let Some(relayed) = self.relay_elsewhere(req, &caller, &store_id, watch).await? {
             return Ok(Response::new(relayed));

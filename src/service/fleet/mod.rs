@@ -114,6 +114,7 @@ mod claim_renewal;
 pub mod conflicts;
 pub mod destination;
 mod error;
+pub mod event_log;
 mod hosting;
 pub mod limits;
 pub mod path_index;

@@ -1,9 +1,10 @@
 //! The record of an act on a store (register, adopt, deregister, pause, resume, a move, a
 //! claim, a release): its audit row in the registry and, when the act changed something, its
 //! event on the bus, written together by [`Fleet::record`], the row first. A refused act
-//! is audited only ([`Fleet::refused`]). A crash between the two leaves the row without the
-//! event (the bus is not durable: a watcher of the crashed process loses it either way); a
-//! row that cannot be written is logged, and the act stands.
+//! is audited only ([`Fleet::refused`]). The event goes to the fleet's event log before any
+//! watcher hears it (`event_log.rs`: appended by the log's writer, in a batch, shortly after;
+//! [`Fleet::record`] does not wait for it). A crash between the row and the append leaves the
+//! row without the event; a row that cannot be written is logged, and the act stands.
 
 use super::{Fleet, FleetError, now_ms};
 use crate::events::NewEvent;
