@@ -23,8 +23,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use mushroom_backup::bucket::{self, BucketError};
-use mushroom_backup::manifest::{self, Latest, Manifest};
+use mushroom_backup::bucket;
+use mushroom_backup::manifest::{Latest, Manifest};
 use mushroom_backup::worker::retention::{self, Kept, RetentionPolicy};
 use mushroom_backup::worker::retention_pass;
 use mushroom_backup::worker::tiers::Tiers;
