@@ -248,3 +248,73 @@ pub async fn write(
         Err(e) => Err(e.into()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bucket::mem::MemBucket;
+
+    fn at(commit_seq: u64) -> Latest {
+        Latest {
+            manifest: manifest::manifest_key(commit_seq),
+            commit_seq,
+            lineage: uuid::Uuid::from_u128(7),
+        }
+    }
+
+    #[tokio::test]
+    async fn pointers_move_by_creating_the_next_number_and_the_newest_is_read() {
+        let b = MemBucket::new();
+        assert!(read(&b).await.unwrap().is_none());
+        let v1 = write(&b, &at(10), None, Form::WriteOnce, true).await.unwrap();
+        assert_eq!(v1, Version::Pointer(1));
+        let v2 = write(&b, &at(20), Some(&v1), Form::WriteOnce, true)
+            .await
+            .unwrap();
+        let found = read(&b).await.unwrap().unwrap();
+        assert_eq!((found.version, found.latest.unwrap()), (v2.clone(), at(20)));
+        // A writer still at pointer 1 finds 2 taken by other content: moved.
+        let e = write(&b, &at(15), Some(&v1), Form::WriteOnce, true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, LatestError::Moved { .. }), "{e}");
+        // A retry of its own create (same content) is its own write.
+        assert_eq!(
+            write(&b, &at(20), Some(&v1), Form::WriteOnce, true)
+                .await
+                .unwrap(),
+            v2
+        );
+        assert!(b.head(LATEST_KEY).await.unwrap().is_none());
+        let e = read_as(&b, Form::Mutable).await.unwrap_err();
+        assert!(e.to_string().contains("write-once form"), "{e}");
+        // A LATEST written beside the pointers: readers see it, the writer refuses.
+        b.put(LATEST_KEY, Body::from(at(1).encode()), crate::bucket::PutCondition::None)
+            .await
+            .unwrap();
+        let e = read_as(&b, Form::WriteOnce).await.unwrap_err();
+        assert!(matches!(e, LatestError::BothForms { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn the_mutable_form_is_latest_rewritten_by_etag() {
+        let b = MemBucket::new();
+        let v1 = write(&b, &at(10), None, Form::Mutable, true).await.unwrap();
+        let found = read_as(&b, Form::Mutable).await.unwrap().unwrap();
+        assert_eq!(found.version, v1);
+        let v2 = write(&b, &at(20), Some(&v1), Form::Mutable, true)
+            .await
+            .unwrap();
+        let e = write(&b, &at(30), Some(&v1), Form::Mutable, true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, LatestError::Moved { .. }), "{e}");
+        let e = write(&b, &at(30), Some(&v2), Form::WriteOnce, true)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, LatestError::OtherForm { .. }), "{e}");
+        let e = read_as(&b, Form::WriteOnce).await.unwrap_err();
+        assert!(e.to_string().contains("mutable form"), "{e}");
+        assert_eq!(read(&b).await.unwrap().unwrap().latest.unwrap(), at(20));
+    }
+}
