@@ -226,7 +226,10 @@ pub async fn write(
         (_, Form::Mutable) => Some(C::IfNoneMatch),
     };
     if let Some(cond) = mutable_cond {
-        return match bucket.put(LATEST_KEY, Body::from(latest.encode()), cond).await {
+        return match bucket
+            .put(LATEST_KEY, Body::from(latest.encode()), cond)
+            .await
+        {
             Ok(etag) => Ok(Version::Etag(etag)),
             Err(BucketError::PreconditionFailed { .. }) => Err(LatestError::Moved {
                 key: LATEST_KEY.into(),
@@ -266,7 +269,9 @@ mod tests {
     async fn pointers_move_by_creating_the_next_number_and_the_newest_is_read() {
         let b = MemBucket::new();
         assert!(read(&b).await.unwrap().is_none());
-        let v1 = write(&b, &at(10), None, Form::WriteOnce, true).await.unwrap();
+        let v1 = write(&b, &at(10), None, Form::WriteOnce, true)
+            .await
+            .unwrap();
         assert_eq!(v1, Version::Pointer(1));
         let v2 = write(&b, &at(20), Some(&v1), Form::WriteOnce, true)
             .await
@@ -289,9 +294,13 @@ mod tests {
         let e = read_as(&b, Form::Mutable).await.unwrap_err();
         assert!(e.to_string().contains("write-once form"), "{e}");
         // A LATEST written beside the pointers: readers see it, the writer refuses.
-        b.put(LATEST_KEY, Body::from(at(1).encode()), crate::bucket::PutCondition::None)
-            .await
-            .unwrap();
+        b.put(
+            LATEST_KEY,
+            Body::from(at(1).encode()),
+            crate::bucket::PutCondition::None,
+        )
+        .await
+        .unwrap();
         let e = read_as(&b, Form::WriteOnce).await.unwrap_err();
         assert!(matches!(e, LatestError::BothForms { .. }), "{e}");
     }

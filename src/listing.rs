@@ -49,7 +49,8 @@ use futures::StreamExt;
 
 use crate::bucket::{Bucket, BucketError, ListQuery};
 use crate::manifest::{
-    GEN_PREFIX, LATEST_KEY, LEASE_KEY, MANIFESTS_PREFIX, POINTERS_PREFIX, Manifest, parse_manifest_key,
+    GEN_PREFIX, LATEST_KEY, LEASE_KEY, MANIFESTS_PREFIX, Manifest, POINTERS_PREFIX,
+    parse_manifest_key,
 };
 
 /// Manifests fetched at once.

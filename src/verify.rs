@@ -52,8 +52,7 @@ use crate::at_rest::decode::decode_bytes;
 use crate::at_rest::seal::GenerationKey;
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation,
-    parse_manifest_key,
+    LATEST_KEY, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation, parse_manifest_key,
 };
 use crate::restore::keys::{EncryptionCheck, encryption_of};
 use crate::restore::side_file_name_problem;

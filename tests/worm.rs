@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::types::{ObjectLockMode, ObjectLockRetention, ObjectLockRetentionMode};
+use mushroom_backup::bucket::DynBucket;
 use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
 use mushroom_backup::bucket::write_once::LockMode;
-use mushroom_backup::bucket::DynBucket;
 use mushroom_backup::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig};
 use mushroom_backup::manifest::{self, MANIFESTS_PREFIX};
 use mushroom_backup::restore::{self, RestoreOptions};
@@ -85,10 +85,7 @@ fn locked_config() -> WorkerConfig {
 
 /// Every version and delete marker under the prefix, by key: `(version id, is latest)` each,
 /// and the keys with delete markers.
-async fn versions(
-    client: &Client,
-    bucket: &str,
-) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+async fn versions(client: &Client, bucket: &str) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
     let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut markers = Vec::new();
     let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
@@ -167,7 +164,10 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
         .iter()
         .filter(|(k, v)| **k != lease_key && v.len() > 1)
         .collect();
-    assert!(rewritten.is_empty(), "rewritten by the writer: {rewritten:?}");
+    assert!(
+        rewritten.is_empty(),
+        "rewritten by the writer: {rewritten:?}"
+    );
     assert!(
         markers.iter().all(|k| *k == lease_key),
         "deleted by the writer: {markers:?}"
@@ -180,7 +180,11 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
         .keys()
         .filter(|k| k.starts_with(&format!("{PREFIX}/{}", manifest::POINTERS_PREFIX)))
         .collect();
-    assert_eq!(pointers.len(), points.len(), "one pointer per restore point");
+    assert_eq!(
+        pointers.len(),
+        points.len(),
+        "one pointer per restore point"
+    );
     let manifests = by_key
         .keys()
         .filter(|k| k.starts_with(&format!("{PREFIX}/{MANIFESTS_PREFIX}")))
@@ -204,9 +208,18 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
             .send()
             .await
             .unwrap();
-        assert_eq!(h.object_lock_mode(), Some(&ObjectLockMode::Compliance), "{key}");
-        let until = h.object_lock_retain_until_date().expect("a retain-until date");
-        assert!(until.secs() >= floor.secs(), "{key} retained only until {until}");
+        assert_eq!(
+            h.object_lock_mode(),
+            Some(&ObjectLockMode::Compliance),
+            "{key}"
+        );
+        let until = h
+            .object_lock_retain_until_date()
+            .expect("a retain-until date");
+        assert!(
+            until.secs() >= floor.secs(),
+            "{key} retained only until {until}"
+        );
     }
 
     // Every restore point verifies and restores; the newest to the store as it is.
@@ -252,7 +265,10 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
             .version_id(&version)
             .send()
             .await;
-        refused.insert(format!("delete a locked version of {key}"), deleted.is_err());
+        refused.insert(
+            format!("delete a locked version of {key}"),
+            deleted.is_err(),
+        );
         let bypassed = client
             .delete_object()
             .bucket(&name)
@@ -280,7 +296,10 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
             )
             .send()
             .await;
-        refused.insert(format!("shorten the retention of {key}"), shortened.is_err());
+        refused.insert(
+            format!("shorten the retention of {key}"),
+            shortened.is_err(),
+        );
         let weakened = client
             .put_object_retention()
             .bucket(&name)
@@ -381,6 +400,9 @@ async fn a_write_once_worker_refuses_a_mutable_prefix(server: &S3Server) {
         .await
         .unwrap();
     write(&other, 100, 500, 8 << 10);
-    let e = worker(&other, locked, config()).run_once().await.unwrap_err();
+    let e = worker(&other, locked, config())
+        .run_once()
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("write-once form"), "{e}");
 }

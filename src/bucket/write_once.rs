@@ -142,7 +142,11 @@ impl Bucket for WriteOnce {
             return self.inner.put_with(key, body, opts).await;
         }
         if opts.cond != PutCondition::IfNoneMatch {
-            return Err(refused("put", key, "only a create (If-None-Match) is written"));
+            return Err(refused(
+                "put",
+                key,
+                "only a create (If-None-Match) is written",
+            ));
         }
         opts.retain = Some(self.lock.retention_now());
         self.inner.put_with(key, body, opts).await
@@ -204,6 +208,10 @@ mod tests {
         for m in [LockMode::Governance, LockMode::Compliance] {
             assert_eq!(LockMode::parse(m.name()), Ok(m));
         }
-        assert!(LockMode::parse("GOVERNANCE").unwrap_err().contains("governance"));
+        assert!(
+            LockMode::parse("GOVERNANCE")
+                .unwrap_err()
+                .contains("governance")
+        );
     }
 }

@@ -122,8 +122,12 @@ impl WorkerSettings {
     /// writes off, which a write-once prefix cannot do without.
     pub fn object_lock(&self, file: &WorkerToml) -> anyhow::Result<Option<LockMode>> {
         let mode = match (self.object_lock.as_deref(), file.object_lock.as_deref()) {
-            (Some(m), _) => LockMode::parse(m).map_err(|e| anyhow::anyhow!("--object-lock: {e}"))?,
-            (None, Some(m)) => LockMode::parse(m).map_err(|e| anyhow::anyhow!("object_lock: {e}"))?,
+            (Some(m), _) => {
+                LockMode::parse(m).map_err(|e| anyhow::anyhow!("--object-lock: {e}"))?
+            }
+            (None, Some(m)) => {
+                LockMode::parse(m).map_err(|e| anyhow::anyhow!("object_lock: {e}"))?
+            }
             (None, None) => return Ok(None),
         };
         if !self.conditional_on(file)? {

@@ -17,8 +17,7 @@ use futures::StreamExt;
 use super::{Reachable, RestoreError, RestoreOptions};
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key,
-    segments_prefix,
+    LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key, segments_prefix,
 };
 use crate::store::format::scan_frames;
 

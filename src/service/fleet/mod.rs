@@ -121,8 +121,8 @@ pub mod paths;
 mod record;
 pub mod remote;
 pub(in crate::service) mod store_compression;
-pub(in crate::service) mod store_object_lock;
 pub mod store_metrics;
+pub(in crate::service) mod store_object_lock;
 pub(in crate::service) mod store_options;
 
 fn now_ms() -> i64 {

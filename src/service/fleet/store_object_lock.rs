@@ -76,7 +76,11 @@ mod tests {
             object_lock: StoreOptions::object_lock_of_proto(7),
             ..Default::default()
         };
-        assert!(bad.object_lock().unwrap_err().contains("options.object_lock"));
+        assert!(
+            bad.object_lock()
+                .unwrap_err()
+                .contains("options.object_lock")
+        );
         assert!(bad.check().is_err());
         let locked = StoreOptions {
             object_lock: Some("compliance".into()),
@@ -86,10 +90,18 @@ mod tests {
             .check_object_lock_destination("file:///tmp/x", None)
             .unwrap_err();
         assert!(e.0.contains("s3://"), "{}", e.0);
-        assert!(locked.check_object_lock_destination("s3://b/p", None).is_ok());
+        assert!(
+            locked
+                .check_object_lock_destination("s3://b/p", None)
+                .is_ok()
+        );
         let e = StoreOptions::default()
             .check_object_lock_destination("file:///tmp/x", Some(LockMode::Governance))
             .unwrap_err();
-        assert!(e.0.contains("the service's object_lock governance"), "{}", e.0);
+        assert!(
+            e.0.contains("the service's object_lock governance"),
+            "{}",
+            e.0
+        );
     }
 }
