@@ -171,19 +171,13 @@ pub async fn read(bucket: &dyn Bucket) -> Result<Option<Found>, BucketError> {
 }
 
 /// The pointer as a writer of `form` reads it: its own form, the other refused (module docs).
-/// Costs what [`read`] costs, plus, for a write-once writer, a GET of `LATEST` (at resume).
+/// A write-once writer pays a GET of `LATEST` more than a reader (at resume). A mutable
+/// writer reads `LATEST` alone, as it always has: where there is none, it calls
+/// [`refuse_pointers`] only if the prefix holds manifests (never for an empty prefix), so the
+/// mutable layout costs no request more.
 pub async fn read_as(bucket: &dyn Bucket, form: Form) -> Result<Option<Found>, LatestError> {
     match form {
-        Form::Mutable => match mutable(bucket).await? {
-            Some(found) => Ok(Some(found)),
-            None => match newest_pointer(bucket).await? {
-                Some(p) => Err(LatestError::OtherForm {
-                    found: p.key,
-                    form: "write-once",
-                }),
-                None => Ok(None),
-            },
-        },
+        Form::Mutable => Ok(mutable(bucket).await?),
         Form::WriteOnce => {
             let pointer = newest_pointer(bucket).await?;
             match (mutable(bucket).await?, pointer) {
@@ -195,6 +189,18 @@ pub async fn read_as(bucket: &dyn Bucket, form: Form) -> Result<Option<Found>, L
                 (None, pointer) => Ok(pointer),
             }
         }
+    }
+}
+
+/// For a mutable writer that found manifests but no `LATEST`: refuses a write-once prefix
+/// (one holding pointers). One LIST.
+pub async fn refuse_pointers(bucket: &dyn Bucket) -> Result<(), LatestError> {
+    match newest_pointer(bucket).await? {
+        Some(p) => Err(LatestError::OtherForm {
+            found: p.key,
+            form: "write-once",
+        }),
+        None => Ok(()),
     }
 }
 
@@ -291,7 +297,8 @@ mod tests {
             v2
         );
         assert!(b.head(LATEST_KEY).await.unwrap().is_none());
-        let e = read_as(&b, Form::Mutable).await.unwrap_err();
+        assert!(read_as(&b, Form::Mutable).await.unwrap().is_none());
+        let e = refuse_pointers(&b).await.unwrap_err();
         assert!(e.to_string().contains("write-once form"), "{e}");
         // A LATEST written beside the pointers: readers see it, the writer refuses.
         b.put(

@@ -257,65 +257,41 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
         .clone();
     let mut refused = BTreeMap::new();
     for key in [&newest_manifest, &newest_pointer, &data] {
-        let version = by_key[key][0].clone();
-        let deleted = client
-            .delete_object()
-            .bucket(&name)
-            .key(key)
-            .version_id(&version)
-            .send()
-            .await;
-        refused.insert(
-            format!("delete a locked version of {key}"),
-            deleted.is_err(),
-        );
-        let bypassed = client
-            .delete_object()
-            .bucket(&name)
-            .key(key)
-            .version_id(&version)
-            .bypass_governance_retention(true)
-            .send()
-            .await;
-        refused.insert(
-            format!("delete with governance bypass of {key}"),
-            bypassed.is_err(),
-        );
-        let shortened = client
-            .put_object_retention()
-            .bucket(&name)
-            .key(key)
-            .version_id(&version)
-            .retention(
-                ObjectLockRetention::builder()
-                    .mode(ObjectLockRetentionMode::Compliance)
-                    .retain_until_date(aws_smithy_types::DateTime::from_secs(
-                        floor.secs() - 20 * 3600,
-                    ))
-                    .build(),
-            )
-            .send()
-            .await;
-        refused.insert(
-            format!("shorten the retention of {key}"),
-            shortened.is_err(),
-        );
-        let weakened = client
-            .put_object_retention()
-            .bucket(&name)
-            .key(key)
-            .version_id(&version)
-            .retention(
-                ObjectLockRetention::builder()
-                    .mode(ObjectLockRetentionMode::Governance)
-                    .retain_until_date(floor)
-                    .build(),
-            )
-            .send()
-            .await;
+        let version = by_key[key][0].as_str();
+        let at = |bypass| {
+            client
+                .delete_object()
+                .bucket(&name)
+                .key(key)
+                .version_id(version)
+                .bypass_governance_retention(bypass)
+        };
+        let deleted = at(false).send().await.is_err();
+        refused.insert(format!("delete a locked version of {key}"), deleted);
+        let bypassed = at(true).send().await.is_err();
+        refused.insert(format!("delete with governance bypass of {key}"), bypassed);
+        let retain = |mode, until| {
+            client
+                .put_object_retention()
+                .bucket(&name)
+                .key(key)
+                .version_id(version)
+                .retention(
+                    ObjectLockRetention::builder()
+                        .mode(mode)
+                        .retain_until_date(until)
+                        .build(),
+                )
+        };
+        let earlier = aws_smithy_types::DateTime::from_secs(floor.secs() - 20 * 3600);
+        let shortened = retain(ObjectLockRetentionMode::Compliance, earlier);
+        let shortened = shortened.send().await.is_err();
+        refused.insert(format!("shorten the retention of {key}"), shortened);
+        let weakened = retain(ObjectLockRetentionMode::Governance, floor);
+        let weakened = weakened.send().await.is_err();
         refused.insert(
             format!("weaken the retention of {key} to GOVERNANCE"),
-            weakened.is_err(),
+            weakened,
         );
     }
     let suspend = client

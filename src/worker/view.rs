@@ -182,6 +182,11 @@ async fn newest_restore_point(
                     .collect();
             keys.sort();
             any_manifest = !keys.is_empty();
+            if any_manifest && form == crate::latest::Form::Mutable {
+                // Manifests without LATEST: a crash before the first LATEST, or a write-once
+                // prefix, which a mutable writer refuses.
+                crate::latest::refuse_pointers(bucket.as_ref()).await?;
+            }
             let mut found = None;
             for (_, key) in keys.into_iter().rev() {
                 let Some(o) = get_opt(bucket, &key).await? else {
