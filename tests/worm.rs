@@ -382,3 +382,64 @@ async fn a_write_once_worker_refuses_a_mutable_prefix(server: &S3Server) {
         .unwrap_err();
     assert!(e.to_string().contains("write-once form"), "{e}");
 }
+
+/// The requests of `rounds` rounds of 200 commits shipped and a restore point written, then
+/// of two idle steps, in a fresh prefix of `bucket` (the worker's own counts).
+async fn requests_of(
+    bucket: DynBucket,
+    config: WorkerConfig,
+    rounds: u64,
+) -> (
+    mushroom_backup::bucket::counting::RequestCountsSnapshot,
+    u64,
+) {
+    use mushroom_backup::worker::StepOutcome;
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 100, 500, 8 << 10);
+    let mut w = worker(&store, bucket, config);
+    w.run_once().await.unwrap();
+    let counts = w.counters().requests.clone();
+    let start = counts.snapshot();
+    for _ in 0..rounds {
+        write(&store, 200, 500, 8 << 10);
+        w.request_restore_point();
+        while !matches!(w.step().await.unwrap(), StepOutcome::Idle) {}
+    }
+    let busy = counts.snapshot().since(&start);
+    let before_idle = counts.snapshot();
+    for _ in 0..2 {
+        assert!(matches!(w.step().await.unwrap(), StepOutcome::Idle));
+    }
+    (busy, counts.snapshot().since(&before_idle).total)
+}
+
+// The write-once layout's request cost against the mutable one's, for one workload: shipping
+// and restore points cost the same (a pointer's create for LATEST's rewrite), idle steps
+// nothing in either.
+on_each_s3_server!(#[tokio::test] async fn the_write_once_layout_costs_what_the_mutable_one_does);
+async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server) {
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-cost").await;
+    let at = |prefix: &str| -> DynBucket {
+        Arc::new(
+            S3Bucket::new(client.clone(), &name, prefix, S3Options::default())
+                .endpoint_named(&server.endpoint),
+        )
+    };
+    let (mutable, mutable_idle) = requests_of(at("mutable"), config(), 10).await;
+    let (locked, locked_idle) = requests_of(at("locked"), locked_config(), 10).await;
+    eprintln!(
+        "{:?}: 10 rounds of 200 commits and a restore point: mutable {mutable:?}, write-once \
+         {locked:?}; idle steps: {mutable_idle} and {locked_idle} requests",
+        server.kind
+    );
+    assert_eq!((mutable_idle, locked_idle), (0, 0));
+    assert!(
+        locked.total * 10 <= mutable.total * 11,
+        "write-once {} requests against mutable {}",
+        locked.total,
+        mutable.total
+    );
+    assert_eq!(locked.delete, 0);
+}
