@@ -50,6 +50,14 @@ async fn locked_bucket(client: &Client, hint: &str) -> String {
     name
 }
 
+/// The prefix `prefix` of the bucket `name` on `server`, as the writer's credentials see it.
+fn prefix_of(server: &S3Server, name: &str, prefix: &str) -> DynBucket {
+    Arc::new(
+        S3Bucket::new(server.client(), name, prefix, S3Options::default())
+            .endpoint_named(&server.endpoint),
+    )
+}
+
 fn lease_config(holder: &str) -> LeaseConfig {
     LeaseConfig {
         ttl: TTL,
@@ -120,10 +128,7 @@ on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a
 async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(server: &S3Server) {
     let client = server.client();
     let name = locked_bucket(&client, "worm").await;
-    let raw: DynBucket = Arc::new(
-        S3Bucket::new(client.clone(), &name, PREFIX, S3Options::default())
-            .endpoint_named(&server.endpoint),
-    );
+    let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
 
@@ -345,10 +350,7 @@ on_each_s3_server!(#[tokio::test] async fn a_write_once_worker_refuses_a_mutable
 async fn a_write_once_worker_refuses_a_mutable_prefix(server: &S3Server) {
     let client = server.client();
     let name = locked_bucket(&client, "worm-mixed").await;
-    let raw: DynBucket = Arc::new(
-        S3Bucket::new(client.clone(), &name, PREFIX, S3Options::default())
-            .endpoint_named(&server.endpoint),
-    );
+    let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
     write(&store, 300, 500, 8 << 10);
@@ -367,10 +369,7 @@ async fn a_write_once_worker_refuses_a_mutable_prefix(server: &S3Server) {
     // And a write-once prefix is refused by a mutable writer.
     let other = t.path().join("o");
     write(&other, 300, 500, 8 << 10);
-    let locked: DynBucket = Arc::new(
-        S3Bucket::new(client.clone(), &name, "other", S3Options::default())
-            .endpoint_named(&server.endpoint),
-    );
+    let locked = prefix_of(server, &name, "other");
     worker(&other, locked.clone(), locked_config())
         .run_once()
         .await
@@ -421,12 +420,7 @@ on_each_s3_server!(#[tokio::test] async fn the_write_once_layout_costs_what_the_
 async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server) {
     let client = server.client();
     let name = locked_bucket(&client, "worm-cost").await;
-    let at = |prefix: &str| -> DynBucket {
-        Arc::new(
-            S3Bucket::new(client.clone(), &name, prefix, S3Options::default())
-                .endpoint_named(&server.endpoint),
-        )
-    };
+    let at = |prefix| prefix_of(server, &name, prefix);
     let (mutable, mutable_idle) = requests_of(at("mutable"), config(), 10).await;
     let (locked, locked_idle) = requests_of(at("locked"), locked_config(), 10).await;
     eprintln!(
