@@ -48,6 +48,7 @@ pub mod drill;
 pub mod events;
 pub mod health;
 pub mod instance_lock;
+pub mod latest;
 pub mod lease;
 pub mod listing;
 pub mod nofollow;

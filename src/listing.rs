@@ -49,7 +49,8 @@ use futures::StreamExt;
 
 use crate::bucket::{Bucket, BucketError, ListQuery};
 use crate::manifest::{
-    GEN_PREFIX, LATEST_KEY, LEASE_KEY, Latest, MANIFESTS_PREFIX, Manifest, parse_manifest_key,
+    GEN_PREFIX, LATEST_KEY, LEASE_KEY, MANIFESTS_PREFIX, Manifest, POINTERS_PREFIX,
+    parse_manifest_key,
 };
 
 /// Manifests fetched at once.
@@ -141,9 +142,8 @@ pub async fn page(
         source,
     };
     let size = size.max(1);
-    let latest = match bucket.get(LATEST_KEY).await {
-        Ok(o) => Latest::decode(&o.data).ok().map(|l| l.manifest),
-        Err(BucketError::NotFound { .. }) => None,
+    let latest = match crate::latest::read(bucket).await {
+        Ok(found) => found.and_then(|f| f.latest.ok()).map(|l| l.manifest),
         Err(e) => return Err(err(e)),
     };
     let guess = FIRST_SPAN_PER_POINT.saturating_mul(crate::units::u64_len(size));
@@ -392,7 +392,12 @@ pub async fn holds_a_backup(bucket: &dyn Bucket) -> Result<(), PrefixError> {
         .list(ListQuery::new("", None, PEEK_KEYS))
         .await
         .map_err(err)?;
-    let ours = |k: &str| k == LATEST_KEY || k == LEASE_KEY || k.starts_with(MANIFESTS_PREFIX);
+    let ours = |k: &str| {
+        k == LATEST_KEY
+            || k == LEASE_KEY
+            || k.starts_with(MANIFESTS_PREFIX)
+            || k.starts_with(POINTERS_PREFIX)
+    };
     if root.objects.iter().any(|o| ours(&o.key)) {
         return Ok(());
     }

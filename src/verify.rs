@@ -52,8 +52,7 @@ use crate::at_rest::decode::decode_bytes;
 use crate::at_rest::seal::GenerationKey;
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation,
-    parse_manifest_key,
+    LATEST_KEY, MANIFESTS_PREFIX, Manifest, ObjectEntry, parse_generation, parse_manifest_key,
 };
 use crate::restore::keys::{EncryptionCheck, encryption_of};
 use crate::restore::side_file_name_problem;
@@ -496,12 +495,12 @@ async fn check_latest(
     bucket: &dyn Bucket,
     checks: &[ManifestCheck],
 ) -> Result<Option<LatestCheck>, VerifyError> {
-    let data = match bucket.get(LATEST_KEY).await {
-        Ok(obj) => obj.data,
-        Err(BucketError::NotFound { .. }) => return Ok(None),
+    let found = match crate::latest::read(bucket).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(bucket_err(bucket)(e)),
     };
-    let latest = match Latest::decode(&data) {
+    let latest = match found.latest {
         Ok(l) => l,
         Err(e) => {
             return Ok(Some(LatestCheck {

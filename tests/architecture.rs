@@ -39,6 +39,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("nofollow", &[]),
     ("bucket", &["units", "backoff", "telemetry", "nofollow"]),
     ("cost", &["units", "bucket"]),
+    ("latest", &["bucket", "manifest"]),
     ("store", &["units", "nofollow"]),
     ("crypto", &["units", "bucket", "manifest"]),
     ("at_rest", &["units", "bucket", "manifest", "crypto"]),
@@ -64,23 +65,26 @@ const FLOORS: &[(&str, &[&str])] = &[
             "at_rest",
             "events",
             "crypto",
+            "latest",
         ],
     ),
     (
         "restore",
-        &["units", "bucket", "manifest", "store", "at_rest", "crypto"],
+        &[
+            "units", "bucket", "manifest", "store", "at_rest", "crypto", "latest",
+        ],
     ),
     (
         "drill",
-        &["units", "bucket", "manifest", "store", "restore"],
+        &["units", "bucket", "manifest", "store", "restore", "latest"],
     ),
     (
         "verify",
         &[
-            "units", "bucket", "manifest", "store", "restore", "at_rest", "crypto",
+            "units", "bucket", "manifest", "store", "restore", "at_rest", "crypto", "latest",
         ],
     ),
-    ("listing", &["units", "bucket", "manifest"]),
+    ("listing", &["units", "bucket", "manifest", "latest"]),
     ("registry", &["units", "lease", "instance_lock", "health"]),
 ];
 

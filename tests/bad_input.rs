@@ -190,6 +190,16 @@ static CASES: &[Case] = &[
         |r| r.options = options(|o| o.keep_generations = u64::MAX),
         GENERATIONS_LIMIT,
     ),
+    reg(
+        "object_lock not one of the enum's values",
+        |r| r.options = options(|o| o.object_lock = 7),
+        "options.object_lock: object lock mode \"enum value 7\"",
+    ),
+    reg(
+        "object_lock with a file:// destination",
+        |r| r.options = options(|o| o.object_lock = proto::ObjectLockMode::Compliance as i32),
+        "options.object_lock compliance needs an s3:// destination",
+    ),
     bad(
         "Adopt: destination with a NUL",
         Call::Adopt(|r| r.destination.push('\0')),

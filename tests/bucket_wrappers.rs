@@ -252,6 +252,7 @@ fn every_wrapper(inner: DynBucket) -> Vec<(&'static str, DynBucket)> {
     use mushroom_backup::bucket::metered::MeteredBucket;
     use mushroom_backup::bucket::read_only::ReadOnly;
     use mushroom_backup::bucket::usage::{Usage, UsageBucket};
+    use mushroom_backup::bucket::write_once::{LockMode, ObjectLock, WriteOnce};
     vec![
         (
             "usage",
@@ -268,6 +269,16 @@ fn every_wrapper(inner: DynBucket) -> Vec<(&'static str, DynBucket)> {
             )),
         ),
         ("read_only", Arc::new(ReadOnly::new(inner.clone()))),
+        (
+            "write_once",
+            Arc::new(WriteOnce::new(
+                inner.clone(),
+                ObjectLock {
+                    mode: LockMode::Compliance,
+                    period: Duration::from_secs(60),
+                },
+            )),
+        ),
         (
             "faults",
             Arc::new(FaultyBucket::new(inner, FaultPlan::none())),
@@ -363,7 +374,7 @@ fn every_wrapper_defines_every_defaulted_method() {
         }
     }
     assert_eq!(
-        wrappers, 6,
-        "usage, counting, metered, retry, read_only, faults"
+        wrappers, 7,
+        "usage, counting, metered, retry, read_only, faults, write_once"
     );
 }

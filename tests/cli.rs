@@ -106,6 +106,33 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
             "--store",
             s,
             "--to",
+            &bucket,
+            "--once",
+            "--object-lock",
+            "compliance",
+        ],
+        "--object-lock compliance needs an s3:// destination",
+    );
+    fails(
+        &[
+            "backup",
+            "--store",
+            s,
+            "--to",
+            "s3://b/p",
+            "--object-lock",
+            "governance",
+            "--conditional",
+            "off",
+        ],
+        "needs conditional writes",
+    );
+    fails(
+        &[
+            "backup",
+            "--store",
+            s,
+            "--to",
             "file://relative/path",
             "--once",
         ],

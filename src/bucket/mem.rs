@@ -197,6 +197,9 @@ impl Bucket for MemBucket {
     async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         let cond = opts.cond;
         check_key("put", key)?;
+        if opts.retain.is_some() {
+            return Err(super::lock_refused("a memory bucket", key));
+        }
         let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
         let etag = etag_of(&data);
         let mut objects = self.objects();

@@ -76,6 +76,7 @@ pub mod retry;
 pub mod s3;
 pub mod stored;
 pub mod usage;
+pub mod write_once;
 
 pub use body::Body;
 pub use open::{Open, OpenError, OpenMode, Opener};
@@ -151,11 +152,26 @@ pub enum PutHint {
     FrequentRewrite,
 }
 
-/// How a write is made: its precondition and a [`PutHint`].
+/// How a write is made: its precondition, a [`PutHint`], and the Object Lock retention the
+/// object is written with (`None`: none; only S3 can lock, every other backend refuses a
+/// `Some` with [`lock_refused`]; see [`write_once`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PutOpts {
     pub cond: PutCondition,
     pub hint: PutHint,
+    pub retain: Option<write_once::Retention>,
+}
+
+/// What a backend that cannot lock objects answers a write asking for a retention.
+pub fn lock_refused(backend: &str, key: &str) -> BucketError {
+    BucketError::Permanent {
+        op: "put",
+        key: key.to_string(),
+        message: format!(
+            "{backend} cannot hold an Object Lock retention: a write-once prefix needs an S3 \
+             bucket with Object Lock enabled"
+        ),
+    }
 }
 
 impl From<PutCondition> for PutOpts {
@@ -163,6 +179,7 @@ impl From<PutCondition> for PutOpts {
         PutOpts {
             cond,
             hint: PutHint::Normal,
+            retain: None,
         }
     }
 }

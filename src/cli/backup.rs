@@ -44,6 +44,16 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
     // Fail closed: a key that cannot be had stops here, before the bucket is touched.
     let encryption = a.encryption.load_for_writing("backup")?;
     let mut config = a.settings.config()?;
+    if let Some(mode) = config.object_lock
+        && !a.to.starts_with("s3://")
+    {
+        anyhow::bail!(
+            "--object-lock {} needs an s3:// destination in a bucket with Object Lock enabled; \
+             {} cannot lock objects",
+            mode.name(),
+            a.to
+        );
+    }
     config.encryption.keys = encryption;
     if !a
         .store

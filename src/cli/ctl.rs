@@ -177,6 +177,9 @@ struct StoreFlags {
     keep_weekly: Option<u64>,
     #[arg(long)]
     keep_monthly: Option<u64>,
+    /// A write-once prefix under S3 Object Lock: `governance` or `compliance`.
+    #[arg(long, value_parser = ["governance", "compliance"])]
+    object_lock: Option<String>,
 }
 
 impl StoreFlags {
@@ -196,6 +199,11 @@ impl StoreFlags {
             keep_daily: self.keep_daily.unwrap_or(0),
             keep_weekly: self.keep_weekly.unwrap_or(0),
             keep_monthly: self.keep_monthly.unwrap_or(0),
+            object_lock: match self.object_lock.as_deref() {
+                Some("governance") => proto::ObjectLockMode::Governance as i32,
+                Some("compliance") => proto::ObjectLockMode::Compliance as i32,
+                _ => proto::ObjectLockMode::Unspecified as i32,
+            },
             ..Default::default()
         })
     }

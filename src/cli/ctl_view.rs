@@ -110,6 +110,11 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "keep_monthly": o.keep_monthly,
         "drill_interval_ms": o.drill_interval_ms,
         "monthly_request_budget": o.monthly_request_budget,
+        "object_lock": match o.object_lock() {
+            proto::ObjectLockMode::Governance => Some("governance"),
+            proto::ObjectLockMode::Compliance => Some("compliance"),
+            proto::ObjectLockMode::Unspecified => None,
+        },
     })
 }
 

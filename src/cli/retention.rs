@@ -23,8 +23,8 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use mushroom_backup::bucket::{self, BucketError};
-use mushroom_backup::manifest::{self, Latest, Manifest};
+use mushroom_backup::bucket;
+use mushroom_backup::manifest::{Latest, Manifest};
 use mushroom_backup::worker::retention::{self, Kept, RetentionPolicy};
 use mushroom_backup::worker::retention_pass;
 use mushroom_backup::worker::tiers::Tiers;
@@ -82,11 +82,9 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
         .open()
         .await?;
-    let latest = match bucket.get(manifest::LATEST_KEY).await {
-        Ok(o) => Latest::decode(&o.data).ok(),
-        Err(BucketError::NotFound { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let latest = mushroom_backup::latest::read(bucket.as_ref())
+        .await?
+        .and_then(|f| f.latest.ok());
     let manifests: BTreeMap<String, Option<Manifest>> = retention_pass::read_manifests(&bucket)
         .await?
         .into_iter()

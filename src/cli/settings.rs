@@ -6,6 +6,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use mushroom_backup::at_rest::Compression;
+use mushroom_backup::bucket::write_once::LockMode;
 use mushroom_backup::worker::limits::{self, Limit};
 use mushroom_backup::worker::{RetentionPolicy, WorkerConfig};
 
@@ -53,6 +54,12 @@ pub struct WorkerSettings {
         allow_negative_numbers = true
     )]
     pub compression_level: Option<i64>,
+    /// Back up write-once: every object created once under S3 Object Lock in this mode,
+    /// `governance` or `compliance`, retained as long as the retention policy keeps restore
+    /// points, nothing rewritten or deleted but the lease (README, "Immutable backups").
+    /// Needs an s3:// destination in a bucket with Object Lock enabled [default: off].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_OBJECT_LOCK", value_parser = ["governance", "compliance"])]
+    pub object_lock: Option<String>,
     /// Write into a prefix that holds generations of the other kind (plaintext beside
     /// encrypted ones, or encrypted beside plaintext); refused without it.
     #[arg(long)]
@@ -76,6 +83,7 @@ pub struct WorkerToml {
     pub lease_ttl_ms: Option<u64>,
     pub compression: Option<String>,
     pub compression_level: Option<u32>,
+    pub object_lock: Option<String>,
 }
 
 impl WorkerSettings {
@@ -108,6 +116,28 @@ impl WorkerSettings {
             anyhow::bail!("--compression-level applies to --compression zstd, not none");
         }
         Compression::parse(kind, level).map_err(anyhow::Error::msg)
+    }
+
+    /// The Object Lock mode the flag (over the file) asks for; refused with conditional
+    /// writes off, which a write-once prefix cannot do without.
+    pub fn object_lock(&self, file: &WorkerToml) -> anyhow::Result<Option<LockMode>> {
+        let mode = match (self.object_lock.as_deref(), file.object_lock.as_deref()) {
+            (Some(m), _) => {
+                LockMode::parse(m).map_err(|e| anyhow::anyhow!("--object-lock: {e}"))?
+            }
+            (None, Some(m)) => {
+                LockMode::parse(m).map_err(|e| anyhow::anyhow!("object_lock: {e}"))?
+            }
+            (None, None) => return Ok(None),
+        };
+        if !self.conditional_on(file)? {
+            anyhow::bail!(
+                "--object-lock {} needs conditional writes: a write-once prefix creates every \
+                 object with If-None-Match (conditional = off given)",
+                mode.name()
+            );
+        }
+        Ok(Some(mode))
     }
 
     pub fn config(&self) -> anyhow::Result<WorkerConfig> {
@@ -202,6 +232,7 @@ impl WorkerSettings {
             },
             conditional_writes: self.conditional_on(file)?,
             compression: self.compression(file)?,
+            object_lock: self.object_lock(file)?,
             encryption: mushroom_backup::crypto::WriterEncryption {
                 keys: None,
                 allow_mixed: self.allow_mixed_encryption,

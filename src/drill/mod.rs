@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::bucket::{Bucket, BucketError};
-use crate::manifest::{LATEST_KEY, Latest, Manifest};
+use crate::manifest::Manifest;
 use crate::restore::{self, RestoreError, RestoreOptions};
 
 mod check;
@@ -94,12 +94,10 @@ pub async fn newest_size(bucket: &dyn Bucket) -> Result<Option<(String, u64)>, B
 
 /// The manifest LATEST names: its key, commit seq and plain bytes (`None`: none readable).
 async fn newest(bucket: &dyn Bucket) -> Result<Option<(String, u64, u64)>, BucketError> {
-    let latest = match bucket.get(LATEST_KEY).await {
-        Ok(o) => o,
-        Err(BucketError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(found) = crate::latest::read(bucket).await? else {
+        return Ok(None);
     };
-    let Ok(latest) = Latest::decode(&latest.data) else {
+    let Ok(latest) = found.latest else {
         return Ok(None);
     };
     let manifest = match bucket.get(&latest.manifest).await {

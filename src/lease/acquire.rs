@@ -416,5 +416,6 @@ pub(super) fn frequent(cond: PutCondition) -> PutOpts {
     PutOpts {
         cond,
         hint: PutHint::FrequentRewrite,
+        retain: None,
     }
 }

@@ -17,8 +17,7 @@ use futures::StreamExt;
 use super::{Reachable, RestoreError, RestoreOptions};
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, Latest, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key,
-    segments_prefix,
+    LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key, segments_prefix,
 };
 use crate::store::format::scan_frames;
 
@@ -101,8 +100,8 @@ async fn latest_restore_point(
     bucket: &dyn Bucket,
     warnings: &mut Vec<String>,
 ) -> Result<(String, Manifest), RestoreError> {
-    let why = match bucket.get(LATEST_KEY).await {
-        Ok(obj) => match Latest::decode(&obj.data) {
+    let why = match crate::latest::read(bucket).await {
+        Ok(Some(found)) => match found.latest {
             Ok(latest) => match load_manifest(bucket, &latest.manifest).await? {
                 Ok(m) if m.commit_seq == latest.commit_seq && m.lineage == latest.lineage => {
                     return Ok((latest.manifest, m));
@@ -115,7 +114,7 @@ async fn latest_restore_point(
             },
             Err(e) => e.to_string(),
         },
-        Err(BucketError::NotFound { .. }) => format!("there is no {LATEST_KEY}"),
+        Ok(None) => format!("there is no {LATEST_KEY}"),
         Err(e) => return Err(e.into()),
     };
     let mut keys: Vec<String> = list_all(bucket, MANIFESTS_PREFIX)

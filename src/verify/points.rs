@@ -6,8 +6,8 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::{LIST_PARALLELISM, VerifyError, bucket_err, load_manifests};
-use crate::bucket::{Bucket, BucketError};
-use crate::manifest::{LATEST_KEY, Latest, parse_manifest_key};
+use crate::bucket::Bucket;
+use crate::manifest::parse_manifest_key;
 
 /// One restore point as `ls` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -67,9 +67,8 @@ pub fn restore_points_text(points: &[RestorePointInfo]) -> String {
 pub async fn list_restore_points(
     bucket: &dyn Bucket,
 ) -> Result<Vec<RestorePointInfo>, VerifyError> {
-    let latest = match bucket.get(LATEST_KEY).await {
-        Ok(obj) => Latest::decode(&obj.data).ok().map(|l| l.manifest),
-        Err(BucketError::NotFound { .. }) => None,
+    let latest = match crate::latest::read(bucket).await {
+        Ok(found) => found.and_then(|f| f.latest.ok()).map(|l| l.manifest),
         Err(e) => return Err(bucket_err(bucket)(e)),
     };
     Ok(load_manifests(bucket, LIST_PARALLELISM)

@@ -45,6 +45,9 @@ pub struct WorkerConfig {
     pub compression: crate::at_rest::Compression,
     /// What each generation is encrypted with (none: plaintext); see `worker/keys.rs`.
     pub encryption: crate::crypto::WriterEncryption,
+    /// Back the prefix up write-once, every object under this Object Lock mode, retained for
+    /// [`super::retention::lock_period`] (`src/latest.rs`); `None`: the mutable layout.
+    pub object_lock: Option<crate::bucket::write_once::LockMode>,
 }
 
 impl Default for WorkerConfig {
@@ -63,6 +66,7 @@ impl Default for WorkerConfig {
             shutdown_grace: Duration::from_secs(5),
             compression: crate::at_rest::Compression::default(),
             encryption: Default::default(),
+            object_lock: None,
         }
     }
 }

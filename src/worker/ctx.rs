@@ -27,6 +27,8 @@ pub(super) struct Ctx<'a> {
     pub activity: &'a StepActivity,
     /// What the worker encrypts with (no keys: plaintext).
     pub encryption: &'a crate::crypto::WriterEncryption,
+    /// The form of the pointer to the newest restore point (`src/latest.rs`).
+    pub form: crate::latest::Form,
 }
 
 impl Ctx<'_> {

@@ -188,6 +188,19 @@ pub enum WorkerError {
     Encode(#[from] crate::at_rest::AtRestError),
 }
 
+impl From<crate::latest::LatestError> for WorkerError {
+    fn from(e: crate::latest::LatestError) -> WorkerError {
+        use crate::latest::LatestError as L;
+        match e {
+            L::Bucket(e) => WorkerError::Bucket(e),
+            L::Moved { key } => WorkerError::ConcurrentWriter { key },
+            e @ (L::OtherForm { .. } | L::BothForms { .. }) => WorkerError::Refused {
+                reason: e.to_string(),
+            },
+        }
+    }
+}
+
 impl WorkerError {
     /// A refusal stays until an operator acts: retrying it quickly is pointless.
     pub fn is_refusal(&self) -> bool {
@@ -372,6 +385,18 @@ impl BackupWorker {
         config: WorkerConfig,
     ) -> Self {
         let counters = Arc::new(BackupCounters::default());
+        // A write-once prefix's writer creates objects under Object Lock and deletes nothing
+        // but its lease (`crate::bucket::write_once`).
+        let bucket: DynBucket = match config.object_lock {
+            Some(mode) => Arc::new(crate::bucket::write_once::WriteOnce::new(
+                bucket,
+                crate::bucket::write_once::ObjectLock {
+                    mode,
+                    period: retention::lock_period(&config.retention),
+                },
+            )),
+            None => bucket,
+        };
         let bucket: DynBucket = Arc::new(crate::bucket::counting::CountingBucket::with_counts(
             bucket,
             counters.requests.clone(),
@@ -454,6 +479,10 @@ impl BackupWorker {
             conditional_writes: self.config.conditional_writes,
             activity: &self.activity,
             encryption: &self.config.encryption,
+            form: match self.config.object_lock {
+                Some(_) => crate::latest::Form::WriteOnce,
+                None => crate::latest::Form::Mutable,
+            },
         };
         (cx, &mut self.view)
     }
@@ -497,6 +526,10 @@ impl BackupWorker {
             // Counted as run from its start, whatever it ends with.
             self.retention_requested = false;
             self.last_retention = Some(tokio::time::Instant::now());
+            if self.config.object_lock.is_some() {
+                // A write-once prefix: nothing is deleted; the bucket expires (`src/latest.rs`).
+                return Ok(StepOutcome::Retention { deleted: 0 });
+            }
             let policy = self.config.retention.clone();
             let (cx, view) = self.parts();
             let view = view.as_mut().expect("resumed");

@@ -1,19 +1,21 @@
-//! Writing a restore point: the manifest, then LATEST.
+//! Writing a restore point: the manifest, then LATEST (or, in a write-once prefix, the next
+//! pointer: `crate::latest`).
 //!
 //! The manifest is written with `If-None-Match: *`. A key that already exists is not rewritten:
 //! if it is this lineage's (a crashed run wrote it before moving LATEST) it names the same
 //! commits of the same history, and LATEST moves to it; if it is the adopted parent's (a store
 //! restored on boot, before its first commit) it is left alone and no restore point is written
 //! until the next commit. Any other owner is another writer. LATEST is written with `If-Match`
-//! on the ETag last written or read; a refusal is another writer too. A crash between the two
+//! on the ETag last written or read (a write-once prefix's next pointer with
+//! `If-None-Match`); a refusal is another writer too. A crash between the two
 //! writes leaves a manifest LATEST does not name yet, which is still a valid restore point.
 
 use super::ctx::Ctx;
 use super::view::View;
 use super::{StepOutcome, WorkerError};
-use crate::bucket::{Body, BucketError, GET_MAX, PutCondition};
+use crate::bucket::{Body, BucketError, GET_MAX};
 use crate::health::StepPhase;
-use crate::manifest::{LATEST_KEY, Latest, Manifest};
+use crate::manifest::{Latest, Manifest};
 
 /// Writes a restore point for everything shipped; `None` when there is nothing to write. The
 /// caller restarts its restore-point timer on `Some`.
@@ -79,24 +81,10 @@ pub(super) async fn write(
         commit_seq: m.commit_seq,
         lineage: view.lineage,
     };
-    let latest_cond = match (&view.latest, conditional) {
-        (_, false) => PutCondition::None,
-        (Some((_, etag)), true) => PutCondition::IfMatch(etag.clone()),
-        (None, true) => PutCondition::IfNoneMatch,
-    };
-    let etag = match bucket
-        .put(LATEST_KEY, Body::from(latest.encode()), latest_cond)
-        .await
-    {
-        Ok(etag) => etag,
-        Err(BucketError::PreconditionFailed { .. }) => {
-            return Err(WorkerError::ConcurrentWriter {
-                key: LATEST_KEY.into(),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    };
-    view.latest = Some((latest, etag));
+    let prev = view.latest.as_ref().map(|(_, v)| v);
+    let version =
+        crate::latest::write(bucket.as_ref(), &latest, prev, cx.form, conditional).await?;
+    view.latest = Some((latest, version));
     view.manifests.insert(key.clone(), Some(m.clone()));
     let commit_seq = m.commit_seq;
     view.newest_own = Some(m);

@@ -93,6 +93,25 @@ impl Default for RetentionPolicy {
     }
 }
 
+/// How long each object of a write-once prefix is retained under Object Lock
+/// (`crate::bucket::write_once`): the longest the policy keeps a restore point by its age (its
+/// `keep_for`, or its oldest tier: a day, a week, 31 days per step), plus a day for the writer's
+/// clock against the bucket's.
+pub fn lock_period(policy: &RetentionPolicy) -> Duration {
+    const DAY: u64 = 24 * 3600;
+    let tiers = &policy.tiers;
+    let tier_secs = [
+        tiers.keep_daily.saturating_mul(DAY),
+        tiers.keep_weekly.saturating_mul(7 * DAY),
+        tiers.keep_monthly.saturating_mul(31 * DAY),
+    ];
+    let longest = tier_secs
+        .into_iter()
+        .map(Duration::from_secs)
+        .fold(policy.keep_for, Duration::max);
+    longest.saturating_add(Duration::from_secs(DAY))
+}
+
 /// The most generations a run lists one by one; more, and it lists all of `gen/` once.
 pub const MAX_NARROW_LISTS: usize = 16;
 

@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::view::{Generation, View};
 use super::{RetentionPolicy, StepOutcome, WorkerError};
 use crate::bucket::{self, BucketError, DynBucket};
-use crate::manifest::{self, LATEST_KEY, Latest, Manifest};
+use crate::manifest::{self, Manifest};
 
 /// What a pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -66,16 +66,15 @@ pub async fn read_manifests(
 /// One retention pass over every lineage of the prefix; see the module docs. The caller holds
 /// the bucket lease.
 pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassReport, WorkerError> {
-    let latest = match bucket.get(LATEST_KEY).await {
-        Ok(o) => Some((
-            Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
-                key: LATEST_KEY.into(),
+    let latest = match crate::latest::read(bucket.as_ref()).await? {
+        Some(found) => Some((
+            found.latest.map_err(|e| WorkerError::BadBucket {
+                key: found.key,
                 detail: e.to_string(),
             })?,
-            o.etag,
+            found.version,
         )),
-        Err(BucketError::NotFound { .. }) => None,
-        Err(e) => return Err(e.into()),
+        None => None,
     };
     let mut manifests = read_manifests(bucket).await?;
     // Each lineage's newest restore point: protected, and its generation the "current" one.

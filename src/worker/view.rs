@@ -97,8 +97,9 @@ pub(super) struct View {
     pub lineage: Uuid,
     /// Set while adopting a parent's prefix: named in this lineage's manifests.
     pub parent: Option<ParentRef>,
-    /// LATEST's content and ETag as last written or read.
-    pub latest: Option<(Latest, String)>,
+    /// The pointer to the newest restore point (`crate::latest`), and its version, as last
+    /// written or read.
+    pub latest: Option<(Latest, crate::latest::Version)>,
     /// The highest generation number in the prefix, any lineage.
     pub max_generation: u64,
     pub current: Option<Generation>,
@@ -134,21 +135,24 @@ async fn get_opt(
 /// (with no LATEST: a crash after the first manifest, or an empty prefix) the newest valid
 /// manifest listed.
 struct Found {
-    latest: Option<(Latest, String)>,
+    latest: Option<(Latest, crate::latest::Version)>,
     manifests: HashMap<String, Option<Manifest>>,
     any_manifest: bool,
     newest: Option<(String, Manifest)>,
 }
 
-async fn newest_restore_point(bucket: &DynBucket) -> Result<Found, WorkerError> {
-    let latest = match get_opt(bucket, LATEST_KEY).await? {
+async fn newest_restore_point(
+    bucket: &DynBucket,
+    form: crate::latest::Form,
+) -> Result<Found, WorkerError> {
+    let latest = match crate::latest::read_as(bucket.as_ref(), form).await? {
         None => None,
-        Some(o) => {
-            let l = Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
-                key: LATEST_KEY.into(),
+        Some(found) => {
+            let l = found.latest.map_err(|e| WorkerError::BadBucket {
+                key: found.key,
                 detail: e.to_string(),
             })?;
-            Some((l, o.etag))
+            Some((l, found.version))
         }
     };
     let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
@@ -178,6 +182,11 @@ async fn newest_restore_point(bucket: &DynBucket) -> Result<Found, WorkerError> 
                     .collect();
             keys.sort();
             any_manifest = !keys.is_empty();
+            if any_manifest && form == crate::latest::Form::Mutable {
+                // Manifests without LATEST: a crash before the first LATEST, or a write-once
+                // prefix, which a mutable writer refuses.
+                crate::latest::refuse_pointers(bucket.as_ref()).await?;
+            }
             let mut found = None;
             for (_, key) in keys.into_iter().rev() {
                 let Some(o) = get_opt(bucket, &key).await? else {
@@ -219,7 +228,7 @@ impl View {
         cx.activity.set(crate::health::StepPhase::Resuming);
         let bucket = cx.bucket;
         let (found, generations) = tokio::join!(
-            newest_restore_point(bucket),
+            newest_restore_point(bucket, cx.form),
             bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX),
         );
         let Found {

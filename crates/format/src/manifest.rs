@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! LATEST                                        mutable, If-Match: names the newest restore point
+//! latest/<!seq:020>.json                        write-once prefixes, instead of LATEST: pointer
+//!                                               seq, created once (!seq = u64::MAX - seq: newest first)
 //! lease                                         mutable: the bucket lease
 //! manifests/<commit_seq:020>.json               one restore point; written once
 //! gen/<generation:010>/GENERATION               claims the generation number
@@ -37,6 +39,24 @@ pub const LEASE_KEY: &str = "lease";
 pub const MANIFESTS_PREFIX: &str = "manifests/";
 /// Where generations live.
 pub const GEN_PREFIX: &str = "gen/";
+
+/// Where a write-once prefix's pointers live (`src/latest.rs`): one object per move of the
+/// newest restore point, each created once, the newest listed first.
+pub const POINTERS_PREFIX: &str = "latest/";
+
+/// The key of pointer number `seq` (from 1). The number is written as `u64::MAX - seq`, so
+/// that newer pointers sort first; it alone makes the key, so that two writers creating the
+/// same number collide (`If-None-Match`). The object holds a [`Latest`].
+pub fn pointer_key(seq: u64) -> String {
+    format!("{POINTERS_PREFIX}{:020}.json", u64::MAX - seq)
+}
+
+/// The sequence number of a key of [`pointer_key`]'s exact form.
+pub fn parse_pointer_key(key: &str) -> Option<u64> {
+    let n = key.strip_prefix(POINTERS_PREFIX)?.strip_suffix(".json")?;
+    let seq = u64::MAX - parse_digits(n, 20)?;
+    (seq > 0).then_some(seq)
+}
 
 pub fn manifest_key(commit_seq: u64) -> String {
     format!("{MANIFESTS_PREFIX}{commit_seq:020}.json")
@@ -603,5 +623,17 @@ mod tests {
         );
         assert_eq!(parse_segment_key(7, &segment_key(8, 10, 50)), None);
         assert_eq!(parse_manifest_key("manifests/x.json"), None);
+    }
+
+    #[test]
+    fn pointer_keys_parse_back_and_newer_sorts_first() {
+        let (a, b) = (pointer_key(1), pointer_key(2));
+        assert!(b < a, "{b} sorts before {a}");
+        assert_eq!(parse_pointer_key(&a), Some(1));
+        assert_eq!(parse_pointer_key(&b), Some(2));
+        assert_eq!(parse_pointer_key(&pointer_key(u64::MAX)), Some(u64::MAX));
+        assert_eq!(parse_pointer_key(&pointer_key(0)), None);
+        assert_eq!(parse_pointer_key(&format!("{a}x")), None);
+        assert_eq!(parse_pointer_key("latest/x"), None);
     }
 }

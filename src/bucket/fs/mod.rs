@@ -295,6 +295,9 @@ impl super::Bucket for FsBucket {
 
     async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         check_key("put", key)?;
+        if opts.retain.is_some() {
+            return Err(super::lock_refused("a local directory", key));
+        }
         let k = key.to_string();
         self.blocking("put", key, move |b| b.put(&k, &body, &opts))
             .await

@@ -82,6 +82,7 @@ async fn the_lease_is_renewed_by_exchange_with_no_inode_churn() {
     let hinted = |cond| PutOpts {
         cond,
         hint: PutHint::FrequentRewrite,
+        retain: None,
     };
     let dir = tempfile::tempdir().unwrap();
     let b = FsBucket::open(dir.path()).unwrap();

@@ -10,6 +10,9 @@
 //! `CompleteMultipartUpload`, carrying the write's condition (`If-None-Match: *` or `If-Match`).
 //! A multipart upload that fails is aborted; one whose process dies is left to the bucket's
 //! `AbortIncompleteMultipartUpload` lifecycle rule (it is never visible as an object).
+//! A write given an Object Lock retention ([`super::PutOpts::retain`]) carries its mode and
+//! retain-until date on the `PutObject`, or on the `CreateMultipartUpload` (where S3 takes
+//! them for the object the upload becomes).
 //!
 //! A `PutObject` of a file range given with its CRC-32 (the worker's archives and snapshots)
 //! streams from the file descriptor with that CRC as its checksum (see [`stream`]); any other
@@ -44,6 +47,7 @@ use bytes::Bytes;
 use error::map_error;
 
 use super::body::with_key;
+use super::write_once::{LockMode, Retention};
 use super::{
     Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, Part, PutCondition,
     PutOpts,
@@ -57,6 +61,21 @@ mod stream;
 
 pub use shared::Clients;
 use shared::Configured;
+
+/// The `x-amz-object-lock-mode` and `x-amz-object-lock-retain-until-date` of a retention
+/// (`PutObject` and `CreateMultipartUpload` carry the same two; see [`super::write_once`]).
+fn lock_fields(
+    r: Retention,
+) -> (
+    aws_sdk_s3::types::ObjectLockMode,
+    aws_smithy_types::DateTime,
+) {
+    let mode = match r.mode {
+        LockMode::Governance => aws_sdk_s3::types::ObjectLockMode::Governance,
+        LockMode::Compliance => aws_sdk_s3::types::ObjectLockMode::Compliance,
+    };
+    (mode, aws_smithy_types::DateTime::from_millis(r.until_ms))
+}
 
 /// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
 pub const PATH_STYLE_ENV: &str = "MUSHROOMDB_BACKUP_S3_PATH_STYLE";
@@ -168,12 +187,19 @@ impl S3Bucket {
         key: &str,
         body: &Body,
         cond: &PutCondition,
+        retain: Option<Retention>,
     ) -> Result<String, BucketError> {
         let mut req = self
             .client
             .put_object()
             .bucket(&self.bucket)
             .key(self.full_key(key));
+        if let Some(r) = retain {
+            let (mode, until) = lock_fields(r);
+            req = req
+                .object_lock_mode(mode)
+                .object_lock_retain_until_date(until);
+        }
         req = match cond {
             PutCondition::None => req,
             PutCondition::IfNoneMatch => req.if_none_match("*"),
@@ -350,12 +376,12 @@ impl super::Bucket for S3Bucket {
 
     async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
         // The hint is for backends that write objects themselves; S3 has one way to write.
-        let cond = opts.cond;
+        let (cond, retain) = (opts.cond, opts.retain);
         super::fs::check_key("put", key)?;
         if body.len() > self.options.multipart_threshold {
-            multipart::put(self, key, &body, &cond).await
+            multipart::put(self, key, &body, &cond, retain).await
         } else {
-            self.put_one(key, &body, &cond).await
+            self.put_one(key, &body, &cond, retain).await
         }
     }
 

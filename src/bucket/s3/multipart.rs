@@ -33,6 +33,7 @@ pub(super) async fn put(
     key: &str,
     body: &Body,
     cond: &PutCondition,
+    retain: Option<crate::bucket::write_once::Retention>,
 ) -> Result<String, BucketError> {
     let part_size = b.options.part_size;
     let parts = body.len().div_ceil(part_size);
@@ -56,6 +57,12 @@ pub(super) async fn put(
         .key(&full_key);
     if checksums {
         create = create.checksum_algorithm(ChecksumAlgorithm::Crc32);
+    }
+    if let Some(r) = retain {
+        let (mode, until) = super::lock_fields(r);
+        create = create
+            .object_lock_mode(mode)
+            .object_lock_retain_until_date(until);
     }
     // An upload that is never completed is never visible: a failure here is determinate.
     let created = create

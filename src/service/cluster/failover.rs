@@ -334,11 +334,12 @@ pub async fn sees(fleet: &Fleet, record: &StoreRecord) -> Result<(), String> {
         .open()
         .await
         .map_err(|e| format!("destination {}: {e}", record.destination))?;
-    let latest = match bucket.get(crate::manifest::LATEST_KEY).await {
-        Ok(o) => crate::manifest::Latest::decode(&o.data)
-            .map_err(|e| format!("the prefix's LATEST: {e}"))?,
-        Err(crate::bucket::BucketError::NotFound { .. }) if local.has_store => return Ok(()),
-        Err(crate::bucket::BucketError::NotFound { .. }) => {
+    let latest = match crate::latest::read(bucket.as_ref()).await {
+        Ok(Some(found)) => found
+            .latest
+            .map_err(|e| format!("the prefix's {}: {e}", found.key))?,
+        Ok(None) if local.has_store => return Ok(()),
+        Ok(None) => {
             return Err(format!(
                 "{} holds no store (no store.meta or wal.bin)",
                 record.store_dir

@@ -181,6 +181,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
         ));
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
+    o.object_lock().map_err(FieldError)?;
     if let Some(v) = o.drill_interval_ms
         && !(MIN_DRILL_INTERVAL_MS..=MAX_DRILL_INTERVAL_MS).contains(&v)
     {
@@ -226,6 +227,8 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         keep_daily: clamp(o.keep_daily, MAX_KEEP_GENERATIONS),
         keep_weekly: clamp(o.keep_weekly, MAX_KEEP_GENERATIONS),
         keep_monthly: clamp(o.keep_monthly, MAX_KEEP_GENERATIONS),
+        // Never dropped: a write-once prefix written mutably would be refused by its worker.
+        object_lock: o.object_lock.clone(),
     }
 }
 
@@ -291,6 +294,7 @@ mod tests {
             keep_daily: Some(7),
             keep_weekly: Some(4),
             keep_monthly: Some(MAX_KEEP_GENERATIONS),
+            object_lock: Some("governance".into()),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

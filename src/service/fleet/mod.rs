@@ -123,6 +123,7 @@ mod record;
 pub mod remote;
 pub(in crate::service) mod store_compression;
 pub mod store_metrics;
+pub(in crate::service) mod store_object_lock;
 pub(in crate::service) mod store_options;
 
 fn now_ms() -> i64 {
@@ -343,6 +344,8 @@ impl Fleet {
         let destination = destination::check(&new.destination, self.placement())?;
         limits::check_labels(&new.labels)?;
         new.options.check()?;
+        new.options
+            .check_object_lock_destination(&new.destination, self.config.worker.object_lock)?;
         if dir.to_str().is_none() {
             return Err(FieldError("store_dir resolves to a non-UTF-8 path".into()).into());
         }

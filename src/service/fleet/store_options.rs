@@ -46,6 +46,9 @@ pub struct StoreOptions {
     pub keep_weekly: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_monthly: Option<u64>,
+    /// `governance` or `compliance`: a write-once prefix (`store_object_lock.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<String>,
 }
 
 impl StoreOptions {
@@ -78,6 +81,9 @@ impl StoreOptions {
         }
         if let Ok(Some(compression)) = self.compression() {
             c.compression = compression;
+        }
+        if let Ok(Some(mode)) = self.object_lock() {
+            c.object_lock = Some(mode);
         }
         c
     }
@@ -143,6 +149,7 @@ impl StoreOptions {
             keep_daily: nz(o.keep_daily),
             keep_weekly: nz(o.keep_weekly),
             keep_monthly: nz(o.keep_monthly),
+            object_lock: Self::object_lock_of_proto(o.object_lock),
         }
     }
 
@@ -166,6 +173,7 @@ impl StoreOptions {
             keep_daily: o.keep_daily.unwrap_or(0),
             keep_weekly: o.keep_weekly.unwrap_or(0),
             keep_monthly: o.keep_monthly.unwrap_or(0),
+            object_lock: self.object_lock_to_proto(),
         }
     }
 }

@@ -28,10 +28,9 @@ use tokio::time::Instant;
 
 use super::{Holding, Runner};
 use crate::backoff::Backoff;
-use crate::bucket::{BucketError, DynBucket};
+use crate::bucket::DynBucket;
 use crate::health::Activity;
 use crate::lease::BucketLease;
-use crate::manifest::{LATEST_KEY, Latest};
 use crate::store::dir::StoreDir;
 use crate::worker::WorkerError;
 
@@ -40,13 +39,11 @@ type Reading = Pin<Box<dyn Future<Output = Result<Option<u64>, WorkerError>> + S
 /// LATEST's commit when LATEST is the store's lineage's (`None`: no LATEST, or another
 /// lineage's, or the store has no lineage yet).
 async fn latest_commit(bucket: DynBucket, store: StoreDir) -> Result<Option<u64>, WorkerError> {
-    let o = match bucket.get(LATEST_KEY).await {
-        Ok(o) => o,
-        Err(BucketError::NotFound { .. }) => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let Some(found) = crate::latest::read(bucket.as_ref()).await? else {
+        return Ok(None);
     };
-    let latest = Latest::decode(&o.data).map_err(|e| WorkerError::BadBucket {
-        key: LATEST_KEY.into(),
+    let latest = found.latest.map_err(|e| WorkerError::BadBucket {
+        key: found.key,
         detail: e.to_string(),
     })?;
     let dir = store.path().to_path_buf();
