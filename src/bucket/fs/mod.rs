@@ -116,11 +116,14 @@ use super::{
 use crate::nofollow::{AtError, kind_at, open_dir_at, open_regular_at};
 use at::{Temp, open_root};
 use etag::{cache_etag, cached_etag, etag_of_digest, etag_of_file};
+pub(crate) use key::check_key;
+use key::scratch_name;
 pub use mode::{FILE_MODE_ENV, FileModes};
 use walk::walk;
 
 mod at;
 mod etag;
+mod key;
 mod mode;
 #[cfg(test)]
 mod tests;
@@ -728,38 +731,6 @@ fn check_absolute(root: &Path) -> Result<(), OpenError> {
             reason: "the bucket directory must be an absolute path".into(),
         })
     }
-}
-
-/// Refuses keys that could escape the root, collide with the bucket's own files or name one
-/// file in two ways.
-pub(super) fn check_key(op: &'static str, key: &str) -> Result<(), BucketError> {
-    let why = if key.is_empty() {
-        "the key is empty"
-    } else if key.starts_with('/') {
-        "the key is absolute"
-    } else if key.starts_with('.') {
-        "keys starting with '.' are reserved for the bucket's own files"
-    } else if key.contains('\0') {
-        "the key contains a NUL byte"
-    } else if key.split('/').any(|s| s.is_empty()) {
-        "the key has an empty segment ('//' or a trailing '/')"
-    } else if key.split('/').any(|s| s == "." || s == "..") {
-        "the key has a '.' or '..' segment"
-    } else {
-        return Ok(());
-    };
-    Err(BucketError::Permanent {
-        op,
-        key: key.to_string(),
-        message: format!("bad key: {why}"),
-    })
-}
-
-/// The scratch file name of `key` under [`TMP_DIR`]: the key with `%` and `/` escaped (`lease`
-/// is `lease.scratch`), or `None` when that is longer than a file name may be.
-fn scratch_name(key: &str) -> Option<String> {
-    let name = key.replace('%', "%25").replace('/', "%2F") + SCRATCH_SUFFIX;
-    (name.len() <= 255).then_some(name)
 }
 
 /// Maps an I/O error: resource trouble that may pass is `Transient`, the rest `Permanent`
