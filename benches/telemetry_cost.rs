@@ -252,6 +252,7 @@ fn child(on: bool) {
             activity: String::new(),
             paused: None,
             last_drill: None,
+            starting: false,
         };
         mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");

@@ -341,6 +341,11 @@ pub struct StoreHealth {
     /// The last restore drill, whatever its outcome.
     #[serde(default)]
     pub last_drill: Option<DrillResult>,
+    /// The running worker has not yet learnt its bucket lease's state (its first acquisition
+    /// is under way): unhealthy, "starting", but a health of the worker's start rather than
+    /// of the store. `/metrics` leaves a starting store's gauges out (`service::ops::health_report`).
+    #[serde(default)]
+    pub starting: bool,
 }
 
 impl StoreHealth {
@@ -366,6 +371,7 @@ impl StoreHealth {
             activity: _,
             paused,
             last_drill,
+            starting,
         } = self;
         *healthy == other.healthy
             && *reason == other.reason
@@ -382,6 +388,7 @@ impl StoreHealth {
             && *worker == other.worker
             && *paused == other.paused
             && *last_drill == other.last_drill
+            && *starting == other.starting
     }
 }
 
@@ -516,6 +523,7 @@ pub fn evaluate(
         },
         paused: status.pause.clone(),
         last_drill: status.drill.clone(),
+        starting: status.lease.is_none() && status.worker == WorkerState::Running,
     }
 }
 

@@ -418,6 +418,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         activity: String::new(),
         paused: None,
         last_drill: None,
+        starting: false,
     }
 }
 
@@ -703,4 +704,112 @@ fn the_parser_rejects_broken_expositions() {
     ] {
         assert!(parse_prometheus(bad).is_err(), "{bad:?} parsed");
     }
+}
+
+/// `serve` (`cmd` with `--metrics-listen` on port 0): the child, its gRPC and its metrics
+/// addresses.
+fn serve_with_metrics(
+    name: &str,
+    mut cmd: std::process::Command,
+) -> (
+    support::binary::Running,
+    std::net::SocketAddr,
+    std::net::SocketAddr,
+) {
+    cmd.args(["--metrics-listen", "127.0.0.1:0"]);
+    let mut child = support::binary::Running::spawn(name, cmd);
+    let (mut listening, mut metrics) = (None, None);
+    let (listening, metrics) = child.wait_for(
+        "print its listening line and log its metrics address",
+        support::served::DEADLINE,
+        |line| {
+            listening = listening.or_else(|| line.listening()?.parse().ok());
+            metrics = metrics.or_else(|| line.metrics_addr());
+            listening.zip(metrics)
+        },
+    );
+    (child, listening, metrics)
+}
+
+/// Every `mushroom_backup_store_healthy` sample of a scrape, by store id.
+async fn healthy_gauges(addr: std::net::SocketAddr) -> (BTreeMap<String, f64>, Option<f64>) {
+    let (status, text) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let families = parse_prometheus(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let healthy = families
+        .get("mushroom_backup_store_healthy")
+        .map(|f| {
+            f.samples
+                .iter()
+                .map(|s| (s.labels["store_id"].clone(), s.value))
+                .collect()
+        })
+        .unwrap_or_default();
+    let unhealthy = value(
+        &families,
+        "mushroom_backup_stores_unhealthy",
+        "mushroom_backup_stores_unhealthy",
+        &[],
+    );
+    (healthy, unhealthy)
+}
+
+/// Issue 30: right after a restart every worker is still acquiring its lease ("starting") for
+/// a moment; `/metrics` must not show those stores unhealthy (until the next health report,
+/// seconds later) while `Health` already says healthy. A store's gauges appear from its first
+/// evaluation after the start: every scrape from the first one shows each store healthy or
+/// not at all, until every store shows healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_scrapes_after_a_restart_show_no_healthy_store_unhealthy() {
+    use support::served;
+    const STORES: usize = 6;
+    let d = served::dirs();
+    let bucket = format!("file://{}", d.base.join("buckets").display());
+    let (mut server, addr, _) = serve_with_metrics("serve", served::command(&d));
+    let c = served::client(addr).await;
+    let mut ids = Vec::new();
+    for i in 0..STORES {
+        let dir = d.root.join(format!("s{i}"));
+        support::store::write(&dir, 5, 0, 0);
+        let req = support::register_req(&dir, &format!("{bucket}/s{i}"));
+        ids.push(served::register(&c, req).await);
+    }
+    for id in &ids {
+        served::wait_health(&c, id, "healthy", |h| h.healthy).await;
+    }
+    drop(c);
+    served::terminate(&mut server);
+
+    // The default health report interval (3 s): before the fix, the first report after the
+    // start recorded every store "starting" (unhealthy) until the next one.
+    let (_server, addr, metrics_addr) = serve_with_metrics("serve again", served::command(&d));
+    let deadline = std::time::Instant::now() + served::DEADLINE;
+    let mut scrapes = 0;
+    loop {
+        let (healthy, unhealthy) = healthy_gauges(metrics_addr).await;
+        scrapes += 1;
+        let shown_unhealthy: Vec<_> = healthy.iter().filter(|(_, v)| **v != 1.0).collect();
+        assert!(
+            shown_unhealthy.is_empty() && unhealthy.unwrap_or(0.0) == 0.0,
+            "scrape {scrapes} after the restart shows stores unhealthy: {shown_unhealthy:?}, \
+             mushroom_backup_stores_unhealthy {unhealthy:?}"
+        );
+        if ids.iter().all(|id| healthy.get(id) == Some(&1.0)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "every store healthy on /metrics ({healthy:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let c = served::client(addr).await;
+    for id in &ids {
+        let h = served::health(&c, id, false).await.expect("Health");
+        assert!(h.healthy, "{h:?}");
+    }
+    assert!(
+        scrapes > 1,
+        "every store showed at the first scrape: the start was not seen"
+    );
 }

@@ -137,6 +137,16 @@ impl Usage {
         self.started_unix_ms
     }
 
+    /// Every request recorded so far, of any class: what changes whenever anything of the
+    /// usage but its window does (a write of stored bytes is a request too). A few atomic
+    /// loads, no lock.
+    pub fn requests_so_far(&self) -> u64 {
+        self.requests
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    }
+
     fn record(&self, class: RequestClass) {
         self.requests[class as usize].fetch_add(1, Ordering::Relaxed);
     }

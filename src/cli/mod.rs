@@ -61,6 +61,7 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    cap_malloc_arenas();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -173,4 +174,24 @@ fn on_signal(f: impl FnOnce() + Send + 'static) {
         }
         f();
     });
+}
+
+/// At most this many glibc malloc arenas (unless `MALLOC_ARENA_MAX` says otherwise).
+const MALLOC_ARENAS: i32 = 2;
+
+/// Caps glibc's malloc arenas at [`MALLOC_ARENAS`], before any thread starts. By default glibc
+/// gives threads up to 8 arenas per core, each keeping the memory freed into it; the runtime's
+/// workers and blocking threads then hold several half-empty heaps. Measured with the `fleet`
+/// bench (10,000 idle stores, README): 559.1 MiB resident with the default, 495.1 MiB with two
+/// arenas (`MALLOC_ARENA_MAX=2`), at the same idle CPU (3.13 % and 3.23 % of a core). An
+/// operator's `MALLOC_ARENA_MAX` wins: glibc read it at start, and it is left alone.
+fn cap_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a parameter of the allocator; called before any thread
+        // of ours exists. Its failure (0) leaves glibc's default, which only costs memory.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, MALLOC_ARENAS);
+        }
+    }
 }

@@ -57,6 +57,7 @@
 
 use std::collections::HashSet;
 use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
 
@@ -263,6 +264,21 @@ pub fn describe() {
 }
 
 static HIDDEN: RwLock<Option<HashSet<String>>> = RwLock::new(None);
+
+/// Set once the Prometheus recorder is installed ([`recording`]).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether metrics are recorded (`--metrics-listen`): without a recorder every `metrics` call
+/// is a no-op, yet building a per-store series' key allocates its labels, so the service's
+/// per-store recording (10,000 stores every few seconds) asks this first and skips the work.
+pub fn recording() -> bool {
+    RECORDING.load(Ordering::Acquire)
+}
+
+/// Called once the recorder is installed (`prometheus.rs`).
+pub(super) fn set_recording() {
+    RECORDING.store(true, Ordering::Release);
+}
 
 /// Hides every series labelled `store_id="<store_id>"` from `/metrics` (see the module docs).
 pub fn hide_store(store_id: &str) {

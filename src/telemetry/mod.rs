@@ -59,7 +59,7 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 
 pub use grpc::{GrpcTraceLayer, grpc_trace_layer};
 pub use logs::current_trace_id;
-pub use metrics::{hide_store, record_fleet, show_store};
+pub use metrics::{hide_store, record_fleet, recording, show_store};
 
 /// The log filter's own variable; `RUST_LOG` is read when it is unset.
 pub const LOG_ENV: &str = "MUSHROOMDB_BACKUP_LOG";

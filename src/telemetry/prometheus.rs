@@ -19,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::TelemetryError;
-use super::metrics::{BUCKET_DURATION_BUCKETS, BUCKET_REQUEST_DURATION, describe, without_hidden};
+use super::metrics::{
+    BUCKET_DURATION_BUCKETS, BUCKET_REQUEST_DURATION, describe, set_recording, without_hidden,
+};
 
 /// How often the recorder's upkeep runs.
 pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
@@ -50,6 +52,7 @@ impl MetricsServer {
                 BUCKET_DURATION_BUCKETS,
             )?
             .install_recorder()?;
+        set_recording();
         describe();
 
         let stop = CancellationToken::new();

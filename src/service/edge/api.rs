@@ -43,15 +43,13 @@ pub struct Api {
 impl Api {
     /// The API, and the `WatchHealth` poller (a task until `shutdown`).
     pub fn new(fleet: Arc<Fleet>, shutdown: CancellationToken, peers: Peers) -> Self {
-        let polled = fleet.clone();
+        let polled = Arc::new(tokio::sync::Mutex::new(
+            crate::service::ops::health_view::FleetHealth::new(fleet.clone()),
+        ));
         let watchers = HealthWatch::start(
             move || {
-                let fleet = polled.clone();
-                async move {
-                    crate::service::ops::health_view::health_of(&fleet, "")
-                        .await
-                        .map_err(ServiceError::from)
-                }
+                let polled = polled.clone();
+                async move { polled.lock().await.poll().await.map_err(ServiceError::from) }
             },
             Duration::from_millis(250),
             fleet.config().limits.max_health_watchers,

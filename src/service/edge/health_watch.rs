@@ -3,7 +3,8 @@
 //! One task reads the health of every store ([`HealthWatch::start`]'s `poll`: the local
 //! workers' records and, with a shared registry, the other instances' reports) every
 //! `interval` while at least one watcher is open, and publishes the snapshot on a `watch`
-//! channel when it changed. Each watcher's task only filters that snapshot to its store and
+//! channel when it changed. `poll` may answer "as before" (`None`) without building a snapshot
+//! (`ops::health_view::FleetHealth` does when nothing of the fleet changed). Each watcher's task only filters that snapshot to its store and
 //! sends what changed for it; so N watchers cost one registry read per interval, not N. With
 //! no watcher the poller sleeps until one subscribes. A poll that took long (a fleet of
 //! thousands of stores) stretches the interval after it to [`POLL_SHARE`] times its length,
@@ -14,7 +15,9 @@
 //! `RESOURCE_EXHAUSTED`) naming the limit. A watcher's slot is freed when its stream ends (the client went away, the
 //! store went away, the service stops).
 //!
-//! "Changed" ignores `reported_at_unix_ms` and sub-second lag, which change on every read.
+//! "Changed" ignores what changes with the clock alone: `reported_at_unix_ms`, sub-second lag,
+//! and the usage's window with what is projected from it (monthly requests and costs). So an
+//! idle fleet is not sent to its watchers again at every poll.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,7 +73,7 @@ impl HealthWatch {
     ) -> HealthWatch
     where
         F: Fn() -> Fut + Send + 'static,
-        Fut: Future<Output = Result<proto::HealthResponse, ServiceError>> + Send + 'static,
+        Fut: Future<Output = Result<Option<proto::HealthResponse>, ServiceError>> + Send + 'static,
     {
         let (tx, _) = watch::channel(None);
         let feed = Arc::new(tx);
@@ -164,7 +167,7 @@ async fn poller<F, Fut>(
     shutdown: CancellationToken,
 ) where
     F: Fn() -> Fut,
-    Fut: Future<Output = Result<proto::HealthResponse, ServiceError>>,
+    Fut: Future<Output = Result<Option<proto::HealthResponse>, ServiceError>>,
 {
     let mut last: Option<proto::HealthResponse> = None;
     let mut pause = interval;
@@ -181,7 +184,8 @@ async fn poller<F, Fut>(
         }
         let started = tokio::time::Instant::now();
         match poll().await {
-            Ok(all) => {
+            Ok(None) => {}
+            Ok(Some(all)) => {
                 let cmp = comparable(&all);
                 if last.as_ref() != Some(&cmp) {
                     last = Some(cmp);
@@ -213,12 +217,19 @@ fn part(
     }
 }
 
-/// What "changed" compares: without the read time and the lag's fraction of a second.
+/// What "changed" compares: without the read time, the lag's fraction of a second, and the
+/// usage's window and projections (see the module docs).
 fn comparable(r: &proto::HealthResponse) -> proto::HealthResponse {
     let mut r = r.clone();
     for s in &mut r.stores {
         s.reported_at_unix_ms = 0;
         s.lag_seconds = s.lag_seconds.floor();
+        if let Some(u) = &mut s.usage {
+            u.window_ms = 0;
+            u.projected_monthly_requests = 0;
+            u.estimated_monthly_cost_usd = 0.0;
+            u.requests_monthly_cost_usd = 0.0;
+        }
     }
     r
 }
@@ -249,7 +260,7 @@ mod tests {
         let w = HealthWatch::start(
             move || {
                 let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
-                async move { Ok(health(n)) }
+                async move { Ok(Some(health(n))) }
             },
             Duration::from_millis(250),
             20,

@@ -2,10 +2,10 @@
 //! of them: their records, their owners' last health reports and heartbeats, and whether the
 //! owner has gone silent (`owner_silent_after`). Read-only: nothing here writes.
 //!
-//! The fleet's view ([`Fleet::remote`]) reads each table once: the `stores` rows (which carry
-//! each store's owner and since when, so the owners of this instance's stores come from the
-//! same read), every health report and every heartbeat. One store's view
-//! ([`Fleet::remote_one`]) reads that store's rows only.
+//! The fleet's view ([`Fleet::remote`]) is two reads: every store's owner and since when (three
+//! columns of `stores`), and the rows, health reports and owners' heartbeats of the stores
+//! other instances own, joined (none of this instance's own stores' rows or reports, which its
+//! workers know better). One store's view ([`Fleet::remote_one`]) reads that store's rows only.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +13,7 @@ use super::{Fleet, FleetError};
 use crate::registry::{HealthRow, Owner, StoreRecord, StoreReport};
 
 /// A store another instance owns, as the shared registry last heard of it.
+#[derive(Debug, PartialEq)]
 pub struct RemoteStore {
     pub record: StoreRecord,
     /// The owner's last report, if it ever reported.
@@ -25,7 +26,8 @@ pub struct RemoteStore {
 }
 
 /// What [`Fleet::remote`] read: the other instances' stores, and every registered store's
-/// owner (this instance's too), from the one read of the rows.
+/// owner (this instance's too).
+#[derive(Debug, PartialEq)]
 pub struct Remote {
     pub stores: Vec<RemoteStore>,
     pub owners: BTreeMap<String, Owner>,
@@ -39,33 +41,13 @@ impl Fleet {
     /// The stores other instances own, with what they last reported, and every store's owner.
     pub async fn remote(&self) -> Result<Remote, FleetError> {
         let me = &self.config().instance_id;
-        let records = self.registry().list_stores(None).await?;
-        let mut health: BTreeMap<String, HealthRow> = self
+        let owners = self.registry().owners().await?;
+        let stores = self
             .registry()
-            .all_health()
+            .reports_of_others(me)
             .await?
             .into_iter()
-            .map(|h| (h.store_id.clone(), h))
-            .collect();
-        let heartbeats = self.registry().heartbeats().await?;
-        let owners = records
-            .iter()
-            .map(|r| {
-                let owner = Owner {
-                    instance_id: r.instance_id.clone(),
-                    since_ms: r.owner_since_ms,
-                };
-                (r.store_id.clone(), owner)
-            })
-            .collect();
-        let stores = records
-            .into_iter()
-            .filter(|r| &r.instance_id != me)
-            .map(|record| {
-                let row = health.remove(&record.store_id);
-                let heartbeat = heartbeats.get(&record.instance_id).copied();
-                self.remote_store(record, row, heartbeat)
-            })
+            .map(|r| self.remote_store(r.record, r.health, r.heartbeat_ms))
             .collect();
         Ok(Remote { stores, owners })
     }

@@ -78,6 +78,10 @@ fn flag(b: bool) -> f64 {
 /// Records one store's health and its worker's counters; `worker` identifies the worker
 /// (see the module docs).
 pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters: &BackupCounters) {
+    if !crate::telemetry::recording() {
+        // No recorder: every series would be a no-op, its labels allocated for nothing.
+        return;
+    }
     show_store(store_id);
     let label = [(STORE_ID_LABEL, store_id.to_string())];
     let held_elsewhere = !health.lease_held && !health.lease_holder.is_empty();

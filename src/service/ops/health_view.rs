@@ -11,8 +11,13 @@
 //! here), else its row, its health report and its owner's heartbeat in one join.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::registry::Owner;
+use crate::service::fleet::remote::Remote;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::service::proto;
 
@@ -26,12 +31,10 @@ pub(in crate::service) async fn health_of(
     fleet: &Fleet,
     store_id: &str,
 ) -> Result<proto::HealthResponse, FleetError> {
-    let id = &fleet.config().instance_id;
-    let local = |e: &StoreEntry| encryption(store_health(e, id, &fleet.config().prices), fleet);
     if !store_id.is_empty() {
         let h = match fleet.get(store_id) {
             Ok(e) => {
-                let mut h = local(&e);
+                let mut h = local_health(fleet, &e);
                 // The worker's own answer stands when the registry cannot be read: the owner
                 // shown is then the one this instance was started with.
                 match fleet.registry().owner(store_id).await {
@@ -54,7 +57,16 @@ pub(in crate::service) async fn health_of(
         return Ok(proto::HealthResponse { stores: vec![h] });
     }
     let remote = fleet.remote().await?;
-    let local_stores = fleet.list();
+    Ok(fleet_health(fleet, &fleet.list(), &remote))
+}
+
+/// Every store's health: `local_stores` (this instance's, with their owners from `remote`),
+/// then the stores of `remote` not running here.
+fn fleet_health(
+    fleet: &Fleet,
+    local_stores: &[Arc<StoreEntry>],
+    remote: &Remote,
+) -> proto::HealthResponse {
     let here: BTreeSet<&str> = local_stores
         .iter()
         .map(|e| e.record.store_id.as_str())
@@ -62,7 +74,7 @@ pub(in crate::service) async fn health_of(
     let mut stores: Vec<proto::StoreHealth> = local_stores
         .iter()
         .map(|e| {
-            let mut h = local(e);
+            let mut h = local_health(fleet, e);
             if let Some(o) = remote.owners.get(&e.record.store_id) {
                 set_owner(&mut h, o);
             }
@@ -76,7 +88,89 @@ pub(in crate::service) async fn health_of(
             .filter(|r| !here.contains(r.record.store_id.as_str()))
             .map(remote_health),
     );
-    Ok(proto::HealthResponse { stores })
+    proto::HealthResponse { stores }
+}
+
+/// The whole fleet's health for the `WatchHealth` poller ([`FleetHealth::poll`]), remembering
+/// what it read, so that a poll of a fleet where nothing changed costs a few atomic loads per
+/// store and no registry read:
+///
+/// - the registry's part (every store's owner; the stores other instances own, with their
+///   reports and whether their owner went silent) is read again once `reread` has passed since
+///   the last read: other instances report every `health_report_interval`, so reading more
+///   often finds nothing new (an owner changed by a claim or a move shows within it too);
+/// - the answer is built again only when the registry's part changed or a local store shows
+///   something new ([`local_mark`]); otherwise the poll answers `None`, "as before".
+pub(in crate::service) struct FleetHealth {
+    fleet: Arc<Fleet>,
+    reread: Duration,
+    remote: Option<(Instant, Remote)>,
+    /// [`local_mark`] of the last answer.
+    mark: Option<u64>,
+}
+
+impl FleetHealth {
+    pub fn new(fleet: Arc<Fleet>) -> FleetHealth {
+        FleetHealth {
+            reread: fleet.config().health_report_interval,
+            fleet,
+            remote: None,
+            mark: None,
+        }
+    }
+
+    /// Every store's health, or `None` when neither the registry's part nor a local store
+    /// changed since the last answer (see the type's docs).
+    pub async fn poll(&mut self) -> Result<Option<proto::HealthResponse>, FleetError> {
+        let mut remote_changed = false;
+        if self
+            .remote
+            .as_ref()
+            .is_none_or(|(at, _)| at.elapsed() >= self.reread)
+        {
+            // A failed read forgets the last one: the next poll reads again, and answers.
+            let read = self.fleet.remote().await;
+            let last = self.remote.take();
+            let read = read?;
+            remote_changed = last.is_none_or(|(_, r)| r != read);
+            self.remote = Some((Instant::now(), read));
+        }
+        let local = self.fleet.list();
+        let mark = local_mark(&local, &self.fleet.config().prices);
+        if !remote_changed && self.mark == Some(mark) {
+            return Ok(None);
+        }
+        self.mark = Some(mark);
+        let (_, remote) = self.remote.as_ref().expect("read above");
+        Ok(Some(fleet_health(&self.fleet, &local, remote)))
+    }
+}
+
+/// What a local store's part of the answer changes with, but for the clock (the read time, the
+/// lag's growth between evaluations, the usage's window and what is projected from it), hashed
+/// over every store: which stores run here, their health serial (every change of health),
+/// their counters, their request counts (and so their stored bytes), and for a store with a
+/// request budget, whether its projection is over it.
+fn local_mark(local: &[Arc<StoreEntry>], prices: &crate::cost::Prices) -> u64 {
+    use std::hash::{Hash, Hasher};
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    local.len().hash(&mut h);
+    for e in local {
+        let counters = e.handle.counters();
+        (
+            Arc::as_ptr(e) as usize,
+            e.handle.health_serial(),
+            counters.bytes_shipped.load(Relaxed),
+            counters.bytes_logical.load(Relaxed),
+            e.usage.requests_so_far(),
+        )
+            .hash(&mut h);
+        if e.options.monthly_request_budget.unwrap_or(0) > 0 {
+            super::usage::priced(e, prices).note.is_some().hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 fn set_owner(h: &mut proto::StoreHealth, o: &Owner) {
@@ -117,6 +211,12 @@ pub(in crate::service) async fn store_infos(
             .map(store_info),
     );
     Ok(stores)
+}
+
+/// A store running here: its worker's health, with the instance's encryption fields.
+fn local_health(fleet: &Fleet, e: &StoreEntry) -> proto::StoreHealth {
+    let config = fleet.config();
+    encryption(store_health(e, &config.instance_id, &config.prices), fleet)
 }
 
 fn store_health(

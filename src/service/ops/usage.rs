@@ -22,17 +22,20 @@
 //!
 //! The health report's tick ([`UsageReport::tick`]) prices each store's usage once and hands
 //! that figure to both the metrics and the budget watch, so the two never disagree about a
-//! tick and a fleet of 10,000 stores is priced 10,000 times a tick, not twice that.
+//! tick. A store is priced only when something takes the figure: `/metrics` when metrics are
+//! recorded (`--metrics-listen`), the budget watch when the store has a budget. So a fleet of
+//! 10,000 stores without either costs a field read per store and tick.
 //!
 //! # Metrics
 //!
-//! Each tick adds what a store's usage grew by since the last tick to
-//! `mushroom_backup_store_requests_total{store_id,op}` and the bytes counters, and sets the
-//! stored-bytes and estimate gauges. A new worker (its usage a new object) starts from zero
-//! and its whole count is added, so the counters only rise (as in `store_metrics`). What it
-//! remembers of a store (its usage and counts at the last tick) lives in the report task and
-//! holds only the stores of the last tick: a store deregistered or moved away is forgotten at
-//! the next one (there is no process-wide map to prune).
+//! A store's first tick registers its series: `mushroom_backup_store_requests_total{store_id,op}`
+//! and the bytes counters at its whole count, the stored-bytes and estimate gauges. Each later
+//! tick adds what its usage grew by and sets the gauges that moved; a store whose usage stands
+//! still costs a lookup. A new worker (its usage a new object) starts from zero and its whole
+//! count is added, so the counters only rise (as in `store_metrics`). What it remembers of a
+//! store (its usage, counts and gauges at the last tick) lives in the report task and holds
+//! only the stores of the last tick: a store deregistered or moved away is forgotten at the
+//! next one (there is no process-wide map to prune).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -112,10 +115,14 @@ pub(in crate::service) struct UsageReport {
 }
 
 impl UsageReport {
-    /// One tick over this instance's stores.
+    /// One tick over this instance's stores. A store is priced only when something takes the
+    /// figure: `/metrics` when metrics are recorded, the budget watch when it has a budget. An
+    /// idle fleet without either costs a field read per store.
     pub fn tick(&mut self, entries: &[Arc<StoreEntry>], prices: &Prices, bus: &Bus) {
+        let recording = crate::telemetry::recording();
         let stores: Vec<Tick<'_>> = entries
             .iter()
+            .filter(|e| recording || e.options.monthly_request_budget.unwrap_or(0) > 0)
             .map(|e| Tick {
                 store_id: &e.record.store_id,
                 usage: &e.usage,
@@ -138,23 +145,26 @@ impl UsageReport {
     }
 }
 
-/// Which stores' projections were over budget at the last look; see the module docs.
+/// The stores whose projections were over budget at the last look; see the module docs.
 #[derive(Default)]
 struct BudgetWatch {
-    over: HashMap<String, bool>,
+    over: std::collections::HashSet<String>,
 }
 
 impl BudgetWatch {
     /// Looks at every store of `stores`: a store whose projection went over its budget since
     /// the last look is published on `bus` (once per crossing: a store over it at the last look
     /// too is not published again; one that came back within it is, when it crosses again).
+    /// A store not among `stores` is within its budget (it has none, or it is gone).
     fn look(&mut self, stores: &[Tick<'_>], bus: &Bus) {
-        let mut now = HashMap::with_capacity(stores.len());
+        let was_over = std::mem::take(&mut self.over);
         for s in stores {
             let p = &s.priced;
-            let over = p.note.is_some();
+            if p.note.is_none() {
+                continue;
+            }
             let id = s.store_id;
-            if over && !self.over.get(id).copied().unwrap_or(false) {
+            if !was_over.contains(id) {
                 tracing::warn!(
                     store_id = %id,
                     projected = p.estimate.monthly_requests,
@@ -177,22 +187,26 @@ impl BudgetWatch {
                     }),
                 );
             }
-            now.insert(id.to_string(), over);
+            self.over.insert(id.to_string());
         }
-        self.over = now;
     }
 }
 
-/// What the metrics were last given of a store: which usage, and its counts then.
+/// What the metrics were last given of a store: which usage, its counts and gauges then, and
+/// the last look that saw it.
 struct Seen {
     usage: Weak<Usage>,
     counts: [u64; 7],
+    stored_bytes: u64,
+    monthly_usd: f64,
+    look: u64,
 }
 
 /// What `/metrics` was given of each store at the last tick; see the module docs.
 #[derive(Default)]
 struct UsageMetrics {
     seen: HashMap<String, Seen>,
+    looks: u64,
 }
 
 fn counts(s: &UsageSnapshot) -> [u64; 7] {
@@ -208,49 +222,87 @@ fn counts(s: &UsageSnapshot) -> [u64; 7] {
 }
 
 impl UsageMetrics {
-    /// Records `stores` into `/metrics`, and forgets every store not among them.
+    /// Records `stores` into `/metrics`, and forgets every store not among them. A store's
+    /// first look registers every series (counters at zero included); after that only what
+    /// changed is given (a store whose usage stands still costs a lookup).
     fn record(&mut self, stores: &[Tick<'_>]) {
-        let mut now = HashMap::with_capacity(stores.len());
+        self.looks += 1;
         for s in stores {
-            let mut seen = self.seen.remove(s.store_id).unwrap_or(Seen {
-                usage: Weak::new(),
-                counts: [0; 7],
-            });
-            if !Weak::ptr_eq(&seen.usage, &Arc::downgrade(s.usage)) {
-                // Another worker's usage (or the first look): its whole count is new.
-                seen = Seen {
-                    usage: Arc::downgrade(s.usage),
-                    counts: [0; 7],
-                };
-            }
             let figure = counts(&s.priced.snapshot);
-            let mut grown = [0; 7];
-            for (i, g) in grown.iter_mut().enumerate() {
-                *g = figure[i].saturating_sub(seen.counts[i]);
-            }
-            seen.counts = figure;
-            now.insert(s.store_id.to_string(), seen);
-            export(s.store_id, &grown, &s.priced);
+            let usage = Arc::downgrade(s.usage);
+            let seen = match self.seen.get_mut(s.store_id) {
+                // Another worker's usage is a new one: its whole count is new.
+                Some(seen) if Weak::ptr_eq(&seen.usage, &usage) => seen,
+                _ => {
+                    export_all(s.store_id, &figure, &s.priced);
+                    self.seen.insert(
+                        s.store_id.to_string(),
+                        Seen {
+                            usage,
+                            counts: figure,
+                            stored_bytes: s.priced.snapshot.bytes_stored,
+                            monthly_usd: s.priced.estimate.monthly_usd,
+                            look: self.looks,
+                        },
+                    );
+                    continue;
+                }
+            };
+            seen.look = self.looks;
+            export_changes(s.store_id, seen, &figure, &s.priced);
         }
-        self.seen = now;
+        let looks = self.looks;
+        self.seen.retain(|_, s| s.look == looks);
     }
 }
 
-/// Adds `grown` to the store's counters and sets its gauges from `p`.
-fn export(store_id: &str, grown: &[u64; 7], p: &Priced) {
-    let id = store_id.to_string();
-    for (i, class) in RequestClass::ALL.iter().enumerate() {
-        let labels = [
-            (STORE_ID_LABEL, id.clone()),
-            ("op", class.name().to_string()),
-        ];
-        counter!(STORE_REQUESTS, &labels).increment(grown[i]);
+fn store_label(store_id: &str) -> [(&'static str, String); 1] {
+    [(STORE_ID_LABEL, store_id.to_string())]
+}
+
+/// Adds `n` to the store's counter of `figure`'s `i`th count (see [`counts`]).
+fn add(store_id: &str, i: usize, n: u64) {
+    match RequestClass::ALL.get(i) {
+        Some(class) => {
+            let labels = [
+                (STORE_ID_LABEL, store_id.to_string()),
+                ("op", class.name().to_string()),
+            ];
+            counter!(STORE_REQUESTS, &labels).increment(n);
+        }
+        None if i == 5 => counter!(STORE_UPLOADED_BYTES, &store_label(store_id)).increment(n),
+        None => counter!(STORE_DOWNLOADED_BYTES, &store_label(store_id)).increment(n),
     }
-    let label = [(STORE_ID_LABEL, id)];
-    counter!(STORE_UPLOADED_BYTES, &label).increment(grown[5]);
-    counter!(STORE_DOWNLOADED_BYTES, &label).increment(grown[6]);
+}
+
+/// A store's first look: every counter (at its whole count) and both gauges.
+fn export_all(store_id: &str, figure: &[u64; 7], p: &Priced) {
+    for (i, n) in figure.iter().enumerate() {
+        add(store_id, i, *n);
+    }
+    let label = store_label(store_id);
     gauge!(STORE_STORED_BYTES, &label).set(p.snapshot.bytes_stored as f64);
     gauge!(STORE_ESTIMATED_MONTHLY_COST, &label).set(p.estimate.monthly_usd);
+}
+
+/// What grew since `seen` is added, the gauges that moved are set; `seen` becomes `figure`.
+fn export_changes(store_id: &str, seen: &mut Seen, figure: &[u64; 7], p: &Priced) {
+    for (i, (last, now)) in seen.counts.iter_mut().zip(figure).enumerate() {
+        let grown = now.saturating_sub(*last);
+        *last = *now;
+        if grown > 0 {
+            add(store_id, i, grown);
+        }
+    }
+    if seen.stored_bytes != p.snapshot.bytes_stored {
+        seen.stored_bytes = p.snapshot.bytes_stored;
+        gauge!(STORE_STORED_BYTES, &store_label(store_id)).set(p.snapshot.bytes_stored as f64);
+    }
+    // The estimate moves as the window grows, for a store that sent any request.
+    if seen.monthly_usd.to_bits() != p.estimate.monthly_usd.to_bits() {
+        seen.monthly_usd = p.estimate.monthly_usd;
+        gauge!(STORE_ESTIMATED_MONTHLY_COST, &store_label(store_id)).set(p.estimate.monthly_usd);
+    }
 }
 
 #[cfg(test)]
