@@ -177,6 +177,13 @@ struct StoreFlags {
     keep_weekly: Option<u64>,
     #[arg(long)]
     keep_monthly: Option<u64>,
+    /// `sync`: ship as soon as the node reports, and tell it when each commit is in the
+    /// bucket; `async`: every wal_interval [default: the service's].
+    #[arg(long, value_parser = ["async", "sync"])]
+    durability: Option<String>,
+    /// The most WAL PUTs a second the store may cost, 1 to 100 [default: the service's, 10].
+    #[arg(long)]
+    wal_puts_per_second: Option<u32>,
 }
 
 impl StoreFlags {
@@ -196,6 +203,12 @@ impl StoreFlags {
             keep_daily: self.keep_daily.unwrap_or(0),
             keep_weekly: self.keep_weekly.unwrap_or(0),
             keep_monthly: self.keep_monthly.unwrap_or(0),
+            durability: match self.durability.as_deref() {
+                Some("sync") => proto::Durability::Sync as i32,
+                Some("async") => proto::Durability::Async as i32,
+                _ => proto::Durability::Unspecified as i32,
+            },
+            wal_puts_per_second: self.wal_puts_per_second.unwrap_or(0),
             ..Default::default()
         })
     }

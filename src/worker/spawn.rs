@@ -119,8 +119,9 @@ pub struct BackupHandle {
     gate: PauseGate,
     /// The runner's record, for what the service records in it (a drill's outcome).
     status: Status,
-    /// How far a restore reaches (`durable.rs`).
+    /// How far a restore reaches (`durable.rs`), and the store's durability mode.
     durable: watch::Receiver<super::durable::Durability>,
+    mode: super::DurabilityMode,
 }
 
 impl BackupHandle {
@@ -249,6 +250,11 @@ impl BackupHandle {
         self.durable.clone()
     }
 
+    /// The store's `durability` option as the worker runs with it.
+    pub fn durability_mode(&self) -> super::DurabilityMode {
+        self.mode
+    }
+
     /// This worker's lease holder id.
     pub fn holder(&self) -> &str {
         &self.holder
@@ -349,7 +355,7 @@ impl BackupWorker {
         let source = self.source.clone();
         let stop = shutdown.child_token();
         let flush = Arc::new(FlushWish::default());
-        let durable = self.durable.subscribe();
+        let (durable, mode) = (self.durable.subscribe(), self.config.durability);
         let activity = self.activity.clone();
         let first_backoff = self.config.first_backoff;
         let max_backoff = self.config.max_backoff;
@@ -402,6 +408,7 @@ impl BackupWorker {
             gate,
             status: drill_status,
             durable,
+            mode,
         }
     }
 }

@@ -181,6 +181,15 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
         ));
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
+    if let Some(d) = &o.durability {
+        crate::worker::DurabilityMode::parse(d)
+            .map_err(|e| FieldError(format!("options.{e}")))?;
+    }
+    if let Some(v) = o.wal_puts_per_second {
+        worker_limits::WAL_PUTS_PER_SECOND
+            .check("options.wal_puts_per_second", v)
+            .map_err(|e| FieldError(format!("{e}, or 0 for the service's default")))?;
+    }
     if let Some(v) = o.drill_interval_ms
         && !(MIN_DRILL_INTERVAL_MS..=MAX_DRILL_INTERVAL_MS).contains(&v)
     {
@@ -226,6 +235,17 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         keep_daily: clamp(o.keep_daily, MAX_KEEP_GENERATIONS),
         keep_weekly: clamp(o.keep_weekly, MAX_KEEP_GENERATIONS),
         keep_monthly: clamp(o.keep_monthly, MAX_KEEP_GENERATIONS),
+        // An unknown mode runs with the service's default.
+        durability: o
+            .durability
+            .clone()
+            .filter(|d| crate::worker::DurabilityMode::parse(d).is_ok()),
+        wal_puts_per_second: o.wal_puts_per_second.map(|v| {
+            v.clamp(
+                worker_limits::WAL_PUTS_PER_SECOND.min,
+                worker_limits::WAL_PUTS_PER_SECOND.max,
+            )
+        }),
     }
 }
 
@@ -291,6 +311,8 @@ mod tests {
             keep_daily: Some(7),
             keep_weekly: Some(4),
             keep_monthly: Some(MAX_KEEP_GENERATIONS),
+            durability: Some("sync".into()),
+            wal_puts_per_second: Some(100),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [
@@ -320,6 +342,14 @@ mod tests {
             },
             StoreOptions {
                 drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS - 1),
+                ..ok.clone()
+            },
+            StoreOptions {
+                durability: Some("eventually".into()),
+                ..ok.clone()
+            },
+            StoreOptions {
+                wal_puts_per_second: Some(101),
                 ..ok.clone()
             },
             StoreOptions {
