@@ -63,6 +63,10 @@ fn acked_lines(path: &Path) -> Vec<(u64, i64, i64)> {
         .collect()
 }
 
+async fn c2(addr: SocketAddr) -> served::Client {
+    served::client(addr).await
+}
+
 fn free_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     format!("127.0.0.1:{}", l.local_addr().unwrap().port())
@@ -167,8 +171,10 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
         .await
         .expect("Register")
         .into_inner();
+    // (Health's other fields are the supervisor's, evaluated every wal_interval; the position
+    // in the bucket is the worker's own, at once.)
     let h = served::wait_health(&c, &r.store_id, "the first restore point", |h| {
-        h.restore_point_commit_seq == 5 && h.bucket_durable_commit_seq == 5
+        h.bucket_durable_commit_seq == 5
     })
     .await;
     assert_eq!(h.durability, "async");
@@ -206,16 +212,29 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
         other => panic!("a wait pending while the service died ended with {other:?}"),
     }
 
-    // The service again, same address and data: the new stream's acknowledgements count.
-    let (mut server, addr2) = served::start("serve again", serve(&d, &m.url, &listen, &slow));
+    // The service again, same address and data, now sync by default (the store was
+    // registered with the service's default): the new stream's acknowledgements count, and
+    // come at once.
+    let sync = ["--wal-interval-ms", "60000", "--durability", "sync"];
+    let (mut server, addr2) = served::start("serve again", serve(&d, &m.url, &listen, &sync));
     assert_eq!(addr2.to_string(), listen);
     let ack = client
-        .wait_durable(8, DEADLINE)
+        .wait_durable(8, Duration::from_secs(30))
         .await
         .expect("commit 8 is durable on the new stream");
     assert!(ack.commit_seq >= 8, "{ack:?}");
+    // Sync now: a commit is acknowledged long before the 60 s wal_interval.
+    let pos = support::store::commit_synced(&mut engine, 1);
+    client.report(pos);
+    let ack = client
+        .wait_durable(9, Duration::from_secs(20))
+        .await
+        .expect("commit 9 acknowledged in sync mode");
+    assert!(ack.commit_seq >= 9, "{ack:?}");
+    let h = served::health(&c2(addr2).await, &r.store_id, false).await.unwrap();
+    assert_eq!(h.durability, "sync", "{h:?}");
     let restored = binary::restore_digest(&m.url, &url, &d.base.join("restored"));
-    assert!(restored["commit_seq"].as_u64().unwrap() >= 8, "{restored}");
+    assert!(restored["commit_seq"].as_u64().unwrap() >= 9, "{restored}");
     client.close().await;
     drop(engine);
     served::terminate(&mut server);

@@ -683,6 +683,7 @@ impl Runner {
                     Ok(Ok(outcome)) => {
                         tracing::debug!(?outcome, "step");
                         if let StepOutcome::Shipped { bytes, .. } = outcome {
+                            pace.shipped();
                             // A segment near the cap means a backlog: ship on at once.
                             shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
                         }

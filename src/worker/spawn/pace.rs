@@ -1,7 +1,9 @@
 //! When the runner's next tick comes: every `wal_interval` (on the process's tick grid,
 //! `crate::pacing`), and in `durability = sync` also as soon as the store's change signal is
 //! raised (a node's report, a write to the directory) — but never sooner than
-//! [`WorkerConfig::wal_put_gap`] after the previous tick started.
+//! [`WorkerConfig::wal_put_gap`] after the start of the last tick that shipped a segment (a
+//! tick that found nothing to ship, woken by the write just before its report, does not hold
+//! the report's tick back).
 //!
 //! A tick ships at most one segment (`tick_step` in `spawn.rs`), so the gap caps WAL PUTs a
 //! second at `wal_puts_per_second`; there is never more than one in flight, because the
@@ -20,7 +22,10 @@ use crate::worker::{DurabilityMode, WorkerConfig};
 pub(super) struct Pace {
     sync: bool,
     gap: Duration,
-    last_tick: Option<Instant>,
+    /// When the tick running now (or the last one) started.
+    tick: Option<Instant>,
+    /// When the last tick that shipped a segment started.
+    last_ship: Option<Instant>,
 }
 
 impl Pace {
@@ -28,7 +33,8 @@ impl Pace {
         Self {
             sync: config.durability == DurabilityMode::Sync,
             gap: config.wal_put_gap(),
-            last_tick: None,
+            tick: None,
+            last_ship: None,
         }
     }
 
@@ -40,9 +46,14 @@ impl Pace {
     /// A tick starts now; returns when the next regular one is due.
     pub(super) fn tick_started(&mut self, wal_interval: Duration) -> Instant {
         let now = Instant::now();
-        self.last_tick = Some(now);
+        self.tick = Some(now);
         let regular = crate::pacing::coalesce(now + wal_interval, wal_interval);
         regular.max(now + self.gap)
+    }
+
+    /// The tick running now shipped a segment.
+    pub(super) fn shipped(&mut self) {
+        self.last_ship = self.tick;
     }
 
     /// The store changed: the next tick, given the one scheduled (`next`). In sync mode as
@@ -52,7 +63,7 @@ impl Pace {
             return next;
         }
         let soonest = self
-            .last_tick
+            .last_ship
             .map_or_else(Instant::now, |t| t + self.gap)
             .max(Instant::now());
         soonest.min(next)
