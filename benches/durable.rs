@@ -76,6 +76,11 @@ fn moto_counts(m: &moto::Moto, prefix: &str) -> (usize, usize) {
         .iter()
         .filter(|l| l.contains("\"PUT ") && l.contains("/wal/"))
         .count();
+    if std::env::var_os("DURABLE_DEBUG").is_some() {
+        for l in ours.iter().rev().take(30) {
+            eprintln!("{l}");
+        }
+    }
     (ours.len(), wal)
 }
 
@@ -165,13 +170,15 @@ async fn main() -> anyhow::Result<()> {
         ))?);
         let outcome = run_rate(&m, &name, &dir, node.clone(), rate, warmup, secs).await?;
         node.close().await;
-        outcome.print(rate, secs, put_p99, cap);
+        outcome.print(rate, put_p99, cap);
     }
     drop(server);
     Ok(())
 }
 
 struct Outcome {
+    /// The measured window: from the end of the warm-up until the last commit was acknowledged.
+    window: Duration,
     acks: Vec<f64>,
     committed: u64,
     unacked: usize,
@@ -180,16 +187,17 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn print(mut self, rate: f64, secs: u64, put_p99: f64, cap: u32) {
+    fn print(mut self, rate: f64, put_p99: f64, cap: u32) {
         self.acks.sort_by(f64::total_cmp);
         let p99 = pct(&self.acks, 0.99);
-        let per_hour = self.requests as f64 * 3600.0 / secs as f64;
-        let wal_per_s = self.wal_puts as f64 / secs as f64;
+        let secs = self.window.as_secs_f64();
+        let per_hour = self.requests as f64 * 3600.0 / secs;
+        let wal_per_s = self.wal_puts as f64 / secs;
         println!(
             "sync at {rate} commits/s: {:.0} commits/s reached; ack p50 {:.1} ms, p99 {:.1} ms, \
-             max {:.1} ms ({} acked, {} not acked by the end); {} requests in {secs} s = {:.0}/hour; \
+             max {:.1} ms ({} acked, {} not acked by the end); {} requests in {secs:.1} s = {:.0}/hour; \
              WAL PUTs {:.1}/s (cap {cap})",
-            self.committed as f64 / secs as f64,
+            self.committed as f64 / secs,
             pct(&self.acks, 0.5),
             p99,
             self.acks.last().copied().unwrap_or(f64::NAN),
@@ -284,9 +292,11 @@ async fn run_rate(
     });
     tokio::time::sleep(warmup).await;
     let (before_all, before_wal) = moto_counts(m, prefix);
+    let from = Instant::now();
     let (engine, _) = committer.await??;
     let last = engine.commit_seq();
     let _ = node.wait_durable(last, Duration::from_secs(30)).await;
+    let window = from.elapsed();
     let (after_all, after_wal) = moto_counts(m, prefix);
     watcher.abort();
     let acks = acks.lock().unwrap();
@@ -301,6 +311,7 @@ async fn run_rate(
         .range(measure_from..)
         .count();
     Ok(Outcome {
+        window,
         committed: last.saturating_sub(measure_from) + 1,
         acks: measured,
         unacked,
