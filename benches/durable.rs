@@ -89,7 +89,11 @@ async fn main() -> anyhow::Result<()> {
     let rates: Vec<f64> = std::env::var("RATES")
         .unwrap_or_else(|_| "10,100,1000".into())
         .split(',')
-        .map(|r| r.trim().parse().context("RATES: numbers separated by commas"))
+        .map(|r| {
+            r.trim()
+                .parse()
+                .context("RATES: numbers separated by commas")
+        })
         .collect::<anyhow::Result<_>>()?;
     let secs: u64 = env_or("SECS", 10)?;
     let warmup = Duration::from_secs(env_or("WARMUP_SECS", 2)?);
@@ -108,14 +112,22 @@ async fn main() -> anyhow::Result<()> {
     let body = bytes::Bytes::from(vec![7u8; 64 << 10]);
     for i in 0..10 {
         bucket
-            .put(&format!("warm/{i}"), Body::from(body.clone()), PutCondition::IfNoneMatch)
+            .put(
+                &format!("warm/{i}"),
+                Body::from(body.clone()),
+                PutCondition::IfNoneMatch,
+            )
             .await?;
     }
     let mut puts = Vec::with_capacity(put_samples);
     for i in 0..put_samples {
         let t = Instant::now();
         bucket
-            .put(&format!("p/{i}"), Body::from(body.clone()), PutCondition::IfNoneMatch)
+            .put(
+                &format!("p/{i}"),
+                Body::from(body.clone()),
+                PutCondition::IfNoneMatch,
+            )
             .await?;
         puts.push(t.elapsed().as_secs_f64() * 1e3);
     }
@@ -305,11 +317,7 @@ async fn run_rate(
         .filter(|(s, _)| *s >= measure_from)
         .map(|(_, ms)| *ms)
         .collect();
-    let unacked = pending
-        .lock()
-        .unwrap()
-        .range(measure_from..)
-        .count();
+    let unacked = pending.lock().unwrap().range(measure_from..).count();
     Ok(Outcome {
         window,
         committed: last.saturating_sub(measure_from) + 1,

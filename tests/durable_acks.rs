@@ -30,10 +30,8 @@ use support::served::{self, DEADLINE, Dirs};
 /// `serve` against moto at `endpoint`, restore points every 200 ms, listening on `listen`.
 fn serve(d: &Dirs, endpoint: &str, listen: &str, extra: &[&str]) -> Command {
     let mut cmd = served::command(d);
+    // (The region and test credentials are `binary::command`'s.)
     cmd.env("AWS_ENDPOINT_URL", endpoint)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
         .args(["--listen", listen, "--restore-point-interval-ms", "200"])
         .args(extra);
@@ -57,14 +55,18 @@ fn acked_lines(path: &Path) -> Vec<(u64, i64, i64)> {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            assert_eq!(f.len(), 3, "a line of the acked log is not three numbers: {l:?}");
-            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            assert_eq!(
+                f.len(),
+                3,
+                "a line of the acked log is not three numbers: {l:?}"
+            );
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
         })
         .collect()
-}
-
-async fn c2(addr: SocketAddr) -> served::Client {
-    served::client(addr).await
 }
 
 fn free_port() -> String {
@@ -91,14 +93,24 @@ async fn sync_acks_arrive_a_restore_after_one_holds_it_and_an_idle_sync_store_co
         wal_puts_per_second: 20,
         ..Default::default()
     });
-    let r = c.clone().register(req).await.expect("Register").into_inner();
+    let r = c
+        .clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner();
 
     let acked_log = d.base.join("acked.log");
     let mut node = binary::command("http://unused.invalid");
     node.arg("node")
         .arg("--store")
         .arg(&dir)
-        .args(["--server", &format!("http://{addr}"), "--store-id", &r.store_id])
+        .args([
+            "--server",
+            &format!("http://{addr}"),
+            "--store-id",
+            &r.store_id,
+        ])
         .args(["--commits", "60", "--rate", "30", "--durability", "sync"])
         .arg("--acked-log")
         .arg(&acked_log)
@@ -110,12 +122,19 @@ async fn sync_acks_arrive_a_restore_after_one_holds_it_and_an_idle_sync_store_co
     // Right after the last acknowledgement: a restore holds every acknowledged commit.
     let lines = acked_lines(&acked_log);
     let seqs: Vec<u64> = lines.iter().map(|l| l.0).collect();
-    assert_eq!(seqs, (1..=60).collect::<Vec<u64>>(), "one line per commit, in order");
+    assert_eq!(
+        seqs,
+        (1..=60).collect::<Vec<u64>>(),
+        "one line per commit, in order"
+    );
     assert!(
         lines.windows(2).all(|w| w[0].2 <= w[1].2),
         "acknowledgements went backwards: {lines:?}"
     );
-    assert!(lines.iter().all(|(_, commit, ack)| ack >= commit), "{lines:?}");
+    assert!(
+        lines.iter().all(|(_, commit, ack)| ack >= commit),
+        "{lines:?}"
+    );
     let restored = binary::restore_digest(&m.url, &url, &d.base.join("restored"));
     assert!(
         restored["commit_seq"].as_u64().unwrap() >= 60,
@@ -142,7 +161,8 @@ async fn sync_acks_arrive_a_restore_after_one_holds_it_and_an_idle_sync_store_co
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = moto_requests(&m, &bucket, "synced");
     assert_eq!(
-        before, after,
+        before,
+        after,
         "an idle sync store sent {} requests in 3 s",
         after - before
     );
@@ -187,7 +207,10 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
     ))
     .unwrap();
     client.report(engine.position());
-    let ack = client.wait_durable(5, DEADLINE).await.expect("commit 5 is durable");
+    let ack = client
+        .wait_durable(5, DEADLINE)
+        .await
+        .expect("commit 5 is durable");
     assert!(ack.commit_seq >= 5 && ack.named_by_restore_point, "{ack:?}");
 
     let pos = support::store::commit_synced(&mut engine, 3);
@@ -195,7 +218,10 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
     // Not shipped before the next wal_interval: still pending after a while.
     let early = client.wait_durable(8, Duration::from_millis(1500)).await;
     assert!(
-        matches!(early, Err(NodeClientError::NotDurable { commit_seq: 8, .. })),
+        matches!(
+            early,
+            Err(NodeClientError::NotDurable { commit_seq: 8, .. })
+        ),
         "{early:?}"
     );
     let pending = client.wait_durable(8, DEADLINE);
@@ -231,7 +257,9 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
         .await
         .expect("commit 9 acknowledged in sync mode");
     assert!(ack.commit_seq >= 9, "{ack:?}");
-    let h = served::health(&c2(addr2).await, &r.store_id, false).await.unwrap();
+    let h = served::health(&served::client(addr2).await, &r.store_id, false)
+        .await
+        .unwrap();
     assert_eq!(h.durability, "sync", "{h:?}");
     let restored = binary::restore_digest(&m.url, &url, &d.base.join("restored"));
     assert!(restored["commit_seq"].as_u64().unwrap() >= 9, "{restored}");
@@ -270,28 +298,21 @@ async fn durability_options_out_of_range_are_refused_naming_them() {
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(field), "{e:?}");
     }
-    let (ok, child) = ctl(
-        addr,
-        &["register", "--dir", dir.to_str().unwrap(), "--destination", &dest],
-        &["--wal-puts-per-second", "1000"],
-    );
+    let (ok, child) = ctl_register(addr, &dir, &dest, &["--wal-puts-per-second", "1000"]);
     assert!(!ok, "ctl register accepted 1000 WAL PUTs a second");
     assert!(
         served::stderr(&child).contains("wal_puts_per_second"),
         "{}",
         served::stderr(&child)
     );
-    let (ok, child) = ctl(
-        addr,
-        &["register", "--dir", dir.to_str().unwrap(), "--destination", &dest],
-        &["--durability", "eventually"],
-    );
+    let (ok, child) = ctl_register(addr, &dir, &dest, &["--durability", "eventually"]);
     assert!(!ok, "ctl register accepted durability eventually");
     assert!(served::stderr(&child).contains("eventually"));
     // Registered in range: ListStores shows it as registered.
-    let (ok, child) = ctl(
+    let (ok, child) = ctl_register(
         addr,
-        &["register", "--dir", dir.to_str().unwrap(), "--destination", &dest],
+        &dir,
+        &dest,
         &["--durability", "sync", "--wal-puts-per-second", "5"],
     );
     assert!(ok, "{}", served::stderr(&child));
@@ -304,11 +325,21 @@ async fn durability_options_out_of_range_are_refused_naming_them() {
     let mut cmd = served::command(&d);
     cmd.args(["--wal-puts-per-second", "0"]);
     let e = served::refused("serve", cmd);
-    assert!(e.contains("--wal-puts-per-second = 0 is out of range"), "{e}");
+    assert!(
+        e.contains("--wal-puts-per-second = 0 is out of range"),
+        "{e}"
+    );
 }
 
-/// `ctl --server ADDR ARGS EXTRA`: whether it exited 0, and the finished child.
-fn ctl(addr: SocketAddr, args: &[&str], extra: &[&str]) -> (bool, Running) {
-    let all: Vec<&str> = args.iter().chain(extra).copied().collect();
-    served::ctl(addr, &all)
+/// `ctl register --dir DIR --destination DEST EXTRA`: whether it exited 0, and the child.
+fn ctl_register(addr: SocketAddr, dir: &Path, dest: &str, extra: &[&str]) -> (bool, Running) {
+    let mut args = vec![
+        "register",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--destination",
+        dest,
+    ];
+    args.extend_from_slice(extra);
+    served::ctl(addr, &args)
 }

@@ -938,10 +938,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
                 .await
                 .expect("the command stream")
                 .expect("a command");
-            if !matches!(
-                cmd.command,
-                Some(proto::node_command::Command::Durable(_))
-            ) {
+            if !matches!(cmd.command, Some(proto::node_command::Command::Durable(_))) {
                 return cmd;
             }
         }

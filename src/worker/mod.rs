@@ -150,8 +150,8 @@ mod upload;
 mod view;
 
 pub use config::{
-    DEFAULT_WAL_PUTS_PER_SECOND, DurabilityMode, FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES, MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES,
-    WorkerConfig,
+    DEFAULT_WAL_PUTS_PER_SECOND, DurabilityMode, FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES,
+    MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES, WorkerConfig,
 };
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use ledger::DurableReading;

@@ -182,8 +182,7 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
     if let Some(d) = &o.durability {
-        crate::worker::DurabilityMode::parse(d)
-            .map_err(|e| FieldError(format!("options.{e}")))?;
+        crate::worker::DurabilityMode::parse(d).map_err(|e| FieldError(format!("options.{e}")))?;
     }
     if let Some(v) = o.wal_puts_per_second {
         worker_limits::WAL_PUTS_PER_SECOND

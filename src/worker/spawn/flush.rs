@@ -31,4 +31,3 @@ impl FlushWish {
         self.0.load(Ordering::Acquire) != Self::NO_FLUSH
     }
 }
-
