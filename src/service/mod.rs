@@ -325,10 +325,7 @@ pub async fn run(
             ),
         )))
         .serve_with_incoming_shutdown(
-            // TCP_NODELAY on every accepted connection: a node waiting for a `Durable`
-            // acknowledgement (issue 27) must not wait out Nagle and the peer's delayed ACK
-            // (40 ms on Linux) behind a small write.
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
             async move {
                 stop.cancelled().await;
             },
