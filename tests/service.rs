@@ -930,11 +930,21 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
     commit(&mut engine, 30);
     engine.snapshot().expect("snapshot");
     let fresh = commit(&mut engine, 20);
-    let refresh = tokio::time::timeout(DEADLINE, commands.message())
-        .await
-        .unwrap_or_else(|_| panic!("no Refresh within {DEADLINE:?}"))
-        .expect("the command stream")
-        .expect("a command");
+    // The stream also carries durable acknowledgements (`Durable`): passed over here.
+    let refresh = tokio::time::timeout(DEADLINE, async {
+        loop {
+            let cmd = commands
+                .message()
+                .await
+                .expect("the command stream")
+                .expect("a command");
+            if !matches!(cmd.command, Some(proto::node_command::Command::Durable(_))) {
+                return cmd;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no Refresh within {DEADLINE:?}"));
     match refresh.command {
         Some(proto::node_command::Command::Refresh(r)) => assert!(!r.reason.is_empty()),
         other => panic!("expected a Refresh, got {other:?}"),

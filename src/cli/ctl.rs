@@ -180,6 +180,13 @@ struct StoreFlags {
     /// A write-once prefix under S3 Object Lock: `governance` or `compliance`.
     #[arg(long, value_parser = ["governance", "compliance"])]
     object_lock: Option<String>,
+    /// `sync`: ship as soon as the node reports, and tell it when each commit is in the
+    /// bucket; `async`: every wal_interval [default: the service's].
+    #[arg(long, value_parser = ["async", "sync"])]
+    durability: Option<String>,
+    /// The most WAL PUTs a second the store may cost, 1 to 100 [default: the service's, 10].
+    #[arg(long)]
+    wal_puts_per_second: Option<u32>,
 }
 
 impl StoreFlags {
@@ -204,6 +211,12 @@ impl StoreFlags {
                 Some("compliance") => proto::ObjectLockMode::Compliance as i32,
                 _ => proto::ObjectLockMode::Unspecified as i32,
             },
+            durability: match self.durability.as_deref() {
+                Some("sync") => proto::Durability::Sync as i32,
+                Some("async") => proto::Durability::Async as i32,
+                _ => proto::Durability::Unspecified as i32,
+            },
+            wal_puts_per_second: self.wal_puts_per_second.unwrap_or(0),
             ..Default::default()
         })
     }

@@ -36,6 +36,8 @@ pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
                 "last_drill": super::super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
                 "owner_instance_id": s.owner_instance_id,
                 "owner_since_unix_ms": s.owner_since_unix_ms,
+                "durability": s.durability,
+                "bucket_durable_commit_seq": s.bucket_durable_commit_seq,
             })
         })
         .collect();
@@ -78,6 +80,12 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                     &s.lease_holder
                 },
             );
+            if !s.durability.is_empty() {
+                line.push_str(&format!(
+                    "\n  durability {}  in the bucket (a restore reaches) {}",
+                    s.durability, s.bucket_durable_commit_seq
+                ));
+            }
             if !s.last_error.is_empty() {
                 line.push_str(&format!("\n  last error: {}", s.last_error));
             }
@@ -115,6 +123,12 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
             proto::ObjectLockMode::Compliance => Some("compliance"),
             proto::ObjectLockMode::Unspecified => None,
         },
+        "durability": match proto::Durability::try_from(o.durability) {
+            Ok(proto::Durability::Sync) => "sync",
+            Ok(proto::Durability::Async) => "async",
+            _ => "",
+        },
+        "wal_puts_per_second": o.wal_puts_per_second,
     })
 }
 

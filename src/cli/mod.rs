@@ -16,6 +16,7 @@ mod encryption;
 mod inspect;
 mod lease;
 mod node;
+mod node_ack;
 mod out;
 mod retention;
 mod serve;

@@ -4,6 +4,13 @@
 //! its current position again, and exits 0 once its last commit has been reported, printing
 //! `{"commit_seq", "digest", "written", "stopped"}`. SIGTERM or SIGINT stop it after the
 //! commit in progress (still reported, still exit 0, `"stopped": true`).
+//!
+//! With `--durability sync` it also holds each commit's acknowledgement until the service
+//! says the commit is in the bucket (`node_ack.rs`): `--acked-log FILE` gets one line per
+//! acknowledged commit, `commit_seq commit_unix_ms ack_unix_ms`, written and fsynced before
+//! the next acknowledgement, so a SIGKILL never leaves a line for a commit that was not
+//! acknowledged. The output then adds `"acknowledged"` and `"unacknowledged"` (waits that
+//! failed: the stream broke, the service lost its lease, or the wait timed out).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -55,6 +62,18 @@ pub struct NodeArgs {
     /// How long to wait, at the end, for the last position to reach the service, in ms.
     #[arg(long, default_value_t = 30_000)]
     flush_timeout_ms: u64,
+    /// `sync`: acknowledge a commit only once the service says it is in the bucket (register
+    /// the store with `--durability sync` too, or acknowledgements wait for `wal_interval`).
+    #[arg(long, value_parser = ["async", "sync"], default_value = "async")]
+    durability: String,
+    /// With `--durability sync`: append `commit_seq commit_unix_ms ack_unix_ms` per
+    /// acknowledged commit to this file (fsynced before the next).
+    #[arg(long)]
+    acked_log: Option<PathBuf>,
+    /// With `--durability sync`: how long one commit may wait for its acknowledgement, in ms
+    /// (1 to 3600000).
+    #[arg(long, default_value_t = 30_000)]
+    ack_timeout_ms: u64,
 }
 
 pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
@@ -62,6 +81,16 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
         && !(rate.is_finite() && rate > 0.0)
     {
         anyhow::bail!("--rate {rate} must be a positive number of commits per second");
+    }
+    let sync = a.durability == "sync";
+    if a.acked_log.is_some() && !sync {
+        anyhow::bail!("--acked-log needs --durability sync: only then are commits acknowledged");
+    }
+    if !(1..=3_600_000).contains(&a.ack_timeout_ms) {
+        anyhow::bail!(
+            "--ack-timeout-ms {} is out of range: it must be from 1 to 3600000",
+            a.ack_timeout_ms
+        );
     }
     let mut config = NodeClientConfig::new(a.server.clone(), a.store_id.clone(), a.token.clone());
     let pem = a.tls.read()?;
@@ -106,13 +135,28 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     };
 
     let stop = super::shutdown_flag();
+    let (acks, acker) = if sync {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let acker = super::node_ack::Acker::open(
+            client.clone(),
+            a.acked_log.as_deref(),
+            Duration::from_millis(a.ack_timeout_ms),
+        )?;
+        (Some(tx), Some(tasks.spawn(acker.run(rx))))
+    } else {
+        (None, None)
+    };
     let writer = {
         let client = client.clone();
         let stop = stop.clone();
         let (commits, rate, seed, value_size) = (a.commits, a.rate, a.seed, a.value_size);
-        let report = move |pos| {
+        let report = move |pos: WalPosition| {
             let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
             client.report(pos);
+            // Waited for in commit order by the acker.
+            if let Some(acks) = &acks {
+                let _ = acks.send((pos.commit_seq, mushroom_backup::units::unix_now_ms()));
+            }
         };
         tokio::task::spawn_blocking(move || {
             write(engine, &report, &stop, commits, rate, seed, value_size)
@@ -120,6 +164,11 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     };
     let outcome = writer.await.context("the writer task failed")?;
     let (engine, written) = outcome.context("writing commits")?;
+    // Every commit's wait ends (acknowledged or failed) before the stream closes.
+    let acked = match acker {
+        Some(acker) => Some(acker.await.context("the acknowledging task failed")??),
+        None => None,
+    };
     let timeout = Duration::from_millis(a.flush_timeout_ms);
     let flushed = client.flush(timeout).await;
     client.close().await;
@@ -128,12 +177,17 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     tasks.wait().await;
     flushed.context("reporting the last position to the service")?;
     let digest = engine.digest();
-    super::out::line(serde_json::json!({
+    let mut out = serde_json::json!({
         "commit_seq": digest.commit_seq,
         "digest": digest.digest,
         "written": written,
         "stopped": stop.load(Ordering::SeqCst),
-    }))?;
+    });
+    if let Some(acked) = acked {
+        out["acknowledged"] = acked.acknowledged.into();
+        out["unacknowledged"] = acked.unacknowledged.into();
+    }
+    super::out::line(out)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use mushroom_backup::at_rest::Compression;
 use mushroom_backup::bucket::write_once::LockMode;
 use mushroom_backup::worker::limits::{self, Limit};
-use mushroom_backup::worker::{RetentionPolicy, WorkerConfig};
+use mushroom_backup::worker::{DurabilityMode, RetentionPolicy, WorkerConfig};
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct WorkerSettings {
@@ -60,6 +60,13 @@ pub struct WorkerSettings {
     /// Needs an s3:// destination in a bucket with Object Lock enabled [default: off].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OBJECT_LOCK", value_parser = ["governance", "compliance"])]
     pub object_lock: Option<String>,
+    /// `async` (ship every --wal-interval-ms) or `sync` (ship as soon as a node reports, and
+    /// acknowledge each commit once it is in the bucket) [default: async].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_DURABILITY", value_parser = ["async", "sync"])]
+    pub durability: Option<String>,
+    /// The most WAL PUTs a second one store may cost, 1 to 100 [default: 10].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_WAL_PUTS_PER_SECOND")]
+    pub wal_puts_per_second: Option<u64>,
     /// Write into a prefix that holds generations of the other kind (plaintext beside
     /// encrypted ones, or encrypted beside plaintext); refused without it.
     #[arg(long)]
@@ -84,6 +91,8 @@ pub struct WorkerToml {
     pub compression: Option<String>,
     pub compression_level: Option<u32>,
     pub object_lock: Option<String>,
+    pub durability: Option<String>,
+    pub wal_puts_per_second: Option<u64>,
 }
 
 impl WorkerSettings {
@@ -187,7 +196,19 @@ impl WorkerSettings {
                 (self.keep_monthly, file.keep_monthly),
             )?,
         };
+        let durability = match self.durability.as_deref().or(file.durability.as_deref()) {
+            Some(d) => DurabilityMode::parse(d).map_err(anyhow::Error::msg)?,
+            None => base.durability,
+        };
+        let wal_puts_per_second = match (self.wal_puts_per_second, file.wal_puts_per_second) {
+            (Some(v), _) => limits::WAL_PUTS_PER_SECOND.check("--wal-puts-per-second", v),
+            (None, Some(v)) => limits::WAL_PUTS_PER_SECOND.check("wal_puts_per_second", v),
+            (None, None) => Ok(u64::from(base.wal_puts_per_second)),
+        }
+        .map_err(anyhow::Error::msg)?;
         Ok(WorkerConfig {
+            durability,
+            wal_puts_per_second: u32::try_from(wal_puts_per_second)?,
             wal_interval: ms(
                 "--wal-interval-ms",
                 "wal_interval_ms",

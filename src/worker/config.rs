@@ -48,6 +48,53 @@ pub struct WorkerConfig {
     /// Back the prefix up write-once, every object under this Object Lock mode, retained for
     /// [`super::retention::lock_period`] (`src/latest.rs`); `None`: the mutable layout.
     pub object_lock: Option<crate::bucket::write_once::LockMode>,
+    /// When the durable WAL is shipped: every `wal_interval` (async), or as soon as a node's
+    /// report or a write says there is something to ship (sync; see `durable.rs`).
+    pub durability: DurabilityMode,
+    /// The most WAL PUTs a second ([`super::limits::WAL_PUTS_PER_SECOND`]): under heavy load
+    /// the window a segment covers widens rather than requests queueing.
+    pub wal_puts_per_second: u32,
+}
+
+/// The default [`WorkerConfig::wal_puts_per_second`].
+pub const DEFAULT_WAL_PUTS_PER_SECOND: u32 = 10;
+
+/// A store's `durability` option.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DurabilityMode {
+    /// Ship every `wal_interval` (the default): costs what it always did.
+    #[default]
+    Async,
+    /// Ship at once when a report (or a write) shows something to ship, one WAL PUT in
+    /// flight, at most `wal_puts_per_second`.
+    Sync,
+}
+
+impl DurabilityMode {
+    /// `async` or `sync`; anything else is refused naming what was given.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "async" => Ok(Self::Async),
+            "sync" => Ok(Self::Sync),
+            other => Err(format!(
+                "durability {other:?} is not one of \"async\", \"sync\""
+            )),
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Async => "async",
+            Self::Sync => "sync",
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// The least time between the starts of two ticks that may ship a WAL segment.
+    pub fn wal_put_gap(&self) -> Duration {
+        Duration::from_secs(1) / self.wal_puts_per_second.max(1)
+    }
 }
 
 impl Default for WorkerConfig {
@@ -67,6 +114,8 @@ impl Default for WorkerConfig {
             compression: crate::at_rest::Compression::default(),
             encryption: Default::default(),
             object_lock: None,
+            durability: DurabilityMode::Async,
+            wal_puts_per_second: DEFAULT_WAL_PUTS_PER_SECOND,
         }
     }
 }

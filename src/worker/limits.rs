@@ -44,6 +44,12 @@ pub const KEEP_GENERATIONS: Limit = Limit {
     max: 100_000,
     unit: "",
 };
+/// WAL PUTs a second one store may cost (`durability`'s cap): 1 to 100.
+pub const WAL_PUTS_PER_SECOND: Limit = Limit {
+    min: 1,
+    max: 100,
+    unit: "",
+};
 /// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
 /// Restore points a retention tier keeps (daily, weekly, monthly): 0 (off) to 100,000.
 pub const KEEP_TIER: Limit = Limit {

@@ -128,6 +128,7 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 
 mod config;
 mod ctx;
+pub mod durable;
 mod generation;
 mod keys;
 mod lag;
@@ -149,8 +150,8 @@ mod upload;
 mod view;
 
 pub use config::{
-    FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES, MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES,
-    WorkerConfig,
+    DEFAULT_WAL_PUTS_PER_SECOND, DurabilityMode, FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES,
+    MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES, WorkerConfig,
 };
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use ledger::DurableReading;
@@ -362,6 +363,8 @@ pub struct BackupWorker {
     /// The running step's phase, for the supervisor's health; set by the step's children,
     /// cleared by [`Self::step_as`].
     activity: StepActivity,
+    /// How far a restore reaches, published after every step that succeeded (`durable.rs`).
+    durable: durable::DurableTx,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -422,6 +425,7 @@ impl BackupWorker {
             retention_requested: false,
             read_ahead: None,
             activity: StepActivity::default(),
+            durable: durable::DurableTx::default(),
         }
     }
 
@@ -442,6 +446,11 @@ impl BackupWorker {
 
     pub fn config(&self) -> &WorkerConfig {
         &self.config
+    }
+
+    /// The worker's durable position (see `durable.rs`): readers subscribe to it.
+    pub fn durable(&self) -> &durable::DurableTx {
+        &self.durable
     }
 
     /// Asks for a restore point at the next step that has commits past the newest one.
@@ -504,6 +513,11 @@ impl BackupWorker {
         };
         if let Err(WorkerError::ConcurrentWriter { .. }) = &result {
             self.forget_view();
+        }
+        if result.is_ok()
+            && let Some(pos) = self.view.as_ref().and_then(durable::of_view)
+        {
+            self.durable.advance(pos);
         }
         self.ledger.step(&result);
         self.activity.clear();

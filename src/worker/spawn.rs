@@ -51,7 +51,7 @@
 //! unshipped, by when it first saw that commit durable.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -73,7 +73,11 @@ use crate::lease::{
 };
 use crate::store::watch::Signal;
 
+mod flush;
+mod pace;
 mod paused;
+
+use flush::FlushWish;
 
 /// What the serve loop tells the worker, over a watch channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,35 +101,6 @@ struct Triggers {
     retention: u64,
 }
 
-/// Whether the last flush is wanted, recorded before the worker's token is cancelled.
-#[derive(Debug, Default)]
-struct FlushWish(AtomicU8);
-
-impl FlushWish {
-    const UNSET: u8 = 0;
-    const NO_FLUSH: u8 = 1;
-    const FLUSH: u8 = 2;
-
-    /// Records a wish; a flush once asked for stays asked for.
-    fn record(&self, flush: bool) {
-        if flush {
-            self.0.store(Self::FLUSH, Ordering::Release);
-        } else {
-            let _ = self.0.compare_exchange(
-                Self::UNSET,
-                Self::NO_FLUSH,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
-    }
-
-    /// Whether to flush at shutdown: unless asked not to (a cancelled parent token flushes).
-    fn flush(&self) -> bool {
-        self.0.load(Ordering::Acquire) != Self::NO_FLUSH
-    }
-}
-
 /// The running worker, as the serve loop holds it.
 pub struct BackupHandle {
     /// [`BackupHandle::health_serial`].
@@ -144,6 +119,9 @@ pub struct BackupHandle {
     gate: PauseGate,
     /// The runner's record, for what the service records in it (a drill's outcome).
     status: Status,
+    /// How far a restore reaches (`durable.rs`), and the store's durability mode.
+    durable: watch::Receiver<super::durable::Durability>,
+    mode: super::DurabilityMode,
 }
 
 impl BackupHandle {
@@ -266,6 +244,17 @@ impl BackupHandle {
         self.counters.clone()
     }
 
+    /// The worker's durable position and its chain breaks (`durable.rs`), changing whenever
+    /// they do.
+    pub fn watch_durable(&self) -> watch::Receiver<super::durable::Durability> {
+        self.durable.clone()
+    }
+
+    /// The store's `durability` option as the worker runs with it.
+    pub fn durability_mode(&self) -> super::DurabilityMode {
+        self.mode
+    }
+
     /// This worker's lease holder id.
     pub fn holder(&self) -> &str {
         &self.holder
@@ -366,6 +355,7 @@ impl BackupWorker {
         let source = self.source.clone();
         let stop = shutdown.child_token();
         let flush = Arc::new(FlushWish::default());
+        let (durable, mode) = (self.durable.subscribe(), self.config.durability);
         let activity = self.activity.clone();
         let first_backoff = self.config.first_backoff;
         let max_backoff = self.config.max_backoff;
@@ -417,6 +407,8 @@ impl BackupWorker {
             holder,
             gate,
             status: drill_status,
+            durable,
+            mode,
         }
     }
 }
@@ -465,6 +457,9 @@ impl Runner {
     async fn run(mut self) -> String {
         self.seen = *self.triggers.borrow_and_update();
         let why = self.acquire_and_hold().await;
+        self.worker
+            .durable
+            .break_chain(&format!("the backup worker stopped ({why})"));
         self.record(|s| s.activity = Activity::Stopped);
         why
     }
@@ -537,21 +532,24 @@ impl Runner {
                         _ => "the bucket lease stopped holding",
                     };
                     self.worker.ledger.lease_lost(why, taken_over);
+                    self.worker.durable.break_chain(why);
                     self.record(|s| s.lease = Some(state));
                     tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
                     drop(lease);
                     Duration::ZERO
                 }
                 Holding::ConcurrentWriter => {
-                    self.worker.ledger.lease_lost(
-                        "another writer is active on the prefix: dropped the bucket lease",
-                        false,
-                    );
+                    let why = "another writer is active on the prefix: dropped the bucket lease";
+                    self.worker.ledger.lease_lost(why, false);
+                    self.worker.durable.break_chain(why);
                     let _ = lease.release().await;
                     self.record(|s| s.lease = Some(LeaseState::Released));
                     self.backoff.next_delay()
                 }
                 Holding::Refused => {
+                    self.worker
+                        .durable
+                        .break_chain("the prefix was refused: released the bucket lease");
                     let _ = lease.release().await;
                     self.record(|s| {
                         s.lease = Some(LeaseState::Released);
@@ -576,6 +574,7 @@ impl Runner {
             self.worker.config.max_backoff,
         );
         let mut next_step = Instant::now();
+        let mut pace = pace::Pace::new(&self.worker.config);
         let lost = lease.token();
         // A closed trigger channel (the handle dropped) is not a shutdown: triggers just stop.
         let mut triggers_open = true;
@@ -587,11 +586,13 @@ impl Runner {
         loop {
             tokio::select! {
                 _ = self.token.cancelled() => return Holding::Shutdown,
-                _ = changes.changed(), if rest.is_some() => {
-                    // Back to the regular tick (at most one per `wal_interval`).
+                _ = changes.changed(), if rest.is_some() || pace.wakes_on_change() => {
+                    // Back to the regular tick (at most one per `wal_interval`); in sync mode,
+                    // a tick as soon as the cap allows (`pace.rs`).
                     if let Some((_, guard)) = rest.take() {
                         guard.wake();
                     }
+                    next_step = pace.on_change(next_step);
                     continue;
                 }
                 _ = lost.cancelled() => return Holding::Lost,
@@ -614,7 +615,7 @@ impl Runner {
             rest = None;
             // Changes from here on wake the next rest: none slips between this and the stamp.
             changes.borrow_and_update();
-            next_step = crate::pacing::coalesce(Instant::now() + wal_interval, wal_interval);
+            next_step = pace.tick_started(wal_interval);
             let mut shipped = false;
             let mut stepped_once = false;
             let mut paused = false;
@@ -682,6 +683,7 @@ impl Runner {
                     Ok(Ok(outcome)) => {
                         tracing::debug!(?outcome, "step");
                         if let StepOutcome::Shipped { bytes, .. } = outcome {
+                            pace.shipped();
                             // A segment near the cap means a backlog: ship on at once.
                             shipped = bytes < super::MAX_SEGMENT_BYTES / 2;
                         }

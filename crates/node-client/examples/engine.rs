@@ -23,6 +23,9 @@
 //!   newest position first); the engine only watches [`NodeClient::state`] to tell its operator,
 //!   and keeps committing even when the service refused the node for good;
 //! - a `Refresh` from the service is answered by reporting the position again;
+//! - [`NodeClient::wait_durable`] says when a commit is in the bucket (it prints `durable
+//!   <seq>` once the last commit is), the wait an engine in `durability = sync` holds a
+//!   commit's acknowledgement on;
 //! - shutting down is [`NodeClient::close`], which sends the newest position and waits until the
 //!   service has read it.
 
@@ -80,14 +83,25 @@ fn main() -> Result<(), Error> {
     }
 
     runtime.block_on(async {
-        // WAIT_DURABLE: `client.wait_durable(position)` comes with a later issue, to wait until
-        // a commit is in the bucket. Until then `flush` says only that the newest position
-        // reached a stream the service accepted.
+        // WAIT_DURABLE: an engine in `durability = sync` holds each commit's acknowledgement
+        // until `wait_durable` returns; here, once for the last commit. A wait never succeeds
+        // on a stream that broke meanwhile: it fails with the reason instead.
         tokio::select! {
             flushed = client.flush(Duration::from_secs(30)) => {
                 match flushed {
                     Ok(()) => println!("flushed {}", wal.position().commit_seq),
                     Err(e) => eprintln!("not flushed: {e}"),
+                }
+                let last = wal.position().commit_seq;
+                tokio::select! {
+                    durable = client.wait_durable(last, Duration::from_secs(30)) => match durable {
+                        Ok(ack) => println!("durable {}", ack.commit_seq),
+                        Err(e) => eprintln!("not durable: {e}"),
+                    },
+                    () = stop.wait() => {
+                        client.close().await;
+                        return;
+                    }
                 }
                 stop.wait().await;
             }

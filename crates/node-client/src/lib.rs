@@ -6,8 +6,9 @@
 //! the service: an engine that adds it gets a tonic client channel (TLS on aws-lc-rs), tokio
 //! and little else. `examples/engine.rs` in this crate is a whole engine embedding it.
 //!
-//! Waiting until a position is durable in the bucket (`wait_durable`) comes with a later
-//! issue; until then [`NodeClient::flush`] and [`NodeClient::close`] say how far a position got.
+//! Waiting until a commit is durable in the bucket: [`NodeClient::wait_durable`] and the watch
+//! [`NodeClient::durable`] (`durable.rs`: what an acknowledgement means, and why a lost
+//! stream or a moved owner fails waits rather than acknowledging them).
 //!
 //! A node that backs up through `mushroom-backup serve` tells the service how much of its WAL
 //! is durable, after every group commit, on the `ReportPosition` stream. This module is that
@@ -81,6 +82,9 @@ use mushroom_backoff::Backoff;
 use mushroom_format::store::WalPosition;
 use mushroom_format::units::error_chain;
 use mushroom_proto::{self as proto, backup_control_client::BackupControlClient};
+
+mod durable;
+pub use durable::{DurableAck, DurableView};
 
 /// Called with the reason of every `Refresh`.
 pub type RefreshCallback = Arc<dyn Fn(&str) + Send + Sync>;
@@ -183,6 +187,12 @@ pub enum NodeClientError {
     Timeout(Duration),
     #[error("the client is closed")]
     Closed,
+    /// What the service vouched for may no longer hold (`durable.rs`): the wait failed, no
+    /// acknowledgement was made up.
+    #[error("durability lost before the commit was acknowledged: {0}")]
+    DurabilityLost(String),
+    #[error("commit {commit_seq} was not acknowledged as durable within {waited:?}")]
+    NotDurable { commit_seq: u64, waited: Duration },
 }
 
 impl NodeClientError {
@@ -266,6 +276,7 @@ struct Shared {
     progress: watch::Sender<Progress>,
     last_error: Mutex<Option<NodeClientError>>,
     refresh: broadcast::Sender<RefreshRequest>,
+    durable: durable::DurableTx,
 }
 
 impl Shared {
@@ -325,6 +336,7 @@ impl NodeClient {
             .0,
             last_error: Mutex::new(None),
             refresh: broadcast::channel(16).0,
+            durable: watch::channel(DurableView::default()).0,
         });
         let stop = CancellationToken::new();
         let task = Task {
@@ -521,16 +533,21 @@ impl Task {
             self.shared.set_state(ConnectionState::Connecting);
             match self.once().await {
                 Ended::Closed => {
+                    durable::lost(&self.shared.durable, "the client closed".into());
                     self.shared.set_state(ConnectionState::Closed);
                     return;
                 }
                 Ended::Permanent(e) => {
+                    durable::lost(&self.shared.durable, e.to_string());
                     tracing::error!(error = %e, "the server refused the node; not reconnecting");
                     self.shared.set_error(e);
                     self.shared.set_state(ConnectionState::Failed);
                     return;
                 }
                 Ended::Retry { error, accepted } => {
+                    if accepted {
+                        durable::lost(&self.shared.durable, error.to_string());
+                    }
                     if self.stop.is_cancelled() {
                         self.shared.set_state(ConnectionState::Closed);
                         return;
@@ -641,6 +658,18 @@ impl Task {
                     .shared
                     .refresh
                     .send(RefreshRequest { reason: r.reason });
+            }
+            Some(proto::node_command::Command::Durable(d)) => durable::acknowledged(
+                &self.shared.durable,
+                DurableAck {
+                    commit_seq: d.commit_seq,
+                    generation: d.generation,
+                    named_by_restore_point: d.named_by_restore_point,
+                },
+            ),
+            Some(proto::node_command::Command::DurabilityLost(l)) => {
+                tracing::warn!(reason = %l.reason, "the service lost durability");
+                durable::lost(&self.shared.durable, l.reason);
             }
             // A command of a newer server: ignored.
             None => {}

@@ -7,6 +7,15 @@
 //! deregistered, and `INVALID_ARGUMENT` at a report for another store or a bad position. When
 //! it ends the report stops counting, and the worker looks again. Nothing of it outlives the
 //! stream: a crash leaves nothing behind.
+//!
+//! Durable acknowledgements (issue 27, `crate::worker::durable`): the stream also carries the
+//! worker's durable position — how far a restore of the prefix reaches now — as a `Durable`
+//! command when the stream attaches (if one is known) and whenever it advances, never lower
+//! than the last one sent. When the worker's chain breaks (a lost or taken-over lease, another
+//! writer, the worker stopping) the stream says `DurabilityLost` with the reason before any
+//! later `Durable`, even if the break and the new chain's first position came between two
+//! looks (the chain counter says so). The stream ending says nothing durable either: a node
+//! fails its pending waits then.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,6 +30,7 @@ use super::request::{self, position};
 use crate::service::fleet::{Fleet, StoreEntry};
 use crate::service::proto;
 use crate::wal_source::StreamAttachment;
+use crate::worker::durable::{Durability, DurablePosition};
 
 /// The commands a node's position stream answers with.
 pub(crate) type CommandStream =
@@ -39,8 +49,12 @@ pub(super) fn pump(
     let fleet = fleet.clone();
     let tasks = fleet.tasks.clone();
     let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let mut durable = entry.handle.watch_durable();
     tasks.spawn(async move {
         let mut attachment = attachment;
+        // What this stream was told last: the chain, and the position in it.
+        let mut told = Told::default();
+        durable.mark_changed();
         // The stream's report stops counting when it ends: the worker looks again then.
         let _nudge = NudgeOnEnd(entry);
         loop {
@@ -79,6 +93,18 @@ pub(super) fn pump(
                         }
                     }
                 },
+                changed = durable.changed() => {
+                    if changed.is_err() {
+                        // The worker is gone: the stream ends with the store below.
+                        continue;
+                    }
+                    let now = durable.borrow_and_update().clone();
+                    for cmd in told.commands(&now) {
+                        if tx.send(Ok(cmd)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
                 refresh = attachment.refresh.recv() => match refresh {
                     Ok(reason) => {
                         let cmd = proto::NodeCommand {
@@ -95,6 +121,44 @@ pub(super) fn pump(
         }
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// What one stream was told of the durable position.
+#[derive(Default)]
+struct Told {
+    chain: u64,
+    position: Option<DurablePosition>,
+}
+
+impl Told {
+    /// The commands that bring the node from what it was told to `now`.
+    fn commands(&mut self, now: &Durability) -> Vec<proto::NodeCommand> {
+        use proto::node_command::Command;
+        let mut out = Vec::new();
+        if now.chain != self.chain {
+            // Only a stream that was told something has something to lose.
+            if self.position.is_some() {
+                out.push(Command::DurabilityLost(proto::DurabilityLost {
+                    reason: now.broken.clone().unwrap_or_default(),
+                }));
+            }
+            self.chain = now.chain;
+            self.position = None;
+        }
+        if let Some(p) = now.position
+            && self.position != Some(p)
+        {
+            self.position = Some(p);
+            out.push(Command::Durable(proto::Durable {
+                commit_seq: p.commit_seq,
+                generation: p.generation,
+                named_by_restore_point: p.in_restore_point,
+            }));
+        }
+        out.into_iter()
+            .map(|c| proto::NodeCommand { command: Some(c) })
+            .collect()
+    }
 }
 
 /// Nudges the store's worker ([`crate::worker::BackupHandle::nudge`]) when dropped.

@@ -182,6 +182,14 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
     o.object_lock().map_err(FieldError)?;
+    if let Some(d) = &o.durability {
+        crate::worker::DurabilityMode::parse(d).map_err(|e| FieldError(format!("options.{e}")))?;
+    }
+    if let Some(v) = o.wal_puts_per_second {
+        worker_limits::WAL_PUTS_PER_SECOND
+            .check("options.wal_puts_per_second", v)
+            .map_err(|e| FieldError(format!("{e}, or 0 for the service's default")))?;
+    }
     if let Some(v) = o.drill_interval_ms
         && !(MIN_DRILL_INTERVAL_MS..=MAX_DRILL_INTERVAL_MS).contains(&v)
     {
@@ -229,6 +237,17 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
         keep_monthly: clamp(o.keep_monthly, MAX_KEEP_GENERATIONS),
         // Never dropped: a write-once prefix written mutably would be refused by its worker.
         object_lock: o.object_lock.clone(),
+        // An unknown mode runs with the service's default.
+        durability: o
+            .durability
+            .clone()
+            .filter(|d| crate::worker::DurabilityMode::parse(d).is_ok()),
+        wal_puts_per_second: o.wal_puts_per_second.map(|v| {
+            v.clamp(
+                worker_limits::WAL_PUTS_PER_SECOND.min,
+                worker_limits::WAL_PUTS_PER_SECOND.max,
+            )
+        }),
     }
 }
 
@@ -295,6 +314,8 @@ mod tests {
             keep_weekly: Some(4),
             keep_monthly: Some(MAX_KEEP_GENERATIONS),
             object_lock: Some("governance".into()),
+            durability: Some("sync".into()),
+            wal_puts_per_second: Some(100),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [
@@ -324,6 +345,14 @@ mod tests {
             },
             StoreOptions {
                 drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS - 1),
+                ..ok.clone()
+            },
+            StoreOptions {
+                durability: Some("eventually".into()),
+                ..ok.clone()
+            },
+            StoreOptions {
+                wal_puts_per_second: Some(101),
                 ..ok.clone()
             },
             StoreOptions {

@@ -18,7 +18,7 @@ use super::FleetError;
 use super::limits::{self, FieldError};
 use crate::registry::StoreRecord;
 use crate::service::proto;
-use crate::worker::WorkerConfig;
+use crate::worker::{DurabilityMode, WorkerConfig};
 
 /// Per-store settings stored in the registry; `None` = the service's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,6 +49,12 @@ pub struct StoreOptions {
     /// `governance` or `compliance`: a write-once prefix (`store_object_lock.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_lock: Option<String>,
+    /// `async` or `sync` (`crate::worker::durable`); `None`: the service's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<String>,
+    /// The cap on WAL PUTs a second (`crate::worker::limits::WAL_PUTS_PER_SECOND`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_puts_per_second: Option<u64>,
 }
 
 impl StoreOptions {
@@ -84,6 +90,12 @@ impl StoreOptions {
         }
         if let Ok(Some(mode)) = self.object_lock() {
             c.object_lock = Some(mode);
+        }
+        if let Some(Ok(mode)) = self.durability.as_deref().map(DurabilityMode::parse) {
+            c.durability = mode;
+        }
+        if let Some(v) = self.wal_puts_per_second {
+            c.wal_puts_per_second = u32::try_from(v).unwrap_or(u32::MAX);
         }
         c
     }
@@ -150,6 +162,14 @@ impl StoreOptions {
             keep_weekly: nz(o.keep_weekly),
             keep_monthly: nz(o.keep_monthly),
             object_lock: Self::object_lock_of_proto(o.object_lock),
+            durability: match proto::Durability::try_from(o.durability) {
+                Ok(proto::Durability::Async) => Some("async".into()),
+                Ok(proto::Durability::Sync) => Some("sync".into()),
+                Ok(proto::Durability::Unspecified) => None,
+                // Refused by the options' check, naming the field.
+                Err(_) => Some(format!("enum value {}", o.durability)),
+            },
+            wal_puts_per_second: nz(u64::from(o.wal_puts_per_second)),
         }
     }
 
@@ -174,6 +194,14 @@ impl StoreOptions {
             keep_weekly: o.keep_weekly.unwrap_or(0),
             keep_monthly: o.keep_monthly.unwrap_or(0),
             object_lock: self.object_lock_to_proto(),
+            durability: match o.durability.as_deref() {
+                Some("async") => proto::Durability::Async as i32,
+                Some("sync") => proto::Durability::Sync as i32,
+                _ => proto::Durability::Unspecified as i32,
+            },
+            wal_puts_per_second: o
+                .wal_puts_per_second
+                .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX)),
         }
     }
 }

@@ -239,6 +239,13 @@ fn store_health(
         bytes_stored: load(&counters.bytes_shipped),
         bytes_logical: load(&counters.bytes_logical),
         usage: Some(usage.proto()),
+        durability: e.handle.durability_mode().as_str().to_string(),
+        bucket_durable_commit_seq: e
+            .handle
+            .watch_durable()
+            .borrow()
+            .position
+            .map_or(0, |p| p.commit_seq),
         ..health_fields(h)
     }
 }

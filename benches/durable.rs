@@ -1,0 +1,329 @@
+//! Durable acknowledgements (issue 27): what `durability = sync` costs in latency and requests,
+//! against moto on loopback, in one run.
+//!
+//! 1. The yardstick: `PUT_SAMPLES` (default 200) single 64 KiB conditional PUTs
+//!    (`If-None-Match: *`) to the same moto, one after another: p50 / p99.
+//! 2. For each rate of `RATES` (default `10,100,1000` commits a second): a fresh store of the
+//!    reference engine under the release binary's `serve`, registered with `durability = sync`
+//!    (`wal_puts_per_second` from `CAP`, default 10) and an `s3://` destination on that moto.
+//!    This process opens the store (it holds `store.lock`, as a node does), and commits 1 KiB
+//!    values at the rate for `SECS` (default 10) after `WARMUP_SECS` (default 2), each commit
+//!    fsynced and reported through a [`NodeClient`]. The **ack latency** of a commit is from
+//!    its report (after its fsync) until the client's durable watch first covers it (the
+//!    service's `Durable` arrived). Printed: p50 / p99 / max, the commits a second reached,
+//!    the requests moto logged for the store's prefix during the window as requests an hour,
+//!    and WAL segment PUTs a second against the cap.
+//!
+//! Goals (issue 27): ack p99 at most 2 × the single PUT's p99 at 10 and 100 commits/s; at
+//! 1,000 commits/s, WAL PUTs a second at or under the cap. The verdicts are printed; the exit
+//! code is 0 either way unless the run itself failed.
+//!
+//! `cargo bench --bench durable`; `DURABLE_DIR` puts the stores in that directory (e.g.
+//! `/dev/shm`, taking the disk's fsyncs out of the commit rate).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use mushroom_backup::bucket::s3::{S3Bucket, S3Options};
+use mushroom_backup::bucket::{Body, Bucket, PutCondition};
+use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
+use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
+use mushroom_backup::service::proto::{self, RegisterRequest};
+use mushroom_backup::store::engine::{Engine, EngineOptions, Op};
+
+#[path = "support/moto.rs"]
+mod moto;
+#[path = "support/serve.rs"]
+mod serve;
+use serve::{Server, env_or};
+
+const BUCKET: &str = "durable-bench";
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "test", "test", None, None, "bench",
+        ))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+/// Requests moto logged for `prefix/` of the bench bucket, and of those the WAL segment PUTs.
+fn moto_counts(m: &moto::Moto, prefix: &str) -> (usize, usize) {
+    let objects = format!("/{BUCKET}/{prefix}/");
+    let listed = format!("prefix={prefix}%2F");
+    let lines = m.request_lines();
+    let ours: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains(&objects) || l.contains(&listed))
+        .collect();
+    let wal = ours
+        .iter()
+        .filter(|l| l.contains("\"PUT ") && l.contains("/wal/"))
+        .count();
+    if std::env::var_os("DURABLE_DEBUG").is_some() {
+        for l in ours.iter().rev().take(30) {
+            eprintln!("{l}");
+        }
+    }
+    (ours.len(), wal)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let rates: Vec<f64> = std::env::var("RATES")
+        .unwrap_or_else(|_| "10,100,1000".into())
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse()
+                .context("RATES: numbers separated by commas")
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let secs: u64 = env_or("SECS", 10)?;
+    let warmup = Duration::from_secs(env_or("WARMUP_SECS", 2)?);
+    let cap: u32 = env_or("CAP", 10)?;
+    let put_samples: usize = env_or("PUT_SAMPLES", 200)?;
+    let base = std::env::var_os("DURABLE_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let work = tempfile::Builder::new()
+        .prefix("mushroom-durable-bench-")
+        .tempdir_in(&base)?;
+    let m = moto::Moto::start(&work.path().join("moto.log"))?;
+    let client = s3_client(&m.url);
+    client.create_bucket().bucket(BUCKET).send().await?;
+
+    // 1. The single conditional PUT.
+    let bucket = S3Bucket::new(client, BUCKET, "putbench", S3Options::default());
+    let body = bytes::Bytes::from(vec![7u8; 64 << 10]);
+    for i in 0..10 {
+        bucket
+            .put(
+                &format!("warm/{i}"),
+                Body::from(body.clone()),
+                PutCondition::IfNoneMatch,
+            )
+            .await?;
+    }
+    let mut puts = Vec::with_capacity(put_samples);
+    for i in 0..put_samples {
+        let t = Instant::now();
+        bucket
+            .put(
+                &format!("p/{i}"),
+                Body::from(body.clone()),
+                PutCondition::IfNoneMatch,
+            )
+            .await?;
+        puts.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    puts.sort_by(f64::total_cmp);
+    let put_p99 = pct(&puts, 0.99);
+    println!(
+        "single 64 KiB conditional PUT to moto: p50 {:.1} ms, p99 {:.1} ms ({} PUTs)",
+        pct(&puts, 0.5),
+        put_p99,
+        puts.len()
+    );
+
+    // 2. The service, sync mode, one store per rate.
+    let root = work.path().join("stores");
+    std::fs::create_dir_all(&root)?;
+    let env = [
+        ("AWS_ENDPOINT_URL", m.url.clone()),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "test".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+        ("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true".to_string()),
+    ];
+    let server = Server::start_with_env(
+        &work.path().join("data"),
+        &root,
+        &work.path().join("serve.log"),
+        "",
+        &env,
+    )?;
+    let mut control = BackupControlClient::connect(format!("http://{}", server.addr)).await?;
+    for rate in rates {
+        let name = format!("r{}", rate as u64);
+        let dir = root.join(&name);
+        std::fs::create_dir_all(&dir)?;
+        let r = control
+            .register(RegisterRequest {
+                store_dir: dir.to_str().context("utf-8 path")?.to_string(),
+                destination: format!("s3://{BUCKET}/{name}"),
+                options: Some(proto::StoreOptions {
+                    durability: proto::Durability::Sync as i32,
+                    wal_puts_per_second: cap,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let node = Arc::new(NodeClient::connect(NodeClientConfig::new(
+            format!("http://{}", server.addr),
+            r.store_id,
+            r.node_token,
+        ))?);
+        let outcome = run_rate(&m, &name, &dir, node.clone(), rate, warmup, secs).await?;
+        node.close().await;
+        outcome.print(rate, put_p99, cap);
+    }
+    drop(server);
+    Ok(())
+}
+
+struct Outcome {
+    /// The measured window: from the end of the warm-up until the last commit was acknowledged.
+    window: Duration,
+    acks: Vec<f64>,
+    committed: u64,
+    unacked: usize,
+    requests: usize,
+    wal_puts: usize,
+}
+
+impl Outcome {
+    fn print(mut self, rate: f64, put_p99: f64, cap: u32) {
+        self.acks.sort_by(f64::total_cmp);
+        let p99 = pct(&self.acks, 0.99);
+        let secs = self.window.as_secs_f64();
+        let per_hour = self.requests as f64 * 3600.0 / secs;
+        let wal_per_s = self.wal_puts as f64 / secs;
+        println!(
+            "sync at {rate} commits/s: {:.0} commits/s reached; ack p50 {:.1} ms, p99 {:.1} ms, \
+             max {:.1} ms ({} acked, {} not acked by the end); {} requests in {secs:.1} s = {:.0}/hour; \
+             WAL PUTs {:.1}/s (cap {cap})",
+            self.committed as f64 / secs,
+            pct(&self.acks, 0.5),
+            p99,
+            self.acks.last().copied().unwrap_or(f64::NAN),
+            self.acks.len(),
+            self.unacked,
+            self.requests,
+            per_hour,
+            wal_per_s
+        );
+        if rate <= 100.0 {
+            let ok = p99 <= 2.0 * put_p99;
+            println!(
+                "  goal ack p99 <= 2 x PUT p99 ({:.1} ms): {}",
+                2.0 * put_p99,
+                if ok { "met" } else { "MISSED" }
+            );
+        } else {
+            let ok = wal_per_s <= f64::from(cap);
+            println!(
+                "  goal WAL PUTs/s <= cap: {}",
+                if ok { "met" } else { "MISSED" }
+            );
+        }
+    }
+}
+
+/// Commits at `rate` for `warmup + secs`; measures the window after the warm-up.
+async fn run_rate(
+    m: &moto::Moto,
+    prefix: &str,
+    dir: &Path,
+    node: Arc<NodeClient>,
+    rate: f64,
+    warmup: Duration,
+    secs: u64,
+) -> anyhow::Result<Outcome> {
+    let opts = EngineOptions {
+        group_commit: 0,
+        ..Default::default()
+    };
+    let mut engine = Engine::open(dir, opts)?;
+    node.report(engine.position());
+    node.wait_connected(Duration::from_secs(30)).await?;
+    // Wait for the first restore point (the generation's start) so the window measures
+    // segments.
+    let first = engine.position().commit_seq;
+    node.wait_durable(first, Duration::from_secs(60)).await?;
+
+    // Commit times by seq, and the acks the watch saw.
+    let pending: Arc<Mutex<std::collections::BTreeMap<u64, Instant>>> = Arc::default();
+    let acks: Arc<Mutex<Vec<(u64, f64)>>> = Arc::default();
+    let watcher = {
+        let (pending, acks) = (pending.clone(), acks.clone());
+        let mut rx = node.durable();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let now = Instant::now();
+                let Some(ack) = rx.borrow_and_update().ack else {
+                    continue;
+                };
+                let mut p = pending.lock().unwrap();
+                let done: Vec<u64> = p.range(..=ack.commit_seq).map(|(s, _)| *s).collect();
+                let mut a = acks.lock().unwrap();
+                for s in done {
+                    let t = p.remove(&s).unwrap();
+                    a.push((s, (now - t).as_secs_f64() * 1e3));
+                }
+            }
+        })
+    };
+    let measure_from = first + 1 + (rate * warmup.as_secs_f64()) as u64;
+    let total = (rate * (warmup.as_secs_f64() + secs as f64)) as u64;
+    let value = vec![b'v'; 1024];
+    let (pending2, node2) = (pending.clone(), node.clone());
+    let committer = tokio::task::spawn_blocking(move || -> anyhow::Result<(Engine, u64)> {
+        let start = Instant::now();
+        for n in 0..total {
+            let due = start + Duration::from_secs_f64(n as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let seq = engine.commit_seq() + 1;
+            engine.commit(&[Op::Put {
+                key: format!("k{}", seq % 1000).into_bytes(),
+                value: value.clone(),
+            }])?;
+            let pos = engine.sync()?;
+            pending2.lock().unwrap().insert(seq, Instant::now());
+            node2.report(pos);
+        }
+        Ok((engine, start.elapsed().as_millis() as u64))
+    });
+    tokio::time::sleep(warmup).await;
+    let (before_all, before_wal) = moto_counts(m, prefix);
+    let from = Instant::now();
+    let (engine, _) = committer.await??;
+    let last = engine.commit_seq();
+    let _ = node.wait_durable(last, Duration::from_secs(30)).await;
+    let window = from.elapsed();
+    let (after_all, after_wal) = moto_counts(m, prefix);
+    watcher.abort();
+    let acks = acks.lock().unwrap();
+    let measured: Vec<f64> = acks
+        .iter()
+        .filter(|(s, _)| *s >= measure_from)
+        .map(|(_, ms)| *ms)
+        .collect();
+    let unacked = pending.lock().unwrap().range(measure_from..).count();
+    Ok(Outcome {
+        window,
+        committed: last.saturating_sub(measure_from) + 1,
+        acks: measured,
+        unacked,
+        requests: after_all - before_all,
+        wal_puts: after_wal - before_wal,
+    })
+}

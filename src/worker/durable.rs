@@ -1,0 +1,182 @@
+//! The store's **durable position**: how far a restore of the prefix, run right now, reaches.
+//! It is what the service acknowledges to a node on its `ReportPosition` stream (issue 27),
+//! so an engine can hold a commit's acknowledgement until its bytes are in the bucket.
+//!
+//! # What "durable" means
+//!
+//! A restore (`crate::restore::plan`) reads LATEST, restores the manifest it names, then
+//! extends it with the segments *of that manifest's generation* that continue its last
+//! segment, frame by frame. So commit `n` is durable when:
+//! - LATEST names a manifest of this worker's lineage (`View::latest`, as this worker last
+//!   wrote or read it, naming `View::newest_own`), and
+//! - either that manifest holds `n`, or the generation it is of is the one being shipped
+//!   (`View::current`) and its shipped segments — each written with `If-None-Match: *` and
+//!   recorded in the view only after the bucket accepted the PUT — reach `n`.
+//!
+//! Commits of a generation no manifest names yet (its first restore point is written at the
+//! step after it starts) are *not* durable: a restore cannot reach them. Nothing is computed
+//! from the store's files or the node's reports; only from what this worker saw the bucket
+//! accept, so a commit is never acknowledged that a restore could not reach.
+//!
+//! # When it advances, and why it never goes backwards
+//!
+//! After every step that succeeded ([`super::BackupWorker::step_as`]): a segment shipped, a
+//! restore point written, a generation started, a resume. The position is ordered by
+//! `(commit_seq, in_restore_point)` and only ever raised within a **chain**: a lower value
+//! computed meanwhile (a new generation started and has no manifest yet, while LATEST still
+//! names the previous one whose trailing segments the restore still reads) is not published,
+//! because the bucket still holds what was published.
+//!
+//! # When the chain breaks
+//!
+//! Whatever this worker published holds only while it is the prefix's one writer: on a lost
+//! lease (expired, taken over, the instance lease ended), a write refused by another writer,
+//! a refused prefix, or the worker stopping, the runner calls [`DurableTx::break_chain`] with
+//! the reason. The watched value then says so explicitly (`chain` counts breaks, `broken`
+//! says why, `position` is `None`), and a stream reader (`position_stream.rs`) says
+//! `DurabilityLost` to the node before any later position: the node fails the waits pending
+//! at that moment instead of acknowledging them on the new chain's word. The next chain starts
+//! from the bucket's state (a resume) and may publish a position equal to or even below the
+//! old one (another writer's history): that is why it is a new chain and not a step back.
+//!
+//! # What a crash leaves behind
+//!
+//! Nothing: the position is in memory only. A restarted worker resumes from the bucket and
+//! publishes what it finds; a node's waits that were pending on the old process failed with
+//! the stream.
+
+use tokio::sync::watch;
+
+use super::view::View;
+
+/// A commit a restore of the prefix reaches now (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurablePosition {
+    /// The generation of the restore point a restore starts from.
+    pub generation: u64,
+    /// Commits a restore reaches.
+    pub commit_seq: u64,
+    /// Whether a restore point (the manifest LATEST names) holds exactly this far, so that a
+    /// restore needs no trailing segment.
+    pub in_restore_point: bool,
+}
+
+impl DurablePosition {
+    fn rank(&self) -> (u64, bool) {
+        (self.commit_seq, self.in_restore_point)
+    }
+}
+
+/// The watched durable state of one store's worker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Durability {
+    /// Counts the breaks so far: a reader that saw another chain learns of a break even if it
+    /// missed the moment (a watch keeps only the newest value).
+    pub chain: u64,
+    /// The newest durable position of this chain; `None` until the first one.
+    pub position: Option<DurablePosition>,
+    /// Why the last chain ended (`None` before the first break).
+    pub broken: Option<String>,
+}
+
+/// The worker's side of the watch: the one writer of [`Durability`].
+#[derive(Debug, Clone)]
+pub struct DurableTx(watch::Sender<Durability>);
+
+impl Default for DurableTx {
+    fn default() -> Self {
+        Self(watch::channel(Durability::default()).0)
+    }
+}
+
+impl DurableTx {
+    /// Readers of the durable state, from now on.
+    pub fn subscribe(&self) -> watch::Receiver<Durability> {
+        self.0.subscribe()
+    }
+
+    /// The durable state now.
+    pub fn current(&self) -> Durability {
+        self.0.borrow().clone()
+    }
+
+    /// Raises the position to `pos` when it is higher (see the module docs); never lowers it.
+    pub fn advance(&self, pos: DurablePosition) {
+        self.0.send_if_modified(|d| {
+            if d.position.is_some_and(|p| p.rank() >= pos.rank()) {
+                return false;
+            }
+            d.position = Some(pos);
+            true
+        });
+    }
+
+    /// Ends the chain: what was published may no longer hold (see the module docs). A chain
+    /// that never published anything is not broken again.
+    pub fn break_chain(&self, reason: &str) {
+        self.0.send_if_modified(|d| {
+            if d.position.is_none() {
+                return false;
+            }
+            d.chain += 1;
+            d.position = None;
+            d.broken = Some(reason.to_string());
+            true
+        });
+    }
+}
+
+/// How far a restore of the prefix reaches, by what the view says the bucket accepted; `None`
+/// while LATEST names no restore point of this lineage.
+pub(super) fn of_view(view: &View) -> Option<DurablePosition> {
+    let (latest, _) = view.latest.as_ref()?;
+    let m = view.newest_own.as_ref()?;
+    if latest.lineage != view.lineage || latest.manifest != m.key() {
+        return None;
+    }
+    let shipped = view
+        .current
+        .as_ref()
+        .filter(|g| g.number == m.generation)
+        .map_or(m.commit_seq, |g| g.shipped_seq().max(m.commit_seq));
+    Some(DurablePosition {
+        generation: m.generation,
+        commit_seq: shipped,
+        in_restore_point: shipped == m.commit_seq,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(commit_seq: u64, in_restore_point: bool) -> DurablePosition {
+        DurablePosition {
+            generation: 1,
+            commit_seq,
+            in_restore_point,
+        }
+    }
+
+    #[test]
+    fn advances_only_upwards_and_breaks_explicitly() {
+        let tx = DurableTx::default();
+        let mut rx = tx.subscribe();
+        // Nothing published: a break says nothing.
+        tx.break_chain("lost");
+        assert!(!rx.has_changed().unwrap());
+        tx.advance(at(5, false));
+        tx.advance(at(4, true));
+        assert_eq!(rx.borrow_and_update().position, Some(at(5, false)));
+        tx.advance(at(5, true));
+        assert_eq!(rx.borrow_and_update().position, Some(at(5, true)));
+        tx.advance(at(5, false));
+        assert!(!rx.has_changed().unwrap());
+        tx.break_chain("the bucket lease expired");
+        tx.advance(at(3, true));
+        let d = rx.borrow_and_update().clone();
+        assert_eq!(d.chain, 1);
+        assert_eq!(d.position, Some(at(3, true)));
+        assert_eq!(d.broken.as_deref(), Some("the bucket lease expired"));
+    }
+}
