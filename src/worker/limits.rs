@@ -50,13 +50,13 @@ pub const WAL_PUTS_PER_SECOND: Limit = Limit {
     max: 100,
     unit: "",
 };
-/// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
 /// Restore points a retention tier keeps (daily, weekly, monthly): 0 (off) to 100,000.
 pub const KEEP_TIER: Limit = Limit {
     min: 0,
     max: 100_000,
     unit: "",
 };
+/// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
 pub const LEASE_TTL_MS: Limit = Limit {
     min: 30,
     max: 3600 * 1000,
