@@ -437,3 +437,184 @@ async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server
     );
     assert_eq!(locked.delete, 0);
 }
+
+/// Runs `verify --from url --immutable` with the binary; its exit success and its stdout.
+fn verify_immutable_cli(server: &S3Server, url: &str) -> (bool, String) {
+    let out = support::binary::command(&server.endpoint)
+        .args(["verify", "--from", url, "--immutable"])
+        .output()
+        .expect("run verify");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("verify --immutable {url}: {}\n{stdout}{stderr}", out.status);
+    (out.status.success(), stdout)
+}
+
+// `verify --immutable`: every object of a write-once prefix is locked at least until the
+// restore points naming it must be kept; a newer unlocked version an attacker adds over a data
+// object (or a prefix written without locks) is named, and the command fails.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn verify_immutable_names_each_object_short_of_its_date);
+async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server) {
+    use mushroom_backup::verify::immutable::check_immutable;
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-imm").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    let mut w = worker(&store, raw.clone(), locked_config());
+    for _ in 0..2 {
+        write(&store, 300, 500, 8 << 10);
+        w.run_once().await.unwrap();
+    }
+    drop(w);
+    let now = mushroom_backup::units::unix_now_ms();
+    let c = check_immutable(raw.as_ref(), now, 4).await.unwrap();
+    eprintln!("{:?}: {c}", server.kind);
+    assert!(c.ok, "{c}");
+    assert_eq!((c.kept, c.expired), (2, 0), "{c}");
+    assert!(c.objects > 2, "{c}");
+    // 1 LIST, a HEAD and a GET per manifest, a HEAD per other object.
+    assert_eq!(c.requests, 1 + 2 * 2 + (c.objects as u64 - 2), "{c}");
+    let url = format!("s3://{name}/{PREFIX}");
+    let (ok, out) = verify_immutable_cli(server, &url);
+    assert!(
+        ok && out.contains("is locked as long as it must be"),
+        "{out}"
+    );
+    // Two days on, neither restore point is kept any more: nothing to hold.
+    let later = now + 2 * 24 * 3600 * 1000;
+    let c = check_immutable(raw.as_ref(), later, 4).await.unwrap();
+    assert!(c.ok && c.kept == 0 && c.expired == 2, "{c}");
+
+    // The attacker puts a newer, unlocked version over a data object (same bytes, so a plain
+    // verify still passes): the current version is no longer locked.
+    let (by_key, _) = versions(&client, &name).await;
+    let data = by_key
+        .keys()
+        .find(|k| {
+            k.starts_with(&format!("{PREFIX}/{}", manifest::GEN_PREFIX)) && k.contains("/wal/")
+        })
+        .expect("a segment")
+        .clone();
+    let bytes = client
+        .get_object()
+        .bucket(&name)
+        .key(&data)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    client
+        .put_object()
+        .bucket(&name)
+        .key(&data)
+        .body(bytes.into())
+        .send()
+        .await
+        .unwrap();
+    let c = check_immutable(raw.as_ref(), now, 4).await.unwrap();
+    eprintln!("{:?}: after the attack: {c}", server.kind);
+    assert!(!c.ok, "{c}");
+    let ours = data.strip_prefix(&format!("{PREFIX}/")).unwrap();
+    let named: Vec<&str> = c.short.iter().map(|s| s.key.as_str()).collect();
+    assert!(named.contains(&ours), "{ours} not named: {c}");
+    assert!(c.short.iter().all(|s| s.retained_until_ms.is_none()), "{c}");
+    let (ok, out) = verify_immutable_cli(server, &url);
+    assert!(!ok, "verify --immutable passed after the attack: {out}");
+    assert!(
+        out.contains(&format!("SHORT {ours}: no Object Lock retention")),
+        "{out}"
+    );
+
+    // A prefix written by a mutable writer has no keep date to read: each manifest is named.
+    let mutable = prefix_of(server, &name, "mutable");
+    let other = t.path().join("o");
+    write(&other, 300, 500, 8 << 10);
+    worker(&other, mutable.clone(), config())
+        .run_once()
+        .await
+        .unwrap();
+    let c = check_immutable(mutable.as_ref(), now, 4).await.unwrap();
+    assert!(!c.ok && c.problems.len() == 1, "{c}");
+    assert!(c.problems[0].contains("no Object Lock retention"), "{c}");
+}
+
+/// The manifest of the restore point at `commit_seq`, read from the bucket.
+async fn manifest_at(bucket: &DynBucket, commit_seq: u64) -> manifest::Manifest {
+    let key = manifest::manifest_key(commit_seq);
+    let obj = bucket.get(&key).await.unwrap();
+    manifest::Manifest::decode(&key, &obj.data).unwrap()
+}
+
+// A restore point that reuses objects locked for an earlier one holds them until it must be
+// kept itself: a writer whose policy keeps restore points three days reuses what one keeping
+// them a minute wrote (the same as objects growing older than their lock's slack), extends
+// each reused lock once (a HEAD first: it never wrote them), and `verify --immutable` passes;
+// its next restore point costs no request more for them.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept);
+async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept(server: &S3Server) {
+    use mushroom_backup::verify::immutable::check_immutable;
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-hold").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    let first = worker(&store, raw.clone(), locked_config())
+        .run_once()
+        .await
+        .unwrap()
+        .restore_point
+        .expect("a restore point");
+    let mut longer = locked_config();
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    let mut b = worker(&store, raw.clone(), longer);
+    write(&store, 100, 500, 8 << 10);
+    let second = b.run_once().await.unwrap().restore_point.unwrap();
+    let (m1, m2) = (
+        manifest_at(&raw, first).await,
+        manifest_at(&raw, second).await,
+    );
+    let old: std::collections::BTreeSet<&str> = m1.objects().map(|o| o.key.as_str()).collect();
+    let reused: Vec<&str> = m2
+        .objects()
+        .map(|o| o.key.as_str())
+        .filter(|k| old.contains(k))
+        .collect();
+    let holds = b.counters().immutable.clone();
+    eprintln!(
+        "{:?}: restore point {second} reuses {} objects of {first}: {} HEADs, {} extensions",
+        server.kind,
+        reused.len(),
+        holds.heads(),
+        holds.extensions()
+    );
+    assert!(!reused.is_empty(), "nothing reused: the test shows nothing");
+    assert_eq!(holds.extensions(), reused.len() as u64);
+    assert_eq!(holds.heads(), reused.len() as u64);
+    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
+    for key in &reused {
+        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
+        assert!(
+            lock.until_ms >= floor,
+            "{key} held only until {}",
+            lock.until_ms
+        );
+    }
+    let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c}", server.kind);
+    assert!(c.ok && c.kept == 2, "{c}");
+    // The next restore point: everything is held late enough already, in memory.
+    write(&store, 100, 500, 8 << 10);
+    b.run_once().await.unwrap().restore_point.unwrap();
+    assert_eq!(holds.extensions(), reused.len() as u64);
+    assert_eq!(holds.heads(), reused.len() as u64);
+    let short = holds.short.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(short, 0);
+}

@@ -59,6 +59,10 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Also check that every object a kept restore point names is locked (S3 Object Lock)
+    /// at least until that restore point must be kept, naming each that is not.
+    #[arg(long)]
+    immutable: bool,
     #[command(flatten)]
     encryption: super::encryption::EncryptionArgs,
 }
@@ -120,12 +124,29 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     if report.manifests.is_empty() && report.latest.is_none() {
         listing::holds_a_backup(bucket.as_ref()).await?;
     }
-    if a.json {
-        super::out::line(serde_json::to_string(&report)?)?;
-    } else {
-        super::out::line(&report)?;
+    let immutable = match a.immutable {
+        true => Some(
+            verify::immutable::check_immutable(
+                bucket.as_ref(),
+                mushroom_backup::units::unix_now_ms(),
+                opts.parallelism,
+            )
+            .await?,
+        ),
+        false => None,
+    };
+    match (&immutable, a.json) {
+        (None, true) => super::out::line(serde_json::to_string(&report)?)?,
+        (None, false) => super::out::line(&report)?,
+        (Some(i), true) => super::out::line(serde_json::to_string(
+            &serde_json::json!({"verify": &report, "immutable": i}),
+        )?)?,
+        (Some(i), false) => {
+            super::out::line(&report)?;
+            super::out::line(i)?;
+        }
     }
-    if report.ok {
+    if report.ok && immutable.as_ref().is_none_or(|i| i.ok) {
         Ok(ExitCode::SUCCESS)
     } else {
         if !a.json {

@@ -77,6 +77,21 @@ fn lock_fields(
     (mode, aws_smithy_types::DateTime::from_millis(r.until_ms))
 }
 
+/// The retention a HEAD read: both the mode and the date, or none.
+fn lock_of(
+    mode: Option<&aws_sdk_s3::types::ObjectLockMode>,
+    until: Option<&aws_smithy_types::DateTime>,
+) -> Option<Retention> {
+    let mode = match mode? {
+        aws_sdk_s3::types::ObjectLockMode::Compliance => LockMode::Compliance,
+        _ => LockMode::Governance,
+    };
+    Some(Retention {
+        mode,
+        until_ms: until?.to_millis().ok()?,
+    })
+}
+
 /// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
 pub const PATH_STYLE_ENV: &str = "MUSHROOMDB_BACKUP_S3_PATH_STYLE";
 /// Set to `when_required` to send request checksums only where S3 requires them (for
@@ -368,6 +383,7 @@ impl super::Bucket for S3Bucket {
                 len: crate::units::u64_of(out.content_length().unwrap_or(0)),
                 etag: etag_of(out.e_tag(), "head", key)?,
                 modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()),
+                lock: lock_of(out.object_lock_mode(), out.object_lock_retain_until_date()),
             })),
             Err(BucketError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -412,6 +428,27 @@ impl super::Bucket for S3Bucket {
         }
     }
 
+    async fn put_retention(&self, key: &str, retain: Retention) -> Result<(), BucketError> {
+        super::fs::check_key("put_retention", key)?;
+        let mode = match retain.mode {
+            LockMode::Governance => aws_sdk_s3::types::ObjectLockRetentionMode::Governance,
+            LockMode::Compliance => aws_sdk_s3::types::ObjectLockRetentionMode::Compliance,
+        };
+        let retention = aws_sdk_s3::types::ObjectLockRetention::builder()
+            .mode(mode)
+            .retain_until_date(aws_smithy_types::DateTime::from_millis(retain.until_ms))
+            .build();
+        self.client
+            .put_object_retention()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .retention(retention)
+            .send()
+            .await
+            .map_err(|e| map_error(self, "S3 PutObjectRetention", key, true, e))?;
+        Ok(())
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         let (prefix, max_keys) = (query.prefix, query.max_keys);
         let root = self.full_key("");
@@ -439,6 +476,7 @@ impl super::Bucket for S3Bucket {
                 len: crate::units::u64_of(o.size().unwrap_or(0)),
                 etag: etag_of(o.e_tag(), "list", key)?,
                 modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
+                lock: None,
             });
         }
         let next_token = match out.is_truncated() {
