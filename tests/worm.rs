@@ -618,3 +618,128 @@ async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept(ser
     let short = holds.short.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(short, 0);
 }
+
+/// Runs the binary's `args` against `server`; its success and stdout.
+fn cli(server: &S3Server, args: &[&str]) -> (bool, String) {
+    let out = support::binary::command(&server.endpoint)
+        .args(args)
+        .output()
+        .expect("run the binary");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!(
+        "{args:?}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), stdout)
+}
+
+// `--bucket-as-of TIME`: after an attacker with the writer's keys puts newer versions over the
+// newest manifest and a segment, delete markers over the newest pointer and an older manifest,
+// and a forged LATEST, the prefix read as of a moment before the attack verifies, lists and
+// restores as before it (library and CLI); read so, the bucket refuses every write.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it);
+async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it(server: &S3Server) {
+    use mushroom_backup::bucket::{Body, PutCondition};
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-asof").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    let mut w = worker(&store, raw.clone(), locked_config());
+    for _ in 0..2 {
+        write(&store, 300, 500, 8 << 10);
+        w.run_once().await.unwrap();
+    }
+    drop(w);
+    let want = digest(&store);
+    // The servers stamp versions to the second: the instant is a second clear of both sides.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let at_ms = mushroom_backup::units::unix_now_ms();
+    let at = mushroom_backup::units::rfc3339_ms(at_ms);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let (by_key, _) = versions(&client, &name).await;
+    let under = |p: &str| format!("{PREFIX}/{p}");
+    let newest_pointer = by_key
+        .keys()
+        .find(|k| k.starts_with(&under(manifest::POINTERS_PREFIX)))
+        .unwrap()
+        .clone();
+    let manifests: Vec<&String> = by_key
+        .keys()
+        .filter(|k| k.starts_with(&under(MANIFESTS_PREFIX)))
+        .collect();
+    let segment = by_key
+        .keys()
+        .find(|k| k.starts_with(&under(manifest::GEN_PREFIX)) && k.contains("/wal/"))
+        .unwrap()
+        .clone();
+    let newest_manifest = under(&manifest::manifest_key(want.commit_seq));
+    for key in [&newest_manifest, &segment, &under(manifest::LATEST_KEY)] {
+        client
+            .put_object()
+            .bucket(&name)
+            .key(key)
+            .body(b"ransom".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    for key in [&newest_pointer, manifests[0]] {
+        client
+            .delete_object()
+            .bucket(&name)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    let v = verify::verify(raw.as_ref(), &VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        !v.ok,
+        "the attack changed nothing the current versions show: {v}"
+    );
+
+    let before: DynBucket = Arc::new(
+        S3Bucket::new(server.client(), &name, PREFIX, S3Options::default())
+            .endpoint_named(&server.endpoint)
+            .as_of(at_ms),
+    );
+    let v = verify::verify(before.as_ref(), &VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(v.ok && v.manifests.len() == 2, "{v}");
+    let out = t.path().join("as-of");
+    restore::restore(before.as_ref(), &out, &RestoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(digest(&out), want);
+    let e = before
+        .put("x", Body::from(vec![1]), PutCondition::IfNoneMatch)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+
+    let url = format!("s3://{name}/{PREFIX}");
+    let cli_out = t.path().join("cli-as-of");
+    let to = cli_out.to_str().unwrap();
+    let (ok, _) = cli(
+        server,
+        &["restore", "--from", &url, "--to", to, "--bucket-as-of", &at],
+    );
+    assert!(ok);
+    assert_eq!(digest(&cli_out), want);
+    let (ok, listed) = cli(
+        server,
+        &["ls", "--from", &url, "--bucket-as-of", &at, "--json"],
+    );
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    assert!(ok && listed.len() == 2, "{listed:?}");
+    let (ok, _) = cli(server, &["verify", "--from", &url, "--bucket-as-of", &at]);
+    assert!(ok);
+    let (ok, _) = cli(server, &["verify", "--from", &url]);
+    assert!(!ok, "the prefix as it is now verifies after the attack");
+}

@@ -23,6 +23,11 @@ pub struct RestoreArgs {
     /// An empty or missing directory to restore into.
     #[arg(long)]
     to: PathBuf,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
     /// Restore exactly to this commit.
     #[arg(long, conflicts_with = "at_time")]
     at: Option<u64>,
@@ -59,6 +64,11 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
     /// Also check that every object a kept restore point names is locked (S3 Object Lock)
     /// at least until that restore point must be kept, naming each that is not.
     #[arg(long)]
@@ -72,9 +82,23 @@ pub struct LsArgs {
     /// The destination to list.
     #[arg(long)]
     from: String,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--bucket-as-of`'s instant, unix ms.
+fn as_of(t: Option<&str>) -> anyhow::Result<Option<i64>> {
+    t.map(|t| {
+        restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms())
+            .with_context(|| format!("--bucket-as-of {t}"))
+    })
+    .transpose()
 }
 
 pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
@@ -88,6 +112,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .map(|t| restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()))
         .transpose()?;
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let opts = RestoreOptions {
@@ -114,6 +139,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let keys = a.encryption.load_for_reading()?;
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let opts = VerifyOptions {
@@ -158,6 +184,7 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;
