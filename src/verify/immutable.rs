@@ -108,7 +108,7 @@ impl fmt::Display for ImmutableCheck {
         } else {
             write!(
                 f,
-                "immutable: {} objects short of their date and {} problems, of {what}",
+                "immutable FAILS: objects short of their date: {}, problems: {}, of {what}",
                 self.short.len(),
                 self.problems.len()
             )
