@@ -743,3 +743,46 @@ async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it(server: &S3
     let (ok, _) = cli(server, &["verify", "--from", &url]);
     assert!(!ok, "the prefix as it is now verifies after the attack");
 }
+
+// Health reports the worker's check of each restore point it writes: a running worker that
+// reuses objects another wrote (locked for a shorter policy) extends their locks and its store
+// health shows the check, none short.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn health_reports_the_immutability_check);
+async fn health_reports_the_immutability_check(server: &S3Server) {
+    let name = locked_bucket(&server.client(), "worm-health").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    worker(&store, raw.clone(), locked_config())
+        .run_once()
+        .await
+        .unwrap();
+    let mut longer = locked_config();
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    write(&store, 100, 500, 8 << 10);
+    let tasks = tokio_util::task::TaskTracker::new();
+    let running = worker(&store, raw.clone(), longer).spawn(
+        lease_config("running"),
+        tokio_util::sync::CancellationToken::new(),
+        &tasks,
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let h = loop {
+        let h = running.health();
+        if h.restore_point_commit_seq == 400 && h.immutable.is_some() {
+            break h;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{h:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let i = h.immutable.unwrap();
+    eprintln!("{:?}: {i:?}", server.kind);
+    assert!(h.healthy, "{h:#?}");
+    assert_eq!(i.objects_short, 0);
+    assert!(
+        i.lock_extensions > 0 && i.lock_heads >= i.lock_extensions,
+        "{i:?}"
+    );
+    running.shutdown(false).await;
+}
