@@ -746,9 +746,25 @@ async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it(server: &S3
 
 // Health reports the worker's check of each restore point it writes: a running worker that
 // reuses objects another wrote (locked for a shorter policy) extends their locks and its store
-// health shows the check, none short.
+// health shows the check, none short; where the bucket refuses the extensions, the store is
+// unhealthy, counting the objects short of their date.
 on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn health_reports_the_immutability_check);
 async fn health_reports_the_immutability_check(server: &S3Server) {
+    let i = immutability_health(server, false).await;
+    assert!(i.objects_short == 0 && i.lock_extensions > 0, "{i:?}");
+    assert!(i.lock_heads >= i.lock_extensions, "{i:?}");
+    // `Hooked` passes on every request but PutObjectRetention, which it leaves to the trait's
+    // default: refused, as by a bucket whose policy denies it.
+    let i = immutability_health(server, true).await;
+    assert!(i.objects_short > 0, "{i:?}");
+}
+
+/// The health of a running worker's store after its first restore point, which reuses objects
+/// locked for a shorter policy, the extensions refused when `refuse`.
+async fn immutability_health(
+    server: &S3Server,
+    refuse: bool,
+) -> mushroom_backup::health::ImmutableHealth {
     let name = locked_bucket(&server.client(), "worm-health").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
@@ -761,8 +777,15 @@ async fn health_reports_the_immutability_check(server: &S3Server) {
     let mut longer = locked_config();
     longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
     write(&store, 100, 500, 8 << 10);
+    let bucket: DynBucket = match refuse {
+        true => Arc::new(support::hooked::Hooked {
+            inner: raw,
+            hook: |_, _: &str| {},
+        }),
+        false => raw,
+    };
     let tasks = tokio_util::task::TaskTracker::new();
-    let running = worker(&store, raw.clone(), longer).spawn(
+    let running = worker(&store, bucket, longer).spawn(
         lease_config("running"),
         tokio_util::sync::CancellationToken::new(),
         &tasks,
@@ -776,13 +799,12 @@ async fn health_reports_the_immutability_check(server: &S3Server) {
         assert!(tokio::time::Instant::now() < deadline, "{h:#?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let i = h.immutable.unwrap();
-    eprintln!("{:?}: {i:?}", server.kind);
-    assert!(h.healthy, "{h:#?}");
-    assert_eq!(i.objects_short, 0);
-    assert!(
-        i.lock_extensions > 0 && i.lock_heads >= i.lock_extensions,
-        "{i:?}"
-    );
     running.shutdown(false).await;
+    let i = h.immutable.unwrap();
+    eprintln!("{:?} (refused: {refuse}): {i:?}; {}", server.kind, h.reason);
+    assert_eq!(h.healthy, !refuse, "{h:#?}");
+    if refuse {
+        assert!(h.reason.contains("locked for less time than"), "{h:#?}");
+    }
+    i
 }

@@ -113,7 +113,7 @@ impl ObjectLock {
 pub struct HoldCounts {
     /// HEADs sent to learn the retain-until date of an object this process never wrote.
     pub heads: AtomicU64,
-    /// `PutObjectRetention`s sent: locks extended.
+    /// `PutObjectRetention`s asked of the bucket below (each extension, refused or not).
     pub extensions: AtomicU64,
     /// When the worker last checked a restore point it wrote (unix ms; 0: never).
     pub checked_at_ms: AtomicI64,
