@@ -29,7 +29,9 @@
 //! for a retention ([`PutOpts::retain`]) with a `Permanent` error: there is no emulation, a
 //! write-once prefix lives in an S3 bucket with Object Lock enabled.
 //!
-//! Stateless: a crash leaves only what the requests sent before it did.
+//! Nothing on disk: a crash leaves only what the requests sent before it did. The dates held in
+//! memory are a cache; a new process starts without them and pays a HEAD per reused object
+//! once.
 
 use std::collections::HashMap;
 use std::ops::Range;
