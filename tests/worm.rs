@@ -808,3 +808,64 @@ async fn immutability_health(
     }
     i
 }
+
+// An encrypted write-once prefix: the wrappers of a generation's data key are held with the
+// objects a restore point reuses (without one nothing decrypts), and `verify --immutable`
+// checks them too.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn an_encrypted_restore_point_holds_its_wrapped_keys);
+async fn an_encrypted_restore_point_holds_its_wrapped_keys(server: &S3Server) {
+    use mushroom_backup::crypto::{Encryption, WriterEncryption, key_objects};
+    use mushroom_backup::verify::immutable::check_immutable;
+    let (wrap, unwrap) = support::keks::key_file_kek();
+    let encrypted = |mut c: WorkerConfig| {
+        c.encryption = WriterEncryption {
+            keys: Some(Encryption {
+                wrap: vec![wrap.clone()],
+                unwrap: vec![unwrap.clone()],
+                warnings: Vec::new(),
+            }),
+            allow_mixed: false,
+        };
+        c
+    };
+    let name = locked_bucket(&server.client(), "worm-sealed").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    worker(&store, raw.clone(), encrypted(locked_config()))
+        .run_once()
+        .await
+        .unwrap();
+    let mut longer = encrypted(locked_config());
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    write(&store, 100, 500, 8 << 10);
+    worker(&store, raw.clone(), longer)
+        .run_once()
+        .await
+        .unwrap()
+        .restore_point
+        .unwrap();
+    let wrappers: Vec<String> = mushroom_backup::bucket::list_all(raw.as_ref(), "gen/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| key_objects::is_wrapper_key(k))
+        .collect();
+    assert!(!wrappers.is_empty());
+    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
+    for key in &wrappers {
+        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
+        assert!(
+            lock.until_ms >= floor,
+            "{key} held only until {}",
+            lock.until_ms
+        );
+    }
+    let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c} ({} requests)", server.kind, c.requests);
+    assert!(c.ok, "{c}");
+}

@@ -11,16 +11,18 @@
 //! date has passed is no longer kept (the bucket may expire it) and is not checked.
 //!
 //! # What is checked
-//! Every object a kept restore point names (its snapshot, archives, segments and side files)
-//! and its manifest must carry an Object Lock retention whose retain-until date is at least
+//! Every object a kept restore point names (its snapshot, archives, segments and side files),
+//! its manifest, and, when it names encrypted objects, every wrapper of their generations' data
+//! keys (`gen/<g>/keys/`: without one the restore point cannot be decrypted) must carry an Object Lock retention whose retain-until date is at least
 //! the latest keep date of the kept restore points naming it. Each object that does not (no
 //! retention, an earlier date, or missing) is named with the date it has and the date it
 //! needs. A manifest with no retention at all (written by a mutable writer, or before the
 //! prefix was locked) is named too: no keep date can be read from it.
 //!
 //! # Cost
-//! One LIST per 1,000 manifests, a HEAD and a GET per manifest, and a HEAD per distinct object
-//! the kept restore points name; nothing is downloaded but the manifests. Reads only.
+//! One LIST per 1,000 manifests, a HEAD and a GET per manifest, a LIST per encrypted
+//! generation, and a HEAD per distinct object the kept restore points need; nothing is
+//! downloaded but the manifests. Reads only.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -155,6 +157,8 @@ pub async fn check_immutable(
         }
     };
     let mut known: BTreeMap<String, Option<crate::bucket::write_once::Retention>> = BTreeMap::new();
+    // Encrypted generations: the latest keep date of a restore point naming them, and by whom.
+    let mut sealed: BTreeMap<u64, (i64, String)> = BTreeMap::new();
     for ((key, manifest), head) in manifests.iter().zip(heads) {
         let lock = match head.map_err(bucket_err(bucket))? {
             None => {
@@ -187,6 +191,32 @@ pub async fn check_immutable(
         need(key, keep_until, key);
         for o in m.objects() {
             need(&o.key, keep_until, key);
+        }
+        for (g, _) in crate::crypto::key_objects::generations_to_open(m.objects()) {
+            let e = sealed.entry(g).or_insert((keep_until, key.clone()));
+            if keep_until > e.0 {
+                *e = (keep_until, key.clone());
+            }
+        }
+    }
+    for (g, (until, by)) in &sealed {
+        let prefix = crate::crypto::key_objects::keys_prefix(*g);
+        let wrappers = crate::bucket::list_all(bucket, &prefix)
+            .await
+            .map_err(bucket_err(bucket))?;
+        requests += wrappers.len().div_ceil(1000).max(1) as u64;
+        let mut any = false;
+        for w in wrappers
+            .iter()
+            .filter(|w| crate::crypto::key_objects::is_wrapper_key(&w.key))
+        {
+            any = true;
+            need(&w.key, *until, by);
+        }
+        if !any {
+            problems.push(format!(
+                "{prefix}: no wrapped data key, which {by} needs to be decrypted"
+            ));
         }
     }
     let unknown: Vec<&String> = needed.keys().filter(|k| !known.contains_key(*k)).collect();

@@ -2,6 +2,10 @@
 //! every object the manifest names is held under Object Lock at least until the restore point
 //! must be kept.
 //!
+//! When the manifest names encrypted objects, the wrappers of their generations' data keys
+//! (`gen/<g>/keys/`) are held too: without one the restore point cannot be decrypted. They
+//! are listed once per generation while the worker's view of the prefix lives (a LIST).
+//!
 //! # Why
 //! Each object is locked when it is created, for the lock period from then
 //! (`crate::bucket::write_once`). A later restore point that names it (the generation's
@@ -35,7 +39,7 @@
 //! Extensions are idempotent: a crash before the manifest leaves objects locked longer than
 //! needed, which costs nothing but storage until the later date.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
 use futures::StreamExt;
@@ -44,6 +48,7 @@ use super::WorkerError;
 use super::ctx::Ctx;
 use crate::bucket::BucketError;
 use crate::bucket::write_once::{CLOCK_SLACK, HoldCounts, Retention};
+use crate::crypto::key_objects;
 use crate::manifest::Manifest;
 
 /// Extensions in flight at once.
@@ -51,17 +56,33 @@ const PARALLELISM: usize = 8;
 
 /// Holds every object `m` names until the keep date of a restore point created with the
 /// returned retention (module docs); `None` for the mutable layout (nothing sent).
-pub(super) async fn hold(cx: &Ctx<'_>, m: &Manifest) -> Result<Option<Retention>, WorkerError> {
+pub(super) async fn hold(
+    cx: &Ctx<'_>,
+    wrappers: &mut HashMap<u64, Vec<String>>,
+    m: &Manifest,
+) -> Result<Option<Retention>, WorkerError> {
     let Some(lock) = cx.lock else {
         return Ok(None);
     };
+    let mut keys: BTreeSet<String> = m.objects().map(|o| o.key.clone()).collect();
+    for (g, _) in key_objects::generations_to_open(m.objects()) {
+        if !wrappers.contains_key(&g) {
+            let listed = crate::bucket::list_all(cx.bucket.as_ref(), &key_objects::keys_prefix(g))
+                .await?
+                .into_iter()
+                .map(|o| o.key)
+                .filter(|k| key_objects::is_wrapper_key(k))
+                .collect();
+            wrappers.insert(g, listed);
+        }
+        keys.extend(wrappers[&g].iter().cloned());
+    }
     let retain = lock.retention_now();
     let slack = i64::try_from(CLOCK_SLACK.as_millis()).unwrap_or(i64::MAX);
     let until = Retention {
         mode: retain.mode,
         until_ms: retain.until_ms.saturating_sub(slack),
     };
-    let keys: BTreeSet<String> = m.objects().map(|o| o.key.clone()).collect();
     let bucket = cx.bucket.clone();
     let results: Vec<(String, Result<(), BucketError>)> = futures::stream::iter(keys)
         .map(move |key| {

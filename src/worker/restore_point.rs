@@ -59,7 +59,7 @@ pub(super) async fn write(
     // A write-once prefix: what the manifest reuses is held until it must be kept, and the
     // manifest is created with the retention those holds were taken for (`hold.rs`).
     let opts = PutOpts {
-        retain: super::hold::hold(cx, &m).await?,
+        retain: super::hold::hold(cx, &mut view.wrappers, &m).await?,
         ..PutOpts::from(cond)
     };
     match bucket.put_with(&key, Body::from(encoded), opts).await {
