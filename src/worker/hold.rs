@@ -39,6 +39,7 @@
 //! Extensions are idempotent: a crash before the manifest leaves objects locked longer than
 //! needed, which costs nothing but storage until the later date.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
@@ -66,14 +67,16 @@ pub(super) async fn hold(
     };
     let mut keys: BTreeSet<String> = m.objects().map(|o| o.key.clone()).collect();
     for (g, _) in key_objects::generations_to_open(m.objects()) {
-        if !wrappers.contains_key(&g) {
-            let listed = crate::bucket::list_all(cx.bucket.as_ref(), &key_objects::keys_prefix(g))
-                .await?
-                .into_iter()
-                .map(|o| o.key)
-                .filter(|k| key_objects::is_wrapper_key(k))
-                .collect();
-            wrappers.insert(g, listed);
+        if let Entry::Vacant(e) = wrappers.entry(g) {
+            let prefix = key_objects::keys_prefix(g);
+            let listed = crate::bucket::list_all(cx.bucket.as_ref(), &prefix).await?;
+            e.insert(
+                listed
+                    .into_iter()
+                    .map(|o| o.key)
+                    .filter(|k| key_objects::is_wrapper_key(k))
+                    .collect(),
+            );
         }
         keys.extend(wrappers[&g].iter().cloned());
     }
