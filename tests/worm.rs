@@ -436,6 +436,13 @@ async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server
         mutable.total
     );
     assert_eq!(locked.delete, 0);
+    // And the eleven restore points of that run, reusing the generation's objects, all hold.
+    let now = mushroom_backup::units::unix_now_ms();
+    let c = mushroom_backup::verify::immutable::check_immutable(at("locked").as_ref(), now, 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c} ({} requests)", server.kind, c.requests);
+    assert!(c.ok && c.kept == 11, "{c}");
 }
 
 /// Runs `verify --from url --immutable` with the binary; its exit success and its stdout.
