@@ -95,8 +95,14 @@ pub struct LsArgs {
 /// `--bucket-as-of`'s instant, unix ms.
 fn as_of(t: Option<&str>) -> anyhow::Result<Option<i64>> {
     t.map(|t| {
-        restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms())
-            .with_context(|| format!("--bucket-as-of {t}"))
+        restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()).map_err(|e| {
+            match e {
+                restore::RestoreError::BadTime { given, detail } => {
+                    anyhow::anyhow!("--bucket-as-of {given:?} {detail}")
+                }
+                e => anyhow::anyhow!("--bucket-as-of {t:?}: {e}"),
+            }
+        })
     })
     .transpose()
 }
