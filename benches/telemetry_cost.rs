@@ -252,6 +252,7 @@ fn child(on: bool) {
             activity: String::new(),
             paused: None,
             last_drill: None,
+            immutable: None,
             starting: false,
         };
         mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);

@@ -21,7 +21,10 @@
 //!    consecutive failed steps, naming the last error;
 //! 6. the WAL source refuses what it is told (a node reported a position the store's files
 //!    contradict, see [`crate::wal_source::streamed`]), naming what and who, while it holds;
-//! 7. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`.
+//! 7. durable data unshipped for longer than `max(min_unhealthy_lag, 10 × wal_interval)`;
+//! 8. a write-once (Object Lock) store's last restore point names objects whose lock could not
+//!    be held until the restore point must be kept ([`ImmutableHealth`], checked by the worker
+//!    at each restore point it writes, `crate::worker`'s `hold.rs`), counting them.
 //!
 //! A **pause** ([`Pause`], the service's `Pause` call) changes this: while the store is paused
 //! its unshipped data is the operator's doing, so the lag (7) is no reason; within its
@@ -341,6 +344,10 @@ pub struct StoreHealth {
     /// The last restore drill, whatever its outcome.
     #[serde(default)]
     pub last_drill: Option<DrillResult>,
+    /// A write-once store's last immutability check; `None` for the mutable layout or before
+    /// the worker's first restore point.
+    #[serde(default)]
+    pub immutable: Option<ImmutableHealth>,
     /// The running worker has not yet learnt its bucket lease's state (its first acquisition
     /// is under way): unhealthy, "starting", but a health of the worker's start rather than
     /// of the store. `/metrics` leaves a starting store's gauges out (`service::ops::health_report`).
@@ -371,6 +378,7 @@ impl StoreHealth {
             activity: _,
             paused,
             last_drill,
+            immutable,
             starting,
         } = self;
         *healthy == other.healthy
@@ -388,8 +396,24 @@ impl StoreHealth {
             && *worker == other.worker
             && *paused == other.paused
             && *last_drill == other.last_drill
+            && immutable.map(|i| i.objects_short) == other.immutable.map(|i| i.objects_short)
             && *starting == other.starting
     }
+}
+
+/// A write-once store's immutability, as its worker checked it at its last restore point:
+/// every object the restore point names held under Object Lock until it must be kept. The
+/// check costs no request for what the worker created or extended in the last day, a
+/// `PutObjectRetention` per reused object about once a day, and a HEAD per object it never
+/// wrote (after a restart or takeover), once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ImmutableHealth {
+    pub checked_at_unix_ms: i64,
+    /// Objects of that restore point whose lock could not be extended (unhealthy when any).
+    pub objects_short: u64,
+    /// Since the worker started: locks extended, and HEADs sent to learn a lock.
+    pub lock_extensions: u64,
+    pub lock_heads: u64,
 }
 
 /// What the supervisor measured this tick.
@@ -400,6 +424,7 @@ pub struct Progress {
     pub restore_point_commit_seq: u64,
     /// How long durable commits have been unshipped (zero when none are).
     pub unshipped_for: Duration,
+    pub immutable: Option<ImmutableHealth>,
 }
 
 /// Evaluates health: a pure function of what the runner recorded and what was measured.
@@ -485,6 +510,14 @@ pub fn evaluate(
             policy.max_lag().as_secs_f64()
         ));
     }
+    if let Some(i) = progress.immutable.filter(|i| i.objects_short > 0) {
+        reasons.push(format!(
+            "{} objects named by the restore point written at {} are locked for less time than \
+             it must be kept (the bucket refused to extend their Object Lock retention)",
+            i.objects_short,
+            rfc3339_ms(i.checked_at_unix_ms)
+        ));
+    }
     let mut notes = Vec::new();
     if !status.conditional_writes {
         notes.push(
@@ -523,6 +556,7 @@ pub fn evaluate(
         },
         paused: status.pause.clone(),
         last_drill: status.drill.clone(),
+        immutable: progress.immutable,
         starting: status.lease.is_none() && status.worker == WorkerState::Running,
     }
 }
@@ -646,6 +680,7 @@ mod tests {
             shipped_commit_seq: 40,
             restore_point_commit_seq: 40,
             unshipped_for: Duration::from_secs(31),
+            immutable: None,
         };
         let h = evaluate(&holding(), lagging, &p, "me");
         assert!(
@@ -667,6 +702,19 @@ mod tests {
                     .contains("position reports refused: a report from 10.0.0.7"),
             "{h:?}"
         );
+
+        let mut i = ImmutableHealth::default();
+        let held = |i| Progress {
+            immutable: Some(i),
+            ..Progress::default()
+        };
+        assert!(evaluate(&holding(), held(i), &p, "me").healthy);
+        i.objects_short = 3;
+        let h = evaluate(&holding(), held(i), &p, "me");
+        assert!(
+            !h.healthy && h.reason.starts_with("3 objects named by"),
+            "{h:?}"
+        );
     }
 
     #[test]
@@ -677,6 +725,7 @@ mod tests {
             shipped_commit_seq: 40,
             restore_point_commit_seq: 40,
             unshipped_for: Duration::from_secs(3600),
+            immutable: None,
         };
         let mut s = holding();
         s.pause = Some(Pause {

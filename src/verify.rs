@@ -42,6 +42,7 @@ use std::fmt;
 use futures::StreamExt;
 use serde::Serialize;
 
+pub mod immutable;
 mod large;
 mod points;
 

@@ -115,6 +115,28 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
     );
     fails(
         &[
+            "ls",
+            "--from",
+            &bucket,
+            "--bucket-as-of",
+            "2026-12-02T10:00:00Z",
+        ],
+        "read as of an instant only from S3 object versions",
+    );
+    fails(
+        &[
+            "restore",
+            "--from",
+            "s3://b/p",
+            "--to",
+            s,
+            "--bucket-as-of",
+            "yesterday",
+        ],
+        "--bucket-as-of \"yesterday\" is not an RFC 3339 time",
+    );
+    fails(
+        &[
             "backup",
             "--store",
             s,

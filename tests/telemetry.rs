@@ -418,6 +418,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         activity: String::new(),
         paused: None,
         last_drill: None,
+        immutable: None,
         starting: false,
     }
 }

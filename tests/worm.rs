@@ -436,4 +436,443 @@ async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server
         mutable.total
     );
     assert_eq!(locked.delete, 0);
+    // And the eleven restore points of that run, reusing the generation's objects, all hold.
+    let now = mushroom_backup::units::unix_now_ms();
+    let c = mushroom_backup::verify::immutable::check_immutable(at("locked").as_ref(), now, 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c} ({} requests)", server.kind, c.requests);
+    assert!(c.ok && c.kept == 11, "{c}");
+}
+
+/// Runs `verify --from url --immutable` with the binary; its exit success and its stdout.
+fn verify_immutable_cli(server: &S3Server, url: &str) -> (bool, String) {
+    let out = support::binary::command(&server.endpoint)
+        .args(["verify", "--from", url, "--immutable"])
+        .output()
+        .expect("run verify");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("verify --immutable {url}: {}\n{stdout}{stderr}", out.status);
+    (out.status.success(), stdout)
+}
+
+// `verify --immutable`: every object of a write-once prefix is locked at least until the
+// restore points naming it must be kept; a newer unlocked version an attacker adds over a data
+// object (or a prefix written without locks) is named, and the command fails.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn verify_immutable_names_each_object_short_of_its_date);
+async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server) {
+    use mushroom_backup::verify::immutable::check_immutable;
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-imm").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    let mut w = worker(&store, raw.clone(), locked_config());
+    for _ in 0..2 {
+        write(&store, 300, 500, 8 << 10);
+        w.run_once().await.unwrap();
+    }
+    drop(w);
+    let now = mushroom_backup::units::unix_now_ms();
+    let c = check_immutable(raw.as_ref(), now, 4).await.unwrap();
+    eprintln!("{:?}: {c}", server.kind);
+    assert!(c.ok, "{c}");
+    assert_eq!((c.kept, c.expired), (2, 0), "{c}");
+    assert!(c.objects > 2, "{c}");
+    // 1 LIST, a HEAD and a GET per manifest, a HEAD per other object.
+    assert_eq!(c.requests, 1 + 2 * 2 + (c.objects as u64 - 2), "{c}");
+    let url = format!("s3://{name}/{PREFIX}");
+    let (ok, out) = verify_immutable_cli(server, &url);
+    assert!(
+        ok && out.contains("is locked as long as it must be"),
+        "{out}"
+    );
+    // Two days on, neither restore point is kept any more: nothing to hold.
+    let later = now + 2 * 24 * 3600 * 1000;
+    let c = check_immutable(raw.as_ref(), later, 4).await.unwrap();
+    assert!(c.ok && c.kept == 0 && c.expired == 2, "{c}");
+
+    // The attacker puts a newer, unlocked version over a data object (same bytes, so a plain
+    // verify still passes): the current version is no longer locked.
+    let (by_key, _) = versions(&client, &name).await;
+    let data = by_key
+        .keys()
+        .find(|k| {
+            k.starts_with(&format!("{PREFIX}/{}", manifest::GEN_PREFIX)) && k.contains("/wal/")
+        })
+        .expect("a segment")
+        .clone();
+    let bytes = client
+        .get_object()
+        .bucket(&name)
+        .key(&data)
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    client
+        .put_object()
+        .bucket(&name)
+        .key(&data)
+        .body(bytes.into())
+        .send()
+        .await
+        .unwrap();
+    let c = check_immutable(raw.as_ref(), now, 4).await.unwrap();
+    eprintln!("{:?}: after the attack: {c}", server.kind);
+    assert!(!c.ok, "{c}");
+    let ours = data.strip_prefix(&format!("{PREFIX}/")).unwrap();
+    let named: Vec<&str> = c.short.iter().map(|s| s.key.as_str()).collect();
+    assert!(named.contains(&ours), "{ours} not named: {c}");
+    assert!(c.short.iter().all(|s| s.retained_until_ms.is_none()), "{c}");
+    let (ok, out) = verify_immutable_cli(server, &url);
+    assert!(!ok, "verify --immutable passed after the attack: {out}");
+    assert!(
+        out.contains(&format!("SHORT {ours}: no Object Lock retention")),
+        "{out}"
+    );
+
+    // A prefix written by a mutable writer has no keep date to read: each manifest is named.
+    let mutable = prefix_of(server, &name, "mutable");
+    let other = t.path().join("o");
+    write(&other, 300, 500, 8 << 10);
+    worker(&other, mutable.clone(), config())
+        .run_once()
+        .await
+        .unwrap();
+    let c = check_immutable(mutable.as_ref(), now, 4).await.unwrap();
+    assert!(!c.ok && c.problems.len() == 1, "{c}");
+    assert!(c.problems[0].contains("no Object Lock retention"), "{c}");
+}
+
+/// The manifest of the restore point at `commit_seq`, read from the bucket.
+async fn manifest_at(bucket: &DynBucket, commit_seq: u64) -> manifest::Manifest {
+    let key = manifest::manifest_key(commit_seq);
+    let obj = bucket.get(&key).await.unwrap();
+    manifest::Manifest::decode(&key, &obj.data).unwrap()
+}
+
+// A restore point that reuses objects locked for an earlier one holds them until it must be
+// kept itself: a writer whose policy keeps restore points three days reuses what one keeping
+// them a minute wrote (the same as objects growing older than their lock's slack), extends
+// each reused lock once (a HEAD first: it never wrote them), and `verify --immutable` passes;
+// its next restore point costs no request more for them.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept);
+async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept(server: &S3Server) {
+    use mushroom_backup::verify::immutable::check_immutable;
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-hold").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    let first = worker(&store, raw.clone(), locked_config())
+        .run_once()
+        .await
+        .unwrap()
+        .restore_point
+        .expect("a restore point");
+    let mut longer = locked_config();
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    let mut b = worker(&store, raw.clone(), longer);
+    write(&store, 100, 500, 8 << 10);
+    let second = b.run_once().await.unwrap().restore_point.unwrap();
+    let (m1, m2) = (
+        manifest_at(&raw, first).await,
+        manifest_at(&raw, second).await,
+    );
+    let old: std::collections::BTreeSet<&str> = m1.objects().map(|o| o.key.as_str()).collect();
+    let reused: Vec<&str> = m2
+        .objects()
+        .map(|o| o.key.as_str())
+        .filter(|k| old.contains(k))
+        .collect();
+    let holds = b.counters().immutable.clone();
+    eprintln!(
+        "{:?}: restore point {second} reuses {} objects of {first}: {} HEADs, {} extensions",
+        server.kind,
+        reused.len(),
+        holds.heads(),
+        holds.extensions()
+    );
+    assert!(!reused.is_empty(), "nothing reused: the test shows nothing");
+    assert_eq!(holds.extensions(), reused.len() as u64);
+    assert_eq!(holds.heads(), reused.len() as u64);
+    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
+    for key in &reused {
+        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
+        assert!(
+            lock.until_ms >= floor,
+            "{key} held only until {}",
+            lock.until_ms
+        );
+    }
+    let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c}", server.kind);
+    assert!(c.ok && c.kept == 2, "{c}");
+    // The next restore point: everything is held late enough already, in memory.
+    write(&store, 100, 500, 8 << 10);
+    b.run_once().await.unwrap().restore_point.unwrap();
+    assert_eq!(holds.extensions(), reused.len() as u64);
+    assert_eq!(holds.heads(), reused.len() as u64);
+    let short = holds.short.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(short, 0);
+}
+
+/// Runs the binary's `args` against `server`; its success and stdout.
+fn cli(server: &S3Server, args: &[&str]) -> (bool, String) {
+    let out = support::binary::command(&server.endpoint)
+        .args(args)
+        .output()
+        .expect("run the binary");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!(
+        "{args:?}: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), stdout)
+}
+
+// `--bucket-as-of TIME`: after an attacker with the writer's keys puts newer versions over the
+// newest manifest and a segment, delete markers over the newest pointer and an older manifest,
+// and a forged LATEST, the prefix read as of a moment before the attack verifies, lists and
+// restores as before it (library and CLI); read so, the bucket refuses every write.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it);
+async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it(server: &S3Server) {
+    use mushroom_backup::bucket::{Body, PutCondition};
+    let client = server.client();
+    let name = locked_bucket(&client, "worm-asof").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    let mut w = worker(&store, raw.clone(), locked_config());
+    for _ in 0..2 {
+        write(&store, 300, 500, 8 << 10);
+        w.run_once().await.unwrap();
+    }
+    drop(w);
+    let want = digest(&store);
+    // The servers stamp versions to the second: the instant is a second clear of both sides.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let at_ms = mushroom_backup::units::unix_now_ms();
+    let at = mushroom_backup::units::rfc3339_ms(at_ms);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    let (by_key, _) = versions(&client, &name).await;
+    let under = |p: &str| format!("{PREFIX}/{p}");
+    let newest_pointer = by_key
+        .keys()
+        .find(|k| k.starts_with(&under(manifest::POINTERS_PREFIX)))
+        .unwrap()
+        .clone();
+    let manifests: Vec<&String> = by_key
+        .keys()
+        .filter(|k| k.starts_with(&under(MANIFESTS_PREFIX)))
+        .collect();
+    let segment = by_key
+        .keys()
+        .find(|k| k.starts_with(&under(manifest::GEN_PREFIX)) && k.contains("/wal/"))
+        .unwrap()
+        .clone();
+    let newest_manifest = under(&manifest::manifest_key(want.commit_seq));
+    for key in [&newest_manifest, &segment, &under(manifest::LATEST_KEY)] {
+        client
+            .put_object()
+            .bucket(&name)
+            .key(key)
+            .body(b"ransom".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    for key in [&newest_pointer, manifests[0]] {
+        client
+            .delete_object()
+            .bucket(&name)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+    }
+    let v = verify::verify(raw.as_ref(), &VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(
+        !v.ok,
+        "the attack changed nothing the current versions show: {v}"
+    );
+
+    let before: DynBucket = Arc::new(
+        S3Bucket::new(server.client(), &name, PREFIX, S3Options::default())
+            .endpoint_named(&server.endpoint)
+            .as_of(at_ms),
+    );
+    let v = verify::verify(before.as_ref(), &VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(v.ok && v.manifests.len() == 2, "{v}");
+    let out = t.path().join("as-of");
+    restore::restore(before.as_ref(), &out, &RestoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(digest(&out), want);
+    let e = before
+        .put("x", Body::from(vec![1]), PutCondition::IfNoneMatch)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+
+    let url = format!("s3://{name}/{PREFIX}");
+    let cli_out = t.path().join("cli-as-of");
+    let to = cli_out.to_str().unwrap();
+    let (ok, _) = cli(
+        server,
+        &["restore", "--from", &url, "--to", to, "--bucket-as-of", &at],
+    );
+    assert!(ok);
+    assert_eq!(digest(&cli_out), want);
+    let (ok, listed) = cli(
+        server,
+        &["ls", "--from", &url, "--bucket-as-of", &at, "--json"],
+    );
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    assert!(ok && listed.len() == 2, "{listed:?}");
+    let (ok, _) = cli(server, &["verify", "--from", &url, "--bucket-as-of", &at]);
+    assert!(ok);
+    let (ok, _) = cli(server, &["verify", "--from", &url]);
+    assert!(!ok, "the prefix as it is now verifies after the attack");
+}
+
+// Health reports the worker's check of each restore point it writes: a running worker that
+// reuses objects another wrote (locked for a shorter policy) extends their locks and its store
+// health shows the check, none short; where the bucket refuses the extensions, the store is
+// unhealthy, counting the objects short of their date.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn health_reports_the_immutability_check);
+async fn health_reports_the_immutability_check(server: &S3Server) {
+    let i = immutability_health(server, false).await;
+    assert!(i.objects_short == 0 && i.lock_extensions > 0, "{i:?}");
+    assert!(i.lock_heads >= i.lock_extensions, "{i:?}");
+    // `Hooked` passes on every request but PutObjectRetention, which it leaves to the trait's
+    // default: refused, as by a bucket whose policy denies it.
+    let i = immutability_health(server, true).await;
+    assert!(i.objects_short > 0, "{i:?}");
+}
+
+/// The health of a running worker's store after its first restore point, which reuses objects
+/// locked for a shorter policy, the extensions refused when `refuse`.
+async fn immutability_health(
+    server: &S3Server,
+    refuse: bool,
+) -> mushroom_backup::health::ImmutableHealth {
+    let name = locked_bucket(&server.client(), "worm-health").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    worker(&store, raw.clone(), locked_config())
+        .run_once()
+        .await
+        .unwrap();
+    let mut longer = locked_config();
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    write(&store, 100, 500, 8 << 10);
+    let bucket: DynBucket = match refuse {
+        true => Arc::new(support::hooked::Hooked {
+            inner: raw,
+            hook: |_, _: &str| {},
+        }),
+        false => raw,
+    };
+    let tasks = tokio_util::task::TaskTracker::new();
+    let running = worker(&store, bucket, longer).spawn(
+        lease_config("running"),
+        tokio_util::sync::CancellationToken::new(),
+        &tasks,
+    );
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let h = loop {
+        let h = running.health();
+        if h.restore_point_commit_seq == 400 && h.immutable.is_some() {
+            break h;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{h:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    running.shutdown(false).await;
+    let i = h.immutable.unwrap();
+    eprintln!("{:?} (refused: {refuse}): {i:?}; {}", server.kind, h.reason);
+    assert_eq!(h.healthy, !refuse, "{h:#?}");
+    if refuse {
+        assert!(h.reason.contains("locked for less time than"), "{h:#?}");
+    }
+    i
+}
+
+// An encrypted write-once prefix: the wrappers of a generation's data key are held with the
+// objects a restore point reuses (without one nothing decrypts), and `verify --immutable`
+// checks them too.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn an_encrypted_restore_point_holds_its_wrapped_keys);
+async fn an_encrypted_restore_point_holds_its_wrapped_keys(server: &S3Server) {
+    use mushroom_backup::crypto::{Encryption, WriterEncryption, key_objects};
+    use mushroom_backup::verify::immutable::check_immutable;
+    let (wrap, unwrap) = support::keks::key_file_kek();
+    let encrypted = |mut c: WorkerConfig| {
+        c.encryption = WriterEncryption {
+            keys: Some(Encryption {
+                wrap: vec![wrap.clone()],
+                unwrap: vec![unwrap.clone()],
+                warnings: Vec::new(),
+            }),
+            allow_mixed: false,
+        };
+        c
+    };
+    let name = locked_bucket(&server.client(), "worm-sealed").await;
+    let raw = prefix_of(server, &name, PREFIX);
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().join("s");
+    write(&store, 300, 500, 8 << 10);
+    worker(&store, raw.clone(), encrypted(locked_config()))
+        .run_once()
+        .await
+        .unwrap();
+    let mut longer = encrypted(locked_config());
+    longer.retention.keep_for = Duration::from_secs(3 * 24 * 3600);
+    write(&store, 100, 500, 8 << 10);
+    worker(&store, raw.clone(), longer)
+        .run_once()
+        .await
+        .unwrap()
+        .restore_point
+        .unwrap();
+    let wrappers: Vec<String> = mushroom_backup::bucket::list_all(raw.as_ref(), "gen/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| key_objects::is_wrapper_key(k))
+        .collect();
+    assert!(!wrappers.is_empty());
+    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
+    for key in &wrappers {
+        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
+        assert!(
+            lock.until_ms >= floor,
+            "{key} held only until {}",
+            lock.until_ms
+        );
+    }
+    let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
+        .await
+        .unwrap();
+    eprintln!("{:?}: {c} ({} requests)", server.kind, c.requests);
+    assert!(c.ok, "{c}");
 }

@@ -181,6 +181,16 @@ impl Bucket for CountingBucket {
         self.inner.delete(key, if_match).await
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        // Counted as a PUT: S3 bills it as one.
+        self.counts.record(Op::Put);
+        self.inner.put_retention(key, retain).await
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.counts.record(Op::List);
         self.inner.list(query).await

@@ -432,6 +432,15 @@ impl super::Bucket for FaultyBucket {
         .await
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        self.run(Op::Put, key, false, self.inner.put_retention(key, retain))
+            .await
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         let prefix = query.prefix;
         self.run(Op::List, prefix, false, self.inner.list(query))

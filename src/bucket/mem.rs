@@ -271,6 +271,7 @@ fn meta(key: &str, stored: &Stored) -> ObjectMeta {
         len: stored.data.len() as u64,
         etag: stored.etag.clone(),
         modified_ms: Some(stored.written_ms),
+        lock: None,
     }
 }
 

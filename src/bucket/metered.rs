@@ -181,6 +181,21 @@ impl Bucket for MeteredBucket {
         metered(self, Op::Delete, key, self.inner.delete(key, if_match), ok).await
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        metered(
+            self,
+            Op::Put,
+            key,
+            self.inner.put_retention(key, retain),
+            ok,
+        )
+        .await
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         let prefix = query.prefix;
         metered(self, Op::List, prefix, self.inner.list(query), ok).await

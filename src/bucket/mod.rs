@@ -90,6 +90,9 @@ pub struct ObjectMeta {
     /// When the object was written by the bucket's own clock (S3 `LastModified`, a `file://`
     /// object's mtime), unix milliseconds; `None` when the store does not say.
     pub modified_ms: Option<i64>,
+    /// The object's S3 Object Lock retention, as a HEAD reads it (`None`: none, or a listing
+    /// or a backend that cannot lock, which never says); see [`write_once`].
+    pub lock: Option<write_once::Retention>,
 }
 
 /// One page of a listing.
@@ -385,6 +388,19 @@ pub trait Bucket: Send + Sync + 'static {
 
     /// One page of the keys under the query's prefix, in order.
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError>;
+
+    /// Sets the Object Lock retention of the current version of `key` to `retain` (S3
+    /// `PutObjectRetention`, one PUT-class request): how a write-once writer extends the lock
+    /// of an object a newer restore point reuses ([`write_once`]). The store refuses to
+    /// shorten a retention (COMPLIANCE always, GOVERNANCE without the bypass, which is never
+    /// sent). Default: refused, as [`lock_refused`]: only S3 holds locks.
+    async fn put_retention(
+        &self,
+        key: &str,
+        _retain: write_once::Retention,
+    ) -> Result<(), BucketError> {
+        Err(lock_refused(&self.url(), key))
+    }
 }
 
 /// A shared bucket handle.

@@ -12,7 +12,9 @@
 //!   layer, so every attempt is one request counted;
 //! - the backend: [`FsBucket`](super::fs::FsBucket) for `file:///abs/path`,
 //!   [`S3Bucket`](super::s3::S3Bucket) for `s3://bucket/prefix`, on a client of the caller's
-//!   [`Clients`] (one per configuration, shared by every bucket of an instance) or of its own.
+//!   [`Clients`] (one per configuration, shared by every bucket of an instance) or of its own;
+//!   read as the prefix was at an instant when [`Open::as_of`] asks (S3 only, read-only only:
+//!   `--bucket-as-of`).
 //!
 //! The token is the caller's, never a fresh one nothing cancels: a worker's is the fleet's,
 //! cancelled once the last flushes are done; a command's is its own. Cancelling it only ever
@@ -88,6 +90,7 @@ pub struct Open<'a> {
     usage: Option<Arc<Usage>>,
     policy: RetryPolicy,
     clients: Option<Clients>,
+    as_of_ms: Option<i64>,
 }
 
 impl<'a> Open<'a> {
@@ -100,6 +103,7 @@ impl<'a> Open<'a> {
             usage: None,
             policy: RetryPolicy::default(),
             clients: None,
+            as_of_ms: None,
         }
     }
 
@@ -132,6 +136,13 @@ impl<'a> Open<'a> {
         self
     }
 
+    /// Reads the destination as it was at `at_ms` (unix ms), from S3 object versions
+    /// ([`s3::S3Bucket::as_of`]); only read-only, only S3. `None`: as it is now.
+    pub fn as_of(mut self, at_ms: Option<i64>) -> Open<'a> {
+        self.as_of_ms = at_ms;
+        self
+    }
+
     /// Opens the destination: the stack of the module docs.
     pub async fn open(self) -> Result<DynBucket, OpenError> {
         let mut bucket = self.backend().await?;
@@ -155,6 +166,15 @@ impl<'a> Open<'a> {
     /// created, but writes are not refused: that is [`read_only::ReadOnly`]'s part.
     async fn backend(&self) -> Result<DynBucket, OpenError> {
         let url = self.url;
+        if self.as_of_ms.is_some() && (self.mode != OpenMode::ReadOnly || !url.starts_with("s3://"))
+        {
+            return Err(OpenError::BadUrl {
+                url: url.to_string(),
+                reason: "a bucket is read as of an instant only from S3 object versions, and \
+                         only to read it (restore, verify, ls)"
+                    .into(),
+            });
+        }
         if let Some(path) = url.strip_prefix("file://") {
             if !path.starts_with('/') {
                 return Err(OpenError::BadUrl {
@@ -177,9 +197,11 @@ impl<'a> Open<'a> {
             }
             let clients = self.clients.clone().unwrap_or_default();
             let prefix = prefix.trim_end_matches('/');
-            Ok(Arc::new(
-                s3::S3Bucket::open(&clients, bucket, prefix).await?,
-            ))
+            let s3 = s3::S3Bucket::open(&clients, bucket, prefix).await?;
+            Ok(Arc::new(match self.as_of_ms {
+                Some(ms) => s3.as_of(ms),
+                None => s3,
+            }))
         } else {
             Err(OpenError::BadUrl {
                 url: url.to_string(),

@@ -64,6 +64,14 @@ impl super::Bucket for ReadOnly {
         Err(refused("delete", key))
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        _retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        Err(refused("put_retention", key))
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.inner.list(query).await
     }

@@ -236,6 +236,19 @@ impl super::Bucket for Retrying {
         }
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        // Idempotent: setting the same date again is the same request.
+        self.attempts("put_retention", key, || {
+            self.inner.put_retention(key, retain)
+        })
+        .await
+        .result
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.attempts("list", query.prefix, || self.inner.list(query.clone()))
             .await

@@ -294,6 +294,7 @@ mod tests {
             len,
             etag: String::new(),
             modified_ms: None,
+            lock: None,
         }
     }
 

@@ -249,6 +249,16 @@ impl Bucket for UsageBucket {
         Ok(())
     }
 
+    async fn put_retention(
+        &self,
+        key: &str,
+        retain: crate::bucket::write_once::Retention,
+    ) -> Result<(), BucketError> {
+        // Billed as a PUT-class request; it changes no stored byte.
+        self.usage.record(RequestClass::Put);
+        self.inner.put_retention(key, retain).await
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         self.usage.record(RequestClass::List);
         let prefix = query.prefix;

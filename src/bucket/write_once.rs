@@ -13,14 +13,30 @@
 //!   write-once prefix that is rewritten (the IAM policy in `deploy/` allows `DeleteObject` on
 //!   it alone; it holds no data, and its versions expire by the lifecycle rule).
 //! - Reads pass through untouched.
+//! - [`Bucket::put_retention`] means here "hold this object at least until `retain.until_ms`"
+//!   (what a restore point that reuses an object asks, item 2 of issue 29): it sends nothing
+//!   when the object's retain-until is known to be late enough, and otherwise extends the lock
+//!   to a full period from now (one `PutObjectRetention`), after a HEAD when this process
+//!   never wrote or extended the object (a restart, another writer's object). It only ever
+//!   extends: a date is set only when the one there is earlier. What this writer created or
+//!   extended is remembered in memory (key and date; forgotten two [`CLOCK_SLACK`]s after it
+//!   stopped being late enough to skip, so a long run holds only what it still reuses), so a
+//!   restore point costs a request per reused object about once per [`CLOCK_SLACK`], and
+//!   nothing otherwise. A create's retention is the one asked for ([`PutOpts::retain`]: the
+//!   worker gives its manifest the date it holds the reused objects to), else a period from now.
 //!
 //! A backend that cannot lock an object (a local directory, memory) refuses a write that asks
 //! for a retention ([`PutOpts::retain`]) with a `Permanent` error: there is no emulation, a
 //! write-once prefix lives in an S3 bucket with Object Lock enabled.
 //!
-//! Stateless: a crash leaves only what the requests sent before it did.
+//! Nothing on disk: a crash leaves only what the requests sent before it did. The dates held in
+//! memory are a cache; a new process starts without them and pays a HEAD per reused object
+//! once.
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -67,6 +83,12 @@ pub struct Retention {
     pub until_ms: i64,
 }
 
+/// What the lock period adds to the longest the retention policy keeps a restore point, for
+/// the writer's clock against the bucket's (`crate::worker::retention::lock_period`). So a
+/// restore point must be kept until its manifest's retain-until date less this: what
+/// `verify --immutable` holds every object it names to ([`crate::verify::immutable`]).
+pub const CLOCK_SLACK: Duration = Duration::from_secs(24 * 3600);
+
 /// How a write-once prefix's objects are locked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectLock {
@@ -86,15 +108,93 @@ impl ObjectLock {
     }
 }
 
+/// What holding reused objects cost and found ([`Bucket::put_retention`] on a [`WriteOnce`],
+/// and the worker's check of each restore point it writes), for the worker's counters and its
+/// store's health.
+#[derive(Debug, Default)]
+pub struct HoldCounts {
+    /// HEADs sent to learn the retain-until date of an object this process never wrote.
+    pub heads: AtomicU64,
+    /// `PutObjectRetention`s asked of the bucket below (each extension, refused or not).
+    pub extensions: AtomicU64,
+    /// When the worker last checked a restore point it wrote (unix ms; 0: never).
+    pub checked_at_ms: AtomicI64,
+    /// Objects that restore point names whose lock could not be extended to its keep date.
+    pub short: AtomicU64,
+}
+
+impl HoldCounts {
+    pub fn heads(&self) -> u64 {
+        self.heads.load(Ordering::Relaxed)
+    }
+
+    pub fn extensions(&self) -> u64 {
+        self.extensions.load(Ordering::Relaxed)
+    }
+}
+
 /// A bucket written as a write-once prefix; see the module docs.
 pub struct WriteOnce {
     inner: DynBucket,
     lock: ObjectLock,
+    counts: Arc<HoldCounts>,
+    /// The retain-until date (unix ms) of each object this writer created or extended.
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    until: HashMap<String, i64>,
+    /// The map's length after its last pruning.
+    pruned_at: usize,
+}
+
+impl Held {
+    fn record(&mut self, key: &str, until_ms: i64, now_ms: i64, period_ms: i64) {
+        self.until.insert(key.to_string(), until_ms);
+        if self.until.len() > 2 * self.pruned_at + 1024 {
+            // Dated before now + period - 2 slacks: not held by any restore point of the last
+            // slack (those were extended), so most likely never asked for again.
+            let slack = millis(CLOCK_SLACK);
+            let floor = now_ms.saturating_add(period_ms).saturating_sub(2 * slack);
+            self.until.retain(|_, u| *u >= floor);
+            self.pruned_at = self.until.len();
+        }
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl WriteOnce {
     pub fn new(inner: DynBucket, lock: ObjectLock) -> WriteOnce {
-        WriteOnce { inner, lock }
+        WriteOnce {
+            inner,
+            lock,
+            counts: Arc::default(),
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    /// This bucket, counting what holding objects costs into `counts`.
+    pub fn counting_into(mut self, counts: Arc<HoldCounts>) -> WriteOnce {
+        self.counts = counts;
+        self
+    }
+
+    fn remember(&self, key: &str, until_ms: i64) {
+        let now = crate::units::unix_now_ms();
+        let period = millis(self.lock.period);
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(key, until_ms, now, period);
+    }
+
+    fn known(&self, key: &str) -> Option<i64> {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.until.get(key).copied()
     }
 }
 
@@ -144,8 +244,42 @@ impl Bucket for WriteOnce {
                 "only a create (If-None-Match) is written",
             ));
         }
-        opts.retain = Some(self.lock.retention_now());
-        self.inner.put_with(key, body, opts).await
+        let retain = match opts.retain {
+            Some(r) => Retention {
+                mode: self.lock.mode,
+                until_ms: r.until_ms,
+            },
+            None => self.lock.retention_now(),
+        };
+        opts.retain = Some(retain);
+        let etag = self.inner.put_with(key, body, opts).await?;
+        self.remember(key, retain.until_ms);
+        Ok(etag)
+    }
+
+    async fn put_retention(&self, key: &str, retain: Retention) -> Result<(), BucketError> {
+        if self.known(key).is_some_and(|u| u >= retain.until_ms) {
+            return Ok(());
+        }
+        if self.known(key).is_none() {
+            self.counts.heads.fetch_add(1, Ordering::Relaxed);
+            let there = self.inner.head(key).await?;
+            let Some(there) = there else {
+                return Err(BucketError::not_found(key));
+            };
+            if let Some(l) = there.lock {
+                self.remember(key, l.until_ms);
+                if l.until_ms >= retain.until_ms {
+                    return Ok(());
+                }
+            }
+        }
+        let mut to = self.lock.retention_now();
+        to.until_ms = to.until_ms.max(retain.until_ms);
+        self.counts.extensions.fetch_add(1, Ordering::Relaxed);
+        self.inner.put_retention(key, to).await?;
+        self.remember(key, to.until_ms);
+        Ok(())
     }
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {

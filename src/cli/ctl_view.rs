@@ -38,6 +38,12 @@ pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
                 "owner_since_unix_ms": s.owner_since_unix_ms,
                 "durability": s.durability,
                 "bucket_durable_commit_seq": s.bucket_durable_commit_seq,
+                "immutable": s.immutable.as_ref().map(|i| json!({
+                    "checked_at_unix_ms": i.checked_at_unix_ms,
+                    "objects_short": i.objects_short,
+                    "lock_extensions": i.lock_extensions,
+                    "lock_heads": i.lock_heads,
+                })),
             })
         })
         .collect();
@@ -88,6 +94,16 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
             }
             if !s.last_error.is_empty() {
                 line.push_str(&format!("\n  last error: {}", s.last_error));
+            }
+            if let Some(i) = &s.immutable {
+                line.push_str(&format!(
+                    "\n  immutable: {} objects short of their lock date at {} ({} locks \
+                     extended, {} HEADs)",
+                    i.objects_short,
+                    mushroom_backup::units::rfc3339_ms(i.checked_at_unix_ms),
+                    i.lock_extensions,
+                    i.lock_heads
+                ));
             }
             line.push_str(&super::super::ctl_drill::last_drill_text(
                 s.last_drill.as_ref(),

@@ -23,6 +23,11 @@ pub struct RestoreArgs {
     /// An empty or missing directory to restore into.
     #[arg(long)]
     to: PathBuf,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
     /// Restore exactly to this commit.
     #[arg(long, conflicts_with = "at_time")]
     at: Option<u64>,
@@ -59,6 +64,15 @@ pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
+    /// Also check that every object a kept restore point names is locked (S3 Object Lock)
+    /// at least until that restore point must be kept, naming each that is not.
+    #[arg(long)]
+    immutable: bool,
     #[command(flatten)]
     encryption: super::encryption::EncryptionArgs,
 }
@@ -68,9 +82,29 @@ pub struct LsArgs {
     /// The destination to list.
     #[arg(long)]
     from: String,
+    /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
+    /// versions written after it are ignored): RFC 3339 with a UTC offset, e.g.
+    /// 2026-12-02T10:00:00Z. For a prefix an attacker overwrote or deleted into.
+    #[arg(long)]
+    bucket_as_of: Option<String>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--bucket-as-of`'s instant, unix ms.
+fn as_of(t: Option<&str>) -> anyhow::Result<Option<i64>> {
+    t.map(|t| {
+        restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()).map_err(|e| {
+            match e {
+                restore::RestoreError::BadTime { given, detail } => {
+                    anyhow::anyhow!("--bucket-as-of {given:?} {detail}")
+                }
+                e => anyhow::anyhow!("--bucket-as-of {t:?}: {e}"),
+            }
+        })
+    })
+    .transpose()
 }
 
 pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
@@ -84,6 +118,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .map(|t| restore::at_time::parse_instant(t, mushroom_backup::units::unix_now_ms()))
         .transpose()?;
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let opts = RestoreOptions {
@@ -110,6 +145,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let keys = a.encryption.load_for_reading()?;
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let opts = VerifyOptions {
@@ -120,12 +156,29 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     if report.manifests.is_empty() && report.latest.is_none() {
         listing::holds_a_backup(bucket.as_ref()).await?;
     }
-    if a.json {
-        super::out::line(serde_json::to_string(&report)?)?;
-    } else {
-        super::out::line(&report)?;
+    let immutable = match a.immutable {
+        true => Some(
+            verify::immutable::check_immutable(
+                bucket.as_ref(),
+                mushroom_backup::units::unix_now_ms(),
+                opts.parallelism,
+            )
+            .await?,
+        ),
+        false => None,
+    };
+    match (&immutable, a.json) {
+        (None, true) => super::out::line(serde_json::to_string(&report)?)?,
+        (None, false) => super::out::line(&report)?,
+        (Some(i), true) => super::out::line(serde_json::to_string(
+            &serde_json::json!({"verify": &report, "immutable": i}),
+        )?)?,
+        (Some(i), false) => {
+            super::out::line(&report)?;
+            super::out::line(i)?;
+        }
     }
-    if report.ok {
+    if report.ok && immutable.as_ref().is_none_or(|i| i.ok) {
         Ok(ExitCode::SUCCESS)
     } else {
         if !a.json {
@@ -137,6 +190,7 @@ pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 
 pub async fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
+        .as_of(as_of(a.bucket_as_of.as_deref())?)
         .open()
         .await?;
     let points = verify::list_restore_points(bucket.as_ref()).await?;

@@ -56,6 +56,18 @@ pub struct WorkerConfig {
     pub wal_puts_per_second: u32,
 }
 
+impl WorkerConfig {
+    /// How a write-once prefix's objects are locked: the mode, retained for
+    /// [`super::retention::lock_period`]; `None` for the mutable layout.
+    pub fn lock(&self) -> Option<crate::bucket::write_once::ObjectLock> {
+        self.object_lock
+            .map(|mode| crate::bucket::write_once::ObjectLock {
+                mode,
+                period: super::retention::lock_period(&self.retention),
+            })
+    }
+}
+
 /// The default [`WorkerConfig::wal_puts_per_second`].
 pub const DEFAULT_WAL_PUTS_PER_SECOND: u32 = 10;
 

@@ -29,6 +29,10 @@ pub(super) struct Ctx<'a> {
     pub encryption: &'a crate::crypto::WriterEncryption,
     /// The form of the pointer to the newest restore point (`src/latest.rs`).
     pub form: crate::latest::Form,
+    /// How a write-once prefix's objects are locked (`None`: the mutable layout).
+    pub lock: Option<crate::bucket::write_once::ObjectLock>,
+    /// What holding reused objects costs and found (`hold.rs`).
+    pub holds: &'a crate::bucket::write_once::HoldCounts,
 }
 
 impl Ctx<'_> {

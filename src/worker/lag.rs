@@ -21,7 +21,20 @@ pub(super) fn progress(
         shipped_commit_seq: shipped,
         restore_point_commit_seq: counters.restore_point_commit_seq.load(Relaxed),
         unshipped_for: unshipped.lag(durable, shipped, Instant::now()),
+        immutable: immutable(&counters.immutable),
     }
+}
+
+/// A write-once store's last check, once its worker has made one.
+fn immutable(h: &crate::bucket::write_once::HoldCounts) -> Option<crate::health::ImmutableHealth> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let checked_at_unix_ms = h.checked_at_ms.load(Relaxed);
+    (checked_at_unix_ms != 0).then(|| crate::health::ImmutableHealth {
+        checked_at_unix_ms,
+        objects_short: h.short.load(Relaxed),
+        lock_extensions: h.extensions(),
+        lock_heads: h.heads(),
+    })
 }
 
 /// When the supervisor first saw commits durable, so that the lag is the age of the oldest

@@ -130,6 +130,7 @@ mod config;
 mod ctx;
 pub mod durable;
 mod generation;
+mod hold;
 mod keys;
 mod lag;
 mod ledger;
@@ -331,6 +332,8 @@ pub struct BackupCounters {
     pub looks: AtomicU64,
     /// Every request this worker (and its lease) sent to the bucket, by kind.
     pub requests: Arc<crate::bucket::counting::RequestCounts>,
+    /// A write-once prefix's holds of reused objects, and the last check (`hold.rs`).
+    pub immutable: Arc<crate::bucket::write_once::HoldCounts>,
 }
 
 /// The backup worker of one store directory and one prefix.
@@ -388,22 +391,21 @@ impl BackupWorker {
         config: WorkerConfig,
     ) -> Self {
         let counters = Arc::new(BackupCounters::default());
-        // A write-once prefix's writer creates objects under Object Lock and deletes nothing
-        // but its lease (`crate::bucket::write_once`).
-        let bucket: DynBucket = match config.object_lock {
-            Some(mode) => Arc::new(crate::bucket::write_once::WriteOnce::new(
-                bucket,
-                crate::bucket::write_once::ObjectLock {
-                    mode,
-                    period: retention::lock_period(&config.retention),
-                },
-            )),
-            None => bucket,
-        };
+        // Counted below the write-once wrapper: what it refuses or answers itself (a hold of
+        // an object already held long enough) sends nothing, and is not counted.
         let bucket: DynBucket = Arc::new(crate::bucket::counting::CountingBucket::with_counts(
             bucket,
             counters.requests.clone(),
         ));
+        // A write-once prefix's writer creates objects under Object Lock and deletes nothing
+        // but its lease (`crate::bucket::write_once`).
+        let bucket: DynBucket = match config.lock() {
+            Some(lock) => Arc::new(
+                crate::bucket::write_once::WriteOnce::new(bucket, lock)
+                    .counting_into(counters.immutable.clone()),
+            ),
+            None => bucket,
+        };
         let store: StoreDir = dir.into();
         let dir = store.path().to_path_buf();
         let changes = crate::store::watch::signal();
@@ -492,6 +494,8 @@ impl BackupWorker {
                 Some(_) => crate::latest::Form::WriteOnce,
                 None => crate::latest::Form::Mutable,
             },
+            lock: self.config.lock(),
+            holds: &self.ledger.counters().immutable,
         };
         (cx, &mut self.view)
     }

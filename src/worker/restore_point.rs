@@ -9,11 +9,15 @@
 //! on the ETag last written or read (a write-once prefix's next pointer with
 //! `If-None-Match`); a refusal is another writer too. A crash between the two
 //! writes leaves a manifest LATEST does not name yet, which is still a valid restore point.
+//!
+//! In a write-once prefix, every object the manifest names is first held under Object Lock
+//! until the restore point must be kept, and the manifest is created with the matching date
+//! (`hold.rs`); the mutable layout sends nothing more.
 
 use super::ctx::Ctx;
 use super::view::View;
 use super::{StepOutcome, WorkerError};
-use crate::bucket::{Body, BucketError, GET_MAX};
+use crate::bucket::{Body, BucketError, GET_MAX, PutOpts};
 use crate::health::StepPhase;
 use crate::manifest::{Latest, Manifest};
 
@@ -52,7 +56,13 @@ pub(super) async fn write(
             ),
         });
     }
-    match bucket.put(&key, Body::from(encoded), cond).await {
+    // A write-once prefix: what the manifest reuses is held until it must be kept, and the
+    // manifest is created with the retention those holds were taken for (`hold.rs`).
+    let opts = PutOpts {
+        retain: super::hold::hold(cx, &mut view.wrappers, &m).await?,
+        ..PutOpts::from(cond)
+    };
+    match bucket.put_with(&key, Body::from(encoded), opts).await {
         Ok(_) => {}
         Err(BucketError::PreconditionFailed { .. }) => {
             let there = bucket.get(&key).await?;

@@ -109,7 +109,7 @@ pub fn lock_period(policy: &RetentionPolicy) -> Duration {
         .into_iter()
         .map(Duration::from_secs)
         .fold(policy.keep_for, Duration::max);
-    longest.saturating_add(Duration::from_secs(DAY))
+    longest.saturating_add(crate::bucket::write_once::CLOCK_SLACK)
 }
 
 /// The most generations a run lists one by one; more, and it lists all of `gen/` once.

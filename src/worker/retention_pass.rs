@@ -104,6 +104,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
             found_empty_at: None,
             settled: Default::default(),
             keys: HashMap::new(),
+            wrappers: HashMap::new(),
         };
         let outcome = super::retention::run(bucket, &activity, &mut view, policy).await?;
         if let StepOutcome::Retention { deleted } = outcome {

@@ -118,6 +118,9 @@ pub(super) struct View {
     pub settled: super::retention::Settled,
     /// Generation keys opened or made so far (`None`: no key this worker has opens it).
     pub keys: HashMap<u64, Option<crate::at_rest::seal::GenerationKey>>,
+    /// A write-once prefix's wrapper keys of each encrypted generation, listed once
+    /// (`super::hold`).
+    pub wrappers: HashMap<u64, Vec<String>>,
 }
 
 async fn get_opt(
@@ -376,6 +379,7 @@ impl View {
             found_empty_at,
             settled: Default::default(),
             keys,
+            wrappers: HashMap::new(),
         })
     }
 }

@@ -432,6 +432,7 @@ impl Inner {
             len,
             etag,
             modified_ms,
+            lock: None,
         }))
     }
 

@@ -31,6 +31,10 @@
 //! such object": a read-only open lists the root first to tell the two apart
 //! ([`super::open_read_only`]).
 //!
+//! # As of an instant
+//! [`S3Bucket::as_of`] reads the prefix as it was at an instant, from object versions, and
+//! refuses every write: `--bucket-as-of TIME` on `restore`, `ls` and `verify` (see [`as_of`]).
+//!
 //! # The bucket's clock
 //! A `get` reports the object's age by the store's own clock: the response's `Date` minus the
 //! object's `Last-Modified`, to the second (see [`clock`]).
@@ -53,6 +57,7 @@ use super::{
     PutOpts,
 };
 
+mod as_of;
 mod clock;
 mod error;
 mod multipart;
@@ -75,6 +80,21 @@ fn lock_fields(
         LockMode::Compliance => aws_sdk_s3::types::ObjectLockMode::Compliance,
     };
     (mode, aws_smithy_types::DateTime::from_millis(r.until_ms))
+}
+
+/// The retention a HEAD read: both the mode and the date, or none.
+fn lock_of(
+    mode: Option<&aws_sdk_s3::types::ObjectLockMode>,
+    until: Option<&aws_smithy_types::DateTime>,
+) -> Option<Retention> {
+    let mode = match mode? {
+        aws_sdk_s3::types::ObjectLockMode::Compliance => LockMode::Compliance,
+        _ => LockMode::Governance,
+    };
+    Some(Retention {
+        mode,
+        until_ms: until?.to_millis().ok()?,
+    })
 }
 
 /// Set to `false` to use virtual-hosted-style addressing with a custom endpoint.
@@ -131,6 +151,8 @@ pub struct S3Bucket {
     options: S3Options,
     /// The endpoint, as errors name it ("cannot reach the endpoint …").
     endpoint: String,
+    /// Read as the prefix was at an instant, from object versions ([`as_of`]); read-only.
+    as_of: Option<std::sync::Arc<as_of::AsOf>>,
 }
 
 impl S3Bucket {
@@ -164,6 +186,36 @@ impl S3Bucket {
             prefix: prefix.trim_matches('/').to_string(),
             options: client.options.clone(),
             endpoint: client.endpoint.clone(),
+            as_of: None,
+        }
+    }
+
+    /// This prefix as it was at `at_ms` (unix ms), read from object versions: delete markers
+    /// and versions newer than it are not seen, and every write is refused ([`as_of`]).
+    pub fn as_of(mut self, at_ms: i64) -> S3Bucket {
+        self.as_of = Some(std::sync::Arc::new(as_of::AsOf::new(at_ms)));
+        self
+    }
+
+    /// The version of `key` to read: `None` when reading the current one; `NotFound` when the
+    /// key did not exist at the instant read as of.
+    async fn version(&self, key: &str) -> Result<Option<String>, BucketError> {
+        let Some(a) = &self.as_of else {
+            return Ok(None);
+        };
+        let root = self.full_key("");
+        let table = a.table(self, &self.client, &self.bucket, &root).await?;
+        match table.get(key) {
+            Some(v) => Ok(Some(v.id.clone())),
+            None => Err(BucketError::not_found(key)),
+        }
+    }
+
+    /// Refuses a write when read as of an instant.
+    fn writable(&self, op: &'static str, key: &str) -> Result<(), BucketError> {
+        match &self.as_of {
+            Some(a) => Err(as_of::refused(op, key, a.at_ms)),
+            None => Ok(()),
         }
     }
 
@@ -264,6 +316,7 @@ impl super::Bucket for S3Bucket {
             .get_object()
             .bucket(&self.bucket)
             .key(self.full_key(key))
+            .set_version_id(self.version(key).await?)
             .customize()
             .interceptor(date.clone())
             .send()
@@ -296,6 +349,7 @@ impl super::Bucket for S3Bucket {
             .get_object()
             .bucket(&self.bucket)
             .key(self.full_key(key))
+            .set_version_id(self.version(key).await?)
             .range(format!("bytes={}-{}", range.start, range.end - 1))
             .send()
             .await;
@@ -322,7 +376,8 @@ impl super::Bucket for S3Bucket {
             .client
             .get_object()
             .bucket(&self.bucket)
-            .key(self.full_key(key));
+            .key(self.full_key(key))
+            .set_version_id(self.version(key).await?);
         let at_most = match &part {
             Part::Range(r) if r.start >= r.end => {
                 return Ok(vec![self.get_range(key, r.clone()).await?]);
@@ -355,11 +410,16 @@ impl super::Bucket for S3Bucket {
 
     async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
         super::fs::check_key("head", key)?;
+        let version = match self.version(key).await {
+            Err(BucketError::NotFound { .. }) => return Ok(None),
+            v => v?,
+        };
         let sent = self
             .client
             .head_object()
             .bucket(&self.bucket)
             .key(self.full_key(key))
+            .set_version_id(version)
             .send()
             .await;
         match sent.map_err(|e| map_error(self, "S3 HeadObject", key, false, e)) {
@@ -368,6 +428,7 @@ impl super::Bucket for S3Bucket {
                 len: crate::units::u64_of(out.content_length().unwrap_or(0)),
                 etag: etag_of(out.e_tag(), "head", key)?,
                 modified_ms: out.last_modified().and_then(|t| t.to_millis().ok()),
+                lock: lock_of(out.object_lock_mode(), out.object_lock_retain_until_date()),
             })),
             Err(BucketError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -378,6 +439,7 @@ impl super::Bucket for S3Bucket {
         // The hint is for backends that write objects themselves; S3 has one way to write.
         let (cond, retain) = (opts.cond, opts.retain);
         super::fs::check_key("put", key)?;
+        self.writable("put", key)?;
         if body.len() > self.options.multipart_threshold {
             multipart::put(self, key, &body, &cond, retain).await
         } else {
@@ -387,6 +449,7 @@ impl super::Bucket for S3Bucket {
 
     async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
         super::fs::check_key("delete", key)?;
+        self.writable("delete", key)?;
         let mut req = self
             .client
             .delete_object()
@@ -412,9 +475,35 @@ impl super::Bucket for S3Bucket {
         }
     }
 
+    async fn put_retention(&self, key: &str, retain: Retention) -> Result<(), BucketError> {
+        super::fs::check_key("put_retention", key)?;
+        self.writable("put_retention", key)?;
+        let mode = match retain.mode {
+            LockMode::Governance => aws_sdk_s3::types::ObjectLockRetentionMode::Governance,
+            LockMode::Compliance => aws_sdk_s3::types::ObjectLockRetentionMode::Compliance,
+        };
+        let retention = aws_sdk_s3::types::ObjectLockRetention::builder()
+            .mode(mode)
+            .retain_until_date(aws_smithy_types::DateTime::from_millis(retain.until_ms))
+            .build();
+        self.client
+            .put_object_retention()
+            .bucket(&self.bucket)
+            .key(self.full_key(key))
+            .retention(retention)
+            .send()
+            .await
+            .map_err(|e| map_error(self, "S3 PutObjectRetention", key, true, e))?;
+        Ok(())
+    }
+
     async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
         let (prefix, max_keys) = (query.prefix, query.max_keys);
         let root = self.full_key("");
+        if let Some(a) = &self.as_of {
+            let table = a.table(self, &self.client, &self.bucket, &root).await?;
+            return Ok(as_of::list(table, &query));
+        }
         let mut req = self
             .client
             .list_objects_v2()
@@ -439,6 +528,7 @@ impl super::Bucket for S3Bucket {
                 len: crate::units::u64_of(o.size().unwrap_or(0)),
                 etag: etag_of(o.e_tag(), "list", key)?,
                 modified_ms: o.last_modified().and_then(|t| t.to_millis().ok()),
+                lock: None,
             });
         }
         let next_token = match out.is_truncated() {

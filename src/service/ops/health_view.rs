@@ -268,6 +268,12 @@ fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
         last_drill: h.last_drill.as_ref().map(drill_result),
+        immutable: h.immutable.map(|i| proto::ImmutableCheck {
+            checked_at_unix_ms: i.checked_at_unix_ms,
+            objects_short: i.objects_short,
+            lock_extensions: i.lock_extensions,
+            lock_heads: i.lock_heads,
+        }),
         ..pause_fields(h.paused.as_ref())
     }
 }
