@@ -178,14 +178,18 @@ fn on_signal(f: impl FnOnce() + Send + 'static) {
 }
 
 /// At most this many glibc malloc arenas (unless `MALLOC_ARENA_MAX` says otherwise).
-const MALLOC_ARENAS: i32 = 2;
+const MALLOC_ARENAS: i32 = 1;
 
 /// Caps glibc's malloc arenas at [`MALLOC_ARENAS`], before any thread starts. By default glibc
 /// gives threads up to 8 arenas per core, each keeping the memory freed into it; the runtime's
 /// workers and blocking threads then hold several half-empty heaps. Measured with the `fleet`
-/// bench (10,000 idle stores, README): 559.1 MiB resident with the default, 495.1 MiB with two
-/// arenas (`MALLOC_ARENA_MAX=2`), at the same idle CPU (3.13 % and 3.23 % of a core). An
-/// operator's `MALLOC_ARENA_MAX` wins: glibc read it at start, and it is left alone.
+/// bench (10,000 idle stores, one watcher, README): the default arenas 559.1 MiB resident at
+/// 3.13 % of a core; capped at two 511.7 MiB at 2.70 %; capped at one (this) 487.6 MiB at 4.10 %
+/// (483.3 MiB, 4.20 % with `MALLOC_ARENA_MAX=1`). One arena trades about 1.4 % of a core of lock
+/// waits among the threads for 24 MiB, which keeps both targets (< 5 %, < 512 MiB) with room.
+/// Large buffers (segments, restore pieces) are mapped on their own above glibc's mmap
+/// threshold and share no arena. An operator's `MALLOC_ARENA_MAX` wins: glibc read it at
+/// start, and it is left alone.
 fn cap_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
