@@ -20,6 +20,9 @@
 //! window's first: a window of `n` gaps at exactly the cap holds `n + 1` PUTs). The verdicts are printed; the exit
 //! code is 0 either way unless the run itself failed.
 //!
+//! `MIN_REPORT_MS` sets the node client's `min_report_interval` (default its default, 10 ms:
+//! a report may wait that long behind the previous one).
+//!
 //! `cargo bench --bench durable`; `DURABLE_DIR` puts the stores in that directory (e.g.
 //! `/dev/shm`, taking the disk's fsyncs out of the commit rate). `DURABLE_TRACE=FILE` writes
 //! one line per measured commit to FILE (`rate commit_seq report_unix_us ack_unix_us`) and
@@ -104,6 +107,10 @@ async fn main() -> anyhow::Result<()> {
     let warmup = Duration::from_secs(env_or("WARMUP_SECS", 2)?);
     let cap: u32 = env_or("CAP", 100)?;
     let put_samples: usize = env_or("PUT_SAMPLES", 200)?;
+    let min_report = Duration::from_millis(env_or(
+        "MIN_REPORT_MS",
+        mushroom_backup::node_client::DEFAULT_MIN_REPORT_INTERVAL.as_millis() as u64,
+    )?);
     let trace = std::env::var_os("DURABLE_TRACE").map(PathBuf::from);
     let base = std::env::var_os("DURABLE_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
     let work = tempfile::Builder::new()
@@ -147,7 +154,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // 2. The service, sync mode, one store per rate.
-    println!("durability = sync, wal_puts_per_second = {cap} (CAP)");
+    println!(
+        "durability = sync, wal_puts_per_second = {cap} (CAP), the node client's \
+         min_report_interval {min_report:?} (MIN_REPORT_MS)"
+    );
     let root = work.path().join("stores");
     std::fs::create_dir_all(&root)?;
     let mut env = vec![
@@ -186,11 +196,10 @@ async fn main() -> anyhow::Result<()> {
             })
             .await?
             .into_inner();
-        let node = Arc::new(NodeClient::connect(NodeClientConfig::new(
-            format!("http://{}", server.addr),
-            r.store_id,
-            r.node_token,
-        ))?);
+        let mut config =
+            NodeClientConfig::new(format!("http://{}", server.addr), r.store_id, r.node_token);
+        config.min_report_interval = min_report;
+        let node = Arc::new(NodeClient::connect(config)?);
         let outcome = run_rate(&m, &name, &dir, node.clone(), rate, warmup, secs).await?;
         node.close().await;
         for (seq, reported, acked) in &outcome.trace {
@@ -347,6 +356,8 @@ async fn run_rate(
     let _ = node.wait_durable(last, Duration::from_secs(30)).await;
     let window = from.elapsed();
     let (after_all, after_wal) = moto_counts(m, prefix);
+    // The watcher books the last acknowledgement after the wait saw it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     watcher.abort();
     let acks = acks.lock().unwrap();
     let measured: Vec<f64> = acks
