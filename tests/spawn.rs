@@ -458,3 +458,84 @@ async fn a_step_hung_in_an_upload_names_that_upload_in_health() {
     assert!(h.lease_held, "stuck in an upload, but holding the lease");
     w.shutdown(false).await;
 }
+
+/// Issue 27: in `durability = sync`, a lease that stops holding cancels the WAL PUT in flight
+/// (it never lands) and breaks the durable chain with the reason, before anything else is
+/// published: a node's waits that PUT would have acknowledged fail (the stream says
+/// `DurabilityLost` on a chain break, `position_stream.rs`), none is acknowledged.
+#[tokio::test]
+async fn a_lost_lease_cancels_the_wal_put_in_flight_and_breaks_the_durable_chain() {
+    use std::sync::atomic::AtomicBool;
+    use support::store::{commit_more, tree};
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, 20, 0, 0);
+    // Once cut: every WAL segment PUT hangs a minute and every lease renewal fails.
+    let cut = Arc::new(AtomicBool::new(false));
+    let c = cut.clone();
+    let plan = FaultPlan::custom(move |r| {
+        if !c.load(Ordering::SeqCst) || r.op != Op::Put {
+            Fault::Pass
+        } else if r.key.contains("/wal/") {
+            Fault::Delay(Duration::from_secs(60))
+        } else if r.key == manifest::LEASE_KEY {
+            Fault::Fail
+        } else {
+            Fault::Pass
+        }
+    });
+    let faulty = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
+    let b: DynBucket = faulty.clone();
+    let config = WorkerConfig {
+        durability: mushroom_backup::worker::DurabilityMode::Sync,
+        ..fast()
+    };
+    let w =
+        worker(&store, b, config).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    let mut durable = w.watch_durable();
+    let deadline = Duration::from_secs(20);
+    tokio::time::timeout(
+        deadline,
+        durable.wait_for(|d| d.position.is_some_and(|p| p.commit_seq == 20)),
+    )
+    .await
+    .expect("commit 20 durable in time")
+    .expect("the worker runs");
+    assert_eq!(durable.borrow().chain, 0);
+    let segments = |root: &std::path::Path| -> Vec<std::path::PathBuf> {
+        tree(root)
+            .into_keys()
+            .filter(|k| k.to_string_lossy().contains("/wal/"))
+            .collect()
+    };
+    let before = segments(&root);
+
+    cut.store(true, Ordering::SeqCst);
+    assert_eq!(commit_more(&store, 5), 25);
+    // The renewals fail: at the lease's deadline the step is dropped and the chain breaks.
+    let broken = tokio::time::timeout(deadline, durable.wait_for(|d| d.chain == 1))
+        .await
+        .expect("the chain broke in time")
+        .expect("the worker runs")
+        .clone();
+    assert_eq!(broken.position, None, "{broken:?}");
+    let why = broken.broken.unwrap_or_default();
+    assert!(why.contains("lease"), "the reason names the lease: {why:?}");
+    assert!(
+        faulty
+            .log()
+            .iter()
+            .any(|e| e.op == Op::Put && e.key.contains("/wal/") && e.fault != Fault::Pass),
+        "no WAL PUT was in flight when the lease went: {:?}",
+        faulty.log()
+    );
+    // Commit 25 was never published, and the cancelled PUT never lands.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(segments(&root), before, "a cancelled WAL PUT landed");
+    assert!(
+        durable.borrow().position.is_none_or(|p| p.commit_seq < 25),
+        "{:?}",
+        durable.borrow()
+    );
+    w.shutdown(false).await;
+}

@@ -588,11 +588,12 @@ impl Runner {
                 _ = self.token.cancelled() => return Holding::Shutdown,
                 _ = changes.changed(), if rest.is_some() || pace.wakes_on_change() => {
                     // Back to the regular tick (at most one per `wal_interval`); in sync mode,
-                    // a tick as soon as the cap allows (`pace.rs`).
+                    // a tick at once, as soon as the cap's token bucket allows (`pace.rs`).
                     if let Some((_, guard)) = rest.take() {
                         guard.wake();
                     }
                     next_step = pace.on_change(next_step);
+                    tracing::trace!(store_id = %self.store_id, in = ?pace.due(next_step).saturating_duration_since(Instant::now()), "store changed: next tick");
                     continue;
                 }
                 _ = lost.cancelled() => return Holding::Lost,
@@ -610,12 +611,13 @@ impl Runner {
                     }
                     self.seen = now;
                 }
-                _ = tokio::time::sleep_until(rest.as_ref().map_or(next_step, |r| r.0)) => {}
+                _ = tokio::time::sleep_until(rest.as_ref().map_or_else(|| pace.due(next_step), |r| r.0)) => {}
             }
             rest = None;
             // Changes from here on wake the next rest: none slips between this and the stamp.
             changes.borrow_and_update();
             next_step = pace.tick_started(wal_interval);
+            tracing::trace!(store_id = %self.store_id, "tick");
             let mut shipped = false;
             let mut stepped_once = false;
             let mut paused = false;
@@ -708,7 +710,7 @@ impl Runner {
                         if matches!(e, WorkerError::ConcurrentWriter { .. }) {
                             return Holding::ConcurrentWriter;
                         }
-                        next_step = Instant::now() + backoff.next_delay();
+                        next_step = pace.back_off(Instant::now() + backoff.next_delay());
                         break;
                     }
                 }

@@ -73,7 +73,9 @@ impl Uploader {
                 source: std::io::Error::other(format!("encoding task failed: {e}")),
             })??;
         let entry = encoded.entry(key.to_string(), lineage, generation);
+        tracing::trace!(key, "encoded; uploading");
         self.put(key, encoded.body).await?;
+        tracing::trace!(key, "uploaded");
         Ok(entry)
     }
 }

@@ -82,6 +82,7 @@ pub(super) fn pump(
                     Some(Ok(r)) => {
                         match request::same_store(&store_id, &r).and_then(|()| position(&r)) {
                             Ok(p) => {
+                                tracing::trace!(%store_id, commit_seq = p.commit_seq, "position report");
                                 attachment.report(p);
                                 // A resting worker and supervisor look at it.
                                 _nudge.0.handle.nudge();
@@ -99,6 +100,7 @@ pub(super) fn pump(
                         continue;
                     }
                     let now = durable.borrow_and_update().clone();
+                    tracing::trace!(%store_id, position = ?now.position, "durable position to the node");
                     for cmd in told.commands(&now) {
                         if tx.send(Ok(cmd)).await.is_err() {
                             return;
@@ -167,5 +169,56 @@ struct NudgeOnEnd(Arc<StoreEntry>);
 impl Drop for NudgeOnEnd {
     fn drop(&mut self) {
         self.0.handle.nudge();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::node_command::Command;
+
+    fn at(generation: u64, commit_seq: u64) -> Option<DurablePosition> {
+        Some(DurablePosition {
+            generation,
+            commit_seq,
+            in_restore_point: false,
+        })
+    }
+
+    fn kinds(cmds: Vec<proto::NodeCommand>) -> Vec<String> {
+        cmds.into_iter()
+            .map(|c| match c.command {
+                Some(Command::Durable(d)) => format!("durable {}", d.commit_seq),
+                Some(Command::DurabilityLost(l)) => format!("lost: {}", l.reason),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// A break (a lost lease) between two looks still says `DurabilityLost` before the new
+    /// chain's first position, even when that position is higher: the node fails the waits
+    /// pending at the break instead of acknowledging them on the new chain's word.
+    #[test]
+    fn a_chain_break_is_told_before_any_later_position() {
+        let mut told = Told::default();
+        let d = |chain, position, broken: Option<&str>| Durability {
+            chain,
+            position,
+            broken: broken.map(str::to_string),
+        };
+        assert!(kinds(told.commands(&d(0, None, None))).is_empty());
+        assert_eq!(kinds(told.commands(&d(0, at(1, 5), None))), ["durable 5"]);
+        assert!(kinds(told.commands(&d(0, at(1, 5), None))).is_empty());
+        assert_eq!(
+            kinds(told.commands(&d(1, at(2, 9), Some("the bucket lease expired")))),
+            ["lost: the bucket lease expired", "durable 9"]
+        );
+        // A break with nothing published since: the node, told nothing on this chain, has
+        // nothing more to lose.
+        assert_eq!(
+            kinds(told.commands(&d(2, None, Some("stopped")))),
+            ["lost: stopped"]
+        );
+        assert!(kinds(told.commands(&d(3, None, Some("again")))).is_empty());
     }
 }
