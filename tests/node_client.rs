@@ -413,6 +413,51 @@ async fn fast_reports_coalesce_into_the_newest() {
     f.kill.cancel();
 }
 
+/// Someone waiting for an acknowledgement (a `wait_durable` pending, a `durable()` receiver
+/// alive) makes every report go at once; with nobody waiting, the spacing holds it back.
+#[tokio::test]
+async fn a_waiter_sends_reports_at_once() {
+    let mut f = fake("127.0.0.1:0").await;
+    let mut cfg = config(f.addr, "good");
+    cfg.min_report_interval = Duration::from_secs(1);
+    let c = NodeClient::connect(cfg).unwrap();
+    c.report(pos(1));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+
+    // Nobody waits: the spacing holds the next report back.
+    c.report(pos(2));
+    let held = tokio::time::timeout(Duration::from_millis(300), f.seen.recv()).await;
+    assert!(held.is_err(), "sent inside the spacing: {held:?}");
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 2);
+
+    // A wait pending (the fake never acknowledges): the report goes at once, whether the wait
+    // starts before or after it.
+    let start = std::time::Instant::now();
+    let seen = tokio::select! {
+        r = c.wait_durable(100, WAIT) => panic!("the fake acknowledges nothing: {r:?}"),
+        r = async { c.report(pos(3)); next_seen(&mut f).await } => r,
+    };
+    assert_eq!(seen.unwrap().commit_seq, 3);
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_millis(500), "waited {elapsed:?}");
+
+    // A `durable()` receiver alive: at once too; dropped, the spacing is back.
+    let rx = c.durable();
+    let start = std::time::Instant::now();
+    c.report(pos(4));
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 4);
+    let elapsed = start.elapsed();
+    assert!(elapsed < Duration::from_millis(500), "waited {elapsed:?}");
+    drop(rx);
+    c.report(pos(5));
+    let held = tokio::time::timeout(Duration::from_millis(300), f.seen.recv()).await;
+    assert!(held.is_err(), "sent inside the spacing: {held:?}");
+    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 5);
+    c.close().await;
+    f.kill.cancel();
+}
+
 #[test]
 fn bad_configurations_are_refused() {
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -21,12 +21,20 @@
 //! service sends its position when a stream attaches) resumes acknowledgements. The position
 //! within an epoch never goes down. Nothing of this is stored: a crashed node has no pending
 //! waits to answer.
+//!
+//! # Waiting makes reports urgent
+//!
+//! While anyone listens for acknowledgements — a `wait_durable` pending, or a receiver from
+//! `durable()` alive (both are receivers of one watch, so its receiver count says it) — the
+//! client sends each report at once instead of waiting out `min_report_interval`: a wait
+//! would otherwise pay the spacing on top of the service's PUT. Starting to listen wakes a
+//! spacing already under way. With nobody listening, reports coalesce as before.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::{ConnectionState, NodeClient, NodeClientError};
+use crate::{ConnectionState, NodeClient, NodeClientError, Shared};
 
 /// A commit the service says a restore reaches now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +60,11 @@ pub struct DurableView {
 /// The client's side of the watch.
 pub(crate) type DurableTx = watch::Sender<DurableView>;
 
+/// Whether anyone listens for acknowledgements (see the module docs): one atomic load.
+pub(crate) fn awaited(shared: &Shared) -> bool {
+    shared.durable.receiver_count() > 0
+}
+
 /// A `Durable` command: raises the position of this epoch, never lowers it.
 pub(crate) fn acknowledged(tx: &DurableTx, ack: DurableAck) {
     tx.send_if_modified(|v| {
@@ -75,8 +88,12 @@ pub(crate) fn lost(tx: &DurableTx, reason: String) {
 
 impl NodeClient {
     /// The durable position as the service last acknowledged it, changing whenever it does.
+    /// While a receiver is alive, reports go at once (see the module docs): drop it when
+    /// acknowledgements no longer matter.
     pub fn durable(&self) -> watch::Receiver<DurableView> {
-        self.shared.durable.subscribe()
+        let rx = self.shared.durable.subscribe();
+        self.shared.urgent.notify_one();
+        rx
     }
 
     /// Waits until the service says a restore reaches `commit_seq` (the commit is in the
@@ -88,7 +105,7 @@ impl NodeClient {
         commit_seq: u64,
         timeout: Duration,
     ) -> Result<DurableAck, NodeClientError> {
-        let mut rx = self.shared.durable.subscribe();
+        let mut rx = self.durable();
         let mut progress = self.shared.progress.subscribe();
         let epoch = rx.borrow().epoch;
         let wait = async {

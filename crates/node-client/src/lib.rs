@@ -49,6 +49,11 @@
 //!   commit path pays a few atomic operations, not a wake-up and a write per commit. At the
 //!   usual rates (a report every few tens of milliseconds or slower) every report goes at
 //!   once. Closing cuts the wait short: the newest position goes before the stream ends.
+//!   So does anyone waiting for an acknowledgement (a [`NodeClient::wait_durable`] pending or
+//!   a [`NodeClient::durable`] receiver alive): then every report goes at once, because a
+//!   `durability = sync` engine holds each commit's ack until the service's `Durable`, and
+//!   the spacing would add up to its length to every ack (at 100 commits/s and 10 ms, most of
+//!   the gap). Such an engine needs no tuning; one that never waits keeps the coalescing.
 //! - `UNAUTHENTICATED`, `NOT_FOUND`, `PERMISSION_DENIED`, `INVALID_ARGUMENT` and
 //!   `UNIMPLEMENTED` are permanent: the task stops (no endless reconnect loop), the state turns
 //!   [`ConnectionState::Failed`] and [`NodeClient::last_error`] says why. Anything else is
@@ -123,7 +128,8 @@ pub struct NodeClientConfig {
     /// The least time between two reports on a stream (zero: none). Positions reported
     /// faster coalesce into the newest, so a node committing thousands of times a second
     /// sends at most one report per interval, and its `report` calls wake nothing meanwhile.
-    /// Delays a report by at most this; the service ships every `wal_interval` (1 s).
+    /// Delays a report by at most this; the service ships every `wal_interval` (1 s). Not
+    /// applied while someone waits for an acknowledgement (see the module docs).
     pub min_report_interval: Duration,
 }
 
@@ -277,6 +283,9 @@ struct Shared {
     last_error: Mutex<Option<NodeClientError>>,
     refresh: broadcast::Sender<RefreshRequest>,
     durable: durable::DurableTx,
+    /// Cuts the report spacing short when someone waits for an acknowledgement
+    /// ([`durable::awaited`]).
+    urgent: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -337,6 +346,7 @@ impl NodeClient {
             last_error: Mutex::new(None),
             refresh: broadcast::channel(16).0,
             durable: watch::channel(DurableView::default()).0,
+            urgent: tokio::sync::Notify::new(),
         });
         let stop = CancellationToken::new();
         let task = Task {
@@ -362,12 +372,16 @@ impl NodeClient {
     }
 
     /// Reports a durable position: stores it as the newest and returns at once. Never blocks
-    /// and never fails; every call is sent (unless a newer one supersedes it first).
+    /// and never fails; every call is sent (unless a newer one supersedes it first), at once
+    /// while someone waits for an acknowledgement (see the module docs).
     pub fn report(&self, position: WalPosition) {
         self.newest.send_modify(|n| {
             let next = n.map_or(1, |(seq, _)| seq + 1);
             *n = Some((next, position));
         });
+        if durable::awaited(&self.shared) {
+            self.shared.urgent.notify_one();
+        }
     }
 
     /// The newest position reported, if any.
@@ -691,6 +705,26 @@ impl Task {
             shared: Arc<Shared>,
             store_id: String,
         }
+        impl Out {
+            /// Waits out the spacing since the last report. Closing cuts it short (what is
+            /// pending goes at once), and so does anyone waiting for an acknowledgement: the
+            /// wait would pay the spacing on top of the service's PUT.
+            async fn space(&self) {
+                let Some(at) = self.last_sent else { return };
+                let until = at + self.spacing;
+                while !self.stop.is_cancelled()
+                    && !durable::awaited(&self.shared)
+                    && tokio::time::Instant::now() < until
+                {
+                    // A stale wake-up (the listener is gone) sleeps on.
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => {}
+                        _ = self.stop.cancelled() => {}
+                        _ = self.shared.urgent.notified() => {}
+                    }
+                }
+            }
+        }
         let out = Out {
             rx: self.newest.clone(),
             first: true,
@@ -708,26 +742,16 @@ impl Task {
                 } else {
                     // The spacing first: while it runs nobody waits on the channel, so the
                     // engine's `report` wakes no one; positions reported meanwhile coalesce
-                    // into the newest. Closing cuts it short (what is pending goes at once).
-                    if let Some(at) = out.last_sent
-                        && !out.spacing.is_zero()
-                        && !out.stop.is_cancelled()
-                    {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(at + out.spacing) => {}
-                            _ = out.stop.cancelled() => {}
-                        }
-                    }
+                    // into the newest. Then the newest, after the rest of a spacing skipped
+                    // for a listener that has gone since.
+                    out.space().await;
                     tokio::select! {
                         biased;
-                        changed = out.rx.changed() => {
-                            if changed.is_err() {
-                                return None;
-                            }
-                            *out.rx.borrow_and_update()
-                        }
+                        changed = out.rx.changed() => if changed.is_err() { return None },
                         _ = out.stop.cancelled() => return None,
                     }
+                    out.space().await;
+                    *out.rx.borrow_and_update()
                 };
                 if let Some((seq, pos)) = value {
                     let report = position_report(&out.store_id, &pos);
