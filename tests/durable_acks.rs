@@ -87,18 +87,7 @@ async fn sync_acks_arrive_a_restore_after_one_holds_it_and_an_idle_sync_store_co
     let (mut server, addr) = served::start("serve", serve(&d, &m.url, "127.0.0.1:0", &[]));
     let c = served::client(addr).await;
     let url = format!("s3://{bucket}/synced");
-    let mut req = support::register_req(&dir, &url);
-    req.options = Some(proto::StoreOptions {
-        durability: proto::Durability::Sync as i32,
-        wal_puts_per_second: 20,
-        ..Default::default()
-    });
-    let r = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner();
+    let r = served::register_sync(&c, &dir, &url).await;
 
     let acked_log = d.base.join("acked.log");
     let mut node = binary::command("http://unused.invalid");

@@ -22,7 +22,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mushroom_backup::service::proto;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use support::binary::{self, Running};
@@ -120,18 +119,7 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
 
     let (server, addr) = served::start("serve (round 1)", serve(&d, proxy.url()));
     let c = served::client(addr).await;
-    let mut req = support::register_req(&dir, &url);
-    req.options = Some(proto::StoreOptions {
-        durability: proto::Durability::Sync as i32,
-        wal_puts_per_second: 20,
-        ..Default::default()
-    });
-    let r = c
-        .clone()
-        .register(req)
-        .await
-        .expect("Register")
-        .into_inner();
+    let r = served::register_sync(&c, &dir, &url).await;
     drop(c);
 
     let (mut acked_total, mut lost_total, mut restored_last) = (0usize, 0usize, 0u64);

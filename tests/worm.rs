@@ -445,26 +445,13 @@ async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server
     assert!(c.ok && c.kept == 11, "{c}");
 }
 
-/// Runs `verify --from url --immutable` with the binary; its exit success and its stdout.
-fn verify_immutable_cli(server: &S3Server, url: &str) -> (bool, String) {
-    let out = support::binary::command(&server.endpoint)
-        .args(["verify", "--from", url, "--immutable"])
-        .output()
-        .expect("run verify");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    eprintln!("verify --immutable {url}: {}\n{stdout}{stderr}", out.status);
-    (out.status.success(), stdout)
-}
-
-// `verify --immutable`: every object of a write-once prefix is locked at least until the
-// restore points naming it must be kept; a newer unlocked version an attacker adds over a data
-// object (or a prefix written without locks) is named, and the command fails.
-on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn verify_immutable_names_each_object_short_of_its_date);
-async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server) {
-    use mushroom_backup::verify::immutable::check_immutable;
-    let client = server.client();
-    let name = locked_bucket(&client, "worm-imm").await;
+/// A new Object Lock bucket named after `hint` whose write-once prefix holds two restore
+/// points of a store in a temp dir: the bucket's name, the prefix, the temp dir and the store.
+async fn two_locked_restore_points(
+    server: &S3Server,
+    hint: &str,
+) -> (String, DynBucket, tempfile::TempDir, std::path::PathBuf) {
+    let name = locked_bucket(&server.client(), hint).await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -474,6 +461,17 @@ async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server)
         w.run_once().await.unwrap();
     }
     drop(w);
+    (name, raw, t, store)
+}
+
+// `verify --immutable`: every object of a write-once prefix is locked at least until the
+// restore points naming it must be kept; a newer unlocked version an attacker adds over a data
+// object (or a prefix written without locks) is named, and the command fails.
+on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn verify_immutable_names_each_object_short_of_its_date);
+async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server) {
+    use mushroom_backup::verify::immutable::check_immutable;
+    let client = server.client();
+    let (name, raw, t, _) = two_locked_restore_points(server, "worm-imm").await;
     let now = mushroom_backup::units::unix_now_ms();
     let c = check_immutable(raw.as_ref(), now, 4).await.unwrap();
     eprintln!("{:?}: {c}", server.kind);
@@ -483,7 +481,7 @@ async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server)
     // 1 LIST, a HEAD and a GET per manifest, a HEAD per other object.
     assert_eq!(c.requests, 1 + 2 * 2 + (c.objects as u64 - 2), "{c}");
     let url = format!("s3://{name}/{PREFIX}");
-    let (ok, out) = verify_immutable_cli(server, &url);
+    let (ok, out) = cli(server, &["verify", "--from", &url, "--immutable"]);
     assert!(
         ok && out.contains("is locked as long as it must be"),
         "{out}"
@@ -530,7 +528,7 @@ async fn verify_immutable_names_each_object_short_of_its_date(server: &S3Server)
     let named: Vec<&str> = c.short.iter().map(|s| s.key.as_str()).collect();
     assert!(named.contains(&ours), "{ours} not named: {c}");
     assert!(c.short.iter().all(|s| s.retained_until_ms.is_none()), "{c}");
-    let (ok, out) = verify_immutable_cli(server, &url);
+    let (ok, out) = cli(server, &["verify", "--from", &url, "--immutable"]);
     assert!(!ok, "verify --immutable passed after the attack: {out}");
     assert!(
         out.contains(&format!("SHORT {ours}: no Object Lock retention")),
@@ -649,16 +647,7 @@ on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a
 async fn a_prefix_read_as_of_before_the_attack_restores_as_before_it(server: &S3Server) {
     use mushroom_backup::bucket::{Body, PutCondition};
     let client = server.client();
-    let name = locked_bucket(&client, "worm-asof").await;
-    let raw = prefix_of(server, &name, PREFIX);
-    let t = tempfile::tempdir().unwrap();
-    let store = t.path().join("s");
-    let mut w = worker(&store, raw.clone(), locked_config());
-    for _ in 0..2 {
-        write(&store, 300, 500, 8 << 10);
-        w.run_once().await.unwrap();
-    }
-    drop(w);
+    let (name, raw, t, store) = two_locked_restore_points(server, "worm-asof").await;
     let want = digest(&store);
     // The servers stamp versions to the second: the instant is a second clear of both sides.
     tokio::time::sleep(Duration::from_millis(1100)).await;

@@ -138,6 +138,22 @@ pub async fn client(addr: SocketAddr) -> Client {
         .expect("connect")
 }
 
+/// Registers `dir` to back up to `url` in `durability = sync`, at most 20 WAL PUTs a second:
+/// the answer (store id and node token).
+pub async fn register_sync(c: &Client, dir: &Path, url: &str) -> proto::RegisterResponse {
+    let mut req = super::register_req(dir, url);
+    req.options = Some(proto::StoreOptions {
+        durability: proto::Durability::Sync as i32,
+        wal_puts_per_second: 20,
+        ..Default::default()
+    });
+    c.clone()
+        .register(req)
+        .await
+        .expect("Register")
+        .into_inner()
+}
+
 /// Registers `req`: its store id.
 pub async fn register(c: &Client, req: proto::RegisterRequest) -> String {
     c.clone()
