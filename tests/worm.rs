@@ -445,6 +445,19 @@ async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server
     assert!(c.ok && c.kept == 11, "{c}");
 }
 
+/// Every key of `keys` in `raw` is locked until at least three days from now (less a minute).
+async fn assert_held_three_days(raw: &DynBucket, keys: &[impl AsRef<str>]) {
+    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
+    for key in keys.iter().map(AsRef::as_ref) {
+        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
+        assert!(
+            lock.until_ms >= floor,
+            "{key} held only until {}",
+            lock.until_ms
+        );
+    }
+}
+
 /// A new Object Lock bucket named after `hint` whose write-once prefix holds two restore
 /// points of a store in a temp dir: the bucket's name, the prefix, the temp dir and the store.
 async fn two_locked_restore_points(
@@ -601,15 +614,7 @@ async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept(ser
     assert!(!reused.is_empty(), "nothing reused: the test shows nothing");
     assert_eq!(holds.extensions(), reused.len() as u64);
     assert_eq!(holds.heads(), reused.len() as u64);
-    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
-    for key in &reused {
-        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
-        assert!(
-            lock.until_ms >= floor,
-            "{key} held only until {}",
-            lock.until_ms
-        );
-    }
+    assert_held_three_days(&raw, &reused).await;
     let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
         .await
         .unwrap();
@@ -850,15 +855,7 @@ async fn an_encrypted_restore_point_holds_its_wrapped_keys(server: &S3Server) {
         .filter(|k| key_objects::is_wrapper_key(k))
         .collect();
     assert!(!wrappers.is_empty());
-    let floor = mushroom_backup::units::unix_now_ms() + 3 * 24 * 3600 * 1000 - 60_000;
-    for key in &wrappers {
-        let lock = raw.head(key).await.unwrap().unwrap().lock.expect("locked");
-        assert!(
-            lock.until_ms >= floor,
-            "{key} held only until {}",
-            lock.until_ms
-        );
-    }
+    assert_held_three_days(&raw, &wrappers).await;
     let c = check_immutable(raw.as_ref(), mushroom_backup::units::unix_now_ms(), 4)
         .await
         .unwrap();
