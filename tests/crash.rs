@@ -2,7 +2,8 @@
 //! rotations, snapshots and retention — is crashed at request N for every N, both before the
 //! request takes effect and after. After each crash every manifest verifies, LATEST names one
 //! of them, a restore holds a prefix of what was written and never less than the last restore
-//! point acknowledged, and a rerun completes the sequence. Faults where the request took
+//! point acknowledged nor the highest durable position the worker published (what a node in
+//! `durability = sync` is told), and a rerun completes the sequence. Faults where the request took
 //! effect but its answer was lost are survived through the retry layer without an error.
 
 mod support;
@@ -60,7 +61,9 @@ fn crash_config() -> WorkerConfig {
 }
 
 /// Runs the phases from `from`, backing up through `bucket` after each. Returns the phase
-/// that failed (and why) or `None`, updating `acked` with every restore point acknowledged.
+/// that failed (and why) or `None`, updating `acked` with every restore point acknowledged and
+/// with every durable position the worker published (what `durability = sync` acknowledges to
+/// a node, `worker/durable.rs`), crash or not: a restore must reach both.
 async fn run_phases(
     store: &Path,
     bucket: &DynBucket,
@@ -70,7 +73,13 @@ async fn run_phases(
     for (i, p) in PHASES.iter().enumerate().skip(from) {
         write(store, p.commits, p.snapshot_every, p.rotate_bytes);
         let mut w = worker(store, bucket.clone(), crash_config());
-        match w.run_once().await {
+        let result = w.run_once().await;
+        // The position only rises within a chain, and nothing here breaks it: the newest is
+        // the highest this worker told anyone.
+        if let Some(pos) = w.durable().current().position {
+            *acked = pos.commit_seq.max(*acked);
+        }
+        match result {
             Ok(r) => *acked = r.restore_point.unwrap_or(*acked).max(*acked),
             Err(e) => return Some((i, e)),
         }
