@@ -18,8 +18,10 @@
 //!
 //! The table is built once per opened bucket, lazily, and a failure to build it (throttling,
 //! a dropped connection) fails that request only: the retry layer above tries again. It holds
-//! one entry per key of the prefix (keys, version ids, ETags), which is what a restore of the
-//! prefix reads anyway. Needs a versioned bucket (every Object Lock bucket is one); in an
+//! one entry per key of the prefix as it was at TIME (keys, version ids, ETags), which is what
+//! a restore of the prefix reads anyway: entries after TIME are dropped page by page, so an
+//! attacker's flood of newer versions costs listing requests, not memory. A server repeating
+//! its continuation markers is an error, not an endless loop. Needs a versioned bucket (every Object Lock bucket is one); in an
 //! unversioned bucket each key has the one "null" version.
 //!
 //! Stateless on disk: nothing is written anywhere.
@@ -47,6 +49,7 @@ pub(super) struct AsOf {
 }
 
 /// One entry of a version listing: `(key, last modified ms, version or None for a marker)`.
+#[cfg(test)]
 type Entry = (String, i64, Option<Version>);
 
 impl AsOf {
@@ -67,32 +70,59 @@ impl AsOf {
     ) -> Result<&BTreeMap<String, Version>, BucketError> {
         self.table
             .get_or_try_init(|| async {
-                let entries = list_versions(b, client, bucket, root).await?;
-                Ok(pick(entries, self.at_ms))
+                let mut newest = Newest::new(self.at_ms);
+                list_versions(b, client, bucket, root, &mut newest).await?;
+                Ok(newest.table())
             })
             .await
     }
 }
 
-/// Of each key, its newest entry at or before `at_ms`, kept only if it is a version.
-fn pick(entries: Vec<Entry>, at_ms: i64) -> BTreeMap<String, Version> {
-    let mut newest: BTreeMap<String, (i64, Option<Version>)> = BTreeMap::new();
-    for (key, modified, version) in entries {
-        if modified > at_ms {
-            continue;
+/// Of each key, its newest entry at or before the instant, fed one entry at a time: entries
+/// after the instant are dropped as they come, so what an attacker added after it (any number
+/// of versions and markers) costs listing requests, never memory.
+struct Newest {
+    at_ms: i64,
+    by_key: BTreeMap<String, (i64, Option<Version>)>,
+}
+
+impl Newest {
+    fn new(at_ms: i64) -> Newest {
+        Newest {
+            at_ms,
+            by_key: BTreeMap::new(),
         }
-        let replace = match newest.get(&key) {
+    }
+
+    fn offer(&mut self, key: &str, modified: i64, version: Option<Version>) {
+        if modified > self.at_ms {
+            return;
+        }
+        let replace = match self.by_key.get(key) {
             None => true,
             Some((m, v)) => modified > *m || (modified == *m && v.is_none() && version.is_some()),
         };
         if replace {
-            newest.insert(key, (modified, version));
+            self.by_key.insert(key.to_string(), (modified, version));
         }
     }
-    newest
-        .into_iter()
-        .filter_map(|(k, (_, v))| v.map(|v| (k, v)))
-        .collect()
+
+    /// The keys that were versions at the instant (a delete marker: the key did not exist).
+    fn table(self) -> BTreeMap<String, Version> {
+        self.by_key
+            .into_iter()
+            .filter_map(|(k, (_, v))| v.map(|v| (k, v)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+fn pick(entries: Vec<Entry>, at_ms: i64) -> BTreeMap<String, Version> {
+    let mut newest = Newest::new(at_ms);
+    for (key, modified, version) in entries {
+        newest.offer(&key, modified, version);
+    }
+    newest.table()
 }
 
 async fn list_versions(
@@ -100,8 +130,8 @@ async fn list_versions(
     client: &Client,
     bucket: &str,
     root: &str,
-) -> Result<Vec<Entry>, BucketError> {
-    let mut out = Vec::new();
+    newest: &mut Newest,
+) -> Result<(), BucketError> {
     let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
     loop {
         let page = client
@@ -121,8 +151,8 @@ async fn list_versions(
             ) else {
                 continue;
             };
-            out.push((
-                key.to_string(),
+            newest.offer(
+                key,
                 modified,
                 Some(Version {
                     id: v.version_id().unwrap_or("null").to_string(),
@@ -130,24 +160,35 @@ async fn list_versions(
                     etag: v.e_tag().unwrap_or_default().to_string(),
                     modified_ms: Some(modified),
                 }),
-            ));
+            );
         }
         for d in page.delete_markers() {
             if let (Some(key), Some(modified)) = (
                 d.key().and_then(|k| k.strip_prefix(root)),
                 ms(d.last_modified()),
             ) {
-                out.push((key.to_string(), modified, None));
+                newest.offer(key, modified, None);
             }
         }
         if page.is_truncated() != Some(true) {
-            return Ok(out);
+            return Ok(());
         }
-        key_marker = page.next_key_marker().map(str::to_string);
-        version_marker = page.next_version_id_marker().map(str::to_string);
-        if key_marker.is_none() && version_marker.is_none() {
-            return Ok(out);
+        let next = (
+            page.next_key_marker().map(str::to_string),
+            page.next_version_id_marker().map(str::to_string),
+        );
+        if next.0.is_none() && next.1.is_none() {
+            return Ok(());
         }
+        // A server answering the same page again would keep this loop forever.
+        if next == (key_marker.clone(), version_marker.clone()) {
+            return Err(BucketError::Permanent {
+                op: "S3 ListObjectVersions",
+                key: root.to_string(),
+                message: "the server sent the same continuation markers again".into(),
+            });
+        }
+        (key_marker, version_marker) = next;
     }
 }
 
