@@ -15,6 +15,26 @@
 //!    the requests moto logged for the store's prefix during the window as requests an hour,
 //!    and WAL segment PUTs a second against the cap.
 //!
+//! 3. For each rate of `ASYNC_RATES` (default `100`): a store registered with the defaults
+//!    (`durability = async`, `wal_interval` 1 s), committed to as in 2. for `ASYNC_SECS`
+//!    (default 60, a whole restore point interval) after the warm-up. The **lag** of a commit
+//!    is the same measure as the ack latency: from its report until `Durable` covers it, i.e.
+//!    until a restore of the bucket reaches it. Printed beside it: requests an hour at moto,
+//!    and the server's CPU over the window (utime + stime of /proc/PID/stat, only this store
+//!    committing), by thread name too. Goals: lag p99 <= 1.25 s, <= 4,200 requests an hour,
+//!    <= 0.6 % of a core. Unless `LOCKED=0`, each rate runs twice: once as above, once on a
+//!    bucket with Object Lock enabled and `object_lock = governance` (the write-once layout of
+//!    issue 29), and the requests of the two are compared (goal: at most 10 % more).
+//! 5. The standalone follower, `FOLLOWER_SECS` (default 60; 0 skips it): the release
+//!    binary's `backup` (default settings: async, `wal_interval` 1 s, zstd) following a store
+//!    this process commits 1 KiB values to at 100 a second (the engine's own `wal.position`
+//!    and the directory watch; no node client, no service, as Litestream follows a database):
+//!    its CPU over the window and by thread, requests an hour at moto. Goal: <= 0.6 % of a
+//!    core. Runs before 4.
+//! 4. Then `IDLE_SECS` (default 30; 0 skips it) with every store of the run registered and
+//!    nothing committing: the requests moto logs under their prefixes (goal 0) and the
+//!    server's CPU.
+//!
 //! Goals (issue 27): ack p99 at most 2 × the single PUT's p99 at 10 and 100 commits/s; at
 //! 1,000 commits/s, WAL PUTs a second at or under the cap (judged on the PUTs after the
 //! window's first: a window of `n` gaps at exactly the cap holds `n + 1` PUTs). The verdicts are printed; the exit
@@ -29,6 +49,7 @@
 //! copies the server's log beside it (`FILE.serve.log`; `MUSHROOMDB_BACKUP_LOG` sets its
 //! filter, e.g. `mushroom_backup=trace`), to see where an ack's time goes.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +70,8 @@ mod serve;
 use serve::{Server, env_or};
 
 const BUCKET: &str = "durable-bench";
+/// A bucket with Object Lock enabled, for the write-once mode's store (issue 29).
+const LOCKED_BUCKET: &str = "durable-bench-locked";
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -74,11 +97,12 @@ fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
 /// Requests moto logged for `prefix/` of the bench bucket, and of those the WAL segment PUTs.
 fn moto_counts(m: &moto::Moto, prefix: &str) -> (usize, usize) {
     let objects = format!("/{BUCKET}/{prefix}/");
+    let locked = format!("/{LOCKED_BUCKET}/{prefix}/");
     let listed = format!("prefix={prefix}%2F");
     let lines = m.request_lines();
     let ours: Vec<&String> = lines
         .iter()
-        .filter(|l| l.contains(&objects) || l.contains(&listed))
+        .filter(|l| l.contains(&objects) || l.contains(&locked) || l.contains(&listed))
         .collect();
     let wal = ours
         .iter()
@@ -94,15 +118,7 @@ fn moto_counts(m: &moto::Moto, prefix: &str) -> (usize, usize) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let rates: Vec<f64> = std::env::var("RATES")
-        .unwrap_or_else(|_| "10,100,1000".into())
-        .split(',')
-        .map(|r| {
-            r.trim()
-                .parse()
-                .context("RATES: numbers separated by commas")
-        })
-        .collect::<anyhow::Result<_>>()?;
+    let rates = rates_from("RATES", "10,100,1000")?;
     let secs: u64 = env_or("SECS", 10)?;
     let warmup = Duration::from_secs(env_or("WARMUP_SECS", 2)?);
     let cap: u32 = env_or("CAP", 100)?;
@@ -121,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
     client.create_bucket().bucket(BUCKET).send().await?;
 
     // 1. The single conditional PUT.
-    let bucket = S3Bucket::new(client, BUCKET, "putbench", S3Options::default());
+    let bucket = S3Bucket::new(client.clone(), BUCKET, "putbench", S3Options::default());
     let body = bytes::Bytes::from(vec![7u8; 64 << 10]);
     for i in 0..10 {
         bucket
@@ -178,9 +194,11 @@ async fn main() -> anyhow::Result<()> {
         &env,
     )?;
     let mut traced = String::new();
+    let mut prefixes = Vec::new();
     let mut control = BackupControlClient::connect(format!("http://{}", server.addr)).await?;
     for rate in rates {
         let name = format!("r{}", rate as u64);
+        prefixes.push(name.clone());
         let dir = root.join(&name);
         std::fs::create_dir_all(&dir)?;
         let r = control
@@ -200,12 +218,118 @@ async fn main() -> anyhow::Result<()> {
             NodeClientConfig::new(format!("http://{}", server.addr), r.store_id, r.node_token);
         config.min_report_interval = min_report;
         let node = Arc::new(NodeClient::connect(config)?);
-        let outcome = run_rate(&m, &name, &dir, node.clone(), rate, warmup, secs).await?;
+        let outcome = run_rate(
+            &m,
+            &name,
+            &dir,
+            node.clone(),
+            rate,
+            (warmup, secs),
+            server.pid(),
+        )
+        .await?;
         node.close().await;
         for (seq, reported, acked) in &outcome.trace {
             traced.push_str(&format!("{rate} {seq} {reported} {acked}\n"));
         }
         outcome.print(rate, put_p99, cap);
+    }
+    // 3. The same service, async mode (the default), one store per rate: lag, requests and CPU.
+    let async_rates = rates_from("ASYNC_RATES", "100")?;
+    let async_secs: u64 = env_or("ASYNC_SECS", 60)?;
+    let idle = Duration::from_secs(env_or("IDLE_SECS", 30)?);
+    let follower_secs: u64 = env_or("FOLLOWER_SECS", 60)?;
+    let locked = std::env::var("LOCKED").map_or(true, |v| v != "0");
+    if locked {
+        client
+            .create_bucket()
+            .bucket(LOCKED_BUCKET)
+            .object_lock_enabled_for_bucket(true)
+            .send()
+            .await?;
+    }
+    let mut async_runs = Vec::new();
+    for rate in async_rates {
+        async_runs.push((rate, None));
+        if locked {
+            async_runs.push((rate, Some(proto::ObjectLockMode::Governance)));
+        }
+    }
+    let mut normal_per_hour = None;
+    for (rate, lock) in async_runs {
+        let (bucket, name) = match lock {
+            None => (BUCKET, format!("a{}", rate as u64)),
+            Some(_) => (LOCKED_BUCKET, format!("l{}", rate as u64)),
+        };
+        prefixes.push(name.clone());
+        let dir = root.join(&name);
+        std::fs::create_dir_all(&dir)?;
+        let r = control
+            .register(RegisterRequest {
+                store_dir: dir.to_str().context("utf-8 path")?.to_string(),
+                destination: format!("s3://{bucket}/{name}"),
+                options: Some(proto::StoreOptions {
+                    object_lock: lock.map_or(0, |l| l as i32),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let mut config =
+            NodeClientConfig::new(format!("http://{}", server.addr), r.store_id, r.node_token);
+        config.min_report_interval = min_report;
+        let node = Arc::new(NodeClient::connect(config)?);
+        let outcome = run_rate(
+            &m,
+            &name,
+            &dir,
+            node.clone(),
+            rate,
+            (warmup, async_secs),
+            server.pid(),
+        )
+        .await?;
+        node.close().await;
+        let per_hour = outcome.print_async(rate, lock.is_some());
+        match lock {
+            None => normal_per_hour = Some(per_hour),
+            Some(_) => {
+                if let Some(normal) = normal_per_hour {
+                    println!(
+                        "  write-once (object_lock = governance) against the normal mode: \
+                         {:.3}x the requests (goal <= 1.10: {})",
+                        per_hour / normal,
+                        serve::verdict(per_hour <= 1.10 * normal)
+                    );
+                }
+            }
+        }
+    }
+
+    // 5. The standalone follower: `backup` following a store this process commits to (the
+    //    engine's `wal.position` and the directory watch, no node, no service).
+    if follower_secs > 0 {
+        follower(&m, &root, &env, follower_secs, warmup).await?;
+    }
+
+    // 4. Every store idle, its node's stream closed: requests under every prefix, and CPU.
+    if !idle.is_zero() {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let all = |m: &moto::Moto| prefixes.iter().map(|p| moto_counts(m, p).0).sum::<usize>();
+        let before_requests = all(&m);
+        let before = serve::sample(server.pid())?;
+        tokio::time::sleep(idle).await;
+        let after = serve::sample(server.pid())?;
+        let requests = all(&m) - before_requests;
+        let cpu = serve::cpu_pct(&before, &after, idle.as_secs_f64());
+        println!(
+            "idle {:.0} s, every store above registered, nothing committing: {requests} requests \
+             under the stores' prefixes = {:.0}/hour (goal 0: {}); serve CPU {cpu:.2} % of a core",
+            idle.as_secs_f64(),
+            requests as f64 * 3600.0 / idle.as_secs_f64(),
+            serve::verdict(requests == 0)
+        );
     }
     drop(server);
     if let Some(path) = trace {
@@ -214,6 +338,108 @@ async fn main() -> anyhow::Result<()> {
         log.push(".serve.log");
         std::fs::copy(work.path().join("serve.log"), log)?;
     }
+    Ok(())
+}
+
+/// Commit rates from `var` (numbers separated by commas; empty: none), else `default`.
+fn rates_from(var: &str, default: &str) -> anyhow::Result<Vec<f64>> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| {
+            r.trim()
+                .parse()
+                .with_context(|| format!("{var}: numbers separated by commas"))
+        })
+        .collect()
+}
+
+/// Scenario 5: the release binary's `backup` (following, default settings) on a store this
+/// process commits 1 KiB values to at 100 a second, for `secs` after the warm-up: its CPU over
+/// the window (and by thread), the requests moto logged for its prefix, WAL PUTs a second.
+async fn follower(
+    m: &moto::Moto,
+    root: &Path,
+    env: &[(&'static str, String)],
+    secs: u64,
+    warmup: Duration,
+) -> anyhow::Result<()> {
+    let name = "f100";
+    let dir = root.join(name);
+    let mut engine = Engine::open(&dir, EngineOptions::default())?;
+    engine.commit(&[Op::Put {
+        key: b"k".to_vec(),
+        value: vec![b'v'; 1024],
+    }])?;
+    engine.sync()?;
+    let binary = std::env::var_os("MUSHROOM_BACKUP_BIN").map_or_else(
+        || env!("CARGO_BIN_EXE_mushroom-backup").into(),
+        PathBuf::from,
+    );
+    let log = std::fs::File::create(root.join("follower.log"))?;
+    let mut child = std::process::Command::new(binary)
+        .arg("backup")
+        .arg("--store")
+        .arg(&dir)
+        .arg("--to")
+        .arg(format!("s3://{BUCKET}/{name}"))
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stderr(log)
+        .stdout(std::process::Stdio::null())
+        .spawn()?;
+    let pid = child.id();
+    let rate = 100.0;
+    let total = (rate * (warmup.as_secs_f64() + 3.0 + secs as f64)) as u64;
+    let committer = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        let start = Instant::now();
+        for n in 0..total {
+            let due = start + Duration::from_secs_f64(n as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let seq = engine.commit_seq() + 1;
+            engine.commit(&[Op::Put {
+                key: format!("k{}", seq % 1000).into_bytes(),
+                value: vec![b'v'; 1024],
+            }])?;
+            engine.sync()?;
+        }
+        Ok(())
+    });
+    // The first generation's uploads and restore point are the warm-up.
+    tokio::time::sleep(warmup + Duration::from_secs(3)).await;
+    if let Some(status) = child.try_wait()? {
+        anyhow::bail!(
+            "the follower exited ({status}): {}",
+            serve::log_tail(&root.join("follower.log"), 20).join("\n")
+        );
+    }
+    let (before_all, before_wal) = moto_counts(m, name);
+    let (cpu0, threads0) = (serve::sample(pid)?, serve::ticks_by_thread(pid));
+    let from = Instant::now();
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    let window = from.elapsed().as_secs_f64();
+    let (cpu1, threads1) = (serve::sample(pid)?, serve::ticks_by_thread(pid));
+    let (after_all, after_wal) = moto_counts(m, name);
+    if let Some(status) = child.try_wait()? {
+        anyhow::bail!("the follower exited during the window ({status})");
+    }
+    committer.await??;
+    let _ = std::process::Command::new("kill")
+        .arg(pid.to_string())
+        .status();
+    let _ = child.wait();
+    let cpu = serve::cpu_pct(&cpu0, &cpu1, window);
+    let requests = after_all - before_all;
+    println!(
+        "standalone follower (`backup`, async, moto) at 100 commits/s: CPU {cpu:.2} % of a core \
+         (goal <= 0.6 %: {}); {requests} requests in {window:.1} s = {:.0}/hour; WAL PUTs {:.2}/s",
+        serve::verdict(cpu <= 0.6),
+        requests as f64 * 3600.0 / window,
+        (after_wal - before_wal) as f64 / window
+    );
+    serve::print_cpu_by_thread(&threads0, &threads1, window);
     Ok(())
 }
 
@@ -226,6 +452,10 @@ fn unix_us() -> u128 {
 struct Outcome {
     /// The measured window: from the end of the warm-up until the last commit was acknowledged.
     window: Duration,
+    /// The server's CPU over the window, % of one core (only this store commits meanwhile).
+    cpu: f64,
+    /// Its CPU over the window by thread name, printed after the async figures.
+    threads: (ThreadTicks, ThreadTicks),
     acks: Vec<f64>,
     committed: u64,
     unacked: usize,
@@ -274,6 +504,48 @@ impl Outcome {
     }
 }
 
+impl Outcome {
+    /// Async mode (issue 27): the lag behind the durable WAL is the time from a commit's report
+    /// until `Durable` covers it; goals p99 <= 1.25 s, <= 4,200 requests an hour, serve <= 0.6 %
+    /// of a core.
+    /// Prints the async figures; returns the requests an hour.
+    fn print_async(mut self, rate: f64, locked: bool) -> f64 {
+        let cpu = self.cpu;
+        let mode = if locked {
+            " (object_lock = governance)"
+        } else {
+            ""
+        };
+        self.acks.sort_by(f64::total_cmp);
+        let p99 = pct(&self.acks, 0.99) / 1e3;
+        let secs = self.window.as_secs_f64();
+        let per_hour = self.requests as f64 * 3600.0 / secs;
+        println!(
+            "async{mode} at {rate} commits/s: {:.0} commits/s reached; lag p50 {:.2} s, p99 {p99:.2} s, \
+             max {:.2} s ({} acked, {} not by the end); {} requests in {secs:.1} s = {per_hour:.0}/hour; \
+             WAL PUTs {:.2}/s; serve CPU {cpu:.2} % of a core",
+            self.committed as f64 / secs,
+            pct(&self.acks, 0.5) / 1e3,
+            self.acks.last().copied().unwrap_or(f64::NAN) / 1e3,
+            self.acks.len(),
+            self.unacked,
+            self.requests,
+            self.wal_puts as f64 / secs,
+        );
+        println!(
+            "  goals: lag p99 <= 1.25 s: {}; requests <= 4,200/hour: {}; CPU <= 0.6 %: {}",
+            serve::verdict(p99 <= 1.25),
+            serve::verdict(per_hour <= 4200.0),
+            serve::verdict(cpu <= 0.6)
+        );
+        serve::print_cpu_by_thread(&self.threads.0, &self.threads.1, self.window.as_secs_f64());
+        per_hour
+    }
+}
+
+/// CPU ticks by thread name (`serve::ticks_by_thread`).
+type ThreadTicks = BTreeMap<String, (usize, u64)>;
+
 /// Commits reported and not yet acknowledged: when (monotonic, and unix µs), by commit_seq.
 type Pending = std::collections::BTreeMap<u64, (Instant, u128)>;
 /// An acknowledged commit: commit_seq, ack latency in ms, reported and acked at (unix µs).
@@ -286,8 +558,8 @@ async fn run_rate(
     dir: &Path,
     node: Arc<NodeClient>,
     rate: f64,
-    warmup: Duration,
-    secs: u64,
+    (warmup, secs): (Duration, u64),
+    server_pid: u32,
 ) -> anyhow::Result<Outcome> {
     let opts = EngineOptions {
         group_commit: 0,
@@ -350,11 +622,15 @@ async fn run_rate(
     });
     tokio::time::sleep(warmup).await;
     let (before_all, before_wal) = moto_counts(m, prefix);
+    let cpu_before = serve::sample(server_pid)?;
+    let threads_before = serve::ticks_by_thread(server_pid);
     let from = Instant::now();
     let (engine, _) = committer.await??;
     let last = engine.commit_seq();
     let _ = node.wait_durable(last, Duration::from_secs(30)).await;
     let window = from.elapsed();
+    let cpu_after = serve::sample(server_pid)?;
+    let threads_after = serve::ticks_by_thread(server_pid);
     let (after_all, after_wal) = moto_counts(m, prefix);
     // The watcher books the last acknowledgement after the wait saw it.
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -373,6 +649,8 @@ async fn run_rate(
     let unacked = pending.lock().unwrap().range(measure_from..).count();
     Ok(Outcome {
         window,
+        cpu: serve::cpu_pct(&cpu_before, &cpu_after, window.as_secs_f64()),
+        threads: (threads_before, threads_after),
         committed: last.saturating_sub(measure_from) + 1,
         acks: measured,
         unacked,

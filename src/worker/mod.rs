@@ -409,8 +409,13 @@ impl BackupWorker {
         let store: StoreDir = dir.into();
         let dir = store.path().to_path_buf();
         let changes = crate::store::watch::signal();
+        // A sync store ships as soon as its files change: no signal of it may be held back.
+        let watch = match config.durability {
+            DurabilityMode::Sync => DirWatch::signalling_urgently,
+            DurabilityMode::Async => DirWatch::signalling,
+        };
         Self {
-            watch: DirWatch::signalling(dir.clone(), changes.clone()),
+            watch: watch(dir.clone(), changes.clone()),
             changes,
             positions_signalled: false,
             quiet: None,
