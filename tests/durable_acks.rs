@@ -268,7 +268,7 @@ async fn durability_options_out_of_range_are_refused_naming_them() {
     for (options, field) in [
         (
             proto::StoreOptions {
-                wal_puts_per_second: 101,
+                wal_puts_per_second: 1001,
                 ..Default::default()
             },
             "wal_puts_per_second",
@@ -287,8 +287,8 @@ async fn durability_options_out_of_range_are_refused_naming_them() {
         assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
         assert!(e.message().contains(field), "{e:?}");
     }
-    let (ok, child) = ctl_register(addr, &dir, &dest, &["--wal-puts-per-second", "1000"]);
-    assert!(!ok, "ctl register accepted 1000 WAL PUTs a second");
+    let (ok, child) = ctl_register(addr, &dir, &dest, &["--wal-puts-per-second", "1001"]);
+    assert!(!ok, "ctl register accepted 1001 WAL PUTs a second");
     assert!(
         served::stderr(&child).contains("wal_puts_per_second"),
         "{}",

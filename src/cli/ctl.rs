@@ -184,7 +184,7 @@ struct StoreFlags {
     /// bucket; `async`: every wal_interval [default: the service's].
     #[arg(long, value_parser = ["async", "sync"])]
     durability: Option<String>,
-    /// The most WAL PUTs a second the store may cost, 1 to 100 [default: the service's, 10].
+    /// The most WAL PUTs a second the store may cost, 1 to 1000 [default: the service's, 10].
     #[arg(long)]
     wal_puts_per_second: Option<u32>,
 }

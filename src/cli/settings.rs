@@ -64,7 +64,7 @@ pub struct WorkerSettings {
     /// acknowledge each commit once it is in the bucket) [default: async].
     #[arg(long, env = "MUSHROOMDB_BACKUP_DURABILITY", value_parser = ["async", "sync"])]
     pub durability: Option<String>,
-    /// The most WAL PUTs a second one store may cost, 1 to 100 [default: 10].
+    /// The most WAL PUTs a second one store may cost, 1 to 1000 [default: 10].
     #[arg(long, env = "MUSHROOMDB_BACKUP_WAL_PUTS_PER_SECOND")]
     pub wal_puts_per_second: Option<u64>,
     /// Write into a prefix that holds generations of the other kind (plaintext beside
