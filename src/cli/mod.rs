@@ -22,6 +22,7 @@ mod retention;
 mod serve;
 mod serve_limits;
 mod settings;
+mod standby;
 mod store;
 
 /// Continuous, crash-safe backup of database stores to S3 or a local directory.
