@@ -248,3 +248,124 @@ fn a_standby_follows_a_backup_on_s3_across_generations_and_idles_on_a_few_lists(
     );
     assert_eq!(last["stopped"]["commit_seq"], source.commit_seq);
 }
+
+/// The environment of a short-lived lease and quick shipping.
+fn quick(cmd: &mut Command) -> &mut Command {
+    cmd.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", "2000")
+        .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "200")
+        .env("MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS", "1000")
+}
+
+/// Runs `cmd` to its end, which must be a failure saying `says`.
+fn refused(name: &str, mut cmd: Command, says: &str) -> String {
+    let out = cmd.output().expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{name} was not refused: {err}");
+    assert!(
+        err.contains(says),
+        "{name}: refused, but not saying {says:?}: {err}"
+    );
+    err
+}
+
+#[test]
+fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 100);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &[]),
+        WAIT,
+    );
+    let mut s = Running::spawn("standby", standby(UNUSED, &url, &dir, 100, 200));
+    wait_for_commit(&mut s, 100);
+    write_more(&src, 50, &[]);
+    let settings = FollowSettings {
+        lease_ttl: Duration::from_secs(2),
+        wal_interval: Duration::from_millis(200),
+        restore_point_interval: Duration::from_millis(1000),
+    };
+    let mut old = Running::spawn(
+        "old primary",
+        binary::follower(UNUSED, &src, &url, &settings),
+    );
+    wait_for_commit(&mut s, 150);
+    stop(&mut s);
+
+    let promote = |wait: bool| {
+        let mut cmd = binary::command(UNUSED);
+        cmd.args(["promote", "--from", &url, "--dir"]).arg(&dir);
+        if wait {
+            cmd.arg("--wait-for-lease");
+        }
+        quick(&mut cmd);
+        cmd
+    };
+    // A live old primary: refused, naming it, and nothing changed.
+    let before = std::fs::read(bucket.join("LATEST")).unwrap();
+    refused(
+        "promote",
+        promote(false),
+        &format!("(store {})", src.display()),
+    );
+    assert_eq!(std::fs::read(bucket.join("LATEST")).unwrap(), before);
+    assert!(!dir.join("backup.parent").exists());
+
+    // Its host lost: the promotion waits out its lease, then adopts the prefix.
+    old.kill();
+    let mut p = Running::spawn("promoted", promote(true));
+    let promoted = p.wait_for("promote", WAIT, |l| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    });
+    assert_eq!(promoted["applied"]["commit_seq"], 150);
+    assert_eq!(promoted["parent"]["commit_seq"], 150);
+    let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
+    assert_ne!(
+        promoted["parent"]["lineage"].as_str(),
+        Some(new_lineage.as_str())
+    );
+
+    // The old primary comes back: refused by the lease the promoted store's backup holds.
+    write_more(&src, 5, &[]);
+    let old_once = || {
+        let mut cmd = binary::backup_once(UNUSED, &src, &url, &[]);
+        quick(&mut cmd);
+        cmd
+    };
+    refused("the old primary", old_once(), "the bucket lease is held by");
+
+    // A node on the promoted store commits; its commits ship under the new lineage.
+    write_more(&dir, 20, &[]);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let latest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == 170 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LATEST never named the promoted store's commit 170: {latest}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "the promoted backup exited {status}");
+
+    // Afterwards the old primary is refused by the lineage rule, and the prefix restores to
+    // exactly the promoted store.
+    refused("the old primary", old_once(), "prefix refused");
+    let restored = tmp.path().join("restored");
+    binary::restore_digest(UNUSED, &url, &restored);
+    assert_eq!(
+        support::store::digest(&restored),
+        support::store::digest(&dir)
+    );
+    assert_eq!(support::store::digest(&dir).commit_seq, 170);
+}

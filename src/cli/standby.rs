@@ -1,10 +1,13 @@
+//! `restore --follow`: a standalone standby, and `promote`, which makes one the primary.
+//!
 //! `restore --follow`: a standalone standby (`mushroom_backup::standby`). It restores into the
 //! directory (or resumes the store there), then applies what the prefix ships until SIGINT or
 //! SIGTERM, and exits 0. One line per apply on stdout (JSON with `--json`), and a last one with
 //! where it stopped and the requests it sent, by kind.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -106,4 +109,75 @@ pub async fn follow(
         ))?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct PromoteArgs {
+    /// The standby's directory (stop its `restore --follow` first).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The destination it follows, which it takes over: s3://bucket/prefix or file:///path.
+    #[arg(long)]
+    from: String,
+    /// Wait until the old writer's bucket lease is stale (at most its TTL after its last
+    /// renewal, plus a poll) instead of refusing while it is live.
+    #[arg(long)]
+    wait_for_lease: bool,
+    #[command(flatten)]
+    settings: super::settings::WorkerSettings,
+}
+
+/// `promote`: fence the old writer through the bucket lease, apply everything durable, adopt
+/// the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
+/// names; `standby::promote`), print that as one JSON line, then back the directory up under
+/// the same lease until SIGINT/SIGTERM, as `backup --store DIR --to URL` does: a node may open
+/// the directory and commit, and its commits ship under the new lineage. The lease passes from
+/// the promotion to the worker without a gap (the worker has the same holder id, so the lease
+/// is its own), so the old writer cannot take it back in between.
+pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
+    use mushroom_backup::lease::LeaseConfig;
+    use mushroom_backup::wal_source::LocalSource;
+    use mushroom_backup::worker::BackupWorker;
+
+    let config = a.settings.config()?;
+    let cancel = super::shutdown_token();
+    let bucket = super::open_existing(&a.from).await?;
+    let what = format!("promotion of {} for {}", a.dir.display(), a.from);
+    let lease = LeaseConfig::from_env(a.dir.display().to_string())?;
+    // Past this, a holder that was alive at the start is still alive: give up.
+    let deadline = std::time::Instant::now() + lease.ttl * 2 + Duration::from_secs(5);
+    let held = loop {
+        let hint = "it is alive, or died less than a lease TTL ago: stop it first, or pass \
+                    --wait-for-lease to wait until its lease is stale";
+        match super::lease::take(bucket.clone(), lease.clone(), &what, hint).await {
+            Ok(held) => break held,
+            Err(e) if a.wait_for_lease && std::time::Instant::now() < deadline => {
+                tracing::info!("{e}; waiting");
+                tokio::select! {
+                    _ = cancel.cancelled() => anyhow::bail!("{what}: interrupted"),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let adopted = async {
+        let opts = StandbyOptions::default();
+        let applied = standby::promote::catch_up(bucket.as_ref(), &a.dir, &opts).await?;
+        standby::promote::adopt(bucket.as_ref(), &a.dir, &applied).await
+    }
+    .await
+    .with_context(|| what.clone());
+    let adopted = match adopted {
+        Ok(adopted) => adopted,
+        Err(e) => {
+            held.release().await;
+            return Err(e);
+        }
+    };
+    super::out::line(serde_json::json!({ "promoted": adopted }).to_string())?;
+    held.hand_over().await;
+    let source = Arc::new(LocalSource::new(a.dir.clone()));
+    let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
+    super::backup::follow(worker, lease).await
 }

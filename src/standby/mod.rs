@@ -73,6 +73,7 @@ use crate::restore::{RestoreError, RestoreOptions, keys::RestoreKeys};
 pub mod apply;
 pub mod local;
 pub mod poll;
+pub mod promote;
 
 pub use apply::ApplyStep;
 
