@@ -369,3 +369,34 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
     );
     assert_eq!(support::store::digest(&dir).commit_seq, 170);
 }
+
+#[test]
+fn poll_intervals_outside_their_range_are_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = support::file_url(&tmp.path().join("bucket"));
+    for (flag, value) in [
+        ("--poll-interval-ms", "99"),
+        ("--poll-interval-ms", "3600001"),
+        ("--idle-poll-interval-ms", "0"),
+    ] {
+        let mut cmd = binary::command("http://unused.invalid");
+        cmd.args(["restore", "--follow", "--from", &url, "--to"])
+            .arg(tmp.path().join("standby"))
+            .args([flag, value]);
+        refused(flag, cmd, flag);
+    }
+    let mut cmd = standby(
+        "http://unused.invalid",
+        &url,
+        &tmp.path().join("standby"),
+        2000,
+        1000,
+    );
+    cmd.env_remove("MUSHROOMDB_BACKUP_LOG");
+    refused(
+        "idle below poll",
+        cmd,
+        "--idle-poll-interval-ms 1000 is below",
+    );
+    assert!(!tmp.path().join("standby").exists());
+}

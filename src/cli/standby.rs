@@ -93,9 +93,16 @@ pub async fn follow(
             failed.get_or_insert(e);
         }
     };
-    let at = standby::follow(&bucket, to, &opts, &cancel, print)
-        .await
-        .with_context(|| format!("standby of {from} in {}", to.display()))?;
+    let at = match standby::follow(&bucket, to, &opts, &cancel, print).await {
+        Ok(at) => at,
+        Err(standby::StandbyError::Cancelled) => {
+            tracing::info!("standby of {from} stopped before it was in place");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("standby of {from} in {}", to.display()));
+        }
+    };
     if let Some(e) = failed {
         return Err(e);
     }

@@ -26,7 +26,10 @@
 //!
 //! Polls come every `poll_interval` (default 1 s) while there is news, so a busy prefix is
 //! followed within one WAL interval (the backup ships a segment per `wal_interval`) plus one
-//! poll plus the request times. After [`IDLE_AFTER`] polls without news the interval doubles
+//! poll plus the request times. (DESIGN.md section 5 says "never poll the bucket with LIST in
+//! steady state": that is the backup worker's rule, which learns of new data from its own
+//! store; a standby has nothing but the bucket to learn from, and one LIST a poll is the
+//! cheapest look that sees both new segments and new generations.) After [`IDLE_AFTER`] polls without news the interval doubles
 //! up to `idle_poll_interval` (default 15 s): an **idle prefix costs one LIST per 15 s, 4 a
 //! minute, 240 an hour** (plus 14 in the first 40 s of quiet: 10 at 1 s, then 2, 4 and 8 s),
 //! measured by `benches/standby.rs`.
@@ -239,6 +242,9 @@ pub enum StandbyError {
     },
     #[error("a blocking task failed: {0}")]
     Join(String),
+    /// Cancelled before the first restore or resume finished (nothing was put in place).
+    #[error("stopped before the standby was in place")]
+    Cancelled,
 }
 
 impl StandbyError {
@@ -312,7 +318,7 @@ pub async fn follow(
     opts.check()?;
     let crash = Crash(opts.crash_at);
     let (mut now, kind) = tokio::select! {
-        _ = cancel.cancelled() => return Err(StandbyError::BadOption("cancelled before the standby started".into())),
+        _ = cancel.cancelled() => return Err(StandbyError::Cancelled),
         r = start(bucket, dir, opts, &crash) => r?,
     };
     on_apply(&report(kind, &now.at, 0));
