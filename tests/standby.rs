@@ -135,6 +135,13 @@ fn a_crash_at_every_apply_step_leaves_a_store_that_opens_and_a_restart_resumes()
                     ));
                 }
                 opens(&dir, before, source.commit_seq, &context);
+                if step == ApplyStep::SegmentTorn {
+                    let here = mushroom_backup::standby::local::look(&dir).unwrap();
+                    assert!(
+                        here.wal_len > here.wal_end && here.commit_seq > before,
+                        "{context}: no torn tail after whole frames: {here:?}"
+                    );
+                }
                 s = Running::spawn(
                     &format!("standby restarted ({context})"),
                     standby(UNUSED, &url, &dir, 100, 200),
