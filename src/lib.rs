@@ -56,6 +56,7 @@ pub mod pacing;
 pub mod registry;
 pub mod restore;
 pub mod service;
+pub mod standby;
 pub mod store;
 pub mod telemetry;
 pub mod verify;

@@ -116,7 +116,7 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
 
 /// Follows the store under the bucket lease until SIGINT/SIGTERM, logging every change of
 /// health on stderr, then flushes a last restore point, releases the lease and exits 0.
-async fn follow(worker: BackupWorker, lease: LeaseConfig) -> anyhow::Result<ExitCode> {
+pub(super) async fn follow(worker: BackupWorker, lease: LeaseConfig) -> anyhow::Result<ExitCode> {
     let shutdown = super::shutdown_token();
     let tasks = tokio_util::task::TaskTracker::new();
     let handle = worker.spawn(lease, shutdown.clone(), &tasks);

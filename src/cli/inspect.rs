@@ -20,7 +20,8 @@ pub struct RestoreArgs {
     /// The destination to restore from: file:///path or s3://bucket/prefix.
     #[arg(long)]
     from: String,
-    /// An empty or missing directory to restore into.
+    /// An empty or missing directory to restore into (with --follow, also a standby's directory
+    /// to take up where it stands).
     #[arg(long)]
     to: PathBuf,
     /// Read the bucket as it was at this instant, from S3 object versions (delete markers and
@@ -54,6 +55,8 @@ pub struct RestoreArgs {
     json: bool,
     #[command(flatten)]
     encryption: super::encryption::EncryptionArgs,
+    #[command(flatten)]
+    standby: super::standby::FollowArgs,
 }
 
 #[derive(Args)]
@@ -112,6 +115,11 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--parallelism must be at least 1");
     }
     let keys = a.encryption.load_for_reading()?;
+    let keys = restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default());
+    if a.standby.follow {
+        return super::standby::follow(&a.standby, &a.from, &a.to, a.parallelism, keys, a.json)
+            .await;
+    }
     let at_time_ms = a
         .at_time
         .as_deref()
@@ -122,7 +130,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .open()
         .await?;
     let opts = RestoreOptions {
-        keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
+        keys,
         at: a.at,
         at_time_ms,
         restore_point_only: a.restore_point_only,

@@ -73,6 +73,15 @@ impl Held {
         &self.lease
     }
 
+    /// Stops renewing and leaves the lease object as it is, for a worker of the same holder id
+    /// (the same [`LeaseConfig`]) to take at once: it is this holder's. Until then it is live
+    /// for a TTL after its last renewal, so no one else takes it in between (`promote`).
+    pub(super) async fn hand_over(self) {
+        drop(self.lease);
+        self.tasks.close();
+        self.tasks.wait().await;
+    }
+
     /// Stops renewing and deletes the lease object (a failure is logged: the object then goes
     /// stale within its TTL).
     pub(super) async fn release(self) {

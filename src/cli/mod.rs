@@ -22,6 +22,7 @@ mod retention;
 mod serve;
 mod serve_limits;
 mod settings;
+mod standby;
 mod store;
 
 /// Continuous, crash-safe backup of database stores to S3 or a local directory.
@@ -41,6 +42,9 @@ enum Command {
     Backup(backup::BackupArgs),
     /// Restore a store from a destination into an empty directory.
     Restore(inspect::RestoreArgs),
+    /// Make a standby (`restore --follow`, stopped) the primary of the prefix it follows:
+    /// fence the old writer through the bucket lease, apply everything, adopt the prefix.
+    Promote(standby::PromoteArgs),
     /// Check every restore point of a destination.
     Verify(inspect::VerifyArgs),
     /// List the restore points of a destination.
@@ -96,6 +100,7 @@ pub fn main() -> ExitCode {
             Command::Backup(args) => backup::run(args).await,
             Command::Restore(args) => inspect::restore(args).await,
             Command::Verify(args) => inspect::verify(args).await,
+            Command::Promote(args) => standby::promote(args).await,
             Command::Ls(args) => inspect::ls(args).await,
             Command::Retention(args) => retention::run(args).await,
             Command::Serve(args) => serve::run(*args).await,

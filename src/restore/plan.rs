@@ -96,7 +96,7 @@ pub(crate) async fn load_manifest(
 
 /// The manifest LATEST names; if LATEST is missing or names a missing or bad manifest, the
 /// newest valid manifest under `manifests/`, with a warning saying so.
-async fn latest_restore_point(
+pub(crate) async fn latest_restore_point(
     bucket: &dyn Bucket,
     warnings: &mut Vec<String>,
 ) -> Result<(String, Manifest), RestoreError> {
@@ -294,6 +294,8 @@ fn newest_per_generation<'a>(
 pub(crate) struct Extension {
     pub segments: Vec<SegmentEntry>,
     pub cached: HashMap<String, Bytes>,
+    /// With [`ExtendHow::keep_plain`]: each segment's plain bytes, in the order of `segments`.
+    pub plain: Vec<Bytes>,
     /// The commit the manifest's WAL reaches with these segments.
     pub reach: u64,
     /// The WAL offset they reach.
@@ -327,13 +329,68 @@ pub(crate) async fn extend(
     parallelism: usize,
     keys: &super::keys::RestoreKeys,
 ) -> Result<Extension, RestoreError> {
-    let mut ext = Extension::none(m);
+    let listed = list_all(bucket, &segments_prefix(m.generation)).await?;
+    let from = ChainStart {
+        lineage: m.lineage,
+        generation: m.generation,
+        end: m.segments_end(),
+        reach: m.commit_seq,
+    };
+    let how = ExtendHow {
+        limit,
+        until,
+        parallelism,
+        keep_plain: false,
+    };
+    extend_listed(bucket, &from, listed, &how, keys).await
+}
+
+/// Where a chain of segments continues: a generation's WAL at offset `end`, `reach` commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChainStart {
+    pub lineage: uuid::Uuid,
+    pub generation: u64,
+    pub end: u64,
+    pub reach: u64,
+}
+
+/// How [`extend_listed`] follows a chain (see [`extend`] for `limit` and `until`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExtendHow {
+    pub limit: Option<u64>,
+    pub until: Option<u64>,
+    pub parallelism: usize,
+    /// Keep every taken segment's plain bytes in [`Extension::plain`], in order (a standby
+    /// appends them; a restore downloads again what it did not cache).
+    pub keep_plain: bool,
+}
+
+/// [`extend`] over the objects `listed` (any keys; those that are not segments of the
+/// generation at or past `from.end` are passed over): the chain that continues `from`.
+pub(crate) async fn extend_listed(
+    bucket: &dyn Bucket,
+    from: &ChainStart,
+    listed: Vec<crate::bucket::ObjectMeta>,
+    how: &ExtendHow,
+    keys: &super::keys::RestoreKeys,
+) -> Result<Extension, RestoreError> {
+    let ExtendHow {
+        limit,
+        until,
+        parallelism,
+        keep_plain,
+    } = *how;
+    let mut ext = Extension {
+        reach: from.reach,
+        end: from.end,
+        ..Extension::default()
+    };
     let mut candidates: Candidates = BTreeMap::new();
-    for obj in list_all(bucket, &segments_prefix(m.generation)).await? {
-        let Some((start, end)) = parse_segment_key(m.generation, &obj.key) else {
+    for obj in listed {
+        let Some((start, end)) = parse_segment_key(from.generation, &obj.key) else {
             continue;
         };
-        if start < m.segments_end() || until.is_some_and(|u| end > u) {
+        if start < from.end || until.is_some_and(|u| end > u) {
             continue;
         }
         // A range no writer ships (a bomb's claim): refused, naming it, before it is read.
@@ -358,7 +415,7 @@ pub(crate) async fn extend(
     for list in candidates.values_mut() {
         list.sort_by_key(|c| std::cmp::Reverse(c.0));
     }
-    let mut pos = m.segments_end();
+    let mut pos = from.end;
     let mut rejected: HashSet<String> = HashSet::new();
     let mut cached_bytes = 0u64;
     'chain: loop {
@@ -396,7 +453,7 @@ pub(crate) async fn extend(
             };
             // A sealed segment opens with its generation's key (an error if none given).
             let open = match data.starts_with(crate::crypto::stream::MAGIC) {
-                true => Some(keys.open(bucket, m.lineage, m.generation).await?),
+                true => Some(keys.open(bucket, from.lineage, from.generation).await?),
                 false => None,
             };
             let Some((mut object, plain)) =
@@ -419,8 +476,11 @@ pub(crate) async fn extend(
                         cached_bytes += data.len() as u64;
                         ext.cached.insert(key.clone(), data.clone());
                     }
-                    object.lineage = m.lineage;
-                    object.generation = m.generation;
+                    object.lineage = from.lineage;
+                    object.generation = from.generation;
+                    if keep_plain {
+                        ext.plain.push(plain.clone());
+                    }
                     ext.segments.push(SegmentEntry {
                         object,
                         start,
@@ -448,7 +508,7 @@ pub(crate) async fn extend(
         let w = format!(
             "segments of generation {} stop at offset {pos} (commit {}); later segments from \
              offset {start} do not continue them and are not used",
-            m.generation, ext.reach
+            from.generation, ext.reach
         );
         tracing::warn!("{w}");
         ext.warnings.push(w);

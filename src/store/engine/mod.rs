@@ -80,6 +80,7 @@ use uuid::Uuid;
 
 pub use codec::{KvMap, Op};
 pub use error::EngineError;
+pub use files::lock_store;
 pub use position::PositionHandle;
 pub use recover::{
     ArchiveInfo, IntentState, Recovery, StoreDigest, StoreImage, digest, digest_map, read_store,

@@ -1,0 +1,190 @@
+//! `restore --follow`: a standalone standby, and `promote`, which makes one the primary.
+//!
+//! `restore --follow`: a standalone standby (`mushroom_backup::standby`). It restores into the
+//! directory (or resumes the store there), then applies what the prefix ships until SIGINT or
+//! SIGTERM, and exits 0. One line per apply on stdout (JSON with `--json`), and a last one with
+//! where it stopped and the requests it sent, by kind.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use mushroom_backup::bucket;
+use mushroom_backup::restore::keys::RestoreKeys;
+use mushroom_backup::standby::{self, ApplyReport, ApplyStep, StandbyOptions};
+
+/// The range of both poll intervals, in ms (`standby::POLL_INTERVAL_MIN..=MAX`).
+const INTERVAL_MS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+#[derive(Args)]
+pub struct FollowArgs {
+    /// Keep the directory current from the destination until SIGINT/SIGTERM: a standby. An
+    /// empty directory is restored first; a standby's directory is taken up where it stands.
+    #[arg(
+        long,
+        conflicts_with_all = ["at", "at_time", "restore_point_only", "adopt", "bucket_as_of", "engine_check"]
+    )]
+    pub follow: bool,
+    /// With --follow: ms between polls while there is news (100 to 3600000).
+    #[arg(long, requires = "follow", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(INTERVAL_MS))]
+    pub poll_interval_ms: u64,
+    /// With --follow: the longest ms between polls of a quiet prefix (100 to 3600000, at
+    /// least --poll-interval-ms); one LIST each.
+    #[arg(long, requires = "follow", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(INTERVAL_MS))]
+    pub idle_poll_interval_ms: u64,
+    /// For tests: exit (status 86) at this numbered apply step (1 to 7).
+    #[arg(long, requires = "follow", hide = true,
+          value_parser = clap::value_parser!(u8).range(1..=7))]
+    pub crash_at_step: Option<u8>,
+}
+
+pub async fn follow(
+    a: &FollowArgs,
+    from: &str,
+    to: &Path,
+    parallelism: usize,
+    keys: RestoreKeys,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let opts = StandbyOptions {
+        poll_interval: Duration::from_millis(a.poll_interval_ms),
+        idle_poll_interval: Duration::from_millis(a.idle_poll_interval_ms),
+        parallelism,
+        keys,
+        crash_at: a.crash_at_step.and_then(ApplyStep::from_number),
+    };
+    if opts.idle_poll_interval < opts.poll_interval {
+        anyhow::bail!(
+            "--idle-poll-interval-ms {} is below --poll-interval-ms {}",
+            a.idle_poll_interval_ms,
+            a.poll_interval_ms
+        );
+    }
+    let cancel = super::shutdown_token();
+    let opened = bucket::Open::read_only(from, &super::bucket_token())
+        .open()
+        .await?;
+    // Counted, so the last line can say what following cost.
+    let bucket = bucket::counting::CountingBucket::new(opened);
+    let mut failed = None;
+    let print = |r: &ApplyReport| {
+        let line = match json {
+            true => serde_json::to_string(r).map_err(anyhow::Error::from),
+            false => Ok(format!(
+                "{:?}: commit {} (lineage {}, generation {}, wal.bin {} bytes{})",
+                r.applied,
+                r.at.commit_seq,
+                r.at.lineage,
+                r.at.generation,
+                r.at.wal_end,
+                match r.segments {
+                    0 => String::new(),
+                    n => format!(", {n} segments"),
+                }
+            )),
+        };
+        if let Err(e) = line.and_then(super::out::line) {
+            failed.get_or_insert(e);
+        }
+    };
+    let at = match standby::follow(&bucket, to, &opts, &cancel, print).await {
+        Ok(at) => at,
+        Err(standby::StandbyError::Cancelled) => {
+            tracing::info!("standby of {from} stopped before it was in place");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(e) => {
+            return Err(e).with_context(|| format!("standby of {from} in {}", to.display()));
+        }
+    };
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let requests = bucket.counts().snapshot();
+    let stopped = serde_json::json!({"stopped": at, "requests": requests});
+    match json {
+        true => super::out::line(stopped.to_string())?,
+        false => super::out::line(format!(
+            "standby stopped at commit {} (generation {}); requests sent: {requests:?}",
+            at.commit_seq, at.generation
+        ))?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct PromoteArgs {
+    /// The standby's directory (stop its `restore --follow` first).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The destination it follows, which it takes over: s3://bucket/prefix or file:///path.
+    #[arg(long)]
+    from: String,
+    /// Wait until the old writer's bucket lease is stale (at most its TTL after its last
+    /// renewal, plus a poll) instead of refusing while it is live.
+    #[arg(long)]
+    wait_for_lease: bool,
+    #[command(flatten)]
+    settings: super::settings::WorkerSettings,
+}
+
+/// `promote`: fence the old writer through the bucket lease, apply everything durable, adopt
+/// the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
+/// names; `standby::promote`), print that as one JSON line, then back the directory up under
+/// the same lease until SIGINT/SIGTERM, as `backup --store DIR --to URL` does: a node may open
+/// the directory and commit, and its commits ship under the new lineage. The lease passes from
+/// the promotion to the worker without a gap (the worker has the same holder id, so the lease
+/// is its own), so the old writer cannot take it back in between.
+pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
+    use mushroom_backup::lease::LeaseConfig;
+    use mushroom_backup::wal_source::LocalSource;
+    use mushroom_backup::worker::BackupWorker;
+
+    let config = a.settings.config()?;
+    let cancel = super::shutdown_token();
+    let bucket = super::open_existing(&a.from).await?;
+    let what = format!("promotion of {} for {}", a.dir.display(), a.from);
+    let lease = LeaseConfig::from_env(a.dir.display().to_string())?;
+    // Past this, a holder that was alive at the start is still alive: give up.
+    let deadline = std::time::Instant::now() + lease.ttl * 2 + Duration::from_secs(5);
+    let held = loop {
+        let hint = "it is alive, or died less than a lease TTL ago: stop it first, or pass \
+                    --wait-for-lease to wait until its lease is stale";
+        match super::lease::take(bucket.clone(), lease.clone(), &what, hint).await {
+            Ok(held) => break held,
+            Err(e) if a.wait_for_lease && std::time::Instant::now() < deadline => {
+                tracing::info!("{e}; waiting");
+                tokio::select! {
+                    _ = cancel.cancelled() => anyhow::bail!("{what}: interrupted"),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let adopted = async {
+        let opts = StandbyOptions::default();
+        let applied = standby::promote::catch_up(bucket.as_ref(), &a.dir, &opts).await?;
+        standby::promote::adopt(bucket.as_ref(), &a.dir, &applied).await
+    }
+    .await
+    .with_context(|| what.clone());
+    let adopted = match adopted {
+        Ok(adopted) => adopted,
+        Err(e) => {
+            held.release().await;
+            return Err(e);
+        }
+    };
+    super::out::line(serde_json::json!({ "promoted": adopted }).to_string())?;
+    held.hand_over().await;
+    let source = Arc::new(LocalSource::new(a.dir.clone()));
+    let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
+    super::backup::follow(worker, lease).await
+}

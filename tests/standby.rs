@@ -1,0 +1,409 @@
+//! `restore --follow` (a standby; `src/standby/`) with real processes: a crash of the standby at
+//! every numbered apply step leaves a directory that the format's reader and the engine open,
+//! and a restart resumes and reaches the source's digest; over moto, a standby follows a
+//! `backup` follower of a store the reference engine writes (snapshots, rotations, archives),
+//! converges to the source's digest, and an idle spell costs only the few LISTs documented.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use mushroom_backup::standby::{ApplyStep, CRASH_EXIT, IDLE_AFTER};
+use support::binary::{self, FollowSettings, Running};
+
+/// How long any one wait may take (a debug build on a shared machine).
+const WAIT: Duration = Duration::from_secs(90);
+
+/// `restore --from URL --to DIR --follow --json` with the given poll intervals and extra args.
+fn standby(endpoint: &str, from: &str, dir: &Path, poll_ms: u64, idle_ms: u64) -> Command {
+    let mut cmd = binary::command(endpoint);
+    cmd.args(["restore", "--from", from, "--follow", "--json", "--to"])
+        .arg(dir)
+        .args(["--poll-interval-ms", &poll_ms.to_string()])
+        .args(["--idle-poll-interval-ms", &idle_ms.to_string()]);
+    cmd
+}
+
+/// One apply line of a standby: `(applied, commit_seq)`.
+fn applied(line: &binary::Line) -> Option<(String, u64)> {
+    if line.stream != binary::Stream::Stdout {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&line.text).ok()?;
+    Some((
+        v["applied"].as_str()?.to_string(),
+        v["commit_seq"].as_u64()?,
+    ))
+}
+
+/// Waits until the standby says it applied commit `n` (or later); returns every kind of apply
+/// it reported on the way.
+fn wait_for_commit(s: &mut Running, n: u64) -> Vec<String> {
+    let mut kinds = Vec::new();
+    s.wait_for(&format!("apply commit {n}"), WAIT, |line| {
+        let (kind, seq) = applied(line)?;
+        kinds.push(kind);
+        (seq >= n).then_some(())
+    });
+    kinds
+}
+
+/// `store write DIR --commits N` with extra flags (seed 0, as fast as it can).
+fn write_more(dir: &Path, commits: u64, extra: &[&str]) {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.args(["store", "write"])
+        .arg(dir)
+        .args(["--commits", &commits.to_string()])
+        .args(extra);
+    binary::run_ok("store write", cmd, WAIT);
+}
+
+/// SIGTERM, then a clean exit 0; returns the last line (where it stopped, requests sent).
+fn stop(s: &mut Running) -> serde_json::Value {
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(WAIT);
+    if !status.success() {
+        s.fail(&format!("exited {status} on SIGTERM"));
+    }
+    binary::json(&s.stdout())
+}
+
+/// The directory reads as a store with the format's reader and with the engine, holding a
+/// commit between `low` and `high`; nothing staged is left beside it... until the restart.
+fn opens(dir: &Path, low: u64, high: u64, context: &str) {
+    let read = mushroom_backup::restore::read_back(dir)
+        .unwrap_or_else(|e| panic!("{context}: the format's reader refuses the standby: {e}"));
+    let image = mushroom_backup::store::engine::read_store(dir)
+        .unwrap_or_else(|e| panic!("{context}: the engine refuses the standby: {e}"));
+    assert_eq!(read.commit_seq, image.commit_seq, "{context}");
+    assert!(
+        (low..=high).contains(&read.commit_seq),
+        "{context}: the standby holds commit {}, expected {low}..={high}",
+        read.commit_seq
+    );
+}
+
+/// Entries beside `dir` whose names say a standby staged them.
+fn staged_beside(dir: &Path) -> Vec<String> {
+    let name = dir.file_name().unwrap().to_str().unwrap();
+    std::fs::read_dir(dir.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(&format!("{name}.standby-")))
+        .collect()
+}
+
+#[test]
+fn a_crash_at_every_apply_step_leaves_a_store_that_opens_and_a_restart_resumes() {
+    const UNUSED: &str = "http://unused.invalid";
+    for step in ApplyStep::ALL {
+        let context = format!("crash at step {} ({step:?})", step as u8);
+        let tmp = tempfile::tempdir().unwrap();
+        let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+        let url = support::file_url(&tmp.path().join("bucket").join("p"));
+        let ship = || {
+            binary::run_ok(
+                "backup --once",
+                binary::backup_once(UNUSED, &src, &url, &[]),
+                WAIT,
+            )
+        };
+        binary::write_store(&src, 100);
+        ship();
+        let mut cmd = standby(UNUSED, &url, &dir, 100, 200);
+        cmd.args(["--crash-at-step", &(step as u8).to_string()]);
+        let mut s = Running::spawn(&format!("standby ({context})"), cmd);
+        wait_for_commit(&mut s, 100);
+
+        // Segments of the generation followed (steps 1 to 4), then a new generation (5 to 7).
+        let phases: [(&[&str], bool); 2] = [
+            (&[], (step as u8) <= 4),
+            (&["--snapshot-every", "20"], (step as u8) > 4),
+        ];
+        let mut before = 100;
+        for (extra, crashes_here) in phases {
+            write_more(&src, 50, extra);
+            ship();
+            let source = support::store::digest(&src);
+            if crashes_here {
+                let status = s.wait_exit(WAIT);
+                if status.code() != Some(CRASH_EXIT) {
+                    s.fail(&format!(
+                        "{context}: exited {status}, not at the crash point"
+                    ));
+                }
+                opens(&dir, before, source.commit_seq, &context);
+                if step == ApplyStep::SegmentTorn {
+                    let here = mushroom_backup::standby::local::look(&dir).unwrap();
+                    assert!(
+                        here.wal_len > here.wal_end && here.commit_seq > before,
+                        "{context}: no torn tail after whole frames: {here:?}"
+                    );
+                }
+                s = Running::spawn(
+                    &format!("standby restarted ({context})"),
+                    standby(UNUSED, &url, &dir, 100, 200),
+                );
+            }
+            wait_for_commit(&mut s, source.commit_seq);
+            assert_eq!(
+                support::store::digest(&dir),
+                source,
+                "{context}: the standby differs from its source"
+            );
+            before = source.commit_seq;
+        }
+        stop(&mut s);
+        assert_eq!(staged_beside(&dir), Vec::<String>::new(), "{context}");
+    }
+}
+
+#[test]
+fn a_standby_follows_a_backup_on_s3_across_generations_and_idles_on_a_few_lists() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let bucket = rt.block_on(support::s3::create_bucket(&endpoint, "standby"));
+    let url = format!("s3://{bucket}/p");
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    binary::write_store(&src, 200);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(&endpoint, &src, &url, &[]),
+        WAIT,
+    );
+    let settings = FollowSettings {
+        lease_ttl: Duration::from_secs(3),
+        wal_interval: Duration::from_millis(200),
+        restore_point_interval: Duration::from_millis(1000),
+    };
+    let _backup = Running::spawn(
+        "backup (follow)",
+        binary::follower(&endpoint, &src, &url, &settings),
+    );
+    let mut s = Running::spawn("standby", standby(&endpoint, &url, &dir, 200, 2000));
+    wait_for_commit(&mut s, 200);
+
+    // The engine commits at 200/s, snapshotting and rotating as it goes (archives).
+    write_more(
+        &src,
+        800,
+        &[
+            "--rate",
+            "200",
+            "--snapshot-every",
+            "300",
+            "--rotate-bytes",
+            "20000",
+        ],
+    );
+    let source = support::store::digest(&src);
+    let kinds = wait_for_commit(&mut s, source.commit_seq);
+    for kind in ["segments", "generation"] {
+        assert!(
+            kinds.iter().any(|k| k == kind),
+            "the standby never applied {kind}: {kinds:?}"
+        );
+    }
+    assert_eq!(support::store::digest(&dir), source, "the standby differs");
+    let keys = rt.block_on(async {
+        support::s3::client(&endpoint)
+            .list_objects_v2()
+            .bucket(&bucket)
+            .prefix("p/gen/")
+            .send()
+            .await
+            .unwrap()
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        keys.iter().any(|k| k.contains("/archive/")),
+        "no archived WAL was shipped: {keys:?}"
+    );
+    stop(&mut s);
+
+    // Idle: a restarted standby on a quiet prefix resumes (LATEST, its manifest, one LIST of
+    // the generation's segments), then polls: IDLE_AFTER at 200 ms, 400, 800 and 1600 ms,
+    // then every 2 s.
+    let mut s = Running::spawn("standby (idle)", standby(&endpoint, &url, &dir, 200, 2000));
+    s.wait_for("resume", WAIT, |l| {
+        applied(l).filter(|(k, _)| k == "resumed")
+    });
+    let idle = Duration::from_secs(20);
+    std::thread::sleep(idle);
+    let last = stop(&mut s);
+    let requests = &last["requests"];
+    let ramp = Duration::from_millis(200) * IDLE_AFTER + Duration::from_millis(2800);
+    let polls = u64::from(IDLE_AFTER) + 3 + (idle - ramp).as_secs().div_ceil(2) + 1;
+    eprintln!("idle standby, {idle:?} at 200 ms / 2 s polls: {requests} (polls at most {polls})");
+    assert_eq!(requests["put"], 0, "a standby wrote: {requests}");
+    assert_eq!(requests["delete"], 0, "a standby deleted: {requests}");
+    assert!(
+        requests["list"].as_u64().unwrap() <= polls + 1,
+        "an idle standby listed more than it polls: {requests}"
+    );
+    assert!(
+        requests["get"].as_u64().unwrap() <= 2,
+        "an idle standby read more than its resume: {requests}"
+    );
+    assert_eq!(last["stopped"]["commit_seq"], source.commit_seq);
+}
+
+/// The environment of a short-lived lease and quick shipping.
+fn quick(cmd: &mut Command) -> &mut Command {
+    cmd.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", "2000")
+        .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "200")
+        .env("MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS", "1000")
+}
+
+/// Runs `cmd` to its end, which must be a failure saying `says`.
+fn refused(name: &str, mut cmd: Command, says: &str) -> String {
+    let out = cmd.output().expect("the binary runs");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{name} was not refused: {err}");
+    assert!(
+        err.contains(says),
+        "{name}: refused, but not saying {says:?}: {err}"
+    );
+    err
+}
+
+#[test]
+fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 100);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &[]),
+        WAIT,
+    );
+    let mut s = Running::spawn("standby", standby(UNUSED, &url, &dir, 100, 200));
+    wait_for_commit(&mut s, 100);
+    write_more(&src, 50, &[]);
+    let settings = FollowSettings {
+        lease_ttl: Duration::from_secs(2),
+        wal_interval: Duration::from_millis(200),
+        restore_point_interval: Duration::from_millis(1000),
+    };
+    let mut old = Running::spawn(
+        "old primary",
+        binary::follower(UNUSED, &src, &url, &settings),
+    );
+    wait_for_commit(&mut s, 150);
+    stop(&mut s);
+
+    let promote = |wait: bool| {
+        let mut cmd = binary::command(UNUSED);
+        cmd.args(["promote", "--from", &url, "--dir"]).arg(&dir);
+        if wait {
+            cmd.arg("--wait-for-lease");
+        }
+        quick(&mut cmd);
+        cmd
+    };
+    // A live old primary: refused, naming it, and nothing changed.
+    let before = std::fs::read(bucket.join("LATEST")).unwrap();
+    refused(
+        "promote",
+        promote(false),
+        &format!("(store {})", src.display()),
+    );
+    assert_eq!(std::fs::read(bucket.join("LATEST")).unwrap(), before);
+    assert!(!dir.join("backup.parent").exists());
+
+    // Its host lost: the promotion waits out its lease, then adopts the prefix.
+    old.kill();
+    let mut p = Running::spawn("promoted", promote(true));
+    let promoted = p.wait_for("promote", WAIT, |l| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    });
+    assert_eq!(promoted["applied"]["commit_seq"], 150);
+    assert_eq!(promoted["parent"]["commit_seq"], 150);
+    let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
+    assert_ne!(
+        promoted["parent"]["lineage"].as_str(),
+        Some(new_lineage.as_str())
+    );
+
+    // The old primary comes back: refused by the lease the promoted store's backup holds.
+    write_more(&src, 5, &[]);
+    let old_once = || {
+        let mut cmd = binary::backup_once(UNUSED, &src, &url, &[]);
+        quick(&mut cmd);
+        cmd
+    };
+    refused("the old primary", old_once(), "the bucket lease is held by");
+
+    // A node on the promoted store commits; its commits ship under the new lineage.
+    write_more(&dir, 20, &[]);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let latest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == 170 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "LATEST never named the promoted store's commit 170: {latest}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "the promoted backup exited {status}");
+
+    // Afterwards the old primary is refused by the lineage rule, and the prefix restores to
+    // exactly the promoted store.
+    refused("the old primary", old_once(), "prefix refused");
+    let restored = tmp.path().join("restored");
+    binary::restore_digest(UNUSED, &url, &restored);
+    assert_eq!(
+        support::store::digest(&restored),
+        support::store::digest(&dir)
+    );
+    assert_eq!(support::store::digest(&dir).commit_seq, 170);
+}
+
+#[test]
+fn poll_intervals_outside_their_range_are_refused_naming_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = support::file_url(&tmp.path().join("bucket"));
+    for (flag, value) in [
+        ("--poll-interval-ms", "99"),
+        ("--poll-interval-ms", "3600001"),
+        ("--idle-poll-interval-ms", "0"),
+    ] {
+        let mut cmd = binary::command("http://unused.invalid");
+        cmd.args(["restore", "--follow", "--from", &url, "--to"])
+            .arg(tmp.path().join("standby"))
+            .args([flag, value]);
+        refused(flag, cmd, flag);
+    }
+    let mut cmd = standby(
+        "http://unused.invalid",
+        &url,
+        &tmp.path().join("standby"),
+        2000,
+        1000,
+    );
+    cmd.env_remove("MUSHROOMDB_BACKUP_LOG");
+    refused(
+        "idle below poll",
+        cmd,
+        "--idle-poll-interval-ms 1000 is below",
+    );
+    assert!(!tmp.path().join("standby").exists());
+}
