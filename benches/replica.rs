@@ -1,0 +1,259 @@
+//! A replica (`--replica`, issue 29): how far the replica's worker lags behind the primary's at
+//! 100 commits/s, and what each destination costs in requests an hour, counted at the server.
+//!
+//! # What runs
+//!
+//! One `moto_server` on loopback (its request log counts the requests at the server, by
+//! bucket: path-style requests name their bucket first). A store made with the reference
+//! engine (1,000 commits), held open in-process by a writer thread committing and syncing 100
+//! commits/s, read through one [`InProcessSource`] on the engine's position handle. Two real
+//! [`BackupWorker::spawn`]s on it, each under its own [`LeaseConfig`] (renewing, as standalone
+//! `backup --replica` runs them): the primary to `s3://primary/p?endpoint=…&region=…` and the
+//! replica to `s3://replica/r?endpoint=…&region=…`, both opened from their URLs' queries as the
+//! binary opens them, on one set of shared S3 clients. Default settings (wal_interval 1 s,
+//! restore_point_interval 60 s, lease TTL 30 s, retention_interval 1 h): no time compression.
+//!
+//! After both hold their lease and wrote a first restore point, the window starts: every
+//! 20 ms the bench reads both workers' health and records the replica's lag behind the
+//! primary, in commits shipped (`primary.shipped_commit_seq − replica.shipped_commit_seq`,
+//! 0 when the replica is ahead) and so in seconds at the commit rate; and each one's lag behind
+//! the store (durable − shipped). The table prints p50, p99 and max of each; then each
+//! destination's requests in the window (at the server, and by the worker's own usage count as
+//! a cross-check) scaled to an hour, and the replica's over the primary's.
+//!
+//! # Settings (environment)
+//! - `MUSHROOM_BENCH_SECS` (default 60): the measured window, in wall seconds.
+//! - `MUSHROOM_BENCH_RATE` (default 100): commits a second.
+//!
+//! Run with `cargo bench --bench replica` (needs `.venv` with moto: `scripts/test.sh` makes it).
+
+#[path = "support/moto.rs"]
+mod moto;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mushroom_backup::bucket::{self, s3::Clients};
+use mushroom_backup::lease::LeaseConfig;
+use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::wal_source::InProcessSource;
+use mushroom_backup::worker::{BackupHandle, BackupWorker, WorkerConfig};
+use tokio_util::sync::CancellationToken;
+
+const INITIAL_COMMITS: u64 = 1000;
+const VALUE_SIZE: usize = 64;
+const SEED: u64 = 29;
+const HOUR: f64 = 3600.0;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Commits and syncs `rate` commits a second until `stop`.
+fn write_at(mut engine: Engine, rate: u64, stop: Arc<AtomicBool>) -> u64 {
+    let start = Instant::now();
+    let mut written = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let due = start + Duration::from_secs_f64(written as f64 / rate as f64);
+        let now = Instant::now();
+        if now < due {
+            std::thread::sleep((due - now).min(Duration::from_millis(5)));
+            continue;
+        }
+        let seq = engine.commit_seq() + 1;
+        engine
+            .commit(&workload_ops(SEED, seq, VALUE_SIZE))
+            .expect("commit");
+        engine.sync().expect("sync");
+        written += 1;
+    }
+    engine.close().expect("close the store");
+    written
+}
+
+/// p50, p99 and max of `v` (sorted here).
+fn quantiles(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), at(1.0))
+}
+
+/// Requests at the server naming `bucket` (path-style: `"METHOD /bucket…`).
+fn at_server(moto: &moto::Moto, bucket: &str) -> u64 {
+    let needle = format!(" /{bucket}");
+    moto.request_lines()
+        .iter()
+        .filter(|l| l.contains(&needle))
+        .count() as u64
+}
+
+async fn create_bucket(endpoint: &str, name: &str) {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "bench", "bench", None, None, "bench",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+        .create_bucket()
+        .bucket(name)
+        .send()
+        .await
+        .expect("create a bucket");
+}
+
+async fn wait_until(h: &BackupHandle, what: &str, f: impl Fn(u64, bool) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = h.health();
+        if f(s.restore_point_commit_seq, s.lease_held) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    // SAFETY: no other thread runs yet (the runtime is built below).
+    unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "bench");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "bench");
+        std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
+        std::env::remove_var("AWS_ENDPOINT_URL");
+        std::env::remove_var("AWS_PROFILE");
+    }
+    let window = Duration::from_secs(env_u64("MUSHROOM_BENCH_SECS", 60));
+    let rate = env_u64("MUSHROOM_BENCH_RATE", 100).max(1);
+    let tmp = tempfile::tempdir()?;
+    let moto = moto::Moto::start(&tmp.path().join("moto.log"))?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(run(&moto, tmp.path(), window, rate))
+}
+
+async fn run(
+    moto: &moto::Moto,
+    root: &std::path::Path,
+    window: Duration,
+    rate: u64,
+) -> anyhow::Result<()> {
+    for b in ["primary", "replica"] {
+        create_bucket(&moto.url, b).await;
+    }
+    let store = root.join("store");
+    let mut engine = Engine::open(
+        &store,
+        EngineOptions {
+            group_commit: 0,
+            ..EngineOptions::default()
+        },
+    )?;
+    for seq in 1..=INITIAL_COMMITS {
+        engine.commit(&workload_ops(SEED, seq, VALUE_SIZE))?;
+    }
+    engine.sync()?;
+    let position = engine.position_handle();
+    let source = Arc::new(InProcessSource::new(move || position.get()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || write_at(engine, rate, stop))
+    };
+
+    let clients = Clients::default();
+    let cancel = CancellationToken::new();
+    let tasks = tokio_util::task::TaskTracker::new();
+    let mut handles = Vec::new();
+    let mut usages = Vec::new();
+    for (name, prefix) in [("primary", "p"), ("replica", "r")] {
+        let url = format!(
+            "s3://{name}/{prefix}?endpoint={}&region=us-east-1",
+            moto.url
+        );
+        let usage = bucket::usage::Usage::new();
+        let b = bucket::Open::read_write(&url, &cancel)
+            .clients(&clients)
+            .usage(usage.clone())
+            .open()
+            .await?;
+        let worker = BackupWorker::new(&store, b, source.clone(), WorkerConfig::default());
+        let lease = LeaseConfig::new(format!("bench {name}"));
+        handles.push(worker.spawn(lease, cancel.clone(), &tasks));
+        usages.push(usage);
+    }
+    for (h, name) in handles.iter().zip(["primary", "replica"]) {
+        wait_until(h, &format!("{name}: a first restore point"), |rp, held| {
+            held && rp >= INITIAL_COMMITS
+        })
+        .await;
+    }
+
+    let (p_at0, r_at0) = (at_server(moto, "primary"), at_server(moto, "replica"));
+    let (p_use0, r_use0) = (usages[0].requests_so_far(), usages[1].requests_so_far());
+    let t0 = Instant::now();
+    let (mut behind_primary, mut p_behind_store, mut r_behind_store) =
+        (Vec::new(), Vec::new(), Vec::new());
+    while t0.elapsed() < window {
+        let (p, r) = (handles[0].health(), handles[1].health());
+        behind_primary.push(p.shipped_commit_seq.saturating_sub(r.shipped_commit_seq) as f64);
+        p_behind_store.push(p.durable_commit_seq.saturating_sub(p.shipped_commit_seq) as f64);
+        r_behind_store.push(r.durable_commit_seq.saturating_sub(r.shipped_commit_seq) as f64);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (p_at, r_at) = (
+        at_server(moto, "primary") - p_at0,
+        at_server(moto, "replica") - r_at0,
+    );
+    let (p_use, r_use) = (
+        usages[0].requests_so_far() - p_use0,
+        usages[1].requests_so_far() - r_use0,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.join().expect("the writer");
+    cancel.cancel();
+    for h in &handles {
+        h.shutdown(false).await;
+    }
+    tasks.close();
+    tasks.wait().await;
+
+    println!(
+        "replica bench: {rate} commits/s for {secs:.1} s ({written} commits written in all), \
+         default intervals, moto on loopback, {} samples every 20 ms",
+        behind_primary.len()
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "lag (commits; seconds at the rate)", "p50", "p99", "max"
+    );
+    for (what, v) in [
+        ("replica behind primary", &mut behind_primary),
+        ("primary behind store", &mut p_behind_store),
+        ("replica behind store", &mut r_behind_store),
+    ] {
+        let (p50, p99, max) = quantiles(v);
+        let s = |c: f64| format!("{c:.0} ({:.2}s)", c / rate as f64);
+        println!("{what:<34} {:>10} {:>10} {:>10}", s(p50), s(p99), s(max));
+    }
+    let per_hour = |n: u64| n as f64 * HOUR / secs;
+    println!(
+        "{:<34} {:>12} {:>12} {:>14}",
+        "requests", "in window", "per hour", "worker's count"
+    );
+    for (what, at, own) in [("primary", p_at, p_use), ("replica", r_at, r_use)] {
+        println!("{what:<34} {at:>12} {:>12.0} {own:>14}", per_hour(at));
+    }
+    println!(
+        "replica / primary requests: {:.3}",
+        r_at as f64 / p_at.max(1) as f64
+    );
+    Ok(())
+}
