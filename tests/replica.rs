@@ -374,3 +374,37 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
     eprintln!("a failing replica: {:#}", h["replica"]);
     served::terminate(&mut serve);
 }
+
+/// `backup --once --replica URL` ships to both destinations, each under its own lease, and
+/// prints the replica's summary under `replica`; both restore to the store. A replica equal
+/// to `--to` is refused.
+#[test]
+fn backup_once_with_a_replica_fills_both_prefixes() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let store = tmp.path().join("store");
+    binary::write_store(&store, 500);
+    let primary = format!("file://{}", tmp.path().join("a").display());
+    let replica = format!("file://{}", tmp.path().join("b").display());
+    let cmd = binary::backup_once(NOWHERE, &store, &primary, &["--replica", &replica]);
+    let summary = binary::json(&binary::run_ok(
+        "backup --once",
+        cmd,
+        Duration::from_secs(60),
+    ));
+    assert_eq!(summary["restore_point_commit_seq"], 500, "{summary}");
+    assert_eq!(
+        summary["replica"]["restore_point_commit_seq"], 500,
+        "{summary}"
+    );
+    let source = binary::store_digest(&store);
+    for (role, url) in [("primary", &primary), ("replica", &replica)] {
+        let restored = binary::restore_digest(NOWHERE, url, &tmp.path().join(role));
+        assert_eq!(restored, source, "{role}");
+    }
+    let out = binary::backup_once(NOWHERE, &store, &primary, &["--replica", &primary])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is the --to destination itself"), "{err}");
+}
