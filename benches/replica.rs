@@ -21,8 +21,16 @@
 //! destination's requests in the window (at the server, and by the worker's own usage count as
 //! a cross-check) scaled to an hour, and the replica's over the primary's.
 //!
+//! A third worker on the same store ships it write-once (`--object-lock governance`) to a
+//! bucket with Object Lock enabled, `s3://locked/l`: its requests beside the primary's are the
+//! write-once mode's cost against the normal mode's (issue 29: at most 10 % more busy). After
+//! the busy window the writer stops and, once every worker shipped everything, an idle window
+//! counts each destination's requests again (issue 29: the write-once mode costs nothing more
+//! idle; standalone workers renew their lease, ~360 an hour each, in both modes).
+//!
 //! # Settings (environment)
-//! - `MUSHROOM_BENCH_SECS` (default 60): the measured window, in wall seconds.
+//! - `MUSHROOM_BENCH_SECS` (default 60): the busy window, in wall seconds.
+//! - `MUSHROOM_BENCH_IDLE_SECS` (default 30): the idle window.
 //! - `MUSHROOM_BENCH_RATE` (default 100): commits a second.
 //!
 //! Run with `cargo bench --bench replica` (needs `.venv` with moto: `scripts/test.sh` makes it).
@@ -34,6 +42,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use mushroom_backup::bucket::write_once::LockMode;
 use mushroom_backup::bucket::{self, s3::Clients};
 use mushroom_backup::lease::LeaseConfig;
 use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
@@ -91,7 +100,7 @@ fn at_server(moto: &moto::Moto, bucket: &str) -> u64 {
         .count() as u64
 }
 
-async fn create_bucket(endpoint: &str, name: &str) {
+async fn create_bucket(endpoint: &str, name: &str, locked: bool) {
     let conf = aws_sdk_s3::config::Builder::new()
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
         .region(aws_sdk_s3::config::Region::new("us-east-1"))
@@ -104,6 +113,7 @@ async fn create_bucket(endpoint: &str, name: &str) {
     aws_sdk_s3::Client::from_conf(conf)
         .create_bucket()
         .bucket(name)
+        .object_lock_enabled_for_bucket(locked)
         .send()
         .await
         .expect("create a bucket");
@@ -144,8 +154,8 @@ async fn run(
     window: Duration,
     rate: u64,
 ) -> anyhow::Result<()> {
-    for b in ["primary", "replica"] {
-        create_bucket(&moto.url, b).await;
+    for (b, locked) in [("primary", false), ("replica", false), ("locked", true)] {
+        create_bucket(&moto.url, b, locked).await;
     }
     let store = root.join("store");
     let mut engine = Engine::open(
@@ -172,7 +182,7 @@ async fn run(
     let tasks = tokio_util::task::TaskTracker::new();
     let mut handles = Vec::new();
     let mut usages = Vec::new();
-    for (name, prefix) in [("primary", "p"), ("replica", "r")] {
+    for (name, prefix) in [("primary", "p"), ("replica", "r"), ("locked", "l")] {
         let url = format!(
             "s3://{name}/{prefix}?endpoint={}&region=us-east-1",
             moto.url
@@ -183,20 +193,31 @@ async fn run(
             .usage(usage.clone())
             .open()
             .await?;
-        let worker = BackupWorker::new(&store, b, source.clone(), WorkerConfig::default());
+        let config = WorkerConfig {
+            object_lock: (name == "locked").then_some(LockMode::Governance),
+            ..WorkerConfig::default()
+        };
+        let worker = BackupWorker::new(&store, b, source.clone(), config);
         let lease = LeaseConfig::new(format!("bench {name}"));
         handles.push(worker.spawn(lease, cancel.clone(), &tasks));
         usages.push(usage);
     }
-    for (h, name) in handles.iter().zip(["primary", "replica"]) {
+    for (h, name) in handles.iter().zip(["primary", "replica", "locked"]) {
         wait_until(h, &format!("{name}: a first restore point"), |rp, held| {
             held && rp >= INITIAL_COMMITS
         })
         .await;
     }
 
-    let (p_at0, r_at0) = (at_server(moto, "primary"), at_server(moto, "replica"));
-    let (p_use0, r_use0) = (usages[0].requests_so_far(), usages[1].requests_so_far());
+    let counts = |moto: &moto::Moto| {
+        [
+            at_server(moto, "primary"),
+            at_server(moto, "replica"),
+            at_server(moto, "locked"),
+        ]
+    };
+    let used = || -> Vec<u64> { usages.iter().map(|u| u.requests_so_far()).collect() };
+    let (at0, use0) = (counts(moto), used());
     let t0 = Instant::now();
     let (mut behind_primary, mut p_behind_store, mut r_behind_store) =
         (Vec::new(), Vec::new(), Vec::new());
@@ -208,16 +229,22 @@ async fn run(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
-    let (p_at, r_at) = (
-        at_server(moto, "primary") - p_at0,
-        at_server(moto, "replica") - r_at0,
-    );
-    let (p_use, r_use) = (
-        usages[0].requests_so_far() - p_use0,
-        usages[1].requests_so_far() - r_use0,
-    );
+    let (at1, use1) = (counts(moto), used());
     stop.store(true, Ordering::Relaxed);
     let written = writer.join().expect("the writer");
+    let last = INITIAL_COMMITS + written;
+    for (h, name) in handles.iter().zip(["primary", "replica", "locked"]) {
+        wait_until(h, &format!("{name}: everything shipped"), |rp, _| {
+            rp >= last
+        })
+        .await;
+    }
+    let idle = Duration::from_secs(env_u64("MUSHROOM_BENCH_IDLE_SECS", 30));
+    let at2 = counts(moto);
+    let i0 = Instant::now();
+    tokio::time::sleep(idle).await;
+    let idle_secs = i0.elapsed().as_secs_f64();
+    let at3 = counts(moto);
     cancel.cancel();
     for h in &handles {
         h.shutdown(false).await;
@@ -243,17 +270,33 @@ async fn run(
         let s = |c: f64| format!("{c:.0} ({:.2}s)", c / rate as f64);
         println!("{what:<34} {:>10} {:>10} {:>10}", s(p50), s(p99), s(max));
     }
-    let per_hour = |n: u64| n as f64 * HOUR / secs;
     println!(
-        "{:<34} {:>12} {:>12} {:>14}",
-        "requests", "in window", "per hour", "worker's count"
+        "{:<34} {:>12} {:>12} {:>14} {:>12} {:>12}",
+        "requests", "busy window", "busy /hour", "worker's count", "idle window", "idle /hour"
     );
-    for (what, at, own) in [("primary", p_at, p_use), ("replica", r_at, r_use)] {
-        println!("{what:<34} {at:>12} {:>12.0} {own:>14}", per_hour(at));
+    let names = ["primary", "replica", "locked (write-once)"];
+    for (i, what) in names.iter().enumerate() {
+        let (busy, idle_n) = (at1[i] - at0[i], at3[i] - at2[i]);
+        println!(
+            "{what:<34} {busy:>12} {:>12.0} {:>14} {idle_n:>12} {:>12.0}",
+            busy as f64 * HOUR / secs,
+            use1[i] - use0[i],
+            idle_n as f64 * HOUR / idle_secs,
+        );
     }
+    let ratio = |i: usize, j: usize, a: &[u64; 3], b: &[u64; 3]| {
+        (a[i] - b[i]) as f64 / (a[j] - b[j]).max(1) as f64
+    };
     println!(
-        "replica / primary requests: {:.3}",
-        r_at as f64 / p_at.max(1) as f64
+        "replica / primary requests, busy: {:.3}",
+        ratio(1, 0, &at1, &at0)
+    );
+    println!(
+        "write-once / normal requests, busy: {:.3} (issue 29: at most 1.10); idle: {} vs {} \
+         in {idle_secs:.0} s (issue 29: no more)",
+        ratio(2, 0, &at1, &at0),
+        at3[2] - at2[2],
+        at3[0] - at2[0],
     );
     Ok(())
 }
