@@ -14,10 +14,10 @@
 //! restore_point_interval 60 s, lease TTL 30 s, retention_interval 1 h): no time compression.
 //!
 //! After both hold their lease and wrote a first restore point, the window starts: every
-//! 20 ms the bench reads both workers' health and records the replica's lag behind the
-//! primary, in commits shipped (`primary.shipped_commit_seq − replica.shipped_commit_seq`,
-//! 0 when the replica is ahead) and so in seconds at the commit rate; and each one's lag behind
-//! the store (durable − shipped). The table prints p50, p99 and max of each; then each
+//! 20 ms the bench reads both workers' shipped commit (their counters, as the ledger sets them)
+//! and records the replica's lag behind the primary, in commits shipped (primary − replica, 0
+//! when the replica is ahead) and so in seconds at the commit rate; and each one's lag behind
+//! the store (the engine's durable commit, from its position handle, − shipped). The table prints p50, p99 and max of each; then each
 //! destination's requests in the window (at the server, and by the worker's own usage count as
 //! a cross-check) scaled to an hour, and the replica's over the primary's.
 //!
@@ -170,6 +170,7 @@ async fn run(
     }
     engine.sync()?;
     let position = engine.position_handle();
+    let committed = position.clone();
     let source = Arc::new(InProcessSource::new(move || position.get()));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -221,11 +222,13 @@ async fn run(
     let t0 = Instant::now();
     let (mut behind_primary, mut p_behind_store, mut r_behind_store) =
         (Vec::new(), Vec::new(), Vec::new());
+    let shipped = |h: &BackupHandle| h.counters().shipped_commit_seq.load(Ordering::Relaxed);
     while t0.elapsed() < window {
-        let (p, r) = (handles[0].health(), handles[1].health());
-        behind_primary.push(p.shipped_commit_seq.saturating_sub(r.shipped_commit_seq) as f64);
-        p_behind_store.push(p.durable_commit_seq.saturating_sub(p.shipped_commit_seq) as f64);
-        r_behind_store.push(r.durable_commit_seq.saturating_sub(r.shipped_commit_seq) as f64);
+        let store_at = committed.get().commit_seq;
+        let (p, r) = (shipped(&handles[0]), shipped(&handles[1]));
+        behind_primary.push(p.saturating_sub(r) as f64);
+        p_behind_store.push(store_at.saturating_sub(p) as f64);
+        r_behind_store.push(store_at.saturating_sub(r) as f64);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let secs = t0.elapsed().as_secs_f64();
