@@ -245,7 +245,10 @@ async fn scheduled_drills_run_by_themselves_and_bad_inputs_are_refused() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(stores.stores[0].options.unwrap().drill_interval_ms, 60_000);
+    assert_eq!(
+        stores.stores[0].options.as_ref().unwrap().drill_interval_ms,
+        60_000
+    );
 
     // Bad inputs.
     let unknown = "00000000-0000-0000-0000-000000000000";

@@ -306,7 +306,7 @@ async fn durability_options_out_of_range_are_refused_naming_them() {
     );
     assert!(ok, "{}", served::stderr(&child));
     let stores = served::list_stores(&c).await;
-    let o = stores[0].options.unwrap();
+    let o = stores[0].options.clone().unwrap();
     assert_eq!(o.durability, proto::Durability::Sync as i32);
     assert_eq!(o.wal_puts_per_second, 5);
     served::terminate(&mut server);

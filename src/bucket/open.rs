@@ -11,8 +11,9 @@
 //! - [`UsageBucket`](super::usage::UsageBucket), when usage is asked for, *under* the retry
 //!   layer, so every attempt is one request counted;
 //! - the backend: [`FsBucket`](super::fs::FsBucket) for `file:///abs/path`,
-//!   [`S3Bucket`](super::s3::S3Bucket) for `s3://bucket/prefix`, on a client of the caller's
-//!   [`Clients`] (one per configuration, shared by every bucket of an instance) or of its own;
+//!   [`S3Bucket`](super::s3::S3Bucket) for `s3://bucket/prefix[?endpoint=…&region=…&profile=…]`
+//!   (the query: [`super::url`]), on a client of the caller's [`Clients`] (one per
+//!   configuration, shared by every bucket of an instance) or of its own;
 //!   read as the prefix was at an instant when [`Open::as_of`] asks (S3 only, read-only only:
 //!   `--bucket-as-of`).
 //!
@@ -169,44 +170,32 @@ impl<'a> Open<'a> {
         if self.as_of_ms.is_some() && (self.mode != OpenMode::ReadOnly || !url.starts_with("s3://"))
         {
             return Err(OpenError::BadUrl {
-                url: url.to_string(),
+                url: super::url::without_query(url).to_string(),
                 reason: "a bucket is read as of an instant only from S3 object versions, and \
                          only to read it (restore, verify, ls)"
                     .into(),
             });
         }
-        if let Some(path) = url.strip_prefix("file://") {
-            if !path.starts_with('/') {
-                return Err(OpenError::BadUrl {
-                    url: url.to_string(),
-                    reason: "a file:// destination needs an absolute path (file:///path)".into(),
-                });
+        match super::url::parse(url)? {
+            super::url::DestinationUrl::File(path) => {
+                let path = std::path::Path::new(&path);
+                Ok(Arc::new(match self.mode {
+                    OpenMode::ReadWrite => fs::FsBucket::open(path)?,
+                    OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
+                }))
             }
-            let path = std::path::Path::new(path);
-            Ok(Arc::new(match self.mode {
-                OpenMode::ReadWrite => fs::FsBucket::open(path)?,
-                OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
-            }))
-        } else if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(OpenError::BadUrl {
-                    url: url.to_string(),
-                    reason: "no bucket name after s3://".into(),
-                });
+            super::url::DestinationUrl::S3 {
+                bucket,
+                prefix,
+                settings,
+            } => {
+                let clients = self.clients.clone().unwrap_or_default();
+                let s3 = s3::S3Bucket::open(&clients, &bucket, &prefix, &settings).await?;
+                Ok(Arc::new(match self.as_of_ms {
+                    Some(ms) => s3.as_of(ms),
+                    None => s3,
+                }))
             }
-            let clients = self.clients.clone().unwrap_or_default();
-            let prefix = prefix.trim_end_matches('/');
-            let s3 = s3::S3Bucket::open(&clients, bucket, prefix).await?;
-            Ok(Arc::new(match self.as_of_ms {
-                Some(ms) => s3.as_of(ms),
-                None => s3,
-            }))
-        } else {
-            Err(OpenError::BadUrl {
-                url: url.to_string(),
-                reason: "the destination must start with file:// or s3://".into(),
-            })
         }
     }
 }

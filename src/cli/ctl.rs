@@ -187,6 +187,10 @@ struct StoreFlags {
     /// The most WAL PUTs a second the store may cost, 1 to 1000 [default: the service's, 10].
     #[arg(long)]
     wal_puts_per_second: Option<u32>,
+    /// A second destination with a worker, lease and health of its own:
+    /// s3://bucket/prefix[?endpoint=URL&region=R&profile=P] or file:///path.
+    #[arg(long, value_name = "URL")]
+    replica: Option<String>,
 }
 
 impl StoreFlags {
@@ -217,6 +221,7 @@ impl StoreFlags {
                 _ => proto::Durability::Unspecified as i32,
             },
             wal_puts_per_second: self.wal_puts_per_second.unwrap_or(0),
+            replica: self.replica.clone().unwrap_or_default(),
             ..Default::default()
         })
     }

@@ -7,47 +7,47 @@ use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::service::proto;
 
 pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
-    let stores: Vec<Value> = r
-        .stores
-        .iter()
-        .map(|s| {
-            json!({
-                "store_id": s.store_id,
-                "store_dir": s.store_dir,
-                "destination": s.destination,
-                "healthy": s.healthy,
-                "reason": s.reason,
-                "reasons": s.reasons,
-                "notes": s.notes,
-                "durable_commit_seq": s.durable_commit_seq,
-                "shipped_commit_seq": s.shipped_commit_seq,
-                "restore_point_commit_seq": s.restore_point_commit_seq,
-                "lag_seconds": s.lag_seconds,
-                "lease_holder": s.lease_holder,
-                "lease_held": s.lease_held,
-                "instance_id": s.instance_id,
-                "consecutive_failures": s.consecutive_failures,
-                "last_error": s.last_error,
-                "reported_at_unix_ms": s.reported_at_unix_ms,
-                "paused": s.paused,
-                "paused_reason": s.paused_reason,
-                "paused_until_unix_ms": s.paused_until_unix_ms,
-                "paused_at_unix_ms": s.paused_at_unix_ms,
-                "last_drill": super::super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
-                "owner_instance_id": s.owner_instance_id,
-                "owner_since_unix_ms": s.owner_since_unix_ms,
-                "durability": s.durability,
-                "bucket_durable_commit_seq": s.bucket_durable_commit_seq,
-                "immutable": s.immutable.as_ref().map(|i| json!({
-                    "checked_at_unix_ms": i.checked_at_unix_ms,
-                    "objects_short": i.objects_short,
-                    "lock_extensions": i.lock_extensions,
-                    "lock_heads": i.lock_heads,
-                })),
-            })
-        })
-        .collect();
+    let stores: Vec<Value> = r.stores.iter().map(store_health_json).collect();
     json!({ "stores": stores })
+}
+
+/// One store's health; its replica's (when it names one) under `replica`, in the same shape.
+fn store_health_json(s: &proto::StoreHealth) -> Value {
+    json!({
+        "store_id": s.store_id,
+        "store_dir": s.store_dir,
+        "destination": s.destination,
+        "healthy": s.healthy,
+        "reason": s.reason,
+        "reasons": s.reasons,
+        "notes": s.notes,
+        "durable_commit_seq": s.durable_commit_seq,
+        "shipped_commit_seq": s.shipped_commit_seq,
+        "restore_point_commit_seq": s.restore_point_commit_seq,
+        "lag_seconds": s.lag_seconds,
+        "lease_holder": s.lease_holder,
+        "lease_held": s.lease_held,
+        "instance_id": s.instance_id,
+        "consecutive_failures": s.consecutive_failures,
+        "last_error": s.last_error,
+        "reported_at_unix_ms": s.reported_at_unix_ms,
+        "paused": s.paused,
+        "paused_reason": s.paused_reason,
+        "paused_until_unix_ms": s.paused_until_unix_ms,
+        "paused_at_unix_ms": s.paused_at_unix_ms,
+        "last_drill": super::super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
+        "owner_instance_id": s.owner_instance_id,
+        "owner_since_unix_ms": s.owner_since_unix_ms,
+        "durability": s.durability,
+        "bucket_durable_commit_seq": s.bucket_durable_commit_seq,
+        "immutable": s.immutable.as_ref().map(|i| json!({
+            "checked_at_unix_ms": i.checked_at_unix_ms,
+            "objects_short": i.objects_short,
+            "lock_extensions": i.lock_extensions,
+            "lock_heads": i.lock_heads,
+        })),
+        "replica": s.replica.as_deref().map(store_health_json),
+    })
 }
 
 pub(super) fn health_text(r: &proto::HealthResponse) -> String {
@@ -108,6 +108,21 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
             line.push_str(&super::super::ctl_drill::last_drill_text(
                 s.last_drill.as_ref(),
             ));
+            if let Some(r) = &s.replica {
+                line.push_str(&format!(
+                    "\n  replica {}  {}\n    durable {}  shipped {}  restore point {}  lag {:.1}s",
+                    r.destination,
+                    if r.healthy {
+                        "healthy".to_string()
+                    } else {
+                        format!("UNHEALTHY: {}", r.reason)
+                    },
+                    r.durable_commit_seq,
+                    r.shipped_commit_seq,
+                    r.restore_point_commit_seq,
+                    r.lag_seconds,
+                ));
+            }
             line.push_str(&super::super::ctl_move::owner_text(
                 &s.owner_instance_id,
                 s.owner_since_unix_ms,
@@ -145,6 +160,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
             _ => "",
         },
         "wal_puts_per_second": o.wal_puts_per_second,
+        "replica": o.replica,
     })
 }
 
@@ -156,7 +172,7 @@ pub(super) fn store_json(s: &proto::StoreInfo) -> Value {
         "instance_id": s.instance_id,
         "labels": s.labels,
         "registered_at_unix_ms": s.registered_at_unix_ms,
-        "options": options_json(s.options),
+        "options": options_json(s.options.clone()),
         "owner_instance_id": s.owner_instance_id,
         "owner_since_unix_ms": s.owner_since_unix_ms,
     })

@@ -56,7 +56,7 @@ pub struct WorkerSettings {
     pub compression_level: Option<i64>,
     /// Back up write-once: every object created once under S3 Object Lock in this mode,
     /// `governance` or `compliance`, retained as long as the retention policy keeps restore
-    /// points, nothing rewritten or deleted but the lease (README, "Immutable backups").
+    /// points, nothing rewritten or deleted but the lease (README, "Immutable backups and a second copy").
     /// Needs an s3:// destination in a bucket with Object Lock enabled [default: off].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OBJECT_LOCK", value_parser = ["governance", "compliance"])]
     pub object_lock: Option<String>,

@@ -186,5 +186,11 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     held.hand_over().await;
     let source = Arc::new(LocalSource::new(a.dir.clone()));
     let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
-    super::backup::follow(worker, lease).await
+    super::backup::follow(vec![super::backup::Destination {
+        role: "primary",
+        url: &a.from,
+        worker,
+        lease,
+    }])
+    .await
 }

@@ -14,7 +14,8 @@
 //! # Objects
 //!
 //! - The **lease root** of a destination ([`lease_root`]): `s3://BUCKET/.mushroom-backup` for
-//!   any `s3://BUCKET/...` destination, `file:///PARENT/.mushroom-backup` for a
+//!   any `s3://BUCKET/...` destination (its query, naming endpoint, region or profile, kept:
+//!   `s3://BUCKET/.mushroom-backup?QUERY`), `file:///PARENT/.mushroom-backup` for a
 //!   `file:///PARENT/NAME` destination. So the stores of one bucket (or one directory of
 //!   destinations) share one instance lease.
 //! - The **instance lease** `instances/<instance id>.lease` under it ([`key_for`]): an ordinary
@@ -83,8 +84,16 @@ pub const INSTANCES_PREFIX: &str = "instances/";
 /// `s3://` nor an absolute `file://` path below `/`.
 pub fn lease_root(destination: &str) -> Option<String> {
     if let Some(rest) = destination.strip_prefix("s3://") {
+        // The query (endpoint, region, profile: `bucket::url`) names where the bucket is:
+        // the lease root is in the same bucket on the same endpoint.
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let bucket = rest.split('/').next().filter(|b| !b.is_empty())?;
-        return Some(format!("s3://{bucket}/{LEASE_DIR}"));
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
+        return Some(format!("s3://{bucket}/{LEASE_DIR}{query}"));
     }
     let path = destination.strip_prefix("file://")?;
     let path = path.trim_end_matches('/');
@@ -454,6 +463,14 @@ mod tests {
         assert_eq!(
             lease_root("s3://b").as_deref(),
             Some("s3://b/.mushroom-backup")
+        );
+        assert_eq!(
+            lease_root("s3://b?region=r").as_deref(),
+            Some("s3://b/.mushroom-backup?region=r")
+        );
+        assert_eq!(
+            lease_root("s3://b/p/q?endpoint=http://h:1").as_deref(),
+            Some("s3://b/.mushroom-backup?endpoint=http://h:1")
         );
         assert_eq!(
             lease_root("file:///backups/store-1/").as_deref(),

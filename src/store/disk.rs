@@ -311,6 +311,20 @@ pub fn write_lineage(store: &StoreDir, lineage: Uuid) -> Result<(), DiskError> {
     Ok(store.write_durably(LINEAGE_FILE, format!("{lineage}\n").as_bytes())?)
 }
 
+/// Writes `backup.lineage` as [`write_lineage`] does unless the store has one already, and
+/// returns the lineage the store has after. The workers of one store in one process (a primary
+/// and its replica, each at its own destination) take turns here, so the first one's lineage
+/// is the store's and the other reads it back rather than writing over it.
+pub fn write_lineage_once(store: &StoreDir, lineage: Uuid) -> Result<Uuid, DiskError> {
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(existing) = read_lineage_in(store)? {
+        return Ok(existing);
+    }
+    write_lineage(store, lineage)?;
+    Ok(lineage)
+}
+
 /// The parent record of a store restored on boot, if it has one.
 pub fn read_parent(dir: &Path) -> Result<Option<ParentRecord>, DiskError> {
     read_parent_in(&StoreDir::new(dir))

@@ -359,12 +359,23 @@ impl View {
 
         if write_lineage {
             let store = cx.store.clone();
-            tokio::task::spawn_blocking(move || disk::write_lineage(&store, lineage))
-                .await
-                .map_err(|e| WorkerError::Store {
+            let written =
+                tokio::task::spawn_blocking(move || disk::write_lineage_once(&store, lineage))
+                    .await
+                    .map_err(|e| WorkerError::Store {
+                        dir: cx.dir.clone(),
+                        detail: e.to_string(),
+                    })??;
+            // The other worker of this store (primary or replica) wrote its lineage first:
+            // this view was decided without it; the next step decides again with it.
+            if written != lineage {
+                return Err(WorkerError::Store {
                     dir: cx.dir.clone(),
-                    detail: e.to_string(),
-                })??;
+                    detail: format!(
+                        "backup.lineage was written meanwhile ({written}) by another worker of                          this store; looking again"
+                    ),
+                });
+            }
         }
         Ok(View {
             lineage,

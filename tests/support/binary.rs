@@ -121,6 +121,9 @@ impl Line {
 /// What a follower prints on every change of health (`backup` without `--once`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct Health {
+    /// `primary` or `replica` (`backup --replica`); empty from a binary that did not say.
+    #[serde(default)]
+    pub destination: String,
     pub healthy: bool,
     pub reason: String,
     pub lease_holder: String,

@@ -10,6 +10,10 @@
 //!   took effect, the client cannot know);
 //! - **delay**: held for a while (200–800 ms by default) before being forwarded.
 //!
+//! [`FaultProxy::set_down`] takes the endpoint away altogether, whatever the plan: while it is
+//! down every new connection is closed at once and every request on an open one is hung up on
+//! unanswered and unforwarded (the endpoint is unreachable), until it is set up again.
+//!
 //! # Replayable randomness
 //! Faults are dealt from a deck: every block of 100 requests, in arrival order, holds exactly
 //! `slow_down` + `drop_after` + `delay` faults at positions shuffled by a ChaCha8 generator
@@ -92,6 +96,8 @@ pub struct FaultCounts {
     pub delayed: u64,
     /// Requests the upstream did not answer (answered `502` to the client).
     pub upstream_errors: u64,
+    /// Requests and connections hung up on while the proxy was down ([`FaultProxy::set_down`]).
+    pub refused_down: u64,
 }
 
 /// A running proxy; stops (dropping every connection) when dropped.
@@ -112,6 +118,8 @@ struct Shared {
     dropped: AtomicU64,
     delayed: AtomicU64,
     upstream_errors: AtomicU64,
+    down: std::sync::atomic::AtomicBool,
+    refused_down: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +204,8 @@ impl FaultProxy {
             dropped: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             upstream_errors: AtomicU64::new(0),
+            down: std::sync::atomic::AtomicBool::new(false),
+            refused_down: AtomicU64::new(0),
         });
         let listener = {
             let _entered = runtime.enter();
@@ -229,7 +239,15 @@ impl FaultProxy {
             dropped: load(&s.dropped),
             delayed: load(&s.delayed),
             upstream_errors: load(&s.upstream_errors),
+            refused_down: load(&s.refused_down),
         }
+    }
+
+    /// Takes the endpoint away (`true`: every connection and request is hung up on, nothing
+    /// forwarded) or brings it back (`false`); see the module docs.
+    pub fn set_down(&self, down: bool) {
+        eprintln!("fault proxy: {}", if down { "down" } else { "up again" });
+        self.shared.down.store(down, Ordering::SeqCst);
     }
 }
 
@@ -267,6 +285,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                 continue;
             }
         };
+        if shared.down.load(Ordering::SeqCst) {
+            shared.refused_down.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         tokio::spawn(serve_connection(stream, shared.clone()));
     }
@@ -292,6 +315,11 @@ async fn handle(
     hang_up: Arc<Notify>,
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
     shared.requests.fetch_add(1, Ordering::SeqCst);
+    if shared.down.load(Ordering::SeqCst) {
+        shared.refused_down.fetch_add(1, Ordering::SeqCst);
+        hang_up.notify_one();
+        return std::future::pending().await;
+    }
     let n = shared.next_request.fetch_add(1, Ordering::SeqCst);
     let fault = shared.deck.lock().unwrap_or_else(|p| p.into_inner()).draw();
     let (parts, body) = req.into_parts();

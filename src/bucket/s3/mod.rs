@@ -51,6 +51,7 @@ use bytes::Bytes;
 use error::map_error;
 
 use super::body::with_key;
+use super::url::S3Settings;
 use super::write_once::{LockMode, Retention};
 use super::{
     Body, BucketError, ListPage, ListQuery, Object, ObjectMeta, OpenError, Part, PutCondition,
@@ -153,24 +154,30 @@ pub struct S3Bucket {
     endpoint: String,
     /// Read as the prefix was at an instant, from object versions ([`as_of`]); read-only.
     as_of: Option<std::sync::Arc<as_of::AsOf>>,
+    /// What the URL's query named (its [`super::Bucket::url`] names it again).
+    settings: S3Settings,
 }
 
 impl S3Bucket {
     /// Opens `s3://bucket/prefix` with the standard AWS environment: the credentials chain,
     /// `AWS_REGION`, `AWS_ENDPOINT_URL` (with which path-style addressing is used unless
-    /// `MUSHROOMDB_BACKUP_S3_PATH_STYLE=false`). The client comes from `clients`: one per
-    /// configuration, shared by every bucket opened through them (see [`shared`]).
+    /// `MUSHROOMDB_BACKUP_S3_PATH_STYLE=false`), each overridden by what `settings` (the URL's
+    /// query) names. The client comes from `clients`: one per configuration, shared by every
+    /// bucket opened through them (see [`shared`]).
     pub async fn open(
         clients: &Clients,
         bucket: &str,
         prefix: &str,
+        settings: &S3Settings,
     ) -> Result<S3Bucket, OpenError> {
         let url = format!("s3://{bucket}/{prefix}");
         let client = clients
-            .from_env()
+            .configured(settings)
             .await
             .map_err(|reason| OpenError::Unavailable { url, reason })?;
-        Ok(Self::on(&client, bucket, prefix))
+        let mut b = Self::on(&client, bucket, prefix);
+        b.settings = settings.clone();
+        Ok(b)
     }
 
     /// Wraps `client`, overriding its retry (off), timeout and checksum settings from `options`.
@@ -187,6 +194,7 @@ impl S3Bucket {
             options: client.options.clone(),
             endpoint: client.endpoint.clone(),
             as_of: None,
+            settings: S3Settings::default(),
         }
     }
 
@@ -305,7 +313,12 @@ impl S3Bucket {
 #[async_trait::async_trait]
 impl super::Bucket for S3Bucket {
     fn url(&self) -> String {
-        format!("s3://{}/{}", self.bucket, self.prefix)
+        format!(
+            "s3://{}/{}{}",
+            self.bucket,
+            self.prefix,
+            self.settings.query()
+        )
     }
 
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {

@@ -11,9 +11,11 @@
 //! What makes two clients differ is the environment the SDK's configuration is read from:
 //! every `AWS_*` variable (credentials, profile, region, endpoint, container and instance
 //! metadata settings) and this crate's [`PATH_STYLE_ENV`] and [`CHECKSUMS_ENV`]. That
-//! environment is the cache's key, so a process whose environment changed between two opens
-//! (tests) gets a second client, never a stale one. A destination is a bucket and a prefix;
-//! neither changes the client (both are per request), so every store of an instance shares one.
+//! environment, with what a destination URL's query names (endpoint, region, profile:
+//! [`S3Settings`]), is the cache's key, so a process whose environment changed between two opens
+//! (tests) gets a second client, never a stale one, and a replica on another endpoint or
+//! profile gets its own. A destination's bucket and prefix do not change the client (both are
+//! per request), so every store of an instance on one configuration shares one.
 //!
 //! Invariants: a configuration is loaded at most once per key and [`Clients`] (two opens racing
 //! for one key wait for the same load); a failed load (no region) is not kept, so the next open
@@ -38,6 +40,7 @@ use aws_sdk_s3::config::{BehaviorVersion, RequestChecksumCalculation};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::{CHECKSUMS_ENV, MIN_PART_SIZE, PATH_STYLE_ENV, S3Options};
+use crate::bucket::url::S3Settings;
 
 /// A client with this crate's settings applied (retries off, timeouts, checksums), the
 /// options its buckets upload with, and the endpoint its errors name.
@@ -77,15 +80,26 @@ impl Configured {
         }
     }
 
-    /// The client the standard AWS environment describes (see [`super::S3Bucket::open`]), or
-    /// why there is none.
-    async fn load() -> Result<Configured, String> {
-        let sdk = aws_config::defaults(BehaviorVersion::latest())
-            .retry_config(RetryConfig::disabled())
-            .load()
-            .await;
+    /// The client the standard AWS environment describes, overridden by what `settings` name
+    /// (see [`super::S3Bucket::open`]), or why there is none.
+    async fn load(settings: S3Settings) -> Result<Configured, String> {
+        let mut loader =
+            aws_config::defaults(BehaviorVersion::latest()).retry_config(RetryConfig::disabled());
+        if let Some(profile) = &settings.profile {
+            loader = loader.profile_name(profile);
+        }
+        if let Some(region) = &settings.region {
+            loader = loader.region(aws_config::Region::new(region.clone()));
+        }
+        if let Some(endpoint) = &settings.endpoint {
+            loader = loader.endpoint_url(endpoint);
+        }
+        let sdk = loader.load().await;
         if sdk.region().is_none() {
-            return Err("no AWS region configured: set AWS_REGION".into());
+            return Err(
+                "no AWS region configured: set AWS_REGION, or region= in the destination's query"
+                    .into(),
+            );
         }
         let path_style = sdk.endpoint_url().is_some()
             && !std::env::var(PATH_STYLE_ENV).is_ok_and(|v| v.eq_ignore_ascii_case("false"));
@@ -108,18 +122,19 @@ impl Configured {
     }
 }
 
-/// The environment a configuration is read from: see the module docs.
+/// The environment a configuration is read from, and the destination's own settings: see the
+/// module docs.
 #[derive(PartialEq, Eq, Hash)]
-struct Key(Vec<(String, String)>);
+struct Key(Vec<(String, String)>, S3Settings);
 
 impl Key {
-    fn of_env() -> Key {
+    fn of(settings: &S3Settings) -> Key {
         let mut vars: Vec<(String, String)> = std::env::vars_os()
             .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
             .filter(|(k, _)| k.starts_with("AWS_") || k == PATH_STYLE_ENV || k == CHECKSUMS_ENV)
             .collect();
         vars.sort();
-        Key(vars)
+        Key(vars, settings.clone())
     }
 }
 
@@ -132,14 +147,22 @@ pub struct Clients {
 impl Clients {
     /// The client of the current environment: loaded on the first call for it, shared after.
     pub async fn from_env(&self) -> Result<Configured, String> {
+        self.configured(&S3Settings::default()).await
+    }
+
+    /// The client of the current environment overridden by `settings` (a destination URL's
+    /// query): loaded on the first call for the two, shared after.
+    pub async fn configured(&self, settings: &S3Settings) -> Result<Configured, String> {
         let cell = self
             .by_key
             .lock()
             .await
-            .entry(Key::of_env())
+            .entry(Key::of(settings))
             .or_default()
             .clone();
-        cell.get_or_try_init(Configured::load).await.cloned()
+        cell.get_or_try_init(|| Configured::load(settings.clone()))
+            .await
+            .cloned()
     }
 
     /// How many distinct clients these are (for tests and benchmarks).

@@ -156,7 +156,7 @@ pub async fn move_store(
 
     // From here the store changes hands: flush (unless paused: the pause gate skips the
     // flush, and the pause row follows the store to the target), stop, release the lease.
-    entry.handle.shutdown(true).await;
+    entry.shutdown(true).await;
     let restore_point = entry.handle.health().restore_point_commit_seq;
     let paused = entry.handle.paused().is_some();
     let now = crate::units::unix_now_ms().max(entry.record.registered_at_ms + 1);

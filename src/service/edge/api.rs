@@ -185,6 +185,9 @@ impl BackupControl for Api {
             return Err(err(e));
         }
         entry.handle.trigger(trigger);
+        if let Some(h) = entry.replica.as_ref().and_then(|r| r.handle()) {
+            h.trigger(trigger);
+        }
         let what = format!("{trigger:?} asked");
         self.fleet.audit("trigger", id, dir, "ok", what, peer).await;
         Ok(Response::new(proto::TriggerResponse {}))
@@ -515,7 +518,7 @@ impl Api {
             .attach(from)
             .map_err(|_| ServiceError::Deregistered(first.store_id.clone()))?;
         attachment.report(position);
-        entry.handle.nudge();
+        entry.nudge();
         Ok((attachment, entry))
     }
 

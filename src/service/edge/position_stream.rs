@@ -85,7 +85,7 @@ pub(super) fn pump(
                                 tracing::trace!(%store_id, commit_seq = p.commit_seq, "position report");
                                 attachment.report(p);
                                 // A resting worker and supervisor look at it.
-                                _nudge.0.handle.nudge();
+                                _nudge.0.nudge();
                             }
                             Err(e) => {
                                 let _ = tx.send(Err(ServiceError::from(e).into())).await;
@@ -168,7 +168,7 @@ struct NudgeOnEnd(Arc<StoreEntry>);
 
 impl Drop for NudgeOnEnd {
     fn drop(&mut self) {
-        self.0.handle.nudge();
+        self.0.nudge();
     }
 }
 

@@ -85,14 +85,20 @@ impl Destination {
             }
             let resolved = paths::resolve(path).map_err(|e| bad(&e.to_string()))?;
             Ok(Destination::File(resolved))
-        } else if let Some(rest) = raw.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("no bucket name after s3://"));
-            }
-            let prefix = prefix.trim_end_matches('/');
+        } else if raw.starts_with("s3://") {
+            // The query (endpoint, region, profile) is checked as a bucket opens it, and is no
+            // part of the prefix: two stores on one bucket and prefix overlap whatever
+            // endpoint each names (one bucket may be reached by two).
+            let (bucket, prefix) = match crate::bucket::url::parse(raw) {
+                Ok(crate::bucket::url::DestinationUrl::S3 { bucket, prefix, .. }) => {
+                    (bucket, prefix)
+                }
+                Ok(_) => return Err(bad("the scheme must be file:// or s3://")),
+                Err(crate::bucket::OpenError::BadUrl { reason, .. }) => return Err(bad(&reason)),
+                Err(e) => return Err(bad(&e.to_string())),
+            };
             Ok(Destination::S3 {
-                bucket: bucket.to_string(),
+                bucket,
                 prefix: if prefix.is_empty() {
                     Vec::new()
                 } else {
@@ -106,7 +112,6 @@ impl Destination {
 
     /// Whether the two share any object: the same bucket (or filesystem) and one prefix equal
     /// to or inside the other.
-    #[cfg(test)]
     pub fn overlaps(&self, other: &Destination) -> bool {
         match (self, other) {
             (Destination::File(a), Destination::File(b)) => overlap(a, b),

@@ -61,7 +61,7 @@ impl Fleet {
             .write()
             .expect("not poisoned")
             .remove(store_id)?;
-        entry.handle.shutdown(false).await;
+        entry.shutdown(false).await;
         entry.source.close();
         super::store_metrics::forget_store(store_id);
         Some(entry)

@@ -182,6 +182,9 @@ pub fn check_options(o: &StoreOptions) -> Result<(), FieldError> {
     }
     o.compression().map_err(|e| FieldError(e.to_string()))?;
     o.object_lock().map_err(FieldError)?;
+    if let Some(r) = &o.replica {
+        check_text("options.replica", r, MAX_DESTINATION_BYTES)?;
+    }
     if let Some(d) = &o.durability {
         crate::worker::DurabilityMode::parse(d).map_err(|e| FieldError(format!("options.{e}")))?;
     }
@@ -242,6 +245,8 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
             .durability
             .clone()
             .filter(|d| crate::worker::DurabilityMode::parse(d).is_ok()),
+        // Checked at registration; a worker that cannot open it is unhealthy, the primary not.
+        replica: o.replica.clone(),
         wal_puts_per_second: o.wal_puts_per_second.map(|v| {
             v.clamp(
                 worker_limits::WAL_PUTS_PER_SECOND.min,
@@ -316,6 +321,7 @@ mod tests {
             object_lock: Some("governance".into()),
             durability: Some("sync".into()),
             wal_puts_per_second: Some(100),
+            replica: Some("s3://b/replica?region=r".into()),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

@@ -47,6 +47,29 @@ pub struct StoreEntry {
     pub usage: Arc<bucket::usage::Usage>,
     /// The store's options as it runs with them (its request budget, for health).
     pub options: StoreOptions,
+    /// The replica's worker, when the options name one (`replica.rs`).
+    pub replica: Option<ReplicaEntry>,
+}
+
+impl StoreEntry {
+    /// Stops the store's workers, the primary's and the replica's, at once (each flushing when
+    /// `flush`); see [`BackupHandle::shutdown`].
+    pub async fn shutdown(&self, flush: bool) {
+        let replica = async {
+            if let Some(h) = self.replica.as_ref().and_then(ReplicaEntry::handle) {
+                h.shutdown(flush).await;
+            }
+        };
+        futures::join!(self.handle.shutdown(flush), replica);
+    }
+
+    /// Tells both workers a node reported a position.
+    pub fn nudge(&self) {
+        self.handle.nudge();
+        if let Some(h) = self.replica.as_ref().and_then(ReplicaEntry::handle) {
+            h.nudge();
+        }
+    }
 }
 
 /// What a client asks to register.
@@ -109,6 +132,7 @@ pub struct Fleet {
 pub use error::FleetError;
 pub(in crate::service) use record::Done;
 pub use remote::RemoteStore;
+pub use replica::ReplicaEntry;
 
 mod claim_renewal;
 pub mod conflicts;
@@ -121,10 +145,12 @@ pub mod path_index;
 pub mod paths;
 mod record;
 pub mod remote;
+mod replica;
 pub(in crate::service) mod store_compression;
 pub mod store_metrics;
 pub(in crate::service) mod store_object_lock;
 pub(in crate::service) mod store_options;
+pub(in crate::service) mod store_replica;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -277,7 +303,7 @@ impl Fleet {
         // Every change of a streamed position is a report, which the API nudges the worker
         // with (`api.rs`); with no stream the position comes from the directory, whose
         // changes the worker's watch signals.
-        let worker = BackupWorker::new(store, bucket, source.clone(), config)
+        let worker = BackupWorker::new(store.clone(), bucket, source.clone(), config)
             .with_signalled_positions()
             .with_events(self.events.emitter(&record.store_id));
         let lease = LeaseConfig {
@@ -291,6 +317,9 @@ impl Fleet {
             .await
             .map_err(|e| FleetError::LeaseRoot(e.to_string()))?;
         let acquirer = LeaseAcquirer::new(worker.bucket(), lease).fenced(fence);
+        let replica = self
+            .spawn_replica(&record, &options, &store, &source, pause.clone())
+            .await;
         let handle = worker.spawn_paused(acquirer, pause, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
@@ -298,6 +327,7 @@ impl Fleet {
             source,
             usage,
             options,
+            replica,
         });
         self.stores
             .write()
@@ -346,6 +376,11 @@ impl Fleet {
         new.options.check()?;
         new.options
             .check_object_lock_destination(&new.destination, self.config.worker.object_lock)?;
+        new.options.check_replica(
+            &destination,
+            self.placement(),
+            self.config.worker.object_lock,
+        )?;
         if dir.to_str().is_none() {
             return Err(FieldError("store_dir resolves to a non-UTF-8 path".into()).into());
         }
@@ -512,8 +547,11 @@ impl Fleet {
         if flush {
             // A flush asked for is an upload asked for: a paused store flushes too.
             entry.handle.resume().await;
+            if let Some(h) = entry.replica.as_ref().and_then(ReplicaEntry::handle) {
+                h.resume().await;
+            }
         }
-        entry.handle.shutdown(flush).await;
+        entry.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
         self.stores.write().expect("not poisoned").remove(store_id);
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
@@ -647,7 +685,7 @@ impl Fleet {
     /// Stops every worker (each flushes a last restore point and releases its lease).
     pub async fn shutdown_all(&self, flush: bool) {
         let entries = self.list();
-        futures::future::join_all(entries.iter().map(|e| e.handle.shutdown(flush))).await;
+        futures::future::join_all(entries.iter().map(|e| e.shutdown(flush))).await;
     }
 
     /// Releases the instance leases: after [`Fleet::shutdown_all`], once no store writes.

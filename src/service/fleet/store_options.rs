@@ -55,6 +55,9 @@ pub struct StoreOptions {
     /// The cap on WAL PUTs a second (`crate::worker::limits::WAL_PUTS_PER_SECOND`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal_puts_per_second: Option<u64>,
+    /// A second destination with a worker of its own (`store_replica.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 impl StoreOptions {
@@ -170,6 +173,7 @@ impl StoreOptions {
                 Err(_) => Some(format!("enum value {}", o.durability)),
             },
             wal_puts_per_second: nz(u64::from(o.wal_puts_per_second)),
+            replica: (!o.replica.is_empty()).then_some(o.replica),
         }
     }
 
@@ -202,6 +206,7 @@ impl StoreOptions {
             wal_puts_per_second: o
                 .wal_puts_per_second
                 .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX)),
+            replica: o.replica.clone().unwrap_or_default(),
         }
     }
 }

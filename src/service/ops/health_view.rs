@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::registry::Owner;
 use crate::service::fleet::remote::Remote;
-use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
+use crate::service::fleet::{Fleet, FleetError, ReplicaEntry, StoreEntry, StoreOptions};
 use crate::service::proto;
 
 fn now_ms() -> i64 {
@@ -164,6 +164,7 @@ fn local_mark(local: &[Arc<StoreEntry>], prices: &crate::cost::Prices) -> u64 {
             counters.bytes_shipped.load(Relaxed),
             counters.bytes_logical.load(Relaxed),
             e.usage.requests_so_far(),
+            e.replica.as_ref().map(|r| r.mark()),
         )
             .hash(&mut h);
         if e.options.monthly_request_budget.unwrap_or(0) > 0 {
@@ -246,7 +247,48 @@ fn store_health(
             .borrow()
             .position
             .map_or(0, |p| p.commit_seq),
+        replica: e.replica.as_ref().map(|r| {
+            let budget = e.options.monthly_request_budget.unwrap_or(0);
+            Box::new(replica_health(r, budget, prices))
+        }),
         ..health_fields(h)
+    }
+}
+
+/// A replica's own health (`StoreHealth.replica`): its worker's, with its usage; unhealthy
+/// naming why when its worker could not start.
+fn replica_health(
+    r: &ReplicaEntry,
+    budget: u64,
+    prices: &crate::cost::Prices,
+) -> proto::StoreHealth {
+    let destination = r.url.clone();
+    match &r.running {
+        Ok(running) => {
+            let mut h = running.handle.health();
+            let usage = super::usage::priced_usage(&running.usage, budget, prices);
+            h.notes.extend(usage.note.clone());
+            let counters = running.handle.counters();
+            let load =
+                |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            proto::StoreHealth {
+                destination,
+                bytes_stored: load(&counters.bytes_shipped),
+                bytes_logical: load(&counters.bytes_logical),
+                usage: Some(usage.proto()),
+                ..health_fields(h)
+            }
+        }
+        Err(why) => {
+            let reason = format!("the replica's worker could not start: {why}");
+            proto::StoreHealth {
+                destination,
+                healthy: false,
+                reasons: vec![reason.clone()],
+                reason,
+                ..Default::default()
+            }
+        }
     }
 }
 

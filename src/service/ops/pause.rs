@@ -52,7 +52,7 @@ use crate::health::{Pause, rfc3339_ms};
 use crate::registry::PauseRecord;
 pub use crate::service::config::limits::PauseLimits;
 use crate::service::fleet::limits::{FieldError, check_text};
-use crate::service::fleet::{Done, Fleet, FleetError};
+use crate::service::fleet::{Done, Fleet, FleetError, ReplicaEntry};
 use crate::units::{millis_i64, unix_now_ms};
 
 /// The longest reason accepted.
@@ -160,6 +160,10 @@ pub async fn pause(
         return Err(FleetError::UnknownStore(store_id.to_string()));
     }
     let was_paused = entry.handle.pause(pause.clone()).await;
+    // The replica pauses with the store (its own gate; the primary does not wait for it).
+    if let Some(h) = entry.replica.as_ref().and_then(ReplicaEntry::handle) {
+        h.pause(pause.clone()).await;
+    }
     let detail = format!(
         "until {} ({}): {}",
         rfc3339_ms(pause.until_unix_ms),
@@ -198,6 +202,9 @@ pub async fn resume(
     let entry = fleet.get_owned(store_id).await?;
     let stored = fleet.registry().clear_pause(store_id).await?;
     let was_paused = entry.handle.resume().await || stored;
+    if let Some(h) = entry.replica.as_ref().and_then(ReplicaEntry::handle) {
+        h.resume().await;
+    }
     if was_paused {
         tracing::info!(store_id, "resumed a store");
         let done = Done {

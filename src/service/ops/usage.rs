@@ -61,9 +61,17 @@ pub struct Priced {
 }
 
 pub fn priced(e: &StoreEntry, prices: &Prices) -> Priced {
-    let snapshot = e.usage.snapshot();
+    priced_usage(
+        &e.usage,
+        e.options.monthly_request_budget.unwrap_or(0),
+        prices,
+    )
+}
+
+/// [`priced`] for any usage (a replica's) under the request budget `budget` (0: none).
+pub fn priced_usage(usage: &crate::bucket::usage::Usage, budget: u64, prices: &Prices) -> Priced {
+    let snapshot = usage.snapshot();
     let estimate = cost::estimate(&snapshot, prices);
-    let budget = e.options.monthly_request_budget.unwrap_or(0);
     Priced {
         snapshot,
         estimate,
