@@ -62,6 +62,7 @@ use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
 use mushroom_backup::service::proto::backup_control_client::BackupControlClient;
 use mushroom_backup::service::proto::{self, RegisterRequest};
 use mushroom_backup::store::engine::{Engine, EngineOptions, Op};
+use mushroom_backup::store::format::WalPosition;
 
 #[path = "support/moto.rs"]
 mod moto;
@@ -195,40 +196,24 @@ async fn main() -> anyhow::Result<()> {
     )?;
     let mut traced = String::new();
     let mut prefixes = Vec::new();
-    let mut control = BackupControlClient::connect(format!("http://{}", server.addr)).await?;
+    let control = BackupControlClient::connect(format!("http://{}", server.addr)).await?;
+    let mut bench = Bench {
+        m: &m,
+        server: &server,
+        control,
+        root: root.clone(),
+        min_report,
+        warmup,
+    };
     for rate in rates {
         let name = format!("r{}", rate as u64);
         prefixes.push(name.clone());
-        let dir = root.join(&name);
-        std::fs::create_dir_all(&dir)?;
-        let r = control
-            .register(RegisterRequest {
-                store_dir: dir.to_str().context("utf-8 path")?.to_string(),
-                destination: format!("s3://{BUCKET}/{name}"),
-                options: Some(proto::StoreOptions {
-                    durability: proto::Durability::Sync as i32,
-                    wal_puts_per_second: cap,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        let mut config =
-            NodeClientConfig::new(format!("http://{}", server.addr), r.store_id, r.node_token);
-        config.min_report_interval = min_report;
-        let node = Arc::new(NodeClient::connect(config)?);
-        let outcome = run_rate(
-            &m,
-            &name,
-            &dir,
-            node.clone(),
-            rate,
-            (warmup, secs),
-            server.pid(),
-        )
-        .await?;
-        node.close().await;
+        let options = proto::StoreOptions {
+            durability: proto::Durability::Sync as i32,
+            wal_puts_per_second: cap,
+            ..Default::default()
+        };
+        let outcome = bench.measure((BUCKET, &name), options, rate, secs).await?;
         for (seq, reported, acked) in &outcome.trace {
             traced.push_str(&format!("{rate} {seq} {reported} {acked}\n"));
         }
@@ -262,35 +247,13 @@ async fn main() -> anyhow::Result<()> {
             Some(_) => (LOCKED_BUCKET, format!("l{}", rate as u64)),
         };
         prefixes.push(name.clone());
-        let dir = root.join(&name);
-        std::fs::create_dir_all(&dir)?;
-        let r = control
-            .register(RegisterRequest {
-                store_dir: dir.to_str().context("utf-8 path")?.to_string(),
-                destination: format!("s3://{bucket}/{name}"),
-                options: Some(proto::StoreOptions {
-                    object_lock: lock.map_or(0, |l| l as i32),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
-            .await?
-            .into_inner();
-        let mut config =
-            NodeClientConfig::new(format!("http://{}", server.addr), r.store_id, r.node_token);
-        config.min_report_interval = min_report;
-        let node = Arc::new(NodeClient::connect(config)?);
-        let outcome = run_rate(
-            &m,
-            &name,
-            &dir,
-            node.clone(),
-            rate,
-            (warmup, async_secs),
-            server.pid(),
-        )
-        .await?;
-        node.close().await;
+        let options = proto::StoreOptions {
+            object_lock: lock.map_or(0, |l| l as i32),
+            ..Default::default()
+        };
+        let outcome = bench
+            .measure((bucket, &name), options, rate, async_secs)
+            .await?;
         let per_hour = outcome.print_async(rate, lock.is_some());
         match lock {
             None => normal_per_hour = Some(per_hour),
@@ -339,6 +302,51 @@ async fn main() -> anyhow::Result<()> {
         std::fs::copy(work.path().join("serve.log"), log)?;
     }
     Ok(())
+}
+
+/// What every measured store shares: the server, its control client, moto, where stores go.
+struct Bench<'a> {
+    m: &'a moto::Moto,
+    server: &'a Server,
+    control: BackupControlClient<tonic::transport::Channel>,
+    root: PathBuf,
+    min_report: Duration,
+    warmup: Duration,
+}
+
+impl Bench<'_> {
+    /// Registers a store `root/name` (created) with `options` and an `s3://bucket/name`
+    /// destination, connects a node client to it and commits at `rate` for `secs` after the
+    /// warm-up ([`run_rate`]).
+    async fn measure(
+        &mut self,
+        (bucket, name): (&str, &str),
+        options: proto::StoreOptions,
+        rate: f64,
+        secs: u64,
+    ) -> anyhow::Result<Outcome> {
+        let dir = self.root.join(name);
+        std::fs::create_dir_all(&dir)?;
+        let r = self
+            .control
+            .register(RegisterRequest {
+                store_dir: dir.to_str().context("utf-8 path")?.to_string(),
+                destination: format!("s3://{bucket}/{name}"),
+                options: Some(options),
+                ..Default::default()
+            })
+            .await?
+            .into_inner();
+        let addr = &self.server.addr;
+        let mut config = NodeClientConfig::new(format!("http://{addr}"), r.store_id, r.node_token);
+        config.min_report_interval = self.min_report;
+        let node = Arc::new(NodeClient::connect(config)?);
+        let pid = self.server.pid();
+        let timing = (self.warmup, secs);
+        let outcome = run_rate(self.m, name, &dir, node.clone(), rate, timing, pid).await;
+        node.close().await;
+        outcome
+    }
 }
 
 /// Commit rates from `var` (numbers separated by commas; empty: none), else `default`.
@@ -392,20 +400,7 @@ async fn follower(
     let rate = 100.0;
     let total = (rate * (warmup.as_secs_f64() + 3.0 + secs as f64)) as u64;
     let committer = tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let start = Instant::now();
-        for n in 0..total {
-            let due = start + Duration::from_secs_f64(n as f64 / rate);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let seq = engine.commit_seq() + 1;
-            engine.commit(&[Op::Put {
-                key: format!("k{}", seq % 1000).into_bytes(),
-                value: vec![b'v'; 1024],
-            }])?;
-            engine.sync()?;
-        }
-        Ok(())
+        commit_paced(&mut engine, rate, total, |_, _| {})
     });
     // The first generation's uploads and restore point are the warm-up.
     tokio::time::sleep(warmup + Duration::from_secs(3)).await;
@@ -440,6 +435,31 @@ async fn follower(
         (after_wal - before_wal) as f64 / window
     );
     serve::print_cpu_by_thread(&threads0, &threads1, window);
+    Ok(())
+}
+
+/// Commits `total` 1 KiB values at `rate` a second (on a schedule from the first, catching up
+/// when late), each fsynced, then `synced(commit_seq, position)`.
+fn commit_paced(
+    engine: &mut Engine,
+    rate: f64,
+    total: u64,
+    mut synced: impl FnMut(u64, WalPosition),
+) -> anyhow::Result<()> {
+    let value = vec![b'v'; 1024];
+    let start = Instant::now();
+    for n in 0..total {
+        let due = start + Duration::from_secs_f64(n as f64 / rate);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let seq = engine.commit_seq() + 1;
+        engine.commit(&[Op::Put {
+            key: format!("k{}", seq % 1000).into_bytes(),
+            value: value.clone(),
+        }])?;
+        synced(seq, engine.sync()?);
+    }
     Ok(())
 }
 
@@ -597,35 +617,23 @@ async fn run_rate(
     };
     let measure_from = first + 1 + (rate * warmup.as_secs_f64()) as u64;
     let total = (rate * (warmup.as_secs_f64() + secs as f64)) as u64;
-    let value = vec![b'v'; 1024];
     let (pending2, node2) = (pending.clone(), node.clone());
-    let committer = tokio::task::spawn_blocking(move || -> anyhow::Result<(Engine, u64)> {
-        let start = Instant::now();
-        for n in 0..total {
-            let due = start + Duration::from_secs_f64(n as f64 / rate);
-            if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            let seq = engine.commit_seq() + 1;
-            engine.commit(&[Op::Put {
-                key: format!("k{}", seq % 1000).into_bytes(),
-                value: value.clone(),
-            }])?;
-            let pos = engine.sync()?;
+    let committer = tokio::task::spawn_blocking(move || -> anyhow::Result<Engine> {
+        commit_paced(&mut engine, rate, total, |seq, pos| {
             pending2
                 .lock()
                 .unwrap()
                 .insert(seq, (Instant::now(), unix_us()));
             node2.report(pos);
-        }
-        Ok((engine, start.elapsed().as_millis() as u64))
+        })?;
+        Ok(engine)
     });
     tokio::time::sleep(warmup).await;
     let (before_all, before_wal) = moto_counts(m, prefix);
     let cpu_before = serve::sample(server_pid)?;
     let threads_before = serve::ticks_by_thread(server_pid);
     let from = Instant::now();
-    let (engine, _) = committer.await??;
+    let engine = committer.await??;
     let last = engine.commit_seq();
     let _ = node.wait_durable(last, Duration::from_secs(30)).await;
     let window = from.elapsed();

@@ -358,7 +358,7 @@ mod tests {
                 ..ok.clone()
             },
             StoreOptions {
-                wal_puts_per_second: Some(101),
+                wal_puts_per_second: Some(1001),
                 ..ok.clone()
             },
             StoreOptions {
