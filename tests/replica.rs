@@ -64,13 +64,21 @@ fn the_replica_stays_healthy_and_current_while_the_primary_bucket_is_away_a_minu
     let mut cmd = binary::follower(NOWHERE, &store, &primary, &settings);
     cmd.args(["--replica", &replica]);
     let mut follower = Running::spawn("follower with a replica", cmd);
-    for role in ["primary", "replica"] {
-        follower.wait_for_health(
-            &format!("report the {role} healthy under its lease"),
-            Duration::from_secs(30),
-            |h| is(role)(h) && h.healthy && h.lease_held,
-        );
-    }
+    // Both in one pass: health lines come only on a change, in either order, and a line read
+    // while waiting for one destination is not seen again by a second wait.
+    let mut up = [false; 2];
+    follower.wait_for_health(
+        "report the primary and the replica healthy under their leases",
+        Duration::from_secs(30),
+        |h| {
+            for (i, role) in ["primary", "replica"].into_iter().enumerate() {
+                if is(role)(h) {
+                    up[i] = h.healthy && h.lease_held;
+                }
+            }
+            up == [true, true]
+        },
+    );
 
     proxy.set_down(true);
     let down_at = Instant::now();
