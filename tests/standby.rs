@@ -407,3 +407,97 @@ fn poll_intervals_outside_their_range_are_refused_naming_the_flag() {
     );
     assert!(!tmp.path().join("standby").exists());
 }
+
+/// A promotion claims LATEST before it says "promoted" (`adopted_by`, `standby::promote`):
+/// stopped before its first commit, the promoted store still holds the prefix against the old
+/// primary (refused by the lineage rule once the lease is free), and its own backup goes on.
+#[test]
+fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 60);
+    let once = |store: &Path| {
+        let mut cmd = binary::backup_once(UNUSED, store, &url, &[]);
+        quick(&mut cmd);
+        cmd
+    };
+    binary::run_ok("backup --once", once(&src), WAIT);
+    let mut s = Running::spawn("standby", standby(UNUSED, &url, &dir, 100, 200));
+    wait_for_commit(&mut s, 60);
+    stop(&mut s);
+    let parent: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+
+    let mut cmd = binary::command(UNUSED);
+    cmd.args(["promote", "--from", &url, "--dir"]).arg(&dir);
+    quick(&mut cmd);
+    let mut p = Running::spawn("promoted", cmd);
+    let promoted = p.wait_for("promote", WAIT, |l| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    });
+    let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
+    // Already claimed when it says so: the parent's restore point, given to the new lineage.
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
+    for field in ["manifest", "commit_seq", "lineage"] {
+        assert_eq!(latest[field], parent[field], "{field}: {latest}");
+    }
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "the promoted backup exited {status}");
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
+
+    // The old primary, with new commits, once the lease is free (at once, or a TTL after the
+    // promoted backup stopped before it took the lease over), is refused all the same;
+    // nothing of it lands in the prefix.
+    write_more(&src, 5, &[]);
+    let before = support::store::tree_but_leases(&bucket);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let out = once(&src).output().expect("the binary runs");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success(),
+            "the old primary was not refused: {err}"
+        );
+        if err.contains("the prefix was promoted") {
+            break;
+        }
+        assert!(
+            err.contains("the bucket lease is held by") && std::time::Instant::now() < deadline,
+            "the old primary: refused, but not for the promotion: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(support::store::tree_but_leases(&bucket), before);
+    // A second promotion of another standby of the same lineage is refused too.
+    let other = tmp.path().join("other");
+    binary::restore_digest(UNUSED, &url, &other);
+    let mut cmd = binary::command(UNUSED);
+    cmd.args(["promote", "--from", &url, "--dir"]).arg(&other);
+    quick(&mut cmd);
+    refused("a second promotion", cmd, "promoted already");
+
+    // The promoted store's backup goes on: its first commit moves LATEST to its lineage, and
+    // the prefix restores to it.
+    write_more(&dir, 7, &[]);
+    binary::run_ok("backup --once of the promoted store", once(&dir), WAIT);
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["lineage"], new_lineage.as_str(), "{latest}");
+    assert!(latest.get("adopted_by").is_none(), "{latest}");
+    let restored = tmp.path().join("restored");
+    binary::restore_digest(UNUSED, &url, &restored);
+    assert_eq!(
+        support::store::digest(&restored),
+        support::store::digest(&dir)
+    );
+    assert_eq!(support::store::digest(&dir).commit_seq, 67);
+}

@@ -117,7 +117,16 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
 /// Follows the store under the bucket lease until SIGINT/SIGTERM, logging every change of
 /// health on stderr, then flushes a last restore point, releases the lease and exits 0.
 pub(super) async fn follow(worker: BackupWorker, lease: LeaseConfig) -> anyhow::Result<ExitCode> {
-    let shutdown = super::shutdown_token();
+    follow_until(worker, lease, super::shutdown_token()).await
+}
+
+/// [`follow`] until `shutdown` (a caller's [`super::shutdown_token`], taken before a signal
+/// could come: `promote`'s, so a SIGTERM right after "promoted" is not lost).
+pub(super) async fn follow_until(
+    worker: BackupWorker,
+    lease: LeaseConfig,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<ExitCode> {
     let tasks = tokio_util::task::TaskTracker::new();
     let handle = worker.spawn(lease, shutdown.clone(), &tasks);
     let mut health = handle.watch_health();

@@ -170,8 +170,7 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     };
     let adopted = async {
         let opts = StandbyOptions::default();
-        let applied = standby::promote::catch_up(bucket.as_ref(), &a.dir, &opts).await?;
-        standby::promote::adopt(bucket.as_ref(), &a.dir, &applied).await
+        standby::promote::promote(bucket.as_ref(), &a.dir, &opts).await
     }
     .await
     .with_context(|| what.clone());
@@ -186,5 +185,5 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     held.hand_over().await;
     let source = Arc::new(LocalSource::new(a.dir.clone()));
     let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
-    super::backup::follow(worker, lease).await
+    super::backup::follow_until(worker, lease, cancel).await
 }
