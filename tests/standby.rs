@@ -501,3 +501,71 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
     );
     assert_eq!(support::store::digest(&dir).commit_seq, 67);
 }
+
+/// Two promotions racing on one prefix (two standbys of it, the old primary gone): exactly one
+/// wins (the lease object's conditional create or takeover lets one write land), and the other
+/// is refused, nothing changed, naming the winner's store.
+#[test]
+fn two_promotions_racing_one_wins_and_the_other_names_it() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 40);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &[]),
+        WAIT,
+    );
+    let dirs = [tmp.path().join("a"), tmp.path().join("b")];
+    for dir in &dirs {
+        let mut s = Running::spawn("standby", standby(UNUSED, &url, dir, 100, 200));
+        wait_for_commit(&mut s, 40);
+        stop(&mut s);
+    }
+    let mut racers: Vec<Running> = dirs
+        .iter()
+        .map(|dir| {
+            let mut cmd = binary::command(UNUSED);
+            cmd.args(["promote", "--from", &url, "--dir"]).arg(dir);
+            quick(&mut cmd);
+            Running::spawn("promote", cmd)
+        })
+        .collect();
+    // The loser ends (refused); the winner backs up until stopped.
+    let deadline = std::time::Instant::now() + WAIT;
+    let loser = loop {
+        if let Some(i) = racers.iter_mut().position(|r| r.try_exit().is_some()) {
+            break i;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither promotion ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let winner = 1 - loser;
+    let status = racers[loser].try_exit().unwrap();
+    let err = racers[loser].stderr();
+    assert!(!status.success(), "both promotions ended: {err}");
+    assert!(
+        err.contains("the bucket lease is held by")
+            && err.contains(&format!("(store {})", dirs[winner].display())),
+        "the loser does not name the winner: {err}"
+    );
+    assert!(!dirs[loser].join("backup.parent").exists());
+    let promoted_line = |l: &binary::Line| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    };
+    // Polling for the loser's exit read the winner's lines too.
+    let promoted = match racers[winner].seen().iter().find_map(promoted_line) {
+        Some(p) => p,
+        None => racers[winner].wait_for("promoted", WAIT, promoted_line),
+    };
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], promoted["new_lineage"], "{latest}");
+    stop(&mut racers[winner]);
+}
