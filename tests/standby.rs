@@ -312,30 +312,46 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
         quick(&mut cmd);
         cmd
     };
-    // A live old primary: refused, naming it, and nothing changed.
-    let before = std::fs::read(bucket.join("LATEST")).unwrap();
-    refused(
-        "promote",
-        promote(false),
-        &format!("(store {})", src.display()),
-    );
-    assert_eq!(std::fs::read(bucket.join("LATEST")).unwrap(), before);
-    assert!(!dir.join("backup.parent").exists());
-
-    // Its host lost: the promotion waits out its lease, then adopts the prefix.
-    old.kill();
-    let mut p = Running::spawn("promoted", promote(true));
+    // A live old primary under writes (20 commits a second): the promotion takes its lease
+    // over at once, waits out its deadline by the bucket's clock, catches up and claims.
+    let writer = std::thread::spawn({
+        let src = src.clone();
+        move || write_more(&src, 100, &["--rate", "20"])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut p = Running::spawn("promoted", promote(false));
     let promoted = p.wait_for("promote", WAIT, |l| {
         let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
         v.get("promoted").cloned()
     });
-    assert_eq!(promoted["applied"]["commit_seq"], 150);
-    assert_eq!(promoted["parent"]["commit_seq"], 150);
+    let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
+    assert!(applied >= 150, "{promoted}");
+    assert!(promoted["parent"]["commit_seq"].as_u64().unwrap() <= applied);
     let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
     assert_ne!(
         promoted["parent"]["lineage"].as_str(),
         Some(new_lineage.as_str())
     );
+    // The old primary reports that it lost the lease, and ships nothing after the promotion
+    // although its store goes on committing.
+    let mut held = false;
+    old.wait_for_health("report that it lost the lease", WAIT, |h| {
+        held |= h.lease_held;
+        held && !h.lease_held
+    });
+    let old_gen = bucket.join(format!(
+        "gen/{:010}",
+        promoted["applied"]["generation"].as_u64().unwrap()
+    ));
+    let shipped = support::store::tree(&old_gen);
+    writer.join().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        support::store::tree(&old_gen).keys().collect::<Vec<_>>(),
+        shipped.keys().collect::<Vec<_>>(),
+        "the old primary shipped after the promotion"
+    );
+    assert!(support::store::digest(&src).commit_seq > applied);
 
     // The old primary comes back: refused by the lease the promoted store's backup holds.
     write_more(&src, 5, &[]);
@@ -352,12 +368,13 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
     loop {
         let latest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
-        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == 170 {
+        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == applied + 20 {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "LATEST never named the promoted store's commit 170: {latest}"
+            "LATEST never named the promoted store's commit {}: {latest}",
+            applied + 20
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -374,7 +391,15 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
         support::store::digest(&restored),
         support::store::digest(&dir)
     );
-    assert_eq!(support::store::digest(&dir).commit_seq, 170);
+    assert_eq!(support::store::digest(&dir).commit_seq, applied + 20);
+    // Every restore point after the promotion is the new lineage's.
+    for (path, data) in support::store::tree(&bucket.join("manifests")) {
+        let m: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        if m["commit_seq"].as_u64().unwrap() > applied {
+            assert_eq!(m["lineage"], new_lineage.as_str(), "{}", path.display());
+        }
+    }
+    old.kill();
 }
 
 #[test]
@@ -549,11 +574,6 @@ fn two_promotions_racing_one_wins_and_the_other_names_it() {
     let status = racers[loser].try_exit().unwrap();
     let err = racers[loser].stderr();
     assert!(!status.success(), "both promotions ended: {err}");
-    assert!(
-        err.contains("the bucket lease is held by")
-            && err.contains(&format!("(store {})", dirs[winner].display())),
-        "the loser does not name the winner: {err}"
-    );
     assert!(!dirs[loser].join("backup.parent").exists());
     let promoted_line = |l: &binary::Line| {
         let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
@@ -564,6 +584,20 @@ fn two_promotions_racing_one_wins_and_the_other_names_it() {
         Some(p) => p,
         None => racers[winner].wait_for("promoted", WAIT, promoted_line),
     };
+    // Refused at the lease (its write landed second), or, when it took the lease from the
+    // winner in between, at LATEST, which the winner claimed first.
+    let at_lease = err.contains("refused, nothing changed")
+        && err.contains("held by")
+        && err.contains(&format!("(store {})", dirs[winner].display()));
+    let at_latest = err.contains(&format!(
+        "promoted already: LATEST gives manifests/{:020}.json to lineage {}",
+        40,
+        promoted["new_lineage"].as_str().unwrap()
+    ));
+    assert!(
+        at_lease || at_latest,
+        "the loser does not name the winner: {err}"
+    );
     let latest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
     assert_eq!(latest["adopted_by"], promoted["new_lineage"], "{latest}");

@@ -2,13 +2,24 @@
 //! standby's directory becomes the prefix's primary, without two writers and without a fork.
 //!
 //! # The steps (the caller holds the prefix's bucket lease throughout)
-//! 1. **Fence**: the caller takes the prefix's lease (`cli/standby.rs`, as `backup --once` does:
-//!    refused naming a live holder; `--wait-for-lease` waits until the holder's lease is stale,
-//!    at most its TTL after its last renewal). A holder's `may_write` ends a tenth of a TTL
-//!    before its lease can be taken over (DESIGN.md section 7), so once the lease is taken the
-//!    old writer has stopped writing by its own clock.
+//! 1. **Fence** (`cli/standby.rs`): a prefix whose LATEST is claimed already is refused at
+//!    once, naming the adopter. Otherwise the caller takes the prefix's lease over at once,
+//!    live holder or not (`lease::TakeOver`: `If-Match` on the ETag read, so of two racing
+//!    promotions, or a promotion and the holder's renewal, exactly one write lands; the other
+//!    promotion is refused naming the record that won). Then it waits until the old holder has
+//!    certainly stopped: it stops at its next renewal, which is refused (its lease ends, its
+//!    requests in flight are cancelled, it reports the lease lost and waits as a standby), and
+//!    at the latest at its deadline, the start of its last renewal plus its TTL minus a tenth,
+//!    which the bucket's clock bounds (`Last-Modified` of the version taken over): at most
+//!    `0.9 TTL + 1 s` after the takeover, less the age of that version. That is the proof
+//!    that the old writer is fenced. Where it cannot be made, the promotion is refused, nothing
+//!    written, unless `--wait-for-lease`, which waits until the lease is stale as before: a
+//!    lease held under a `serve`'s instance lease (its holder never rewrites its store lease,
+//!    so it would not see the takeover; its deadline follows the instance lease), a bucket
+//!    that gives no clock, conditional writes off.
 //! 2. **Apply everything durable** ([`catch_up`]): the standby's own apply, until a poll finds
-//!    nothing new. Under the lease nothing new can come.
+//!    nothing new. Under the lease, past the old holder's deadline, nothing new can come: so
+//!    every commit the old primary shipped (and acknowledged) is applied.
 //! 3. **Adopt** ([`adopt`]): the restore point LATEST names must be of the lineage followed, of
 //!    the generation the directory holds and at most its commits, and not claimed already;
 //!    `backup.parent` names it (`{lineage, manifest, commit_seq}` of that restore point, as a
@@ -37,8 +48,19 @@
 //!    restore point comes with the first new commit and moves LATEST to the new lineage (no
 //!    `adopted_by` any more: the restore point is its own).
 //!
-//! This deviates from DESIGN.md sections 4 and 5: LATEST has an optional `adopted_by` field,
-//! and the lineage rule refuses every store but the one it names.
+//! This deviates from DESIGN.md sections 4, 5 and 7: LATEST has an optional `adopted_by`
+//! field, the lineage rule refuses every store but the one it names, and a promotion takes a
+//! live lease over (section 7 takes only a lease stale for a TTL), then waits out its
+//! holder's deadline by the bucket's clock before writing anything but the lease.
+//!
+//! # What it does not do
+//! A promotion that took a lease from another promotion still in progress (before its claim)
+//! makes that one's worker wait as a standby; LATEST's claim decides which of the two wins
+//! (the other is refused at its claim, naming the winner's lineage), and the loser releases
+//! the lease. RTO: at the default 30 s TTL, the wait for the old holder's deadline is 17 to
+//! 28 s (it renews every 10 s); a TTL of 5 s (`MUSHROOMDB_BACKUP_LEASE_TTL_MS=5000`) bounds it
+//! by 5.5 s. A `serve` primary is promoted only with `--wait-for-lease`, after its instance
+//! lease goes stale.
 //!
 //! # What a crash leaves
 //! Before step 3: a standby (restart `restore --follow` or `promote`). Between the two writes
