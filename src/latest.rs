@@ -268,6 +268,7 @@ mod tests {
             manifest: manifest::manifest_key(commit_seq),
             commit_seq,
             lineage: uuid::Uuid::from_u128(7),
+            adopted_by: None,
         }
     }
 

@@ -881,6 +881,7 @@ impl Target for LatestTarget {
                 manifest: manifest_key(commit_seq),
                 commit_seq,
                 lineage,
+                adopted_by: None,
             })
             .boxed()
     }

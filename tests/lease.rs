@@ -596,3 +596,77 @@ async fn coalesced_renewals_fall_on_the_tick_grid_never_early_at_most_a_step_lat
         );
     }
 }
+
+/// `take_over_now` (a promotion): a live holder's lease is taken at once; of two takers racing,
+/// exactly one write lands and the other is answered with the winner's name; the taker learns a
+/// bound on the old holder's deadline from the bucket's clock, and the old holder loses the
+/// lease at its next renewal. A lease under an instance lease cannot be proven: untouched.
+#[tokio::test]
+async fn take_over_now_takes_a_live_lease_once_and_bounds_the_old_holders_deadline() {
+    use mushroom_backup::lease::TakeOver;
+    let dir = tempfile::tempdir().unwrap();
+    let bucket: DynBucket = Arc::new(FsBucket::open(dir.path()).unwrap());
+    let short = |holder: &str| LeaseConfig {
+        ttl: Duration::from_secs(2),
+        ..config(holder)
+    };
+    let old = acquire(&bucket, short("old")).await;
+    let (mut b, mut c) = (
+        LeaseAcquirer::new(bucket.clone(), short("b")),
+        LeaseAcquirer::new(bucket.clone(), short("c")),
+    );
+    let (rb, rc) = tokio::join!(b.take_over_now(), c.take_over_now());
+    let (rb, rc) = (rb.unwrap(), rc.unwrap());
+    let (won, lost) = match (rb, rc) {
+        (w @ TakeOver::Taken { .. }, l) | (l, w @ TakeOver::Taken { .. }) => (w, l),
+        other => panic!("no taker won: {other:?}"),
+    };
+    let TakeOver::Taken {
+        lease,
+        previous,
+        fenced_in,
+    } = won
+    else {
+        unreachable!()
+    };
+    assert_eq!(previous.unwrap().0, "old");
+    assert!(fenced_in <= Duration::from_millis(2800), "{fenced_in:?}");
+    let winner = lease.status().holder;
+    match lost {
+        TakeOver::HeldElsewhere(Acquisition::HeldElsewhere { holder, .. }) => {
+            assert_eq!(holder, winner)
+        }
+        other => panic!("the loser: {other:?}"),
+    }
+    let record = LeaseRecord::from_json(&bucket.get(LEASE_KEY).await.unwrap().data).unwrap();
+    assert_eq!(record.holder, winner);
+    // The old holder's next renewal (a third of a TTL) is refused: it stops writing.
+    tokio::time::timeout(Duration::from_secs(2), old.token().cancelled())
+        .await
+        .expect("the old holder still holds a TTL after the takeover");
+    assert!(!old.may_write());
+    assert!(matches!(
+        old.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    ));
+
+    // A store lease under an instance lease: not taken, nothing written.
+    let mut fenced = record.clone();
+    fenced.fence = Some(mushroom_backup::lease::FenceRef {
+        key: "instances/i1.lease".into(),
+        holder: "h".into(),
+    });
+    bucket
+        .put(LEASE_KEY, Body::from(fenced.to_json()), PutCondition::None)
+        .await
+        .unwrap();
+    let before = bucket.get(LEASE_KEY).await.unwrap().etag;
+    let mut d = LeaseAcquirer::new(bucket.clone(), short("d"));
+    assert!(matches!(
+        d.take_over_now().await.unwrap(),
+        TakeOver::Unprovable(why) if why.contains("instance lease")
+    ));
+    assert_eq!(bucket.get(LEASE_KEY).await.unwrap().etag, before);
+}

@@ -79,6 +79,7 @@ async fn seed(b: &dyn Bucket, seqs: &[u64]) {
         manifest: manifest::manifest_key(top),
         commit_seq: top,
         lineage,
+        adopted_by: None,
     };
     b.put(LATEST_KEY, Body::from(latest.encode()), PutCondition::None)
         .await

@@ -216,6 +216,7 @@ impl Fx {
             manifest: m.key(),
             commit_seq: m.commit_seq,
             lineage: m.lineage,
+            adopted_by: None,
         };
         self.bucket
             .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
@@ -700,6 +701,7 @@ async fn a_bad_latest_falls_back_to_the_newest_valid_manifest() {
         manifest: manifest_key(99),
         commit_seq: 99,
         lineage: fx.lineage,
+        adopted_by: None,
     };
     fx.bucket
         .put(LATEST_KEY, gone.encode().into(), PutCondition::None)
@@ -904,6 +906,7 @@ async fn verify_reports_junk_and_content_the_manifest_does_not_describe() {
         manifest: manifest_key(7),
         commit_seq: 7,
         lineage: fx.lineage,
+        adopted_by: None,
     };
     fx.bucket
         .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
@@ -1098,6 +1101,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         manifest: m.key(),
         commit_seq: m.commit_seq,
         lineage: m.lineage,
+        adopted_by: None,
     };
     fx.bucket
         .put(LATEST_KEY, latest.encode().into(), PutCondition::None)

@@ -312,30 +312,46 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
         quick(&mut cmd);
         cmd
     };
-    // A live old primary: refused, naming it, and nothing changed.
-    let before = std::fs::read(bucket.join("LATEST")).unwrap();
-    refused(
-        "promote",
-        promote(false),
-        &format!("(store {})", src.display()),
-    );
-    assert_eq!(std::fs::read(bucket.join("LATEST")).unwrap(), before);
-    assert!(!dir.join("backup.parent").exists());
-
-    // Its host lost: the promotion waits out its lease, then adopts the prefix.
-    old.kill();
-    let mut p = Running::spawn("promoted", promote(true));
+    // A live old primary under writes (20 commits a second): the promotion takes its lease
+    // over at once, waits out its deadline by the bucket's clock, catches up and claims.
+    let writer = std::thread::spawn({
+        let src = src.clone();
+        move || write_more(&src, 100, &["--rate", "20"])
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let mut p = Running::spawn("promoted", promote(false));
     let promoted = p.wait_for("promote", WAIT, |l| {
         let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
         v.get("promoted").cloned()
     });
-    assert_eq!(promoted["applied"]["commit_seq"], 150);
-    assert_eq!(promoted["parent"]["commit_seq"], 150);
+    let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
+    assert!(applied >= 150, "{promoted}");
+    assert!(promoted["parent"]["commit_seq"].as_u64().unwrap() <= applied);
     let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
     assert_ne!(
         promoted["parent"]["lineage"].as_str(),
         Some(new_lineage.as_str())
     );
+    // The old primary reports that it lost the lease, and ships nothing after the promotion
+    // although its store goes on committing.
+    let mut held = false;
+    old.wait_for_health("report that it lost the lease", WAIT, |h| {
+        held |= h.lease_held;
+        held && !h.lease_held
+    });
+    let old_gen = bucket.join(format!(
+        "gen/{:010}",
+        promoted["applied"]["generation"].as_u64().unwrap()
+    ));
+    let shipped = support::store::tree(&old_gen);
+    writer.join().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        support::store::tree(&old_gen).keys().collect::<Vec<_>>(),
+        shipped.keys().collect::<Vec<_>>(),
+        "the old primary shipped after the promotion"
+    );
+    assert!(support::store::digest(&src).commit_seq > applied);
 
     // The old primary comes back: refused by the lease the promoted store's backup holds.
     write_more(&src, 5, &[]);
@@ -352,12 +368,13 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
     loop {
         let latest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
-        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == 170 {
+        if latest["lineage"] == new_lineage.as_str() && latest["commit_seq"] == applied + 20 {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "LATEST never named the promoted store's commit 170: {latest}"
+            "LATEST never named the promoted store's commit {}: {latest}",
+            applied + 20
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -374,7 +391,15 @@ fn promote_fences_the_old_primary_and_the_promoted_store_ships_as_a_new_lineage(
         support::store::digest(&restored),
         support::store::digest(&dir)
     );
-    assert_eq!(support::store::digest(&dir).commit_seq, 170);
+    assert_eq!(support::store::digest(&dir).commit_seq, applied + 20);
+    // Every restore point after the promotion is the new lineage's.
+    for (path, data) in support::store::tree(&bucket.join("manifests")) {
+        let m: serde_json::Value = serde_json::from_slice(&data).unwrap();
+        if m["commit_seq"].as_u64().unwrap() > applied {
+            assert_eq!(m["lineage"], new_lineage.as_str(), "{}", path.display());
+        }
+    }
+    old.kill();
 }
 
 #[test]
@@ -406,4 +431,175 @@ fn poll_intervals_outside_their_range_are_refused_naming_the_flag() {
         "--idle-poll-interval-ms 1000 is below",
     );
     assert!(!tmp.path().join("standby").exists());
+}
+
+/// A promotion claims LATEST before it says "promoted" (`adopted_by`, `standby::promote`):
+/// stopped before its first commit, the promoted store still holds the prefix against the old
+/// primary (refused by the lineage rule once the lease is free), and its own backup goes on.
+#[test]
+fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 60);
+    let once = |store: &Path| {
+        let mut cmd = binary::backup_once(UNUSED, store, &url, &[]);
+        quick(&mut cmd);
+        cmd
+    };
+    binary::run_ok("backup --once", once(&src), WAIT);
+    let mut s = Running::spawn("standby", standby(UNUSED, &url, &dir, 100, 200));
+    wait_for_commit(&mut s, 60);
+    stop(&mut s);
+    let parent: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+
+    let mut cmd = binary::command(UNUSED);
+    cmd.args(["promote", "--from", &url, "--dir"]).arg(&dir);
+    quick(&mut cmd);
+    let mut p = Running::spawn("promoted", cmd);
+    let promoted = p.wait_for("promote", WAIT, |l| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    });
+    let new_lineage = promoted["new_lineage"].as_str().unwrap().to_string();
+    // Already claimed when it says so: the parent's restore point, given to the new lineage.
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
+    for field in ["manifest", "commit_seq", "lineage"] {
+        assert_eq!(latest[field], parent[field], "{field}: {latest}");
+    }
+    p.signal(libc::SIGTERM);
+    let status = p.wait_exit(WAIT);
+    assert!(status.success(), "the promoted backup exited {status}");
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
+
+    // The old primary, with new commits, once the lease is free (at once, or a TTL after the
+    // promoted backup stopped before it took the lease over), is refused all the same;
+    // nothing of it lands in the prefix.
+    write_more(&src, 5, &[]);
+    let before = support::store::tree_but_leases(&bucket);
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let out = once(&src).output().expect("the binary runs");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(
+            !out.status.success(),
+            "the old primary was not refused: {err}"
+        );
+        if err.contains("the prefix was promoted") {
+            break;
+        }
+        assert!(
+            err.contains("the bucket lease is held by") && std::time::Instant::now() < deadline,
+            "the old primary: refused, but not for the promotion: {err}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(support::store::tree_but_leases(&bucket), before);
+    // A second promotion of another standby of the same lineage is refused too.
+    let other = tmp.path().join("other");
+    binary::restore_digest(UNUSED, &url, &other);
+    let mut cmd = binary::command(UNUSED);
+    cmd.args(["promote", "--from", &url, "--dir"]).arg(&other);
+    quick(&mut cmd);
+    refused("a second promotion", cmd, "promoted already");
+
+    // The promoted store's backup goes on: its first commit moves LATEST to its lineage, and
+    // the prefix restores to it.
+    write_more(&dir, 7, &[]);
+    binary::run_ok("backup --once of the promoted store", once(&dir), WAIT);
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["lineage"], new_lineage.as_str(), "{latest}");
+    assert!(latest.get("adopted_by").is_none(), "{latest}");
+    let restored = tmp.path().join("restored");
+    binary::restore_digest(UNUSED, &url, &restored);
+    assert_eq!(
+        support::store::digest(&restored),
+        support::store::digest(&dir)
+    );
+    assert_eq!(support::store::digest(&dir).commit_seq, 67);
+}
+
+/// Two promotions racing on one prefix (two standbys of it, the old primary gone): exactly one
+/// wins (the lease object's conditional create or takeover lets one write land), and the other
+/// is refused, nothing changed, naming the winner's store.
+#[test]
+fn two_promotions_racing_one_wins_and_the_other_names_it() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    binary::write_store(&src, 40);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &[]),
+        WAIT,
+    );
+    let dirs = [tmp.path().join("a"), tmp.path().join("b")];
+    for dir in &dirs {
+        let mut s = Running::spawn("standby", standby(UNUSED, &url, dir, 100, 200));
+        wait_for_commit(&mut s, 40);
+        stop(&mut s);
+    }
+    let mut racers: Vec<Running> = dirs
+        .iter()
+        .map(|dir| {
+            let mut cmd = binary::command(UNUSED);
+            cmd.args(["promote", "--from", &url, "--dir"]).arg(dir);
+            quick(&mut cmd);
+            Running::spawn("promote", cmd)
+        })
+        .collect();
+    // The loser ends (refused); the winner backs up until stopped.
+    let deadline = std::time::Instant::now() + WAIT;
+    let loser = loop {
+        if let Some(i) = racers.iter_mut().position(|r| r.try_exit().is_some()) {
+            break i;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "neither promotion ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let winner = 1 - loser;
+    let status = racers[loser].try_exit().unwrap();
+    let err = racers[loser].stderr();
+    assert!(!status.success(), "both promotions ended: {err}");
+    assert!(!dirs[loser].join("backup.parent").exists());
+    let promoted_line = |l: &binary::Line| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    };
+    // Polling for the loser's exit read the winner's lines too.
+    let promoted = match racers[winner].seen().iter().find_map(promoted_line) {
+        Some(p) => p,
+        None => racers[winner].wait_for("promoted", WAIT, promoted_line),
+    };
+    // Refused at the lease (its write landed second), or, when it took the lease from the
+    // winner in between, at LATEST, which the winner claimed first.
+    let at_lease = err.contains("refused, nothing changed")
+        && err.contains("held by")
+        && err.contains(&format!("(store {})", dirs[winner].display()));
+    let at_latest = err.contains(&format!(
+        "promoted already: LATEST gives manifests/{:020}.json to lineage {}",
+        40,
+        promoted["new_lineage"].as_str().unwrap()
+    ));
+    assert!(
+        at_lease || at_latest,
+        "the loser does not name the winner: {err}"
+    );
+    let latest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    assert_eq!(latest["adopted_by"], promoted["new_lineage"], "{latest}");
+    stop(&mut racers[winner]);
 }

@@ -196,7 +196,15 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
 /// every change of each one's health on stderr, then flushes a last restore point to each,
 /// releases the leases and exits 0 (an error when a worker panicked).
 pub(super) async fn follow(workers: Vec<Destination<'_>>) -> anyhow::Result<ExitCode> {
-    let shutdown = super::shutdown_token();
+    follow_until(workers, super::shutdown_token()).await
+}
+
+/// [`follow`] until `shutdown` (a caller's [`super::shutdown_token`], taken before a signal
+/// could come: `promote`'s, so a SIGTERM right after "promoted" is not lost).
+pub(super) async fn follow_until(
+    workers: Vec<Destination<'_>>,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<ExitCode> {
     let tasks = tokio_util::task::TaskTracker::new();
     let mut handles = Vec::new();
     for d in workers {

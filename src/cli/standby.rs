@@ -126,16 +126,18 @@ pub struct PromoteArgs {
     /// The destination it follows, which it takes over: s3://bucket/prefix or file:///path.
     #[arg(long)]
     from: String,
-    /// Wait until the old writer's bucket lease is stale (at most its TTL after its last
-    /// renewal, plus a poll) instead of refusing while it is live.
+    /// Where the old writer cannot be proven fenced through its bucket lease (it is held
+    /// under a `serve`'s instance lease, or the bucket gives no clock), wait until that lease
+    /// is stale (at most its TTL after its last renewal, plus a poll) instead of refusing.
     #[arg(long)]
     wait_for_lease: bool,
     #[command(flatten)]
     settings: super::settings::WorkerSettings,
 }
 
-/// `promote`: fence the old writer through the bucket lease, apply everything durable, adopt
-/// the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
+/// `promote`: fence the old writer through the bucket lease (taken over at once, conditional on
+/// the version read, then the old holder's deadline waited out by the bucket's clock:
+/// `lease::TakeOver`), apply everything durable, adopt the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
 /// names; `standby::promote`), print that as one JSON line, then back the directory up under
 /// the same lease until SIGINT/SIGTERM, as `backup --store DIR --to URL` does: a node may open
 /// the directory and commit, and its commits ship under the new lineage. The lease passes from
@@ -151,27 +153,54 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     let bucket = super::open_existing(&a.from).await?;
     let what = format!("promotion of {} for {}", a.dir.display(), a.from);
     let lease = LeaseConfig::from_env(a.dir.display().to_string())?;
-    // Past this, a holder that was alive at the start is still alive: give up.
-    let deadline = std::time::Instant::now() + lease.ttl * 2 + Duration::from_secs(5);
-    let held = loop {
-        let hint = "it is alive, or died less than a lease TTL ago: stop it first, or pass \
-                    --wait-for-lease to wait until its lease is stale";
-        match super::lease::take(bucket.clone(), lease.clone(), &what, hint).await {
-            Ok(held) => break held,
-            Err(e) if a.wait_for_lease && std::time::Instant::now() < deadline => {
-                tracing::info!("{e}; waiting");
+    // A prefix promoted already: refused before its promoted backup's lease is touched (the
+    // claim is checked again under the lease: `standby::promote::adopt`).
+    if let Some(mushroom_backup::latest::Found {
+        latest: Ok(latest), ..
+    }) = mushroom_backup::latest::read(bucket.as_ref()).await?
+        && let Some(by) = latest.adopted_by
+    {
+        anyhow::bail!(
+            "{what}: refused, nothing changed: the prefix was promoted already: LATEST gives {} \
+             to lineage {by}; back that store up (`backup --store DIR`), or restore anew from \
+             the prefix",
+            latest.manifest
+        );
+    }
+    let held = match super::lease::take_over(bucket.clone(), lease.clone(), &what).await? {
+        super::lease::TakenOver::Held {
+            held,
+            previous,
+            fenced_in,
+        } => {
+            if let Some(previous) = &previous {
+                tracing::info!(%previous, ?fenced_in, "took the bucket lease over");
+            }
+            // The old holder stops at its next renewal (refused) or, at the latest, at its
+            // deadline, which the bucket's clock bounds: only then is nothing more of it to come.
+            if !fenced_in.is_zero() {
                 tokio::select! {
-                    _ = cancel.cancelled() => anyhow::bail!("{what}: interrupted"),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = cancel.cancelled() => {
+                        held.release().await;
+                        anyhow::bail!("{what}: interrupted");
+                    }
+                    _ = tokio::time::sleep(fenced_in) => {}
                 }
             }
-            Err(e) => return Err(e),
+            held
         }
+        super::lease::TakenOver::Unprovable(why) if a.wait_for_lease => {
+            tracing::info!("{why}; waiting until the lease is stale");
+            wait_for_stale(&a, &what, bucket.clone(), lease.clone(), &cancel).await?
+        }
+        super::lease::TakenOver::Unprovable(why) => anyhow::bail!(
+            "{what}: refused, nothing changed: the old writer cannot be proven fenced: {why}; \
+             stop it first, or pass --wait-for-lease to wait until its lease is stale"
+        ),
     };
     let adopted = async {
         let opts = StandbyOptions::default();
-        let applied = standby::promote::catch_up(bucket.as_ref(), &a.dir, &opts).await?;
-        standby::promote::adopt(bucket.as_ref(), &a.dir, &applied).await
+        standby::promote::promote(bucket.as_ref(), &a.dir, &opts).await
     }
     .await
     .with_context(|| what.clone());
@@ -186,11 +215,38 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     held.hand_over().await;
     let source = Arc::new(LocalSource::new(a.dir.clone()));
     let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
-    super::backup::follow(vec![super::backup::Destination {
+    let primary = super::backup::Destination {
         role: "primary",
         url: &a.from,
         worker,
         lease,
-    }])
-    .await
+    };
+    super::backup::follow_until(vec![primary], cancel).await
+}
+
+/// `--wait-for-lease` where the old holder cannot be proven fenced: waits until its lease is
+/// stale (at most its TTL after its last renewal, plus a poll), then takes it.
+async fn wait_for_stale(
+    a: &PromoteArgs,
+    what: &str,
+    bucket: mushroom_backup::bucket::DynBucket,
+    lease: mushroom_backup::lease::LeaseConfig,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<super::lease::Held> {
+    // Past this, a holder that was alive at the start is still alive: give up.
+    let deadline = std::time::Instant::now() + lease.ttl * 2 + Duration::from_secs(5);
+    loop {
+        let hint = "it is alive, or died less than a lease TTL ago: stop it first";
+        match super::lease::take(bucket.clone(), lease.clone(), what, hint).await {
+            Ok(held) => return Ok(held),
+            Err(e) if a.wait_for_lease && std::time::Instant::now() < deadline => {
+                tracing::info!("{e}; waiting");
+                tokio::select! {
+                    _ = cancel.cancelled() => anyhow::bail!("{what}: interrupted"),
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }

@@ -1,6 +1,9 @@
 //! [`LeaseAcquirer`]: acquiring the lease, or taking over one this process has seen go stale.
 //! The rules are in the [parent module's docs](super).
 
+mod take_over;
+pub use take_over::TakeOver;
+
 use std::time::Duration;
 
 use tokio::time::Instant;

@@ -91,7 +91,7 @@ mod fence_watch;
 mod holding;
 pub mod instance;
 
-pub use acquire::{Acquisition, Attempt, LeaseAcquirer};
+pub use acquire::{Acquisition, Attempt, LeaseAcquirer, TakeOver};
 pub use holding::{BucketLease, LeaseHandle};
 pub use instance::{Fence, InstanceLeaseConfig, InstanceLeases};
 

@@ -242,6 +242,9 @@ pub enum StandbyError {
     },
     #[error("a blocking task failed: {0}")]
     Join(String),
+    /// A promotion's claim of LATEST failed (`promote::claim`).
+    #[error("claiming LATEST for the promoted store: {0}")]
+    Claim(crate::latest::LatestError),
     /// Cancelled before the first restore or resume finished (nothing was put in place).
     #[error("stopped before the standby was in place")]
     Cancelled,

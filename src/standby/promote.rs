@@ -2,36 +2,75 @@
 //! standby's directory becomes the prefix's primary, without two writers and without a fork.
 //!
 //! # The steps (the caller holds the prefix's bucket lease throughout)
-//! 1. **Fence**: the caller takes the prefix's lease (`cli/standby.rs`, as `backup --once` does:
-//!    refused naming a live holder; `--wait-for-lease` waits until the holder's lease is stale,
-//!    at most its TTL after its last renewal). A holder's `may_write` ends a tenth of a TTL
-//!    before its lease can be taken over (DESIGN.md section 7), so once the lease is taken the
-//!    old writer has stopped writing by its own clock; its next conditional write of LATEST
-//!    fails once step 4 has moved LATEST, and its restart is refused by the lineage rule.
+//! 1. **Fence** (`cli/standby.rs`): a prefix whose LATEST is claimed already is refused at
+//!    once, naming the adopter. Otherwise the caller takes the prefix's lease over at once,
+//!    live holder or not (`lease::TakeOver`: `If-Match` on the ETag read, so of two racing
+//!    promotions, or a promotion and the holder's renewal, exactly one write lands; the other
+//!    promotion is refused naming the record that won). Then it waits until the old holder has
+//!    certainly stopped: it stops at its next renewal, which is refused (its lease ends, its
+//!    requests in flight are cancelled, it reports the lease lost and waits as a standby), and
+//!    at the latest at its deadline, the start of its last renewal plus its TTL minus a tenth,
+//!    which the bucket's clock bounds (`Last-Modified` of the version taken over): at most
+//!    `0.9 TTL + 1 s` after the takeover, less the age of that version. That is the proof
+//!    that the old writer is fenced. Where it cannot be made, the promotion is refused, nothing
+//!    written, unless `--wait-for-lease`, which waits until the lease is stale as before: a
+//!    lease held under a `serve`'s instance lease (its holder never rewrites its store lease,
+//!    so it would not see the takeover; its deadline follows the instance lease), a bucket
+//!    that gives no clock, conditional writes off.
 //! 2. **Apply everything durable** ([`catch_up`]): the standby's own apply, until a poll finds
-//!    nothing new. Under the lease nothing new can come.
+//!    nothing new. Under the lease, past the old holder's deadline, nothing new can come: so
+//!    every commit the old primary shipped (and acknowledged) is applied.
 //! 3. **Adopt** ([`adopt`]): the restore point LATEST names must be of the lineage followed, of
-//!    the generation the directory holds and at most its commits; `backup.parent` names it
-//!    (`{lineage, manifest, commit_seq}` of that restore point, as a boot restore writes it),
-//!    then a new random `backup.lineage` is written, each write-tmp-fsync-rename. The worker's
-//!    adoption rule (`worker::lineage`) then lets the directory write the prefix as its own
-//!    lineage, after every generation in it, while LATEST names exactly that parent.
-//! 4. **Back up**: the caller hands the lease, unreleased, to a backup worker with the same
+//!    the generation the directory holds and at most its commits, and not claimed already;
+//!    `backup.parent` names it (`{lineage, manifest, commit_seq}` of that restore point, as a
+//!    boot restore writes it), then a new random `backup.lineage` is written, each
+//!    write-tmp-fsync-rename. The worker's adoption rule (`worker::lineage`) then lets the
+//!    directory write the prefix as its own lineage, after every generation in it, while LATEST
+//!    names exactly that parent.
+//! 4. **Claim LATEST** ([`claim`]) before saying "promoted": LATEST is rewritten, `If-Match` on
+//!    the version step 3 read, naming the same restore point plus `adopted_by`: the new
+//!    lineage ([`Latest::adopted_by`]). The promoted store cannot write a restore point of its
+//!    own yet: its commit count is its parent's, and that manifest key is the parent's
+//!    (DESIGN.md section 4: one commit count, one key). The claim is what moves LATEST instead.
+//!    From then on the lineage rule refuses the old primary (and any other adopter), whether or
+//!    not the promoted process is still running: its next LATEST write is refused (412: it
+//!    forgets its view, drops its lease, and its resume is refused, naming the promotion), and
+//!    so is its restart. Readers are unchanged: LATEST still names a valid restore point of the
+//!    lineage it says, so a restore of the prefix restores the parent's point, which is what
+//!    the promoted store holds. If the claim is refused (the old writer moved LATEST since step
+//!    3: commits it wrote, maybe acknowledged), the adoption is given back (`backup.lineage`
+//!    names the followed lineage again, then `backup.parent` goes), and steps 2 to 4 run again,
+//!    [`CLAIM_ROUNDS`] times at most ([`promote`]).
+//! 5. **Back up**: the caller hands the lease, unreleased, to a backup worker with the same
 //!    holder id (the lease is then its own: taken at once, so no one else can take it in
 //!    between) and follows the directory as `backup` does. Its first generation is of the new
 //!    lineage, after every generation in the prefix, and holds every commit applied; its first
-//!    restore point comes with the first new commit (an adopting store never rewrites its
-//!    parent's restore-point key, `manifests/<commit_seq>`), and moves LATEST to the new
-//!    lineage. From then on the old primary is refused by the lineage rule too; until then by
-//!    the lease, which the worker renews.
+//!    restore point comes with the first new commit and moves LATEST to the new lineage (no
+//!    `adopted_by` any more: the restore point is its own).
+//!
+//! This deviates from DESIGN.md sections 4, 5 and 7: LATEST has an optional `adopted_by`
+//! field, the lineage rule refuses every store but the one it names, and a promotion takes a
+//! live lease over (section 7 takes only a lease stale for a TTL), then waits out its
+//! holder's deadline by the bucket's clock before writing anything but the lease.
+//!
+//! # What it does not do
+//! A promotion that took a lease from another promotion still in progress (before its claim)
+//! makes that one's worker wait as a standby; LATEST's claim decides which of the two wins
+//! (the other is refused at its claim, naming the winner's lineage), and the loser releases
+//! the lease. RTO: at the default 30 s TTL, the wait for the old holder's deadline is 17 to
+//! 28 s (it renews every 10 s); a TTL of 5 s (`MUSHROOMDB_BACKUP_LEASE_TTL_MS=5000`) bounds it
+//! by 5.5 s. A `serve` primary is promoted only with `--wait-for-lease`, after its instance
+//! lease goes stale.
 //!
 //! # What a crash leaves
 //! Before step 3: a standby (restart `restore --follow` or `promote`). Between the two writes
-//! of step 3: a parent record beside the followed lineage's `backup.lineage`: the directory is
-//! still a standby of that lineage, and `promote` again finishes the job (it rewrites both).
-//! After step 3, before step 4 finished: a store of the new lineage whose parent LATEST still
-//! names: `backup` adopts the prefix (`promote` again refuses it: it is no longer a standby of
-//! the lineage LATEST names). The lease object a crash leaves goes stale within its TTL.
+//! of step 3 (or of giving an adoption back): a parent record beside the followed lineage's
+//! `backup.lineage`: the directory is still a standby of that lineage, and `promote` again
+//! finishes the job (it rewrites both). After step 3, before the claim: a store of the new
+//! lineage whose parent LATEST still names, unclaimed: `backup --store DIR` adopts the prefix
+//! (`promote` again refuses it: it is no longer a standby of the lineage LATEST names). After
+//! the claim: a promoted store, which `backup --store DIR` backs up; every other store is
+//! refused the prefix. The lease object a crash leaves goes stale within its TTL.
 
 use std::path::Path;
 
@@ -40,6 +79,8 @@ use uuid::Uuid;
 
 use super::{Applied, StandbyError, StandbyOptions, blocking};
 use crate::bucket::Bucket;
+use crate::latest::{self, LatestError};
+use crate::manifest::Latest;
 use crate::restore::plan::latest_restore_point;
 use crate::store::disk::{LINEAGE_FILE, PARENT_FILE, write_file_durably};
 use crate::store::format::ParentRecord;
@@ -78,13 +119,117 @@ pub async fn catch_up(
     }
 }
 
-/// Step 3 (see the module docs) for a directory at `applied`.
+/// How many times [`promote`] catches up again after the old writer moved LATEST under it.
+const CLAIM_ROUNDS: u32 = 5;
+
+/// Steps 2 to 4 (see the module docs): catch up, adopt, claim LATEST; when the claim is
+/// refused (the old writer moved LATEST since it was read: commits it may have acknowledged),
+/// gives the adoption back, catches up again and retries, [`CLAIM_ROUNDS`] times at most.
+pub async fn promote(
+    bucket: &dyn Bucket,
+    dir: &Path,
+    opts: &StandbyOptions,
+) -> Result<Adopted, StandbyError> {
+    for round in 1..=CLAIM_ROUNDS {
+        let applied = catch_up(bucket, dir, opts).await?;
+        let (adopted, version) = adopt(bucket, dir, &applied).await?;
+        match claim(bucket, &adopted, &version).await {
+            Ok(()) => return Ok(adopted),
+            Err(LatestError::Moved { key }) => {
+                tracing::warn!(
+                    round,
+                    %key,
+                    "the old writer moved LATEST during the promotion: catching up again"
+                );
+                unadopt(dir, applied.lineage).await?;
+            }
+            Err(e) => return Err(StandbyError::Claim(e)),
+        }
+    }
+    Err(StandbyError::Claim(LatestError::Moved {
+        key: format!("LATEST (moved under each of {CLAIM_ROUNDS} claims)"),
+    }))
+}
+
+/// Step 4: LATEST names the parent's restore point for `adopted.new_lineage`
+/// ([`Latest::adopted_by`]), written conditional on `version`, the version [`adopt`] read.
+pub async fn claim(
+    bucket: &dyn Bucket,
+    adopted: &Adopted,
+    version: &latest::Version,
+) -> Result<(), LatestError> {
+    let claimed = Latest {
+        manifest: adopted.parent.manifest.clone(),
+        commit_seq: adopted.parent.commit_seq,
+        lineage: adopted.parent.lineage,
+        adopted_by: Some(adopted.new_lineage),
+    };
+    let form = match version {
+        latest::Version::Etag(_) => latest::Form::Mutable,
+        latest::Version::Pointer(_) => latest::Form::WriteOnce,
+    };
+    latest::write(bucket, &claimed, Some(version), form, true).await?;
+    Ok(())
+}
+
+/// Undoes [`adopt`] after a refused claim: `backup.lineage` names `followed` again, then
+/// `backup.parent` goes (a crash between the two leaves the state between adopt's two writes:
+/// still a standby).
+async fn unadopt(dir: &Path, followed: Uuid) -> Result<(), StandbyError> {
+    let d = dir.to_path_buf();
+    blocking(move || {
+        let fail = |detail: String| StandbyError::NotAStore {
+            dir: d.clone(),
+            detail,
+        };
+        write_file_durably(&d, LINEAGE_FILE, format!("{followed}\n").as_bytes())
+            .map_err(|e| fail(e.to_string()))?;
+        match std::fs::remove_file(d.join(PARENT_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(format!("removing {PARENT_FILE}: {e}"))),
+        }
+        crate::store::disk::sync_dir(&d).map_err(|e| fail(e.to_string()))
+    })
+    .await
+}
+
+/// Step 3 (see the module docs) for a directory at `applied`; also returns the version of
+/// LATEST read, for [`claim`].
 pub async fn adopt(
     bucket: &dyn Bucket,
     dir: &Path,
     applied: &Applied,
-) -> Result<Adopted, StandbyError> {
+) -> Result<(Adopted, latest::Version), StandbyError> {
+    let found = latest::read(bucket).await?;
     let (key, m) = latest_restore_point(bucket, &mut Vec::new()).await?;
+    let (version, named) = match found {
+        Some(latest::Found {
+            version,
+            latest: Ok(l),
+            ..
+        }) if l.manifest == key && l.lineage == m.lineage && l.commit_seq == m.commit_seq => {
+            (version, l)
+        }
+        _ => {
+            return Err(StandbyError::NotAStore {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "LATEST does not name the prefix's newest restore point {key} (it is \
+                     missing, not valid, or moved while read): promote again"
+                ),
+            });
+        }
+    };
+    if let Some(adopter) = named.adopted_by {
+        return Err(StandbyError::NotAStore {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "the prefix was promoted already: LATEST gives {key} to lineage {adopter}; back \
+                 that store up (`backup --store DIR`), or restore anew from the prefix"
+            ),
+        });
+    }
     if m.lineage != applied.lineage {
         return Err(StandbyError::LineageChanged {
             ours: applied.lineage,
@@ -123,9 +268,12 @@ pub async fn adopt(
         write(LINEAGE_FILE, format!("{new_lineage}\n").as_bytes())
     })
     .await?;
-    Ok(Adopted {
-        applied: applied.clone(),
-        parent,
-        new_lineage,
-    })
+    Ok((
+        Adopted {
+            applied: applied.clone(),
+            parent,
+            new_lineage,
+        },
+        version,
+    ))
 }

@@ -12,6 +12,13 @@
 //! that manifest, the store adopts the prefix. Once LATEST has moved on, the parent record no
 //! longer matches and the store is refused like any other lineage.
 //!
+//! A promotion (`mushroom-backup promote`, `standby::promote`) claims that restore point for
+//! the promoted store before it has one of its own: LATEST keeps naming the parent's manifest
+//! and gains `adopted_by`, the promoted store's lineage. From then on every other store is
+//! refused here, the old primary (whose lineage the restore point is) first: only the
+//! adopter named proceeds. (DESIGN.md section 5 knows no such claim: a promoted store would
+//! otherwise leave the old primary free to write until its own first restore point.)
+//!
 //! This module is a pure function of what the store and the prefix hold, so every case is a
 //! unit test. It is also the rule a failover claimant applies before it takes a store over
 //! (`service::failover::sees`), against the restore point LATEST names
@@ -100,6 +107,16 @@ pub fn decide(
             newest.key, m.lineage, m.commit_seq
         ));
     };
+    if let Some(adopter) = newest.latest.and_then(|l| l.adopted_by)
+        && adopter != lineage
+    {
+        return Decision::Refuse(format!(
+            "the prefix was promoted: LATEST gives its restore point {} (lineage {}) to lineage \
+             {adopter}, not this store's {lineage}; this store no longer writes it (back it up \
+             to a new prefix)",
+            newest.key, m.lineage
+        ));
+    }
     if lineage == m.lineage {
         if store_commit_seq < m.commit_seq {
             return Decision::Refuse(format!(
@@ -192,6 +209,7 @@ mod tests {
             manifest: m.key(),
             commit_seq: m.commit_seq,
             lineage: m.lineage,
+            adopted_by: None,
         }
     }
 
@@ -236,6 +254,52 @@ mod tests {
         assert_eq!(
             refused, 4,
             "the rewound, the two strangers, the adopted one rewound"
+        );
+    }
+
+    /// A promotion's claim (`adopted_by`): the old primary and any other adopter of the same
+    /// parent are refused; the adopter named proceeds as before.
+    #[test]
+    fn a_claimed_latest_lets_only_its_adopter_write() {
+        let m = manifest(1, 100);
+        let key = m.key();
+        let claimed = Latest {
+            adopted_by: Some(Uuid::from_u128(3)),
+            ..latest(&m)
+        };
+        let parent = ParentRecord {
+            lineage: Uuid::from_u128(1),
+            manifest: key.clone(),
+            commit_seq: 100,
+        };
+        for by in [
+            newest(&key, &m, &claimed),
+            Some(NewestRestorePoint::named_by(&claimed)),
+        ] {
+            let old = decide(Some(Uuid::from_u128(1)), None, 120, by, Uuid::new_v4);
+            assert!(
+                matches!(&old, Decision::Refuse(r) if r.contains("promoted")),
+                "{old:?}"
+            );
+        }
+        let other = decide(
+            Some(Uuid::from_u128(4)),
+            Some(&parent),
+            100,
+            newest(&key, &m, &claimed),
+            Uuid::new_v4,
+        );
+        assert!(matches!(other, Decision::Refuse(_)), "{other:?}");
+        let adopter = decide(
+            Some(Uuid::from_u128(3)),
+            Some(&parent),
+            100,
+            newest(&key, &m, &claimed),
+            Uuid::new_v4,
+        );
+        assert!(
+            matches!(&adopter, Decision::Proceed { lineage, parent: Some(_), .. } if *lineage == Uuid::from_u128(3)),
+            "{adopter:?}"
         );
     }
 

@@ -90,6 +90,7 @@ pub(super) async fn write(
         manifest: key.clone(),
         commit_seq: m.commit_seq,
         lineage: view.lineage,
+        adopted_by: None,
     };
     let prev = view.latest.as_ref().map(|(_, v)| v);
     let version =

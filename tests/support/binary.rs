@@ -306,6 +306,27 @@ impl Running {
         status
     }
 
+    /// The exit status once the child has exited (its streams then read to their end), or
+    /// `None` while it runs.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            self.next_line(Instant::now() + Duration::from_millis(10));
+            return None;
+        }
+        Some(self.wait_exit(Duration::from_secs(10)))
+    }
+
+    /// Everything the child printed on stderr, once it has exited.
+    pub fn stderr(&self) -> String {
+        assert!(self.status.is_some(), "{}: stderr before exit", self.name);
+        let mut out = String::new();
+        for line in self.seen.iter().filter(|l| l.stream == Stream::Stderr) {
+            out.push_str(&line.text);
+            out.push('\n');
+        }
+        out
+    }
+
     /// Everything the child printed on stdout, once it has exited.
     pub fn stdout(&self) -> String {
         assert!(self.status.is_some(), "{}: stdout before exit", self.name);

@@ -455,6 +455,13 @@ pub struct Latest {
     pub manifest: String,
     pub commit_seq: u64,
     pub lineage: Uuid,
+    /// Set by a promotion (`mushroom-backup promote`) that adopted the restore point LATEST
+    /// names: the lineage that writes the prefix from now on. The restore point is still the
+    /// parent's (`manifest`, `commit_seq`, `lineage` describe it, and a reader restores it),
+    /// but the writer of `lineage` is refused (`worker::lineage`), and so is any other
+    /// adopter. Absent (and not written) otherwise; older readers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_by: Option<Uuid>,
 }
 
 impl Latest {

@@ -1,0 +1,142 @@
+//! [`LeaseAcquirer::take_over_now`]: a promotion takes the lease from a live holder at once,
+//! and learns when that holder has certainly stopped writing (`mushroom-backup promote`,
+//! `standby::promote`).
+//!
+//! # The rule
+//! Read the lease object (its ETag, its record, its age by the bucket's own clock); write this
+//! holder's record `If-Match` that ETag. Of two takers (or a taker and the holder's renewal)
+//! exactly one write lands; the other is answered [`TakeOver::HeldElsewhere`], naming the
+//! record that won. Taking the object does not stop the old holder by itself: it stops at its
+//! next renewal (refused: [`super::super::LostReason::TakenOver`]) or, if that never reaches
+//! the bucket, at its deadline, the start of its last successful renewal plus its TTL minus a
+//! tenth. Its last renewal is the version read, written no later than the bucket's
+//! `Last-Modified`, so the deadline is at most `ttl − ttl/10 + BUCKET_CLOCK_RESOLUTION − age`
+//! after the read: [`TakeOver::Taken::fenced_in`]. That is the proof; where it cannot be made,
+//! the answer says so and nothing is written:
+//! - the bucket gave no age (no `Date`/`Last-Modified`): [`TakeOver::Unprovable`];
+//! - the holder's record names a fence (an instance lease, `serve`): such a holder never
+//!   rewrites its store lease, so it would not see the takeover until a conditional write of
+//!   its own is refused; its deadline follows its instance lease, not this object:
+//!   [`TakeOver::Unprovable`] (the caller waits for the lease to go stale instead);
+//! - conditional writes are off: [`TakeOver::Unprovable`] (no compare-and-swap to race on).
+//!
+//! # What a crash leaves
+//! The lease object naming this process (taken or not): it goes stale within its TTL.
+
+use std::time::Duration;
+
+use super::{Acquisition, LeaseAcquirer};
+use crate::bucket::{BucketError, PutCondition};
+use crate::lease::{BUCKET_CLOCK_RESOLUTION, BucketLease, LeaseError, LeaseRecord};
+
+/// How [`LeaseAcquirer::take_over_now`] ended.
+#[derive(Debug)]
+pub enum TakeOver {
+    /// This process holds the lease; the previous holder (if any) has stopped writing within
+    /// `fenced_in` of the answer.
+    Taken {
+        lease: BucketLease,
+        /// The previous record's holder, host and store, when there was one.
+        previous: Option<(String, String, String)>,
+        fenced_in: Duration,
+    },
+    /// Someone else's write landed first: that holder is named.
+    HeldElsewhere(Acquisition),
+    /// The holder cannot be proven stopped from the lease object: why.
+    Unprovable(String),
+}
+
+impl LeaseAcquirer {
+    /// Takes the lease at once, whoever holds it; see the module docs.
+    pub async fn take_over_now(&mut self) -> Result<TakeOver, LeaseError> {
+        if self.fence.is_some() {
+            return Ok(TakeOver::Unprovable(
+                "an acquirer under an instance lease does not take store leases over at once"
+                    .into(),
+            ));
+        }
+        if !self.config.conditional {
+            return Ok(TakeOver::Unprovable(
+                "conditional writes are off (MUSHROOMDB_BACKUP_LEASE_CONDITIONAL=off): two \
+                 takers could both believe they won"
+                    .into(),
+            ));
+        }
+        let me = self.config.holder.clone();
+        let object = match self.bucket.get(&self.key).await {
+            Ok(object) => object,
+            Err(BucketError::NotFound { .. }) => {
+                return match self.try_acquire().await? {
+                    Acquisition::Acquired(lease) => Ok(TakeOver::Taken {
+                        lease,
+                        previous: None,
+                        fenced_in: Duration::ZERO,
+                    }),
+                    other => Ok(TakeOver::HeldElsewhere(other)),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let record = LeaseRecord::from_json(&object.data).ok();
+        let (ttl, renewals, previous) = match &record {
+            Some(r) if r.fence.is_some() => {
+                return Ok(TakeOver::Unprovable(format!(
+                    "the lease is held by {} on {} (store {}) under an instance lease (a \
+                     `serve`), which does not see its store lease taken until a write of its \
+                     own is refused",
+                    r.holder, r.host, r.store
+                )));
+            }
+            Some(r) => (
+                r.ttl(),
+                r.next_renewals(),
+                Some((r.holder.clone(), r.host.clone(), r.store.clone())),
+            ),
+            // Unreadable: judged by this acquirer's TTL, as `try_acquire` judges it.
+            None => (self.config.ttl, 0, None),
+        };
+        let Some(age) = object.age else {
+            return Ok(TakeOver::Unprovable(
+                "the bucket does not say when the lease object was written (no Date or \
+                 Last-Modified): its holder's deadline cannot be read from the bucket's clock"
+                    .into(),
+            ));
+        };
+        let fenced_in = if previous.as_ref().is_some_and(|(h, _, _)| *h == me) {
+            Duration::ZERO
+        } else {
+            (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age)
+        };
+        let new = self.record(&me, renewals);
+        match self
+            .write(new, PutCondition::IfMatch(object.etag.clone()), None)
+            .await?
+        {
+            Some(lease) => Ok(TakeOver::Taken {
+                lease,
+                previous,
+                fenced_in,
+            }),
+            None => {
+                // Another taker (or the holder's renewal) landed first: name what is there.
+                let (holder, host, store) = match self.bucket.get(&self.key).await {
+                    Ok(o) => match LeaseRecord::from_json(&o.data) {
+                        Ok(r) => (r.holder, r.host, r.store),
+                        Err(_) => ("?".into(), "?".into(), "?".into()),
+                    },
+                    Err(BucketError::NotFound { .. }) => {
+                        ("(released meanwhile)".into(), "?".into(), "?".into())
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                Ok(TakeOver::HeldElsewhere(Acquisition::HeldElsewhere {
+                    holder,
+                    host,
+                    store,
+                    seen_unchanged_for: Duration::ZERO,
+                    retry_in: self.config.renew_every(),
+                }))
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The RTO soak of issue 28 (`#[ignore]`: about 40 s a round at the default lease TTL; run
+//! with `CI=true bash scripts/test.sh --test promote_soak --run-ignored only`).
+//!
+//! Every round, on moto: a `serve` backs a store up in `durability = sync` while the reference
+//! node commits into it (`--acked-log`: every acknowledged commit, fsynced before the
+//! acknowledgement) and a standby follows the prefix (`restore --follow`). Then the host dies
+//! (SIGKILL of serve and node), the standby is stopped and `promote --wait-for-lease` runs (a
+//! `serve` holds its store lease under its instance lease, which a promotion cannot prove
+//! fenced: it waits until that lease is stale). RTO is the time from the kill to the promoted
+//! store open and accepting commits: `promote` printed `promoted`, and a commit written into
+//! the promoted store then shipped (its log says so). Missing: acknowledged commits the
+//! promoted store does not hold. `SOAK_ROUNDS` sets the rounds (default 10),
+//! `SOAK_LEASE_TTL_MS` the lease TTL of serve and promote (default: the default, 30 s); the
+//! figures are printed as a `FIGURE promote-rto` line (p50, max, missing).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::binary::{self, Running};
+use support::served::{self, DEADLINE};
+
+/// Commits per second the node is asked for.
+const RATE: &str = "40";
+
+fn acked(path: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut seqs = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        match l.split(' ').next().and_then(|s| s.parse::<u64>().ok()) {
+            Some(s) if l.split(' ').count() == 3 => seqs.push(s),
+            _ if i + 1 == lines.len() && !complete => {}
+            _ => panic!(
+                "line {} of the acked log is not three numbers: {l:?}",
+                i + 1
+            ),
+        }
+    }
+    seqs
+}
+
+fn node(addr: std::net::SocketAddr, dir: &Path, id: &str, token: &str, log: &Path) -> Command {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.arg("node")
+        .arg("--store")
+        .arg(dir)
+        .args(["--server", &format!("http://{addr}"), "--store-id", id])
+        .args([
+            "--commits",
+            "10000000",
+            "--rate",
+            RATE,
+            "--value-size",
+            "256",
+        ])
+        .args(["--durability", "sync", "--ack-timeout-ms", "20000"])
+        .arg("--acked-log")
+        .arg(log)
+        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
+    cmd
+}
+
+/// Reads both children's output until `until`, so that no pipe fills.
+fn pump(a: &mut Running, b: &mut Running, until: Instant) {
+    while Instant::now() < until {
+        a.next_line(Instant::now() + Duration::from_millis(20));
+        b.next_line(Instant::now() + Duration::from_millis(1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak: about 40 s a round"]
+async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_missing() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let rounds: u32 = std::env::var("SOAK_ROUNDS")
+        .ok()
+        .map(|r| r.parse().expect("SOAK_ROUNDS: a number"))
+        .unwrap_or(10);
+    // The lease TTL of serve and promote (ms); unset: the default (30 s).
+    let ttl_ms = std::env::var("SOAK_LEASE_TTL_MS").ok();
+    let bucket = support::s3::create_bucket(&endpoint, "promote-soak").await;
+    let (mut rtos, mut promoted_at, mut missing_total, mut acked_total) =
+        (Vec::new(), Vec::new(), 0usize, 0usize);
+    for round in 1..=rounds {
+        let url = format!("s3://{bucket}/r{round}");
+        let d = served::dirs();
+        let dir = d.root.join("primary");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (standby_dir, log) = (d.base.join("standby"), d.base.join("acked.log"));
+        let mut cmd = served::command(&d);
+        cmd.env("AWS_ENDPOINT_URL", &endpoint)
+            .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
+            .args(["--restore-point-interval-ms", "500"]);
+        if let Some(ttl) = &ttl_ms {
+            cmd.args(["--lease-ttl-ms", ttl]);
+        }
+        let (mut srv, addr) = served::start(&format!("serve (round {round})"), cmd);
+        let c = served::client(addr).await;
+        let r = served::register_sync(&c, &dir, &url).await;
+        drop(c);
+        let mut n = Running::spawn(
+            &format!("node (round {round})"),
+            node(addr, &dir, &r.store_id, &r.node_token, &log),
+        );
+        let deadline = Instant::now() + DEADLINE;
+        while acked(&log).len() < 10 {
+            assert!(
+                Instant::now() < deadline,
+                "no acknowledgement in round {round}"
+            );
+            pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
+        }
+        // A restore point exists within its interval: the standby starts from it.
+        pump(
+            &mut n,
+            &mut srv,
+            Instant::now() + Duration::from_millis(1000),
+        );
+        let mut follow = binary::command(&endpoint);
+        follow
+            .args(["restore", "--from", &url, "--follow", "--json", "--to"])
+            .arg(&standby_dir)
+            .args([
+                "--poll-interval-ms",
+                "100",
+                "--idle-poll-interval-ms",
+                "200",
+            ]);
+        let mut s = Running::spawn(&format!("standby (round {round})"), follow);
+        pump(
+            &mut n,
+            &mut srv,
+            Instant::now() + Duration::from_millis(2000),
+        );
+
+        // The host dies.
+        srv.signal(libc::SIGKILL);
+        n.signal(libc::SIGKILL);
+        let killed = Instant::now();
+        srv.wait_exit(Duration::from_secs(10));
+        n.wait_exit(Duration::from_secs(10));
+        s.signal(libc::SIGTERM);
+        assert!(s.wait_exit(DEADLINE).success(), "the standby failed");
+        let mut promote = binary::command(&endpoint);
+        promote
+            .args(["promote", "--from", &url, "--wait-for-lease", "--dir"])
+            .arg(&standby_dir)
+            .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "100");
+        if let Some(ttl) = &ttl_ms {
+            promote.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", ttl);
+        }
+        let mut p = Running::spawn(&format!("promote (round {round})"), promote);
+        let promoted = p.wait_for("promote", DEADLINE, |l| {
+            let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+            v.get("promoted").cloned()
+        });
+        let took = killed.elapsed();
+        let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
+        // Accepting commits: one written into the promoted store ships.
+        let mut write = binary::command("http://unused.invalid");
+        write
+            .args(["store", "write"])
+            .arg(&standby_dir)
+            .args(["--commits", "1"]);
+        binary::run_ok("store write", write, DEADLINE);
+        p.wait_for("ship the first commit", DEADLINE, |l| {
+            let (_, rest) = l.text.split_once("step outcome=Shipped")?;
+            let (_, seq) = rest.split_once("shipped_commit_seq: ")?;
+            let seq: u64 = seq
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse()
+                .ok()?;
+            (seq > applied).then_some(())
+        });
+        let rto = killed.elapsed();
+        p.signal(libc::SIGTERM);
+        assert!(
+            p.wait_exit(DEADLINE).success(),
+            "the promoted backup failed"
+        );
+
+        let seqs = acked(&log);
+        let missing = seqs.iter().filter(|s| **s > applied).count();
+        eprintln!(
+            "round {round}: {} acknowledged (highest {:?}); promoted at commit {applied} after \
+             {took:?}; accepting commits after {rto:?}; missing {missing}",
+            seqs.len(),
+            seqs.last()
+        );
+        acked_total += seqs.len();
+        missing_total += missing;
+        rtos.push(rto);
+        promoted_at.push(took);
+    }
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort();
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    eprintln!(
+        "FIGURE promote-rto: {rounds} rounds, lease TTL {}; RTO (kill to a commit of \
+         the promoted store shipped) p50 {:?}, max {:?}; kill to `promoted` p50 {:?}, max {:?}; \
+         {acked_total} commits acknowledged, {missing_total} missing",
+        ttl_ms
+            .as_deref()
+            .map_or("default (30 s)".to_string(), |t| format!("{t} ms")),
+        pct(&mut rtos, 0.5),
+        pct(&mut rtos, 1.0),
+        pct(&mut promoted_at, 0.5),
+        pct(&mut promoted_at, 1.0),
+    );
+    assert_eq!(
+        missing_total, 0,
+        "acknowledged commits missing from the promoted store"
+    );
+}
