@@ -18,7 +18,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -45,56 +44,6 @@ fn serve(d: &Dirs, s3: &str) -> Command {
             "--restore-point-interval-ms",
             "500",
         ]);
-    cmd
-}
-
-/// The commit sequence numbers of the acked log. A torn last line (the kill came during its
-/// write, before its fsync) was not acknowledged yet and is left out; any other line that is
-/// not three numbers fails the test.
-fn acked(path: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut seqs = Vec::with_capacity(lines.len());
-    for (i, l) in lines.iter().enumerate() {
-        let f: Vec<&str> = l.split(' ').collect();
-        let parsed = (f.len() == 3)
-            .then(|| {
-                f.iter()
-                    .map(|x| x.parse::<u64>().ok())
-                    .collect::<Option<Vec<u64>>>()
-            })
-            .flatten();
-        match parsed {
-            Some(v) => seqs.push(v[0]),
-            None if i + 1 == lines.len() && !complete => {}
-            None => panic!(
-                "line {} of the acked log is not three numbers: {l:?}",
-                i + 1
-            ),
-        }
-    }
-    seqs
-}
-
-fn node(addr: std::net::SocketAddr, dir: &Path, id: &str, token: &str, log: &Path) -> Command {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.arg("node")
-        .arg("--store")
-        .arg(dir)
-        .args(["--server", &format!("http://{addr}"), "--store-id", id])
-        .args([
-            "--commits",
-            "10000000",
-            "--rate",
-            RATE,
-            "--value-size",
-            "256",
-        ])
-        .args(["--durability", "sync", "--ack-timeout-ms", "20000"])
-        .arg("--acked-log")
-        .arg(log)
-        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
     cmd
 }
 
@@ -128,15 +77,15 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
         let (mut srv, addr) = first.take().unwrap_or_else(|| {
             served::start(&format!("serve (round {round})"), serve(&d, proxy.url()))
         });
-        let before = acked(&log).len();
+        let before = served::acked_log(&log).len();
         let mut n = Running::spawn(
             &format!("node (round {round})"),
-            node(addr, &dir, &r.store_id, &r.node_token, &log),
+            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
         );
         // Until this round's first acknowledgement (the new serve waits out the dead one's
         // lease first), then a seeded while more.
         let deadline = Instant::now() + DEADLINE;
-        while acked(&log).len() == before {
+        while served::acked_log(&log).len() == before {
             if Instant::now() > deadline {
                 n.fail(&format!(
                     "no acknowledgement in round {round}; serve said:\n{}",
@@ -159,7 +108,7 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
         srv.wait_exit(Duration::from_secs(10));
         n.wait_exit(Duration::from_secs(10));
 
-        let seqs = acked(&log);
+        let seqs = served::acked_log(&log);
         assert!(
             seqs.windows(2).all(|w| w[0] < w[1]),
             "the acked log does not rise: {seqs:?}"

@@ -15,8 +15,6 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use support::binary::{self, Running};
@@ -24,45 +22,6 @@ use support::served::{self, DEADLINE};
 
 /// Commits per second the node is asked for.
 const RATE: &str = "40";
-
-fn acked(path: &Path) -> Vec<u64> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let complete = text.ends_with('\n');
-    let lines: Vec<&str> = text.lines().collect();
-    let mut seqs = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        match l.split(' ').next().and_then(|s| s.parse::<u64>().ok()) {
-            Some(s) if l.split(' ').count() == 3 => seqs.push(s),
-            _ if i + 1 == lines.len() && !complete => {}
-            _ => panic!(
-                "line {} of the acked log is not three numbers: {l:?}",
-                i + 1
-            ),
-        }
-    }
-    seqs
-}
-
-fn node(addr: std::net::SocketAddr, dir: &Path, id: &str, token: &str, log: &Path) -> Command {
-    let mut cmd = binary::command("http://unused.invalid");
-    cmd.arg("node")
-        .arg("--store")
-        .arg(dir)
-        .args(["--server", &format!("http://{addr}"), "--store-id", id])
-        .args([
-            "--commits",
-            "10000000",
-            "--rate",
-            RATE,
-            "--value-size",
-            "256",
-        ])
-        .args(["--durability", "sync", "--ack-timeout-ms", "20000"])
-        .arg("--acked-log")
-        .arg(log)
-        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
-    cmd
-}
 
 /// Reads both children's output until `until`, so that no pipe fills.
 fn pump(a: &mut Running, b: &mut Running, until: Instant) {
@@ -106,10 +65,10 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         drop(c);
         let mut n = Running::spawn(
             &format!("node (round {round})"),
-            node(addr, &dir, &r.store_id, &r.node_token, &log),
+            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
         );
         let deadline = Instant::now() + DEADLINE;
-        while acked(&log).len() < 10 {
+        while served::acked_log(&log).len() < 10 {
             assert!(
                 Instant::now() < deadline,
                 "no acknowledgement in round {round}"
@@ -185,7 +144,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             "the promoted backup failed"
         );
 
-        let seqs = acked(&log);
+        let seqs = served::acked_log(&log);
         let missing = seqs.iter().filter(|s| **s > applied).count();
         eprintln!(
             "round {round}: {} acknowledged (highest {:?}); promoted at commit {applied} after \

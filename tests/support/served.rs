@@ -305,3 +305,61 @@ pub fn terminate(child: &mut binary::Running) {
         child.fail(&format!("exited with {status} after SIGTERM, not 0"));
     }
 }
+
+/// The commit sequence numbers of the acked log. A torn last line (the kill came during its
+/// write, before its fsync) was not acknowledged yet and is left out; any other line that is
+/// not three numbers fails the test.
+pub fn acked_log(path: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let complete = text.ends_with('\n');
+    let lines: Vec<&str> = text.lines().collect();
+    let mut seqs = Vec::with_capacity(lines.len());
+    for (i, l) in lines.iter().enumerate() {
+        let f: Vec<&str> = l.split(' ').collect();
+        let parsed = (f.len() == 3)
+            .then(|| {
+                f.iter()
+                    .map(|x| x.parse::<u64>().ok())
+                    .collect::<Option<Vec<u64>>>()
+            })
+            .flatten();
+        match parsed {
+            Some(v) => seqs.push(v[0]),
+            None if i + 1 == lines.len() && !complete => {}
+            None => panic!(
+                "line {} of the acked log is not three numbers: {l:?}",
+                i + 1
+            ),
+        }
+    }
+    seqs
+}
+
+/// The reference node committing into `dir` at `rate` a second in `durability = sync`, its
+/// acknowledged commits in `log` (`--acked-log`).
+pub fn sync_node(
+    addr: SocketAddr,
+    dir: &Path,
+    (id, token): (&str, &str),
+    log: &Path,
+    rate: &str,
+) -> Command {
+    let mut cmd = binary::command("http://unused.invalid");
+    cmd.arg("node")
+        .arg("--store")
+        .arg(dir)
+        .args(["--server", &format!("http://{addr}"), "--store-id", id])
+        .args([
+            "--commits",
+            "10000000",
+            "--rate",
+            rate,
+            "--value-size",
+            "256",
+        ])
+        .args(["--durability", "sync", "--ack-timeout-ms", "20000"])
+        .arg("--acked-log")
+        .arg(log)
+        .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
+    cmd
+}
