@@ -199,8 +199,13 @@ async fn a_paused_store_moves_and_drains_without_an_upload_and_stays_paused() {
     let (ok, out) = ctl(a_addr, &["move", &id, "--to", "b"]);
     assert!(ok, "ctl move: {out}");
     assert_eq!(binary::json(&out)["restore_point_commit_seq"], 10, "{out}");
+    // Its first health may come before it read the prefix's restore point: wait for that too.
     let on_b = served::wait_health(&cb, &id, "paused on b, holding its lease", |h| {
-        h.instance_id == "b" && h.paused && h.lease_held && h.healthy
+        h.instance_id == "b"
+            && h.paused
+            && h.lease_held
+            && h.healthy
+            && h.restore_point_commit_seq == 10
     })
     .await;
     assert_eq!(on_b.paused_reason, "bucket maintenance", "{on_b:?}");

@@ -103,8 +103,14 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
     if !a.once {
         return follow(workers).await;
     }
-    // Each destination under its own lease, at once; one failing does not stop the other.
-    let ran = futures::future::join_all(workers.iter_mut().map(once)).await;
+    // Each destination under its own lease, the primary first (it never waits for the
+    // replica); one failing does not stop the other. Not at once: on a store never backed up,
+    // two first steps together would each decide a lineage and the second one's `--once` fail
+    // ("backup.lineage was written meanwhile"), where a follower just steps again.
+    let mut ran = Vec::with_capacity(workers.len());
+    for d in workers.iter_mut() {
+        ran.push(once(d).await);
+    }
     let mut summaries = Vec::new();
     let mut failed = None;
     for (d, ran) in workers.iter().zip(ran) {

@@ -372,7 +372,7 @@ impl View {
                 return Err(WorkerError::Store {
                     dir: cx.dir.clone(),
                     detail: format!(
-                        "backup.lineage was written meanwhile ({written}) by another worker of                          this store; looking again"
+                        "backup.lineage was written meanwhile ({written}) by another worker of this store; looking again"
                     ),
                 });
             }
