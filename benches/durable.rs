@@ -97,10 +97,14 @@ fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
 
 /// Requests moto logged for `prefix/` of the bench bucket, and of those the WAL segment PUTs.
 fn moto_counts(m: &moto::Moto, prefix: &str) -> (usize, usize) {
+    counts_in(&m.request_lines(), prefix)
+}
+
+/// [`moto_counts`] over lines already read (one read of moto's log for several prefixes).
+fn counts_in(lines: &[String], prefix: &str) -> (usize, usize) {
     let objects = format!("/{BUCKET}/{prefix}/");
     let locked = format!("/{LOCKED_BUCKET}/{prefix}/");
     let listed = format!("prefix={prefix}%2F");
-    let lines = m.request_lines();
     let ours: Vec<&String> = lines
         .iter()
         .filter(|l| l.contains(&objects) || l.contains(&locked) || l.contains(&listed))
@@ -279,7 +283,13 @@ async fn main() -> anyhow::Result<()> {
     // 4. Every store idle, its node's stream closed: requests under every prefix, and CPU.
     if !idle.is_zero() {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let all = |m: &moto::Moto| prefixes.iter().map(|p| moto_counts(m, p).0).sum::<usize>();
+        let all = |m: &moto::Moto| {
+            let lines = m.request_lines();
+            prefixes
+                .iter()
+                .map(|p| counts_in(&lines, p).0)
+                .sum::<usize>()
+        };
         let before_requests = all(&m);
         let before = serve::sample(server.pid())?;
         tokio::time::sleep(idle).await;
