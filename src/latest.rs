@@ -269,6 +269,7 @@ mod tests {
             commit_seq,
             lineage: uuid::Uuid::from_u128(7),
             adopted_by: None,
+            adopted_at: None,
         }
     }
 

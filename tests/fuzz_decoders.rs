@@ -882,6 +882,7 @@ impl Target for LatestTarget {
                 commit_seq,
                 lineage,
                 adopted_by: None,
+                adopted_at: None,
             })
             .boxed()
     }
@@ -957,6 +958,7 @@ impl Target for LeaseTarget {
                     renewals,
                     acquired_at: "2026-12-02T14:00:00Z".into(),
                     fence: fence.map(|(key, holder)| FenceRef { key, holder }),
+                    ack_window_ms: None,
                 },
             )
             .boxed()
@@ -1470,6 +1472,7 @@ async fn regression_a_lease_with_renewals_at_u64_max_is_taken_over_and_renewed()
             renewals,
             acquired_at: "2026-12-02T14:00:00Z".into(),
             fence: None,
+            ack_window_ms: None,
         };
         bucket
             .put(LEASE_KEY, record.to_json().into(), PutCondition::None)

@@ -616,30 +616,46 @@ async fn take_over_now_takes_a_live_lease_once_and_bounds_the_old_holders_deadli
         LeaseAcquirer::new(bucket.clone(), short("c")),
     );
     let (rb, rc) = tokio::join!(b.take_over_now(), c.take_over_now());
-    let (rb, rc) = (rb.unwrap(), rc.unwrap());
-    let (won, lost) = match (rb, rc) {
-        (w @ TakeOver::Taken { .. }, l) | (l, w @ TakeOver::Taken { .. }) => (w, l),
-        other => panic!("no taker won: {other:?}"),
+    let record = |bucket: DynBucket| async move {
+        LeaseRecord::from_json(&bucket.get(LEASE_KEY).await.unwrap().data).unwrap()
     };
-    let TakeOver::Taken {
-        lease,
-        previous,
-        fenced_in,
-    } = won
-    else {
-        unreachable!()
-    };
-    assert_eq!(previous.unwrap().0, "old");
-    assert!(fenced_in <= Duration::from_millis(2800), "{fenced_in:?}");
-    let winner = lease.status().holder;
-    match lost {
-        TakeOver::HeldElsewhere(Acquisition::HeldElsewhere { holder, .. }) => {
-            assert_eq!(holder, winner)
+    let last = record(bucket.clone()).await.holder;
+    // Both read the old holder's version: one write lands, the other is refused naming it. Or
+    // the second read the first taker's version (they did not overlap): it took that over, and
+    // says so. Never two holders believing they took the same version.
+    let mut taken = Vec::new();
+    let mut refused = Vec::new();
+    for r in [rb.unwrap(), rc.unwrap()] {
+        match r {
+            TakeOver::Taken {
+                lease,
+                previous,
+                fenced_in,
+                ..
+            } => {
+                assert!(fenced_in <= Duration::from_millis(2800), "{fenced_in:?}");
+                taken.push((lease.status().holder, previous.unwrap().0, lease));
+            }
+            TakeOver::HeldElsewhere(Acquisition::HeldElsewhere { holder, .. }) => {
+                refused.push(holder)
+            }
+            other => panic!("a taker: {other:?}"),
         }
-        other => panic!("the loser: {other:?}"),
     }
-    let record = LeaseRecord::from_json(&bucket.get(LEASE_KEY).await.unwrap().data).unwrap();
-    assert_eq!(record.holder, winner);
+    match (taken.as_slice(), refused.as_slice()) {
+        ([(winner, previous, _)], [named]) => {
+            assert_eq!(previous, "old");
+            assert_eq!(named, winner);
+            assert_eq!(&last, winner);
+        }
+        ([(h1, p1, _), (h2, p2, _)], []) => {
+            let (first, second) = if p1 == "old" { (h1, p2) } else { (h2, p1) };
+            assert_eq!(second, first, "the second taker took the first's version");
+            assert_ne!(&last, first);
+        }
+        other => panic!("no taker won, or two from one version: {other:?}"),
+    }
+    let record = record(bucket.clone()).await;
     // The old holder's next renewal (a third of a TTL) is refused: it stops writing.
     tokio::time::timeout(Duration::from_secs(2), old.token().cancelled())
         .await
@@ -669,4 +685,82 @@ async fn take_over_now_takes_a_live_lease_once_and_bounds_the_old_holders_deadli
         TakeOver::Unprovable(why) if why.contains("instance lease")
     ));
     assert_eq!(bucket.get(LEASE_KEY).await.unwrap().etag, before);
+}
+
+/// The acknowledgement window (`LeaseRecord::ack_window_ms`, a sync worker's promise): a
+/// takeover is proven for acknowledgements in about a second whatever the TTL, for a renewing
+/// lease and for one under an instance lease alike; the old holder's next confirming read
+/// finds the lease taken and ends it; a holder's own confirming reads pass.
+#[tokio::test]
+async fn a_promised_ack_window_proves_a_takeover_in_about_a_second_at_any_ttl() {
+    use mushroom_backup::lease::{ACK_WINDOW, Fenced, TakeOver};
+    let dir = tempfile::tempdir().unwrap();
+    let bucket: DynBucket = Arc::new(FsBucket::open(dir.path()).unwrap());
+    let long = |holder: &str| LeaseConfig {
+        ttl: Duration::from_secs(3600),
+        ..config(holder)
+    };
+    let mut promising = LeaseAcquirer::new(bucket.clone(), long("old"));
+    promising.promising_ack_window(Some(ACK_WINDOW));
+    let old = match promising.try_acquire().await.unwrap() {
+        Acquisition::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let record = LeaseRecord::from_json(&bucket.get(LEASE_KEY).await.unwrap().data).unwrap();
+    assert_eq!(record.ack_window_ms, Some(1000));
+    old.handle().confirm().await.expect("its own record");
+
+    let mut taker = LeaseAcquirer::new(bucket.clone(), long("promoter"));
+    let TakeOver::Taken {
+        fenced_in, proof, ..
+    } = taker.take_over_now().await.unwrap()
+    else {
+        panic!("not taken")
+    };
+    assert_eq!(proof, Fenced::AckWindow);
+    assert_eq!(fenced_in, Duration::from_millis(1150));
+    assert!(old.may_write(), "it has not noticed yet");
+    assert!(matches!(
+        old.handle().confirm().await,
+        Err(mushroom_backup::lease::LeaseError::Lost)
+    ));
+    assert!(!old.may_write());
+    assert!(matches!(
+        old.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    ));
+
+    // A store lease under an instance lease that promises the window: taken too.
+    let mut fenced = LeaseRecord::from_json(&bucket.get(LEASE_KEY).await.unwrap().data).unwrap();
+    fenced.holder = "serve/1".into();
+    fenced.ack_window_ms = Some(1000);
+    fenced.fence = Some(mushroom_backup::lease::FenceRef {
+        key: "instances/i1.lease".into(),
+        holder: "serve/1".into(),
+    });
+    bucket
+        .put(LEASE_KEY, Body::from(fenced.to_json()), PutCondition::None)
+        .await
+        .unwrap();
+    let mut again = LeaseAcquirer::new(bucket.clone(), long("second"));
+    assert!(matches!(
+        again.take_over_now().await.unwrap(),
+        TakeOver::Taken {
+            proof: Fenced::AckWindow,
+            ..
+        }
+    ));
+    // Without the promise, as before: not provable, nothing written.
+    fenced.ack_window_ms = None;
+    bucket
+        .put(LEASE_KEY, Body::from(fenced.to_json()), PutCondition::None)
+        .await
+        .unwrap();
+    let mut third = LeaseAcquirer::new(bucket.clone(), long("third"));
+    assert!(matches!(
+        third.take_over_now().await.unwrap(),
+        TakeOver::Unprovable(_)
+    ));
 }

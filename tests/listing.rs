@@ -80,6 +80,7 @@ async fn seed(b: &dyn Bucket, seqs: &[u64]) {
         commit_seq: top,
         lineage,
         adopted_by: None,
+        adopted_at: None,
     };
     b.put(LATEST_KEY, Body::from(latest.encode()), PutCondition::None)
         .await
@@ -251,6 +252,7 @@ async fn ctl_list_all_follows_the_pages_at_a_cost_in_proportion_to_the_points() 
         renewals: 0,
         acquired_at: manifest::now_rfc3339(),
         fence: None,
+        ack_window_ms: None,
     };
     c.direct
         .put(

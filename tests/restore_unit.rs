@@ -217,6 +217,7 @@ impl Fx {
             commit_seq: m.commit_seq,
             lineage: m.lineage,
             adopted_by: None,
+            adopted_at: None,
         };
         self.bucket
             .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
@@ -702,6 +703,7 @@ async fn a_bad_latest_falls_back_to_the_newest_valid_manifest() {
         commit_seq: 99,
         lineage: fx.lineage,
         adopted_by: None,
+        adopted_at: None,
     };
     fx.bucket
         .put(LATEST_KEY, gone.encode().into(), PutCondition::None)
@@ -907,6 +909,7 @@ async fn verify_reports_junk_and_content_the_manifest_does_not_describe() {
         commit_seq: 7,
         lineage: fx.lineage,
         adopted_by: None,
+        adopted_at: None,
     };
     fx.bucket
         .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
@@ -1102,6 +1105,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         commit_seq: m.commit_seq,
         lineage: m.lineage,
         adopted_by: None,
+        adopted_at: None,
     };
     fx.bucket
         .put(LATEST_KEY, latest.encode().into(), PutCondition::None)

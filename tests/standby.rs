@@ -455,6 +455,16 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
     stop(&mut s);
     let parent: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
+    // What the old primary ships next, kept aside: it lands after the promotion below (a
+    // write delayed in the network).
+    let aside = tmp.path().join("aside").join("p");
+    copy_tree(&bucket, &aside);
+    write_more(&src, 4, &[]);
+    binary::run_ok(
+        "the old primary's next segment",
+        binary::backup_once(UNUSED, &src, &support::file_url(&aside), &[]),
+        WAIT,
+    );
 
     let mut cmd = binary::command(UNUSED);
     cmd.args(["promote", "--from", &url, "--dir"]).arg(&dir);
@@ -472,12 +482,32 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
     for field in ["manifest", "commit_seq", "lineage"] {
         assert_eq!(latest[field], parent[field], "{field}: {latest}");
     }
+    assert_eq!(latest["adopted_at"]["commit_seq"], 60, "{latest}");
     p.signal(libc::SIGTERM);
     let status = p.wait_exit(WAIT);
     assert!(status.success(), "the promoted backup exited {status}");
     let latest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(bucket.join("LATEST")).unwrap()).unwrap();
     assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
+    // The old primary's delayed segment lands now, continuing the generation LATEST names: a
+    // restore stops where the promoted store's history ends (`adopted_at`), not past it.
+    let wal = format!(
+        "gen/{:010}/wal",
+        promoted["applied"]["generation"].as_u64().unwrap()
+    );
+    let mut landed = 0;
+    for e in std::fs::read_dir(aside.join(&wal)).unwrap() {
+        let e = e.unwrap();
+        let to = bucket.join(&wal).join(e.file_name());
+        if !to.exists() {
+            std::fs::copy(e.path(), &to).unwrap();
+            landed += 1;
+        }
+    }
+    assert!(landed > 0, "the old primary shipped no segment aside");
+    let cut = tmp.path().join("cut");
+    binary::restore_digest(UNUSED, &url, &cut);
+    assert_eq!(support::store::digest(&cut), support::store::digest(&dir));
 
     // The old primary, with new commits, once the lease is free (at once, or a TTL after the
     // promoted backup stopped before it took the lease over), is refused all the same;
@@ -525,6 +555,19 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
         support::store::digest(&dir)
     );
     assert_eq!(support::store::digest(&dir).commit_seq, 67);
+}
+
+/// Copies the directory tree `from` to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
 }
 
 /// Two promotions racing on one prefix (two standbys of it, the old primary gone): exactly one

@@ -100,6 +100,7 @@ pub(super) async fn take_over(
             lease,
             previous,
             fenced_in,
+            ..
         }) => {
             return Ok(TakenOver::Held {
                 held: Held { lease, tasks },

@@ -126,9 +126,10 @@ pub struct PromoteArgs {
     /// The destination it follows, which it takes over: s3://bucket/prefix or file:///path.
     #[arg(long)]
     from: String,
-    /// Where the old writer cannot be proven fenced through its bucket lease (it is held
-    /// under a `serve`'s instance lease, or the bucket gives no clock), wait until that lease
-    /// is stale (at most its TTL after its last renewal, plus a poll) instead of refusing.
+    /// Where the old writer cannot be proven fenced through its bucket lease (an async store
+    /// held under a `serve`'s instance lease, which promises no acknowledgement window, or a
+    /// bucket that gives no clock), wait until that lease is stale (at most its TTL after its
+    /// last renewal, plus a poll) instead of refusing.
     #[arg(long)]
     wait_for_lease: bool,
     #[command(flatten)]
@@ -136,8 +137,8 @@ pub struct PromoteArgs {
 }
 
 /// `promote`: fence the old writer through the bucket lease (taken over at once, conditional on
-/// the version read, then the old holder's deadline waited out by the bucket's clock:
-/// `lease::TakeOver`), apply everything durable, adopt the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
+/// the version read, then the old holder's acknowledgement window, or its deadline by the
+/// bucket's clock, waited out: `lease::TakeOver`, `standby::promote`), apply everything durable, adopt the prefix (a new `backup.lineage`, a `backup.parent` naming the restore point LATEST
 /// names; `standby::promote`), print that as one JSON line, then back the directory up under
 /// the same lease until SIGINT/SIGTERM, as `backup --store DIR --to URL` does: a node may open
 /// the directory and commit, and its commits ship under the new lineage. The lease passes from
@@ -176,8 +177,9 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
             if let Some(previous) = &previous {
                 tracing::info!(%previous, ?fenced_in, "took the bucket lease over");
             }
-            // The old holder stops at its next renewal (refused) or, at the latest, at its
-            // deadline, which the bucket's clock bounds: only then is nothing more of it to come.
+            // Past its acknowledgement window (a sync holder) or its deadline, which the
+            // bucket's clock bounds, the old holder acknowledges nothing more: whatever it
+            // acknowledged is in the bucket for the catch-up to read.
             if !fenced_in.is_zero() {
                 tokio::select! {
                     _ = cancel.cancelled() => {

@@ -2,7 +2,7 @@
 //! The rules are in the [parent module's docs](super).
 
 mod take_over;
-pub use take_over::TakeOver;
+pub use take_over::{Fenced, TakeOver};
 
 use std::time::Duration;
 
@@ -86,6 +86,9 @@ pub struct LeaseAcquirer {
     watch: FenceWatch,
     /// The lease object's key: [`LEASE_KEY`] unless [`LeaseAcquirer::at_key`].
     key: String,
+    /// The window promised in every record this acquirer writes
+    /// ([`super::LeaseRecord::ack_window_ms`]); `None`: no promise.
+    ack_window: Option<std::time::Duration>,
 }
 
 struct Observed {
@@ -105,7 +108,21 @@ impl LeaseAcquirer {
             proven_dead: Vec::new(),
             watch: FenceWatch::new(),
             key: LEASE_KEY.to_string(),
+            ack_window: None,
         }
+    }
+
+    /// Every record this acquirer writes promises `window` for durable acknowledgements
+    /// ([`super::LeaseRecord::ack_window_ms`]): the holder then publishes a durable position
+    /// only within `window` of a confirming read ([`super::LeaseHandle::confirm`]). `None`
+    /// takes the promise back for the next acquisition.
+    pub fn promising_ack_window(&mut self, window: Option<std::time::Duration>) {
+        self.ack_window = window;
+    }
+
+    /// The window this acquirer promises ([`LeaseAcquirer::promising_ack_window`]).
+    pub fn ack_window(&self) -> Option<std::time::Duration> {
+        self.ack_window
     }
 
     /// The lease object is `key` (an instance lease's) rather than [`LEASE_KEY`].
@@ -287,6 +304,7 @@ impl LeaseAcquirer {
     fn record(&self, me: &str, renewals: u64) -> LeaseRecord {
         let mut record = LeaseRecord::new(&self.config, renewals);
         record.holder = me.to_string();
+        record.ack_window_ms = self.ack_window.map(crate::units::millis_u64);
         if let Some(f) = &self.fence {
             record.ttl_ms = crate::units::millis_u64(f.ttl());
             record.fence = Some(FenceRef {

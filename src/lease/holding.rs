@@ -257,6 +257,40 @@ impl LeaseHandle {
         }
     }
 
+    /// A **confirming read** (see [`super::LeaseRecord::ack_window_ms`]): reads the lease
+    /// object and answers the instant this read started when it still holds the record this
+    /// holder wrote. When it names another holder or is gone, the lease was taken over (a
+    /// promotion, `lease::TakeOver`): the lease ends, [`LostReason::TakenOver`], and the
+    /// answer is [`LeaseError::Lost`]. A failed read says nothing either way (the error).
+    pub async fn confirm(&self) -> Result<Instant, LeaseError> {
+        let started = Instant::now();
+        if self.shared.holding_until().is_none() {
+            return Err(LeaseError::Lost);
+        }
+        // Holder and store: in the service every store of an instance has the instance's
+        // holder id.
+        let ours = {
+            let r = &self.shared.state().in_bucket.0;
+            (r.holder.clone(), r.store.clone())
+        };
+        let theirs = match self.shared.bucket.get(&self.shared.key).await {
+            Ok(object) => LeaseRecord::from_json(&object.data)
+                .map(|r| (r.holder, r.store))
+                .unwrap_or_else(|_| ("(not a lease record)".into(), String::new())),
+            Err(BucketError::NotFound { .. }) => ("(no lease object)".into(), String::new()),
+            Err(e) => return Err(e.into()),
+        };
+        if theirs != ours {
+            tracing::warn!(store = %self.shared.config.store, holder = %theirs.0, "the bucket lease was taken over");
+            self.shared.lose(LostReason::TakenOver);
+            return Err(LeaseError::Lost);
+        }
+        match self.shared.holding_until() {
+            Some(_) => Ok(started),
+            None => Err(LeaseError::Lost),
+        }
+    }
+
     /// Where the lease stands, for health.
     pub fn status(&self) -> LeaseStatus {
         let shared = &self.shared;

@@ -1,7 +1,11 @@
 //! [`BucketLease`]: which process may write to a prefix.
 //!
 //! One object, `lease` ([`crate::manifest::LEASE_KEY`]) under the prefix, says who holds the
-//! prefix: a JSON [`LeaseRecord`] `{holder, host, store, ttl_ms, renewals, acquired_at}`.
+//! prefix: a JSON [`LeaseRecord`] `{holder, host, store, ttl_ms, renewals, acquired_at}`, plus
+//! `fence` under an instance lease and `ack_window_ms` for a holder that promises an
+//! acknowledgement window ([`ACK_WINDOW`], a sync worker: see
+//! [`LeaseAcquirer::take_over_now`] and `worker/durable.rs`; a deviation from DESIGN.md
+//! section 7, which has no such field).
 //! `holder` is a random id per process and worker ([`LeaseConfig::new`]); `renewals` goes up on
 //! every write of the object, so its content, and so its ETag, changes with every renewal.
 //!
@@ -91,7 +95,7 @@ mod fence_watch;
 mod holding;
 pub mod instance;
 
-pub use acquire::{Acquisition, Attempt, LeaseAcquirer, TakeOver};
+pub use acquire::{Acquisition, Attempt, Fenced, LeaseAcquirer, TakeOver};
 pub use holding::{BucketLease, LeaseHandle};
 pub use instance::{Fence, InstanceLeaseConfig, InstanceLeases};
 
@@ -109,6 +113,16 @@ pub const BUCKET_CLOCK_RESOLUTION: Duration = Duration::from_secs(1);
 pub(crate) fn stale_by_bucket_clock(age: Option<Duration>, wait: Duration) -> bool {
     age.is_some_and(|age| age >= wait + BUCKET_CLOCK_RESOLUTION)
 }
+
+/// How long after the start of a confirming read of its lease a holder that promises it
+/// ([`LeaseRecord::ack_window_ms`]: a worker in `durability = sync`) may still publish a durable
+/// position: the time a promotion waits after taking the lease before it reads what was
+/// acknowledged. Confirmations run beside the WAL PUTs, one at most every half window while
+/// commits are acknowledged, none while the store is idle.
+pub const ACK_WINDOW: Duration = Duration::from_secs(1);
+/// The longest [`LeaseRecord::ack_window_ms`] a taker trusts: past it, it waits for the
+/// holder's deadline instead.
+pub const MAX_ACK_WINDOW: Duration = Duration::from_secs(60);
 
 /// Retry delay after a failed lease renewal (capped at the renewal interval).
 pub const RENEW_RETRY: Duration = Duration::from_secs(1);
@@ -245,6 +259,15 @@ pub struct LeaseRecord {
     /// fences it. Such a store lease is not renewed; it holds while that lease does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<FenceRef>,
+    /// The holder's promise about its durable acknowledgements ([`ACK_WINDOW`]): it publishes
+    /// a durable position only within this many milliseconds of the start of a read of this
+    /// object that found it still its own ([`LeaseHandle::confirm`]). So once a taker's write
+    /// of the object has landed, the holder publishes nothing more after this window (plus a
+    /// tenth for the two clocks' rates): the promotion's fence for acknowledged commits
+    /// ([`TakeOver::Taken`]). Absent: no such promise (a holder in `durability = async`, an
+    /// older binary); a taker then waits for the holder's deadline, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ack_window_ms: Option<u64>,
 }
 
 /// The instance lease a store lease names ([`LeaseRecord::fence`]): its key under the lease
@@ -288,6 +311,7 @@ impl LeaseRecord {
             renewals,
             acquired_at,
             fence: None,
+            ack_window_ms: None,
         }
     }
 
@@ -312,6 +336,14 @@ impl LeaseRecord {
     /// The record's TTL, within [`MAX_TTL`].
     pub fn ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_ms).min(MAX_TTL)
+    }
+
+    /// How long after a takeover of this record the holder has certainly published its last
+    /// durable position: its window plus a tenth plus 50 ms ([`LeaseRecord::ack_window_ms`]);
+    /// `None` when it promises no window, or one longer than [`MAX_ACK_WINDOW`].
+    pub fn acks_fenced_in(&self) -> Option<Duration> {
+        let w = Duration::from_millis(self.ack_window_ms?);
+        (w <= MAX_ACK_WINDOW).then(|| w + w / 10 + Duration::from_millis(50))
     }
 }
 

@@ -17,7 +17,8 @@ use futures::StreamExt;
 use super::{Reachable, RestoreError, RestoreOptions};
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key, segments_prefix,
+    AdoptedAt, LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key,
+    segments_prefix,
 };
 use crate::store::format::scan_frames;
 
@@ -60,11 +61,27 @@ pub(crate) async fn choose(
     match opts.at {
         None => {
             let mut warnings = Vec::new();
-            let (manifest_key, manifest) = latest_restore_point(bucket, &mut warnings).await?;
+            let (manifest_key, manifest, adopted_at) =
+                latest_restore_point_adopted(bucket, &mut warnings).await?;
+            // A promotion's claim: the prefix's history is the adopter's, which ends at
+            // `adopted_at` (what the old writer shipped after is not restored).
+            let until = adopted_at
+                .filter(|a| a.generation == manifest.generation)
+                .map(|a| a.wal_end);
             let ext = if opts.restore_point_only {
                 Extension::none(&manifest)
             } else {
-                extend(bucket, &manifest, None, None, parallelism, &opts.keys).await?
+                let ext = extend(bucket, &manifest, None, until, parallelism, &opts.keys).await?;
+                if let Some(a) = adopted_at.filter(|a| ext.reach != a.commit_seq) {
+                    let w = format!(
+                        "{LATEST_KEY} was claimed by a promotion holding commit {} of \
+                         generation {}, but the segments of that generation reach commit {}",
+                        a.commit_seq, a.generation, ext.reach
+                    );
+                    tracing::warn!("{w}");
+                    warnings.push(w);
+                }
+                ext
             };
             warnings.extend(ext.warnings);
             Ok(Plan {
@@ -100,11 +117,23 @@ pub(crate) async fn latest_restore_point(
     bucket: &dyn Bucket,
     warnings: &mut Vec<String>,
 ) -> Result<(String, Manifest), RestoreError> {
+    let (key, m, _) = latest_restore_point_adopted(bucket, warnings).await?;
+    Ok((key, m))
+}
+
+/// [`latest_restore_point`], and where a promotion that claimed LATEST holds its history to
+/// ([`crate::manifest::Latest::adopted_at`]; `None` when LATEST was not claimed, or was not
+/// used).
+pub(crate) async fn latest_restore_point_adopted(
+    bucket: &dyn Bucket,
+    warnings: &mut Vec<String>,
+) -> Result<(String, Manifest, Option<AdoptedAt>), RestoreError> {
     let why = match crate::latest::read(bucket).await {
         Ok(Some(found)) => match found.latest {
             Ok(latest) => match load_manifest(bucket, &latest.manifest).await? {
                 Ok(m) if m.commit_seq == latest.commit_seq && m.lineage == latest.lineage => {
-                    return Ok((latest.manifest, m));
+                    let adopted_at = latest.adopted_by.and(latest.adopted_at);
+                    return Ok((latest.manifest, m, adopted_at));
                 }
                 Ok(m) => format!(
                     "{LATEST_KEY} says commit {} of lineage {}, but {} holds commit {} of lineage {}",
@@ -136,7 +165,7 @@ pub(crate) async fn latest_restore_point(
                 }
                 tracing::warn!("{w}");
                 warnings.push(w);
-                return Ok((key.clone(), m));
+                return Ok((key.clone(), m, None));
             }
             Err(e) => skipped.push(e),
         }

@@ -245,6 +245,10 @@ pub enum StandbyError {
     /// A promotion's claim of LATEST failed (`promote::claim`).
     #[error("claiming LATEST for the promoted store: {0}")]
     Claim(crate::latest::LatestError),
+    /// A promotion found the prefix moved on since it caught up (the old writer had not
+    /// noticed the takeover yet): it catches up again (`promote::promote`).
+    #[error("{} is behind the prefix: {detail}", dir.display())]
+    Behind { dir: PathBuf, detail: String },
     /// Cancelled before the first restore or resume finished (nothing was put in place).
     #[error("stopped before the standby was in place")]
     Cancelled,

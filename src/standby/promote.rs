@@ -6,20 +6,28 @@
 //!    once, naming the adopter. Otherwise the caller takes the prefix's lease over at once,
 //!    live holder or not (`lease::TakeOver`: `If-Match` on the ETag read, so of two racing
 //!    promotions, or a promotion and the holder's renewal, exactly one write lands; the other
-//!    promotion is refused naming the record that won). Then it waits until the old holder has
-//!    certainly stopped: it stops at its next renewal, which is refused (its lease ends, its
-//!    requests in flight are cancelled, it reports the lease lost and waits as a standby), and
-//!    at the latest at its deadline, the start of its last renewal plus its TTL minus a tenth,
-//!    which the bucket's clock bounds (`Last-Modified` of the version taken over): at most
-//!    `0.9 TTL + 1 s` after the takeover, less the age of that version. That is the proof
-//!    that the old writer is fenced. Where it cannot be made, the promotion is refused, nothing
-//!    written, unless `--wait-for-lease`, which waits until the lease is stale as before: a
-//!    lease held under a `serve`'s instance lease (its holder never rewrites its store lease,
-//!    so it would not see the takeover; its deadline follows the instance lease), a bucket
-//!    that gives no clock, conditional writes off.
+//!    promotion is refused naming the record that won). Then it waits until the old holder
+//!    has certainly stopped **acknowledging**:
+//!    - a holder in `durability = sync` promises an acknowledgement window in its lease
+//!      record (`lease::ACK_WINDOW`, 1 s): it publishes a durable position only within that
+//!      window of the start of a read of its lease object that found it still its own
+//!      (`worker/durable.rs`). So `window + window/10 + 50 ms` (1.15 s) after the takeover it
+//!      publishes nothing more, whatever the TTL and whichever kind of lease it holds (a
+//!      `standalone` one, or a `serve`'s under its instance lease): `lease::Fenced::AckWindow`.
+//!      It may still *write* until it notices (its next confirming read, within half a
+//!      window while commits come, or its next renewal or refused conditional write); what it
+//!      writes meanwhile is past what step 2 reads, and step 4 keeps it out of the history;
+//!    - a holder that promises no window (async, an older binary) stops at its next renewal
+//!      (refused) or at the latest at its deadline, which the bucket's clock bounds: at most
+//!      `0.9 TTL + 1 s` after the takeover, less the age of the version taken over
+//!      (`lease::Fenced::Deadline`). Where even that cannot be proven (a `serve`'s store lease
+//!      without the promise, a bucket that gives no clock, conditional writes off), the
+//!      promotion is refused, nothing written, unless `--wait-for-lease`, which waits until
+//!      the lease is stale.
 //! 2. **Apply everything durable** ([`catch_up`]): the standby's own apply, until a poll finds
-//!    nothing new. Under the lease, past the old holder's deadline, nothing new can come: so
-//!    every commit the old primary shipped (and acknowledged) is applied.
+//!    nothing new. Every position the old primary published rests on objects whose PUT was
+//!    answered before it published, so before the wait of step 1 ended: a LIST started now
+//!    sees them (S3 is strongly consistent). So every commit it acknowledged is applied.
 //! 3. **Adopt** ([`adopt`]): the restore point LATEST names must be of the lineage followed, of
 //!    the generation the directory holds and at most its commits, and not claimed already;
 //!    `backup.parent` names it (`{lineage, manifest, commit_seq}` of that restore point, as a
@@ -29,18 +37,24 @@
 //!    names exactly that parent.
 //! 4. **Claim LATEST** ([`claim`]) before saying "promoted": LATEST is rewritten, `If-Match` on
 //!    the version step 3 read, naming the same restore point plus `adopted_by`: the new
-//!    lineage ([`Latest::adopted_by`]). The promoted store cannot write a restore point of its
+//!    lineage ([`Latest::adopted_by`]), and where the promoted store's copy of the history
+//!    ends ([`Latest::adopted_at`]: generation, WAL offset, commit): a restore of the prefix
+//!    stops there, so segments the old primary shipped after step 2 (it had not noticed, or
+//!    its requests were delayed in the network) are never restored, and the prefix's history
+//!    is exactly the promoted store's. The promoted store cannot write a restore point of its
 //!    own yet: its commit count is its parent's, and that manifest key is the parent's
 //!    (DESIGN.md section 4: one commit count, one key). The claim is what moves LATEST instead.
 //!    From then on the lineage rule refuses the old primary (and any other adopter), whether or
 //!    not the promoted process is still running: its next LATEST write is refused (412: it
 //!    forgets its view, drops its lease, and its resume is refused, naming the promotion), and
-//!    so is its restart. Readers are unchanged: LATEST still names a valid restore point of the
-//!    lineage it says, so a restore of the prefix restores the parent's point, which is what
-//!    the promoted store holds. If the claim is refused (the old writer moved LATEST since step
+//!    so is its restart. LATEST still names a valid restore point of the lineage it says, so
+//!    a reader that knows nothing of the claim restores the parent's point and its trailing
+//!    segments; ours stop at `adopted_at`, which is what the promoted store holds. If the claim is refused (the old writer moved LATEST since step
 //!    3: commits it wrote, maybe acknowledged), the adoption is given back (`backup.lineage`
 //!    names the followed lineage again, then `backup.parent` goes), and steps 2 to 4 run again,
-//!    [`CLAIM_ROUNDS`] times at most ([`promote`]).
+//!    [`CLAIM_ROUNDS`] times at most ([`promote`]). A restore point the old writer wrote after
+//!    step 2 (adopt finds the directory behind: [`StandbyError::Behind`]) likewise sends it
+//!    back to step 2.
 //! 5. **Back up**: the caller hands the lease, unreleased, to a backup worker with the same
 //!    holder id (the lease is then its own: taken at once, so no one else can take it in
 //!    between) and follows the directory as `backup` does. Its first generation is of the new
@@ -51,16 +65,20 @@
 //! This deviates from DESIGN.md sections 4, 5 and 7: LATEST has an optional `adopted_by`
 //! field, the lineage rule refuses every store but the one it names, and a promotion takes a
 //! live lease over (section 7 takes only a lease stale for a TTL), then waits out its
-//! holder's deadline by the bucket's clock before writing anything but the lease.
+//! holder's acknowledgement window (a new optional lease record field, `ack_window_ms`) or
+//! its deadline by the bucket's clock before writing anything but the lease; LATEST's claim
+//! also says where the adopter's history ends (`adopted_at`), and a restore stops there.
 //!
 //! # What it does not do
 //! A promotion that took a lease from another promotion still in progress (before its claim)
 //! makes that one's worker wait as a standby; LATEST's claim decides which of the two wins
 //! (the other is refused at its claim, naming the winner's lineage), and the loser releases
-//! the lease. RTO: at the default 30 s TTL, the wait for the old holder's deadline is 17 to
-//! 28 s (it renews every 10 s); a TTL of 5 s (`MUSHROOMDB_BACKUP_LEASE_TTL_MS=5000`) bounds it
-//! by 5.5 s. A `serve` primary is promoted only with `--wait-for-lease`, after its instance
-//! lease goes stale.
+//! the lease. RTO: with a sync primary, the 1.15 s window plus a poll; with an async one at the
+//! default 30 s TTL, the wait for the old holder's deadline is 17 to 28 s (it renews every
+//! 10 s). A manifest the old primary writes after the promotion (delayed in the network) stays
+//! in `manifests/` as a restore point of its lineage (`restore --at` can reach it): the default
+//! restore, LATEST and every manifest of the promoted lineage name none of its writes after
+//! step 2.
 //!
 //! # What a crash leaves
 //! Before step 3: a standby (restart `restore --follow` or `promote`). Between the two writes
@@ -80,7 +98,7 @@ use uuid::Uuid;
 use super::{Applied, StandbyError, StandbyOptions, blocking};
 use crate::bucket::Bucket;
 use crate::latest::{self, LatestError};
-use crate::manifest::Latest;
+use crate::manifest::{AdoptedAt, Latest};
 use crate::restore::plan::latest_restore_point;
 use crate::store::disk::{LINEAGE_FILE, PARENT_FILE, write_file_durably};
 use crate::store::format::ParentRecord;
@@ -132,7 +150,16 @@ pub async fn promote(
 ) -> Result<Adopted, StandbyError> {
     for round in 1..=CLAIM_ROUNDS {
         let applied = catch_up(bucket, dir, opts).await?;
-        let (adopted, version) = adopt(bucket, dir, &applied).await?;
+        let (adopted, version) = match adopt(bucket, dir, &applied).await {
+            Ok(adopted) => adopted,
+            // The old writer wrote a restore point after the catch-up (it has not noticed the
+            // takeover yet): nothing was written here; catch up again.
+            Err(StandbyError::Behind { detail, .. }) if round < CLAIM_ROUNDS => {
+                tracing::warn!(round, %detail, "the prefix moved on during the promotion: catching up again");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         match claim(bucket, &adopted, &version).await {
             Ok(()) => return Ok(adopted),
             Err(LatestError::Moved { key }) => {
@@ -163,6 +190,11 @@ pub async fn claim(
         commit_seq: adopted.parent.commit_seq,
         lineage: adopted.parent.lineage,
         adopted_by: Some(adopted.new_lineage),
+        adopted_at: Some(AdoptedAt {
+            generation: adopted.applied.generation,
+            wal_end: adopted.applied.wal_end,
+            commit_seq: adopted.applied.commit_seq,
+        }),
     };
     let form = match version {
         latest::Version::Etag(_) => latest::Form::Mutable,
@@ -212,7 +244,7 @@ pub async fn adopt(
             (version, l)
         }
         _ => {
-            return Err(StandbyError::NotAStore {
+            return Err(StandbyError::Behind {
                 dir: dir.to_path_buf(),
                 detail: format!(
                     "LATEST does not name the prefix's newest restore point {key} (it is \
@@ -237,7 +269,7 @@ pub async fn adopt(
         });
     }
     if m.generation != applied.generation || m.commit_seq > applied.commit_seq {
-        return Err(StandbyError::NotAStore {
+        return Err(StandbyError::Behind {
             dir: dir.to_path_buf(),
             detail: format!(
                 "it holds generation {} to commit {}, but LATEST names {key} (generation {}, \

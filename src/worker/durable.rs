@@ -39,11 +39,29 @@
 //! from the bucket's state (a resume) and may publish a position equal to or even below the
 //! old one (another writer's history): that is why it is a new chain and not a step back.
 //!
+//! # Published only within the acknowledgement window (`durability = sync`)
+//!
+//! A promotion (`standby::promote`) takes the prefix's lease from a live holder and must know,
+//! within about a second and not a lease TTL, that the old holder acknowledges nothing more:
+//! a commit acknowledged after the promotion read the prefix would be lost with the old
+//! primary. So a sync worker's lease record promises [`crate::lease::ACK_WINDOW`]
+//! ([`crate::lease::LeaseRecord::ack_window_ms`]) and its position is **gated**: a step
+//! *offers* what it made durable ([`DurableTx::offer`]), and the runner *releases* it
+//! ([`DurableTx::release`], `spawn/ack_fence.rs`) only within the window of the start of a
+//! read of the lease object that found it still this worker's
+//! ([`crate::lease::LeaseHandle::confirm`]). The read runs beside the WAL PUT (at most one per
+//! half window while commits come, none while the store is idle), so it costs no latency when
+//! it answers first. A read that finds the lease taken ends it, and the chain breaks.
+//! An async worker publishes at once, and promises nothing (a promotion then waits for its
+//! deadline).
+//!
 //! # What a crash leaves behind
 //!
 //! Nothing: the position is in memory only. A restarted worker resumes from the bucket and
 //! publishes what it finds; a node's waits that were pending on the old process failed with
 //! the stream.
+
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
@@ -81,11 +99,21 @@ pub struct Durability {
 
 /// The worker's side of the watch: the one writer of [`Durability`].
 #[derive(Debug, Clone)]
-pub struct DurableTx(watch::Sender<Durability>);
+pub struct DurableTx(watch::Sender<Durability>, Arc<Mutex<Gate>>);
+
+/// Positions offered while gated wait here for [`DurableTx::release`].
+#[derive(Debug, Default)]
+struct Gate {
+    on: bool,
+    pending: Option<DurablePosition>,
+}
 
 impl Default for DurableTx {
     fn default() -> Self {
-        Self(watch::channel(Durability::default()).0)
+        Self(
+            watch::channel(Durability::default()).0,
+            Arc::new(Mutex::new(Gate::default())),
+        )
     }
 }
 
@@ -98,6 +126,43 @@ impl DurableTx {
     /// The durable state now.
     pub fn current(&self) -> Durability {
         self.0.borrow().clone()
+    }
+
+    fn gate(&self) -> std::sync::MutexGuard<'_, Gate> {
+        self.1.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gates publication (see "Published only within the acknowledgement window" in the
+    /// module docs): from now on [`DurableTx::offer`] holds positions back until
+    /// [`DurableTx::release`].
+    pub fn set_gated(&self, on: bool) {
+        self.gate().on = on;
+    }
+
+    /// A position the bucket now holds: published at once, or, while gated, at the next
+    /// [`DurableTx::release`].
+    pub fn offer(&self, pos: DurablePosition) {
+        let mut gate = self.gate();
+        if !gate.on {
+            drop(gate);
+            return self.advance(pos);
+        }
+        if gate.pending.is_none_or(|p| p.rank() < pos.rank()) {
+            gate.pending = Some(pos);
+        }
+    }
+
+    /// Whether a position waits for [`DurableTx::release`].
+    pub fn has_pending(&self) -> bool {
+        self.gate().pending.is_some()
+    }
+
+    /// Publishes the position held back, if any.
+    pub fn release(&self) {
+        let pending = self.gate().pending.take();
+        if let Some(pos) = pending {
+            self.advance(pos);
+        }
     }
 
     /// Raises the position to `pos` when it is higher (see the module docs); never lowers it.
@@ -114,6 +179,7 @@ impl DurableTx {
     /// Ends the chain: what was published may no longer hold (see the module docs). A chain
     /// that never published anything is not broken again.
     pub fn break_chain(&self, reason: &str) {
+        self.gate().pending = None;
         self.0.send_if_modified(|d| {
             if d.position.is_none() {
                 return false;
@@ -178,5 +244,27 @@ mod tests {
         assert_eq!(d.chain, 1);
         assert_eq!(d.position, Some(at(3, true)));
         assert_eq!(d.broken.as_deref(), Some("the bucket lease expired"));
+    }
+
+    #[test]
+    fn a_gated_position_waits_for_its_release_and_a_break_drops_it() {
+        let tx = DurableTx::default();
+        let mut rx = tx.subscribe();
+        tx.offer(at(1, false));
+        assert_eq!(rx.borrow_and_update().position, Some(at(1, false)));
+        tx.set_gated(true);
+        tx.offer(at(3, false));
+        tx.offer(at(2, true));
+        assert!(tx.has_pending());
+        assert!(!rx.has_changed().unwrap(), "published before its release");
+        tx.release();
+        assert_eq!(rx.borrow_and_update().position, Some(at(3, false)));
+        assert!(!tx.has_pending());
+        tx.offer(at(4, false));
+        tx.break_chain("the bucket lease was taken over");
+        tx.release();
+        let d = rx.borrow_and_update().clone();
+        assert_eq!(d.position, None, "a position held back crossed a break");
+        assert_eq!(d.chain, 1);
     }
 }

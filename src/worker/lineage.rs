@@ -210,6 +210,7 @@ mod tests {
             commit_seq: m.commit_seq,
             lineage: m.lineage,
             adopted_by: None,
+            adopted_at: None,
         }
     }
 
@@ -265,6 +266,7 @@ mod tests {
         let key = m.key();
         let claimed = Latest {
             adopted_by: Some(Uuid::from_u128(3)),
+            adopted_at: None,
             ..latest(&m)
         };
         let parent = ParentRecord {

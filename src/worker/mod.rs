@@ -526,7 +526,7 @@ impl BackupWorker {
         if result.is_ok()
             && let Some(pos) = self.view.as_ref().and_then(durable::of_view)
         {
-            self.durable.advance(pos);
+            self.durable.offer(pos);
         }
         self.ledger.step(&result);
         self.activity.clear();

@@ -91,6 +91,7 @@ pub(super) async fn write(
         commit_seq: m.commit_seq,
         lineage: view.lineage,
         adopted_by: None,
+        adopted_at: None,
     };
     let prev = view.latest.as_ref().map(|(_, v)| v);
     let version =

@@ -73,6 +73,7 @@ use crate::lease::{
 };
 use crate::store::watch::Signal;
 
+mod ack_fence;
 mod flush;
 mod pace;
 mod paused;
@@ -324,6 +325,20 @@ impl BackupWorker {
         shutdown: CancellationToken,
         tasks: &TaskTracker,
     ) -> BackupHandle {
+        let mut acquirer = acquirer;
+        // A sync worker promises the acknowledgement window in its lease record and holds its
+        // durable positions back until a confirming read allows them (`durable.rs`).
+        let ack_fence = match self.config.durability {
+            super::DurabilityMode::Sync => {
+                acquirer.promising_ack_window(Some(crate::lease::ACK_WINDOW));
+                Some(ack_fence::AckFence::new(crate::lease::ACK_WINDOW))
+            }
+            super::DurabilityMode::Async => {
+                acquirer.promising_ack_window(None);
+                None
+            }
+        };
+        self.durable.set_gated(ack_fence.is_some());
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -370,6 +385,7 @@ impl BackupWorker {
             status: status.clone(),
             backoff: Backoff::new(first_backoff, max_backoff),
             gate: gate.clone(),
+            ack_fence,
         };
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
@@ -438,6 +454,8 @@ struct Runner {
     backoff: Backoff,
     /// Passed before every step and the last flush (`pause.rs`).
     gate: PauseGate,
+    /// In `durability = sync`: what publishes the durable position (`spawn/ack_fence.rs`).
+    ack_fence: Option<ack_fence::AckFence>,
 }
 
 impl Runner {
@@ -639,6 +657,9 @@ impl Runner {
                     stepped_once = true;
                     self.record(|s| s.activity = Activity::Stepping);
                 }
+                if let Some(fence) = &mut self.ack_fence {
+                    fence.kick(&lease.handle());
+                }
                 let grace = self.worker.config.shutdown_grace;
                 let span = tracing::info_span!("backup.step", store_id = %self.store_id);
                 let mut step = Box::pin(
@@ -674,6 +695,16 @@ impl Runner {
                     }
                 };
                 drop(step);
+                if let (Some(fence), Ok(Ok(_))) = (&mut self.ack_fence, &stepped) {
+                    let handle = lease.handle();
+                    let settled = tokio::select! {
+                        r = fence.settle(&handle, &self.worker.durable) => r,
+                        _ = self.token.cancelled() => return Holding::Shutdown,
+                    };
+                    if settled.is_err() {
+                        return Holding::Lost;
+                    }
+                }
                 match stepped {
                     Err(LeaseError::Lost) | Err(_) => return Holding::Lost,
                     Ok(Ok(StepOutcome::Idle)) | Ok(Ok(StepOutcome::Deferred(_))) => {

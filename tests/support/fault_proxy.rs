@@ -120,6 +120,9 @@ struct Shared {
     upstream_errors: AtomicU64,
     down: std::sync::atomic::AtomicBool,
     refused_down: AtomicU64,
+    /// While set ([`FaultProxy::set_hold`]): every request arriving is held this long, then
+    /// forwarded and answered.
+    hold: Mutex<Option<Duration>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -206,6 +209,7 @@ impl FaultProxy {
             upstream_errors: AtomicU64::new(0),
             down: std::sync::atomic::AtomicBool::new(false),
             refused_down: AtomicU64::new(0),
+            hold: Mutex::new(None),
         });
         let listener = {
             let _entered = runtime.enter();
@@ -241,6 +245,14 @@ impl FaultProxy {
             upstream_errors: load(&s.upstream_errors),
             refused_down: load(&s.refused_down),
         }
+    }
+
+    /// Holds every request arriving from now on for `hold` before forwarding it (and answering
+    /// it): a partition that delays writes without losing them. `None` ends it (requests
+    /// already held stay held for their time).
+    pub fn set_hold(&self, hold: Option<Duration>) {
+        eprintln!("fault proxy: hold {hold:?}");
+        *self.shared.hold.lock().unwrap_or_else(|p| p.into_inner()) = hold;
     }
 
     /// Takes the endpoint away (`true`: every connection and request is hung up on, nothing
@@ -326,6 +338,11 @@ async fn handle(
     let what = format!("#{n} {} {}", parts.method, parts.uri);
     // Read the whole body first, whatever happens next: the client has sent it.
     let body = body.collect().await?.to_bytes();
+    let hold = *shared.hold.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(hold) = hold {
+        eprintln!("fault proxy: {what}: held {hold:?}");
+        tokio::time::sleep(hold).await;
+    }
     match fault {
         Fault::SlowDown => {
             shared.slow_down.fetch_add(1, Ordering::SeqCst);

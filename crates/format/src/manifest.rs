@@ -462,6 +462,25 @@ pub struct Latest {
     /// adopter. Absent (and not written) otherwise; older readers ignore it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adopted_by: Option<Uuid>,
+    /// With [`Latest::adopted_by`]: how far the adopter holds the parent's history (it may
+    /// hold segments past the restore point, which a restore reads as trailing segments). A
+    /// restore of this LATEST stops there, so what the old writer may still ship into the
+    /// generation after the promotion (a write delayed in the network, a writer that has not
+    /// noticed yet) is never restored: the prefix's history is the adopter's. Absent on
+    /// LATESTs written before it existed (a restore then reads every trailing segment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adopted_at: Option<AdoptedAt>,
+}
+
+/// Where an adopter's copy of its parent's history ends ([`Latest::adopted_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdoptedAt {
+    /// The generation whose WAL the adopter holds (the restore point's).
+    pub generation: u64,
+    /// Bytes of that generation's `wal.bin` the adopter holds (a segment boundary).
+    pub wal_end: u64,
+    /// Commits the adopter holds.
+    pub commit_seq: u64,
 }
 
 impl Latest {

@@ -14,11 +14,32 @@
 //! after the read: [`TakeOver::Taken::fenced_in`]. That is the proof; where it cannot be made,
 //! the answer says so and nothing is written:
 //! - the bucket gave no age (no `Date`/`Last-Modified`): [`TakeOver::Unprovable`];
-//! - the holder's record names a fence (an instance lease, `serve`): such a holder never
+//! - the holder's record names a fence (an instance lease, `serve`) and promises no window
+//!   (below): such a holder never
 //!   rewrites its store lease, so it would not see the takeover until a conditional write of
 //!   its own is refused; its deadline follows its instance lease, not this object:
 //!   [`TakeOver::Unprovable`] (the caller waits for the lease to go stale instead);
 //! - conditional writes are off: [`TakeOver::Unprovable`] (no compare-and-swap to race on).
+//!
+//! # The acknowledgement window: a proof in about a second
+//! A holder whose record promises a window ([`crate::lease::LeaseRecord::ack_window_ms`], a
+//! worker in `durability = sync`, either kind of lease) publishes a durable position only
+//! within that window of the *start* of a read of the lease object that found its own record
+//! ([`crate::lease::LeaseHandle::confirm`]). A read that started before this write landed and
+//! still saw the old record ended, for the holder, at most a window before its last
+//! publication; so past `window + window/10 + 50 ms` after this answer (a tenth for the two
+//! clocks' rates), nothing more is published, and every position it published rests on
+//! objects whose PUT had been answered before: a LIST started then sees them (S3 is strongly
+//! consistent). That is [`Fenced::AckWindow`]: it fences what the holder *acknowledged*, not
+//! what it *writes*, in about a second at any TTL, and also for a `serve`'s store lease under
+//! an instance lease. The holder notices at its next confirming read (half a window while it
+//! acknowledges), renewal or conditional write, and stops. A caller that needs every write
+//! stopped (not only acknowledgements) uses the deadline: a promotion needs only the
+//! acknowledgements, because its claim of LATEST (`standby::promote`) keeps anything later out
+//! of the prefix's history.
+//!
+//! Under an instance lease (an acquirer [`LeaseAcquirer::fenced`], the service), the takeover
+//! holds the fence first and writes a record naming it, as an acquisition does.
 //!
 //! # What a crash leaves
 //! The lease object naming this process (taken or not): it goes stale within its TTL.
@@ -27,7 +48,20 @@ use std::time::Duration;
 
 use super::{Acquisition, LeaseAcquirer};
 use crate::bucket::{BucketError, PutCondition};
+use crate::lease::instance::FenceHold;
 use crate::lease::{BUCKET_CLOCK_RESOLUTION, BucketLease, LeaseError, LeaseRecord};
+
+/// What the wait of [`TakeOver::Taken::fenced_in`] proves about the old holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fenced {
+    /// Its deadline has passed: it writes nothing more (bar a request already on its way).
+    Deadline,
+    /// Its acknowledgement window has passed ([`crate::lease::LeaseRecord::ack_window_ms`]):
+    /// it publishes no durable position more, but may still write until it notices (its next
+    /// confirming read, renewal or conditional write): what it ships meanwhile is past what the
+    /// taker reads, and a promotion's claim of LATEST keeps it out of the prefix's history.
+    AckWindow,
+}
 
 /// How [`LeaseAcquirer::take_over_now`] ended.
 #[derive(Debug)]
@@ -39,6 +73,8 @@ pub enum TakeOver {
         /// The previous record's holder, host and store, when there was one.
         previous: Option<(String, String, String)>,
         fenced_in: Duration,
+        /// What `fenced_in` proves.
+        proof: Fenced,
     },
     /// Someone else's write landed first: that holder is named.
     HeldElsewhere(Acquisition),
@@ -49,12 +85,6 @@ pub enum TakeOver {
 impl LeaseAcquirer {
     /// Takes the lease at once, whoever holds it; see the module docs.
     pub async fn take_over_now(&mut self) -> Result<TakeOver, LeaseError> {
-        if self.fence.is_some() {
-            return Ok(TakeOver::Unprovable(
-                "an acquirer under an instance lease does not take store leases over at once"
-                    .into(),
-            ));
-        }
         if !self.config.conditional {
             return Ok(TakeOver::Unprovable(
                 "conditional writes are off (MUSHROOMDB_BACKUP_LEASE_CONDITIONAL=off): two \
@@ -62,7 +92,17 @@ impl LeaseAcquirer {
                     .into(),
             ));
         }
-        let me = self.config.holder.clone();
+        let fence = match &self.fence {
+            None => None,
+            Some(f) => match f.hold().await? {
+                FenceHold::Held(handle) => Some(handle),
+                FenceHold::Elsewhere(answer) => return Ok(TakeOver::HeldElsewhere(answer)),
+            },
+        };
+        let me = match &self.fence {
+            Some(f) => f.holder().to_string(),
+            None => self.config.holder.clone(),
+        };
         let object = match self.bucket.get(&self.key).await {
             Ok(object) => object,
             Err(BucketError::NotFound { .. }) => {
@@ -71,6 +111,7 @@ impl LeaseAcquirer {
                         lease,
                         previous: None,
                         fenced_in: Duration::ZERO,
+                        proof: Fenced::Deadline,
                     }),
                     other => Ok(TakeOver::HeldElsewhere(other)),
                 };
@@ -78,7 +119,15 @@ impl LeaseAcquirer {
             Err(e) => return Err(e.into()),
         };
         let record = LeaseRecord::from_json(&object.data).ok();
+        // A holder that promises an acknowledgement window publishes nothing durable past it
+        // once this write has landed, whatever kind of lease it holds.
+        let window = record.as_ref().and_then(LeaseRecord::acks_fenced_in);
         let (ttl, renewals, previous) = match &record {
+            Some(r) if r.fence.is_some() && window.is_some() => (
+                r.ttl(),
+                r.next_renewals(),
+                Some((r.holder.clone(), r.host.clone(), r.store.clone())),
+            ),
             Some(r) if r.fence.is_some() => {
                 return Ok(TakeOver::Unprovable(format!(
                     "the lease is held by {} on {} (store {}) under an instance lease (a \
@@ -95,27 +144,44 @@ impl LeaseAcquirer {
             // Unreadable: judged by this acquirer's TTL, as `try_acquire` judges it.
             None => (self.config.ttl, 0, None),
         };
-        let Some(age) = object.age else {
+        let same_holder = previous.as_ref().is_some_and(|(h, _, _)| *h == me);
+        let age = match (object.age, window) {
+            (_, _) if same_holder => Some(Duration::ZERO),
+            (Some(age), _) => Some(age),
+            // The window needs no clock of the bucket's.
+            (None, Some(_)) => Some(Duration::ZERO),
+            (None, None) => None,
+        };
+        let Some(age) = age else {
             return Ok(TakeOver::Unprovable(
                 "the bucket does not say when the lease object was written (no Date or \
                  Last-Modified): its holder's deadline cannot be read from the bucket's clock"
                     .into(),
             ));
         };
-        let fenced_in = if previous.as_ref().is_some_and(|(h, _, _)| *h == me) {
-            Duration::ZERO
+        let by_deadline = (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age);
+        let (fenced_in, proof) = if same_holder {
+            (Duration::ZERO, Fenced::Deadline)
         } else {
-            (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age)
+            match window {
+                Some(w) if w < by_deadline => (w, Fenced::AckWindow),
+                _ => (by_deadline, Fenced::Deadline),
+            }
         };
         let new = self.record(&me, renewals);
         match self
-            .write(new, PutCondition::IfMatch(object.etag.clone()), None)
+            .write(
+                new,
+                PutCondition::IfMatch(object.etag.clone()),
+                fence.as_ref(),
+            )
             .await?
         {
             Some(lease) => Ok(TakeOver::Taken {
                 lease,
                 previous,
                 fenced_in,
+                proof,
             }),
             None => {
                 // Another taker (or the holder's renewal) landed first: name what is there.

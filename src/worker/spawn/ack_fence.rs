@@ -1,0 +1,120 @@
+//! [`AckFence`]: a sync worker publishes a durable position only within the acknowledgement
+//! window of a confirming read of its lease (`worker/durable.rs`, "Published only within the
+//! acknowledgement window"; the promise is [`crate::lease::LeaseRecord::ack_window_ms`]).
+//!
+//! # How
+//! - Before a step that may ship ([`AckFence::kick`]), a confirming read
+//!   ([`LeaseHandle::confirm`]) starts beside it, unless one started less than half a window
+//!   ago or is still in flight. A busy store so pays one GET per half window (2 a second at
+//!   the default window of 1 s) and no latency while the read answers before the PUT; an idle
+//!   store pays nothing.
+//! - After the step ([`AckFence::settle`]), what it offered is released only if the newest
+//!   read that found the lease ours *started* at most a window ago; else it waits for the read
+//!   in flight, or makes one, and looks again. A read that finds the lease taken ends it
+//!   ([`LeaseError::Lost`]): nothing is released, and the runner breaks the chain. A read that
+//!   fails says nothing: tried again up to [`TRIES`] times, then the position stays held back
+//!   until the next step's settle (a commit is never acknowledged unconfirmed).
+//!
+//! # Invariant
+//! Every position published at instant `t` follows a read started at `s >= t - window` that
+//! found this worker's record: so no position is published later than a window after another
+//! holder's write of the lease object landed.
+//!
+//! # What a crash leaves
+//! Nothing: in memory. Positions held back die with the process, as published ones do.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::lease::{LeaseError, LeaseHandle};
+use crate::worker::durable::DurableTx;
+
+/// Confirming reads tried in one settle before the position is left for the next step.
+const TRIES: u32 = 5;
+/// The pause between two tries.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// See the module docs.
+pub(super) struct AckFence {
+    window: Duration,
+    /// The start of the newest read that found the lease ours.
+    confirmed_from: Option<Instant>,
+    inflight: Option<JoinHandle<Result<Instant, LeaseError>>>,
+}
+
+impl AckFence {
+    pub(super) fn new(window: Duration) -> Self {
+        AckFence {
+            window,
+            confirmed_from: None,
+            inflight: None,
+        }
+    }
+
+    fn fresh(&self, within: Duration) -> bool {
+        self.confirmed_from.is_some_and(|s| s.elapsed() <= within)
+    }
+
+    /// Before a step that may ship: starts a confirming read beside it when the last one is
+    /// older than half a window and none is in flight.
+    pub(super) fn kick(&mut self, lease: &LeaseHandle) {
+        if self.inflight.as_ref().is_some_and(|h| !h.is_finished()) || self.fresh(self.window / 2) {
+            return;
+        }
+        if let Some(done) = self.inflight.take() {
+            self.absorb_finished(done);
+        }
+        let lease = lease.clone();
+        self.inflight = Some(tokio::spawn(async move { lease.confirm().await }));
+    }
+
+    /// Books a finished read's start (its failure is looked at again by `settle`).
+    fn absorb_finished(&mut self, done: JoinHandle<Result<Instant, LeaseError>>) {
+        if let Some(Ok(Ok(s))) = futures::FutureExt::now_or_never(done) {
+            self.note(s);
+        }
+    }
+
+    fn note(&mut self, started: Instant) {
+        if self.confirmed_from.is_none_or(|c| c < started) {
+            self.confirmed_from = Some(started);
+        }
+    }
+
+    /// After a step: publishes what it offered once a confirming read started within the
+    /// window (see the module docs). `Err(Lost)`: the lease was taken or ended.
+    pub(super) async fn settle(
+        &mut self,
+        lease: &LeaseHandle,
+        durable: &DurableTx,
+    ) -> Result<(), LeaseError> {
+        if !durable.has_pending() {
+            return Ok(());
+        }
+        let mut failures = 0;
+        loop {
+            if self.fresh(self.window) {
+                durable.release();
+                return Ok(());
+            }
+            let read = match self.inflight.take() {
+                Some(h) => h.await.unwrap_or(Err(LeaseError::Lost)),
+                None => lease.confirm().await,
+            };
+            match read {
+                Ok(started) => self.note(started),
+                Err(LeaseError::Lost) => return Err(LeaseError::Lost),
+                Err(e) => {
+                    failures += 1;
+                    tracing::debug!(error = %e, failures, "a confirming read of the lease failed");
+                    if failures >= TRIES {
+                        return Ok(());
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    }
+}
