@@ -520,6 +520,9 @@ impl Runner {
             self.worker.ledger.lease_acquired();
             tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
             self.worker.forget_view();
+            if let Some(fence) = &mut self.ack_fence {
+                fence.reset();
+            }
             let wait = match self.hold(&lease).await {
                 Holding::Shutdown => {
                     if self.flush.flush() {

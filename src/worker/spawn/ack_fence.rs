@@ -53,6 +53,15 @@ impl AckFence {
         }
     }
 
+    /// Forgets every read: a new lease is confirmed afresh (a read of an earlier lease vouches
+    /// for nothing under this one).
+    pub(super) fn reset(&mut self) {
+        self.confirmed_from = None;
+        if let Some(h) = self.inflight.take() {
+            h.abort();
+        }
+    }
+
     fn fresh(&self, within: Duration) -> bool {
         self.confirmed_from.is_some_and(|s| s.elapsed() <= within)
     }
