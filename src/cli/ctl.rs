@@ -61,6 +61,29 @@ enum Call {
         #[command(flatten)]
         store: StoreFlags,
     },
+    /// Register a standby: the service keeps DIR (empty, or a standby of this destination
+    /// already) current from the destination and never writes to it, until `promote`.
+    /// Prints the store id and node token (the token serves once the store is promoted).
+    Standby {
+        /// Absolute store directory under one of the server's allowed roots (it must exist).
+        #[arg(long)]
+        dir: String,
+        /// The destination to follow: file:///path or s3://bucket/prefix.
+        #[arg(long)]
+        destination: String,
+        /// Labels, and the options its worker runs with once promoted.
+        #[command(flatten)]
+        store: StoreFlags,
+    },
+    /// Make a standby the primary of its destination: fence the old writer through the bucket
+    /// lease, apply everything durable, adopt the prefix, start backing up.
+    Promote {
+        store_id: String,
+        /// Where the old writer cannot be proven fenced (a `serve` holds its lease), wait until
+        /// its lease is stale instead of refusing.
+        #[arg(long)]
+        wait_for_lease: bool,
+    },
     /// Stop a store's worker and forget the store.
     Deregister {
         store_id: String,
@@ -385,7 +408,16 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             dir,
             destination,
             store,
-        } => register(&mut ctl, j, dir, destination, store).await?,
+        } => register(&mut ctl, j, dir, destination, store, false).await?,
+        Call::Standby {
+            dir,
+            destination,
+            store,
+        } => register(&mut ctl, j, dir, destination, store, true).await?,
+        Call::Promote {
+            store_id,
+            wait_for_lease,
+        } => promote(&mut ctl, j, store_id, wait_for_lease).await?,
         Call::Deregister { store_id, flush } => deregister(&mut ctl, j, store_id, flush).await?,
         Call::Trigger { store_id, kind } => trigger(&mut ctl, j, store_id, kind).await?,
         Call::Pause {
@@ -434,19 +466,24 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ctl register`.
+/// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
 async fn register(
     ctl: &mut Ctl,
     j: bool,
     dir: String,
     destination: String,
     store: StoreFlags,
+    standby: bool,
 ) -> anyhow::Result<()> {
+    let mut options = store.options();
+    if let Some(o) = options.as_mut() {
+        o.standby = standby;
+    }
     let req = proto::RegisterRequest {
         store_dir: dir,
         destination,
         labels: store.labels(),
-        options: store.options(),
+        options,
         instance_id: String::new(),
     };
     let r = ctl
@@ -459,8 +496,52 @@ async fn register(
         j,
         json!({"store_id": r.store_id, "node_token": r.node_token}),
         format!(
-            "registered store {}\nnode token (shown once): {}",
-            r.store_id, r.node_token
+            "registered {}store {}\nnode token (shown once): {}",
+            if standby { "standby " } else { "" },
+            r.store_id,
+            r.node_token
+        ),
+    )?;
+    Ok(())
+}
+
+/// `ctl promote`: a promotion waits for the old writer's lease, so it has no deadline of
+/// ctl's (the server's adopt_timeout_ms bounds it).
+async fn promote(
+    ctl: &mut Ctl,
+    j: bool,
+    store_id: String,
+    wait_for_lease: bool,
+) -> anyhow::Result<()> {
+    let req = proto::PromoteRequest {
+        store_id,
+        wait_for_lease,
+    };
+    let r = ctl
+        .client
+        .promote(ctl.request(req, false))
+        .await
+        .map_err(|s| failed("Promote", s))?
+        .into_inner();
+    print(
+        j,
+        json!({
+            "store_id": r.store_id,
+            "lineage": r.lineage,
+            "commit_seq": r.commit_seq,
+            "parent_manifest": r.parent_manifest,
+            "fenced": r.fenced,
+        }),
+        format!(
+            "promoted store {} at commit {} (lineage {}, parent {}){}",
+            r.store_id,
+            r.commit_seq,
+            r.lineage,
+            r.parent_manifest,
+            match r.fenced.as_str() {
+                "" => String::new(),
+                f => format!("; took the lease over from {f}"),
+            }
         ),
     )?;
     Ok(())

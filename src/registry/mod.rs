@@ -285,6 +285,7 @@ pub use report::StoreReport;
 mod events;
 pub use events::{EventRow, EventSpan, LoggedEvent};
 mod webhook_cursor;
+mod store_options;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:
