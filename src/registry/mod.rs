@@ -284,8 +284,8 @@ mod report;
 pub use report::StoreReport;
 mod events;
 pub use events::{EventRow, EventSpan, LoggedEvent};
-mod webhook_cursor;
 mod store_options;
+mod webhook_cursor;
 
 impl Registry {
     /// Opens the registry at `url` and applies any migrations it lacks:

@@ -92,13 +92,13 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
-        let (limit, setting) =
-            if [ADOPT_PATH, DRILL_PATH, PROMOTE_PATH].contains(&path) || MOVE_PATHS.contains(&path)
-            {
-                (self.limits.adopt, "adopt_timeout_ms")
-            } else {
-                (self.limits.call, "call_timeout_ms")
-            };
+        let (limit, setting) = if [ADOPT_PATH, DRILL_PATH, PROMOTE_PATH].contains(&path)
+            || MOVE_PATHS.contains(&path)
+        {
+            (self.limits.adopt, "adopt_timeout_ms")
+        } else {
+            (self.limits.call, "call_timeout_ms")
+        };
         let method = path.rsplit('/').next().unwrap_or_default().to_string();
         let future = self.inner.call(req);
         Box::pin(async move {

@@ -23,10 +23,7 @@ use crate::registry::{PauseRecord, StoreRecord};
 impl Fleet {
     /// Starts `record`'s worker here, unless one runs already (then that one). One at a time,
     /// so the reconcile and a move's `StartStore` never both start one store.
-    pub(in crate::service) async fn host(
-        &self,
-        record: StoreRecord,
-    ) -> Result<(), FleetError> {
+    pub(in crate::service) async fn host(&self, record: StoreRecord) -> Result<(), FleetError> {
         let _one = self.hosting.lock().await;
         if self.get(&record.store_id).is_ok() || self.standby(&record.store_id).is_some() {
             return Ok(());

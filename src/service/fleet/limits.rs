@@ -324,6 +324,7 @@ mod tests {
             durability: Some("sync".into()),
             wal_puts_per_second: Some(100),
             replica: Some("s3://b/replica?region=r".into()),
+            standby: Some(true),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

@@ -146,10 +146,10 @@ mod hosting;
 pub mod limits;
 pub mod path_index;
 pub mod paths;
-mod record;
-pub mod remote;
 mod promote;
 pub mod promote_fence;
+mod record;
+pub mod remote;
 mod replica;
 mod standby;
 pub(in crate::service) mod store_compression;
@@ -361,7 +361,10 @@ impl Fleet {
         let standby = new.options.is_standby();
         let event = move |r: &StoreRecord| {
             let detail = match standby {
-                true => format!("registered {} as a standby of {}", r.store_dir, r.destination),
+                true => format!(
+                    "registered {} as a standby of {}",
+                    r.store_dir, r.destination
+                ),
                 false => format!("registered {} backing up to {}", r.store_dir, r.destination),
             };
             NewEvent::new(EventKind::Registered, &r.store_id, detail)
@@ -392,6 +395,18 @@ impl Fleet {
                  (Register with options.standby) to follow a destination"
                     .into(),
             )
+            .into());
+        }
+        if new.options.is_standby() && !dir.is_dir() {
+            return Err(FieldError(format!(
+                "store_dir {}: {}: a standby's directory must exist (empty, to be restored \
+                 into, or a standby of this destination already)",
+                limits::quote(&new.store_dir),
+                match dir.exists() {
+                    true => "is not a directory",
+                    false => "is missing",
+                }
+            ))
             .into());
         }
         if new.options.is_standby() && new.options.replica().is_some() {
@@ -459,8 +474,14 @@ impl Fleet {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
         let spawned = match new.options.is_standby() {
-            true => self.spawn_standby(record.clone(), new.options).await.map(|_| ()),
-            false => self.spawn(record.clone(), new.options, None).await.map(|_| ()),
+            true => self
+                .spawn_standby(record.clone(), new.options)
+                .await
+                .map(|_| ()),
+            false => self
+                .spawn(record.clone(), new.options, None)
+                .await
+                .map(|_| ()),
         };
         match spawned {
             Ok(()) => {

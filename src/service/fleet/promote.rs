@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use super::promote_fence::{self, FenceError};
 use super::standby::StandbyEntry;
-use super::{Fleet, FleetError, Done};
+use super::{Done, Fleet, FleetError};
 use crate::lease::LeaseConfig;
 use crate::standby::{StandbyError, StandbyOptions};
 
@@ -102,9 +102,10 @@ impl Fleet {
                 Ok(_) => PromoteError::NotStandby(store_id.to_string()).into(),
                 Err(FleetError::NotHere(_)) => {
                     // Registered elsewhere, or not at all.
-                    self.get_owned(store_id).await.err().unwrap_or_else(|| {
-                        FleetError::NotHere(store_id.to_string())
-                    })
+                    self.get_owned(store_id)
+                        .await
+                        .err()
+                        .unwrap_or_else(|| FleetError::NotHere(store_id.to_string()))
                 }
                 Err(e) => e,
             });

@@ -112,7 +112,8 @@ pub async fn fence(
             previous,
             fenced_in,
         }) => {
-            let previous = previous.map(|(h, host, store)| format!("{h} on {host} (store {store})"));
+            let previous =
+                previous.map(|(h, host, store)| format!("{h} on {host} (store {store})"));
             if let Some(p) = &previous {
                 tracing::info!(previous = %p, ?fenced_in, "promotion: took the bucket lease over");
             }

@@ -386,8 +386,8 @@ impl Follower {
                         if quiet >= crate::standby::IDLE_AFTER {
                             wait = (wait * 2).min(self.opts.idle_poll_interval);
                         }
-                        let due = latest_read
-                            .is_none_or(|t| t.elapsed() >= self.opts.idle_poll_interval);
+                        let due =
+                            latest_read.is_none_or(|t| t.elapsed() >= self.opts.idle_poll_interval);
                         if polled.found == 0 && due {
                             latest_read = Some(Instant::now());
                             if let Some(why) = self.adopted_away(stepper.at().lineage).await {
