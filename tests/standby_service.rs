@@ -48,6 +48,12 @@ fn ctl_refused(addr: std::net::SocketAddr, args: &[&str], code: &str, says: &str
     err
 }
 
+/// `ctl health ID` as text.
+fn text_health(addr: std::net::SocketAddr, id: &str) -> String {
+    let (_, child) = served::ctl(addr, &["health", id]);
+    child.stdout()
+}
+
 /// The acked log's highest commit, once it holds at least `n` commits.
 fn wait_acked(log: &Path, n: usize) -> u64 {
     let deadline = Instant::now() + DEADLINE;
@@ -113,13 +119,21 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     let id = registered["store_id"].as_str().unwrap().to_string();
     let token = registered["node_token"].as_str().unwrap().to_string();
 
-    // It follows while the primary commits: its commit passes what was acknowledged when it
-    // started (so it applied segments after its restore).
+    // It follows while the primary commits: it applies segments (a lag behind, in commits),
+    // past what was acknowledged when it was registered.
     let acked_then = wait_acked(&log, 20);
-    let h = served::wait_health(&cb, &id, "the standby following past the acked", |h| {
-        h.role == "standby" && h.healthy && h.standby_commit_seq >= acked_then
+    let h = served::wait_health(&cb, &id, "the standby applying segments, behind", |h| {
+        h.role == "standby"
+            && h.healthy
+            && h.standby_last_apply.starts_with("applied")
+            && h.standby_lag_commits > 0
+            && h.standby_commit_seq >= acked_then
     })
     .await;
+    eprintln!(
+        "behind: {} commits {} s: {}",
+        h.standby_lag_commits, h.standby_lag_seconds, h.standby_last_apply
+    );
     assert_eq!(h.destination, url);
     assert!(!h.standby_last_apply.is_empty(), "{h:?}");
     // A standby has no worker: a pause is refused naming why.
@@ -136,12 +150,9 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
         shown["stores"][0]["standby_lag_commits"].is_u64(),
         "{shown}"
     );
-    let (_, text) = served::ctl(addr_b, &["health", &id]);
-    assert!(
-        text.stdout().contains("role standby of"),
-        "{}",
-        text.stdout()
-    );
+    let text = text_health(addr_b, &id);
+    assert!(text.contains("role standby of"), "{text}");
+    eprintln!("following: {text}");
 
     // The node stops committing: the standby catches up, lag 0.
     node.signal(libc::SIGKILL);
@@ -156,6 +167,7 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     })
     .await;
     assert!(h.healthy, "{h:?}");
+    eprintln!("caught up: {}", text_health(addr_b, &id));
 
     // The primary's host dies.
     srv_a.signal(libc::SIGKILL);
@@ -174,7 +186,14 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     })
     .await;
 
+    let killed = Instant::now();
     let promoted = ctl_ok(addr_b, &["promote", &id, "--wait-for-lease"]);
+    eprintln!(
+        "promoted {:?} after the kill: {promoted}; {} commits acknowledged, highest \
+         {highest_acked}",
+        killed.elapsed(),
+        acked.len()
+    );
     let at = promoted["commit_seq"].as_u64().unwrap();
     assert!(
         at >= highest_acked,
@@ -321,4 +340,103 @@ async fn standby_and_promote_refuse_bad_input_naming_what_was_wrong() {
     let stores = served::list_stores(&c).await;
     assert!(stores.iter().all(|s| s.store_id != id), "{stores:?}");
     served::terminate(&mut srv);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_standbys_promoted_at_once_one_wins_and_the_other_names_it_and_stops() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let bucket = support::s3::create_bucket(&endpoint, "standby-race").await;
+    let url = format!("s3://{bucket}/db");
+    let a = served::dirs();
+    let primary_dir = a.root.join("primary");
+    std::fs::create_dir_all(&primary_dir).unwrap();
+    let (mut srv_a, addr_a) = served::start("serve A (primary)", serve(&a, &endpoint, "node-a"));
+    let ca = served::client(addr_a).await;
+    let r = ca
+        .clone()
+        .register(support::register_req(&primary_dir, &url))
+        .await
+        .expect("Register")
+        .into_inner();
+    served::node_writes(addr_a, &primary_dir, &r.store_id, &r.node_token, 30);
+    served::wait_health(&ca, &r.store_id, "30 commits in a restore point", |h| {
+        h.restore_point_commit_seq >= 30
+    })
+    .await;
+
+    // Two standbys on two services.
+    let mut standbys = Vec::new();
+    for name in ["node-b", "node-c"] {
+        let d = served::dirs();
+        let dir = d.root.join("standby");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (srv, addr) = served::start(name, serve(&d, &endpoint, name));
+        let answer = ctl_ok(
+            addr,
+            &[
+                "standby",
+                "--dir",
+                dir.to_str().unwrap(),
+                "--destination",
+                &url,
+            ],
+        );
+        let id = answer["store_id"].as_str().unwrap().to_string();
+        let c = served::client(addr).await;
+        served::wait_health(&c, &id, "caught up at 30", |h| {
+            h.standby_commit_seq >= 30 && h.standby_last_apply.starts_with("caught up")
+        })
+        .await;
+        standbys.push((name, d, srv, addr, c, id));
+    }
+    srv_a.signal(libc::SIGKILL);
+    srv_a.wait_exit(Duration::from_secs(10));
+
+    // Both promotions at once.
+    let mut calls: Vec<Running> = standbys
+        .iter()
+        .map(|(name, _, _, addr, _, id)| {
+            let mut cmd = binary::command("http://unused.invalid");
+            cmd.args(["ctl", "--json", "--server", &format!("http://{addr}")])
+                .args(["promote", id, "--wait-for-lease"]);
+            Running::spawn(&format!("promote on {name}"), cmd)
+        })
+        .collect();
+    let ok: Vec<bool> = calls
+        .iter_mut()
+        .map(|c| c.wait_exit(DEADLINE).success())
+        .collect();
+    assert_eq!(
+        ok.iter().filter(|o| **o).count(),
+        1,
+        "not exactly one promotion won: {}\n{}",
+        calls[0].output(),
+        calls[1].output()
+    );
+    let (won, lost) = if ok[0] { (0, 1) } else { (1, 0) };
+    let winner = binary::json(&calls[won].stdout());
+    let lineage = winner["lineage"].as_str().unwrap();
+    let refusal = calls[lost].stderr();
+    let winner_name = standbys[won].0;
+    assert!(
+        refusal.contains("FAILED_PRECONDITION")
+            && (refusal.contains(lineage) || refusal.contains(winner_name)),
+        "the losing promotion does not name the winner ({winner_name}, lineage {lineage}): \
+         {refusal}"
+    );
+    eprintln!("the loser was told: {refusal}");
+    let (_, _, _, _, c, id) = &standbys[won];
+    served::wait_health(c, id, "the winner a primary", |h| h.role == "primary").await;
+    // The loser follows no more: its LATEST names the winner's lineage.
+    let (_, _, _, _, c, id) = &standbys[lost];
+    let h = served::wait_health(c, id, "the loser stopped, naming the promotion", |h| {
+        h.role == "standby" && !h.healthy && h.reason.contains(lineage)
+    })
+    .await;
+    eprintln!("the loser's health: {}", h.reason);
+    for (_, _, mut srv, _, _, _) in standbys {
+        served::terminate(&mut srv);
+    }
 }

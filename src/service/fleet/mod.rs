@@ -15,6 +15,10 @@
 //! against the allowed roots. A running worker checks its directory again at every look
 //! ([`StoreDir::confined`]): one whose directory left its root or was replaced reads and
 //! writes nothing there, and its health says why.
+//!
+//! A store registered as a standby (`StoreOptions::standby`) has no worker: the fleet keeps a
+//! follower for it instead, in a map of its own (`standby.rs`, which says what each call does
+//! with a standby), until `Promote` (`promote.rs`) makes it a primary with a worker.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

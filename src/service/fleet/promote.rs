@@ -204,9 +204,17 @@ impl Fleet {
             holder: instance_fence.holder().to_string(),
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let fenced = promote_fence::fence(bucket.clone(), lease, wait_for_lease, &self.shutdown)
-            .await
-            .map_err(PromoteError::from)?;
+        let fenced =
+            match promote_fence::fence(bucket.clone(), lease, wait_for_lease, &self.shutdown).await
+            {
+                Ok(f) => f,
+                Err(e) => {
+                    // Held by another writer: when that is a promotion that won meanwhile,
+                    // LATEST names it, which says more than the lease.
+                    refuse_promoted(bucket.as_ref()).await?;
+                    return Err(PromoteError::from(e).into());
+                }
+            };
         let dir = super::paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let opts = StandbyOptions {
             keys: self.restore_keys(),

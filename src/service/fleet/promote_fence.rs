@@ -140,9 +140,7 @@ pub async fn fence(
         }),
         Ok(TakeOver::Unprovable(why)) if wait_for_lease => {
             tracing::info!(%why, "promotion: waiting until the bucket lease is stale");
-            wait_until_stale(&mut acquirer, ttl, cancel)
-                .await
-                .map(|lease| (lease, None))
+            wait_until_stale(&mut acquirer, ttl, cancel).await
         }
         Ok(TakeOver::Unprovable(why)) => Err(FenceError::Unprovable(why)),
         Err(e) => Err(e.into()),
@@ -162,17 +160,19 @@ pub async fn fence(
 }
 
 /// `wait_for_lease`: tries as a worker would until the lease is taken, at most two TTLs and
-/// 5 s (past that, a holder alive at the start is still alive).
+/// 5 s (past that, a holder alive at the start is still alive); the lease, and the holder it
+/// was waited for (when one was seen).
 async fn wait_until_stale(
     acquirer: &mut LeaseAcquirer,
     ttl: Duration,
     cancel: &CancellationToken,
-) -> Result<BucketLease, FenceError> {
+) -> Result<(BucketLease, Option<String>), FenceError> {
     let started = tokio::time::Instant::now();
     let give_up = ttl * 2 + Duration::from_secs(5);
+    let mut seen = None;
     loop {
         match acquirer.try_acquire().await? {
-            Acquisition::Acquired(lease) => return Ok(lease),
+            Acquisition::Acquired(lease) => return Ok((lease, seen)),
             Acquisition::HeldElsewhere {
                 holder,
                 host,
@@ -189,6 +189,7 @@ async fn wait_until_stale(
                     });
                 }
                 tracing::info!(%holder, %host, ?retry_in, "promotion: the bucket lease is still held; waiting");
+                seen = Some(format!("{holder} on {host} (store {store})"));
                 tokio::select! {
                     _ = cancel.cancelled() => return Err(FenceError::Interrupted),
                     _ = tokio::time::sleep(retry_in.min(Duration::from_secs(1))) => {}

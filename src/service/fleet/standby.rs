@@ -388,7 +388,7 @@ impl Follower {
                         }
                         let due =
                             latest_read.is_none_or(|t| t.elapsed() >= self.opts.idle_poll_interval);
-                        if polled.found == 0 && due {
+                        if due {
                             latest_read = Some(Instant::now());
                             if let Some(why) = self.adopted_away(stepper.at().lineage).await {
                                 return self.stop(why);
