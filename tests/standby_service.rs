@@ -440,3 +440,94 @@ async fn two_standbys_promoted_at_once_one_wins_and_the_other_names_it_and_stops
         served::terminate(&mut srv);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_standalone_primary_is_fenced_at_once_by_promote_and_loses_its_lease() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let bucket = support::s3::create_bucket(&endpoint, "standby-live").await;
+    let url = format!("s3://{bucket}/db");
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    binary::write_store(&src, 50);
+    let settings = binary::FollowSettings {
+        lease_ttl: Duration::from_secs(2),
+        wal_interval: Duration::from_millis(200),
+        restore_point_interval: Duration::from_millis(500),
+    };
+    let mut old = Running::spawn(
+        "old primary (backup)",
+        binary::follower(&endpoint, &src, &url, &settings),
+    );
+    old.wait_for_health("a restore point at 50", DEADLINE, |h| {
+        h.lease_held && h.restore_point_commit_seq >= 50
+    });
+
+    let d = served::dirs();
+    let dir = d.root.join("standby");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut srv, addr) = served::start("serve (standby)", serve(&d, &endpoint, "node-s"));
+    let c = served::client(addr).await;
+    let answer = ctl_ok(
+        addr,
+        &[
+            "standby",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--destination",
+            &url,
+        ],
+    );
+    let id = answer["store_id"].as_str().unwrap().to_string();
+    served::wait_health(&c, &id, "following at 50", |h| h.standby_commit_seq >= 50).await;
+
+    // The old primary is alive and shipping (10 commits a second) when the promotion comes:
+    // its lease is taken over at once (no --wait-for-lease needed: a standalone lease's
+    // deadline is read from the bucket's clock).
+    let mut writer = Running::spawn("writer", binary::writer(&src, 100_000, 10));
+    let promoted = ctl_ok(addr, &["promote", &id]);
+    let at = promoted["commit_seq"].as_u64().unwrap();
+    assert!(at >= 50, "{promoted}");
+    assert!(
+        promoted["fenced"].as_str().unwrap().contains("(store "),
+        "the promotion does not name the holder it took over: {promoted}"
+    );
+    // The old primary reports that it lost the lease.
+    old.wait_for_health("report the lease lost", DEADLINE, |h| !h.lease_held);
+    writer.signal(libc::SIGTERM);
+    writer.wait_exit(DEADLINE);
+    served::wait_health(&c, &id, "a primary holding its lease", |h| {
+        h.role == "primary" && h.lease_held
+    })
+    .await;
+    // The old primary, run again, is refused: the promoted store's lease holds.
+    let mut once = binary::backup_once(&endpoint, &src, &url, &[]);
+    once.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", "2000");
+    let out = once.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the old primary shipped again: {err}"
+    );
+    assert!(
+        err.contains("node-s") || err.contains("prefix refused"),
+        "the old primary's refusal does not name the promoted store's holder: {err}"
+    );
+
+    // Commits into the promoted directory ship, under the new lineage.
+    binary::write_store(&dir, 20);
+    served::wait_health(&c, &id, "the new commits in a restore point", |h| {
+        h.restore_point_commit_seq >= at + 20
+    })
+    .await;
+    let restored = d.base.join("restored");
+    let digest = binary::restore_digest(&endpoint, &url, &restored);
+    assert_eq!(
+        digest,
+        binary::store_digest(&dir),
+        "the prefix does not restore to the promoted store"
+    );
+    old.kill();
+    served::terminate(&mut srv);
+}

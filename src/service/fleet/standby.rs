@@ -15,8 +15,12 @@
 //!   - **Pause / Resume / Trigger / Drill**: refused (FAILED_PRECONDITION): a standby uploads
 //!     nothing, so there is nothing to pause or trigger, and a drill of its destination is the
 //!     primary's business. Stop following with Deregister; promote it to back it up.
-//!   - **Move / Drain**: refused: its directory is on this host; register a standby on the
-//!     other host instead (it restores from the bucket).
+//!   - **Move**: refused: its directory is on this host; register a standby on the other
+//!     host instead (it restores from the bucket). **Drain** moves the primaries and leaves
+//!     the standbys where they are.
+//!   - A **failover claim** (the owner went silent) starts the follower on the claiming
+//!     instance, as it starts a primary's worker there; the instance that lost it stops its
+//!     follower.
 //!   - **Deregister**: stops the follower (waiting for it to end: the directory is left as the
 //!     last apply left it, a valid store), then deletes the row. `flush` has nothing to flush.
 //!   - **Promote** (`promote.rs`): stops the follower, fences the old writer, catches up,
@@ -24,6 +28,14 @@
 //! - A standby whose prefix moved to another lineage, or whose LATEST names another lineage
 //!   as its adopter (the primary was promoted elsewhere, or adopted away), stops applying and
 //!   stays unhealthy naming why until deregistered: it never applies another history.
+//!
+//! # What it does not do (yet)
+//! - Its health is not written into the registry's health reports: another instance of a
+//!   shared registry answers `Health` of a standby (not `fresh`) as never reported; ask its
+//!   owner (`fresh`), which forwards.
+//! - Registering a standby of a destination a store of the same registry backs up is refused
+//!   as two stores sharing a destination (`conflicts.rs`): the standby belongs to another
+//!   service (another registry), as a disaster-recovery copy does.
 //!
 //! # Lag
 //! As of the follower's last poll of the destination (one LIST, `crate::standby::poll`):
