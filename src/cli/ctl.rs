@@ -61,29 +61,6 @@ enum Call {
         #[command(flatten)]
         store: StoreFlags,
     },
-    /// Register a standby: the service keeps DIR (empty, or a standby of this destination
-    /// already) current from the destination and never writes to it, until `promote`.
-    /// Prints the store id and node token (the token serves once the store is promoted).
-    Standby {
-        /// Absolute store directory under one of the server's allowed roots (it must exist).
-        #[arg(long)]
-        dir: String,
-        /// The destination to follow: file:///path or s3://bucket/prefix.
-        #[arg(long)]
-        destination: String,
-        /// Labels, and the options its worker runs with once promoted.
-        #[command(flatten)]
-        store: StoreFlags,
-    },
-    /// Make a standby the primary of its destination: fence the old writer through the bucket
-    /// lease, apply everything durable, adopt the prefix, start backing up.
-    Promote {
-        store_id: String,
-        /// Where the old writer cannot be proven fenced (a `serve` holds its lease), wait until
-        /// its lease is stale instead of refusing.
-        #[arg(long)]
-        wait_for_lease: bool,
-    },
     /// Stop a store's worker and forget the store.
     Deregister {
         store_id: String,
@@ -126,6 +103,8 @@ enum Call {
     WatchEvents(ctl_events::WatchEventsArgs),
     #[command(flatten)]
     Moves(super::ctl_move::MoveCall),
+    #[command(flatten)]
+    Standbys(super::ctl_standby::StandbyCall),
     /// Every store of the instance.
     ListStores,
     /// Requests, bytes and the estimated monthly cost of one store, or of every store.
@@ -173,7 +152,7 @@ enum Kind {
 
 /// Labels and per-store options of Register and Adopt.
 #[derive(Args)]
-struct StoreFlags {
+pub(super) struct StoreFlags {
     /// A label, key=value (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
@@ -409,15 +388,6 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             destination,
             store,
         } => register(&mut ctl, j, dir, destination, store, false).await?,
-        Call::Standby {
-            dir,
-            destination,
-            store,
-        } => register(&mut ctl, j, dir, destination, store, true).await?,
-        Call::Promote {
-            store_id,
-            wait_for_lease,
-        } => promote(&mut ctl, j, store_id, wait_for_lease).await?,
         Call::Deregister { store_id, flush } => deregister(&mut ctl, j, store_id, flush).await?,
         Call::Trigger { store_id, kind } => trigger(&mut ctl, j, store_id, kind).await?,
         Call::Pause {
@@ -443,6 +413,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
         Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
+        Call::Standbys(c) => super::ctl_standby::run(&mut ctl, j, c).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::Cost(c) => super::ctl_cost::cost(&mut ctl, j, c).await?,
         Call::ListRestorePoints {
@@ -467,7 +438,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
-async fn register(
+pub(super) async fn register(
     ctl: &mut Ctl,
     j: bool,
     dir: String,
@@ -500,48 +471,6 @@ async fn register(
             if standby { "standby " } else { "" },
             r.store_id,
             r.node_token
-        ),
-    )?;
-    Ok(())
-}
-
-/// `ctl promote`: a promotion waits for the old writer's lease, so it has no deadline of
-/// ctl's (the server's adopt_timeout_ms bounds it).
-async fn promote(
-    ctl: &mut Ctl,
-    j: bool,
-    store_id: String,
-    wait_for_lease: bool,
-) -> anyhow::Result<()> {
-    let req = proto::PromoteRequest {
-        store_id,
-        wait_for_lease,
-    };
-    let r = ctl
-        .client
-        .promote(ctl.request(req, false))
-        .await
-        .map_err(|s| failed("Promote", s))?
-        .into_inner();
-    print(
-        j,
-        json!({
-            "store_id": r.store_id,
-            "lineage": r.lineage,
-            "commit_seq": r.commit_seq,
-            "parent_manifest": r.parent_manifest,
-            "fenced": r.fenced,
-        }),
-        format!(
-            "promoted store {} at commit {} (lineage {}, parent {}){}",
-            r.store_id,
-            r.commit_seq,
-            r.lineage,
-            r.parent_manifest,
-            match r.fenced.as_str() {
-                "" => String::new(),
-                f => format!("; took the lease over from {f}"),
-            }
         ),
     )?;
     Ok(())

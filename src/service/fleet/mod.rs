@@ -393,34 +393,7 @@ impl Fleet {
         let destination = destination::check(&new.destination, self.placement())?;
         limits::check_labels(&new.labels)?;
         new.options.check()?;
-        if new.options.is_standby() && intent == Intent::Adopt {
-            return Err(FieldError(
-                "options.standby: Adopt restores a store to back it up; register a standby \
-                 (Register with options.standby) to follow a destination"
-                    .into(),
-            )
-            .into());
-        }
-        if new.options.is_standby() && !dir.is_dir() {
-            return Err(FieldError(format!(
-                "store_dir {}: {}: a standby's directory must exist (empty, to be restored \
-                 into, or a standby of this destination already)",
-                limits::quote(&new.store_dir),
-                match dir.exists() {
-                    true => "is not a directory",
-                    false => "is missing",
-                }
-            ))
-            .into());
-        }
-        if new.options.is_standby() && new.options.replica().is_some() {
-            return Err(FieldError(
-                "options.standby: a standby writes to no destination, so it has no replica; \
-                 register the replica once it is promoted"
-                    .into(),
-            )
-            .into());
-        }
+        standby::check(new, &dir, intent)?;
         new.options
             .check_object_lock_destination(&new.destination, self.config.worker.object_lock)?;
         new.options.check_replica(
@@ -631,27 +604,6 @@ impl Fleet {
             peer,
         };
         self.record(done, Some(deregistered(store_id, flush))).await;
-        Ok(())
-    }
-
-    /// Deregisters a standby: its follower stopped (see `standby.rs`), its row deleted.
-    async fn deregister_standby(
-        &self,
-        store_id: &str,
-        peer: Option<String>,
-    ) -> Result<(), FleetError> {
-        let Some(entry) = self.remove_standby(store_id).await else {
-            return Err(FleetError::NotHere(store_id.to_string()));
-        };
-        self.registry.delete_store(store_id).await?;
-        let done = Done {
-            action: "deregister",
-            store_id,
-            store_dir: &entry.record.store_dir,
-            detail: "a standby: its follower stopped".into(),
-            peer,
-        };
-        self.record(done, Some(deregistered(store_id, false))).await;
         Ok(())
     }
 

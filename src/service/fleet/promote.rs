@@ -21,7 +21,9 @@
 //! goes away, or the call's timeout, does not cut a promotion half way.
 //!
 //! # A promotion that fails
-//! Before step 5 wrote anything (refused, fenced out, the bucket down): the lease (if taken)
+//! After step 5 (adopted and claimed), a worker that does not start is an error naming it
+//! ([`PromoteError::WorkerNotStarted`]): the store is no standby any more, and the next start
+//! of the service starts its worker from the row. Before step 5 wrote anything (refused, fenced out, the bucket down): the lease (if taken)
 //! is released and the follower started again: the store is a standby as before, its health
 //! naming nothing new (the call's error says why). A failure in step 5 leaves what
 //! `standby::promote` leaves (see its docs); the follower is started again too, and stops
@@ -64,6 +66,16 @@ pub enum PromoteError {
     Standby(#[from] StandbyError),
     #[error("the destination: {0}")]
     Bucket(#[from] crate::bucket::BucketError),
+    /// Promoted (LATEST claimed, the registry row a primary's), but the worker did not start.
+    #[error(
+        "promoted to lineage {lineage} at commit {commit_seq}, but its backup worker could not \
+         start: {why}; restart the service to start it (the registry records it as a primary)"
+    )]
+    WorkerNotStarted {
+        lineage: String,
+        commit_seq: u64,
+        why: String,
+    },
 }
 
 impl PromoteError {
@@ -169,6 +181,11 @@ impl Fleet {
         entry.stop().await;
         match self.fence_and_adopt(&entry, wait_for_lease).await {
             Ok(promoted) => Ok(promoted),
+            Err(e @ FleetError::Promote(PromoteError::WorkerNotStarted { .. })) => {
+                // Adopted and claimed: no standby any more, whatever the worker does.
+                self.standbys.write().expect("not poisoned").remove(&id);
+                Err(e)
+            }
             Err(e) => {
                 // Still a standby: follow again (see the module docs).
                 tracing::warn!(store_id = %id, error = %e, "the promotion failed; the store follows its destination again");
@@ -191,6 +208,7 @@ impl Fleet {
         wait_for_lease: bool,
     ) -> Result<Promoted, FleetError> {
         let record = &entry.record;
+        let dir = super::paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let bucket = self.buckets.read_write(&record.destination).open().await?;
         refuse_promoted(bucket.as_ref()).await?;
         let instance_fence = self
@@ -215,7 +233,6 @@ impl Fleet {
                     return Err(PromoteError::from(e).into());
                 }
             };
-        let dir = super::paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let opts = StandbyOptions {
             keys: self.restore_keys(),
             ..StandbyOptions::default()
@@ -245,7 +262,15 @@ impl Fleet {
             .write()
             .expect("not poisoned")
             .remove(&record.store_id);
-        self.spawn(primary, options, None).await?;
+        if let Err(e) = self.spawn(primary, options, None).await {
+            tracing::error!(store_id = %record.store_id, error = %e, "promoted, but the backup worker could not start");
+            return Err(PromoteError::WorkerNotStarted {
+                lineage: adopted.new_lineage.to_string(),
+                commit_seq: adopted.applied.commit_seq,
+                why: e.to_string(),
+            }
+            .into());
+        }
         tracing::info!(store_id = %record.store_id, lineage = %adopted.new_lineage, commit_seq = adopted.applied.commit_seq, "promoted a standby: it is the primary now");
         Ok(Promoted {
             store_id: record.store_id.clone(),

@@ -60,14 +60,16 @@
 //! the next start of the service respawns the follower from the registry row (a standby row
 //! stays a standby), which takes the directory up where it stands.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Fleet, FleetError, StoreOptions, paths};
+use super::conflicts::Intent;
+use super::limits::{self, FieldError};
+use super::{Done, Fleet, FleetError, NewStore, StoreOptions, paths};
 use crate::bucket::DynBucket;
 use crate::registry::StoreRecord;
 use crate::service::proto;
@@ -325,6 +327,28 @@ impl Fleet {
         Ok(entry)
     }
 
+    /// Deregisters a standby: its follower stopped (see `standby.rs`), its row deleted.
+    pub(super) async fn deregister_standby(
+        &self,
+        store_id: &str,
+        peer: Option<String>,
+    ) -> Result<(), FleetError> {
+        let Some(entry) = self.remove_standby(store_id).await else {
+            return Err(FleetError::NotHere(store_id.to_string()));
+        };
+        self.registry.delete_store(store_id).await?;
+        let done = Done {
+            action: "deregister",
+            store_id,
+            store_dir: &entry.record.store_dir,
+            detail: "a standby: its follower stopped".into(),
+            peer,
+        };
+        self.record(done, Some(super::deregistered(store_id, false)))
+            .await;
+        Ok(())
+    }
+
     /// A standby this instance runs.
     pub fn standby(&self, store_id: &str) -> Option<Arc<StandbyEntry>> {
         self.standbys
@@ -354,6 +378,43 @@ impl Fleet {
         entry.stop().await;
         Some(entry)
     }
+}
+
+/// The checks a standby's registration adds ([`Fleet`]'s `check_new`): not through Adopt,
+/// no replica (a standby writes nowhere), and a directory that exists (`dir`, resolved).
+pub(super) fn check(new: &NewStore, dir: &Path, intent: Intent) -> Result<(), FleetError> {
+    if !new.options.is_standby() {
+        return Ok(());
+    }
+    if intent == Intent::Adopt {
+        return Err(FieldError(
+            "options.standby: Adopt restores a store to back it up; register a standby \
+             (Register with options.standby) to follow a destination"
+                .into(),
+        )
+        .into());
+    }
+    if !dir.is_dir() {
+        return Err(FieldError(format!(
+            "store_dir {}: {}: a standby's directory must exist (empty, to be restored \
+             into, or a standby of this destination already)",
+            limits::quote(&new.store_dir),
+            match dir.exists() {
+                true => "is not a directory",
+                false => "is missing",
+            }
+        ))
+        .into());
+    }
+    if new.options.replica().is_some() {
+        return Err(FieldError(
+            "options.standby: a standby writes to no destination, so it has no replica; \
+             register the replica once it is promoted"
+                .into(),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// One standby's follower task.
@@ -470,5 +531,113 @@ impl Follower {
     fn stop(&self, why: String) {
         tracing::error!(store_id = %self.store_id, %why, "standby stopped applying");
         self.reporter.stopped(why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::standby::Applied;
+
+    fn report(kind: ApplyKind, commit_seq: u64, segments: usize) -> ApplyReport {
+        ApplyReport {
+            applied: kind,
+            at: Applied {
+                lineage: uuid::Uuid::nil(),
+                generation: 3,
+                wal_end: 100,
+                commit_seq,
+                manifest: "manifests/1.json".into(),
+            },
+            segments,
+            unix_ms: 0,
+        }
+    }
+
+    fn reporter() -> Reporter {
+        Reporter {
+            state: Arc::new(Mutex::new(FollowState::default())),
+            serial: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    #[test]
+    fn the_lag_is_the_last_polls_and_falls_to_zero_on_a_poll_without_news() {
+        let r = reporter();
+        let now = crate::units::unix_now_ms();
+        r.applied(&report(ApplyKind::Segments, 130, 2), 10, Some(now - 1500));
+        let s = r.state.lock().unwrap().clone();
+        assert_eq!(s.lag_commits, 10);
+        let secs = s.lag.seconds(now);
+        assert!((1.4..3.0).contains(&secs), "{secs}");
+        assert_eq!(
+            s.last_apply,
+            "applied 2 segments up to commit 130 (generation 3)"
+        );
+        let serial = r.serial.load(Ordering::Relaxed);
+
+        // Found, not applied (a generation without its restore point): the wait grows.
+        r.quiet(1, Some(now - 10_000));
+        let s = r.state.lock().unwrap().clone();
+        assert_eq!(s.lag_commits, 0);
+        assert!(s.lag.seconds(now + 5_000) >= 15.0);
+        assert!(r.serial.load(Ordering::Relaxed) > serial);
+
+        r.quiet(0, None);
+        let s = r.state.lock().unwrap().clone();
+        assert_eq!((s.lag_commits, s.lag.seconds(now)), (0, 0.0));
+        assert_eq!(s.last_apply, "caught up at commit 130");
+        // The same state again is no change.
+        let serial = r.serial.load(Ordering::Relaxed);
+        r.quiet(0, None);
+        assert_eq!(r.serial.load(Ordering::Relaxed), serial);
+    }
+
+    #[test]
+    fn failures_make_a_standby_unhealthy_only_after_a_few_and_a_stop_for_good() {
+        let r = reporter();
+        let entry = StandbyEntry {
+            record: StoreRecord {
+                store_id: "s".into(),
+                store_dir: "/d".into(),
+                destination: "s3://b/p".into(),
+                labels: Default::default(),
+                options: serde_json::json!({"standby": true}),
+                node_token_hash: String::new(),
+                instance_id: "i".into(),
+                registered_at_ms: 0,
+                owner_since_ms: 0,
+            },
+            options: StoreOptions::default(),
+            state: r.state.clone(),
+            serial: r.serial.clone(),
+            cancel: CancellationToken::new(),
+            ended: CancellationToken::new(),
+            promoting: tokio::sync::Mutex::new(()),
+        };
+        r.failed(&"the bucket is down");
+        let h = entry.health("i");
+        assert!(h.healthy && h.role == "standby", "{h:?}");
+        assert_eq!(h.last_error, "the bucket is down");
+        for _ in 1..UNHEALTHY_AFTER_FAILURES {
+            r.failed(&"the bucket is down");
+        }
+        let h = entry.health("i");
+        assert!(
+            !h.healthy && h.reason.contains("the bucket is down"),
+            "{h:?}"
+        );
+        r.applied(&report(ApplyKind::Restored, 7, 0), 0, None);
+        assert!(entry.health("i").healthy);
+        assert_eq!(
+            entry.health("i").standby_last_apply,
+            "restored generation 3 at commit 7"
+        );
+        r.stopped("the prefix went to lineage x".into());
+        let h = entry.health("i");
+        assert!(
+            !h.healthy && h.reason == "the prefix went to lineage x",
+            "{h:?}"
+        );
     }
 }
