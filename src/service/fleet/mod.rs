@@ -151,6 +151,7 @@ pub mod limits;
 pub mod path_index;
 pub mod paths;
 mod promote;
+pub use promote::PromoteError;
 pub mod promote_fence;
 mod record;
 pub mod remote;

@@ -55,6 +55,11 @@ pub enum PromoteError {
     #[error("a promotion of store {0} is under way already")]
     InProgress(String),
     #[error(
+        "another promotion of store {0} ended meanwhile (see its answer): call again if the \
+         store is still a standby"
+    )]
+    Raced(String),
+    #[error(
         "refused, nothing changed: the prefix was promoted already: LATEST gives restore point \
          {manifest} to lineage {winner}; this standby stays a standby (deregister it, or \
          follow the new primary with a new standby)"
@@ -174,9 +179,12 @@ impl Fleet {
         let Ok(_promoting) = entry.promoting.try_lock() else {
             return Err(PromoteError::InProgress(id).into());
         };
-        if self.standby(&id).is_none() {
-            // Promoted (or deregistered) by the call that held the lock before.
-            return Err(PromoteError::NotStandby(id).into());
+        match self.standby(&id) {
+            Some(now) if Arc::ptr_eq(&now, &entry) => {}
+            // Promoted, deregistered, or following again after a failed promotion, by the call
+            // that held the lock before.
+            Some(_) => return Err(PromoteError::Raced(id).into()),
+            None => return Err(PromoteError::NotStandby(id).into()),
         }
         entry.stop().await;
         match self.fence_and_adopt(&entry, wait_for_lease).await {

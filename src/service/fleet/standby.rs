@@ -23,6 +23,8 @@
 //!     follower.
 //!   - **Deregister**: stops the follower (waiting for it to end: the directory is left as the
 //!     last apply left it, a valid store), then deletes the row. `flush` has nothing to flush.
+//!     Refused while a promotion of the store is under way (it ends as a primary or a
+//!     standby; deregister that).
 //!   - **Promote** (`promote.rs`): stops the follower, fences the old writer, catches up,
 //!     adopts the prefix, then starts the store's backup worker as a primary's.
 //! - A standby whose prefix moved to another lineage, or whose LATEST names another lineage
@@ -333,9 +335,14 @@ impl Fleet {
         store_id: &str,
         peer: Option<String>,
     ) -> Result<(), FleetError> {
-        let Some(entry) = self.remove_standby(store_id).await else {
+        let Some(entry) = self.standby(store_id) else {
             return Err(FleetError::NotHere(store_id.to_string()));
         };
+        // Not while it is being promoted: the promotion ends as a primary or a standby.
+        let Ok(_one) = entry.promoting.try_lock() else {
+            return Err(super::PromoteError::InProgress(store_id.to_string()).into());
+        };
+        self.remove_standby(store_id).await;
         self.registry.delete_store(store_id).await?;
         let done = Done {
             action: "deregister",
