@@ -85,6 +85,12 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::HostResponse>, Status> {
         no()
     }
+    async fn promote(
+        &self,
+        _: Request<proto::PromoteRequest>,
+    ) -> Result<Response<proto::PromoteResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

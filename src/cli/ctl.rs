@@ -103,6 +103,8 @@ enum Call {
     WatchEvents(ctl_events::WatchEventsArgs),
     #[command(flatten)]
     Moves(super::ctl_move::MoveCall),
+    #[command(flatten)]
+    Standbys(super::ctl_standby::StandbyCall),
     /// Every store of the instance.
     ListStores,
     /// Requests, bytes and the estimated monthly cost of one store, or of every store.
@@ -150,7 +152,7 @@ enum Kind {
 
 /// Labels and per-store options of Register and Adopt.
 #[derive(Args)]
-struct StoreFlags {
+pub(super) struct StoreFlags {
     /// A label, key=value (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
@@ -385,7 +387,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             dir,
             destination,
             store,
-        } => register(&mut ctl, j, dir, destination, store).await?,
+        } => register(&mut ctl, j, dir, destination, store, false).await?,
         Call::Deregister { store_id, flush } => deregister(&mut ctl, j, store_id, flush).await?,
         Call::Trigger { store_id, kind } => trigger(&mut ctl, j, store_id, kind).await?,
         Call::Pause {
@@ -411,6 +413,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
         Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
         Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
+        Call::Standbys(c) => super::ctl_standby::run(&mut ctl, j, c).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::Cost(c) => super::ctl_cost::cost(&mut ctl, j, c).await?,
         Call::ListRestorePoints {
@@ -434,19 +437,24 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `ctl register`.
-async fn register(
+/// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
+pub(super) async fn register(
     ctl: &mut Ctl,
     j: bool,
     dir: String,
     destination: String,
     store: StoreFlags,
+    standby: bool,
 ) -> anyhow::Result<()> {
+    let mut options = store.options();
+    if let Some(o) = options.as_mut() {
+        o.standby = standby;
+    }
     let req = proto::RegisterRequest {
         store_dir: dir,
         destination,
         labels: store.labels(),
-        options: store.options(),
+        options,
         instance_id: String::new(),
     };
     let r = ctl
@@ -459,8 +467,10 @@ async fn register(
         j,
         json!({"store_id": r.store_id, "node_token": r.node_token}),
         format!(
-            "registered store {}\nnode token (shown once): {}",
-            r.store_id, r.node_token
+            "registered {}store {}\nnode token (shown once): {}",
+            if standby { "standby " } else { "" },
+            r.store_id,
+            r.node_token
         ),
     )?;
     Ok(())

@@ -17,6 +17,11 @@ fn store_health_json(s: &proto::StoreHealth) -> Value {
         "store_id": s.store_id,
         "store_dir": s.store_dir,
         "destination": s.destination,
+        "role": s.role,
+        "standby_lag_commits": s.standby_lag_commits,
+        "standby_lag_seconds": s.standby_lag_seconds,
+        "standby_last_apply": s.standby_last_apply,
+        "standby_commit_seq": s.standby_commit_seq,
         "healthy": s.healthy,
         "reason": s.reason,
         "reasons": s.reasons,
@@ -72,10 +77,33 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                     s.paused_reason
                 ));
             }
+            if s.role == "standby" {
+                return format!(
+                    "{}  {}  {state}\n  role standby of {}  at commit {}  lag {} commits \
+                     {:.1}s  last apply: {}{}",
+                    s.store_id,
+                    s.store_dir,
+                    s.destination,
+                    s.standby_commit_seq,
+                    s.standby_lag_commits,
+                    s.standby_lag_seconds,
+                    if s.standby_last_apply.is_empty() {
+                        "-"
+                    } else {
+                        &s.standby_last_apply
+                    },
+                    if s.last_error.is_empty() {
+                        String::new()
+                    } else {
+                        format!("\n  last error: {}", s.last_error)
+                    }
+                );
+            }
             let mut line = format!(
-                "{}  {}  {state}\n  durable {}  shipped {}  restore point {}  lag {:.1}s  lease {}",
+                "{}  {}  {state}\n  role {}  durable {}  shipped {}  restore point {}  lag {:.1}s  lease {}",
                 s.store_id,
                 s.store_dir,
+                if s.role.is_empty() { "primary" } else { &s.role },
                 s.durable_commit_seq,
                 s.shipped_commit_seq,
                 s.restore_point_commit_seq,

@@ -12,6 +12,7 @@ mod ctl;
 mod ctl_cost;
 mod ctl_drill;
 mod ctl_move;
+mod ctl_standby;
 mod encryption;
 mod inspect;
 mod lease;

@@ -284,6 +284,7 @@ mod report;
 pub use report::StoreReport;
 mod events;
 pub use events::{EventRow, EventSpan, LoggedEvent};
+mod store_options;
 mod webhook_cursor;
 
 impl Registry {

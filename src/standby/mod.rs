@@ -374,6 +374,72 @@ pub async fn follow(
     }
 }
 
+/// A standby stepped by its caller, one poll at a time ([`follow`] is the loop the CLI runs;
+/// the service's follower runs its own, to report each poll's lag): the same start, polls and
+/// applies, with the directory's lock held from [`Stepper::start`] until it is dropped.
+pub struct Stepper {
+    now: Following,
+    crash: Crash,
+}
+
+/// One [`Stepper::step`]: what its poll found and what was applied.
+#[derive(Debug, Clone)]
+pub struct Polled {
+    /// The apply, when the poll found something to apply.
+    pub applied: Option<ApplyReport>,
+    /// Objects the poll listed past what was applied (new segments, a later generation's).
+    pub found: usize,
+    /// The oldest `Last-Modified` (unix ms, the bucket's clock) among them.
+    pub oldest_found_ms: Option<i64>,
+}
+
+impl Stepper {
+    /// Restores into an empty `dir`, or takes up the store there ([`follow`]'s start).
+    pub async fn start(
+        bucket: &dyn Bucket,
+        dir: &Path,
+        opts: &StandbyOptions,
+    ) -> Result<(Stepper, ApplyReport), StandbyError> {
+        opts.check()?;
+        let crash = Crash(opts.crash_at);
+        let (now, kind) = start(bucket, dir, opts, &crash).await?;
+        let r = report(kind, &now.at, 0);
+        Ok((Stepper { now, crash }, r))
+    }
+
+    /// Where the standby stands.
+    pub fn at(&self) -> &Applied {
+        &self.now.at
+    }
+
+    /// One poll (one LIST), and the apply of what it found.
+    pub async fn step(
+        &mut self,
+        bucket: &dyn Bucket,
+        dir: &Path,
+        opts: &StandbyOptions,
+    ) -> Result<Polled, StandbyError> {
+        let at = &self.now.at;
+        let seen = poll::poll(bucket, at.generation, at.wal_end).await?;
+        let found = seen.listed.len();
+        let oldest_found_ms = seen.listed.iter().filter_map(|o| o.modified_ms).min();
+        let stepped = apply_seen(bucket, dir, at, opts, &self.crash, seen).await?;
+        let applied = stepped.map(|(next, kind, segments)| {
+            let r = report(kind, &next.at, segments);
+            if let Some(lock) = next.lock {
+                self.now._lock = lock;
+            }
+            self.now.at = next.at;
+            r
+        });
+        Ok(Polled {
+            applied,
+            found,
+            oldest_found_ms,
+        })
+    }
+}
+
 fn report(kind: ApplyKind, at: &Applied, segments: usize) -> ApplyReport {
     ApplyReport {
         applied: kind,
@@ -503,6 +569,18 @@ async fn step(
     crash: &Crash,
 ) -> Result<Option<(Next, ApplyKind, usize)>, StandbyError> {
     let seen = poll::poll(bucket, at.generation, at.wal_end).await?;
+    apply_seen(bucket, dir, at, opts, crash, seen).await
+}
+
+/// What one poll saw ([`poll::Seen`]) applied: `None` when there was nothing to apply.
+async fn apply_seen(
+    bucket: &dyn Bucket,
+    dir: &Path,
+    at: &Applied,
+    opts: &StandbyOptions,
+    crash: &Crash,
+    seen: poll::Seen,
+) -> Result<Option<(Next, ApplyKind, usize)>, StandbyError> {
     if seen.listed.is_empty() {
         return Ok(None);
     }

@@ -326,19 +326,8 @@ impl BackupWorker {
         tasks: &TaskTracker,
     ) -> BackupHandle {
         let mut acquirer = acquirer;
-        // A sync worker promises the acknowledgement window in its lease record and holds its
-        // durable positions back until a confirming read allows them (`durable.rs`).
-        let ack_fence = match self.config.durability {
-            super::DurabilityMode::Sync => {
-                acquirer.promising_ack_window(Some(crate::lease::ACK_WINDOW));
-                Some(ack_fence::AckFence::new(crate::lease::ACK_WINDOW))
-            }
-            super::DurabilityMode::Async => {
-                acquirer.promising_ack_window(None);
-                None
-            }
-        };
-        self.durable.set_gated(ack_fence.is_some());
+        let mode = self.config.durability; // sync: the ack window (`durable.rs`)
+        let ack_fence = ack_fence::for_mode(mode, &mut acquirer, &self.durable, tasks);
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -520,9 +509,7 @@ impl Runner {
             self.worker.ledger.lease_acquired();
             tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
             self.worker.forget_view();
-            if let Some(fence) = &mut self.ack_fence {
-                fence.reset();
-            }
+            self.ack_fence.as_mut().map(ack_fence::AckFence::reset);
             let wait = match self.hold(&lease).await {
                 Holding::Shutdown => {
                     if self.flush.flush() {
@@ -699,13 +686,11 @@ impl Runner {
                 };
                 drop(step);
                 if let (Some(fence), Ok(Ok(_))) = (&mut self.ack_fence, &stepped) {
-                    let handle = lease.handle();
-                    let settled = tokio::select! {
-                        r = fence.settle(&handle, &self.worker.durable) => r,
-                        _ = self.token.cancelled() => return Holding::Shutdown,
-                    };
-                    if settled.is_err() {
-                        return Holding::Lost;
+                    let (handle, durable) = (lease.handle(), &self.worker.durable);
+                    match fence.settle_unless(&handle, durable, &self.token).await {
+                        Some(Ok(())) => {}
+                        Some(Err(_)) => return Holding::Lost,
+                        None => return Holding::Shutdown,
                     }
                 }
                 match stepped {

@@ -126,10 +126,10 @@ impl BackupControl for Api {
         );
         let (peer, r) = operator(req, &caller);
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
-        let (entry, token) = self.fleet.register(new, peer).await.map_err(err)?;
-        record_store_id(&entry.record.store_id);
+        let (record, token) = self.fleet.register(new, peer).await.map_err(err)?;
+        record_store_id(&record.store_id);
         Ok(Response::new(proto::RegisterResponse {
-            store_id: entry.record.store_id.clone(),
+            store_id: record.store_id,
             node_token: token,
         }))
     }
@@ -313,14 +313,38 @@ impl BackupControl for Api {
         let (peer, r) = operator(req, &caller);
         let at = request::adopt_point(&r).map_err(err)?;
         let new = new_store(r.store_dir, r.destination, r.labels, r.options);
-        let (entry, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
-        record_store_id(&entry.record.store_id);
+        let (record, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
+        record_store_id(&record.store_id);
         Ok(Response::new(proto::AdoptResponse {
-            store_id: entry.record.store_id.clone(),
+            store_id: record.store_id,
             node_token: token,
             commit_seq: report.commit_seq,
             parent_manifest: report.manifest_key,
             commit_time_unix_ms: report.commit_time_unix_ms.unwrap_or(0),
+        }))
+    }
+
+    async fn promote(
+        &self,
+        req: Request<proto::PromoteRequest>,
+    ) -> Result<Response<proto::PromoteResponse>, Status> {
+        let caller = self.caller(&req)?;
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.promote(r).await })
+                .await
+        );
+        let (peer, r) = operator(req, &caller);
+        let p = self
+            .fleet
+            .promote(&r.store_id, r.wait_for_lease, peer)
+            .await
+            .map_err(err)?;
+        Ok(Response::new(proto::PromoteResponse {
+            store_id: p.store_id,
+            lineage: p.lineage,
+            commit_seq: p.commit_seq,
+            parent_manifest: p.parent_manifest,
+            fenced: p.fenced.unwrap_or_default(),
         }))
     }
 

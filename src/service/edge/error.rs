@@ -176,6 +176,9 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             RegistryError::Unavailable { .. } => Code::Unavailable,
             _ => return None,
         },
+        FleetError::IsStandby { .. } => Code::FailedPrecondition,
+        FleetError::Promote(p) if p.is_unavailable() => Code::Unavailable,
+        FleetError::Promote(_) => Code::FailedPrecondition,
         FleetError::Internal(_) => return None,
     })
 }

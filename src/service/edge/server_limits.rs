@@ -8,7 +8,7 @@
 //! - a `ReportPosition` stream's first report, and so its token check, is due within
 //!   `first_report_timeout`; the stream then ends `DEADLINE_EXCEEDED`;
 //! - every call's handler, reading its request included, ends within `call_timeout`
-//!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt` and `Drill`, which restore a
+//!   (`DEADLINE_EXCEEDED`; [`CallTimeoutLayer`]), except `Adopt`, `Drill` and `Promote`, which restore a
 //!   whole store inside the call, and `Move` and `Drain` (a flush and a handover per store),
 //!   which have `adopt_timeout`. A stream's handler ends when its response
 //!   starts, so the long-lived streams are not cut; the client's own `grpc-timeout` applies
@@ -68,6 +68,8 @@ pub struct CallTimeout<S> {
 const ADOPT_PATH: &str = "/mushroom.backup.v1.BackupControl/Adopt";
 /// A drill restores a whole store too: it has Adopt's limit.
 const DRILL_PATH: &str = "/mushroom.backup.v1.BackupControl/Drill";
+/// A promotion waits out the old writer's lease and catches up: Adopt's limit too.
+const PROMOTE_PATH: &str = "/mushroom.backup.v1.BackupControl/Promote";
 /// A move flushes and hands a store over; a drain does it for every store of an instance.
 const MOVE_PATHS: [&str; 2] = [
     "/mushroom.backup.v1.BackupControl/Move",
@@ -90,12 +92,13 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
-        let (limit, setting) =
-            if path == ADOPT_PATH || path == DRILL_PATH || MOVE_PATHS.contains(&path) {
-                (self.limits.adopt, "adopt_timeout_ms")
-            } else {
-                (self.limits.call, "call_timeout_ms")
-            };
+        let (limit, setting) = if [ADOPT_PATH, DRILL_PATH, PROMOTE_PATH].contains(&path)
+            || MOVE_PATHS.contains(&path)
+        {
+            (self.limits.adopt, "adopt_timeout_ms")
+        } else {
+            (self.limits.call, "call_timeout_ms")
+        };
         let method = path.rsplit('/').next().unwrap_or_default().to_string();
         let future = self.inner.call(req);
         Box::pin(async move {

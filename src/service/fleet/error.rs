@@ -62,6 +62,16 @@ pub enum FleetError {
     /// The lease root of the destination (where the instance lease lives) cannot be opened.
     #[error("{0}")]
     LeaseRoot(String),
+    /// A call that needs a backup worker, on a standby (`standby.rs`).
+    #[error(
+        "store {store} is a standby of {destination}: it has no backup worker (nothing to \
+         pause, resume, trigger, drill or move); promote it first (ctl promote {store}), or \
+         deregister it"
+    )]
+    IsStandby { store: String, destination: String },
+    /// A promotion refused or failed (`promote.rs`).
+    #[error("promotion of store: {0}")]
+    Promote(#[from] super::promote::PromoteError),
     /// A failure of ours.
     #[error("internal error: {0}")]
     Internal(String),

@@ -23,13 +23,10 @@ use crate::registry::{PauseRecord, StoreRecord};
 impl Fleet {
     /// Starts `record`'s worker here, unless one runs already (then that one). One at a time,
     /// so the reconcile and a move's `StartStore` never both start one store.
-    pub(in crate::service) async fn host(
-        &self,
-        record: StoreRecord,
-    ) -> Result<Arc<StoreEntry>, FleetError> {
+    pub(in crate::service) async fn host(&self, record: StoreRecord) -> Result<(), FleetError> {
         let _one = self.hosting.lock().await;
-        if let Ok(entry) = self.get(&record.store_id) {
-            return Ok(entry);
+        if self.get(&record.store_id).is_ok() || self.standby(&record.store_id).is_some() {
+            return Ok(());
         }
         let pause = self.registry.pause(&record.store_id).await?;
         let drill = self.registry.drill(&record.store_id).await?;
@@ -37,25 +34,34 @@ impl Fleet {
     }
 
     /// Starts a registered store's worker, paused with its pause from the registry and
-    /// showing its last drill.
+    /// showing its last drill (a standby's follower instead, for a standby row).
     pub(super) async fn respawn(
         &self,
         record: StoreRecord,
         pause: Option<PauseRecord>,
         drill: Option<DrillResult>,
-    ) -> Result<Arc<StoreEntry>, FleetError> {
+    ) -> Result<(), FleetError> {
         let pause = pause.map(|p| pause_of(&p));
         let options = StoreOptions::of_row(&record)?;
+        if options.is_standby() {
+            // A standby's follower (`standby.rs`): no worker, so no pause and no drill.
+            self.spawn_standby(record, options).await?;
+            return Ok(());
+        }
         let entry = self.spawn(record, options, pause).await?;
         if let Some(d) = drill {
             entry.handle.set_drill(d);
         }
-        Ok(entry)
+        Ok(())
     }
 
     /// Takes `store_id` out of this fleet and stops its worker, without a flush (see the
     /// module docs); `None` when it did not run here.
     pub(in crate::service) async fn unhost(&self, store_id: &str) -> Option<Arc<StoreEntry>> {
+        if let Some(s) = self.remove_standby(store_id).await {
+            tracing::info!(store_id = %s.record.store_id, "stopped following a standby claimed away");
+            return None;
+        }
         let entry = self
             .stores
             .write()

@@ -247,6 +247,8 @@ pub fn clamp_options(o: &StoreOptions) -> StoreOptions {
             .filter(|d| crate::worker::DurabilityMode::parse(d).is_ok()),
         // Checked at registration; a worker that cannot open it is unhealthy, the primary not.
         replica: o.replica.clone(),
+        // Never dropped: a standby run as a primary would write to its destination.
+        standby: o.standby,
         wal_puts_per_second: o.wal_puts_per_second.map(|v| {
             v.clamp(
                 worker_limits::WAL_PUTS_PER_SECOND.min,
@@ -322,6 +324,7 @@ mod tests {
             durability: Some("sync".into()),
             wal_puts_per_second: Some(100),
             replica: Some("s3://b/replica?region=r".into()),
+            standby: Some(true),
         };
         assert!(check_options(&ok).is_ok());
         for bad in [

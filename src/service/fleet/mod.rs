@@ -15,6 +15,10 @@
 //! against the allowed roots. A running worker checks its directory again at every look
 //! ([`StoreDir::confined`]): one whose directory left its root or was replaced reads and
 //! writes nothing there, and its health says why.
+//!
+//! A store registered as a standby (`StoreOptions::standby`) has no worker: the fleet keeps a
+//! follower for it instead, in a map of its own (`standby.rs`, which says what each call does
+//! with a standby), until `Promote` (`promote.rs`) makes it a primary with a worker.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -108,6 +112,8 @@ pub struct Fleet {
     registry: Registry,
     config: Arc<ServiceConfig>,
     stores: RwLock<BTreeMap<String, Arc<StoreEntry>>>,
+    /// The standby stores this instance follows (`standby.rs`): never in `stores`.
+    standbys: RwLock<BTreeMap<String, Arc<standby::StandbyEntry>>>,
     shutdown: CancellationToken,
     /// This process's claim on its instance id, renewed by [`keep_claim`].
     claim: InstanceClaim,
@@ -133,6 +139,7 @@ pub use error::FleetError;
 pub(in crate::service) use record::Done;
 pub use remote::RemoteStore;
 pub use replica::ReplicaEntry;
+pub use standby::StandbyEntry;
 
 mod claim_renewal;
 pub mod conflicts;
@@ -143,9 +150,13 @@ mod hosting;
 pub mod limits;
 pub mod path_index;
 pub mod paths;
+mod promote;
+pub use promote::PromoteError;
+pub mod promote_fence;
 mod record;
 pub mod remote;
 mod replica;
+mod standby;
 pub(in crate::service) mod store_compression;
 pub mod store_metrics;
 pub(in crate::service) mod store_object_lock;
@@ -204,6 +215,7 @@ impl Fleet {
             registry,
             config,
             stores: RwLock::new(BTreeMap::new()),
+            standbys: RwLock::new(BTreeMap::new()),
             shutdown,
             claim,
             claim_lost: CancellationToken::new(),
@@ -336,12 +348,13 @@ impl Fleet {
         Ok(entry)
     }
 
-    /// Registers a store and starts its worker; returns its id and node token.
+    /// Registers a store and starts its worker (a standby's follower: `standby.rs`); returns
+    /// its row and node token.
     pub async fn register(
         &self,
         new: NewStore,
         peer: Option<String>,
-    ) -> Result<(Arc<StoreEntry>, String), FleetError> {
+    ) -> Result<(StoreRecord, String), FleetError> {
         let checked = match self.check_new(&new, Intent::Register) {
             Ok(checked) => checked,
             Err(e) => {
@@ -350,8 +363,15 @@ impl Fleet {
                     .await);
             }
         };
-        let event = |r: &StoreRecord| {
-            let detail = format!("registered {} backing up to {}", r.store_dir, r.destination);
+        let standby = new.options.is_standby();
+        let event = move |r: &StoreRecord| {
+            let detail = match standby {
+                true => format!(
+                    "registered {} as a standby of {}",
+                    r.store_dir, r.destination
+                ),
+                false => format!("registered {} backing up to {}", r.store_dir, r.destination),
+            };
             NewEvent::new(EventKind::Registered, &r.store_id, detail)
         };
         self.insert_and_spawn(new, checked, "register", String::new(), peer, event)
@@ -374,6 +394,7 @@ impl Fleet {
         let destination = destination::check(&new.destination, self.placement())?;
         limits::check_labels(&new.labels)?;
         new.options.check()?;
+        standby::check(new, &dir, intent)?;
         new.options
             .check_object_lock_destination(&new.destination, self.config.worker.object_lock)?;
         new.options.check_replica(
@@ -400,7 +421,7 @@ impl Fleet {
         detail: String,
         peer: Option<String>,
         event: impl FnOnce(&StoreRecord) -> NewEvent + Send,
-    ) -> Result<(Arc<StoreEntry>, String), FleetError> {
+    ) -> Result<(StoreRecord, String), FleetError> {
         let token = registry::new_node_token();
         let now = now_ms();
         let record = StoreRecord {
@@ -430,8 +451,18 @@ impl Fleet {
         if let Some(e) = refusal {
             return Err(self.refused(action, Some(&record.store_dir), e, peer).await);
         }
-        match self.spawn(record.clone(), new.options, None).await {
-            Ok(entry) => {
+        let spawned = match new.options.is_standby() {
+            true => self
+                .spawn_standby(record.clone(), new.options)
+                .await
+                .map(|_| ()),
+            false => self
+                .spawn(record.clone(), new.options, None)
+                .await
+                .map(|_| ()),
+        };
+        match spawned {
+            Ok(()) => {
                 let done = Done {
                     action,
                     store_id: &record.store_id,
@@ -441,7 +472,7 @@ impl Fleet {
                 };
                 self.record(done, Some(event(&record))).await;
                 tracing::info!(store_id = %record.store_id, store_dir = %record.store_dir, destination = %record.destination, "{action}ed a store");
-                Ok((entry, token))
+                Ok((record, token))
             }
             Err(e) => {
                 let _ = self.registry.delete_store(&record.store_id).await;
@@ -454,6 +485,12 @@ impl Fleet {
     /// [`FleetError::NotHere`] for a store this instance does not run).
     pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, FleetError> {
         limits::check_store_id(store_id)?;
+        if let Some(s) = self.standby(store_id) {
+            return Err(FleetError::IsStandby {
+                store: store_id.to_string(),
+                destination: s.record.destination.clone(),
+            });
+        }
         self.stores
             .read()
             .expect("not poisoned")
@@ -537,6 +574,9 @@ impl Fleet {
     ) -> Result<(), FleetError> {
         let entry = match self.get(store_id) {
             Ok(entry) => entry,
+            Err(FleetError::IsStandby { .. }) => {
+                return self.deregister_standby(store_id, peer).await;
+            }
             Err(FleetError::NotHere(_)) => {
                 return self
                     .deregister_of_a_silent_owner(store_id, flush, peer)
@@ -617,7 +657,7 @@ impl Fleet {
         new: NewStore,
         at: restore::Point,
         peer: Option<String>,
-    ) -> Result<(Arc<StoreEntry>, String, restore::RestoreReport), FleetError> {
+    ) -> Result<(StoreRecord, String, restore::RestoreReport), FleetError> {
         let checked = match self.check_adopt(&new).await {
             Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
@@ -651,10 +691,10 @@ impl Fleet {
                 ..Facts::default()
             })
         };
-        let (entry, token) = self
+        let (record, token) = self
             .insert_and_spawn(new, checked, "adopt", detail, peer, event)
             .await?;
-        Ok((entry, token, report))
+        Ok((record, token, report))
     }
 
     async fn check_adopt(&self, new: &NewStore) -> Result<Checked, FleetError> {
@@ -685,7 +725,10 @@ impl Fleet {
     /// Stops every worker (each flushes a last restore point and releases its lease).
     pub async fn shutdown_all(&self, flush: bool) {
         let entries = self.list();
-        futures::future::join_all(entries.iter().map(|e| e.shutdown(flush))).await;
+        let standbys = self.standbys();
+        let followers = futures::future::join_all(standbys.iter().map(|s| s.stop()));
+        let workers = futures::future::join_all(entries.iter().map(|e| e.shutdown(flush)));
+        futures::join!(followers, workers);
     }
 
     /// Releases the instance leases: after [`Fleet::shutdown_all`], once no store writes.

@@ -58,6 +58,9 @@ pub struct StoreOptions {
     /// A second destination with a worker of its own (`store_replica.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<String>,
+    /// A standby of the destination (`standby.rs`): followed, never written, until promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub standby: Option<bool>,
 }
 
 impl StoreOptions {
@@ -101,6 +104,11 @@ impl StoreOptions {
             c.wal_puts_per_second = u32::try_from(v).unwrap_or(u32::MAX);
         }
         c
+    }
+
+    /// Whether the store is a standby (`standby.rs`).
+    pub fn is_standby(&self) -> bool {
+        self.standby == Some(true)
     }
 
     /// The registry's stored form of these options: the JSON object every version reads
@@ -174,6 +182,7 @@ impl StoreOptions {
             },
             wal_puts_per_second: nz(u64::from(o.wal_puts_per_second)),
             replica: (!o.replica.is_empty()).then_some(o.replica),
+            standby: o.standby.then_some(true),
         }
     }
 
@@ -207,6 +216,7 @@ impl StoreOptions {
                 .wal_puts_per_second
                 .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX)),
             replica: o.replica.clone().unwrap_or_default(),
+            standby: o.is_standby(),
         }
     }
 }

@@ -18,7 +18,9 @@ use tokio::time::Instant;
 
 use crate::registry::Owner;
 use crate::service::fleet::remote::Remote;
-use crate::service::fleet::{Fleet, FleetError, ReplicaEntry, StoreEntry, StoreOptions};
+use crate::service::fleet::{
+    Fleet, FleetError, ReplicaEntry, StandbyEntry, StoreEntry, StoreOptions,
+};
 use crate::service::proto;
 
 fn now_ms() -> i64 {
@@ -32,6 +34,11 @@ pub(in crate::service) async fn health_of(
     store_id: &str,
 ) -> Result<proto::HealthResponse, FleetError> {
     if !store_id.is_empty() {
+        if let Some(s) = fleet.standby(store_id) {
+            return Ok(proto::HealthResponse {
+                stores: vec![s.health(&fleet.config().instance_id)],
+            });
+        }
         let h = match fleet.get(store_id) {
             Ok(e) => {
                 let mut h = local_health(fleet, &e);
@@ -67,9 +74,11 @@ fn fleet_health(
     local_stores: &[Arc<StoreEntry>],
     remote: &Remote,
 ) -> proto::HealthResponse {
+    let standbys = fleet.standbys();
     let here: BTreeSet<&str> = local_stores
         .iter()
         .map(|e| e.record.store_id.as_str())
+        .chain(standbys.iter().map(|s| s.record.store_id.as_str()))
         .collect();
     let mut stores: Vec<proto::StoreHealth> = local_stores
         .iter()
@@ -81,6 +90,13 @@ fn fleet_health(
             h
         })
         .collect();
+    stores.extend(standbys.iter().map(|s| {
+        let mut h = s.health(&fleet.config().instance_id);
+        if let Some(o) = remote.owners.get(&s.record.store_id) {
+            set_owner(&mut h, o);
+        }
+        h
+    }));
     // A store claimed away that still runs here (until the reconcile stops it) shows once.
     let elsewhere = remote.stores.iter();
     stores.extend(
@@ -136,7 +152,7 @@ impl FleetHealth {
             self.remote = Some((Instant::now(), read));
         }
         let local = self.fleet.list();
-        let mark = local_mark(&local, &self.fleet.config().prices);
+        let mark = local_mark(&local, &self.fleet.config().prices, &self.fleet.standbys());
         if !remote_changed && self.mark == Some(mark) {
             return Ok(None);
         }
@@ -151,11 +167,18 @@ impl FleetHealth {
 /// over every store: which stores run here, their health serial (every change of health),
 /// their counters, their request counts (and so their stored bytes), and for a store with a
 /// request budget, whether its projection is over it.
-fn local_mark(local: &[Arc<StoreEntry>], prices: &crate::cost::Prices) -> u64 {
+fn local_mark(
+    local: &[Arc<StoreEntry>],
+    prices: &crate::cost::Prices,
+    standbys: &[Arc<StandbyEntry>],
+) -> u64 {
     use std::hash::{Hash, Hasher};
     use std::sync::atomic::Ordering::Relaxed;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     local.len().hash(&mut h);
+    for s in standbys {
+        (Arc::as_ptr(s) as usize, s.mark()).hash(&mut h);
+    }
     for e in local {
         let counters = e.handle.counters();
         (
@@ -190,7 +213,12 @@ pub(in crate::service) async fn store_infos(
     let by_id: BTreeMap<&str, &crate::registry::StoreRecord> =
         rows.iter().map(|r| (r.store_id.as_str(), r)).collect();
     let local = fleet.list();
-    let here: BTreeSet<&str> = local.iter().map(|e| e.record.store_id.as_str()).collect();
+    let standbys = fleet.standbys();
+    let here: BTreeSet<&str> = local
+        .iter()
+        .map(|e| e.record.store_id.as_str())
+        .chain(standbys.iter().map(|s| s.record.store_id.as_str()))
+        .collect();
     let mut stores: Vec<proto::StoreInfo> = local
         .iter()
         .map(|e| {
@@ -206,6 +234,10 @@ pub(in crate::service) async fn store_infos(
             info
         })
         .collect();
+    stores.extend(standbys.iter().map(|s| {
+        let row = by_id.get(s.record.store_id.as_str()).copied();
+        store_info(row.unwrap_or(&s.record))
+    }));
     stores.extend(
         rows.iter()
             .filter(|r| &r.instance_id != me && !here.contains(r.store_id.as_str()))
@@ -235,6 +267,7 @@ fn store_health(
         store_id: e.record.store_id.clone(),
         store_dir: e.record.store_dir.clone(),
         instance_id: instance_id.to_string(),
+        role: "primary".into(),
         reported_at_unix_ms: now_ms(),
         destination: e.record.destination.clone(),
         bytes_stored: load(&counters.bytes_shipped),

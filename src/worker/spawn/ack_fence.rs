@@ -27,8 +27,11 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::lease::{LeaseError, LeaseHandle};
+use crate::lease::{ACK_WINDOW, LeaseAcquirer, LeaseError, LeaseHandle};
+use crate::worker::DurabilityMode;
 use crate::worker::durable::DurableTx;
 
 /// Confirming reads tried in one settle before the position is left for the next step.
@@ -38,15 +41,36 @@ const RETRY: Duration = Duration::from_millis(100);
 
 /// See the module docs.
 pub(super) struct AckFence {
+    /// Where the reads run (the worker's tracker: whoever waits for the worker waits for them).
+    tasks: TaskTracker,
     window: Duration,
     /// The start of the newest read that found the lease ours.
     confirmed_from: Option<Instant>,
     inflight: Option<JoinHandle<Result<Instant, LeaseError>>>,
 }
 
+/// Sets a worker up for its durability mode: in `sync`, `acquirer`'s records promise
+/// [`ACK_WINDOW`] and `durable` is gated, and the fence that releases it is returned; in
+/// `async`, neither.
+pub(super) fn for_mode(
+    mode: DurabilityMode,
+    acquirer: &mut LeaseAcquirer,
+    durable: &DurableTx,
+    tasks: &TaskTracker,
+) -> Option<AckFence> {
+    let fence = match mode {
+        DurabilityMode::Sync => Some(AckFence::new(ACK_WINDOW, tasks.clone())),
+        DurabilityMode::Async => None,
+    };
+    acquirer.promising_ack_window(fence.as_ref().map(|f| f.window));
+    durable.set_gated(fence.is_some());
+    fence
+}
+
 impl AckFence {
-    pub(super) fn new(window: Duration) -> Self {
+    pub(super) fn new(window: Duration, tasks: TaskTracker) -> Self {
         AckFence {
+            tasks,
             window,
             confirmed_from: None,
             inflight: None,
@@ -76,7 +100,7 @@ impl AckFence {
             self.absorb_finished(done);
         }
         let lease = lease.clone();
-        self.inflight = Some(tokio::spawn(async move { lease.confirm().await }));
+        self.inflight = Some(self.tasks.spawn(async move { lease.confirm().await }));
     }
 
     /// Books a finished read's start (its failure is looked at again by `settle`).
@@ -89,6 +113,19 @@ impl AckFence {
     fn note(&mut self, started: Instant) {
         if self.confirmed_from.is_none_or(|c| c < started) {
             self.confirmed_from = Some(started);
+        }
+    }
+
+    /// [`AckFence::settle`], or `None` once `token` is cancelled first (shutdown).
+    pub(super) async fn settle_unless(
+        &mut self,
+        lease: &LeaseHandle,
+        durable: &DurableTx,
+        token: &CancellationToken,
+    ) -> Option<Result<(), LeaseError>> {
+        tokio::select! {
+            r = self.settle(lease, durable) => Some(r),
+            _ = token.cancelled() => None,
         }
     }
 

@@ -69,6 +69,7 @@ about_store!(
     proto::ListRestorePointsRequest,
     proto::DrillRequest,
     proto::MoveRequest,
+    proto::PromoteRequest,
 );
 
 macro_rules! about_instance {
