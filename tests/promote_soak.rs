@@ -180,3 +180,159 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         "acknowledged commits missing from the promoted store"
     );
 }
+
+/// The same soak with the promotion in the service, the way an operator fails over a fleet:
+/// the primary `serve`'s S3 goes through the fault proxy (5 % `503 SlowDown`, 3 % dropped after
+/// taking effect, 2 % delayed), a second `serve` hosts the standby (`ctl standby`), and after
+/// the SIGKILL of the primary's host `ctl promote` (the `Promote` RPC, no `--wait-for-lease`)
+/// makes it the primary. RTO: from the kill until a commit written into the promoted store
+/// has shipped (the promoted store's health says so). `SOAK_ROUNDS` as above; the figures are
+/// printed as a `FIGURE promote-rto-service` line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a soak: about 20 s a round"]
+async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_commit_missing() {
+    use support::fault_proxy::{FaultPlan, FaultProxy};
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let rounds: u32 = std::env::var("SOAK_ROUNDS")
+        .ok()
+        .map(|r| r.parse().expect("SOAK_ROUNDS: a number"))
+        .unwrap_or(10);
+    let bucket = support::s3::create_bucket(&endpoint, "promote-soak-svc").await;
+    let proxy = FaultProxy::start(&endpoint, FaultPlan::default());
+    let (mut rtos, mut promoted_at, mut missing_total, mut acked_total) =
+        (Vec::new(), Vec::new(), 0usize, 0usize);
+    let serve = |d: &served::Dirs, s3: &str, instance: &str| {
+        let mut cmd = served::command(d);
+        cmd.env("AWS_ENDPOINT_URL", s3)
+            .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
+            .args(["--instance-id", instance])
+            .args(["--restore-point-interval-ms", "500"]);
+        cmd
+    };
+    for round in 1..=rounds {
+        let url = format!("s3://{bucket}/r{round}");
+        let (a, b) = (served::dirs(), served::dirs());
+        let dir = a.root.join("primary");
+        std::fs::create_dir_all(&dir).unwrap();
+        let standby_dir = b.root.join("standby");
+        std::fs::create_dir_all(&standby_dir).unwrap();
+        let log = a.base.join("acked.log");
+        let (mut srv, addr) = served::start(
+            &format!("primary serve (round {round})"),
+            serve(&a, proxy.url(), &format!("primary-{round}")),
+        );
+        let c = served::client(addr).await;
+        let r = served::register_sync(&c, &dir, &url).await;
+        let mut n = Running::spawn(
+            &format!("node (round {round})"),
+            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
+        );
+        let deadline = Instant::now() + DEADLINE;
+        while served::acked_log(&log).len() < 10 {
+            assert!(
+                Instant::now() < deadline,
+                "no acknowledgement in round {round}"
+            );
+            pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
+        }
+        served::wait_health(&c, &r.store_id, "a restore point", |h| {
+            h.restore_point_commit_seq > 0
+        })
+        .await;
+        let (mut sb, addr_b) = served::start(
+            &format!("standby serve (round {round})"),
+            serve(&b, &endpoint, &format!("standby-{round}")),
+        );
+        let cb = served::client(addr_b).await;
+        let (ok, out) = served::ctl(
+            addr_b,
+            &[
+                "--json",
+                "standby",
+                "--dir",
+                standby_dir.to_str().unwrap(),
+                "--destination",
+                &url,
+            ],
+        );
+        assert!(ok, "ctl standby: {}", out.output());
+        let id = binary::json(&out.stdout())["store_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        served::wait_health(&cb, &id, "the standby applying", |h| {
+            h.role == "standby" && h.standby_commit_seq > 0
+        })
+        .await;
+        pump(
+            &mut n,
+            &mut srv,
+            Instant::now() + Duration::from_millis(2000),
+        );
+
+        // The primary's host dies; the operator promotes the standby.
+        srv.signal(libc::SIGKILL);
+        n.signal(libc::SIGKILL);
+        let killed = Instant::now();
+        srv.wait_exit(Duration::from_secs(10));
+        n.wait_exit(Duration::from_secs(10));
+        let (ok, out) = served::ctl(addr_b, &["--json", "promote", &id]);
+        let took = killed.elapsed();
+        assert!(ok, "ctl promote (round {round}): {}", out.output());
+        let promoted = binary::json(&out.stdout());
+        let applied = promoted["commit_seq"].as_u64().unwrap();
+        // Accepting commits: one written into the promoted store ships.
+        let mut write = binary::command("http://unused.invalid");
+        write
+            .args(["store", "write"])
+            .arg(&standby_dir)
+            .args(["--commits", "1"]);
+        binary::run_ok("store write", write, DEADLINE);
+        served::wait_health_as(&cb, &id, true, "the first commit shipped", |h| {
+            h.role == "primary" && h.shipped_commit_seq > applied
+        })
+        .await;
+        let rto = killed.elapsed();
+        sb.signal(libc::SIGTERM);
+        sb.wait_exit(DEADLINE);
+
+        let seqs = served::acked_log(&log);
+        let missing = seqs.iter().filter(|s| **s > applied).count();
+        eprintln!(
+            "service round {round}: {} acknowledged (highest {:?}); promoted at commit \
+             {applied} after {took:?}; accepting commits after {rto:?}; missing {missing}",
+            seqs.len(),
+            seqs.last()
+        );
+        acked_total += seqs.len();
+        missing_total += missing;
+        rtos.push(rto);
+        promoted_at.push(took);
+    }
+    let pct = |v: &mut Vec<Duration>, q: f64| {
+        v.sort();
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    };
+    let faults = proxy.counts();
+    eprintln!(
+        "FIGURE promote-rto-service: {rounds} rounds, lease TTL default (30 s), primary's S3 \
+         through the fault proxy ({} requests: {} SlowDown, {} dropped, {} delayed); RTO (kill \
+         to a commit of the promoted store shipped) p50 {:?}, max {:?}; kill to `ctl promote` \
+         answered p50 {:?}, max {:?}; {acked_total} commits acknowledged, {missing_total} \
+         missing",
+        faults.requests,
+        faults.slow_down,
+        faults.dropped,
+        faults.delayed,
+        pct(&mut rtos, 0.5),
+        pct(&mut rtos, 1.0),
+        pct(&mut promoted_at, 0.5),
+        pct(&mut promoted_at, 1.0),
+    );
+    assert_eq!(
+        missing_total, 0,
+        "acknowledged commits missing from the promoted store"
+    );
+}
