@@ -25,6 +25,65 @@ use support::served::{self, DEADLINE};
 /// Commits per second the node is asked for.
 const RATE: &str = "40";
 
+/// What the rounds of a soak measured, and its `FIGURE` line.
+#[derive(Default)]
+struct Tally {
+    rtos: Vec<Duration>,
+    promoted_at: Vec<Duration>,
+    acked: usize,
+    missing: usize,
+}
+
+impl Tally {
+    /// One round: the acked log's commits, the commit promoted at, the time from the kill to
+    /// the promotion's answer (`took`) and to a commit of the promoted store shipped (`rto`).
+    fn round(
+        &mut self,
+        label: &str,
+        log: &std::path::Path,
+        applied: u64,
+        took: Duration,
+        rto: Duration,
+    ) {
+        let seqs = served::acked_log(log);
+        let missing = seqs.iter().filter(|s| **s > applied).count();
+        eprintln!(
+            "{label}: {} acknowledged (highest {:?}); promoted at commit {applied} after \
+             {took:?}; accepting commits after {rto:?}; missing {missing}",
+            seqs.len(),
+            seqs.last()
+        );
+        self.acked += seqs.len();
+        self.missing += missing;
+        self.rtos.push(rto);
+        self.promoted_at.push(took);
+    }
+
+    /// Prints `FIGURE name: rounds, what; RTO ...` and fails on a missing commit.
+    fn figure(mut self, name: &str, what: &str) {
+        let pct = |v: &mut Vec<Duration>, q: f64| {
+            v.sort();
+            v[((v.len() - 1) as f64 * q).round() as usize]
+        };
+        eprintln!(
+            "FIGURE {name}: {} rounds, {what}; RTO (kill to a commit of the promoted store \
+             shipped) p50 {:?}, max {:?}; kill to the promotion's answer p50 {:?}, max {:?}; {} \
+             commits acknowledged, {} missing",
+            self.rtos.len(),
+            pct(&mut self.rtos, 0.5),
+            pct(&mut self.rtos, 1.0),
+            pct(&mut self.promoted_at, 0.5),
+            pct(&mut self.promoted_at, 1.0),
+            self.acked,
+            self.missing,
+        );
+        assert_eq!(
+            self.missing, 0,
+            "acknowledged commits missing from the promoted store"
+        );
+    }
+}
+
 /// Reads both children's output until `until`, so that no pipe fills.
 fn pump(a: &mut Running, b: &mut Running, until: Instant) {
     while Instant::now() < until {
@@ -46,8 +105,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
     // The lease TTL of serve and promote (ms); unset: the default (30 s).
     let ttl_ms = std::env::var("SOAK_LEASE_TTL_MS").ok();
     let bucket = support::s3::create_bucket(&endpoint, "promote-soak").await;
-    let (mut rtos, mut promoted_at, mut missing_total, mut acked_total) =
-        (Vec::new(), Vec::new(), 0usize, 0usize);
+    let mut tally = Tally::default();
     for round in 1..=rounds {
         let url = format!("s3://{bucket}/r{round}");
         let d = served::dirs();
@@ -55,8 +113,11 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         std::fs::create_dir_all(&dir).unwrap();
         let (standby_dir, log) = (d.base.join("standby"), d.base.join("acked.log"));
         let mut cmd = served::command(&d);
+        // An instance id of its own each round: the last round's (SIGKILLed) instance lease
+        // in the same lease root would hold a new serve of the same id back for a TTL.
         cmd.env("AWS_ENDPOINT_URL", &endpoint)
             .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
+            .args(["--instance-id", &format!("primary-{round}")])
             .args(["--restore-point-interval-ms", "500"]);
         if let Some(ttl) = &ttl_ms {
             cmd.args(["--lease-ttl-ms", ttl]);
@@ -146,39 +207,12 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             "the promoted backup failed"
         );
 
-        let seqs = served::acked_log(&log);
-        let missing = seqs.iter().filter(|s| **s > applied).count();
-        eprintln!(
-            "round {round}: {} acknowledged (highest {:?}); promoted at commit {applied} after \
-             {took:?}; accepting commits after {rto:?}; missing {missing}",
-            seqs.len(),
-            seqs.last()
-        );
-        acked_total += seqs.len();
-        missing_total += missing;
-        rtos.push(rto);
-        promoted_at.push(took);
+        tally.round(&format!("round {round}"), &log, applied, took, rto);
     }
-    let pct = |v: &mut Vec<Duration>, q: f64| {
-        v.sort();
-        v[((v.len() - 1) as f64 * q).round() as usize]
-    };
-    eprintln!(
-        "FIGURE promote-rto: {rounds} rounds, lease TTL {}; RTO (kill to a commit of \
-         the promoted store shipped) p50 {:?}, max {:?}; kill to `promoted` p50 {:?}, max {:?}; \
-         {acked_total} commits acknowledged, {missing_total} missing",
-        ttl_ms
-            .as_deref()
-            .map_or("default (30 s)".to_string(), |t| format!("{t} ms")),
-        pct(&mut rtos, 0.5),
-        pct(&mut rtos, 1.0),
-        pct(&mut promoted_at, 0.5),
-        pct(&mut promoted_at, 1.0),
-    );
-    assert_eq!(
-        missing_total, 0,
-        "acknowledged commits missing from the promoted store"
-    );
+    let ttl = ttl_ms
+        .as_deref()
+        .map_or("default (30 s)".to_string(), |t| format!("{t} ms"));
+    tally.figure("promote-rto", &format!("lease TTL {ttl}"));
 }
 
 /// The same soak with the promotion in the service, the way an operator fails over a fleet:
@@ -201,8 +235,7 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
         .unwrap_or(10);
     let bucket = support::s3::create_bucket(&endpoint, "promote-soak-svc").await;
     let proxy = FaultProxy::start(&endpoint, FaultPlan::default());
-    let (mut rtos, mut promoted_at, mut missing_total, mut acked_total) =
-        (Vec::new(), Vec::new(), 0usize, 0usize);
+    let mut tally = Tally::default();
     let serve = |d: &served::Dirs, s3: &str, instance: &str| {
         let mut cmd = served::command(d);
         cmd.env("AWS_ENDPOINT_URL", s3)
@@ -298,41 +331,15 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
         sb.signal(libc::SIGTERM);
         sb.wait_exit(DEADLINE);
 
-        let seqs = served::acked_log(&log);
-        let missing = seqs.iter().filter(|s| **s > applied).count();
-        eprintln!(
-            "service round {round}: {} acknowledged (highest {:?}); promoted at commit \
-             {applied} after {took:?}; accepting commits after {rto:?}; missing {missing}",
-            seqs.len(),
-            seqs.last()
-        );
-        acked_total += seqs.len();
-        missing_total += missing;
-        rtos.push(rto);
-        promoted_at.push(took);
+        tally.round(&format!("service round {round}"), &log, applied, took, rto);
     }
-    let pct = |v: &mut Vec<Duration>, q: f64| {
-        v.sort();
-        v[((v.len() - 1) as f64 * q).round() as usize]
-    };
-    let faults = proxy.counts();
-    eprintln!(
-        "FIGURE promote-rto-service: {rounds} rounds, lease TTL default (30 s), primary's S3 \
-         through the fault proxy ({} requests: {} SlowDown, {} dropped, {} delayed); RTO (kill \
-         to a commit of the promoted store shipped) p50 {:?}, max {:?}; kill to `ctl promote` \
-         answered p50 {:?}, max {:?}; {acked_total} commits acknowledged, {missing_total} \
-         missing",
-        faults.requests,
-        faults.slow_down,
-        faults.dropped,
-        faults.delayed,
-        pct(&mut rtos, 0.5),
-        pct(&mut rtos, 1.0),
-        pct(&mut promoted_at, 0.5),
-        pct(&mut promoted_at, 1.0),
-    );
-    assert_eq!(
-        missing_total, 0,
-        "acknowledged commits missing from the promoted store"
+    let f = proxy.counts();
+    tally.figure(
+        "promote-rto-service",
+        &format!(
+            "lease TTL default (30 s), the primary's S3 through the fault proxy ({} requests: \
+             {} SlowDown, {} dropped, {} delayed)",
+            f.requests, f.slow_down, f.dropped, f.delayed
+        ),
     );
 }
