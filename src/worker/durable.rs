@@ -49,9 +49,9 @@
 //! *offers* what it made durable ([`DurableTx::offer`]), and the runner *releases* it
 //! ([`DurableTx::release`], `spawn/ack_fence.rs`) only within the window of the start of a
 //! read of the lease object that found it still this worker's
-//! ([`crate::lease::LeaseHandle::confirm`]). The read runs beside the WAL PUT (at most one per
-//! half window while commits come, none while the store is idle), so it costs no latency when
-//! it answers first. A read that finds the lease taken ends it, and the chain breaks.
+//! ([`crate::lease::LeaseHandle::confirm`]). The read runs in the background after an
+//! acknowledgement (at most one per half window while commits come, none while the store is
+//! idle), so a busy store's commits do not wait for it. A read that finds the lease taken ends it, and the chain breaks.
 //! An async worker publishes at once, and promises nothing (a promotion then waits for its
 //! deadline).
 //!

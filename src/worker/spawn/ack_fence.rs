@@ -3,11 +3,13 @@
 //! acknowledgement window"; the promise is [`crate::lease::LeaseRecord::ack_window_ms`]).
 //!
 //! # How
-//! - Before a step that may ship ([`AckFence::kick`]), a confirming read
-//!   ([`LeaseHandle::confirm`]) starts beside it, unless one started less than half a window
-//!   ago or is still in flight. A busy store so pays one GET per half window (2 a second at
-//!   the default window of 1 s) and no latency while the read answers before the PUT; an idle
-//!   store pays nothing.
+//! - After each release, a confirming read ([`LeaseHandle::confirm`]) starts in the
+//!   background when the last one started more than half a window ago: it runs in the gap
+//!   before the next commit, so a busy store's steps find the lease confirmed and no PUT waits
+//!   behind a read at the server. A busy store so pays one GET per half window (2 a second at
+//!   the default window of 1 s); an idle store pays nothing. A step after a quiet spell longer
+//!   than the window ([`AckFence::kick`]) starts its read beside its PUT: its ack waits for
+//!   the later of the two.
 //! - After the step ([`AckFence::settle`]), what it offered is released only if the newest
 //!   read that found the lease ours *started* at most a window ago; else it waits for the read
 //!   in flight, or makes one, and looks again. A read that finds the lease taken ends it
@@ -91,13 +93,29 @@ impl AckFence {
     }
 
     /// Before a step that may ship: starts a confirming read beside it when the last one is
-    /// older than half a window and none is in flight.
+    /// older than the window (the step's position could not be released without one) and none
+    /// is in flight.
     pub(super) fn kick(&mut self, lease: &LeaseHandle) {
-        if self.inflight.as_ref().is_some_and(|h| !h.is_finished()) || self.fresh(self.window / 2) {
+        self.read_unless_fresh(lease, self.window);
+    }
+
+    /// After a release: starts a confirming read when the last one is older than half a
+    /// window, so that it runs in the gap before the next commit rather than beside its PUT
+    /// (a busy store's steps then find the lease confirmed, and no PUT waits behind a read at
+    /// the server).
+    fn refresh(&mut self, lease: &LeaseHandle) {
+        self.read_unless_fresh(lease, self.window / 2);
+    }
+
+    fn read_unless_fresh(&mut self, lease: &LeaseHandle, within: Duration) {
+        if self.inflight.as_ref().is_some_and(|h| !h.is_finished()) {
             return;
         }
         if let Some(done) = self.inflight.take() {
             self.absorb_finished(done);
+        }
+        if self.fresh(within) {
+            return;
         }
         let lease = lease.clone();
         self.inflight = Some(self.tasks.spawn(async move { lease.confirm().await }));
@@ -143,6 +161,7 @@ impl AckFence {
         loop {
             if self.fresh(self.window) {
                 durable.release();
+                self.refresh(lease);
                 return Ok(());
             }
             let read = match self.inflight.take() {
