@@ -122,18 +122,10 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
         assert!(Instant::now() < deadline, "no acknowledgements");
         pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
     }
-    let mut s = {
-        let mut cmd = binary::command(&endpoint);
-        cmd.args(["restore", "--from", &url, "--follow", "--json", "--to"])
-            .arg(&standby_dir)
-            .args([
-                "--poll-interval-ms",
-                "100",
-                "--idle-poll-interval-ms",
-                "200",
-            ]);
-        Running::spawn("standby", cmd)
-    };
+    let mut s = Running::spawn(
+        "standby",
+        binary::standby(&endpoint, &url, &standby_dir, 100, 200),
+    );
     let target = *served::acked_log(&log).last().unwrap();
     let deadline = Instant::now() + DEADLINE;
     loop {

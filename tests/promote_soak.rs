@@ -144,16 +144,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             &mut srv,
             Instant::now() + Duration::from_millis(1000),
         );
-        let mut follow = binary::command(&endpoint);
-        follow
-            .args(["restore", "--from", &url, "--follow", "--json", "--to"])
-            .arg(&standby_dir)
-            .args([
-                "--poll-interval-ms",
-                "100",
-                "--idle-poll-interval-ms",
-                "200",
-            ]);
+        let follow = binary::standby(&endpoint, &url, &standby_dir, 100, 200);
         let mut s = Running::spawn(&format!("standby (round {round})"), follow);
         pump(
             &mut n,

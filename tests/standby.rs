@@ -16,15 +16,7 @@ use support::binary::{self, FollowSettings, Running};
 /// How long any one wait may take (a debug build on a shared machine).
 const WAIT: Duration = Duration::from_secs(90);
 
-/// `restore --from URL --to DIR --follow --json` with the given poll intervals and extra args.
-fn standby(endpoint: &str, from: &str, dir: &Path, poll_ms: u64, idle_ms: u64) -> Command {
-    let mut cmd = binary::command(endpoint);
-    cmd.args(["restore", "--from", from, "--follow", "--json", "--to"])
-        .arg(dir)
-        .args(["--poll-interval-ms", &poll_ms.to_string()])
-        .args(["--idle-poll-interval-ms", &idle_ms.to_string()]);
-    cmd
-}
+use support::binary::standby;
 
 /// One apply line of a standby: `(applied, commit_seq)`.
 fn applied(line: &binary::Line) -> Option<(String, u64)> {

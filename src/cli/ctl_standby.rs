@@ -30,8 +30,9 @@ pub(super) enum StandbyCall {
     /// lease, apply everything durable, adopt the prefix, start backing up.
     Promote {
         store_id: String,
-        /// Where the old writer cannot be proven fenced (a `serve` holds its lease), wait until
-        /// its lease is stale instead of refusing.
+        /// Where the old writer cannot be proven fenced (an async primary held by a `serve`,
+        /// which promises no acknowledgement window), wait until its lease is stale instead of
+        /// refusing.
         #[arg(long)]
         wait_for_lease: bool,
     },

@@ -156,16 +156,13 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     let lease = LeaseConfig::from_env(a.dir.display().to_string())?;
     // A prefix promoted already: refused before its promoted backup's lease is touched (the
     // claim is checked again under the lease: `standby::promote::adopt`).
-    if let Some(mushroom_backup::latest::Found {
-        latest: Ok(latest), ..
-    }) = mushroom_backup::latest::read(bucket.as_ref()).await?
-        && let Some(by) = latest.adopted_by
-    {
+    if let Some(c) = standby::promote::claimed(bucket.as_ref()).await? {
         anyhow::bail!(
             "{what}: refused, nothing changed: the prefix was promoted already: LATEST gives {} \
-             to lineage {by}; back that store up (`backup --store DIR`), or restore anew from \
+             to lineage {}; back that store up (`backup --store DIR`), or restore anew from \
              the prefix",
-            latest.manifest
+            c.manifest,
+            c.adopter
         );
     }
     let held = match super::lease::take_over(bucket.clone(), lease.clone(), &what).await? {

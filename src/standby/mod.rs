@@ -313,6 +313,56 @@ struct Following {
     _lock: File,
 }
 
+/// When a standby polls next (see the module docs): every `poll_interval` while there is
+/// news; after [`IDLE_AFTER`] polls without news, or after each failed poll, the wait doubles
+/// up to `idle_poll_interval`. [`follow`] and the service's follower pace themselves with it.
+#[derive(Debug, Clone)]
+pub struct PollPace {
+    wait: Duration,
+    quiet: u32,
+    poll: Duration,
+    idle: Duration,
+}
+
+impl PollPace {
+    pub fn new(opts: &StandbyOptions) -> Self {
+        PollPace {
+            wait: opts.poll_interval,
+            quiet: 0,
+            poll: opts.poll_interval,
+            idle: opts.idle_poll_interval,
+        }
+    }
+
+    /// How long to wait before the next poll.
+    pub fn wait(&self) -> Duration {
+        self.wait
+    }
+
+    /// A poll applied something: back to the busy interval.
+    pub fn news(&mut self) {
+        self.wait = self.poll;
+        self.quiet = 0;
+    }
+
+    /// A poll found nothing to apply.
+    pub fn nothing(&mut self) {
+        self.quiet = self.quiet.saturating_add(1);
+        if self.quiet >= IDLE_AFTER {
+            self.slower();
+        }
+    }
+
+    /// A poll failed (to be retried).
+    pub fn failed(&mut self) {
+        self.slower();
+    }
+
+    fn slower(&mut self) {
+        self.wait = (self.wait * 2).min(self.idle);
+    }
+}
+
 /// Follows the prefix of `bucket` into `dir` until `cancel` fires (see the module docs);
 /// `on_apply` hears of every apply. Returns where it stood.
 pub async fn follow(
@@ -322,52 +372,35 @@ pub async fn follow(
     cancel: &CancellationToken,
     mut on_apply: impl FnMut(&ApplyReport) + Send,
 ) -> Result<Applied, StandbyError> {
-    opts.check()?;
-    let crash = Crash(opts.crash_at);
-    let (mut now, kind) = tokio::select! {
+    let (mut stepper, first) = tokio::select! {
         _ = cancel.cancelled() => return Err(StandbyError::Cancelled),
-        r = start(bucket, dir, opts, &crash) => r?,
+        r = Stepper::start(bucket, dir, opts) => r?,
     };
-    on_apply(&report(kind, &now.at, 0));
-    let mut wait = opts.poll_interval;
-    let mut quiet = 0u32;
+    on_apply(&first);
+    let mut pace = PollPace::new(opts);
     loop {
         tokio::select! {
-            _ = cancel.cancelled() => return Ok(now.at),
-            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => return Ok(stepper.at().clone()),
+            _ = tokio::time::sleep(pace.wait()) => {}
         }
         let stepped = tokio::select! {
-            _ = cancel.cancelled() => return Ok(now.at),
-            r = step(bucket, dir, &now.at, opts, &crash) => r,
+            _ = cancel.cancelled() => return Ok(stepper.at().clone()),
+            r = stepper.step(bucket, dir, opts) => r,
         };
         match stepped {
-            Ok(Some((next, kind, segments))) => {
-                on_apply(&report(kind, &next.at, segments));
-                now = match next.lock {
-                    Some(lock) => Following {
-                        at: next.at,
-                        _lock: lock,
-                    },
-                    None => Following {
-                        at: next.at,
-                        _lock: now._lock,
-                    },
-                };
-                wait = opts.poll_interval;
-                quiet = 0;
+            Ok(Polled {
+                applied: Some(r), ..
+            }) => {
+                on_apply(&r);
+                pace.news();
             }
-            Ok(None) => {
-                quiet = quiet.saturating_add(1);
-                if quiet >= IDLE_AFTER {
-                    wait = (wait * 2).min(opts.idle_poll_interval);
-                }
-            }
+            Ok(_) => pace.nothing(),
             Err(e) if e.is_transient() => {
                 tracing::warn!(
                     "standby of {}: {e}; retrying at the next poll",
                     dir.display()
                 );
-                wait = (wait * 2).min(opts.idle_poll_interval);
+                pace.failed();
             }
             Err(e) => return Err(e),
         }
@@ -375,8 +408,9 @@ pub async fn follow(
 }
 
 /// A standby stepped by its caller, one poll at a time ([`follow`] is the loop the CLI runs;
-/// the service's follower runs its own, to report each poll's lag): the same start, polls and
-/// applies, with the directory's lock held from [`Stepper::start`] until it is dropped.
+/// the service's follower runs its own, to report each poll's lag, both paced by
+/// [`PollPace`]): the start, polls and applies, with the directory's lock held from
+/// [`Stepper::start`] until it is dropped.
 pub struct Stepper {
     now: Following,
     crash: Crash,

@@ -137,6 +137,30 @@ pub async fn catch_up(
     }
 }
 
+/// A promotion's claim found in LATEST ([`Latest::adopted_by`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    /// The restore point LATEST names (the parent's).
+    pub manifest: String,
+    /// Its lineage: the one that was promoted away.
+    pub lineage: Uuid,
+    /// The lineage the prefix was given to.
+    pub adopter: Uuid,
+}
+
+/// Whether the prefix was promoted already: the claim LATEST holds, if any (one GET). A
+/// LATEST that is missing or not valid holds no claim.
+pub async fn claimed(bucket: &dyn Bucket) -> Result<Option<Claimed>, crate::bucket::BucketError> {
+    Ok(match latest::read(bucket).await? {
+        Some(latest::Found { latest: Ok(l), .. }) => l.adopted_by.map(|adopter| Claimed {
+            manifest: l.manifest,
+            lineage: l.lineage,
+            adopter,
+        }),
+        _ => None,
+    })
+}
+
 /// How many times [`promote`] catches up again after the old writer moved LATEST under it.
 const CLAIM_ROUNDS: u32 = 5;
 

@@ -497,6 +497,16 @@ pub fn store_digest(store: &Path) -> serde_json::Value {
     json(&run_ok("store digest", cmd, Duration::from_secs(30)))
 }
 
+/// `restore --from URL --to DIR --follow --json` (a standby) with the given poll intervals.
+pub fn standby(endpoint: &str, from: &str, dir: &Path, poll_ms: u64, idle_ms: u64) -> Command {
+    let mut cmd = command(endpoint);
+    cmd.args(["restore", "--from", from, "--follow", "--json", "--to"])
+        .arg(dir)
+        .args(["--poll-interval-ms", &poll_ms.to_string()])
+        .args(["--idle-poll-interval-ms", &idle_ms.to_string()]);
+    cmd
+}
+
 /// Restores `from` into the empty directory `into` and returns the restored store's digest.
 pub fn restore_digest(endpoint: &str, from: &str, into: &Path) -> serde_json::Value {
     let mut cmd = command(endpoint);

@@ -292,15 +292,11 @@ impl Fleet {
 
 /// Step 3: a prefix promoted already is refused, naming the winner.
 async fn refuse_promoted(bucket: &dyn crate::bucket::Bucket) -> Result<(), PromoteError> {
-    if let Some(crate::latest::Found {
-        latest: Ok(latest), ..
-    }) = crate::latest::read(bucket).await?
-        && let Some(by) = latest.adopted_by
-    {
-        return Err(PromoteError::AlreadyPromoted {
-            manifest: latest.manifest,
-            winner: by.to_string(),
-        });
+    match crate::standby::promote::claimed(bucket).await? {
+        Some(c) => Err(PromoteError::AlreadyPromoted {
+            manifest: c.manifest,
+            winner: c.adopter.to_string(),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }

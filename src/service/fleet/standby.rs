@@ -75,7 +75,7 @@ use super::{Done, Fleet, FleetError, NewStore, StoreOptions, paths};
 use crate::bucket::DynBucket;
 use crate::registry::StoreRecord;
 use crate::service::proto;
-use crate::standby::{ApplyKind, ApplyReport, StandbyError, StandbyOptions, Stepper};
+use crate::standby::{ApplyKind, ApplyReport, PollPace, StandbyError, StandbyOptions, Stepper};
 
 /// Consecutive failed polls (after the bucket's own retries) before a standby is unhealthy.
 const UNHEALTHY_AFTER_FAILURES: u32 = 3;
@@ -439,13 +439,12 @@ impl Follower {
         let Some(mut stepper) = self.start().await else {
             return;
         };
-        let mut wait = self.opts.poll_interval;
-        let mut quiet = 0u32;
+        let mut pace = PollPace::new(&self.opts);
         let mut latest_read: Option<Instant> = None;
         loop {
             tokio::select! {
                 _ = self.cancel.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(pace.wait()) => {}
             }
             let before = stepper.at().commit_seq;
             let stepped = tokio::select! {
@@ -457,15 +456,11 @@ impl Follower {
                     Some(r) => {
                         let behind = r.at.commit_seq.saturating_sub(before);
                         self.reporter.applied(r, behind, polled.oldest_found_ms);
-                        wait = self.opts.poll_interval;
-                        quiet = 0;
+                        pace.news();
                     }
                     None => {
                         self.reporter.quiet(polled.found, polled.oldest_found_ms);
-                        quiet = quiet.saturating_add(1);
-                        if quiet >= crate::standby::IDLE_AFTER {
-                            wait = (wait * 2).min(self.opts.idle_poll_interval);
-                        }
+                        pace.nothing();
                         let due =
                             latest_read.is_none_or(|t| t.elapsed() >= self.opts.idle_poll_interval);
                         if due {
@@ -480,7 +475,7 @@ impl Follower {
                 Err(e) => {
                     tracing::warn!(store_id = %self.store_id, error = %e, "standby: a poll failed; retrying");
                     self.reporter.failed(&e);
-                    wait = (wait * 2).min(self.opts.idle_poll_interval);
+                    pace.failed();
                 }
             }
         }
@@ -522,15 +517,15 @@ impl Follower {
     /// Why the standby must stop, when LATEST names another lineage as its adopter (one GET);
     /// a read that fails is the next quiet poll's to retry.
     async fn adopted_away(&self, ours: uuid::Uuid) -> Option<String> {
-        let found = crate::latest::read(self.bucket.as_ref()).await.ok()??;
-        let latest = found.latest.ok()?;
-        let by = latest.adopted_by?;
-        (by != ours).then(|| {
+        let c = crate::standby::promote::claimed(self.bucket.as_ref())
+            .await
+            .ok()??;
+        (c.adopter != ours).then(|| {
             format!(
                 "the primary was promoted or adopted away: LATEST gives restore point {} \
-                 (lineage {}) to lineage {by}; this standby follows lineage {ours} and stops \
+                 (lineage {}) to lineage {}; this standby follows lineage {ours} and stops \
                  applying (deregister it, or register a new standby to follow the new primary)",
-                latest.manifest, latest.lineage
+                c.manifest, c.lineage, c.adopter
             )
         })
     }
