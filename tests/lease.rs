@@ -752,6 +752,26 @@ async fn a_promised_ack_window_proves_a_takeover_in_about_a_second_at_any_ttl() 
             ..
         }
     ));
+    // A promise outside the trusted range (a hostile or corrupt record): not trusted, as if
+    // there were none; nothing written.
+    for window in [0, 99, 60_001, u64::MAX] {
+        fenced.ack_window_ms = Some(window);
+        assert_eq!(fenced.acks_fenced_in(), None, "{window} ms");
+        bucket
+            .put(LEASE_KEY, Body::from(fenced.to_json()), PutCondition::None)
+            .await
+            .unwrap();
+        let before = bucket.get(LEASE_KEY).await.unwrap().etag;
+        let mut taker = LeaseAcquirer::new(bucket.clone(), long("hostile"));
+        assert!(
+            matches!(
+                taker.take_over_now().await.unwrap(),
+                TakeOver::Unprovable(_)
+            ),
+            "{window} ms"
+        );
+        assert_eq!(bucket.get(LEASE_KEY).await.unwrap().etag, before);
+    }
     // Without the promise, as before: not provable, nothing written.
     fenced.ack_window_ms = None;
     bucket

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use mushroom_backup::service::proto;
 use support::binary::{self, Running};
 use support::served::{self, DEADLINE};
 
@@ -198,6 +199,14 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
         h.role == "primary" && h.lease_held
     })
     .await;
+    // The fleet's event log holds one `promoted` event of it, naming where the copy ends.
+    let event = promoted_event(&cb, &id).await;
+    assert_eq!(event.commit_seq, at, "{event:?}");
+    assert_eq!(event.kind_name, "promoted", "{event:?}");
+    assert!(
+        event.detail.contains(promoted["lineage"].as_str().unwrap()),
+        "the event does not name the new lineage: {event:?}"
+    );
 
     // A second promotion is refused: it is a primary now.
     ctl_refused(
@@ -234,6 +243,37 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     })
     .await;
     served::terminate(&mut srv_b);
+}
+
+/// The `promoted` event of `store_id` in the fleet's event log (replayed from its start).
+async fn promoted_event(cb: &served::Client, store_id: &str) -> proto::BackupEvent {
+    let mut events = cb
+        .clone()
+        .watch_events(proto::WatchEventsRequest {
+            store_id: store_id.to_string(),
+            after: Some(0),
+        })
+        .await
+        .expect("WatchEvents")
+        .into_inner();
+    let mut seen = Vec::new();
+    let read = async {
+        loop {
+            let e = events
+                .message()
+                .await
+                .expect("the stream fails")
+                .expect("the stream ends");
+            if e.kind == proto::EventKind::Promoted as i32 {
+                return e;
+            }
+            seen.push(e.kind_name);
+        }
+    };
+    match tokio::time::timeout(DEADLINE, read).await {
+        Ok(e) => e,
+        Err(_) => panic!("no promoted event of {store_id} within {DEADLINE:?}; saw {seen:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,7 +93,7 @@ fn event_json(e: &proto::BackupEvent) -> Value {
     }
     use proto::EventKind as K;
     match K::try_from(e.kind).unwrap_or(K::Unspecified) {
-        K::RestorePointWritten => put("commit_seq", e.commit_seq.into()),
+        K::RestorePointWritten | K::Promoted => put("commit_seq", e.commit_seq.into()),
         K::GenerationStarted => put("generation", e.generation.into()),
         K::RetentionDeleted | K::BudgetExceeded => put("count", e.count.into()),
         K::HealthChanged => put("healthy", e.healthy.into()),

@@ -79,10 +79,13 @@ pub enum EventKind {
     OwnerChanged,
     /// The projected requests a month went over the store's request budget (once per overrun).
     BudgetExceeded,
+    /// A standby became the primary of its destination (`commit_seq`: where the promoted copy
+    /// ends; `service::fleet::promote`).
+    Promoted,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 15] = [
         EventKind::HealthChanged,
         EventKind::Paused,
         EventKind::Resumed,
@@ -97,6 +100,7 @@ impl EventKind {
         EventKind::Deregistered,
         EventKind::OwnerChanged,
         EventKind::BudgetExceeded,
+        EventKind::Promoted,
     ];
 
     pub fn name(self) -> &'static str {
@@ -115,6 +119,7 @@ impl EventKind {
             EventKind::Deregistered => "deregistered",
             EventKind::OwnerChanged => "owner_changed",
             EventKind::BudgetExceeded => "budget_exceeded",
+            EventKind::Promoted => "promoted",
         }
     }
 

@@ -123,6 +123,11 @@ pub const ACK_WINDOW: Duration = Duration::from_secs(1);
 /// The longest [`LeaseRecord::ack_window_ms`] a taker trusts: past it, it waits for the
 /// holder's deadline instead.
 pub const MAX_ACK_WINDOW: Duration = Duration::from_secs(60);
+/// The shortest [`LeaseRecord::ack_window_ms`] a taker trusts. A record is read from the
+/// bucket: one that promised 0 ms would cut a promotion's wait to the 50 ms of slack, so a
+/// window below this one is not trusted either (the taker waits for the deadline). Our
+/// writers promise [`ACK_WINDOW`].
+pub const MIN_ACK_WINDOW: Duration = Duration::from_millis(100);
 
 /// Retry delay after a failed lease renewal (capped at the renewal interval).
 pub const RENEW_RETRY: Duration = Duration::from_secs(1);
@@ -340,10 +345,13 @@ impl LeaseRecord {
 
     /// How long after a takeover of this record the holder has certainly published its last
     /// durable position: its window plus a tenth plus 50 ms ([`LeaseRecord::ack_window_ms`]);
-    /// `None` when it promises no window, or one longer than [`MAX_ACK_WINDOW`].
+    /// `None` when it promises no window, or one outside [`MIN_ACK_WINDOW`] ..=
+    /// [`MAX_ACK_WINDOW`].
     pub fn acks_fenced_in(&self) -> Option<Duration> {
         let w = Duration::from_millis(self.ack_window_ms?);
-        (w <= MAX_ACK_WINDOW).then(|| w + w / 10 + Duration::from_millis(50))
+        (MIN_ACK_WINDOW..=MAX_ACK_WINDOW)
+            .contains(&w)
+            .then(|| w + w / 10 + Duration::from_millis(50))
     }
 }
 

@@ -234,6 +234,7 @@ pub fn to_proto(e: &Event) -> proto::BackupEvent {
         K::Deregistered => P::Deregistered,
         K::OwnerChanged => P::OwnerChanged,
         K::BudgetExceeded => P::BudgetExceeded,
+        K::Promoted => P::Promoted,
     };
     let f = &e.facts;
     proto::BackupEvent {

@@ -151,6 +151,12 @@ impl Fleet {
                         .map(|f| format!("; took the lease over from {f}"))
                         .unwrap_or_default()
                 );
+                let mut event = crate::events::NewEvent::new(
+                    crate::events::EventKind::Promoted,
+                    &id,
+                    detail.clone(),
+                );
+                event.facts.commit_seq = Some(p.commit_seq);
                 let done = Done {
                     action: "promote",
                     store_id: &id,
@@ -158,7 +164,7 @@ impl Fleet {
                     detail,
                     peer,
                 };
-                self.record(done, None).await;
+                self.record(done, Some(event)).await;
                 Ok(p)
             }
             Err(e) => {
