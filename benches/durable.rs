@@ -9,10 +9,13 @@
 //!    moto's threads and the CPUs as cold. Both are printed and the goal is judged against
 //!    both. The PUT at the commit rate is the like-for-like one: moto answers a PUT that
 //!    follows 100 ms of quiet in about twice the time of one that follows another, whoever
-//!    sends it (measured here with Python's `http.client` on one keep-alive connection,
-//!    64 KiB: 1.8 ms back to back, 3.6 ms at 10 a second; a bare TCP round trip on the same
+//!    sends it (measured here with Python's `http.client`, which reconnects for each PUT as
+//!    moto closes every connection, 64 KiB: 1.8 ms back to back, 3.6 ms at 10 a second; a bare TCP round trip on the same
 //!    loopback slows by 0.1 ms), so at 10 commits/s the back-to-back figure is a PUT no
-//!    commit at that rate can get.
+//!    commit at that rate can get. `RAW_PUT_SAMPLES` (default 200; 0 skips it) of the same PUT
+//!    from a bare HTTP/1.1 client (unsigned, no SDK, a connection each: moto answers
+//!    `Connection: close`), back to back and half as many at 10 a second, show that slowdown
+//!    in the same run.
 //! 2. For each rate of `RATES` (default `10,100,1000` commits a second): a fresh store of the
 //!    reference engine under the release binary's `serve`, registered with `durability = sync`
 //!    (`wal_puts_per_second` from `CAP`, default 200: the goal at 100 commits/s is only
@@ -175,6 +178,69 @@ async fn paced_puts(
     Ok(out)
 }
 
+/// `samples` 64 KiB PUTs with `If-None-Match: *` from the plainest client there is: HTTP/1.1
+/// to moto (`url`, `http://host:port`), unsigned (moto does not check signatures), no SDK,
+/// blocking; back to back, or one every `1 / rate` s. Each on a connection of its own, as
+/// every client's is: moto answers `Connection: close` (its connect is in the time, as in the
+/// SDK's). The time of each, in ms, sorted.
+fn raw_puts(url: &str, rate: Option<f64>, samples: usize, name: &str) -> anyhow::Result<Vec<f64>> {
+    use std::io::{Read, Write};
+    let host = url
+        .strip_prefix("http://")
+        .context("moto's URL is http://")?;
+    let body = vec![7u8; 64 << 10];
+    let mut out = Vec::with_capacity(samples);
+    let start = Instant::now();
+    let mut response = Vec::new();
+    for i in 0..samples + 10 {
+        if let Some(rate) = rate {
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let head = format!(
+            "PUT /{BUCKET}/raw/{name}/{i} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\
+             If-None-Match: *\r\n\r\n",
+            body.len()
+        );
+        let t = Instant::now();
+        let mut conn = std::net::TcpStream::connect(host)?;
+        conn.set_nodelay(true)?;
+        conn.write_all(head.as_bytes())?;
+        conn.write_all(&body)?;
+        // The status line and headers, then as many body bytes as Content-Length says.
+        response.clear();
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            let n = conn.read(&mut buf)?;
+            anyhow::ensure!(n > 0, "moto closed the connection");
+            response.extend_from_slice(&buf[..n]);
+            if let Some(p) = response.windows(4).position(|w| w == b"\r\n\r\n") {
+                break p + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&response[..end]).to_ascii_lowercase();
+        anyhow::ensure!(head.starts_with("http/1.1 200"), "moto answered {head}");
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .context("no content-length")?
+            .trim()
+            .parse()?;
+        while response.len() < end + length {
+            let n = conn.read(&mut buf)?;
+            anyhow::ensure!(n > 0, "moto closed the connection");
+            response.extend_from_slice(&buf[..n]);
+        }
+        if i >= 10 {
+            out.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    out.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let rates = rates_from("RATES", "10,100,1000")?;
@@ -182,6 +248,7 @@ async fn main() -> anyhow::Result<()> {
     let warmup = Duration::from_secs(env_or("WARMUP_SECS", 2)?);
     let cap: u32 = env_or("CAP", 200)?;
     let put_samples: usize = env_or("PUT_SAMPLES", 200)?;
+    let raw_samples: usize = env_or("RAW_PUT_SAMPLES", 200)?;
     let paced_samples: Option<usize> = match std::env::var("PACED_PUT_SAMPLES") {
         Ok(v) => Some(v.parse().context("PACED_PUT_SAMPLES")?),
         Err(_) => None,
@@ -231,6 +298,32 @@ async fn main() -> anyhow::Result<()> {
         put_p99,
         puts.len()
     );
+
+    // The server's own cold path: the same PUT from the plainest client, back to back and at
+    // 10 a second. What the paced figure adds to the back-to-back one is moto's and the
+    // machine's, not any client's.
+    if raw_samples > 0 {
+        let url = m.url.clone();
+        let (warm, cold) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            Ok((
+                raw_puts(&url, None, raw_samples, "b2b")?,
+                raw_puts(&url, Some(10.0), raw_samples / 2, "paced10")?,
+            ))
+        })
+        .await??;
+        println!(
+            "the same PUT from a bare HTTP/1.1 client (no SDK, no signing, a connection each as \
+             moto closes them): back to back p50 {:.1} ms, p99 {:.1} ms ({} PUTs); at 10 a second p50 \
+             {:.1} ms, p99 {:.1} ms ({} PUTs): {:.2}x at p50",
+            pct(&warm, 0.5),
+            pct(&warm, 0.99),
+            warm.len(),
+            pct(&cold, 0.5),
+            pct(&cold, 0.99),
+            cold.len(),
+            pct(&cold, 0.5) / pct(&warm, 0.5)
+        );
+    }
 
     // 2. The service, sync mode, one store per rate.
     println!(

@@ -485,25 +485,10 @@ async fn until_over(
     events: &mut tonic::Streaming<proto::BackupEvent>,
     store_id: &str,
 ) -> Vec<proto::BackupEvent> {
-    let mut seen = Vec::new();
-    let read = async {
-        loop {
-            let e = events
-                .message()
-                .await
-                .expect("the stream fails")
-                .expect("the stream ends");
-            let done = e.kind == proto::EventKind::BudgetExceeded as i32 && e.store_id == store_id;
-            seen.push(e);
-            if done {
-                return;
-            }
-        }
-    };
-    if tokio::time::timeout(DEADLINE, read).await.is_err() {
-        panic!("waited {DEADLINE:?} for {store_id}'s budget_exceeded; saw {seen:?}");
-    }
-    seen
+    served::until_event(events, &format!("{store_id}'s budget_exceeded"), |e| {
+        e.kind == proto::EventKind::BudgetExceeded as i32 && e.store_id == store_id
+    })
+    .await
 }
 
 /// WatchEvents hears `budget_exceeded` for a store whose projection goes over its budget, with

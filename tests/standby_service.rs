@@ -256,24 +256,12 @@ async fn promoted_event(cb: &served::Client, store_id: &str) -> proto::BackupEve
         .await
         .expect("WatchEvents")
         .into_inner();
-    let mut seen = Vec::new();
-    let read = async {
-        loop {
-            let e = events
-                .message()
-                .await
-                .expect("the stream fails")
-                .expect("the stream ends");
-            if e.kind == proto::EventKind::Promoted as i32 {
-                return e;
-            }
-            seen.push(e.kind_name);
-        }
-    };
-    match tokio::time::timeout(DEADLINE, read).await {
-        Ok(e) => e,
-        Err(_) => panic!("no promoted event of {store_id} within {DEADLINE:?}; saw {seen:?}"),
-    }
+    let what = format!("{store_id}'s promoted event");
+    let seen = served::until_event(&mut events, &what, |e| {
+        e.kind == proto::EventKind::Promoted as i32
+    })
+    .await;
+    seen.into_iter().last().expect("the promoted event")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

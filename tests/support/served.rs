@@ -363,3 +363,32 @@ pub fn sync_node(
         .env("MUSHROOMDB_BACKUP_NODE_TOKEN", token);
     cmd
 }
+
+/// Reads `events` until one that `wanted` accepts, within [`DEADLINE`]: every event read, that
+/// one last. Panics naming `what` and the kinds seen when none comes.
+pub async fn until_event(
+    events: &mut tonic::Streaming<proto::BackupEvent>,
+    what: &str,
+    wanted: impl Fn(&proto::BackupEvent) -> bool,
+) -> Vec<proto::BackupEvent> {
+    let mut seen = Vec::new();
+    let read = async {
+        loop {
+            let e = events
+                .message()
+                .await
+                .expect("the stream fails")
+                .expect("the stream ends");
+            let done = wanted(&e);
+            seen.push(e);
+            if done {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(DEADLINE, read).await.is_err() {
+        let kinds: Vec<&str> = seen.iter().map(|e| e.kind_name.as_str()).collect();
+        panic!("waited {DEADLINE:?} for {what}; saw {kinds:?}");
+    }
+    seen
+}
