@@ -20,8 +20,7 @@
 
 use anyhow::anyhow;
 use mushroom_backup::bucket::DynBucket;
-use mushroom_backup::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, TakeOver};
-use std::time::Duration;
+use mushroom_backup::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig};
 use tokio_util::task::TaskTracker;
 
 /// A lease a command holds, and the tracker its renewal task runs on.
@@ -69,81 +68,9 @@ pub(super) async fn take(
     Ok(Held { lease, tasks })
 }
 
-/// How [`take_over`] ended, when it did not fail.
-pub(super) enum TakenOver {
-    /// Held; the previous holder has stopped writing within `fenced_in` (of the bucket's
-    /// answer), and `previous` names it.
-    Held {
-        held: Held,
-        previous: Option<String>,
-        fenced_in: Duration,
-    },
-    /// The previous holder cannot be proven stopped from the lease object: why.
-    Unprovable(String),
-}
-
-/// Takes the lease of `bucket`'s prefix at once, whoever holds it (`promote`:
-/// [`LeaseAcquirer::take_over_now`]), or refuses naming the holder whose write landed first.
-pub(super) async fn take_over(
-    bucket: DynBucket,
-    config: LeaseConfig,
-    what: &str,
-) -> anyhow::Result<TakenOver> {
-    let tasks = TaskTracker::new();
-    let mut acquirer = LeaseAcquirer::new(bucket, config).tracked(tasks.clone());
-    let taken = acquirer
-        .take_over_now()
-        .await
-        .map_err(|e| anyhow!("{what}: {e}"));
-    let refused = match taken {
-        Ok(TakeOver::Taken {
-            lease,
-            previous,
-            fenced_in,
-            ..
-        }) => {
-            return Ok(TakenOver::Held {
-                held: Held { lease, tasks },
-                previous: previous.map(|(h, host, store)| format!("{h} on {host} (store {store})")),
-                fenced_in,
-            });
-        }
-        Ok(TakeOver::Unprovable(why)) => Ok(TakenOver::Unprovable(why)),
-        Ok(TakeOver::HeldElsewhere(Acquisition::HeldElsewhere {
-            holder,
-            host,
-            store,
-            ..
-        })) => Err(anyhow!(
-            "{what}: refused, nothing changed: another writer took the bucket lease first: it \
-             is held by {holder} on {host} (store {store})"
-        )),
-        Ok(TakeOver::HeldElsewhere(Acquisition::Acquired(lease))) => {
-            return Ok(TakenOver::Held {
-                held: Held { lease, tasks },
-                previous: None,
-                fenced_in: Duration::ZERO,
-            });
-        }
-        Err(e) => Err(e),
-    };
-    tasks.close();
-    tasks.wait().await;
-    refused
-}
-
 impl Held {
     pub(super) fn lease(&self) -> &BucketLease {
         &self.lease
-    }
-
-    /// Stops renewing and leaves the lease object as it is, for a worker of the same holder id
-    /// (the same [`LeaseConfig`]) to take at once: it is this holder's. Until then it is live
-    /// for a TTL after its last renewal, so no one else takes it in between (`promote`).
-    pub(super) async fn hand_over(self) {
-        drop(self.lease);
-        self.tasks.close();
-        self.tasks.wait().await;
     }
 
     /// Stops renewing and deletes the lease object (a failure is logged: the object then goes

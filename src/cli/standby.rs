@@ -146,6 +146,7 @@ pub struct PromoteArgs {
 /// is its own), so the old writer cannot take it back in between.
 pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::lease::LeaseConfig;
+    use mushroom_backup::standby::fence::FenceError;
     use mushroom_backup::wal_source::LocalSource;
     use mushroom_backup::worker::BackupWorker;
 
@@ -165,38 +166,14 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
             c.adopter
         );
     }
-    let held = match super::lease::take_over(bucket.clone(), lease.clone(), &what).await? {
-        super::lease::TakenOver::Held {
-            held,
-            previous,
-            fenced_in,
-        } => {
-            if let Some(previous) = &previous {
-                tracing::info!(%previous, ?fenced_in, "took the bucket lease over");
-            }
-            // Past its acknowledgement window (a sync holder) or its deadline, which the
-            // bucket's clock bounds, the old holder acknowledges nothing more: whatever it
-            // acknowledged is in the bucket for the catch-up to read.
-            if !fenced_in.is_zero() {
-                tokio::select! {
-                    _ = cancel.cancelled() => {
-                        held.release().await;
-                        anyhow::bail!("{what}: interrupted");
-                    }
-                    _ = tokio::time::sleep(fenced_in) => {}
-                }
-            }
-            held
-        }
-        super::lease::TakenOver::Unprovable(why) if a.wait_for_lease => {
-            tracing::info!("{why}; waiting until the lease is stale");
-            wait_for_stale(&a, &what, bucket.clone(), lease.clone(), &cancel).await?
-        }
-        super::lease::TakenOver::Unprovable(why) => anyhow::bail!(
-            "{what}: refused, nothing changed: the old writer cannot be proven fenced: {why}; \
-             stop it first, or pass --wait-for-lease to wait until its lease is stale"
-        ),
-    };
+    // Take the lease over and wait out the old holder's window or deadline, or with
+    // --wait-for-lease wait until its lease is stale (`standby::fence`, the service's too).
+    let held = standby::fence::fence(bucket.clone(), lease.clone(), a.wait_for_lease, &cancel)
+        .await
+        .map_err(|e| match e {
+            FenceError::Lease(_) | FenceError::Interrupted => anyhow::anyhow!("{what}: {e}"),
+            refused => anyhow::anyhow!("{what}: refused, nothing changed: {refused}"),
+        })?;
     let adopted = async {
         let opts = StandbyOptions::default();
         standby::promote::promote(bucket.as_ref(), &a.dir, &opts).await
@@ -221,31 +198,4 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
         lease,
     };
     super::backup::follow_until(vec![primary], cancel).await
-}
-
-/// `--wait-for-lease` where the old holder cannot be proven fenced: waits until its lease is
-/// stale (at most its TTL after its last renewal, plus a poll), then takes it.
-async fn wait_for_stale(
-    a: &PromoteArgs,
-    what: &str,
-    bucket: mushroom_backup::bucket::DynBucket,
-    lease: mushroom_backup::lease::LeaseConfig,
-    cancel: &tokio_util::sync::CancellationToken,
-) -> anyhow::Result<super::lease::Held> {
-    // Past this, a holder that was alive at the start is still alive: give up.
-    let deadline = std::time::Instant::now() + lease.ttl * 2 + Duration::from_secs(5);
-    loop {
-        let hint = "it is alive, or died less than a lease TTL ago: stop it first";
-        match super::lease::take(bucket.clone(), lease.clone(), what, hint).await {
-            Ok(held) => return Ok(held),
-            Err(e) if a.wait_for_lease && std::time::Instant::now() < deadline => {
-                tracing::info!("{e}; waiting");
-                tokio::select! {
-                    _ = cancel.cancelled() => anyhow::bail!("{what}: interrupted"),
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
 }

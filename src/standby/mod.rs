@@ -74,6 +74,7 @@ use crate::restore::plan::{ChainStart, ExtendHow, extend_listed, latest_restore_
 use crate::restore::{RestoreError, RestoreOptions, keys::RestoreKeys};
 
 pub mod apply;
+pub mod fence;
 pub mod local;
 pub mod poll;
 pub mod promote;

@@ -152,7 +152,6 @@ pub mod path_index;
 pub mod paths;
 mod promote;
 pub use promote::PromoteError;
-pub mod promote_fence;
 mod record;
 pub mod remote;
 mod replica;

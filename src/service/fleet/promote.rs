@@ -7,7 +7,7 @@
 //! 2. Stop the follower and wait for it to end (its `store.lock` released).
 //! 3. A prefix whose LATEST names an adopter already (another promotion won) is refused,
 //!    naming the winner's lineage, before the lease is touched.
-//! 4. **Fence** the old writer: one call, `promote_fence::fence` (take the lease over at
+//! 4. **Fence** the old writer: one call, `standby::fence::fence` (take the lease over at
 //!    once and wait out the old holder's deadline, or with `wait_for_lease` wait until the
 //!    lease is stale, else refuse naming why).
 //! 5. Catch up, adopt and claim LATEST: `crate::standby::promote::promote`. Of two racing
@@ -15,7 +15,7 @@
 //! 6. The registry row's options lose `standby` (a restart of `serve` runs the store as a
 //!    primary), the lease is handed over, unreleased, to the store's backup worker, started
 //!    as any primary's (`Fleet::spawn`: the service's lease machinery, under its instance
-//!    lease; the lease is its holder id's, so taken at once: `promote_fence.rs`).
+//!    lease; the lease is its holder id's, so taken at once: `standby/fence.rs`).
 //!
 //! The steps run in a task of the fleet's tracker, not in the caller's future: a client that
 //! goes away, or the call's timeout, does not cut a promotion half way.
@@ -38,10 +38,10 @@
 
 use std::sync::Arc;
 
-use super::promote_fence::{self, FenceError};
 use super::standby::StandbyEntry;
 use super::{Done, Fleet, FleetError};
 use crate::lease::LeaseConfig;
+use crate::standby::fence::{self, FenceError};
 use crate::standby::{StandbyError, StandbyOptions};
 
 /// Why a promotion was refused or failed.
@@ -236,17 +236,16 @@ impl Fleet {
             holder: instance_fence.holder().to_string(),
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let fenced =
-            match promote_fence::fence(bucket.clone(), lease, wait_for_lease, &self.shutdown).await
-            {
-                Ok(f) => f,
-                Err(e) => {
-                    // Held by another writer: when that is a promotion that won meanwhile,
-                    // LATEST names it, which says more than the lease.
-                    refuse_promoted(bucket.as_ref()).await?;
-                    return Err(PromoteError::from(e).into());
-                }
-            };
+        let fenced = match fence::fence(bucket.clone(), lease, wait_for_lease, &self.shutdown).await
+        {
+            Ok(f) => f,
+            Err(e) => {
+                // Held by another writer: when that is a promotion that won meanwhile,
+                // LATEST names it, which says more than the lease.
+                refuse_promoted(bucket.as_ref()).await?;
+                return Err(PromoteError::from(e).into());
+            }
+        };
         let opts = StandbyOptions {
             keys: self.restore_keys(),
             ..StandbyOptions::default()

@@ -1,6 +1,6 @@
-//! The fence of a promotion in the service ([`fence`]): the one call `promote.rs` makes to
-//! be sure the prefix's old writer has stopped, doing what the standalone `promote`
-//! (`cli/standby.rs`) does, with the public lease API as it is:
+//! The fence of a promotion ([`fence`]): the one call a promotion makes to be sure the
+//! prefix's old writer has stopped, the standalone `promote` (`cli/standby.rs`) and the
+//! service's `Promote` (`service/fleet/promote.rs`) alike:
 //!
 //! - take the prefix's bucket lease over at once ([`LeaseAcquirer::take_over_now`]: `If-Match`
 //!   on the version read, so of two racing promotions exactly one lands, the other is refused
@@ -14,19 +14,19 @@
 //!   5 s; otherwise refuse, nothing written, naming why.
 //!
 //! # The hand-over to the store's worker
-//! The lease is taken under the holder id of this instance's lease for the destination's
-//! lease root ([`Fence::holder`](crate::lease::Fence::holder)), with a plain (renewing)
-//! [`BucketLease`] (so the promotion's lease does not end with a hiccup of the instance
-//! lease while it catches up; a fenced acquirer could take over too). When the promotion is
-//! done, [`Fenced::hand_over`] stops renewing and leaves the object as it is; the store's
-//! worker then starts under the service's normal lease machinery (a fenced acquirer), whose
-//! holder id is that same instance holder id: the object is its own, taken at once ("it is
-//! this holder's"), so no other writer can take it in between (it is live for a TTL after its
-//! last renewal). No new lease API is needed.
+//! The lease is taken as a plain (renewing) [`BucketLease`] under the caller's holder id: the
+//! standalone `promote`'s own, or in the service the holder id of its instance lease for the
+//! destination's lease root ([`Fence::holder`](crate::lease::Fence::holder)), so the
+//! promotion's lease does not end with a hiccup of the instance lease while it catches up.
+//! When the promotion is done, [`Fenced::hand_over`] stops renewing and leaves the object as
+//! it is; the store's worker then starts under that same holder id (the service's fenced
+//! acquirer, or the CLI's worker with the same [`LeaseConfig`]): the object is its own, taken
+//! at once ("it is this holder's"), so no other writer can take it in between (it is live for
+//! a TTL after its last renewal). No new lease API is needed.
 //!
 //! # What a crash leaves
-//! The lease object naming this instance's holder id, unrenewed: this instance's next start
-//! (a new nonce, so a new holder id) or any other writer takes it once it is stale (a TTL).
+//! The lease object naming the promotion's holder id, unrenewed: any other writer (a service's
+//! next start has a new nonce, so a new holder id) takes it once it is stale (a TTL).
 
 use std::time::Duration;
 
