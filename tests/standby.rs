@@ -497,8 +497,34 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
         }
     }
     assert!(landed > 0, "the old primary shipped no segment aside");
+    // The restore says so: refused (exit 3) naming the segment past the claim, until told
+    // that a partial restore is what is wanted.
     let cut = tmp.path().join("cut");
-    binary::restore_digest(UNUSED, &url, &cut);
+    let out = binary::command(UNUSED)
+        .args(["restore", "--from", &url, "--json", "--to"])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains(&wal) && stderr.contains("claim"),
+        "{stderr}"
+    );
+    assert!(!cut.exists());
+    let out = binary::command(UNUSED)
+        .args([
+            "restore",
+            "--from",
+            &url,
+            "--json",
+            "--allow-partial",
+            "--to",
+        ])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     assert_eq!(support::store::digest(&cut), support::store::digest(&dir));
 
     // The old primary, with new commits, once the lease is free (at once, or a TTL after the
@@ -526,7 +552,12 @@ fn a_promotion_stopped_before_any_commit_keeps_the_prefix_from_the_old_primary()
     assert_eq!(support::store::tree_but_leases(&bucket), before);
     // A second promotion of another standby of the same lineage is refused too.
     let other = tmp.path().join("other");
-    binary::restore_digest(UNUSED, &url, &other);
+    let out = binary::command(UNUSED)
+        .args(["restore", "--from", &url, "--allow-partial", "--to"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let mut cmd = binary::command(UNUSED);
     cmd.args(["promote", "--from", &url, "--dir"]).arg(&other);
     quick(&mut cmd);

@@ -24,6 +24,9 @@
 //! - [`bounds`]: the plain length stored bytes can decode to (the zstd format's ratio, the
 //!   writer's segment cap, the zstd window); the decoder refuses an entry claiming more before
 //!   it decodes a byte, naming the object.
+//! - [`chain`]: which listed objects can be segments past a restore point (their stored length
+//!   bounded by what an encoding makes of their range) and the chain of them that reaches
+//!   furthest: one choice for restore, the standby and the worker's resume.
 //! - [`seal`]: the encryption stage: sealing with the generation's data key, opening, and the
 //!   keyed tag a sealed entry records instead of its plain CRC (see there).
 //!
@@ -38,6 +41,7 @@
 //! field holds a keyed tag of the plain length and CRC instead ([`seal`]).
 
 pub mod bounds;
+pub mod chain;
 pub mod decode;
 pub mod encode;
 pub mod seal;

@@ -53,11 +53,20 @@ pub struct RestoreArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Restore even when segments listed past what the chain of segments reaches were left out
+    /// (another chain, a promotion's claim, a bad object: the report's `left_out` names each
+    /// and why). Without it such a restore is refused before downloading, with exit status 3.
+    #[arg(long)]
+    allow_partial: bool,
     #[command(flatten)]
     encryption: super::encryption::EncryptionArgs,
     #[command(flatten)]
     standby: super::standby::FollowArgs,
 }
+
+/// The exit status of a restore refused because it would leave out listed data that may hold
+/// later commits (without `--allow-partial`).
+pub const PARTIAL_EXIT: u8 = 3;
 
 #[derive(Args)]
 pub struct VerifyArgs {
@@ -138,16 +147,53 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         parallelism: a.parallelism,
         progress: std::io::stderr().is_terminal(),
         engine_check: a.engine_check,
+        allow_partial: a.allow_partial,
     };
-    let report = restore::restore(bucket.as_ref(), &a.to, &opts)
-        .await
-        .with_context(|| format!("restore from {} into {}", a.from, a.to.display()))?;
+    let report = match restore::restore(bucket.as_ref(), &a.to, &opts).await {
+        Err(restore::RestoreError::Partial {
+            commit_seq,
+            left_out,
+        }) => return refuse_partial(&a, commit_seq, &left_out),
+        r => r.with_context(|| format!("restore from {} into {}", a.from, a.to.display()))?,
+    };
     if a.json {
         super::out::line(serde_json::to_string(&report)?)?;
     } else {
         super::out::line(&report)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A restore refused for what it would leave out: each object and why on stderr (and with
+/// `--json` a report on stdout: `refused`, `commit_seq`, `left_out`), exit [`PARTIAL_EXIT`].
+fn refuse_partial(
+    a: &RestoreArgs,
+    commit_seq: u64,
+    left_out: &[mushroom_backup::at_rest::chain::LeftOut],
+) -> anyhow::Result<ExitCode> {
+    if a.json {
+        let v = serde_json::json!({
+            "refused": "partial",
+            "commit_seq": commit_seq,
+            "left_out": left_out,
+        });
+        super::out::line(v.to_string())?;
+    }
+    eprintln!(
+        "error: restore from {} into {}: the segments past the restore point reach commit \
+         {commit_seq}, but {} listed past them were left out and may hold later commits:",
+        a.from,
+        a.to.display(),
+        left_out.len()
+    );
+    for l in left_out {
+        eprintln!("  {l}");
+    }
+    eprintln!(
+        "nothing was restored; investigate them (damage, a second writer, a promotion's claim), \
+         or restore commit {commit_seq} anyway with --allow-partial"
+    );
+    Ok(ExitCode::from(PARTIAL_EXIT))
 }
 
 pub async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {

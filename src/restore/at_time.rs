@@ -306,6 +306,7 @@ pub(crate) async fn choose_at_time(
                     cut: None,
                     commit_time_ms: Some(event.time_ms),
                     warnings,
+                    left_out: Vec::new(),
                 });
             }
             EventKind::Segment { key, start } => {
@@ -370,6 +371,7 @@ async fn segment_plan(
         cut: Some(commit_seq),
         commit_time_ms: None,
         warnings: ext.warnings,
+        left_out: Vec::new(),
     };
     // A manifest naming it: the commit at its end, counted from the manifest's entries.
     for l in of_generation() {

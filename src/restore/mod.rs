@@ -9,9 +9,14 @@
 //!   warning), **extended** by the segments of its generation shipped after it: starting at the
 //!   manifest's last segment end, each next segment must start exactly where the previous one
 //!   ended, be as long as its key says and hold whole frames with valid CRCs whose seqs continue
-//!   the chain. The first gap or invalid segment ends the extension (where several segments
-//!   start at one offset, the longest valid one is taken). So the restore holds the newest
-//!   commit shipped, not just the newest restore point. `restore_point_only` turns this off.
+//!   the chain. The chain is the one that reaches furthest (`crate::at_rest::chain`, shared
+//!   with the standby and the worker's resume; a segment failing its check is routed around).
+//!   So the restore holds the newest commit shipped, not just the newest restore point.
+//!   `restore_point_only` turns this off. Segments listed past where the chain ends that it
+//!   did not take (another chain, a promotion's claim, a bad or oversized object) may hold
+//!   later commits: the restore is refused before downloading, naming each and why
+//!   ([`RestoreError::Partial`]), unless `allow_partial`, when the report lists them in
+//!   `left_out`.
 //! - With `at: Some(N)`: a restore point whose snapshot holds at most N commits and whose WAL,
 //!   with later segments of its generation, reaches N; the one whose snapshot is nearest below
 //!   N (least to download), and among those one whose manifest reaches N without segments. The
@@ -124,6 +129,10 @@ pub struct RestoreOptions {
     pub engine_check: bool,
     /// The keys encrypted generations are opened with ([`keys`]).
     pub keys: keys::RestoreKeys,
+    /// Restore even when segments listed past what the chain reaches are left out
+    /// ([`RestoreError::Partial`] otherwise, before anything is downloaded); the report's
+    /// `left_out` names them.
+    pub allow_partial: bool,
 }
 
 impl Default for RestoreOptions {
@@ -137,6 +146,7 @@ impl Default for RestoreOptions {
             progress: false,
             engine_check: false,
             keys: keys::RestoreKeys::default(),
+            allow_partial: false,
         }
     }
 }
@@ -173,6 +183,17 @@ pub struct RestoreReport {
     pub new_lineage: Option<Uuid>,
     /// Things an operator should know (a fallback from a bad LATEST, unused segments).
     pub warnings: Vec<String>,
+    /// Listed segments past what was restored that the restore did not use, each with why
+    /// (`at_rest::chain`): each may hold commits this restore does not. Not empty only with
+    /// [`RestoreOptions::allow_partial`] (the restore is refused otherwise).
+    pub left_out: Vec<crate::at_rest::chain::LeftOut>,
+}
+
+impl RestoreReport {
+    /// Whether listed data that may hold later commits was left out (see [`Self::left_out`]).
+    pub fn is_partial(&self) -> bool {
+        !self.left_out.is_empty()
+    }
 }
 
 impl fmt::Display for RestoreReport {
@@ -257,6 +278,21 @@ pub enum RestoreError {
          been shipped by then"
     )]
     BeforeEarliest { at: String, earliest: String },
+    /// Listed segments past what the chain reaches were left out (`crate::at_rest::chain`):
+    /// they may hold commits a restore would silently miss. Refused before anything is
+    /// downloaded unless [`RestoreOptions::allow_partial`].
+    #[error(
+        "the segments past the restore point reach commit {commit_seq}, but {} listed past \
+         them were left out and may hold later commits: {}; investigate them (damage, a second \
+         writer, a promotion's claim), or restore anyway with --allow-partial (or --at \
+         {commit_seq})",
+        left_out.len(),
+        left_out.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("; ")
+    )]
+    Partial {
+        commit_seq: u64,
+        left_out: Vec<crate::at_rest::chain::LeftOut>,
+    },
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     #[error("{key}: CRC mismatch (expected {expected:08x}, got {got:08x})")]
@@ -304,6 +340,12 @@ pub async fn restore(
         })??;
 
     let plan = plan::choose(bucket, opts).await?;
+    if !plan.left_out.is_empty() && !opts.allow_partial {
+        return Err(RestoreError::Partial {
+            commit_seq: plan.commit_seq,
+            left_out: plan.left_out,
+        });
+    }
     let mut layout = stage::layout(&plan)?;
     // Every generation key before anything is staged: a missing or wrong key leaves nothing.
     let m = &plan.manifest;
@@ -363,6 +405,7 @@ pub async fn restore(
         parent: parent.clone(),
         new_lineage,
         warnings: plan.warnings.clone(),
+        left_out: plan.left_out.clone(),
     };
     let dest = target.clone();
     let engine_check = opts.engine_check;

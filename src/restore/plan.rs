@@ -15,10 +15,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 
 use super::{Reachable, RestoreError, RestoreOptions};
+use crate::at_rest::chain::{Candidates, LeftOut, Step};
 use crate::bucket::{Bucket, BucketError, list_all};
 use crate::manifest::{
-    AdoptedAt, LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, parse_segment_key,
-    segments_prefix,
+    AdoptedAt, LATEST_KEY, MANIFESTS_PREFIX, Manifest, SegmentEntry, segments_prefix,
 };
 use crate::store::format::scan_frames;
 
@@ -41,6 +41,9 @@ pub(crate) struct Plan {
     /// For `--at-time`: when the bucket says the commit restored was shipped (unix ms).
     pub commit_time_ms: Option<i64>,
     pub warnings: Vec<String>,
+    /// Listed data past the restored end that the chain did not take (default restores only;
+    /// `--at`/`--at-time` stop short on purpose).
+    pub left_out: Vec<LeftOut>,
 }
 
 /// Chooses the restore point for `opts` (see the module docs of [`super`]).
@@ -85,6 +88,7 @@ pub(crate) async fn choose(
             };
             warnings.extend(ext.warnings);
             Ok(Plan {
+                left_out: ext.left_out,
                 commit_seq: ext.reach,
                 manifest,
                 manifest_key,
@@ -245,6 +249,7 @@ async fn choose_at(
             cut: Some(n),
             commit_time_ms: None,
             warnings,
+            left_out: Vec::new(),
         }
     };
     // Full reach of each generation's newest manifest, as far as it was computed.
@@ -330,6 +335,9 @@ pub(crate) struct Extension {
     /// The WAL offset they reach.
     pub end: u64,
     pub warnings: Vec<String>,
+    /// Listed segments ending past `end` that the chain did not take, and why: each may hold
+    /// commits this extension does not reach (`at_rest::chain`).
+    pub left_out: Vec<LeftOut>,
 }
 
 impl Extension {
@@ -341,9 +349,6 @@ impl Extension {
         }
     }
 }
-
-/// A segment key past the manifest: `(end, key)` grouped by start.
-type Candidates = BTreeMap<u64, Vec<(u64, String)>>;
 
 /// Follows the segments of `m`'s generation from `m.segments_end()`: each must start where the
 /// last one ended and hold whole, valid frames continuing the seq. Stops at the first gap, at
@@ -414,58 +419,38 @@ pub(crate) async fn extend_listed(
         end: from.end,
         ..Extension::default()
     };
-    let mut candidates: Candidates = BTreeMap::new();
-    for obj in listed {
-        let Some((start, end)) = parse_segment_key(from.generation, &obj.key) else {
-            continue;
-        };
-        if start < from.end || until.is_some_and(|u| end > u) {
-            continue;
-        }
-        // A range no writer ships (a bomb's claim): refused, naming it, before it is read.
-        if let Some(detail) = crate::at_rest::bounds::segment_len_problem(end - start) {
-            return Err(RestoreError::BadObject {
-                key: obj.key,
-                detail,
-            });
-        }
-        // An encoded segment is shorter than its key's range; never longer.
-        if obj.len > end - start {
-            ext.warnings.push(format!(
-                "{}: {} bytes, its key says {}; not used",
-                obj.key,
-                obj.len,
-                end - start
-            ));
-            continue;
-        }
-        candidates.entry(start).or_default().push((end, obj.key));
-    }
-    for list in candidates.values_mut() {
-        list.sort_by_key(|c| std::cmp::Reverse(c.0));
+    // One choice of chain for every reader (`at_rest::chain`): candidates from the listing
+    // alone, then the path that reaches furthest, chosen again around each rejected segment.
+    let candidates = Candidates::of(
+        from.generation,
+        from.end,
+        until,
+        listed.into_iter().map(|o| (o.key, o.len)),
+    );
+    for l in &candidates.left_out {
+        tracing::warn!("{l}; not used");
+        ext.warnings.push(format!("{l}; not used"));
     }
     let mut pos = from.end;
-    let mut rejected: HashSet<String> = HashSet::new();
+    let mut rejected: HashMap<String, String> = HashMap::new();
+    let mut used: HashSet<String> = HashSet::new();
     let mut cached_bytes = 0u64;
+    let reject = |key: String, why: String, ext: &mut Extension, r: &mut HashMap<_, _>| {
+        let w = format!("{key}: {why}; not used");
+        tracing::warn!("{w}");
+        ext.warnings.push(w);
+        r.insert(key, why);
+    };
     'chain: loop {
         if limit.is_some_and(|n| ext.reach >= n) {
             break;
         }
-        // The longest not-yet-rejected candidate at each offset, following ends.
-        let mut chain = Vec::new();
-        let mut at = pos;
-        while let Some((end, key)) = candidates
-            .get(&at)
-            .and_then(|l| l.iter().find(|(_, k)| !rejected.contains(k)))
-        {
-            chain.push((at, *end, key.clone()));
-            at = *end;
-        }
+        let chain = candidates.path(pos, |k| rejected.contains_key(k));
         if chain.is_empty() {
             break;
         }
         let mut fetched = futures::stream::iter(chain)
-            .map(|(start, end, key)| async move {
+            .map(|Step { start, end, key }| async move {
                 let got = bucket.get(&key).await;
                 (start, end, key, got)
             })
@@ -475,7 +460,7 @@ pub(crate) async fn extend_listed(
                 Ok(obj) => obj.data,
                 // Listed, then gone (retention): treat as absent.
                 Err(BucketError::NotFound { .. }) => {
-                    rejected.insert(key);
+                    reject(key, "listed, then gone".into(), &mut ext, &mut rejected);
                     continue 'chain;
                 }
                 Err(e) => return Err(e.into()),
@@ -488,14 +473,12 @@ pub(crate) async fn extend_listed(
             let Some((mut object, plain)) =
                 crate::at_rest::decode::recognise(&key, &data, end - start, open.as_ref())
             else {
-                let w = format!(
-                    "{key}: {} bytes that neither are nor decode to the {} its key says; not used",
+                let why = format!(
+                    "{} bytes that neither are nor decode to the {} its key says",
                     data.len(),
                     end - start
                 );
-                tracing::warn!("{w}");
-                ext.warnings.push(w);
-                rejected.insert(key);
+                reject(key, why, &mut ext, &mut rejected);
                 continue 'chain;
             };
             match check_frames(&plain, end - start, ext.reach + 1) {
@@ -510,6 +493,7 @@ pub(crate) async fn extend_listed(
                     if keep_plain {
                         ext.plain.push(plain.clone());
                     }
+                    used.insert(key);
                     ext.segments.push(SegmentEntry {
                         object,
                         start,
@@ -523,24 +507,28 @@ pub(crate) async fn extend_listed(
                     }
                 }
                 Err(why) => {
-                    let w = format!("{key}: {why}; not used");
-                    tracing::warn!("{w}");
-                    ext.warnings.push(w);
-                    rejected.insert(key);
+                    reject(key, why, &mut ext, &mut rejected);
                     continue 'chain;
                 }
             }
         }
     }
-    let unused = candidates.range(pos + 1..).next().map(|(start, _)| *start);
-    if let (Some(start), None, None) = (unused, limit, until) {
-        let w = format!(
-            "segments of generation {} stop at offset {pos} (commit {}); later segments from \
-             offset {start} do not continue them and are not used",
-            from.generation, ext.reach
-        );
-        tracing::warn!("{w}");
-        ext.warnings.push(w);
+    // What was listed past the chain's end and not taken: data that may hold commits this
+    // chain does not. A limit (`--at N`) reached leaves later segments out on purpose.
+    if limit.is_none_or(|n| ext.reach < n) {
+        let not_taken = candidates.not_taken(&used, &rejected, pos);
+        if let Some(first) = not_taken.iter().find(|l| l.end > pos) {
+            let w = format!(
+                "segments of generation {} stop at offset {pos} (commit {}); {} listed past it \
+                 not used, the first {first}",
+                from.generation,
+                ext.reach,
+                not_taken.iter().filter(|l| l.end > pos).count(),
+            );
+            tracing::warn!("{w}");
+            ext.warnings.push(w);
+        }
+        ext.left_out = not_taken.into_iter().filter(|l| l.end > pos).collect();
     }
     Ok(ext)
 }

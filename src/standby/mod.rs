@@ -155,6 +155,9 @@ impl StandbyOptions {
         RestoreOptions {
             parallelism: self.parallelism,
             keys: self.keys.clone(),
+            // A standby applies the segments past a restore point itself, poll by poll, and
+            // its promotion refuses data left out (`promote::nothing_left_out`).
+            allow_partial: true,
             ..RestoreOptions::default()
         }
     }
@@ -253,6 +256,22 @@ pub enum StandbyError {
     /// Cancelled before the first restore or resume finished (nothing was put in place).
     #[error("stopped before the standby was in place")]
     Cancelled,
+    /// A promotion's catch-up stopped short of segments listed past it (`promote::promote`):
+    /// claiming LATEST there would cut them, and any commit acknowledged in them, from the
+    /// prefix's history for good.
+    #[error(
+        "{} stops at commit {commit_seq}, but {} segment(s) listed past it were left out, the \
+         first {}: not promoted (investigate them: damage, a second writer, or a key this \
+         standby lacks)",
+        dir.display(),
+        left_out.len(),
+        left_out.first().map(|l| l.to_string()).unwrap_or_default()
+    )]
+    LeftOut {
+        dir: PathBuf,
+        commit_seq: u64,
+        left_out: Vec<crate::at_rest::chain::LeftOut>,
+    },
 }
 
 impl StandbyError {
@@ -619,19 +638,7 @@ async fn apply_seen(
     if seen.listed.is_empty() {
         return Ok(None);
     }
-    let from = ChainStart {
-        lineage: at.lineage,
-        generation: at.generation,
-        end: at.wal_end,
-        reach: at.commit_seq,
-    };
-    let how = ExtendHow {
-        limit: None,
-        until: None,
-        parallelism: opts.parallelism,
-        keep_plain: true,
-    };
-    let ext = extend_listed(bucket, &from, seen.listed, &how, &opts.keys).await?;
+    let ext = extend_from(bucket, at, seen.listed, opts, true).await?;
     if !ext.segments.is_empty() {
         let (d, a, c) = (dir.to_path_buf(), at.clone(), *crash);
         let n = ext.segments.len();
@@ -654,6 +661,31 @@ async fn apply_seen(
             .await?
             .map(|next| (next, ApplyKind::Generation, 0)),
     )
+}
+
+/// The chain of the segments `listed` that continues what was applied (`at`), chosen as a
+/// restore chooses it (`restore::plan::extend_listed`), with each segment's plain bytes when
+/// `keep_plain`.
+pub(crate) async fn extend_from(
+    bucket: &dyn Bucket,
+    at: &Applied,
+    listed: Vec<crate::bucket::ObjectMeta>,
+    opts: &StandbyOptions,
+    keep_plain: bool,
+) -> Result<crate::restore::plan::Extension, StandbyError> {
+    let from = ChainStart {
+        lineage: at.lineage,
+        generation: at.generation,
+        end: at.wal_end,
+        reach: at.commit_seq,
+    };
+    let how = ExtendHow {
+        limit: None,
+        until: None,
+        parallelism: opts.parallelism,
+        keep_plain,
+    };
+    Ok(extend_listed(bucket, &from, listed, &how, &opts.keys).await?)
 }
 
 /// Moves to the generation of the newest restore point, if it is of the lineage followed,

@@ -174,6 +174,14 @@ pub async fn promote(
 ) -> Result<Adopted, StandbyError> {
     for round in 1..=CLAIM_ROUNDS {
         let applied = catch_up(bucket, dir, opts).await?;
+        match nothing_left_out(bucket, dir, &applied, opts).await {
+            Ok(()) => {}
+            Err(StandbyError::Behind { detail, .. }) if round < CLAIM_ROUNDS => {
+                tracing::warn!(round, %detail, "the prefix moved on during the promotion: catching up again");
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
         let (adopted, version) = match adopt(bucket, dir, &applied).await {
             Ok(adopted) => adopted,
             // The old writer wrote a restore point after the catch-up (it has not noticed the
@@ -200,6 +208,46 @@ pub async fn promote(
     Err(StandbyError::Claim(LatestError::Moved {
         key: format!("LATEST (moved under each of {CLAIM_ROUNDS} claims)"),
     }))
+}
+
+/// Refuses a promotion whose catch-up stopped short of segments listed past it
+/// ([`StandbyError::LeftOut`]): the chain past `at` is chosen as a restore chooses it
+/// (`at_rest::chain`), and anything it leaves out ending past `at` that a writer could have
+/// written may hold acknowledged commits the claim would cut away. Segments that do continue
+/// it (a PUT of the old writer that landed after the catch-up) are [`StandbyError::Behind`]:
+/// catch up again.
+async fn nothing_left_out(
+    bucket: &dyn Bucket,
+    dir: &Path,
+    at: &Applied,
+    opts: &StandbyOptions,
+) -> Result<(), StandbyError> {
+    let seen = super::poll::poll(bucket, at.generation, at.wal_end).await?;
+    let ext = super::extend_from(bucket, at, seen.listed, opts, false).await?;
+    if !ext.segments.is_empty() {
+        return Err(StandbyError::Behind {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "segments past commit {} arrived after the catch-up",
+                at.commit_seq
+            ),
+        });
+    }
+    // What no writer makes (a key claiming more than a writer ships, stored bytes no
+    // encoding of its range has) holds nothing acknowledged: it does not stop a failover.
+    let left_out: Vec<_> = ext
+        .left_out
+        .into_iter()
+        .filter(|l| l.could_be_a_writers())
+        .collect();
+    if !left_out.is_empty() {
+        return Err(StandbyError::LeftOut {
+            dir: dir.to_path_buf(),
+            commit_seq: at.commit_seq,
+            left_out,
+        });
+    }
+    Ok(())
 }
 
 /// Step 4: LATEST names the parent's restore point for `adopted.new_lineage`

@@ -104,6 +104,16 @@ pub(super) async fn ship(
         .put_encoded(&key, Plain::Bytes(keep), lineage, number)
         .await?;
     let stored = object.len;
+    // Counted shipped (and so acknowledged under `durability = sync`) only when a restore
+    // would take it: the one bound every reader applies (`at_rest::chain`).
+    if let Some(why) = crate::at_rest::chain::segment_stored_problem(end - start, stored) {
+        return Err(WorkerError::Store {
+            dir: cx.dir.clone(),
+            detail: format!(
+                "{key} was shipped as {why}: a restore would not take it, so it is not counted"
+            ),
+        });
+    }
 
     let g = view.current.as_mut().expect("generation started");
     g.segments.push(SegmentEntry {

@@ -274,7 +274,7 @@ impl View {
 
         // Every generation in the prefix, any lineage, and this lineage's segment keys.
         let mut max_generation = 0;
-        let mut segment_keys: BTreeMap<u64, Vec<(u64, u64, String)>> = BTreeMap::new();
+        let mut segment_keys: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
         let generations = generations?;
         super::keys::check_mixing(
             &generations,
@@ -293,20 +293,12 @@ impl View {
                 continue;
             };
             max_generation = max_generation.max(g);
-            if let Some((s, e)) = manifest::parse_segment_key(g, &o.key) {
-                // A segment is fetched whole to be compared with the store (`adopt_segments`):
-                // one longer than its key's range (an encoded segment never is; a hostile
-                // object could be gigabytes) or claiming more than a writer ships is left out
-                // of the chain, as a restore leaves it out (`restore::plan`), and never read.
-                if o.len > e - s || crate::at_rest::bounds::segment_len_problem(e - s).is_some() {
-                    tracing::warn!(
-                        key = %o.key,
-                        len = o.len,
-                        "a segment longer than its key's range or than a writer ships: not read"
-                    );
-                    continue;
-                }
-                segment_keys.entry(g).or_default().push((s, e, o.key));
+            // Which of them can be segments, and the chain through them, is chosen as a restore
+            // chooses it (`at_rest::chain`): one longer than any encoding of its key's range
+            // (a hostile object could be gigabytes) or claiming more than a writer ships is
+            // never read.
+            if manifest::parse_segment_key(g, &o.key).is_some() {
+                segment_keys.entry(g).or_default().push((o.key, o.len));
             }
         }
 
@@ -471,97 +463,114 @@ async fn check_not_diverged(
 /// Segment GETs in flight at once while resume takes on shipped segments.
 const SEGMENT_GETS: usize = 8;
 
-/// The segments shipped after the newest manifest that could continue it, in order: from
-/// `shipped_end`, each time the longest segment starting where the last ended and within
-/// `durable_len`. A gap (no segment starting where the last ended) ends the chain there.
-fn segment_chain(
-    keys: &[(u64, u64, String)],
-    shipped_end: u64,
-    durable_len: u64,
-) -> Vec<(u64, u64, String)> {
-    let mut chain: Vec<(u64, u64, String)> = Vec::new();
-    let mut at = shipped_end;
-    while let Some(next) = keys
-        .iter()
-        .filter(|(s, e, _)| *s == at && *e > at && *e <= durable_len)
-        .max_by_key(|(_, e, _)| *e)
-    {
-        at = next.1;
-        chain.push(next.clone());
-    }
-    chain
-}
-
 /// Takes on the segments shipped after the newest manifest (by a run that stopped before its
 /// next restore point), as long as they match the local WAL byte for byte.
 ///
-/// The chain of candidates is read from the keys alone ([`segment_chain`]), its segments are
-/// fetched [`SEGMENT_GETS`] at a time, in order, and checked one after another as they come: a
-/// segment that is missing, differs from the local WAL, or does not hold whole frames
-/// continuing the commits before it ends the extension there, and no later segment is taken
-/// (the GETs still in flight are dropped).
+/// The chain is the one a restore takes ([`crate::at_rest::chain`]: candidates from the
+/// listing, none past `durable_len`; the path reaching furthest). Its segments are fetched
+/// [`SEGMENT_GETS`] at a time, in order, and checked one after another as they come: a segment
+/// that is missing, differs from the local WAL, or does not hold whole frames continuing the
+/// commits before it is rejected, the GETs still in flight are dropped, and the path is
+/// chosen again from where the chain stands (so a planted or stale segment never hides a
+/// chain of the store's own that reaches further).
 async fn extend_with_shipped_segments(
     cx: &Ctx<'_>,
     pos: &WalPosition,
     g: &mut Generation,
     lineage: Uuid,
-    mut keys: Vec<(u64, u64, String)>,
+    listed: Vec<(String, u64)>,
 ) -> Result<(), WorkerError> {
     use futures::StreamExt;
-    keys.sort();
-    let chain = segment_chain(&keys, g.shipped_end, pos.durable_len);
-    if chain.is_empty() {
+    let candidates = crate::at_rest::chain::Candidates::of(
+        g.number,
+        g.shipped_end,
+        Some(pos.durable_len),
+        listed,
+    );
+    for l in &candidates.left_out {
+        tracing::warn!(key = %l.key, "a segment not taken on resume: {}", l.why);
+    }
+    if candidates.is_empty() {
         return Ok(());
     }
     let disk = DiskState::look_async(cx.store).await?;
     let bucket = cx.bucket;
-    let mut fetched = futures::stream::iter(chain)
-        .map(|(start, end, key)| async move {
-            let o = get_opt(bucket, &key).await?;
-            Ok::<_, WorkerError>((start, end, key, o))
-        })
-        .buffered(SEGMENT_GETS);
-    while let Some(next) = fetched.next().await {
-        let (start, end, key, o) = next?;
-        // The chain is contiguous by construction; checked again, as it is what matters.
-        if start != g.shipped_end {
+    let mut rejected: std::collections::HashSet<String> = std::collections::HashSet::new();
+    'chain: loop {
+        let chain = candidates.path(g.shipped_end, |k| rejected.contains(k));
+        if chain.is_empty() {
             return Ok(());
         }
-        let Some(o) = o else {
-            return Ok(());
-        };
-        let Some(local) = read_wal_range(cx, &disk, start, end).await? else {
-            return Ok(());
-        };
-        // Raw or encoded (a segment no manifest describes says so only by its bytes).
-        let Some((mut object, plain)) =
-            crate::at_rest::decode::recognise(&key, &o.data, end - start, g.seal.as_ref())
-        else {
-            return Ok(());
-        };
-        if plain != local {
-            return Ok(());
+        let mut fetched = futures::stream::iter(chain)
+            .map(|step| async move {
+                let o = get_opt(bucket, &step.key).await?;
+                Ok::<_, WorkerError>((step, o))
+            })
+            .buffered(SEGMENT_GETS);
+        while let Some(next) = fetched.next().await {
+            let (crate::at_rest::chain::Step { start, end, key }, o) = next?;
+            match take_segment(cx, &disk, g, lineage, start, end, &key, o).await? {
+                true => g.shipped_end = end,
+                false => {
+                    tracing::warn!(%key, "a shipped segment that does not continue the store's WAL: passed over");
+                    rejected.insert(key);
+                    continue 'chain;
+                }
+            }
         }
-        let body = if start == 0 {
-            &local[WAL_HEADER_LEN.min(local.len())..]
-        } else {
-            &local[..]
-        };
-        let scan = scan_frames(body, g.shipped_seq() + 1);
-        if scan.stop.is_some() || (start == 0 && local.len() < WAL_HEADER_LEN) {
-            return Ok(());
-        }
-        object.lineage = lineage;
-        object.generation = g.number;
-        g.segments.push(SegmentEntry {
-            object,
-            start,
-            end,
-            frames: scan.frames.len() as u64,
-        });
-        g.shipped_end = end;
     }
-    Ok(())
+}
+
+/// Takes the segment `key` (`start..end` of `wal.bin`, its object `o` when it exists) onto
+/// `g` when it is the store's own WAL there and continues its commits; `false` when not.
+#[allow(clippy::too_many_arguments)]
+async fn take_segment(
+    cx: &Ctx<'_>,
+    disk: &DiskState,
+    g: &mut Generation,
+    lineage: Uuid,
+    start: u64,
+    end: u64,
+    key: &str,
+    o: Option<crate::bucket::Object>,
+) -> Result<bool, WorkerError> {
+    // The chain is contiguous by construction; checked again, as it is what matters.
+    if start != g.shipped_end {
+        return Ok(false);
+    }
+    let Some(o) = o else {
+        return Ok(false);
+    };
+    let Some(local) = read_wal_range(cx, disk, start, end).await? else {
+        return Ok(false);
+    };
+    // Raw or encoded (a segment no manifest describes says so only by its bytes).
+    let Some((mut object, plain)) =
+        crate::at_rest::decode::recognise(key, &o.data, end - start, g.seal.as_ref())
+    else {
+        return Ok(false);
+    };
+    if plain != local {
+        return Ok(false);
+    }
+    let body = if start == 0 {
+        &local[WAL_HEADER_LEN.min(local.len())..]
+    } else {
+        &local[..]
+    };
+    let scan = scan_frames(body, g.shipped_seq() + 1);
+    if scan.stop.is_some() || (start == 0 && local.len() < WAL_HEADER_LEN) {
+        return Ok(false);
+    }
+    object.lineage = lineage;
+    object.generation = g.number;
+    g.segments.push(SegmentEntry {
+        object,
+        start,
+        end,
+        frames: scan.frames.len() as u64,
+    });
+    Ok(true)
 }
 
 /// Reads a GENERATION claim, cached.
@@ -580,37 +589,4 @@ pub(super) async fn claim(
     };
     claims.insert(generation, c.clone());
     Ok(c)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::segment_chain;
-
-    fn seg(s: u64, e: u64) -> (u64, u64, String) {
-        (s, e, format!("{s}-{e}"))
-    }
-
-    #[test]
-    fn the_chain_takes_the_longest_next_segment_and_stops_at_a_gap_or_the_durable_end() {
-        let keys = vec![
-            seg(10, 20),
-            seg(10, 30),
-            seg(30, 40),
-            seg(40, 40),
-            seg(40, 90),
-            seg(50, 60),
-        ];
-        let ends =
-            |c: Vec<(u64, u64, String)>| c.into_iter().map(|(s, e, _)| (s, e)).collect::<Vec<_>>();
-        assert_eq!(
-            ends(segment_chain(&keys, 10, 100)),
-            [(10, 30), (30, 40), (40, 90)]
-        );
-        // Past the durable end: not taken, and nothing after it either.
-        assert_eq!(ends(segment_chain(&keys, 10, 80)), [(10, 30), (30, 40)]);
-        // A gap: 50..60 does not continue 40 (only 40..90 would).
-        let gapped = vec![seg(10, 30), seg(50, 60), seg(60, 70)];
-        assert_eq!(ends(segment_chain(&gapped, 10, 100)), [(10, 30)]);
-        assert!(segment_chain(&gapped, 0, 100).is_empty());
-    }
 }

@@ -165,6 +165,7 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             | RestoreError::Manifest(_)
             | RestoreError::CrcMismatch { .. }
             | RestoreError::BadObject { .. }
+            | RestoreError::Partial { .. }
             | RestoreError::Key { .. }
             | RestoreError::ReadBack { .. } => Code::FailedPrecondition,
             RestoreError::BadTime { .. } => Code::InvalidArgument,

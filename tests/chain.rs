@@ -1,0 +1,425 @@
+//! The chain of segments past a restore point, in every encoding (issue 40, findings 1, 2 and
+//! 5b of the fourth security review): what the worker counted durable — what `durability =
+//! sync` acknowledges to a node — is what a restore reaches and what the worker's own resume
+//! takes on, encrypted or not, compressible or not; a second chain of segments (a dead end a
+//! fenced former holder's delayed PUT leaves, or a planted one) never hides the chain that
+//! reaches further; and a restore that leaves listed data out says so, in its report and
+//! (the CLI) in its exit status.
+//!
+//! Each case is a real worker over a `file://` bucket: a first run writes a restore point,
+//! more commits are written, and a second run ships their segments and dies before its
+//! manifest PUT (a crash of the process, through the fault-injecting bucket). On `a097102`
+//! the sealed cases restored the first restore point only (every sealed segment zstd did not
+//! shrink by 51 bytes is longer than its key's range, which restore and resume refused), and
+//! the dead end stopped the restore at its end.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use mushroom_backup::at_rest::Compression;
+use mushroom_backup::at_rest::chain::LeftOutKind;
+use mushroom_backup::bucket::faults::{CrashKind, Fault, FaultPlan, FaultyBucket, Op};
+use mushroom_backup::bucket::{Body, DynBucket, PutCondition};
+use mushroom_backup::crypto::{Encryption, WriterEncryption};
+use mushroom_backup::restore::{self, RestoreOptions, keys::RestoreKeys};
+use mushroom_backup::store::engine::{ValueKind, WriteOptions};
+use mushroom_backup::store::format::{WAL_HEADER_LEN, scan_frames};
+use mushroom_backup::worker::WorkerConfig;
+use support::store::{config, digest, fs_bucket, worker, write_with};
+
+/// How a case's store is encoded.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    sealed: bool,
+    zstd: bool,
+    values: ValueKind,
+}
+
+fn modes() -> Vec<Mode> {
+    let mut out = Vec::new();
+    for sealed in [false, true] {
+        for zstd in [false, true] {
+            for values in [ValueKind::Random, ValueKind::Text] {
+                out.push(Mode {
+                    sealed,
+                    zstd,
+                    values,
+                });
+            }
+        }
+    }
+    out
+}
+
+struct Case {
+    config: WorkerConfig,
+    keys: RestoreKeys,
+}
+
+fn case(mode: Mode) -> Case {
+    let mut c = config();
+    c.compression = match mode.zstd {
+        true => Compression::Zstd { level: 3 },
+        false => Compression::None,
+    };
+    let mut keys = RestoreKeys::default();
+    if mode.sealed {
+        let (wrap, unwrap) = support::keks::key_file_kek();
+        c.encryption = WriterEncryption {
+            keys: Some(Encryption {
+                wrap: vec![wrap],
+                unwrap: vec![unwrap.clone()],
+                warnings: Vec::new(),
+            }),
+            allow_mixed: false,
+        };
+        keys = RestoreKeys::new(vec![unwrap]);
+    }
+    Case { config: c, keys }
+}
+
+fn commits(store: &Path, n: u64, values: ValueKind, seed: u64) {
+    write_with(
+        store,
+        WriteOptions {
+            commits: n,
+            value_size: 200,
+            seed,
+            value_kind: values,
+            ..WriteOptions::default()
+        },
+    );
+}
+
+/// A bucket whose process dies before any manifest PUT: the segments before it are shipped.
+fn dies_before_a_manifest(raw: &DynBucket) -> DynBucket {
+    Arc::new(FaultyBucket::new(
+        raw.clone(),
+        FaultPlan::custom(
+            |r| match r.op == Op::Put && r.key.starts_with("manifests/") {
+                true => Fault::Crash(CrashKind::Before),
+                false => Fault::Pass,
+            },
+        ),
+    ))
+}
+
+/// Runs a worker that ships what the store holds and dies before its restore point; returns
+/// the durable position it published (what a sync node is told).
+async fn ship_and_die(store: &Path, raw: &DynBucket, c: &Case) -> u64 {
+    let mut w = worker(store, dies_before_a_manifest(raw), c.config.clone());
+    let r = w.run_once().await;
+    assert!(r.is_err(), "the run should die before its manifest: {r:?}");
+    w.durable()
+        .current()
+        .position
+        .map(|p| p.commit_seq)
+        .unwrap_or(0)
+}
+
+async fn restore_to(raw: &DynBucket, out: &Path, keys: &RestoreKeys) -> restore::RestoreReport {
+    let opts = RestoreOptions {
+        keys: keys.clone(),
+        ..RestoreOptions::default()
+    };
+    restore::restore(raw.as_ref(), out, &opts).await.unwrap()
+}
+
+/// Finding 1, in every encoding: a restore, and the worker's resume, reach every commit the
+/// worker counted durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_worker_counts_durable_is_restored_in_every_encoding() {
+    for mode in modes() {
+        let label = format!("{mode:?}");
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        let raw = fs_bucket(&root);
+        let c = case(mode);
+        commits(&store, 40, mode.values, 1);
+        let first = worker(&store, raw.clone(), c.config.clone())
+            .run_once()
+            .await
+            .unwrap();
+        assert_eq!(first.restore_point, Some(40), "{label}");
+        // Several small segments past the restore point, as a sync store ships them.
+        let mut durable = 0;
+        for round in 0..3 {
+            commits(&store, 7, mode.values, 10 + round);
+            durable = ship_and_die(&store, &raw, &c).await;
+        }
+        assert_eq!(durable, 61, "{label}: the worker's durable position");
+
+        let r = restore_to(&raw, &t.path().join("r"), &c.keys).await;
+        assert_eq!(
+            r.commit_seq, durable,
+            "{label}: restore reached {} of {durable} counted durable; warnings {:?}",
+            r.commit_seq, r.warnings
+        );
+        assert!(r.left_out.is_empty(), "{label}: {:?}", r.left_out);
+        assert_eq!(digest(&t.path().join("r")), digest(&store), "{label}");
+
+        // The resume takes the shipped segments on (no segment shipped again) and its restore
+        // point holds them.
+        let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
+        let bucket: DynBucket = counted.clone();
+        let again = worker(&store, bucket, c.config.clone())
+            .run_once()
+            .await
+            .unwrap_or_else(|e| panic!("{label}: the resumed run: {e}"));
+        assert_eq!(again.restore_point, Some(durable), "{label}");
+        let reshipped: Vec<String> = counted
+            .log()
+            .into_iter()
+            .filter(|e| e.op == Op::Put && e.key.contains("/wal/"))
+            .map(|e| e.key)
+            .collect();
+        assert!(
+            reshipped.is_empty(),
+            "{label}: the resume shipped again {reshipped:?}"
+        );
+    }
+}
+
+/// `(offset in wal.bin, commits up to it)` of every frame end of `store`'s wal.bin.
+fn frame_ends(store: &Path) -> (Vec<u8>, Vec<(u64, u64)>) {
+    let wal = std::fs::read(store.join("wal.bin")).unwrap();
+    let scan = scan_frames(&wal[WAL_HEADER_LEN..], 1);
+    let ends = scan
+        .frames
+        .iter()
+        .map(|f| ((WAL_HEADER_LEN + f.end) as u64, f.seq))
+        .collect();
+    (wal, ends)
+}
+
+/// The segments of generation 1 in the bucket, `(start, end)`, sorted.
+async fn segments(raw: &DynBucket) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> =
+        mushroom_backup::bucket::list_all(raw.as_ref(), "gen/0000000001/wal/")
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|o| mushroom_backup::manifest::parse_segment_key(1, &o.key))
+            .collect();
+    out.sort();
+    out
+}
+
+fn segment_key(start: u64, end: u64) -> String {
+    mushroom_backup::manifest::segment_key(1, start, end)
+}
+
+async fn plant(raw: &DynBucket, key: &str, bytes: Vec<u8>) {
+    raw.put(key, Body::from(bytes), PutCondition::None)
+        .await
+        .unwrap();
+}
+
+/// Finding 2: a longer segment that ends where no other starts (valid frames of the store's
+/// own WAL) no longer stops the restore, the resume, or a standby's promotion short of what
+/// the worker shipped; the restore reports nothing left out (the dead end holds nothing the
+/// chain taken does not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_end_never_hides_the_chain_that_reaches_further() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let raw = fs_bucket(&root);
+    let c = case(Mode {
+        sealed: false,
+        zstd: false,
+        values: ValueKind::Random,
+    });
+    commits(&store, 10, ValueKind::Random, 1);
+    worker(&store, raw.clone(), c.config.clone())
+        .run_once()
+        .await
+        .unwrap();
+    commits(&store, 10, ValueKind::Random, 2);
+    ship_and_die(&store, &raw, &c).await;
+    commits(&store, 10, ValueKind::Random, 3);
+    let durable = ship_and_die(&store, &raw, &c).await;
+    assert_eq!(durable, 30);
+    let segs = segments(&raw).await;
+    let (first, second) = (segs[segs.len() - 2], segs[segs.len() - 1]);
+    assert_eq!(first.1, second.0, "{segs:?}");
+    // A frame boundary inside the second segment: the dead end runs from the first's start
+    // to it, longer than the first, and nothing starts where it ends.
+    let (wal, ends) = frame_ends(&store);
+    let (cut, _) = *ends
+        .iter()
+        .find(|(end, _)| *end > second.0 + 10 && *end < second.1)
+        .expect("a frame ending inside the second segment");
+    plant(
+        &raw,
+        &segment_key(first.0, cut),
+        wal[first.0 as usize..cut as usize].to_vec(),
+    )
+    .await;
+
+    let r = restore_to(&raw, &t.path().join("r"), &c.keys).await;
+    assert_eq!(r.commit_seq, durable, "warnings: {:?}", r.warnings);
+    assert!(r.left_out.is_empty(), "{:?}", r.left_out);
+
+    // The resume takes the same chain: its restore point holds every shipped commit.
+    let again = worker(&store, raw.clone(), c.config.clone())
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(again.restore_point, Some(durable));
+}
+
+/// Finding 5b and "restore never hides what it left out": an object past the chain's end
+/// that no chain takes — a key claiming more than a writer ships (even empty), a segment
+/// that does not decode — is left out with a reason rather than failing the plan; the
+/// restore is refused before downloading (the CLI exits 3), naming each and why, unless
+/// partial restores are allowed, when the report's `left_out` names each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_restore_leaves_out_is_named_and_fails_the_cli_unless_allowed() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let raw = fs_bucket(&root);
+    let c = case(Mode {
+        sealed: false,
+        zstd: true,
+        values: ValueKind::Text,
+    });
+    commits(&store, 10, ValueKind::Text, 1);
+    worker(&store, raw.clone(), c.config.clone())
+        .run_once()
+        .await
+        .unwrap();
+    commits(&store, 10, ValueKind::Text, 2);
+    let durable = ship_and_die(&store, &raw, &c).await;
+    let end = segments(&raw).await.last().unwrap().1;
+    let bomb = segment_key(end, end + (1 << 40));
+    let garbage = segment_key(end, end + 100);
+    plant(&raw, &bomb, Vec::new()).await;
+    plant(&raw, &garbage, vec![7u8; 100]).await;
+
+    // Refused before anything is downloaded, naming each object and why.
+    let target = t.path().join("r");
+    let opts = RestoreOptions {
+        keys: c.keys.clone(),
+        ..RestoreOptions::default()
+    };
+    match restore::restore(raw.as_ref(), &target, &opts).await {
+        Err(restore::RestoreError::Partial {
+            commit_seq,
+            left_out,
+        }) => {
+            assert_eq!(commit_seq, durable);
+            let left: Vec<&str> = left_out.iter().map(|l| l.key.as_str()).collect();
+            assert_eq!(left, [garbage.as_str(), bomb.as_str()], "{left_out:?}");
+            assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{left_out:?}");
+            assert!(left_out[1].why.contains("a writer ships"), "{left_out:?}");
+        }
+        other => panic!("a restore leaving data out was not refused: {other:?}"),
+    }
+    assert!(!target.exists(), "a refused restore left its target");
+    let r = restore::restore(
+        raw.as_ref(),
+        &target,
+        &RestoreOptions {
+            allow_partial: true,
+            ..opts
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.commit_seq, durable);
+    assert_eq!(r.left_out.len(), 2, "{:?}", r.left_out);
+
+    let bin = env!("CARGO_BIN_EXE_mushroom-backup");
+    let from = format!("file://{}", root.display());
+    let run = |to: &str, extra: &[&str]| {
+        Command::new(bin)
+            .args(["restore", "--from", &from, "--to"])
+            .arg(t.path().join(to))
+            .args(["--json"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run("cli1", &[]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&bomb) && stderr.contains("--allow-partial"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["refused"], "partial", "{report}");
+    assert_eq!(report["commit_seq"], durable);
+    assert_eq!(report["left_out"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(report["left_out"][0]["key"], garbage.as_str());
+    assert_eq!(report["left_out"][1]["kind"], "not_a_writers");
+    assert!(!t.path().join("cli1").exists());
+    let out = run("cli2", &["--allow-partial"]);
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["left_out"].as_array().unwrap().len(), 2, "{report}");
+    // Nothing left out: exit 0 without the flag.
+    std::fs::remove_file(root.join(&bomb)).unwrap();
+    std::fs::remove_file(root.join(&garbage)).unwrap();
+    let out = run("cli3", &[]);
+    assert!(out.status.success(), "{out:?}");
+}
+
+/// A promotion never claims LATEST short of a segment a writer could have shipped (a damaged
+/// one continuing the chain: it may hold acknowledged commits), naming it; an object no
+/// writer makes (a key claiming more than a writer ships) does not stop a failover. In an
+/// encrypted, incompressible store the catch-up reaches every commit the worker counted
+/// durable (finding 1 through the standby).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_reaches_what_was_durable_and_refuses_to_cut_a_writers_segment() {
+    use mushroom_backup::standby::{StandbyError, StandbyOptions, promote};
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let raw = fs_bucket(&root);
+    let c = case(Mode {
+        sealed: true,
+        zstd: true,
+        values: ValueKind::Random,
+    });
+    commits(&store, 20, ValueKind::Random, 1);
+    worker(&store, raw.clone(), c.config.clone())
+        .run_once()
+        .await
+        .unwrap();
+    commits(&store, 9, ValueKind::Random, 2);
+    let durable = ship_and_die(&store, &raw, &c).await;
+    assert_eq!(durable, 29);
+    let end = segments(&raw).await.last().unwrap().1;
+    let damaged = segment_key(end, end + 300);
+    plant(&raw, &damaged, vec![1u8; 300]).await;
+    plant(&raw, &segment_key(end, end + (1 << 40)), Vec::new()).await;
+    let opts = StandbyOptions {
+        keys: c.keys.clone(),
+        ..StandbyOptions::default()
+    };
+    let dir = t.path().join("standby");
+    match promote::promote(raw.as_ref(), &dir, &opts).await {
+        Err(StandbyError::LeftOut {
+            commit_seq,
+            left_out,
+            ..
+        }) => {
+            assert_eq!(commit_seq, durable);
+            let keys: Vec<&str> = left_out.iter().map(|l| l.key.as_str()).collect();
+            assert_eq!(keys, [damaged.as_str()], "{left_out:?}");
+        }
+        other => panic!("the promotion was not refused: {other:?}"),
+    }
+    let latest = std::fs::read_to_string(root.join("LATEST")).unwrap();
+    assert!(
+        !latest.contains("adopted_by"),
+        "LATEST was claimed: {latest}"
+    );
+    // Without the damaged segment, the bomb alone does not stop it.
+    std::fs::remove_file(root.join(&damaged)).unwrap();
+    let adopted = promote::promote(raw.as_ref(), &dir, &opts).await.unwrap();
+    assert_eq!(adopted.applied.commit_seq, durable);
+}
