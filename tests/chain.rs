@@ -423,3 +423,123 @@ async fn a_promotion_reaches_what_was_durable_and_refuses_to_cut_a_writers_segme
     let adopted = promote::promote(raw.as_ref(), &dir, &opts).await.unwrap();
     assert_eq!(adopted.applied.commit_seq, durable);
 }
+
+/// Finding 7: a restart takes back the segments its worker shipped since the newest restore
+/// point from one listing and the shipped-segment journal (`backup.shipped`), reading none of
+/// them again, in every encoding; a segment the journal does not vouch for (planted, or
+/// replaced since: another ETag) is still read and checked, and one that does not match is
+/// routed around; a journal that is garbage costs GETs, never correctness.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_reads_none_of_its_own_segments_again_and_still_checks_the_rest() {
+    for mode in modes() {
+        let label = format!("{mode:?}");
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        let raw = fs_bucket(&root);
+        let c = case(mode);
+        commits(&store, 10, mode.values, 1);
+        worker(&store, raw.clone(), c.config.clone())
+            .run_once()
+            .await
+            .unwrap();
+        for round in 0..6 {
+            commits(&store, 3, mode.values, 10 + round);
+            ship_and_die(&store, &raw, &c).await;
+        }
+        let durable = 28;
+        let segment_gets = |f: &FaultyBucket| {
+            f.log()
+                .into_iter()
+                .filter(|e| matches!(e.op, Op::Get | Op::GetRange) && e.key.contains("/wal/"))
+                .count()
+        };
+        // A resume: every segment past the restore point from the journal, no GET.
+        let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
+        let mut w = worker(&store, counted.clone(), c.config.clone());
+        let r = w.run_once().await.unwrap();
+        assert_eq!(r.restore_point, Some(durable), "{label}");
+        assert_eq!(segment_gets(&counted), 0, "{label}: {:?}", counted.log());
+        let journal = std::fs::read(store.join("backup.shipped")).unwrap();
+        assert!(
+            journal.is_empty(),
+            "{label}: the journal is emptied at a restore point"
+        );
+    }
+
+    // A replaced segment (same key and length, other bytes: another ETag) is read and
+    // checked, not trusted from its journal line: it no longer matches the store, and the
+    // resume stops before it, as a restore does.
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    let raw = fs_bucket(&root);
+    let c = case(Mode {
+        sealed: false,
+        zstd: false,
+        values: ValueKind::Random,
+    });
+    commits(&store, 10, ValueKind::Random, 1);
+    worker(&store, raw.clone(), c.config.clone())
+        .run_once()
+        .await
+        .unwrap();
+    for round in 0..3 {
+        commits(&store, 5, ValueKind::Random, 10 + round);
+        ship_and_die(&store, &raw, &c).await;
+    }
+    let segs = segments(&raw).await;
+    let n = segs.len();
+    let (a, b, last) = (segs[n - 3], segs[n - 2], segs[n - 1]);
+    let (wal, _) = frame_ends(&store);
+    let mut other = wal[last.0 as usize..last.1 as usize].to_vec();
+    other[20] ^= 0xff;
+    std::fs::remove_file(root.join(segment_key(last.0, last.1))).unwrap();
+    plant(&raw, &segment_key(last.0, last.1), other).await;
+    let segment_gets = |f: &FaultyBucket| -> Vec<String> {
+        f.log()
+            .into_iter()
+            .filter(|e| matches!(e.op, Op::Get) && e.key.contains("/wal/"))
+            .map(|e| e.key)
+            .collect()
+    };
+    let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
+    // It then ships that range again under the same key: refused (the object there has other
+    // bytes), as another writer's would be.
+    let r = worker(&store, counted.clone(), c.config.clone())
+        .run_once()
+        .await;
+    assert!(r.is_err(), "{r:?}");
+    let gets = segment_gets(&counted);
+    assert!(
+        gets.first() == Some(&segment_key(last.0, last.1)),
+        "the replaced segment was trusted, or the others read: {gets:?}"
+    );
+    let restored = restore_to_allowing(&raw, &t.path().join("r"), &c.keys).await;
+    assert_eq!(restored.commit_seq, 20, "{:?}", restored.warnings);
+
+    // A garbage journal: every segment read and checked.
+    std::fs::write(store.join("backup.shipped"), b"{\"not\": 1}\tzz\n\xff\xfe").unwrap();
+    let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
+    let _ = worker(&store, counted.clone(), c.config.clone())
+        .run_once()
+        .await;
+    let gets = segment_gets(&counted);
+    for k in [segment_key(a.0, a.1), segment_key(b.0, b.1)] {
+        assert!(
+            gets.contains(&k),
+            "{k} not read with a garbage journal: {gets:?}"
+        );
+    }
+}
+
+async fn restore_to_allowing(
+    raw: &DynBucket,
+    out: &Path,
+    keys: &RestoreKeys,
+) -> restore::RestoreReport {
+    let opts = RestoreOptions {
+        keys: keys.clone(),
+        allow_partial: true,
+        ..RestoreOptions::default()
+    };
+    restore::restore(raw.as_ref(), out, &opts).await.unwrap()
+}

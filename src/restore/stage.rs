@@ -75,8 +75,8 @@ use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engin
 use crate::bucket::{Bucket, Part};
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
-    ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SNAPSHOT_FILE,
-    WAL_FILE, archive_name, sync_dir, write_file_durably,
+    ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SHIPPED_FILE,
+    SNAPSHOT_FILE, WAL_FILE, archive_name, sync_dir, write_file_durably,
 };
 use crate::store::format::ParentRecord;
 
@@ -359,6 +359,8 @@ pub fn side_file_name_problem(name: &str) -> Option<String> {
         // Written by an adopting restore alone: one from the bucket would give a plain restore
         // a parent it does not have (the worker never ships it).
         PARENT_FILE,
+        // The worker's own cache of what it shipped (`worker::journal`), never shipped.
+        SHIPPED_FILE,
     ];
     if name.is_empty() || name.contains(['/', '\0']) || name.starts_with('.') {
         Some(format!("side file name {name:?} is not a plain file name"))

@@ -504,6 +504,35 @@ impl StoreDir {
         Ok(Some(out))
     }
 
+    /// Appends `data` to the regular file `name` (created `0600` when absent, never through
+    /// a link; anything but a regular file is refused), without an fsync: for a cache whose
+    /// lines check themselves (`worker::journal`). Checks the directory first.
+    pub fn append(&self, name: &str, data: &[u8]) -> Result<(), DirError> {
+        use std::io::Write;
+        self.check()?;
+        let o = self.opened()?;
+        let path = self.display_path(name);
+        let fd = rustix::fs::openat(
+            &o.fd,
+            name,
+            OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::CREATE
+                | OFlags::NOFOLLOW
+                | OFlags::NONBLOCK
+                | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(io_at(&path))?;
+        let st = rustix::fs::fstat(&fd).map_err(io_at(&path))?;
+        regular(&path, FileType::from_raw_mode(st.st_mode), FileKind::Store)?;
+        let mut f = File::from(fd);
+        f.write_all(data).map_err(|source| DirError::Io {
+            path: path.clone(),
+            source,
+        })
+    }
+
     /// Writes `name` so that a crash leaves either the old file or the whole new one (see
     /// the module docs); checks the directory first.
     pub fn write_durably(&self, name: &str, data: &[u8]) -> Result<(), DirError> {

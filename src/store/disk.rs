@@ -8,8 +8,10 @@
 //! open descriptor keeps reading the file it opened.
 //!
 //! A look reads only file metadata and the fixed-size headers of `snapshot.bin` and `wal.bin`.
-//! It writes nothing. The one file the backup side ever writes into a store directory is
-//! `backup.lineage`, once ([`write_lineage`]), by write-temp-fsync-rename.
+//! It writes nothing. The backup side writes two files into a store directory:
+//! `backup.lineage`, once ([`write_lineage`]), by write-temp-fsync-rename, and
+//! [`SHIPPED_FILE`], the worker's journal of segments shipped since its newest restore point
+//! (`worker::journal`, a cache: appended, emptied at each restore point, never shipped).
 //!
 //! Every look goes through a [`StoreDir`] ([`DiskState::look_in`]): it first re-checks that
 //! the directory is still the one opened (and, in the service, inside its allowed root), then
@@ -47,6 +49,8 @@ pub const POSITION_FILE: &str = "wal.position";
 pub const LINEAGE_FILE: &str = "backup.lineage";
 /// The restore point a store restored on boot came from.
 pub const PARENT_FILE: &str = "backup.parent";
+/// The worker's journal of the segments it shipped since its newest restore point.
+pub const SHIPPED_FILE: &str = "backup.shipped";
 
 /// The store's small files that travel with every restore point, when present.
 pub const SIDE_FILES: &[&str] = &[META_FILE, LINEAGE_FILE];

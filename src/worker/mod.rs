@@ -54,12 +54,11 @@
 //!
 //! # Resume
 //!
-//! No local state besides `backup.lineage`: a worker (re)starting reads LATEST, the newest
-//! manifest, and the generations listed under `gen/`, and continues the newest generation of
-//! its lineage when the store's files are still that generation's (checking the local WAL
-//! bytes against the last shipped segment, so a store that diverged is refused rather than
-//! spliced), or starts a new one past every generation in the prefix. This is the only time the
-//! worker lists the bucket, besides retention.
+//! No local state but `backup.lineage` and a cache ([`journal`]): a (re)starting worker reads
+//! LATEST, the newest manifest and the generations under `gen/`, and continues its lineage's
+//! newest generation while the store's files are still its (WAL checked against the last
+//! shipped segment: a diverged store is refused, not spliced; its own segments past the
+//! manifest taken back via the journal, no GET), or starts a new one. Retention aside, its only LIST.
 //!
 //! # Idle stores
 //!
@@ -131,6 +130,7 @@ mod ctx;
 pub mod durable;
 mod generation;
 mod hold;
+pub mod journal;
 mod keys;
 mod lag;
 mod ledger;

@@ -100,6 +100,13 @@ pub(super) async fn write(
     view.manifests.insert(key.clone(), Some(m.clone()));
     let commit_seq = m.commit_seq;
     view.newest_own = Some(m);
+    // Every segment shipped so far is in this manifest: the journal's lines are done with.
+    let store = cx.store.clone();
+    match tokio::task::spawn_blocking(move || super::journal::clear(&store)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("emptying the shipped-segment journal: {e}"),
+        Err(e) => tracing::warn!("emptying the shipped-segment journal: {e}"),
+    }
     tracing::info!(%key, commit_seq, "wrote a restore point");
     Ok(Some(StepOutcome::RestorePoint { key, commit_seq }))
 }

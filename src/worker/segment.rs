@@ -7,7 +7,8 @@
 //! parse below the durable length, fail the step rather than ship something a restore would
 //! cut. A segment is written with `If-None-Match: *`; a crash after the PUT leaves a segment no
 //! manifest names, which a resuming worker takes on (it matches the local WAL) or retention
-//! removes. The segment goes up encoded ([`super::upload::Uploader::put_encoded`]); its
+//! removes. Each segment shipped is appended to the shipped-segment journal
+//! ([`super::journal`]), so a restart takes it back without a GET. The segment goes up encoded ([`super::upload::Uploader::put_encoded`]); its
 //! entry's plain length is `end - start`, what `Manifest::check` and restore check.
 
 use super::ctx::Ctx;
@@ -100,8 +101,8 @@ pub(super) async fn ship(
     // Sealed with the current generation's key (the step's uploader may predate it).
     let mut uploader = cx.uploader.clone();
     uploader.encoding.seal = view.current.as_ref().and_then(|g| g.seal.clone());
-    let object = uploader
-        .put_encoded(&key, Plain::Bytes(keep), lineage, number)
+    let (object, etag) = uploader
+        .put_encoded_tagged(&key, Plain::Bytes(keep), lineage, number)
         .await?;
     let stored = object.len;
     // Counted shipped (and so acknowledged under `durability = sync`) only when a restore
@@ -115,13 +116,32 @@ pub(super) async fn ship(
         });
     }
 
-    let g = view.current.as_mut().expect("generation started");
-    g.segments.push(SegmentEntry {
+    let segment = SegmentEntry {
         object,
         start,
         end,
         frames,
-    });
+    };
+    // The journal lets a restart take this segment back without reading it (`journal`).
+    let shipped = super::journal::Shipped {
+        lineage,
+        generation: number,
+        segment: segment.clone(),
+        etag,
+    };
+    let store = cx.store.clone();
+    let appended =
+        tokio::task::spawn_blocking(move || super::journal::append(&store, &shipped)).await;
+    let failed = match appended {
+        Ok(Ok(())) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(e) => Some(e.to_string()),
+    };
+    if let Some(e) = failed {
+        tracing::warn!(%key, "not in the shipped-segment journal (a restart reads it again): {e}");
+    }
+    let g = view.current.as_mut().expect("generation started");
+    g.segments.push(segment);
     g.shipped_end = end;
     Ok(StepOutcome::Shipped {
         key,

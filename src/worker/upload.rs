@@ -65,6 +65,20 @@ impl Uploader {
         lineage: Uuid,
         generation: u64,
     ) -> Result<ObjectEntry, WorkerError> {
+        Ok(self
+            .put_encoded_tagged(key, plain, lineage, generation)
+            .await?
+            .0)
+    }
+
+    /// [`Uploader::put_encoded`], with the ETag the bucket holds the object under.
+    pub async fn put_encoded_tagged(
+        &self,
+        key: &str,
+        plain: Plain,
+        lineage: Uuid,
+        generation: u64,
+    ) -> Result<(ObjectEntry, String), WorkerError> {
         let (k, opts) = (key.to_string(), self.encoding.clone());
         let encoded = tokio::task::spawn_blocking(move || encode(&k, plain, &opts))
             .await
@@ -74,8 +88,10 @@ impl Uploader {
             })??;
         let entry = encoded.entry(key.to_string(), lineage, generation);
         tracing::trace!(key, "encoded; uploading");
-        self.put(key, encoded.body).await?;
+        let etag = match self.put(key, encoded.body).await? {
+            Created::New(e) | Created::AlreadyThere(e) => e,
+        };
         tracing::trace!(key, "uploaded");
-        Ok(entry)
+        Ok((entry, etag))
     }
 }

@@ -274,7 +274,7 @@ impl View {
 
         // Every generation in the prefix, any lineage, and this lineage's segment keys.
         let mut max_generation = 0;
-        let mut segment_keys: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
+        let mut segment_keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
         let generations = generations?;
         super::keys::check_mixing(
             &generations,
@@ -298,7 +298,11 @@ impl View {
             // (a hostile object could be gigabytes) or claiming more than a writer ships is
             // never read.
             if manifest::parse_segment_key(g, &o.key).is_some() {
-                segment_keys.entry(g).or_default().push((o.key, o.len));
+                segment_keys.entry(g).or_default().push(Listed {
+                    key: o.key,
+                    len: o.len,
+                    etag: o.etag,
+                });
             }
         }
 
@@ -463,29 +467,48 @@ async fn check_not_diverged(
 /// Segment GETs in flight at once while resume takes on shipped segments.
 const SEGMENT_GETS: usize = 8;
 
+/// A segment key as the listing showed it.
+#[derive(Debug, Clone)]
+struct Listed {
+    key: String,
+    len: u64,
+    etag: String,
+}
+
+/// Where a segment of the chain comes from on resume.
+enum Got {
+    /// This worker's own journal line, the listing agreeing (`super::journal`): no GET.
+    Journal(super::journal::Shipped),
+    /// Read from the bucket (`None`: gone since it was listed).
+    Object(Option<crate::bucket::Object>),
+}
+
 /// Takes on the segments shipped after the newest manifest (by a run that stopped before its
 /// next restore point), as long as they match the local WAL byte for byte.
 ///
 /// The chain is the one a restore takes ([`crate::at_rest::chain`]: candidates from the
-/// listing, none past `durable_len`; the path reaching furthest). Its segments are fetched
-/// [`SEGMENT_GETS`] at a time, in order, and checked one after another as they come: a segment
+/// listing, none past `durable_len`; the path reaching furthest). A segment of it that the
+/// shipped-segment journal vouches for ([`super::journal`]: this worker PUT it, the listing
+/// shows the same length and ETag) is checked against the local WAL without a GET; the others
+/// are fetched [`SEGMENT_GETS`] at a time, in order. Each is checked as it comes: a segment
 /// that is missing, differs from the local WAL, or does not hold whole frames continuing the
 /// commits before it is rejected, the GETs still in flight are dropped, and the path is
 /// chosen again from where the chain stands (so a planted or stale segment never hides a
-/// chain of the store's own that reaches further).
+/// chain of the store's own that reaches further). With the journal, a restart after a busy
+/// stretch costs one listing and local reads, not a GET per segment (issue 40, finding 7).
 async fn extend_with_shipped_segments(
     cx: &Ctx<'_>,
     pos: &WalPosition,
     g: &mut Generation,
     lineage: Uuid,
-    listed: Vec<(String, u64)>,
+    listed: Vec<Listed>,
 ) -> Result<(), WorkerError> {
     use futures::StreamExt;
     let candidates = crate::at_rest::chain::Candidates::of(
         g.number,
         g.shipped_end,
         Some(pos.durable_len),
-        listed,
+        listed.iter().map(|l| (l.key.clone(), l.len)),
     );
     for l in &candidates.left_out {
         tracing::warn!(key = %l.key, "a segment not taken on resume: {}", l.why);
@@ -493,66 +516,116 @@ async fn extend_with_shipped_segments(
     if candidates.is_empty() {
         return Ok(());
     }
+    let listed: HashMap<String, Listed> = listed.into_iter().map(|l| (l.key.clone(), l)).collect();
+    let store = cx.store.clone();
+    let journal = tokio::task::spawn_blocking(move || super::journal::read(&store))
+        .await
+        .unwrap_or_default();
+    let number = g.number;
+    let vouched = |step: &crate::at_rest::chain::Step| {
+        let j = journal.get(&step.key)?;
+        let l = listed.get(&step.key)?;
+        let ours = j.lineage == lineage
+            && j.generation == number
+            && (j.segment.start, j.segment.end) == (step.start, step.end)
+            && j.segment.object.len == l.len
+            && super::journal::same_etag(&j.etag, &l.etag);
+        ours.then(|| j.clone())
+    };
     let disk = DiskState::look_async(cx.store).await?;
     let bucket = cx.bucket;
     let mut rejected: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let (mut from_journal, mut fetched_n) = (0usize, 0usize);
     'chain: loop {
         let chain = candidates.path(g.shipped_end, |k| rejected.contains(k));
         if chain.is_empty() {
-            return Ok(());
+            break;
         }
         let mut fetched = futures::stream::iter(chain)
-            .map(|step| async move {
-                let o = get_opt(bucket, &step.key).await?;
-                Ok::<_, WorkerError>((step, o))
+            .map(|step| {
+                let vouched = vouched(&step);
+                async move {
+                    let got = match vouched {
+                        Some(j) => Got::Journal(j),
+                        None => Got::Object(get_opt(bucket, &step.key).await?),
+                    };
+                    Ok::<_, WorkerError>((step, got))
+                }
             })
             .buffered(SEGMENT_GETS);
         while let Some(next) = fetched.next().await {
-            let (crate::at_rest::chain::Step { start, end, key }, o) = next?;
-            match take_segment(cx, &disk, g, lineage, start, end, &key, o).await? {
-                true => g.shipped_end = end,
+            let (step, got) = next?;
+            match &got {
+                Got::Journal(_) => from_journal += 1,
+                Got::Object(_) => fetched_n += 1,
+            }
+            match take_segment(cx, &disk, g, lineage, &step, got).await? {
+                true => g.shipped_end = step.end,
                 false => {
-                    tracing::warn!(%key, "a shipped segment that does not continue the store's WAL: passed over");
-                    rejected.insert(key);
+                    tracing::warn!(key = %step.key, "a shipped segment that does not continue the store's WAL: passed over");
+                    rejected.insert(step.key);
                     continue 'chain;
                 }
             }
         }
     }
+    if from_journal + fetched_n > 0 {
+        tracing::info!(
+            from_journal,
+            fetched = fetched_n,
+            shipped_end = g.shipped_end,
+            "took on the segments shipped since the newest restore point"
+        );
+    }
+    Ok(())
 }
 
-/// Takes the segment `key` (`start..end` of `wal.bin`, its object `o` when it exists) onto
-/// `g` when it is the store's own WAL there and continues its commits; `false` when not.
-#[allow(clippy::too_many_arguments)]
+/// Takes the segment of `step` onto `g` when it is the store's own WAL there and continues
+/// its commits; `false` when not.
 async fn take_segment(
     cx: &Ctx<'_>,
     disk: &DiskState,
     g: &mut Generation,
     lineage: Uuid,
-    start: u64,
-    end: u64,
-    key: &str,
-    o: Option<crate::bucket::Object>,
+    step: &crate::at_rest::chain::Step,
+    got: Got,
 ) -> Result<bool, WorkerError> {
+    let (start, end) = (step.start, step.end);
     // The chain is contiguous by construction; checked again, as it is what matters.
     if start != g.shipped_end {
         return Ok(false);
     }
-    let Some(o) = o else {
-        return Ok(false);
-    };
     let Some(local) = read_wal_range(cx, disk, start, end).await? else {
         return Ok(false);
     };
-    // Raw or encoded (a segment no manifest describes says so only by its bytes).
-    let Some((mut object, plain)) =
-        crate::at_rest::decode::recognise(key, &o.data, end - start, g.seal.as_ref())
-    else {
-        return Ok(false);
+    let (mut object, frames) = match got {
+        Got::Object(None) => return Ok(false),
+        // Raw or encoded (a segment no manifest describes says so only by its bytes).
+        Got::Object(Some(o)) => {
+            let Some((object, plain)) =
+                crate::at_rest::decode::recognise(&step.key, &o.data, end - start, g.seal.as_ref())
+            else {
+                return Ok(false);
+            };
+            if plain != local {
+                return Ok(false);
+            }
+            (object, None)
+        }
+        // What this worker shipped: the local bytes must still be what it recorded.
+        Got::Journal(j) => {
+            let matches = crate::at_rest::seal::plain_matches(
+                &j.segment.object,
+                local.len() as u64,
+                crc32fast::hash(&local),
+                g.seal.as_ref(),
+            );
+            if !matches {
+                return Ok(false);
+            }
+            (j.segment.object, Some(j.segment.frames))
+        }
     };
-    if plain != local {
-        return Ok(false);
-    }
     let body = if start == 0 {
         &local[WAL_HEADER_LEN.min(local.len())..]
     } else {
@@ -560,6 +633,9 @@ async fn take_segment(
     };
     let scan = scan_frames(body, g.shipped_seq() + 1);
     if scan.stop.is_some() || (start == 0 && local.len() < WAL_HEADER_LEN) {
+        return Ok(false);
+    }
+    if frames.is_some_and(|f| f != scan.frames.len() as u64) {
         return Ok(false);
     }
     object.lineage = lineage;
