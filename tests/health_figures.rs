@@ -4,7 +4,7 @@
 //! the service with the store still paused, and after Resume,
 //!
 //! - a restore never reaches past what was shipped (`bucket_durable_commit_seq <=
-//!   shipped_commit_seq`);
+//!   shipped_commit_seq`), nor was more shipped than is durable;
 //! - it reaches at least the restore point, whenever one is known (so never 0 beside one).
 //!
 //! The old answer read the durable position live beside counters of the supervisor's last
@@ -31,6 +31,12 @@ fn contradiction(h: &proto::StoreHealth) -> Option<String> {
     if reaches > shipped {
         return Some(format!(
             "a restore reaches {reaches}, past the {shipped} commits shipped"
+        ));
+    }
+    if shipped > h.durable_commit_seq {
+        return Some(format!(
+            "{shipped} commits shipped, past the {} durable",
+            h.durable_commit_seq
         ));
     }
     if rp > 0 && reaches < rp {
@@ -111,6 +117,18 @@ async fn every_answer_read_while_the_node_commits_is_one_snapshot() {
     })
     .await;
     assert!(done.healthy, "{done:?}");
+
+    // Restarted (not paused): every answer from the first on is consistent, up to the same
+    // figures read back from the bucket.
+    served::terminate(&mut server);
+    let (mut server, addr) = served::start("serve (restarted)", serve(&d, &[]));
+    let c = served::client(addr).await;
+    let (_, again) = consistent_until(&c, &id, "the bucket's figures read back", |h| {
+        h.bucket_durable_commit_seq >= done.bucket_durable_commit_seq
+            && h.bucket_durable_commit_seq == h.durable_commit_seq
+    })
+    .await;
+    assert!(again.restore_point_commit_seq > 0, "{again:?}");
     served::terminate(&mut server);
 }
 
