@@ -51,7 +51,9 @@
 //!
 //! So while an honest stream keeps the mark, a lie costs a header read and a log line; the
 //! bytes a lie can make the checks read are those past the mark, which the honest node's next
-//! report needs read anyway.
+//! report needs read anyway. Until a report in the current `wal.bin` is confirmed (a new
+//! store, a rotation) there is no boundary to read from: each stream's newest report may then
+//! be read from the header once per look, at most [`StreamedSource::max_streams`] of them.
 
 use std::collections::BTreeMap;
 
