@@ -26,6 +26,10 @@
 //! - `reaches <= shipped`: shipped counts the commits in the bucket, in segments or in a
 //!   restore point, and whatever a restore reaches is in the bucket.
 //!
+//! They are the bucket as the worker last saw it: after a lost lease they stay until its next
+//! step (a resume, once the lease is back) reads the bucket again, while health's reasons say
+//! the lease was lost; a node was told `DurabilityLost` at the loss.
+//!
 //! # What a crash leaves behind
 //!
 //! Nothing: memory only. A restarted worker starts from zero and shows the bucket's figures
