@@ -243,6 +243,7 @@ fn child(on: bool) {
             durable_commit_seq: counters.durable_commit_seq.load(Ordering::Relaxed),
             shipped_commit_seq: counters.shipped_commit_seq.load(Ordering::Relaxed),
             restore_point_commit_seq: counters.restore_point_commit_seq.load(Ordering::Relaxed),
+            bucket_durable_commit_seq: counters.restore_point_commit_seq.load(Ordering::Relaxed),
             lag_seconds: 0.0,
             lease_holder: String::new(),
             lease_held: true,

@@ -325,6 +325,11 @@ pub struct StoreHealth {
     pub durable_commit_seq: u64,
     pub shipped_commit_seq: u64,
     pub restore_point_commit_seq: u64,
+    /// How far a restore of the prefix reaches (0 while unknown): taken with
+    /// `shipped_commit_seq` and `restore_point_commit_seq` at one moment, so never above the
+    /// one nor below the other (`worker::figures`).
+    #[serde(default)]
+    pub bucket_durable_commit_seq: u64,
     /// How long durable data has been waiting to be shipped (0 when all is shipped).
     pub lag_seconds: f64,
     /// Who holds the bucket lease, as `holder@host` (empty when unknown).
@@ -369,6 +374,7 @@ impl StoreHealth {
             durable_commit_seq,
             shipped_commit_seq,
             restore_point_commit_seq,
+            bucket_durable_commit_seq,
             lag_seconds,
             lease_holder,
             lease_held,
@@ -388,6 +394,7 @@ impl StoreHealth {
             && *durable_commit_seq == other.durable_commit_seq
             && *shipped_commit_seq == other.shipped_commit_seq
             && *restore_point_commit_seq == other.restore_point_commit_seq
+            && *bucket_durable_commit_seq == other.bucket_durable_commit_seq
             && lag_seconds.floor() == other.lag_seconds.floor()
             && *lease_holder == other.lease_holder
             && *lease_held == other.lease_held
@@ -420,8 +427,10 @@ pub struct ImmutableHealth {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Progress {
     pub durable_commit_seq: u64,
+    /// These three are one [`crate::worker::BucketFigures`], taken together.
     pub shipped_commit_seq: u64,
     pub restore_point_commit_seq: u64,
+    pub bucket_durable_commit_seq: u64,
     /// How long durable commits have been unshipped (zero when none are).
     pub unshipped_for: Duration,
     pub immutable: Option<ImmutableHealth>,
@@ -543,6 +552,7 @@ pub fn evaluate(
         durable_commit_seq: progress.durable_commit_seq,
         shipped_commit_seq: progress.shipped_commit_seq,
         restore_point_commit_seq: progress.restore_point_commit_seq,
+        bucket_durable_commit_seq: progress.bucket_durable_commit_seq,
         lag_seconds: progress.unshipped_for.as_secs_f64(),
         lease_holder,
         lease_held,
@@ -679,6 +689,7 @@ mod tests {
             durable_commit_seq: 90,
             shipped_commit_seq: 40,
             restore_point_commit_seq: 40,
+            bucket_durable_commit_seq: 40,
             unshipped_for: Duration::from_secs(31),
             immutable: None,
         };
@@ -724,6 +735,7 @@ mod tests {
             durable_commit_seq: 90,
             shipped_commit_seq: 40,
             restore_point_commit_seq: 40,
+            bucket_durable_commit_seq: 40,
             unshipped_for: Duration::from_secs(3600),
             immutable: None,
         };

@@ -180,8 +180,8 @@ async fn a_wait_pending_when_the_stream_is_lost_fails_and_later_waits_resume() {
         .await
         .expect("Register")
         .into_inner();
-    // (Health's other fields are the supervisor's, evaluated every wal_interval; the position
-    // in the bucket is the worker's own, at once.)
+    // (Health's other fields are the supervisor's, evaluated every wal_interval; the bucket's
+    // figures, the position in it among them, as soon as a step changes them.)
     let h = served::wait_health(&c, &r.store_id, "the first restore point", |h| {
         h.bucket_durable_commit_seq == 5
     })

@@ -323,3 +323,69 @@ async fn an_unknown_store_and_a_wrong_token_get_the_same_answer() {
     drop(c);
     s.server.terminate();
 }
+
+/// One stream more than `--max-streams-per-store` is refused `RESOURCE_EXHAUSTED`, naming the
+/// limit; the streams attached go on, and once one ends another attaches (security review 4,
+/// Low 4: lying streams cannot pile up on a store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_takes_at_most_max_streams_per_store_streams() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
+    let root = base.join("stores");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = Serve::start(
+        "serve (stream cap)",
+        serve::command(&base.join("data"), &root, &["--max-streams-per-store", "2"]),
+    );
+    let store = root.join("node");
+    let mut engine = open_engine(&store);
+    let mut c = server.client().await;
+    let reg = register(&mut c, &store, &base.join("bucket")).await;
+    let id = reg.store_id.clone();
+    let p = commit(&mut engine, 3);
+    let first = open_stream(&mut c, &id, &reg.node_token, &p)
+        .await
+        .expect("the first stream");
+    let second = open_stream(&mut c, &id, &reg.node_token, &p)
+        .await
+        .expect("the second stream");
+    let refused = open_stream(&mut c, &id, &reg.node_token, &p)
+        .await
+        .err()
+        .expect("a third stream is refused");
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains(&id)
+            && refused.message().contains("2 position streams")
+            && refused.message().contains("max_streams_per_store"),
+        "{refused:?}"
+    );
+    // The attached streams still count: their position ships.
+    wait_health(
+        &mut c,
+        &id,
+        "3 commits shipped",
+        |_| {},
+        |h| h.shipped_commit_seq == 3,
+    )
+    .await;
+
+    // One ends (the server sees its end when its requests end): another attaches.
+    drop(second);
+    let start = Instant::now();
+    let third = loop {
+        match open_stream(&mut c, &id, &reg.node_token, &p).await {
+            Ok(s) => break s,
+            Err(e) if e.code() == Code::ResourceExhausted => {
+                assert!(
+                    start.elapsed() < DEADLINE,
+                    "no stream attached within {DEADLINE:?} of one ending: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    };
+    drop((first, third, c));
+    server.terminate();
+}

@@ -5,7 +5,7 @@ mod support;
 
 use mushroom_backup::store::engine::{Engine, workload_ops};
 use mushroom_backup::store::format::WalPosition;
-use mushroom_backup::wal_source::{StreamedSource, WalSource};
+use mushroom_backup::wal_source::{AttachError, DEFAULT_MAX_STREAMS, StreamedSource, WalSource};
 use support::store::open_engine as open;
 use uuid::Uuid;
 
@@ -175,4 +175,107 @@ async fn no_stream_no_reports_and_a_closed_source_refuses_streams() {
         .await
         .expect("an attached stream hears of the close");
     assert!(source.attach("late").is_err());
+}
+
+/// Security review 4, Low 4: a lying stream's reports cost the store's other streams nothing.
+/// A report below the confirmed position's length with more commits than it (the review's
+/// lie, sent afresh on each of many streams) used to be scanned from `wal.bin`'s header each
+/// time, under the lock every report of the store waits for. Now the confirmed frame boundary
+/// settles it without reading a frame, and a lie past the mark is read from the mark on, never
+/// from the header. Counted in bytes read, not timed.
+#[tokio::test]
+async fn a_lie_costs_no_scan_from_the_header_and_repeated_lies_no_scan_at_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut engine = open(tmp.path());
+    let source = StreamedSource::new(tmp.path());
+    let node = source.attach("node").unwrap();
+    let p200 = commit(&mut engine, 200);
+    node.report(p200);
+    assert_eq!(position(&source).await, p200);
+    let confirmed = source.scanned_bytes();
+    assert!(confirmed > 0, "the first confirmation reads the frames");
+
+    // Many streams, each sending many lies: shorter than the mark, with more commits.
+    let liars: Vec<_> = (0..8)
+        .map(|i| source.attach(format!("liar {i}")).unwrap())
+        .collect();
+    let mut lies = 0;
+    for round in 0..25u64 {
+        for (i, liar) in liars.iter().enumerate() {
+            let i = i as u64;
+            liar.report(WalPosition {
+                durable_len: p200.durable_len - 1 - round * 8 - i,
+                commit_seq: p200.commit_seq + 1 + round,
+                ..p200
+            });
+            lies += 1;
+        }
+        assert_eq!(position(&source).await, p200, "round {round}");
+    }
+    assert_eq!(source.contradicted_reports(), lies);
+    assert_eq!(
+        source.scanned_bytes(),
+        confirmed,
+        "{lies} lies below the mark read frames of wal.bin"
+    );
+    let problem = source.problem().expect("the lies show");
+    assert!(problem.contains("confirmed before"), "{problem}");
+
+    // The honest node goes on: only the bytes after the mark are read.
+    let p210 = commit(&mut engine, 10);
+    node.report(p210);
+    assert_eq!(position(&source).await, p210);
+    assert_eq!(
+        source.scanned_bytes(),
+        confirmed + (p210.durable_len - p200.durable_len),
+        "the honest report was not read on from the mark"
+    );
+
+    // A lie past the mark (commits written but not reported yet, claimed with more) is read
+    // from the mark on, not from the header.
+    let p215 = commit(&mut engine, 5);
+    let before = source.scanned_bytes();
+    liars[0].report(WalPosition {
+        commit_seq: p215.commit_seq + 3,
+        ..p215
+    });
+    assert_eq!(position(&source).await, p210);
+    assert_eq!(
+        source.scanned_bytes() - before,
+        p215.durable_len - p210.durable_len,
+        "a lie past the mark was read from elsewhere than the mark"
+    );
+}
+
+#[tokio::test]
+async fn a_store_takes_at_most_its_cap_of_streams_and_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _engine = open(tmp.path());
+    let source = StreamedSource::with_max_streams(tmp.path(), 3);
+    let mut attached: Vec<_> = (0..3)
+        .map(|i| source.attach(format!("node {i}")).unwrap())
+        .collect();
+    let refused = source.attach("one too many").err().expect("refused");
+    assert_eq!(refused, AttachError::Full { cap: 3 });
+    let msg = refused.to_string();
+    assert!(
+        msg.contains("3 position streams") && msg.contains("max_streams_per_store"),
+        "{msg}"
+    );
+    // One ends: another attaches.
+    attached.pop();
+    attached.push(source.attach("next").expect("a stream after one ended"));
+    assert!(source.attach("again too many").is_err());
+
+    let default = StreamedSource::new(tmp.path());
+    let all: Vec<_> = (0..DEFAULT_MAX_STREAMS)
+        .map(|i| default.attach(format!("node {i}")).unwrap())
+        .collect();
+    assert_eq!(
+        default.attach("over").err(),
+        Some(AttachError::Full {
+            cap: DEFAULT_MAX_STREAMS
+        })
+    );
+    drop(all);
 }

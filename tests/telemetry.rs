@@ -409,6 +409,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         durable_commit_seq: 900,
         shipped_commit_seq: 850,
         restore_point_commit_seq: 800,
+        bucket_durable_commit_seq: 800,
         lag_seconds: lag,
         lease_holder: holder.to_string(),
         lease_held,

@@ -237,8 +237,9 @@ pub(super) async fn follow_until(
     }
 }
 
-/// Logs every change of one destination's health on stderr, as `health {json}`; ends when
-/// the worker's health channel closes (its supervisor ended).
+/// Logs every change of one destination's health state (healthy, reason, lease) and every new
+/// restore point on stderr, as `health {json}`; ends when the worker's health channel closes
+/// (its supervisor ended). (Shipping alone logs nothing: a line per segment would be noise.)
 async fn log_health(
     (role, url): (&'static str, String),
     mut health: tokio::sync::watch::Receiver<mushroom_backup::health::StoreHealth>,
@@ -252,6 +253,7 @@ async fn log_health(
             h.reason.clone(),
             h.lease_holder.clone(),
             h.lease_held,
+            h.restore_point_commit_seq,
         );
         if last.as_ref() != Some(&state) {
             last = Some(state);

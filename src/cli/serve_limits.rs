@@ -36,6 +36,10 @@ pub struct LimitSettings {
     /// WatchHealth streams open at once on the server; more are RESOURCE_EXHAUSTED [default: 64].
     #[arg(long, env = "MUSHROOMDB_BACKUP_MAX_HEALTH_WATCHERS")]
     max_health_watchers: Option<usize>,
+    /// ReportPosition streams attached to one store at once; more are RESOURCE_EXHAUSTED
+    /// [default: 16].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_MAX_STREAMS_PER_STORE")]
+    max_streams_per_store: Option<usize>,
 }
 
 /// The `[limits]` table of the TOML file.
@@ -50,6 +54,7 @@ pub struct LimitsToml {
     keepalive_interval_ms: Option<u64>,
     keepalive_timeout_ms: Option<u64>,
     max_health_watchers: Option<usize>,
+    max_streams_per_store: Option<usize>,
 }
 
 impl LimitSettings {
@@ -93,6 +98,10 @@ impl LimitSettings {
                 .max_health_watchers
                 .or(file.max_health_watchers)
                 .unwrap_or(d.max_health_watchers),
+            max_streams_per_store: self
+                .max_streams_per_store
+                .or(file.max_streams_per_store)
+                .unwrap_or(d.max_streams_per_store),
         }
     }
 }

@@ -48,7 +48,7 @@ use crate::store::watch::DirWatch;
 mod proof;
 pub mod streamed;
 
-pub use streamed::{Closed, StreamAttachment, StreamedSource};
+pub use streamed::{AttachError, DEFAULT_MAX_STREAMS, StreamAttachment, StreamedSource};
 
 /// Why no position could be read.
 #[derive(Debug, thiserror::Error)]

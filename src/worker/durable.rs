@@ -21,7 +21,9 @@
 //! # When it advances, and why it never goes backwards
 //!
 //! After every step that succeeded ([`super::BackupWorker::step_as`]): a segment shipped, a
-//! restore point written, a generation started, a resume. The position is ordered by
+//! restore point written, a generation started, a resume; and when a runner spawned paused
+//! read the restore point LATEST names (`spawn/paused.rs`). The step's counters are booked
+//! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The position is ordered by
 //! `(commit_seq, in_restore_point)` and only ever raised within a **chain**: a lower value
 //! computed meanwhile (a new generation started and has no manifest yet, while LATEST still
 //! names the previous one whose trailing segments the restore still reads) is not published,
@@ -150,6 +152,17 @@ impl DurableTx {
         if gate.pending.is_none_or(|p| p.rank() < pos.rank()) {
             gate.pending = Some(pos);
         }
+    }
+
+    /// The highest position offered in this chain, published or still held back: what the
+    /// bucket holds now, as health shows it (`figures.rs`).
+    pub fn offered(&self) -> Option<DurablePosition> {
+        let pending = self.gate().pending;
+        let published = self.0.borrow().position;
+        pending
+            .into_iter()
+            .chain(published)
+            .max_by_key(|p| p.rank())
     }
 
     /// Whether a position waits for [`DurableTx::release`].

@@ -1,25 +1,29 @@
 //! The lag health judges: the age of the oldest durable commit still unshipped, by when the
-//! supervisor first saw it durable ([`Unshipped`]), and the [`Progress`] built from it.
+//! supervisor first saw it durable ([`Unshipped`]), and the [`Progress`] built from it and one
+//! snapshot of the bucket's figures (`figures.rs`).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::BackupCounters;
+use super::figures::BucketFigures;
 use crate::health::Progress;
 
-/// The progress of a store whose durable position is `durable`, with its lag.
+/// The progress of a store whose durable position is `durable` and whose bucket holds
+/// `bucket` (one snapshot of it, `figures.rs`), with its lag.
 pub(super) fn progress(
     counters: &BackupCounters,
     durable: u64,
+    bucket: BucketFigures,
     unshipped: &mut Unshipped,
 ) -> Progress {
-    use std::sync::atomic::Ordering::Relaxed;
-    let shipped = counters.shipped_commit_seq.load(Relaxed);
+    let shipped = bucket.shipped;
     Progress {
         durable_commit_seq: durable,
         shipped_commit_seq: shipped,
-        restore_point_commit_seq: counters.restore_point_commit_seq.load(Relaxed),
+        restore_point_commit_seq: bucket.restore_point,
+        bucket_durable_commit_seq: bucket.reaches,
         unshipped_for: unshipped.lag(durable, shipped, Instant::now()),
         immutable: immutable(&counters.immutable),
     }

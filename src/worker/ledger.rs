@@ -10,11 +10,17 @@
 //! [`Emitter`](crate::events::Emitter) (none outside the service: nothing is published).
 //!
 //! Also [`DurableReading`], the hand-off of the durable position from the worker to the
-//! supervisor, so that the supervisor reads the source itself only when the worker has not.
+//! supervisor, so that the supervisor reads the source itself only when the worker has not,
+//! and the [`BucketFigures`] health shows, published whole after the counters are booked
+//! (`figures.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use tokio::sync::watch;
+
+use super::durable::DurableTx;
+use super::figures::BucketFigures;
 use super::{BackupCounters, StepOutcome, WorkerError};
 use crate::events::{Emitter, EventKind, Facts};
 
@@ -46,6 +52,8 @@ pub(crate) struct Ledger {
     counters: Arc<BackupCounters>,
     durable: Arc<DurableReading>,
     events: Emitter,
+    /// What the bucket holds, taken together (`figures.rs`); the supervisor watches it.
+    figures: Arc<watch::Sender<BucketFigures>>,
 }
 
 fn add(field: &AtomicU64, n: u64) {
@@ -62,7 +70,25 @@ impl Ledger {
             counters,
             durable: Arc::new(DurableReading::default()),
             events: Emitter::default(),
+            figures: Arc::new(watch::channel(BucketFigures::default()).0),
         }
+    }
+
+    /// Takes the bucket's figures from the counters as booked now and the durable position
+    /// `durable` offered, and publishes them whole (`figures.rs`). Called after the counters
+    /// and the durable position of a step (or of a paused runner's read of LATEST) are set.
+    pub(crate) fn publish_figures(&self, durable: &DurableTx) {
+        let now = BucketFigures::of(&self.counters, durable.offered());
+        self.figures.send_if_modified(|f| {
+            let changed = *f != now;
+            *f = now;
+            changed
+        });
+    }
+
+    /// The bucket's figures, changing whenever they do.
+    pub(crate) fn watch_figures(&self) -> watch::Receiver<BucketFigures> {
+        self.figures.subscribe()
     }
 
     /// Publishes the worker's events through `events` from now on.

@@ -128,6 +128,7 @@ use crate::wal_source::{SourceError, WalSource, names_disk};
 mod config;
 mod ctx;
 pub mod durable;
+mod figures;
 mod generation;
 mod hold;
 pub mod journal;
@@ -154,6 +155,7 @@ pub use config::{
     DEFAULT_WAL_PUTS_PER_SECOND, DurabilityMode, FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES,
     MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES, WorkerConfig,
 };
+pub use figures::BucketFigures;
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
@@ -523,12 +525,15 @@ impl BackupWorker {
         if let Err(WorkerError::ConcurrentWriter { .. }) = &result {
             self.forget_view();
         }
-        if result.is_ok()
-            && let Some(pos) = self.view.as_ref().and_then(durable::of_view)
-        {
-            self.durable.offer(pos);
-        }
+        // The counters first, then the durable position: a reader that sees the position sees
+        // the commits it covers booked (`figures.rs`).
         self.ledger.step(&result);
+        if result.is_ok() {
+            if let Some(pos) = self.view.as_ref().and_then(durable::of_view) {
+                self.durable.offer(pos);
+            }
+            self.ledger.publish_figures(&self.durable);
+        }
         self.activity.clear();
         result
     }

@@ -1,6 +1,8 @@
 //! The supervisor of a spawned worker (see `spawn.rs`): health, re-evaluated every
 //! `wal_interval` from what the runner records, the durable position and the pause, whatever
-//! the worker is doing; it owns the runner's task and reports how it ended.
+//! the worker is doing, and at once when the bucket's figures change (`figures.rs`: shipped,
+//! restore point and a restore's reach, taken together, so one answer never contradicts
+//! itself); it owns the runner's task and reports how it ended.
 //!
 //! A pause's deadline is a wall-clock instant: the supervisor compares it with the clock at
 //! every evaluation ([`crate::health::RunnerStatus::pause_overdue`]), and never rests while
@@ -63,6 +65,9 @@ impl Supervisor {
         let mut evaluated: Option<(Progress, RunnerStatus)> = None;
         let counters = ledger.counters().clone();
         let readings: Arc<DurableReading> = ledger.durable_reading();
+        // What the bucket holds: a change is evaluated at once, so health shows a restore's
+        // reach with the counters it was taken with, never one without the other.
+        let mut figures = ledger.watch_figures();
         let period = policy.wal_interval;
         let mut next_tick = Instant::now();
         // Resting (`super::rest`): woken by the store's signal or the runner's record.
@@ -90,6 +95,8 @@ impl Supervisor {
                     continue;
                 }
                 _ = tokio::time::sleep_until(next_tick), if !resting => {}
+                // The sender lives in the ledger, which this task holds: only a change ends it.
+                _ = figures.changed() => {}
             }
             // Changes from here on wake the next rest.
             changes.borrow_and_update();
@@ -123,7 +130,8 @@ impl Supervisor {
                         .load(std::sync::atomic::Ordering::Relaxed),
                 }
             };
-            let progress = progress(&counters, durable, &mut unshipped);
+            let bucket = *figures.borrow_and_update();
+            let progress = progress(&counters, durable, bucket, &mut unshipped);
             // Nothing unshipped: no lag can grow while the runner rests.
             // Nor while paused: a pause's deadline comes by the clock alone.
             resting = runner_rests
@@ -167,7 +175,8 @@ impl Supervisor {
         let durable = counters
             .durable_commit_seq
             .load(std::sync::atomic::Ordering::Relaxed);
-        let progress = progress(&counters, durable, &mut unshipped);
+        let bucket = *figures.borrow();
+        let progress = progress(&counters, durable, bucket, &mut unshipped);
         let s = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let _ = health.send(health::evaluate(&s, progress, &policy, &holder));
         serial.fetch_add(1, Ordering::Release);

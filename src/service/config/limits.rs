@@ -23,6 +23,10 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
     /// `WatchHealth` streams open at once on the server.
     pub max_health_watchers: usize,
+    /// `ReportPosition` streams attached to one store at once; one more is refused
+    /// `RESOURCE_EXHAUSTED`, so lying streams cannot pile up on a store
+    /// (`wal_source::streamed`).
+    pub max_streams_per_store: usize,
 }
 
 impl Default for Limits {
@@ -36,6 +40,7 @@ impl Default for Limits {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(20),
             max_health_watchers: 64,
+            max_streams_per_store: crate::wal_source::DEFAULT_MAX_STREAMS,
         }
     }
 }
@@ -67,6 +72,10 @@ impl Limits {
             (
                 "max_health_watchers",
                 u64::try_from(self.max_health_watchers).unwrap_or(u64::MAX),
+            ),
+            (
+                "max_streams_per_store",
+                u64::try_from(self.max_streams_per_store).unwrap_or(u64::MAX),
             ),
         ];
         for (name, n) in counts {

@@ -21,7 +21,7 @@ use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry};
 use crate::service::ops::pause::{self, PauseAsk};
 use crate::service::proto::{self, backup_control_server::BackupControl};
-use crate::wal_source::StreamAttachment;
+use crate::wal_source::{AttachError, StreamAttachment};
 use route::{Routed, forward_meta, record_store_id};
 
 #[macro_use]
@@ -537,10 +537,13 @@ impl Api {
             return Err(AuthError(auth::NODE_REFUSED.into()).into());
         };
         let position = position(first)?;
-        let attachment = entry
-            .source
-            .attach(from)
-            .map_err(|_| ServiceError::Deregistered(first.store_id.clone()))?;
+        let attachment = entry.source.attach(from).map_err(|e| match e {
+            AttachError::Closed => ServiceError::Deregistered(first.store_id.clone()),
+            AttachError::Full { cap } => ServiceError::TooManyStreams {
+                store: first.store_id.clone(),
+                cap,
+            },
+        })?;
         attachment.report(position);
         entry.nudge();
         Ok((attachment, entry))

@@ -70,6 +70,12 @@ pub enum ServiceError {
     /// that arrives while it is being deregistered gets).
     #[error("store {0} was deregistered")]
     Deregistered(String),
+    /// A `ReportPosition` stream more than its store takes (`wal_source::streamed`).
+    #[error(
+        "store {store} already has {cap} position streams attached, the server's \
+         max_streams_per_store: end one (a node needs one) or raise the limit"
+    )]
+    TooManyStreams { store: String, cap: usize },
     /// What a store's position streams end with once another instance owns it (a failover
     /// claim, a planned move): reconnect, and be relayed to the new owner.
     #[error("store {store} moved to instance {owner}: reconnect")]
@@ -107,9 +113,9 @@ impl From<ServiceError> for Status {
                 Some(code) => code,
                 None => return internal(f),
             },
-            ServiceError::WatchersFull(_) | ServiceError::EventWatchersFull(_) => {
-                Code::ResourceExhausted
-            }
+            ServiceError::WatchersFull(_)
+            | ServiceError::EventWatchersFull(_)
+            | ServiceError::TooManyStreams { .. } => Code::ResourceExhausted,
             ServiceError::NoFirstReport { .. } | ServiceError::CallTimeout { .. } => {
                 Code::DeadlineExceeded
             }

@@ -18,7 +18,10 @@
 //!   handlers at once (more wait); it is pinged every `keepalive_interval` and dropped when a
 //!   ping is not answered within `keepalive_timeout`;
 //! - at most `max_health_watchers` `WatchHealth` streams are open on the whole server (more
-//!   are `RESOURCE_EXHAUSTED`), all served by one poller (`health_watch`).
+//!   are `RESOURCE_EXHAUSTED`), all served by one poller (`health_watch`);
+//! - at most `max_streams_per_store` `ReportPosition` streams are attached to one store (more
+//!   are `RESOURCE_EXHAUSTED`, naming the limit; `wal_source::streamed`), so a token holder's
+//!   streams cannot pile up on a store.
 //!
 //! A handler cut by a timeout is dropped where it stands, as when its client goes away.
 

@@ -309,7 +309,10 @@ impl Fleet {
         // One directory handle for the worker and its WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
-        let source = StreamedSource::new(store.clone());
+        let source = StreamedSource::with_max_streams(
+            store.clone(),
+            self.config.limits.max_streams_per_store,
+        );
         let config = options.apply(&self.config.worker);
         // Every change of a streamed position is a report, which the API nudges the worker
         // with (`api.rs`); with no stream the position comes from the directory, whose

@@ -274,12 +274,6 @@ fn store_health(
         bytes_logical: load(&counters.bytes_logical),
         usage: Some(usage.proto()),
         durability: e.handle.durability_mode().as_str().to_string(),
-        bucket_durable_commit_seq: e
-            .handle
-            .watch_durable()
-            .borrow()
-            .position
-            .map_or(0, |p| p.commit_seq),
         replica: e.replica.as_ref().map(|r| {
             let budget = e.options.monthly_request_budget.unwrap_or(0);
             Box::new(replica_health(r, budget, prices))
@@ -335,6 +329,8 @@ fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
         durable_commit_seq: h.durable_commit_seq,
         shipped_commit_seq: h.shipped_commit_seq,
         restore_point_commit_seq: h.restore_point_commit_seq,
+        // One snapshot with the two above (`worker::figures`), never read apart from them.
+        bucket_durable_commit_seq: h.bucket_durable_commit_seq,
         lag_seconds: h.lag_seconds,
         lease_holder: h.lease_holder,
         reasons: h.reasons,

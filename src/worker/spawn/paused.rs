@@ -15,6 +15,14 @@
 //! restart are counted at Resume, whose step resumes from the bucket's state in full. LATEST of
 //! another lineage (an adopted parent's), or none, books nothing.
 //!
+//! A restore reaches that restore point, so it is also the worker's **durable position**: the
+//! manifest LATEST names is read (one more GET) for its generation, and the position is offered
+//! as a step's would be (in `durability = sync`, released within the acknowledgement window of
+//! a confirming read of the lease, `ack_fence.rs`). Health's figures are published after it
+//! (`worker::figures`), so a paused store never shows a restore point beside a restore that
+//! reaches 0. A LATEST some other lineage adopted (`adopted_by`) is booked as before but
+//! offers no position: this writer would be refused at Resume.
+//!
 //! A read that fails is retried with the worker's backoff while the pause lasts, each failure
 //! counted as a failed step with its error: an unreachable bucket is as unhealthy paused as
 //! not. The read never holds up a shutdown, a Resume or a lost lease: those drop it.
@@ -31,14 +39,26 @@ use crate::backoff::Backoff;
 use crate::bucket::DynBucket;
 use crate::health::Activity;
 use crate::lease::BucketLease;
+use crate::manifest::Manifest;
 use crate::store::dir::StoreDir;
 use crate::worker::WorkerError;
+use crate::worker::durable::DurablePosition;
 
-type Reading = Pin<Box<dyn Future<Output = Result<Option<u64>, WorkerError>> + Send>>;
+type Reading = Pin<Box<dyn Future<Output = Result<Option<OwnLatest>, WorkerError>> + Send>>;
+
+/// What LATEST says when it is the store's lineage's.
+struct OwnLatest {
+    commit_seq: u64,
+    /// The restore point as a durable position; `None` when another lineage adopted it.
+    durable: Option<DurablePosition>,
+}
 
 /// LATEST's commit when LATEST is the store's lineage's (`None`: no LATEST, or another
-/// lineage's, or the store has no lineage yet).
-async fn latest_commit(bucket: DynBucket, store: StoreDir) -> Result<Option<u64>, WorkerError> {
+/// lineage's, or the store has no lineage yet), with the generation of the manifest it names.
+async fn latest_commit(
+    bucket: DynBucket,
+    store: StoreDir,
+) -> Result<Option<OwnLatest>, WorkerError> {
     let Some(found) = crate::latest::read(bucket.as_ref()).await? else {
         return Ok(None);
     };
@@ -53,7 +73,42 @@ async fn latest_commit(bucket: DynBucket, store: StoreDir) -> Result<Option<u64>
             dir,
             detail: e.to_string(),
         })??;
-    Ok((own == Some(latest.lineage)).then_some(latest.commit_seq))
+    if own != Some(latest.lineage) {
+        return Ok(None);
+    }
+    let durable = match latest.adopted_by {
+        Some(_) => None,
+        None => Some(restore_point(bucket.as_ref(), &latest.manifest).await?),
+    };
+    Ok(Some(OwnLatest {
+        commit_seq: latest.commit_seq,
+        durable,
+    }))
+}
+
+/// The restore point the manifest `key` describes, as a durable position.
+async fn restore_point(
+    bucket: &dyn crate::bucket::Bucket,
+    key: &str,
+) -> Result<DurablePosition, WorkerError> {
+    let bad = |detail: String| WorkerError::BadBucket {
+        key: key.to_string(),
+        detail,
+    };
+    let object = match bucket.get(key).await {
+        Ok(o) => o,
+        Err(crate::bucket::BucketError::NotFound { .. }) => {
+            return Err(bad("LATEST names it, and it does not exist".into()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let m = Manifest::decode(key, &object.data)
+        .map_err(|e| bad(format!("LATEST names an invalid manifest: {e}")))?;
+    Ok(DurablePosition {
+        generation: m.generation,
+        commit_seq: m.commit_seq,
+        in_restore_point: true,
+    })
 }
 
 impl Runner {
@@ -85,8 +140,20 @@ impl Runner {
                     match r {
                         Ok(found) => {
                             backoff.reset();
-                            if let Some(seq) = found {
-                                self.worker.ledger.bucket_position(seq);
+                            if let Some(found) = found {
+                                self.worker.ledger.bucket_position(found.commit_seq);
+                                if let Some(pos) = found.durable {
+                                    self.worker.durable.offer(pos);
+                                }
+                                if let Some(fence) = &mut self.ack_fence {
+                                    let (handle, durable) = (lease.handle(), &self.worker.durable);
+                                    match fence.settle_unless(&handle, durable, &self.token).await {
+                                        Some(Ok(())) => {}
+                                        Some(Err(_)) => return Some(Holding::Lost),
+                                        None => return Some(Holding::Shutdown),
+                                    }
+                                }
+                                self.worker.ledger.publish_figures(&self.worker.durable);
                             }
                             // The bucket answered: whatever failed before is over.
                             self.record(|s| s.consecutive_failures = 0);
