@@ -116,7 +116,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 use crate::bucket::{BucketError, DynBucket};
 use crate::health::StepActivity;
@@ -139,6 +138,7 @@ pub mod limits;
 pub mod lineage;
 mod local;
 mod once;
+pub use once::RunReport;
 mod pause;
 mod rest;
 mod restore_point;
@@ -747,59 +747,5 @@ impl BackupWorker {
     pub fn with_signalled_positions(mut self) -> Self {
         self.positions_signalled = true;
         self
-    }
-
-    /// Steps until nothing is left: everything durable shipped, a restore point written for
-    /// it, and retention run. Defers (a snapshot in flight, a source catching up) are waited
-    /// out for a few seconds.
-    ///
-    /// A resume here starts reading the store's files beside its requests ([`local::Reading`]),
-    /// so a first backup waits for the longer of the two rather than both. [`Self::step`] does
-    /// not: a service resumes every worker at its start, and most find their generation already
-    /// in the prefix, so reading ahead there would cost every store's archives for nothing.
-    pub async fn run_once(&mut self) -> Result<RunReport, WorkerError> {
-        self.restore_point_requested = true;
-        self.retention_requested = true;
-        let mut report = RunReport::default();
-        let mut deferred = 0u32;
-        loop {
-            match self.step_as(StepMode::ReadAhead).await? {
-                StepOutcome::Idle => break,
-                StepOutcome::Deferred(reason) => {
-                    deferred += 1;
-                    if deferred > 100 {
-                        return Err(WorkerError::Busy(reason));
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                outcome => report.record(&outcome),
-            }
-        }
-        Ok(report)
-    }
-}
-
-/// What [`BackupWorker::run_once`] did.
-#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct RunReport {
-    pub generations: u64,
-    pub segments: u64,
-    pub bytes: u64,
-    pub restore_point: Option<u64>,
-    pub deleted: u64,
-}
-
-impl RunReport {
-    fn record(&mut self, outcome: &StepOutcome) {
-        match outcome {
-            StepOutcome::NewGeneration { .. } => self.generations += 1,
-            StepOutcome::Shipped { bytes, .. } => {
-                self.segments += 1;
-                self.bytes += bytes;
-            }
-            StepOutcome::RestorePoint { commit_seq, .. } => self.restore_point = Some(*commit_seq),
-            StepOutcome::Retention { deleted } => self.deleted += deleted,
-            _ => {}
-        }
     }
 }
