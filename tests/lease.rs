@@ -389,6 +389,62 @@ async fn a_takeover_makes_the_next_renewal_lose_the_lease() {
     assert_eq!((record.holder.as_str(), etag), ("intruder", their_etag));
 }
 
+/// Issue 40, finding 3: a renewal refused over an object that holds this holder's own record
+/// (the process wrote it under another name: one bucket reached by two spellings of its URL)
+/// is no takeover. The lease renews over that version at its next attempt and keeps holding;
+/// an intruder's record still ends it.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_refused_over_this_holders_own_record_is_no_takeover() {
+    let mem = MemBucket::new();
+    let bucket: DynBucket = Arc::new(mem.clone());
+    let lease = acquire(&bucket, config("a")).await;
+    sleep(Duration::from_secs(1)).await;
+    let (ours, etag) = lease_object(&mem).await;
+    let rewritten = LeaseRecord {
+        renewals: ours.renewals + 7,
+        ..ours.clone()
+    };
+    mem.put(
+        LEASE_KEY,
+        rewritten.to_json().into(),
+        PutCondition::IfMatch(etag),
+    )
+    .await
+    .unwrap();
+    // The renewal due at a third of a TTL is refused, reads its own record, and the retry a
+    // second later renews over it.
+    sleep(config("a").renew_every() + Duration::from_secs(2)).await;
+    assert!(lease.may_write(), "{:?}", lease.status());
+    assert_eq!(lease.status().state, LeaseState::Holding);
+    let (record, _) = lease_object(&mem).await;
+    assert_eq!(record.holder, "a");
+    assert_eq!(record.renewals, rewritten.renewals + 1, "renewed over it");
+    assert_eq!(lease.status().last_renewal_error, None);
+
+    // Another holder's record (or the same holder id of another store): a takeover.
+    let (_, etag) = lease_object(&mem).await;
+    let theirs = LeaseRecord {
+        store: "store-2".into(),
+        ..record
+    };
+    mem.put(
+        LEASE_KEY,
+        theirs.to_json().into(),
+        PutCondition::IfMatch(etag),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(TTL, lease.token().cancelled())
+        .await
+        .expect("still holds");
+    assert_eq!(
+        lease.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_guarded_request_is_cancelled_when_the_lease_stops_holding() {
     let mem = MemBucket::new();
