@@ -840,3 +840,149 @@ async fn a_promised_ack_window_proves_a_takeover_in_about_a_second_at_any_ttl() 
         TakeOver::Unprovable(_)
     ));
 }
+
+/// Issue 40, finding 5c: a record with this taker's holder id but another `store` is another,
+/// live writer (in the service every store of an instance has the instance's holder id: the
+/// replica's lease on the prefix a standby of the same instance follows). Its window is waited,
+/// never nothing. Only this very holder of this very store is taken at once.
+#[tokio::test]
+async fn take_over_now_judges_this_holder_id_of_another_store_as_another_holder() {
+    use mushroom_backup::lease::{ACK_WINDOW, Fenced, TakeOver};
+    let dir = tempfile::tempdir().unwrap();
+    let bucket: DynBucket = Arc::new(FsBucket::open(dir.path()).unwrap());
+    let of = |store: &str| LeaseConfig {
+        ttl: Duration::from_secs(3600),
+        store: store.into(),
+        ..config("serve/1")
+    };
+    let mut replica = LeaseAcquirer::new(bucket.clone(), of("b (replica)"));
+    replica.promising_ack_window(Some(ACK_WINDOW));
+    let live = match replica.try_acquire().await.unwrap() {
+        Acquisition::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let mut promoter = LeaseAcquirer::new(bucket.clone(), of("standby-of-p"));
+    match promoter.take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            previous,
+            fenced_in,
+            proof,
+            ..
+        } => {
+            assert_eq!(previous.unwrap().2, "b (replica)");
+            assert_eq!(
+                proof,
+                Fenced::AckWindow,
+                "waited for nothing: {fenced_in:?}"
+            );
+            assert_eq!(fenced_in, Duration::from_millis(1150));
+        }
+        other => panic!("not taken: {other:?}"),
+    }
+    assert!(matches!(
+        live.handle().confirm().await,
+        Err(LeaseError::Lost)
+    ));
+    // The same holder of the same store (a restart that kept its id): at once, as before.
+    let mut again = LeaseAcquirer::new(bucket.clone(), of("standby-of-p"));
+    assert!(matches!(
+        again.take_over_now().await.unwrap(),
+        TakeOver::Taken {
+            fenced_in: Duration::ZERO,
+            proof: Fenced::Deadline,
+            ..
+        }
+    ));
+}
+
+/// Issue 40, finding 8: a `serve` writes its store lease only when it acquires it and lives by
+/// its instance lease, so on a long-running `serve` the store lease object is older than a TTL.
+/// A taker judges the holder's deadline by the instance lease the record names: renewed, the
+/// holder is live and its acknowledgement window is waited; unrenewed past its deadline, the
+/// deadline is the proof.
+#[tokio::test]
+async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_lease() {
+    use mushroom_backup::lease::{ACK_WINDOW, FenceRef, Fenced, TakeOver};
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| -> DynBucket {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        Arc::new(FsBucket::open(&path).unwrap())
+    };
+    let root = open(".mushroom-backup");
+    let ttl_ms = 2000;
+    let instance = |id: &str, renewals: u64| LeaseRecord {
+        holder: format!("{id}/nonce"),
+        host: "h".into(),
+        store: format!("instance {id}"),
+        ttl_ms,
+        renewals,
+        acquired_at: String::new(),
+        fence: None,
+        ack_window_ms: None,
+    };
+    let store_lease = |id: &str| LeaseRecord {
+        store: format!("store of {id}"),
+        fence: Some(FenceRef {
+            key: format!("instances/{id}.lease"),
+            holder: format!("{id}/nonce"),
+        }),
+        ack_window_ms: Some(u64::try_from(ACK_WINDOW.as_millis()).unwrap()),
+        ..instance(id, 0)
+    };
+    let (live, dead) = (open("live"), open("dead"));
+    for (id, store) in [("live", &live), ("dead", &dead)] {
+        root.put(
+            &format!("instances/{id}.lease"),
+            Body::from(instance(id, 0).to_json()),
+            PutCondition::None,
+        )
+        .await
+        .unwrap();
+        store
+            .put(
+                LEASE_KEY,
+                Body::from(store_lease(id).to_json()),
+                PutCondition::None,
+            )
+            .await
+            .unwrap();
+    }
+    // Longer than the TTL plus the bucket clock's resolution: both store leases are "old".
+    sleep(Duration::from_millis(3500)).await;
+    root.put(
+        "instances/live.lease",
+        Body::from(instance("live", 1).to_json()),
+        PutCondition::None,
+    )
+    .await
+    .unwrap();
+    let taker = |store: &DynBucket| {
+        LeaseAcquirer::new(
+            store.clone(),
+            LeaseConfig {
+                ttl: Duration::from_millis(ttl_ms),
+                ..config("promoter")
+            },
+        )
+        .watching_fences_in(root.clone())
+    };
+    match taker(&live).take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            fenced_in, proof, ..
+        } => {
+            assert_eq!(proof, Fenced::AckWindow, "a live holder: {fenced_in:?}");
+            assert_eq!(fenced_in, Duration::from_millis(1150));
+        }
+        other => panic!("not taken: {other:?}"),
+    }
+    match taker(&dead).take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            fenced_in, proof, ..
+        } => {
+            assert_eq!(proof, Fenced::Deadline, "{fenced_in:?}");
+            assert!(fenced_in < Duration::from_millis(1150), "{fenced_in:?}");
+        }
+        other => panic!("not taken: {other:?}"),
+    }
+}

@@ -153,6 +153,31 @@ impl FenceWatch {
         })
     }
 
+    /// How long ago, by the bucket's clock, the instance lease `fence` names was last written
+    /// (renewed) by the holder it names, and that lease's TTL: what a taker of the store lease
+    /// judges a live `serve`'s deadline by ([`super::TakeOver`]), since such a holder never
+    /// rewrites its store lease. `None` when that cannot be read as such a renewal: the lease
+    /// root or the object is missing or unreadable, it names another holder, or the bucket gave
+    /// no age; the taker then proves nothing by the deadline.
+    pub(super) async fn renewed_ago(
+        &mut self,
+        store_url: &str,
+        fence: &FenceRef,
+    ) -> Result<Option<(Duration, Duration)>, LeaseError> {
+        let Resolved::Open(root) = self.root(store_url).await? else {
+            return Ok(None);
+        };
+        let object = match root.get(&fence.key).await {
+            Ok(object) => object,
+            Err(BucketError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(match LeaseRecord::from_json(&object.data) {
+            Ok(r) if r.holder == fence.holder => object.age.map(|age| (age, r.ttl())),
+            _ => None,
+        })
+    }
+
     async fn root(&mut self, store_url: &str) -> Result<Resolved, LeaseError> {
         if let Root::Unresolved = self.root {
             match super::instance::lease_root(store_url) {
