@@ -185,6 +185,7 @@ impl FenceWatch {
                 // No caller's token reaches an attempt (the acquisition loop races its token
                 // around attempts, never inside one): the open's retries bound it instead.
                 Some(url) => match bucket::Open::read_only(&url, &CancellationToken::new())
+                    .refusing_root_link()
                     .open()
                     .await
                 {

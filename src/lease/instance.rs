@@ -275,6 +275,7 @@ impl InstanceLeases {
             .inner
             .opener
             .read_write(&url)
+            .refusing_root_link()
             .open()
             .await
             .map_err(|e| LeaseError::FenceRoot {
