@@ -416,7 +416,13 @@ impl Fence {
                 seen_unchanged_for,
                 retry_in,
             } => {
-                tracing::warn!(root = %self.root.url, %holder, %host, "the instance lease is held by another process with this instance id");
+                let c = &self.inner.config;
+                tracing::warn!(
+                    root = %self.root.url, key = %self.root.key, %holder, %host,
+                    ours = %c.holder, our_host = %c.host,
+                    "the instance lease is held by another process with this instance id: \
+                     give each `serve` sharing a bucket its own instance id"
+                );
                 let e = Elsewhere {
                     holder,
                     host,
