@@ -67,6 +67,14 @@ impl LeaseLosses {
     }
 }
 
+impl super::RunnerStatus {
+    /// The runner lost the lease now: `state` says how ([`crate::lease::LeaseState::Lost`]).
+    pub fn lease_lost(&mut self, state: crate::lease::LeaseState) {
+        self.lease = Some(state);
+        self.lease_losses.lost();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{LeaseState, Progress, RunnerStatus, evaluate};
