@@ -6,7 +6,10 @@
 //! `-`) and `profile` (a named profile of the AWS shared config and credentials files: the
 //! credentials come from the usual chain, or from that profile; never from the URL). Each key
 //! at most once, none blank; any other key is refused naming it, as is a query on `file://`.
-//! Values may be percent-encoded. What the query leaves out comes from the environment
+//! Values may be percent-encoded. An endpoint is kept as the URL parser writes it (scheme and
+//! host lower-cased, a default port and a trailing `/` dropped), so two spellings of one query
+//! are one [`S3Settings`] with one [`S3Settings::query`]: one S3 client and one lease root
+//! (`crate::lease::instance`). What the query leaves out comes from the environment
 //! (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE`, …) as before.
 //!
 //! The query is never part of the bucket name, the prefix or any key: `s3://b/p?region=x` and

@@ -17,6 +17,14 @@
 //!
 //! What the watch remembers is one observation (which fence, which ETag, since when), kept
 //! across attempts like [`super::LeaseAcquirer`]'s own.
+//!
+//! A promotion ([`super::TakeOver`]) also asks it how long ago the fence was last renewed by
+//! the bucket's clock ([`FenceWatch::renewed_ago`]): a `serve`'s deadline follows its
+//! instance lease, not its store lease, which it wrote only when it acquired it.
+//!
+//! A `file://` lease root is opened refusing a link as its last component
+//! ([`crate::bucket::fs::RootLink::Refuse`]): a planted link is an error naming it, never
+//! followed to read a fence elsewhere.
 
 use std::time::Duration;
 
