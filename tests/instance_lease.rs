@@ -468,6 +468,13 @@ async fn a_file_lease_root_that_is_a_link_is_refused_naming_it() {
     let mut waiter = LeaseAcquirer::new(store.clone(), store_config("w"));
     let e = waiter.try_acquire().await.unwrap_err().to_string();
     assert!(e.contains("symbolic link"), "{e}");
+    // A dangling link is no missing lease root (which would let the waiter take it at once).
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+    let mut waiter = LeaseAcquirer::new(store.clone(), store_config("w"));
+    let e = waiter.try_acquire().await.unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert!(!dir.path().join("nowhere").exists());
 
     // A real directory: opened; replaced by a link afterwards: the next request is refused.
     std::fs::remove_file(&link).unwrap();

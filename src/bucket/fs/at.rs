@@ -275,7 +275,8 @@ pub(super) fn open_root(root: &Path, link: RootLink) -> io::Result<OwnedFd> {
 /// and have the bucket's files created where it points. Its last component is checked not to
 /// be a link before anything is created ([`check_root_link`]), and opened with `O_NOFOLLOW` at
 /// the open and at every request, so a link planted at any time fails the open or the
-/// request, naming the root; nothing is created, read or written through it.
+/// request, naming the root; nothing is created, read or written through it. A dangling link
+/// is refused too, never taken for a missing root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RootLink {
     /// Followed: a destination the operator names.

@@ -244,7 +244,7 @@ impl FsBucket {
             url: url.clone(),
             reason: e.to_string(),
         };
-        match fs::metadata(root) {
+        match at::check_root_link(root, link).and_then(|()| fs::metadata(root)) {
             Ok(meta) if meta.is_dir() => {
                 let dir = open_root(root, link).map_err(unavailable)?;
                 FsBucket::at(root, &dir, FileModes::default(), link).map_err(unavailable)
