@@ -16,7 +16,7 @@
 //! 3. the prefix is refused (lineage), naming the cause;
 //! 4. not holding the bucket lease: another instance holds it (naming the holder), or it was
 //!    lost, or released while the worker runs (after a refused write), or not acquired yet
-//!    (starting);
+//!    (starting); or held again, but lost 3 times in 10 minutes ([`lease_losses`]);
 //! 5. [`UNHEALTHY_AFTER_FAILURES`](crate::worker::UNHEALTHY_AFTER_FAILURES) or more
 //!    consecutive failed steps, naming the last error;
 //! 6. the WAL source refuses what it is told (a node reported a position the store's files
@@ -55,6 +55,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::lease::LeaseState;
+pub mod lease_losses;
 
 /// How the worker task ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +97,7 @@ pub struct RunnerStatus {
     pub drill: Option<DrillResult>,
     /// Why a scheduled drill was skipped, while it is.
     pub drill_note: Option<String>,
+    pub lease_losses: lease_losses::LeaseLosses,
 }
 
 /// A restore drill's outcome: the real restore of a restore point into scratch, checked
@@ -293,6 +295,7 @@ impl Default for RunnerStatus {
             pause_overdue: false,
             drill: None,
             drill_note: None,
+            lease_losses: Default::default(),
         }
     }
 }
@@ -456,7 +459,10 @@ pub fn evaluate(
         reasons.push(format!("prefix refused: {r}"));
     }
     let (lease_holder, lease_held) = match &status.lease {
-        Some(LeaseState::Holding) => (own_holder.to_string(), true),
+        Some(LeaseState::Holding) => {
+            reasons.extend(status.lease_losses.reason());
+            (own_holder.to_string(), true)
+        }
         Some(LeaseState::HeldElsewhere {
             holder,
             host,

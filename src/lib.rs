@@ -47,6 +47,7 @@ pub mod crypto;
 pub mod drill;
 pub mod events;
 pub mod health;
+pub mod instance_id;
 pub mod instance_lock;
 pub mod latest;
 pub mod lease;

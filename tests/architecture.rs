@@ -35,6 +35,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("backoff", &[]),
     ("telemetry", &[]),
     ("manifest", &[]),
+    ("instance_id", &[]),
     ("instance_lock", &[]),
     ("nofollow", &[]),
     ("bucket", &["units", "backoff", "telemetry", "nofollow"]),

@@ -549,3 +549,66 @@ async fn two_serves_sharing_a_postgres_registry_cannot_share_an_instance_id() {
     Serve::start("serve (postgres, after a clean stop)", cmd(&b)).terminate();
     db.drop_database().await;
 }
+
+/// The `instance_id` of a `serve`'s listening line.
+fn listening_id(child: &Running) -> String {
+    child
+        .seen()
+        .iter()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+            v.get("listening")?;
+            Some(v["instance_id"].as_str()?.to_string())
+        })
+        .unwrap_or_else(|| child.fail("no instance_id in a listening line"))
+}
+
+/// Issue 40, finding 4: two `serve`s on one host, each with its own data directory and no
+/// `--instance-id`, used to share the host name as instance id, and so one instance lease per
+/// bucket: the second's stores in a shared bucket waited on "another process with this
+/// instance id" for good. Now each data directory gets an id of its own (`<host>-<random>`,
+/// kept in it across restarts), and both back up into one bucket under two instance leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serves_of_one_host_default_to_instance_ids_of_their_own() {
+    use support::served;
+    let host = mushroom_backup::lease::host_name();
+    let shared = served::dirs();
+    let bucket = shared.base.join("bucket");
+    let mut ids = Vec::new();
+    let mut running = Vec::new();
+    for name in ["a", "b"] {
+        let d = served::dirs();
+        let dir = d.root.join("store");
+        support::store::write(&dir, 5, 0, 0);
+        let (child, addr) = served::start(&format!("serve {name}"), served::fast_serve(&d, &[]));
+        let id = listening_id(&child);
+        assert!(
+            id.starts_with(&format!("{host}-")) && id.len() == host.len() + 9,
+            "{id}"
+        );
+        let c = served::client(addr).await;
+        let url = support::file_url(&bucket.join(name));
+        let store = served::register(&c, support::register_req(&dir, &url)).await;
+        ids.push(id);
+        running.push((child, c, store, d));
+    }
+    assert_ne!(ids[0], ids[1], "two data directories share one instance id");
+    for (_, c, store, _) in &running {
+        served::wait_health(c, store, "holding its lease, 5 commits shipped", |h| {
+            h.healthy && h.lease_held && h.restore_point_commit_seq == 5
+        })
+        .await;
+    }
+    for id in &ids {
+        let lease = bucket
+            .join(".mushroom-backup")
+            .join(mushroom_backup::lease::instance::key_for(id));
+        assert!(lease.is_file(), "no instance lease {}", lease.display());
+    }
+
+    // A restart keeps the data directory's id.
+    let (mut child, _, _, d) = running.remove(0);
+    served::terminate(&mut child);
+    let (again, _) = served::start("serve a (again)", served::fast_serve(&d, &[]));
+    assert_eq!(listening_id(&again), ids[0]);
+}

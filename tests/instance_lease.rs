@@ -426,3 +426,78 @@ async fn release_all_deletes_the_instance_lease_and_acquires_nothing_after() {
     let r = acquirer(&store, &fa, "w").try_acquire().await;
     assert!(matches!(r, Err(LeaseError::Cancelled)), "{r:?}");
 }
+
+/// Issue 40, finding 5d: a `file://` lease root `<parent>/.mushroom-backup` that is a symbolic
+/// link is refused, naming it: no lease, `.tmp/` or `.lock` is created where it points. A link
+/// planted after the root was opened fails the next request the same way. A waiter reading
+/// fences refuses it too.
+#[tokio::test]
+async fn a_file_lease_root_that_is_a_link_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dst, elsewhere) = (dir.path().join("dst"), dir.path().join("elsewhere"));
+    std::fs::create_dir_all(dst.join("b")).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let link = dst.join(".mushroom-backup");
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    let leases = instance("i1", "n1", &[]);
+    let destination = format!("file://{}", dst.join("b").display());
+    let e = leases
+        .fence_for(&destination)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&link.display().to_string()) && e.contains("symbolic link"),
+        "{e}"
+    );
+    let planted: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(planted.is_empty(), "created through the link: {planted:?}");
+
+    // A waiter judging a store lease that names a fence there: refused, not followed.
+    let store: DynBucket =
+        Arc::new(mushroom_backup::bucket::fs::FsBucket::open(&dst.join("b")).unwrap());
+    let mut fenced = record_of("serve/1");
+    fenced.fence = Some(mushroom_backup::lease::FenceRef {
+        key: key_for("i9"),
+        holder: "i9/n".into(),
+    });
+    store
+        .put(LEASE_KEY, Body::from(fenced.to_json()), PutCondition::None)
+        .await
+        .unwrap();
+    let mut waiter = LeaseAcquirer::new(store.clone(), store_config("w"));
+    let e = waiter.try_acquire().await.unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+    // A dangling link is no missing lease root (which would let the waiter take it at once).
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("nowhere"), &link).unwrap();
+    let mut waiter = LeaseAcquirer::new(store.clone(), store_config("w"));
+    let e = waiter.try_acquire().await.unwrap_err().to_string();
+    assert!(e.contains("symbolic link"), "{e}");
+    assert!(!dir.path().join("nowhere").exists());
+
+    // A real directory: opened; replaced by a link afterwards: the next request is refused.
+    std::fs::remove_file(&link).unwrap();
+    let fence = leases.fence_for(&destination).await.unwrap();
+    let mut a = acquirer(&store, &fence, "w1");
+    store.delete(LEASE_KEY, None).await.unwrap();
+    drop(acquired(&mut a).await);
+    std::fs::rename(&link, dir.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &link).unwrap();
+    assert!(fence.bucket().get(&key_for("i1")).await.is_err());
+    let planted: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(planted.is_empty(), "created through the link: {planted:?}");
+}
+
+fn record_of(holder: &str) -> LeaseRecord {
+    LeaseRecord {
+        holder: holder.into(),
+        host: "h".into(),
+        store: "store-1".into(),
+        ttl_ms: 30_000,
+        renewals: 0,
+        acquired_at: String::new(),
+        fence: None,
+        ack_window_ms: None,
+    }
+}

@@ -389,6 +389,62 @@ async fn a_takeover_makes_the_next_renewal_lose_the_lease() {
     assert_eq!((record.holder.as_str(), etag), ("intruder", their_etag));
 }
 
+/// Issue 40, finding 3: a renewal refused over an object that holds this holder's own record
+/// (the process wrote it under another name: one bucket reached by two spellings of its URL)
+/// is no takeover. The lease renews over that version at its next attempt and keeps holding;
+/// an intruder's record still ends it.
+#[tokio::test(start_paused = true)]
+async fn a_renewal_refused_over_this_holders_own_record_is_no_takeover() {
+    let mem = MemBucket::new();
+    let bucket: DynBucket = Arc::new(mem.clone());
+    let lease = acquire(&bucket, config("a")).await;
+    sleep(Duration::from_secs(1)).await;
+    let (ours, etag) = lease_object(&mem).await;
+    let rewritten = LeaseRecord {
+        renewals: ours.renewals + 7,
+        ..ours.clone()
+    };
+    mem.put(
+        LEASE_KEY,
+        rewritten.to_json().into(),
+        PutCondition::IfMatch(etag),
+    )
+    .await
+    .unwrap();
+    // The renewal due at a third of a TTL is refused, reads its own record, and the retry a
+    // second later renews over it.
+    sleep(config("a").renew_every() + Duration::from_secs(2)).await;
+    assert!(lease.may_write(), "{:?}", lease.status());
+    assert_eq!(lease.status().state, LeaseState::Holding);
+    let (record, _) = lease_object(&mem).await;
+    assert_eq!(record.holder, "a");
+    assert_eq!(record.renewals, rewritten.renewals + 1, "renewed over it");
+    assert_eq!(lease.status().last_renewal_error, None);
+
+    // Another holder's record (or the same holder id of another store): a takeover.
+    let (_, etag) = lease_object(&mem).await;
+    let theirs = LeaseRecord {
+        store: "store-2".into(),
+        ..record
+    };
+    mem.put(
+        LEASE_KEY,
+        theirs.to_json().into(),
+        PutCondition::IfMatch(etag),
+    )
+    .await
+    .unwrap();
+    tokio::time::timeout(TTL, lease.token().cancelled())
+        .await
+        .expect("still holds");
+    assert_eq!(
+        lease.status().state,
+        LeaseState::Lost {
+            reason: LostReason::TakenOver
+        }
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_guarded_request_is_cancelled_when_the_lease_stops_holding() {
     let mem = MemBucket::new();
@@ -783,4 +839,150 @@ async fn a_promised_ack_window_proves_a_takeover_in_about_a_second_at_any_ttl() 
         third.take_over_now().await.unwrap(),
         TakeOver::Unprovable(_)
     ));
+}
+
+/// Issue 40, finding 5c: a record with this taker's holder id but another `store` is another,
+/// live writer (in the service every store of an instance has the instance's holder id: the
+/// replica's lease on the prefix a standby of the same instance follows). Its window is waited,
+/// never nothing. Only this very holder of this very store is taken at once.
+#[tokio::test]
+async fn take_over_now_judges_this_holder_id_of_another_store_as_another_holder() {
+    use mushroom_backup::lease::{ACK_WINDOW, Fenced, TakeOver};
+    let dir = tempfile::tempdir().unwrap();
+    let bucket: DynBucket = Arc::new(FsBucket::open(dir.path()).unwrap());
+    let of = |store: &str| LeaseConfig {
+        ttl: Duration::from_secs(3600),
+        store: store.into(),
+        ..config("serve/1")
+    };
+    let mut replica = LeaseAcquirer::new(bucket.clone(), of("b (replica)"));
+    replica.promising_ack_window(Some(ACK_WINDOW));
+    let live = match replica.try_acquire().await.unwrap() {
+        Acquisition::Acquired(lease) => lease,
+        other => panic!("{other:?}"),
+    };
+    let mut promoter = LeaseAcquirer::new(bucket.clone(), of("standby-of-p"));
+    match promoter.take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            previous,
+            fenced_in,
+            proof,
+            ..
+        } => {
+            assert_eq!(previous.unwrap().2, "b (replica)");
+            assert_eq!(
+                proof,
+                Fenced::AckWindow,
+                "waited for nothing: {fenced_in:?}"
+            );
+            assert_eq!(fenced_in, Duration::from_millis(1150));
+        }
+        other => panic!("not taken: {other:?}"),
+    }
+    assert!(matches!(
+        live.handle().confirm().await,
+        Err(LeaseError::Lost)
+    ));
+    // The same holder of the same store (a restart that kept its id): at once, as before.
+    let mut again = LeaseAcquirer::new(bucket.clone(), of("standby-of-p"));
+    assert!(matches!(
+        again.take_over_now().await.unwrap(),
+        TakeOver::Taken {
+            fenced_in: Duration::ZERO,
+            proof: Fenced::Deadline,
+            ..
+        }
+    ));
+}
+
+/// Issue 40, finding 8: a `serve` writes its store lease only when it acquires it and lives by
+/// its instance lease, so on a long-running `serve` the store lease object is older than a TTL.
+/// A taker judges the holder's deadline by the instance lease the record names: renewed, the
+/// holder is live and its acknowledgement window is waited; unrenewed past its deadline, the
+/// deadline is the proof.
+#[tokio::test]
+async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_lease() {
+    use mushroom_backup::lease::{ACK_WINDOW, FenceRef, Fenced, TakeOver};
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| -> DynBucket {
+        let path = dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        Arc::new(FsBucket::open(&path).unwrap())
+    };
+    let root = open(".mushroom-backup");
+    let ttl_ms = 2000;
+    let instance = |id: &str, renewals: u64| LeaseRecord {
+        holder: format!("{id}/nonce"),
+        host: "h".into(),
+        store: format!("instance {id}"),
+        ttl_ms,
+        renewals,
+        acquired_at: String::new(),
+        fence: None,
+        ack_window_ms: None,
+    };
+    let store_lease = |id: &str| LeaseRecord {
+        store: format!("store of {id}"),
+        fence: Some(FenceRef {
+            key: format!("instances/{id}.lease"),
+            holder: format!("{id}/nonce"),
+        }),
+        ack_window_ms: Some(u64::try_from(ACK_WINDOW.as_millis()).unwrap()),
+        ..instance(id, 0)
+    };
+    let (live, dead) = (open("live"), open("dead"));
+    for (id, store) in [("live", &live), ("dead", &dead)] {
+        root.put(
+            &format!("instances/{id}.lease"),
+            Body::from(instance(id, 0).to_json()),
+            PutCondition::None,
+        )
+        .await
+        .unwrap();
+        store
+            .put(
+                LEASE_KEY,
+                Body::from(store_lease(id).to_json()),
+                PutCondition::None,
+            )
+            .await
+            .unwrap();
+    }
+    // Longer than the TTL plus the bucket clock's resolution: both store leases are "old".
+    sleep(Duration::from_millis(3500)).await;
+    root.put(
+        "instances/live.lease",
+        Body::from(instance("live", 1).to_json()),
+        PutCondition::None,
+    )
+    .await
+    .unwrap();
+    let taker = |store: &DynBucket| {
+        LeaseAcquirer::new(
+            store.clone(),
+            LeaseConfig {
+                ttl: Duration::from_millis(ttl_ms),
+                ..config("promoter")
+            },
+        )
+        .watching_fences_in(root.clone())
+    };
+    match taker(&live).take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            fenced_in, proof, ..
+        } => {
+            assert_eq!(proof, Fenced::AckWindow, "a live holder: {fenced_in:?}");
+            assert_eq!(fenced_in, Duration::from_millis(1150));
+        }
+        other => panic!("not taken: {other:?}"),
+    }
+    match taker(&dead).take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            fenced_in, proof, ..
+        } => {
+            assert_eq!(proof, Fenced::Deadline, "{fenced_in:?}");
+            assert!(fenced_in < Duration::from_millis(1150), "{fenced_in:?}");
+        }
+        other => panic!("not taken: {other:?}"),
+    }
 }

@@ -164,3 +164,49 @@ async fn backup_once_alone_takes_the_lease_and_releases_it_at_its_end(server: &S
     let digest = binary::restore_digest(&endpoint, &url, &tmp.path().join("restored"));
     assert_eq!(digest, binary::store_digest(&dir));
 }
+
+/// Issue 40, finding 3: one bucket named by two spellings of one query (keys in another order,
+/// an endpoint with a trailing `/`) is one lease root, so one instance lease renewed once. Two
+/// roots used to renew one `instances/<id>.lease` under one holder id, each renewal's
+/// `If-Match` refused by the other's write and taken as a takeover: the stores lost and
+/// re-acquired their leases at every renewal while health stayed green.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_spellings_of_one_bucket_share_one_lease_root_and_lose_nothing() {
+    let Some(server) = S3Server::moto() else {
+        return;
+    };
+    let name = server.create_bucket("two-spellings").await;
+    let e = &server.endpoint;
+    let d = served::dirs();
+    let mut serve = served::fast_serve(&d, &["--instance-id", "svc", "--lease-ttl-ms", "900"]);
+    serve.env("AWS_ENDPOINT_URL", e);
+    let (mut child, addr) = served::start("serve", serve);
+    let c = client(addr).await;
+    let mut ids = Vec::new();
+    for (store, url) in [
+        ("a", format!("s3://{name}/a?endpoint={e}&region=us-east-1")),
+        ("b", format!("s3://{name}/b?region=us-east-1&endpoint={e}/")),
+    ] {
+        let dir = d.root.join(store);
+        support::store::write(&dir, 5, 0, 0);
+        let req = support::register_req(&dir, &url);
+        ids.push(served::register(&c, req).await);
+    }
+    for id in &ids {
+        wait_health(&c, id, "holding its lease, 5 commits shipped", |h| {
+            h.healthy && h.lease_held && h.restore_point_commit_seq == 5
+        })
+        .await;
+    }
+    // About 15 renewals of the instance lease (a third of 900 ms each).
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    for id in &ids {
+        let h = served::health(&c, id, false).await.unwrap();
+        assert!(h.healthy && h.lease_held, "{h:?}");
+    }
+    let log = served::stderr(&child);
+    for flap in ["lost the bucket lease", "held by another process"] {
+        assert!(!log.contains(flap), "{flap:?} in the log:\n{log}");
+    }
+    served::terminate(&mut child);
+}

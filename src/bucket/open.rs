@@ -92,6 +92,8 @@ pub struct Open<'a> {
     policy: RetryPolicy,
     clients: Option<Clients>,
     as_of_ms: Option<i64>,
+    /// A `file://` root whose path ends in a link is refused ([`fs::RootLink::Refuse`]).
+    refuse_root_link: bool,
 }
 
 impl<'a> Open<'a> {
@@ -105,6 +107,7 @@ impl<'a> Open<'a> {
             policy: RetryPolicy::default(),
             clients: None,
             as_of_ms: None,
+            refuse_root_link: false,
         }
     }
 
@@ -144,6 +147,13 @@ impl<'a> Open<'a> {
         self
     }
 
+    /// Refuses a `file://` root whose path ends in a symbolic link, naming it: for a root the
+    /// service places itself (a lease root), never one the operator names.
+    pub fn refusing_root_link(mut self) -> Open<'a> {
+        self.refuse_root_link = true;
+        self
+    }
+
     /// Opens the destination: the stack of the module docs.
     pub async fn open(self) -> Result<DynBucket, OpenError> {
         let mut bucket = self.backend().await?;
@@ -179,10 +189,12 @@ impl<'a> Open<'a> {
         match super::url::parse(url)? {
             super::url::DestinationUrl::File(path) => {
                 let path = std::path::Path::new(&path);
-                Ok(Arc::new(match self.mode {
-                    OpenMode::ReadWrite => fs::FsBucket::open(path)?,
-                    OpenMode::ReadOnly => fs::FsBucket::open_existing(path)?,
-                }))
+                let link = match self.refuse_root_link {
+                    true => fs::RootLink::Refuse,
+                    false => fs::RootLink::Follow,
+                };
+                let existing = self.mode == OpenMode::ReadOnly;
+                Ok(Arc::new(fs::FsBucket::open_as(path, existing, link)?))
             }
             super::url::DestinationUrl::S3 {
                 bucket,

@@ -6,7 +6,10 @@
 //! `-`) and `profile` (a named profile of the AWS shared config and credentials files: the
 //! credentials come from the usual chain, or from that profile; never from the URL). Each key
 //! at most once, none blank; any other key is refused naming it, as is a query on `file://`.
-//! Values may be percent-encoded. What the query leaves out comes from the environment
+//! Values may be percent-encoded. An endpoint is kept as the URL parser writes it (scheme and
+//! host lower-cased, a default port and a trailing `/` dropped), so two spellings of one query
+//! are one [`S3Settings`] with one [`S3Settings::query`]: one S3 client and one lease root
+//! (`crate::lease::instance`). What the query leaves out comes from the environment
 //! (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_PROFILE`, …) as before.
 //!
 //! The query is never part of the bucket name, the prefix or any key: `s3://b/p?region=x` and
@@ -23,7 +26,8 @@ use super::OpenError;
 /// ([`super::s3::Clients`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct S3Settings {
-    /// `http(s)://host[:port]`, as given (a trailing `/` dropped).
+    /// `http(s)://host[:port]`, normalised (scheme and host lower-cased, a default port and a
+    /// trailing `/` dropped): two spellings of one endpoint are one setting.
     pub endpoint: Option<String>,
     pub region: Option<String>,
     pub profile: Option<String>,
@@ -195,7 +199,9 @@ fn endpoint(value: &str) -> Result<String, String> {
     if u.path() != "/" || u.query().is_some() || u.fragment().is_some() {
         return e("must be only scheme, host and port");
     }
-    Ok(value.trim_end_matches('/').to_string())
+    // As the URL parser writes it (scheme and host lower-cased, a default port dropped), so
+    // that two spellings of one endpoint are one setting: one S3 client, one lease root.
+    Ok(u.as_str().trim_end_matches('/').to_string())
 }
 
 /// At most 40 characters of what a refusal quotes.
@@ -271,6 +277,26 @@ mod tests {
         }
         let long = format!("s3://b?profile={}", "p".repeat(MAX_VALUE_BYTES + 1));
         assert!(refusal(&long).contains("longer than"));
+    }
+
+    /// Two spellings of one query (keys in another order, an endpoint with a trailing `/`, a
+    /// default port or capitals) are one set of settings, with one [`S3Settings::query`].
+    #[test]
+    fn spellings_of_one_query_are_one_setting() {
+        let one = s3("s3://b/x?endpoint=http://h:9000&region=r").2;
+        for other in [
+            "s3://b/y?region=r&endpoint=http://h:9000",
+            "s3://b/y?region=r&endpoint=http://h:9000/",
+            "s3://b?endpoint=HTTP://H:9000&region=r",
+        ] {
+            let s = s3(other).2;
+            assert_eq!(s, one, "{other}");
+            assert_eq!(s.query(), one.query(), "{other}");
+        }
+        assert_eq!(
+            s3("s3://b?endpoint=https://h:443/").2.endpoint.as_deref(),
+            Some("https://h")
+        );
     }
 
     #[test]

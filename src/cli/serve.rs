@@ -71,7 +71,8 @@ pub struct ServeArgs {
     /// connect may register, deregister and adopt stores.
     #[arg(long, env = "MUSHROOMDB_BACKUP_NO_OPERATOR_AUTH")]
     no_operator_auth: bool,
-    /// This instance's id in a shared registry [default: the host name].
+    /// This instance's id in a shared registry and in its buckets' instance leases [default:
+    /// `<host name>-<8 random hex digits>`, made once and kept in `<data dir>/instance-id`].
     #[arg(long, env = "MUSHROOMDB_BACKUP_INSTANCE_ID")]
     instance_id: Option<String>,
     /// The bucket lease's TTL in milliseconds [default: 30000].
@@ -357,6 +358,15 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             Ok(w)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Given, or this data directory's own: `<host>-<random>`, kept in it (`instance_id.rs`),
+    // so two `serve`s of one host never share an instance lease by default.
+    let instance_id = match a.instance_id.or(file.instance_id) {
+        Some(id) => id,
+        None => mushroom_backup::instance_id::default_for(
+            &data_dir,
+            &mushroom_backup::lease::host_name(),
+        )?,
+    };
     let config = ServiceConfig {
         listen: a
             .listen
@@ -370,10 +380,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         admin_token,
         insecure: a.insecure || file.insecure.unwrap_or(false),
         no_operator_auth: a.no_operator_auth || file.no_operator_auth.unwrap_or(false),
-        instance_id: a
-            .instance_id
-            .or(file.instance_id)
-            .unwrap_or_else(mushroom_backup::lease::host_name),
+        instance_id,
         worker,
         lease_ttl,
         health_report_interval,

@@ -17,6 +17,14 @@
 //!
 //! What the watch remembers is one observation (which fence, which ETag, since when), kept
 //! across attempts like [`super::LeaseAcquirer`]'s own.
+//!
+//! A promotion ([`super::TakeOver`]) also asks it how long ago the fence was last renewed by
+//! the bucket's clock ([`FenceWatch::renewed_ago`]): a `serve`'s deadline follows its
+//! instance lease, not its store lease, which it wrote only when it acquired it.
+//!
+//! A `file://` lease root is opened refusing a link as its last component
+//! ([`crate::bucket::fs::RootLink::Refuse`]): a planted link is an error naming it, never
+//! followed to read a fence elsewhere.
 
 use std::time::Duration;
 
@@ -153,6 +161,31 @@ impl FenceWatch {
         })
     }
 
+    /// How long ago, by the bucket's clock, the instance lease `fence` names was last written
+    /// (renewed) by the holder it names, and that lease's TTL: what a taker of the store lease
+    /// judges a live `serve`'s deadline by ([`super::TakeOver`]), since such a holder never
+    /// rewrites its store lease. `None` when that cannot be read as such a renewal: the lease
+    /// root or the object is missing or unreadable, it names another holder, or the bucket gave
+    /// no age; the taker then proves nothing by the deadline.
+    pub(super) async fn renewed_ago(
+        &mut self,
+        store_url: &str,
+        fence: &FenceRef,
+    ) -> Result<Option<(Duration, Duration)>, LeaseError> {
+        let Resolved::Open(root) = self.root(store_url).await? else {
+            return Ok(None);
+        };
+        let object = match root.get(&fence.key).await {
+            Ok(object) => object,
+            Err(BucketError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(match LeaseRecord::from_json(&object.data) {
+            Ok(r) if r.holder == fence.holder => object.age.map(|age| (age, r.ttl())),
+            _ => None,
+        })
+    }
+
     async fn root(&mut self, store_url: &str) -> Result<Resolved, LeaseError> {
         if let Root::Unresolved = self.root {
             match super::instance::lease_root(store_url) {
@@ -160,6 +193,7 @@ impl FenceWatch {
                 // No caller's token reaches an attempt (the acquisition loop races its token
                 // around attempts, never inside one): the open's retries bound it instead.
                 Some(url) => match bucket::Open::read_only(&url, &CancellationToken::new())
+                    .refusing_root_link()
                     .open()
                     .await
                 {

@@ -11,6 +11,9 @@
 //!   false with the token not yet cancelled.
 //! - `in_bucket` is the lease object as this holder last knew it to be there, updated by every
 //!   successful write even after the lease ended, so release deletes the right version.
+//! - A renewal refused (412) over an object that holds this holder's own record (holder id and
+//!   store: written by this very process, the lease object reached under two names) is no
+//!   takeover: the lease renews over that version at its next attempt, its deadline unmoved.
 //! - A *fenced* lease (a store lease under an instance lease, [`BucketLease::start_fenced`])
 //!   has no renewal task and no deadline of its own: it holds while it has not ended and its
 //!   fence holds, and its token is a child of the fence's, so it is cancelled the moment the
@@ -435,13 +438,13 @@ impl Shared {
         };
         match written {
             Ok(etag) => self.renewed(started, etag),
-            // Refused, and no earlier attempt can have landed: someone else wrote or deleted it.
-            Err(BucketError::PreconditionFailed { .. }) if !self.may_have_landed() => {
-                Renewal::TakenOver
-            }
+            // Refused: an earlier attempt of ours landed, or the object holds this holder's
+            // own record (written by this process under another name), or someone else wrote
+            // or deleted it.
             Err(BucketError::PreconditionFailed { .. }) => match self.bucket.get(&self.key).await {
                 Ok(there) => match self.landed(&there) {
                     Some(base) => self.renewed(base, there.etag),
+                    None if self.is_own(&there) => self.resync(there),
                     None => Renewal::TakenOver,
                 },
                 Err(BucketError::NotFound { .. }) => Renewal::TakenOver,
@@ -470,13 +473,33 @@ impl Shared {
             .await
     }
 
-    /// Whether an attempt of the pending renewal failed indeterminately.
-    fn may_have_landed(&self) -> bool {
-        let state = self.state();
-        state
-            .pending
-            .as_ref()
-            .is_some_and(|p| p.may_have_landed_from.is_some())
+    /// Whether `there` holds this holder's own record for this lease (its holder id, which
+    /// is this process's, and its store): nobody else wrote it, so it is no takeover.
+    fn is_own(&self, there: &Object) -> bool {
+        LeaseRecord::from_json(&there.data).is_ok_and(|r| {
+            let state = self.state();
+            let ours = &state.in_bucket.0;
+            r.holder == ours.holder && r.store == ours.store
+        })
+    }
+
+    /// The object holds this holder's own record, written by this process other than through
+    /// this lease (one lease object reached under two names): no takeover, but no renewal
+    /// either. The next attempt renews over that version, after the retry delay; the deadline
+    /// stays where the last renewal of this lease put it. Counted, with the error health shows.
+    fn resync(&self, there: Object) -> Renewal {
+        let Ok(record) = LeaseRecord::from_json(&there.data) else {
+            return Renewal::TakenOver; // cannot happen: is_own parsed it
+        };
+        tracing::warn!(store = %self.config.store, key = %self.key, "a renewal was refused: the lease object was rewritten with this holder's own record; renewing over it");
+        let mut state = self.state();
+        state.in_bucket = (record, there.etag);
+        state.pending = None;
+        state.last_error = Some(format!(
+            "{} was rewritten with this holder's own record by another writer in this process",
+            self.key
+        ));
+        Renewal::Failed
     }
 
     /// When the object `there` is exactly the pending renewal of an attempt whose answer was

@@ -14,10 +14,18 @@
 //! # Objects
 //!
 //! - The **lease root** of a destination ([`lease_root`]): `s3://BUCKET/.mushroom-backup` for
-//!   any `s3://BUCKET/...` destination (its query, naming endpoint, region or profile, kept:
-//!   `s3://BUCKET/.mushroom-backup?QUERY`), `file:///PARENT/.mushroom-backup` for a
-//!   `file:///PARENT/NAME` destination. So the stores of one bucket (or one directory of
-//!   destinations) share one instance lease.
+//!   any `s3://BUCKET/...` destination (its query, naming endpoint, region or profile, parsed
+//!   and written back in one canonical order and form, [`S3Settings::query`](crate::bucket::url::S3Settings::query):
+//!   `s3://BUCKET/.mushroom-backup?QUERY`; so two spellings of one query are one root, and
+//!   the instance's stores there share one instance lease rather than two roots renewing one
+//!   object and each taking it from the other), `file:///PARENT/.mushroom-backup` for a
+//!   `file:///PARENT/NAME` destination, `PARENT` resolved (links, `..`) when the destination
+//!   exists. So the stores of one bucket (or one directory of destinations) share one
+//!   instance lease. A `file://` lease root is opened refusing a link as its last component
+//!   ([`crate::bucket::fs::RootLink::Refuse`]: `O_NOFOLLOW`, at the open and at every request):
+//!   whoever can write `PARENT` could otherwise plant `.mushroom-backup` as a link and have
+//!   the instance's leases, `.tmp/` and `.lock` written where it points. Such a root fails
+//!   the store's lease with an error naming it; nothing is created through the link.
 //! - The **instance lease** `instances/<instance id>.lease` under it ([`key_for`]): an ordinary
 //!   [`LeaseRecord`](super::LeaseRecord) (`store` is `instance <id>`), acquired, renewed,
 //!   taken over and released by the rules of the [parent module](super), its holder id
@@ -83,17 +91,18 @@ pub const INSTANCES_PREFIX: &str = "instances/";
 /// The lease root of a destination: see the module docs. `None` for a URL that is neither
 /// `s3://` nor an absolute `file://` path below `/`.
 pub fn lease_root(destination: &str) -> Option<String> {
-    if let Some(rest) = destination.strip_prefix("s3://") {
-        // The query (endpoint, region, profile: `bucket::url`) names where the bucket is:
-        // the lease root is in the same bucket on the same endpoint.
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let bucket = rest.split('/').next().filter(|b| !b.is_empty())?;
-        let query = if query.is_empty() {
-            String::new()
-        } else {
-            format!("?{query}")
+    if destination.starts_with("s3://") {
+        // The query (endpoint, region, profile: `bucket::url`) names where the bucket is: the
+        // lease root is in the same bucket on the same endpoint. Parsed and written back in
+        // one canonical form, so that two spellings of one query are one root: two roots
+        // would renew one instance lease object under one holder id, each taking it from the
+        // other in turn.
+        return match crate::bucket::url::parse(destination).ok()? {
+            crate::bucket::url::DestinationUrl::S3 {
+                bucket, settings, ..
+            } => Some(format!("s3://{bucket}/{LEASE_DIR}{}", settings.query())),
+            crate::bucket::url::DestinationUrl::File(_) => None,
         };
-        return Some(format!("s3://{bucket}/{LEASE_DIR}{query}"));
     }
     let path = destination.strip_prefix("file://")?;
     let path = path.trim_end_matches('/');
@@ -266,6 +275,7 @@ impl InstanceLeases {
             .inner
             .opener
             .read_write(&url)
+            .refusing_root_link()
             .open()
             .await
             .map_err(|e| LeaseError::FenceRoot {
@@ -406,7 +416,13 @@ impl Fence {
                 seen_unchanged_for,
                 retry_in,
             } => {
-                tracing::warn!(root = %self.root.url, %holder, %host, "the instance lease is held by another process with this instance id");
+                let c = &self.inner.config;
+                tracing::warn!(
+                    root = %self.root.url, key = %self.root.key, %holder, %host,
+                    ours = %c.holder, our_host = %c.host,
+                    "the instance lease is held by another process with this instance id: \
+                     give each `serve` sharing a bucket its own instance id"
+                );
                 let e = Elsewhere {
                     holder,
                     host,
@@ -470,8 +486,18 @@ mod tests {
         );
         assert_eq!(
             lease_root("s3://b/p/q?endpoint=http://h:1").as_deref(),
-            Some("s3://b/.mushroom-backup?endpoint=http://h:1")
+            Some("s3://b/.mushroom-backup?endpoint=http%3A%2F%2Fh%3A1")
         );
+        // Issue 40, finding 3: two spellings of one query are one root.
+        let one = lease_root("s3://b/x?endpoint=http://h:1&region=r");
+        for other in [
+            "s3://b/y?region=r&endpoint=http://h:1",
+            "s3://b/y?region=r&endpoint=http%3A%2F%2Fh%3A1%2F",
+            "s3://b?endpoint=HTTP://H:1/&region=r",
+        ] {
+            assert_eq!(lease_root(other), one, "{other}");
+        }
+        assert_ne!(lease_root("s3://b/y?region=q&endpoint=http://h:1"), one);
         assert_eq!(
             lease_root("file:///backups/store-1/").as_deref(),
             Some("file:///backups/.mushroom-backup")
@@ -484,6 +510,7 @@ mod tests {
             "file:///",
             "file://relative/x",
             "s3://",
+            "s3://b/p?regoin=r",
             "mem://x",
             "/tmp/x",
         ] {

@@ -541,7 +541,7 @@ impl Runner {
                     };
                     self.worker.ledger.lease_lost(why, taken_over);
                     self.worker.durable.break_chain(why);
-                    self.record(|s| s.lease = Some(state));
+                    self.record(|s| s.lease_lost(state));
                     tracing::warn!(store = %self.worker.dir.display(), "lost the bucket lease; acquiring it again");
                     drop(lease);
                     Duration::ZERO

@@ -147,6 +147,7 @@ impl Supervisor {
                     .as_ref()
                     .is_some_and(|p| p.overdue_at(crate::units::unix_now_ms()));
                 now.step = activity.get();
+                now.lease_losses.count(tokio::time::Instant::now());
                 if evaluated
                     .as_ref()
                     .is_some_and(|(p, st)| *p == progress && *st == *now)

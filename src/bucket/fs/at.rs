@@ -43,7 +43,7 @@ impl Inner {
     /// written elsewhere. Opened per request rather than held, so an idle bucket holds no
     /// descriptor (a service hosting 10,000 stores would otherwise hold 10,000 more).
     pub(super) fn root_dir(&self, op: &'static str, key: &str) -> Result<OwnedFd, BucketError> {
-        let dir = open_root(&self.root).map_err(|e| io_error(op, key, e, false))?;
+        let dir = open_root(&self.root, self.root_link).map_err(|e| io_error(op, key, e, false))?;
         if identity(&dir).map_err(|e| io_error(op, key, e, false))? != self.id {
             return Err(BucketError::Permanent {
                 op,
@@ -244,18 +244,63 @@ impl Inner {
     }
 }
 
-/// Opens the bucket's root directory, following the links of its own path: the operator
-/// names it (see the module docs, "Links").
 /// What names a directory for as long as it exists: its device and inode.
 pub(super) fn identity(dir: &OwnedFd) -> io::Result<(u64, u64)> {
     let st = rustix::fs::fstat(dir)?;
     Ok((st.st_dev, st.st_ino))
 }
 
-pub(super) fn open_root(root: &Path) -> io::Result<OwnedFd> {
-    Ok(rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?)
+/// Opens the bucket's root directory, following the links of its own path: the operator
+/// names it (see the module docs, "Links"); with [`RootLink::Refuse`], not its last component
+/// (`O_NOFOLLOW`: a link there is [`root_is_a_link`]).
+pub(super) fn open_root(root: &Path, link: RootLink) -> io::Result<OwnedFd> {
+    let mut flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    if link == RootLink::Refuse {
+        flags |= OFlags::NOFOLLOW;
+    }
+    match rustix::fs::open(root, flags, Mode::empty()) {
+        Ok(fd) => Ok(fd),
+        // `O_NOFOLLOW` with `O_DIRECTORY` answers a link `ENOTDIR` (or `ELOOP`): say what it is.
+        Err(e) => {
+            check_root_link(root, link)?;
+            Err(e.into())
+        }
+    }
+}
+
+/// Whether a bucket's root may itself be a symbolic link (the last component of its path).
+///
+/// A root the service places itself (a lease root, `<parent>/.mushroom-backup`) is opened
+/// with [`RootLink::Refuse`]: whoever can write the parent could otherwise plant a link there
+/// and have the bucket's files created where it points. Its last component is checked not to
+/// be a link before anything is created ([`check_root_link`]), and opened with `O_NOFOLLOW` at
+/// the open and at every request, so a link planted at any time fails the open or the
+/// request, naming the root; nothing is created, read or written through it. A dangling link
+/// is refused too, never taken for a missing root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootLink {
+    /// Followed: a destination the operator names.
+    Follow,
+    /// Refused, naming it.
+    Refuse,
+}
+
+/// With [`RootLink::Refuse`], refuses a root that is a link now (before `create_dir_all`,
+/// which would follow it).
+pub(super) fn check_root_link(root: &Path, link: RootLink) -> io::Result<()> {
+    match std::fs::symlink_metadata(root) {
+        Ok(m) if link == RootLink::Refuse && m.file_type().is_symlink() => {
+            Err(root_is_a_link(root))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The error for a root that is a link where [`RootLink::Refuse`] holds, naming it.
+pub(super) fn root_is_a_link(root: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{} is a symbolic link: this directory is never followed through a link (remove the \
+         link)",
+        root.display()
+    ))
 }

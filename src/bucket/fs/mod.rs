@@ -19,7 +19,8 @@
 //!
 //! # Links
 //! The root's own path may pass through symbolic links (the operator names it, and the service
-//! places it, links resolved: `--allow-destination-root`). Below the root, nothing is ever
+//! places it, links resolved: `--allow-destination-root`), but not its last component where
+//! the bucket is opened with [`RootLink::Refuse`] (a lease root; see there). Below the root, nothing is ever
 //! reached through a link, so whoever can write inside the bucket directory cannot make a
 //! write, read or delete land outside it: every request walks from the root's descriptor one
 //! directory at a time with `openat` and `O_NOFOLLOW` ([`crate::nofollow`], the walk the store
@@ -114,6 +115,7 @@ use super::{
     PutOpts,
 };
 use crate::nofollow::{AtError, kind_at, open_dir_at, open_regular_at};
+pub use at::RootLink;
 use at::{Temp, open_root};
 use etag::{cache_etag, cached_etag, etag_of_digest, etag_of_file};
 pub(crate) use key::check_key;
@@ -159,6 +161,8 @@ struct Inner {
     next_tmp: AtomicU64,
     /// What files and directories this bucket creates are given.
     modes: FileModes,
+    /// Whether the root's path may end in a link (every request reopens it so).
+    root_link: RootLink,
 }
 
 impl FsBucket {
@@ -166,27 +170,40 @@ impl FsBucket {
     /// [`FILE_MODE_ENV`], and removes temp files that crashed writers left behind more than
     /// [`STALE_TMP_AGE`] ago.
     pub fn open(root: &Path) -> Result<FsBucket, OpenError> {
+        Self::open_as(root, false, RootLink::Follow)
+    }
+
+    /// [`FsBucket::open`], or [`FsBucket::open_existing`] if `existing`, per [`RootLink`].
+    pub fn open_as(root: &Path, existing: bool, link: RootLink) -> Result<FsBucket, OpenError> {
+        if existing {
+            return Self::open_existing_rooted(root, link);
+        }
         let modes = FileModes::from_env().map_err(|reason| OpenError::Unavailable {
             url: format!("file://{}", root.display()),
             reason,
         })?;
-        Self::open_with(root, modes)
+        Self::open_rooted(root, modes, link)
     }
 
     /// [`FsBucket::open`] with the given modes.
     pub fn open_with(root: &Path, modes: FileModes) -> Result<FsBucket, OpenError> {
+        Self::open_rooted(root, modes, RootLink::Follow)
+    }
+
+    fn open_rooted(root: &Path, modes: FileModes, link: RootLink) -> Result<FsBucket, OpenError> {
         let url = format!("file://{}", root.display());
         let unavailable = |what: &str, e: io::Error| OpenError::Unavailable {
             url: url.clone(),
             reason: format!("{what}: {e}"),
         };
         check_absolute(root)?;
+        at::check_root_link(root, link).map_err(|e| unavailable("open directory", e))?;
         modes
             .create_dir_all(root)
             .map_err(|e| unavailable("create directory", e))?;
-        let dir = open_root(root).map_err(|e| unavailable("open directory", e))?;
+        let dir = open_root(root, link).map_err(|e| unavailable("open directory", e))?;
         let bucket =
-            FsBucket::at(root, &dir, modes).map_err(|e| unavailable("open directory", e))?;
+            FsBucket::at(root, &dir, modes, link).map_err(|e| unavailable("open directory", e))?;
         let refused = |e: BucketError| OpenError::Unavailable {
             url: url.clone(),
             reason: match e {
@@ -217,16 +234,20 @@ impl FsBucket {
     /// callers take it behind [`super::read_only::ReadOnly`], as [`super::open_read_only`]
     /// does.
     pub fn open_existing(root: &Path) -> Result<FsBucket, OpenError> {
+        Self::open_existing_rooted(root, RootLink::Follow)
+    }
+
+    fn open_existing_rooted(root: &Path, link: RootLink) -> Result<FsBucket, OpenError> {
         check_absolute(root)?;
         let url = format!("file://{}", root.display());
         let unavailable = |e: io::Error| OpenError::Unavailable {
             url: url.clone(),
             reason: e.to_string(),
         };
-        match fs::metadata(root) {
+        match at::check_root_link(root, link).and_then(|()| fs::metadata(root)) {
             Ok(meta) if meta.is_dir() => {
-                let dir = open_root(root).map_err(unavailable)?;
-                FsBucket::at(root, &dir, FileModes::default()).map_err(unavailable)
+                let dir = open_root(root, link).map_err(unavailable)?;
+                FsBucket::at(root, &dir, FileModes::default(), link).map_err(unavailable)
             }
             Ok(_) => Err(OpenError::Unavailable {
                 url,
@@ -237,13 +258,14 @@ impl FsBucket {
         }
     }
 
-    fn at(root: &Path, dir: &OwnedFd, modes: FileModes) -> io::Result<FsBucket> {
+    fn at(root: &Path, dir: &OwnedFd, modes: FileModes, link: RootLink) -> io::Result<FsBucket> {
         Ok(FsBucket {
             inner: Arc::new(Inner {
                 root: root.to_path_buf(),
                 id: at::identity(dir)?,
                 next_tmp: AtomicU64::new(0),
                 modes,
+                root_link: link,
             }),
         })
     }

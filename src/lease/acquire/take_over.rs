@@ -11,8 +11,21 @@
 //! the bucket, at its deadline, the start of its last successful renewal plus its TTL minus a
 //! tenth. Its last renewal is the version read, written no later than the bucket's
 //! `Last-Modified`, so the deadline is at most `ttl − ttl/10 + BUCKET_CLOCK_RESOLUTION − age`
-//! after the read: [`TakeOver::Taken::fenced_in`]. That is the proof; where it cannot be made,
-//! the answer says so and nothing is written:
+//! after the read: [`TakeOver::Taken::fenced_in`]. A holder under an instance lease (a
+//! `serve`) writes its store lease only when it acquires it, and lives by its instance lease
+//! ([`crate::lease::LeaseRecord::fence`]): its deadline is read from *that* object's age (the
+//! instance lease it names, while it still names that holder), never from the store lease's,
+//! which on a long-running `serve` is far older than a TTL. When the instance lease cannot be
+//! read so (missing, another holder, no age), no deadline is proven and only the window below
+//! is waited. So the proof is [`Fenced::Deadline`] with a live holder only when its deadline
+//! truly passed.
+//!
+//! Only this very holder *of this very store* (a restart that kept its holder id) is taken at
+//! once: in the service every store of an instance has the instance's holder id, so a record
+//! with this holder id and another `store` (a replica's lease on a prefix a standby of the
+//! same instance follows) is another, live writer, judged as any other holder.
+//!
+//! That is the proof; where it cannot be made, the answer says so and nothing is written:
 //! - the bucket gave no age (no `Date`/`Last-Modified`): [`TakeOver::Unprovable`];
 //! - the holder's record names a fence (an instance lease, `serve`) and promises no window
 //!   (below): such a holder never
@@ -144,28 +157,51 @@ impl LeaseAcquirer {
             // Unreadable: judged by this acquirer's TTL, as `try_acquire` judges it.
             None => (self.config.ttl, 0, None),
         };
-        let same_holder = previous.as_ref().is_some_and(|(h, _, _)| *h == me);
-        let age = match (object.age, window) {
-            (_, _) if same_holder => Some(Duration::ZERO),
-            (Some(age), _) => Some(age),
-            // The window needs no clock of the bucket's.
-            (None, Some(_)) => Some(Duration::ZERO),
-            (None, None) => None,
+        // This very holder of this very store (a restart that kept its holder id): nothing to
+        // wait for. The holder id alone proves nothing: in the service every store of an
+        // instance has the instance's holder id, so another store's lease (a replica's, say)
+        // with this holder id is another, live writer.
+        let same_holder = previous
+            .as_ref()
+            .is_some_and(|(h, _, s)| *h == me && *s == self.config.store);
+        // How long ago the holder last renewed what keeps it alive, by the bucket's clock. A
+        // holder under an instance lease (a `serve`) never rewrites its store lease: its age
+        // says nothing, and the instance lease it names is read instead. Nothing readable
+        // there: no deadline is proven, and only the window is waited.
+        let named = record
+            .as_ref()
+            .and_then(|r| r.fence.as_ref())
+            .filter(|f| f.is_plausible());
+        let (ttl, age) = match named {
+            _ if same_holder => (ttl, Some(Duration::ZERO)),
+            Some(f) => {
+                let url = self.bucket.url();
+                match self.watch.renewed_ago(&url, f).await? {
+                    Some((age, fence_ttl)) => (ttl.max(fence_ttl), Some(age)),
+                    None => (ttl, None),
+                }
+            }
+            None if record.as_ref().is_some_and(|r| r.fence.is_some()) => (ttl, None),
+            // Written no later than now: the deadline is at most a TTL away.
+            None => (ttl, object.age.or(window.map(|_| Duration::ZERO))),
         };
-        let Some(age) = age else {
-            return Ok(TakeOver::Unprovable(
-                "the bucket does not say when the lease object was written (no Date or \
-                 Last-Modified): its holder's deadline cannot be read from the bucket's clock"
-                    .into(),
-            ));
-        };
-        let by_deadline = (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age);
+        let by_deadline =
+            age.map(|age| (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age));
         let (fenced_in, proof) = if same_holder {
             (Duration::ZERO, Fenced::Deadline)
         } else {
-            match window {
-                Some(w) if w < by_deadline => (w, Fenced::AckWindow),
-                _ => (by_deadline, Fenced::Deadline),
+            match (window, by_deadline) {
+                (Some(w), Some(d)) if d <= w => (d, Fenced::Deadline),
+                (Some(w), _) => (w, Fenced::AckWindow),
+                (None, Some(d)) => (d, Fenced::Deadline),
+                (None, None) => {
+                    return Ok(TakeOver::Unprovable(
+                        "the bucket does not say when the lease object was written (no Date \
+                         or Last-Modified): its holder's deadline cannot be read from the \
+                         bucket's clock"
+                            .into(),
+                    ));
+                }
             }
         };
         let new = self.record(&me, renewals);

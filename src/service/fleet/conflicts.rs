@@ -10,6 +10,10 @@
 //!   prefix equal to or inside the other, see [`Destination::overlaps`]): `FAILED_PRECONDITION`
 //!   naming that store. For `Adopt` the message says to deregister it first: adopting a prefix
 //!   that a live store still backs up would give the prefix two writers.
+//! - a destination that shares objects with a registered store's *replica*
+//!   (`options.replica`): `FAILED_PRECONDITION` naming that store. A replica's prefix has a
+//!   live writer too; a standby registered on it (of the same instance, whose holder id the
+//!   replica's lease names) could be promoted beside it.
 //!
 //! The fleet checks once before any work (so `Adopt` reads nothing from a refused prefix) and
 //! again inside the registry's insert transaction, under its lock, where the answer is final.
@@ -71,6 +75,8 @@ struct Index {
     len: usize,
     dirs: PathIndex,
     destinations: PathIndex,
+    /// Registered stores' replicas (`options.replica`) that parse.
+    replicas: PathIndex,
     /// Destinations that no longer parse (written by an older version), compared as text.
     unparsed: HashMap<String, Vec<usize>>,
 }
@@ -113,8 +119,21 @@ impl Index {
                     .or_default()
                     .push(i),
             }
+            if let Some(replica) = Self::replica_of(r) {
+                self.replicas.insert(destination_key(&replica), i);
+            }
         }
         self.len = stores.len();
+    }
+
+    /// `r`'s replica destination, when its options name one that parses.
+    fn replica_of(r: &StoreRecord) -> Option<Destination> {
+        let raw = r
+            .options
+            .get("replica")?
+            .as_str()
+            .filter(|s| !s.is_empty())?;
+        Destination::recorded(raw).ok()
     }
 
     fn find(&self, new: &Candidate<'_>, registered: &[StoreRecord]) -> Option<Conflict> {
@@ -149,7 +168,26 @@ impl Index {
                 .get(new.destination)
                 .and_then(|p| p.first().copied()),
         ];
-        let r = &registered[shared.into_iter().flatten().min()?];
+        let Some(i) = shared.into_iter().flatten().min() else {
+            let replica = [
+                self.replicas.equal(&key),
+                self.replicas.above(&key),
+                self.replicas.below(&key),
+            ];
+            let r = &registered[replica.into_iter().flatten().min()?];
+            return Some(Conflict::SharedDestination(format!(
+                "destination {} shares objects with {}, the replica of store {} (instance \
+                 {}), which a live worker writes: choose another prefix",
+                new.destination,
+                r.options
+                    .get("replica")
+                    .and_then(|v| v.as_str())
+                    .map_or("?", crate::bucket::url::without_query),
+                r.store_id,
+                r.instance_id
+            )));
+        };
+        let r = &registered[i];
         Some(Conflict::SharedDestination(match new.intent {
             Intent::Register => format!(
                 "destination {} shares objects with {}, where store {} (instance {}) backs \
@@ -320,5 +358,27 @@ mod tests {
         assert!(adopt.contains("deregister it") && adopt.contains("store A"));
         let legacy = [record("L", "/r/l", "not a url")];
         assert_eq!(code("/r/b", "s3://b/p/a", r, &legacy), "ok");
+    }
+
+    /// Issue 40, finding 5c: a new destination (a standby's included) on a registered store's
+    /// replica, or inside or above it, is refused naming that store.
+    #[test]
+    fn a_registered_replica_is_a_destination_in_use() {
+        let mut b = record("B", "/r/b", "s3://b/q");
+        b.options = serde_json::json!({"replica": "s3://b/p?region=r"});
+        let reg = [b];
+        for dest in ["s3://b/p", "s3://b/p/x"] {
+            for intent in [Intent::Register, Intent::Adopt] {
+                let m = code("/r/s", dest, intent, &reg);
+                assert!(
+                    m.starts_with("precondition")
+                        && m.contains("the replica of store B")
+                        && !m.contains("region=r"),
+                    "{dest}: {m}"
+                );
+            }
+        }
+        assert_eq!(code("/r/s", "s3://b/other", Intent::Register, &reg), "ok");
+        assert_eq!(code("/r/s", "s3://c/p", Intent::Register, &reg), "ok");
     }
 }
