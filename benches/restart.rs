@@ -66,6 +66,7 @@ use mushroom_backup::store::engine::{Engine, EngineOptions, Op};
 #[allow(dead_code)]
 mod fault_proxy;
 #[path = "support/moto.rs"]
+#[allow(dead_code)]
 mod moto;
 #[path = "support/serve.rs"]
 mod serve;
@@ -388,7 +389,8 @@ impl Bench {
         server.kill()?;
         *committer.node.lock().unwrap() = None;
         drop((node, listening_before));
-        let killed_lines = self.moto.request_lines();
+        // An offset into moto's log, not a read of it: the restart must not wait for that.
+        let killed_at = self.moto.log_len();
         let faults_before = self.proxy.as_ref().map(FaultProxy::counts);
         let elapsed = loaded_from.0.elapsed().as_secs_f64();
         println!(
@@ -457,7 +459,7 @@ impl Bench {
                 first_ack = Some(at);
             }
         }
-        let acked_lines = self.moto.request_lines();
+        let acked_at = self.moto.log_len();
         let faults = match (&self.proxy, faults_before) {
             (Some(p), Some(before)) if path == S3Path::Proxy => Some(diff(&before, &p.counts())),
             _ => None,
@@ -469,11 +471,9 @@ impl Bench {
         node.close().await;
         drop(server);
 
-        let requests = requests_in(
-            &acked_lines[killed_lines.len().min(acked_lines.len())..],
-            &name,
-        );
+        let requests = requests_in(&self.moto.request_lines_in(killed_at..acked_at), &name);
         let bucket = S3Bucket::new(self.client.clone(), BUCKET, &name, S3Options::default());
+        let killed_lines = self.moto.request_lines_in(0..killed_at);
         let backlog_segments = match backlog(&bucket, &killed_lines, &name).await {
             Ok(n) => Some(n),
             Err(e) => {
