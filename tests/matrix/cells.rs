@@ -168,8 +168,7 @@ pub fn product() -> Vec<Cell> {
                 for durability in [Durability::Sync, Durability::Async] {
                     for layout in [Layout::Mutable, Layout::WriteOnce] {
                         for replica in [Replica::None, Replica::One] {
-                            for ending in [Ending::Kill, Ending::PromoteDead, Ending::PromoteLive]
-                            {
+                            for ending in [Ending::Kill, Ending::PromoteDead, Ending::PromoteLive] {
                                 for server in [Server::File, Server::Moto, Server::SeaweedFs] {
                                     out.push(Cell {
                                         encryption,
@@ -255,7 +254,11 @@ pub fn sample(pool: &[Cell], size: usize, seed: u64) -> Vec<Cell> {
             break;
         }
         let have = covered(&kept);
-        let new = c.values().into_iter().enumerate().any(|v| !have.contains(&v));
+        let new = c
+            .values()
+            .into_iter()
+            .enumerate()
+            .any(|v| !have.contains(&v));
         if new && !kept.contains(c) {
             kept.push(*c);
         }

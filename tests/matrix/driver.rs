@@ -196,7 +196,10 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
 
     let mut promoted_at = None;
     if cell.ending == Ending::PromoteLive {
-        promoted_at = Some(promote(standby.as_mut().unwrap(), sync).await);
+        promoted_at = promote(standby.as_mut().unwrap(), sync, &mut out)
+            .await
+            .map_err(|e| out.failures.push(format!("Promote refused: {e}")))
+            .ok();
         // The old primary and its node go on: whatever they acknowledge now is a lie.
         let more = Duration::from_millis(rng.random_range(1000..=2000));
         tokio::time::sleep(more).await;
@@ -204,7 +207,14 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
     srv.kill();
     n.kill();
     if cell.ending == Ending::PromoteDead {
-        promoted_at = Some(promote(standby.as_mut().unwrap(), sync).await);
+        promoted_at = promote(standby.as_mut().unwrap(), sync, &mut out)
+            .await
+            .map_err(|e| out.failures.push(format!("Promote refused: {e}")))
+            .ok();
+    }
+    // A refused promotion: the cell is checked as a kill (the standby's serve is stopped).
+    if promoted_at.is_none() {
+        standby = None;
     }
     let acked_log = served::acked_log(&log);
     if !acked_log.windows(2).all(|w| w[0] < w[1]) {
@@ -239,9 +249,12 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
             .args(["--commits", &AFTER_PROMOTION.to_string()])
             .args(["--seed", OTHER_SEED]);
         tokio::task::block_in_place(|| binary::run_ok("store write", w, DEADLINE));
-        served::wait_health(&sb.client, &sb.id, "the promoted store's commits shipped", |h| {
-            h.role == "primary" && h.shipped_commit_seq >= at + AFTER_PROMOTION
-        })
+        served::wait_health(
+            &sb.client,
+            &sb.id,
+            "the promoted store's commits shipped",
+            |h| h.role == "primary" && h.shipped_commit_seq >= at + AFTER_PROMOTION,
+        )
         .await;
         tokio::task::block_in_place(|| served::terminate(&mut sb.serve));
         expected = Some(store_digest(&sb.dir));
@@ -355,19 +368,46 @@ async fn start_standby(cell: &Cell, primary: &Bucket, keys: &Keys) -> Standby {
     }
 }
 
-/// `Promote` of the standby (waiting for the lease of an async primary): the commit promoted at.
-async fn promote(sb: &mut Standby, sync: bool) -> u64 {
-    let r = sb
-        .client
-        .clone()
-        .promote(proto::PromoteRequest {
-            store_id: sb.id.clone(),
-            wait_for_lease: !sync,
-        })
-        .await;
-    match r {
-        Ok(r) => r.into_inner().commit_seq,
-        Err(e) => sb.serve.fail(&format!("Promote: {e}")),
+/// How often a promotion refused as "not caught up; promote again" is tried.
+const PROMOTE_ATTEMPTS: u32 = 5;
+
+/// `Promote` of the standby (waiting for the lease of an async primary): the commit promoted
+/// at, or why it was refused. A refusal that asks to "promote again" (the standby was behind
+/// when it looked) is tried again a second later, up to [`PROMOTE_ATTEMPTS`] times.
+async fn promote(sb: &mut Standby, sync: bool, out: &mut Outcome) -> Result<u64, String> {
+    let mut attempt = 1;
+    loop {
+        let r = sb
+            .client
+            .clone()
+            .promote(proto::PromoteRequest {
+                store_id: sb.id.clone(),
+                wait_for_lease: !sync,
+            })
+            .await;
+        match r {
+            Ok(r) => {
+                if attempt > 1 {
+                    out.notes.push(format!("promoted at attempt {attempt}"));
+                }
+                return Ok(r.into_inner().commit_seq);
+            }
+            Err(e) if e.message().contains("promote again") && attempt < PROMOTE_ATTEMPTS => {
+                out.notes.push(format!(
+                    "Promote attempt {attempt} refused: {}",
+                    e.message().chars().take(160).collect::<String>()
+                ));
+                attempt += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "{:?} at attempt {attempt}: {}",
+                    e.code(),
+                    e.message()
+                ));
+            }
+        }
     }
 }
 
@@ -450,16 +490,12 @@ async fn refused_backup_changes_nothing(
             child.stderr().lines().last().unwrap_or_default()
         ));
     } else {
+        let said = child.stderr();
+        let last = said.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+        let why = last.split_once("refused").map_or(last, |(_, why)| why);
         out.notes.push(format!(
-            "refused: {}",
-            child
-                .stderr()
-                .lines()
-                .rfind(|l| !l.trim().is_empty())
-                .unwrap_or_default()
-                .chars()
-                .take(120)
-                .collect::<String>()
+            "backup of another store refused{}",
+            why.chars().take(90).collect::<String>()
         ));
     }
 }

@@ -171,7 +171,8 @@ async fn acknowledge(
                     lines.push_str(&format!("{s} {at} {now}\n"));
                 }
                 file = tokio::task::spawn_blocking(move || {
-                    file.write_all(lines.as_bytes()).expect("append to the acked log");
+                    file.write_all(lines.as_bytes())
+                        .expect("append to the acked log");
                     file.sync_data().expect("fsync the acked log");
                     file
                 })

@@ -16,7 +16,10 @@ pub enum Bucket {
     /// `dir` is the bucket; the destination is `dir/p`, so the lease root
     /// (`dir/.mushroom-backup`) is inside what [`Bucket::listing`] reads.
     File(PathBuf),
-    S3 { server: S3Server, name: String },
+    S3 {
+        server: S3Server,
+        name: String,
+    },
 }
 
 /// An object's identity as listed: its bytes (`file://`), or size, ETag and Last-Modified
