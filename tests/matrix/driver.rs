@@ -236,6 +236,7 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
 
     // A promoted store: its history, then commits of its own, shipped; then it stops.
     let mut expected = None;
+    let promoted_unix_ms = standby.as_ref().map_or(0, |sb| sb.promoted_unix_ms);
     if let (Some(mut sb), Some(at)) = (standby, promoted_at) {
         let held = store_digest(&sb.dir);
         if held.0 != at || held.1 != workload_digest(&cell, at) {
@@ -303,6 +304,18 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
             },
             &lost[..lost.len().min(5)]
         ));
+        if promoted_at.is_some() {
+            // When they were acknowledged, against when the promotion answered.
+            let at = ack_times(&log);
+            let since = |s: &u64| at.get(s).map(|t| t - promoted_unix_ms);
+            out.failures.push(format!(
+                "commit {} was acknowledged {:?} ms after Promote answered, commit {} {:?} ms",
+                lost[0],
+                since(&lost[0]),
+                lost[lost.len() - 1],
+                since(&lost[lost.len() - 1])
+            ));
+        }
     }
     out.lost += lost.len();
     verify(&primary, &keys, "primary", &mut out);
@@ -338,6 +351,8 @@ struct Standby {
     client: served::Client,
     id: String,
     dir: std::path::PathBuf,
+    /// When `Promote` answered (0 before): what an acknowledgement's time is compared with.
+    promoted_unix_ms: i64,
     _dirs: Dirs,
 }
 
@@ -364,6 +379,7 @@ async fn start_standby(cell: &Cell, primary: &Bucket, keys: &Keys) -> Standby {
         client,
         id,
         dir,
+        promoted_unix_ms: 0,
         _dirs: b,
     }
 }
@@ -387,6 +403,7 @@ async fn promote(sb: &mut Standby, sync: bool, out: &mut Outcome) -> Result<u64,
             .await;
         match r {
             Ok(r) => {
+                sb.promoted_unix_ms = unix_ms();
                 if attempt > 1 {
                     out.notes.push(format!("promoted at attempt {attempt}"));
                 }
@@ -498,6 +515,24 @@ async fn refused_backup_changes_nothing(
             why.chars().take(90).collect::<String>()
         ));
     }
+}
+
+/// The acknowledgement time (`ack_unix_ms`) of each commit in the acked log.
+fn ack_times(log: &Path) -> std::collections::BTreeMap<u64, i64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some((f.first()?.parse().ok()?, f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn unix_ms() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(d.as_millis()).unwrap()
 }
 
 /// FNV-1a of `s`: a cell's own stream of the run's seed.
