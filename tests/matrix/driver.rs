@@ -145,10 +145,11 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv(&cell.name()));
     let a = served::dirs();
     let keys = tokio::task::block_in_place(|| Keys::new(cell.encryption, &a.base));
-    let primary = Bucket::fresh(&cell, server.as_ref(), &a.base, "primary").await;
+    let tag = unique_tag();
+    let primary = Bucket::of(&cell, server.as_ref(), &a.base, "primary", &tag).await;
     let replica = match cell.replica {
         Replica::None => None,
-        Replica::One => Some(Bucket::fresh(&cell, server.as_ref(), &a.base, "replica").await),
+        Replica::One => Some(Bucket::of(&cell, server.as_ref(), &a.base, "replica", &tag).await),
     };
     let dir = a.root.join("store");
     std::fs::create_dir_all(&dir).unwrap();
@@ -156,7 +157,10 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
     let sync = cell.durability == Durability::Sync;
 
     let (mut srv, addr) = tokio::task::block_in_place(|| {
-        served::start("primary serve", serve(&a, &primary, &keys.writer, "a"))
+        served::start(
+            "primary serve",
+            serve(&a, &primary, &keys.writer, &format!("a-{tag}")),
+        )
     });
     let c = served::client(addr).await;
     let mut req = crate::support::register_req(&dir, &primary.url());
@@ -187,7 +191,7 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
     let mut standby = match cell.ending {
         Ending::Kill => None,
         Ending::PromoteDead | Ending::PromoteLive => {
-            Some(start_standby(&cell, &primary, &keys).await)
+            Some(start_standby(&cell, &primary, &keys, &tag).await)
         }
     };
 
@@ -304,9 +308,9 @@ pub async fn run(cell: Cell, server: Option<S3Server>, seed: u64) -> Outcome {
             },
             &lost[..lost.len().min(5)]
         ));
-        if promoted_at.is_some() {
+        let at = ack_times(&log);
+        if promoted_at.is_some() && at.contains_key(&lost[0]) {
             // When they were acknowledged, against when the promotion answered.
-            let at = ack_times(&log);
             let since = |s: &u64| at.get(s).map(|t| t - promoted_unix_ms);
             out.failures.push(format!(
                 "commit {} was acknowledged {:?} ms after Promote answered, commit {} {:?} ms",
@@ -356,12 +360,15 @@ struct Standby {
     _dirs: Dirs,
 }
 
-async fn start_standby(cell: &Cell, primary: &Bucket, keys: &Keys) -> Standby {
+async fn start_standby(cell: &Cell, primary: &Bucket, keys: &Keys, tag: &str) -> Standby {
     let b = served::dirs();
     let dir = b.root.join("standby");
     std::fs::create_dir_all(&dir).unwrap();
     let (serve, addr) = tokio::task::block_in_place(|| {
-        served::start("standby serve", serve(&b, primary, &keys.standby, "b"))
+        served::start(
+            "standby serve",
+            serve(&b, primary, &keys.standby, &format!("b-{tag}")),
+        )
     });
     let client = served::client(addr).await;
     let mut req = crate::support::register_req(&dir, &primary.url());
@@ -533,6 +540,13 @@ fn unix_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap();
     i64::try_from(d.as_millis()).unwrap()
+}
+
+/// A name no other cell of any run has: the cell's prefix and instance ids.
+fn unique_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("c{}-{n}-{:x}", std::process::id(), unix_ms())
 }
 
 /// FNV-1a of `s`: a cell's own stream of the run's seed.

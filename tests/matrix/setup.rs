@@ -1,10 +1,18 @@
 //! What a cell is set up with before any process starts: its buckets (a `file://` directory,
-//! or a fresh bucket on moto or SeaweedFS, with Object Lock for a write-once cell) and its
-//! keys (a key file, or an age identity whose recipient the writer gets).
+//! or a prefix of its own in a bucket on moto or SeaweedFS, with Object Lock for a write-once
+//! cell) and its keys (a key file, or an age identity whose recipient the writer gets).
+//!
+//! The S3 buckets are shared by the cells of a run, one per server, layout and role (primary
+//! or replica), each cell in a prefix of its own: `weed mini` has volumes for about 30
+//! buckets (a bucket is a collection, each with volumes of its own; then "No writable volumes
+//! and no free volumes left"), and the full matrix has 400 S3 cells. Cells run one after the
+//! other and give their `serve`s instance ids of their own, so the shared lease root
+//! (`.mushroom-backup/`) holds only dead instances' leases while a cell runs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use crate::cells::{Cell, Encryption, Layout, Server};
 use crate::support::binary;
@@ -19,6 +27,8 @@ pub enum Bucket {
     S3 {
         server: S3Server,
         name: String,
+        /// The cell's own prefix in the shared bucket.
+        cell: String,
     },
 }
 
@@ -27,22 +37,30 @@ pub enum Bucket {
 pub type Listing = BTreeMap<String, String>;
 
 impl Bucket {
-    /// A fresh bucket for `cell` (`hint` tells its buckets apart).
-    pub async fn fresh(cell: &Cell, server: Option<&S3Server>, base: &Path, hint: &str) -> Bucket {
+    /// The bucket of `cell` in the role `role` (`primary` or `replica`): a fresh directory,
+    /// or the prefix `tag` of the run's shared bucket of that server, layout and role.
+    pub async fn of(
+        cell: &Cell,
+        server: Option<&S3Server>,
+        base: &Path,
+        role: &'static str,
+        tag: &str,
+    ) -> Bucket {
         match cell.server {
             Server::File => {
-                let dir = base.join(format!("bucket-{hint}"));
+                let dir = base.join(format!("bucket-{role}"));
                 std::fs::create_dir_all(&dir).unwrap();
                 Bucket::File(dir)
             }
             Server::Moto | Server::SeaweedFs => {
                 let server = server.expect("the cell's S3 server").clone();
-                let name = if cell.layout == Layout::WriteOnce {
-                    locked_bucket(&server, hint).await
-                } else {
-                    server.create_bucket(&format!("matrix-{hint}")).await
-                };
-                Bucket::S3 { server, name }
+                let locked = cell.layout == Layout::WriteOnce;
+                let name = shared_bucket(&server, locked, role).await;
+                Bucket::S3 {
+                    server,
+                    name,
+                    cell: tag.to_string(),
+                }
             }
         }
     }
@@ -51,7 +69,7 @@ impl Bucket {
     pub fn url(&self) -> String {
         match self {
             Bucket::File(dir) => format!("file://{}/p", dir.display()),
-            Bucket::S3 { name, .. } => format!("s3://{name}/p"),
+            Bucket::S3 { name, cell, .. } => format!("s3://{name}/{cell}/p"),
         }
     }
 
@@ -63,7 +81,8 @@ impl Bucket {
         }
     }
 
-    /// Every object of the whole bucket (lease root included).
+    /// Every object of the cell: of its directory (lease root included), or of its prefix
+    /// and the shared bucket's lease root.
     pub async fn listing(&self) -> Listing {
         let mut out = Listing::new();
         match self {
@@ -74,37 +93,64 @@ impl Bucket {
                     out.insert(k, format!("{bytes:?}"));
                 }
             }
-            Bucket::S3 { server, name } => {
-                let client = server.client();
-                let mut token = None;
-                loop {
-                    let page = client
-                        .list_objects_v2()
-                        .bucket(name)
-                        .set_continuation_token(token)
-                        .send()
-                        .await
-                        .unwrap_or_else(|e| panic!("list {name}: {e:?}"));
-                    for o in page.contents() {
-                        out.insert(
-                            o.key().unwrap_or_default().to_string(),
-                            format!(
-                                "{:?} {:?} {:?}",
-                                o.size(),
-                                o.e_tag(),
-                                o.last_modified().map(|t| t.to_string())
-                            ),
-                        );
-                    }
-                    token = page.next_continuation_token().map(str::to_string);
-                    if token.is_none() {
-                        break;
-                    }
+            Bucket::S3 { server, name, cell } => {
+                for prefix in [format!("{cell}/"), ".mushroom-backup/".to_string()] {
+                    list_into(server, name, &prefix, &mut out).await;
                 }
             }
         }
         out
     }
+}
+
+/// Every object of `bucket` under `prefix` into `out`.
+async fn list_into(server: &S3Server, name: &str, prefix: &str, out: &mut Listing) {
+    let client = server.client();
+    let mut token = None;
+    loop {
+        let page = client
+            .list_objects_v2()
+            .bucket(name)
+            .prefix(prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("list {name}: {e:?}"));
+        for o in page.contents() {
+            out.insert(
+                o.key().unwrap_or_default().to_string(),
+                format!(
+                    "{:?} {:?} {:?}",
+                    o.size(),
+                    o.e_tag(),
+                    o.last_modified().map(|t| t.to_string())
+                ),
+            );
+        }
+        token = page.next_continuation_token().map(str::to_string);
+        if token.is_none() {
+            break;
+        }
+    }
+}
+
+/// The run's bucket on `server` for `role`, with Object Lock when `locked`: created by the
+/// first cell that asks.
+async fn shared_bucket(server: &S3Server, locked: bool, role: &'static str) -> String {
+    type Shared = HashMap<(String, bool, &'static str), String>;
+    static SHARED: OnceLock<tokio::sync::Mutex<Shared>> = OnceLock::new();
+    let mut shared = SHARED.get_or_init(Default::default).lock().await;
+    let key = (server.endpoint.clone(), locked, role);
+    if let Some(name) = shared.get(&key) {
+        return name.clone();
+    }
+    let name = if locked {
+        locked_bucket(server, role).await
+    } else {
+        server.create_bucket(&format!("matrix-{role}")).await
+    };
+    shared.insert(key, name.clone());
+    name
 }
 
 /// A fresh bucket with Object Lock enabled (and so versioning); its name.
