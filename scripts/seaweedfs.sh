@@ -9,7 +9,9 @@
 #   sw_stop             # stops it and removes its data directory and its sockets in /tmp
 #
 # The server keeps its data in a fresh temp directory (never inside the repository), creates
-# no bucket on its own (`-s3.autoCreateBucket=false`), and knows one identity, access key
+# no bucket on its own (`-s3.autoCreateBucket=false`), holds up to 1,000 volumes of 128 MiB
+# (`-volume.max`: left at 0, weed allows free disk / 128 MiB, and every bucket takes several,
+# so a run on a fuller disk had its last buckets' PUTs answered 500), and knows one identity, access key
 # `test` / secret `test` (what the tests' clients sign with), so that any other key is
 # answered `403 InvalidAccessKeyId` and a wrong secret `403 SignatureDoesNotMatch`. Every one
 # of its listeners (master, volume, filer, S3, admin, and their gRPC ports) gets a free port
@@ -44,7 +46,7 @@ JSON
         -admin.port="${ports[8]}" -admin.port.grpc="${ports[9]}" \
         -filer.localSocket="$SW_DIR/filer.sock" -s3.localSocket="$SW_DIR/s3.sock" \
         -s3.config="$SW_DIR/s3.json" -s3.autoCreateBucket=false \
-        -webdav=false -admin.ui=false -master.telemetry=false \
+        -webdav=false -admin.ui=false -master.telemetry=false -volume.max=1000 \
         -s3.port.iceberg=0 -s3.port.lance=0 \
         >"$SW_DIR/weed.log" 2>&1 &
     SW_PID=$!
