@@ -456,7 +456,19 @@ async fn a_move_and_a_drain_lose_no_commit_and_never_have_two_writers() {
     );
     let now = owners(&cb).await;
     assert!(now.values().all(|o| o != "a"), "{now:?}");
-    let (ok, out) = ctl(a.addr, &["health", &m0]);
+    // Through a, the health of m0 is b's (a forwards to the owner). Seen once under a full
+    // test run on a busy machine (issue 40's stop): right after the drain, b answered m0
+    // "starting: the bucket lease is not acquired yet" for a moment; the ownership is what is
+    // checked here, so an unhealthy answer is asked again (at most 10 s) and said.
+    let asked = Instant::now();
+    let (ok, out) = loop {
+        let (ok, out) = ctl(a.addr, &["health", &m0]);
+        if ok || asked.elapsed() > Duration::from_secs(10) {
+            break (ok, out);
+        }
+        eprintln!("m0 not healthy through a right after the drain, asking again: {out}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert!(ok && out.contains("owner b since"), "{out}");
 
     // Every commit the node wrote is restorable.
