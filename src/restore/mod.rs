@@ -189,13 +189,6 @@ pub struct RestoreReport {
     pub left_out: Vec<crate::at_rest::chain::LeftOut>,
 }
 
-impl RestoreReport {
-    /// Whether listed data that may hold later commits was left out (see [`Self::left_out`]).
-    pub fn is_partial(&self) -> bool {
-        !self.left_out.is_empty()
-    }
-}
-
 impl fmt::Display for RestoreReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "restored commit {}", self.commit_seq)?;

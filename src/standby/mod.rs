@@ -61,25 +61,27 @@
 //! local writes run on the blocking pool to the end of their step.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::bucket::{Bucket, BucketError, list_all};
+use crate::bucket::{Bucket, list_all};
 use crate::manifest::{parse_segment_key, segments_prefix};
 use crate::restore::plan::{ChainStart, ExtendHow, extend_listed, latest_restore_point};
-use crate::restore::{RestoreError, RestoreOptions, keys::RestoreKeys};
+use crate::restore::{RestoreOptions, keys::RestoreKeys};
 
 pub mod apply;
+mod error;
 pub mod fence;
 pub mod local;
 pub mod poll;
 pub mod promote;
 
 pub use apply::ApplyStep;
+pub use error::StandbyError;
 
 /// Default poll interval while there is news.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -202,90 +204,6 @@ pub struct ApplyReport {
     pub segments: usize,
     /// When it was applied (unix ms, this host's clock).
     pub unix_ms: i64,
-}
-
-/// Why a standby stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum StandbyError {
-    #[error("{0}")]
-    BadOption(String),
-    #[error(transparent)]
-    Restore(#[from] RestoreError),
-    #[error(transparent)]
-    Bucket(#[from] BucketError),
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{} is not a store a standby can follow: {detail}", dir.display())]
-    NotAStore { dir: PathBuf, detail: String },
-    #[error("{} is in use: an engine or another standby holds its store.lock", dir.display())]
-    InUse { dir: PathBuf },
-    #[error(
-        "the prefix's newest restore point is lineage {prefix}'s, this standby follows lineage \
-         {ours}: it stops (the primary was adopted away, or this is another store's prefix; \
-         restore anew to follow it)"
-    )]
-    LineageChanged { ours: Uuid, prefix: Uuid },
-    #[error(
-        "{} holds {local} commits, more than the prefix's newest restore point ({prefix}): a \
-         standby is never rewound",
-        dir.display()
-    )]
-    Diverged {
-        dir: PathBuf,
-        local: u64,
-        prefix: u64,
-    },
-    #[error("exchanging {} with {}: {source}", staged.display(), dir.display())]
-    Exchange {
-        staged: PathBuf,
-        dir: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("a blocking task failed: {0}")]
-    Join(String),
-    /// A promotion's claim of LATEST failed (`promote::claim`).
-    #[error("claiming LATEST for the promoted store: {0}")]
-    Claim(crate::latest::LatestError),
-    /// A promotion found the prefix moved on since it caught up (the old writer had not
-    /// noticed the takeover yet): it catches up again (`promote::promote`).
-    #[error("{} is behind the prefix: {detail}", dir.display())]
-    Behind { dir: PathBuf, detail: String },
-    /// Cancelled before the first restore or resume finished (nothing was put in place).
-    #[error("stopped before the standby was in place")]
-    Cancelled,
-    /// A promotion's catch-up stopped short of segments listed past it (`promote::promote`):
-    /// claiming LATEST there would cut them, and any commit acknowledged in them, from the
-    /// prefix's history for good.
-    #[error(
-        "{} stops at commit {commit_seq}, but {} segment(s) listed past it were left out, the \
-         first {}: not promoted (investigate them: damage, a second writer, or a key this \
-         standby lacks)",
-        dir.display(),
-        left_out.len(),
-        left_out.first().map(|l| l.to_string()).unwrap_or_default()
-    )]
-    LeftOut {
-        dir: PathBuf,
-        commit_seq: u64,
-        left_out: Vec<crate::at_rest::chain::LeftOut>,
-    },
-}
-
-impl StandbyError {
-    pub(crate) fn join(e: tokio::task::JoinError) -> StandbyError {
-        StandbyError::Join(e.to_string())
-    }
-
-    /// Whether the next poll may do better: the bucket's errors (after its own retries).
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            StandbyError::Bucket(_) | StandbyError::Restore(RestoreError::Bucket(_))
-        )
-    }
 }
 
 /// The crash hook of [`StandbyOptions::crash_at`].

@@ -506,8 +506,9 @@ impl StoreDir {
 
     /// Appends `data` to the regular file `name` (created `0600` when absent, never through
     /// a link; anything but a regular file is refused), without an fsync: for a cache whose
-    /// lines check themselves (`worker::journal`). Checks the directory first.
-    pub fn append(&self, name: &str, data: &[u8]) -> Result<(), DirError> {
+    /// lines check themselves (`worker::journal`). A file already `max_len` bytes long or
+    /// longer is left as it is (`Ok(false)`). Checks the directory first.
+    pub fn append(&self, name: &str, data: &[u8], max_len: u64) -> Result<bool, DirError> {
         use std::io::Write;
         self.check()?;
         let o = self.opened()?;
@@ -526,11 +527,15 @@ impl StoreDir {
         .map_err(io_at(&path))?;
         let st = rustix::fs::fstat(&fd).map_err(io_at(&path))?;
         regular(&path, FileType::from_raw_mode(st.st_mode), FileKind::Store)?;
+        if u64::try_from(st.st_size).unwrap_or(0) >= max_len {
+            return Ok(false);
+        }
         let mut f = File::from(fd);
         f.write_all(data).map_err(|source| DirError::Io {
             path: path.clone(),
             source,
-        })
+        })?;
+        Ok(true)
     }
 
     /// Writes `name` so that a crash leaves either the old file or the whole new one (see

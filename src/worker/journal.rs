@@ -91,9 +91,11 @@ pub fn same_etag(a: &str, b: &str) -> bool {
     !a.is_empty() && bare(a) == bare(b)
 }
 
-/// Appends `s` to the journal of `store` (no fsync: see the module docs). Blocking.
-pub fn append(store: &StoreDir, s: &Shipped) -> Result<(), crate::store::dir::DirError> {
-    store.append(JOURNAL_FILE, &line(s))
+/// Appends `s` to the journal of `store` (no fsync: see the module docs), unless it has
+/// reached [`JOURNAL_CAP`] (restore points failing for long): then `false`, and a restart
+/// reads the later segments instead. Blocking.
+pub fn append(store: &StoreDir, s: &Shipped) -> Result<bool, crate::store::dir::DirError> {
+    store.append(JOURNAL_FILE, &line(s), JOURNAL_CAP)
 }
 
 /// Empties the journal (after a restore point). Blocking.

@@ -117,16 +117,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use crate::bucket::{BucketError, DynBucket};
+use crate::bucket::DynBucket;
 use crate::health::StepActivity;
-use crate::store::dir::{DirError, StoreDir};
-use crate::store::disk::{DiskError, DiskState};
+use crate::store::dir::StoreDir;
+use crate::store::disk::DiskState;
 use crate::store::watch::{DirWatch, Signal};
-use crate::wal_source::{SourceError, WalSource, names_disk};
+use crate::wal_source::{WalSource, names_disk};
 
 mod config;
 mod ctx;
 pub mod durable;
+mod error;
 mod figures;
 mod generation;
 mod hold;
@@ -155,71 +156,12 @@ pub use config::{
     DEFAULT_WAL_PUTS_PER_SECOND, DurabilityMode, FIRST_BACKOFF, MAX_BACKOFF, MAX_SEGMENT_BYTES,
     MIN_UNHEALTHY_LAG, UNHEALTHY_AFTER_FAILURES, WorkerConfig,
 };
+pub use error::WorkerError;
 pub use figures::BucketFigures;
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
 pub use spawn::{BackupHandle, BackupTrigger};
-
-/// Why a step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkerError {
-    #[error(transparent)]
-    Bucket(#[from] BucketError),
-    #[error(transparent)]
-    Disk(#[from] DiskError),
-    #[error("WAL source: {0}")]
-    Source(#[from] SourceError),
-    /// The prefix is refused (lineage): nothing was uploaded or deleted.
-    #[error("prefix refused: {reason}")]
-    Refused { reason: String },
-    #[error("corrupt archive {path}: {detail}; no restore point is written over it")]
-    CorruptArchive { path: PathBuf, detail: String },
-    #[error("store {dir}: {detail}")]
-    Store { dir: PathBuf, detail: String },
-    #[error("another writer is active on this prefix ({key} was refused); starting over")]
-    ConcurrentWriter { key: String },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("bucket content {key}: {detail}")]
-    BadBucket { key: String, detail: String },
-    #[error("the store stayed busy ({0}) for too long")]
-    Busy(DeferReason),
-    #[error("encoding {0}")]
-    Encode(#[from] crate::at_rest::AtRestError),
-}
-
-impl From<crate::latest::LatestError> for WorkerError {
-    fn from(e: crate::latest::LatestError) -> WorkerError {
-        use crate::latest::LatestError as L;
-        match e {
-            L::Bucket(e) => WorkerError::Bucket(e),
-            L::Moved { key } => WorkerError::ConcurrentWriter { key },
-            e @ (L::OtherForm { .. } | L::BothForms { .. }) => WorkerError::Refused {
-                reason: e.to_string(),
-            },
-        }
-    }
-}
-
-impl WorkerError {
-    /// A refusal stays until an operator acts: retrying it quickly is pointless.
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, WorkerError::Refused { .. })
-    }
-
-    /// The store directory's refusal, when the directory left its root, was replaced, or a
-    /// file in it is not a regular file of a sane size (see [`crate::store::dir`]).
-    pub fn store_refusal(&self) -> Option<&DirError> {
-        match self {
-            WorkerError::Disk(d) | WorkerError::Source(SourceError::Disk(d)) => d.refusal(),
-            _ => None,
-        }
-    }
-}
 
 /// Why a step did nothing this time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -133,7 +133,11 @@ pub(super) async fn ship(
     let appended =
         tokio::task::spawn_blocking(move || super::journal::append(&store, &shipped)).await;
     let failed = match appended {
-        Ok(Ok(())) => None,
+        Ok(Ok(true)) => None,
+        Ok(Ok(false)) => Some(format!(
+            "it holds {} bytes already",
+            super::journal::JOURNAL_CAP
+        )),
         Ok(Err(e)) => Some(e.to_string()),
         Err(e) => Some(e.to_string()),
     };
