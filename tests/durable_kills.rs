@@ -11,7 +11,8 @@
 //! leaves a line for a commit that was not acknowledged). The next round restarts both on the
 //! same directories; its `serve` takes the bucket lease over after the dead one's TTL.
 //!
-//! `SOAK_ROUNDS` sets the rounds (default 3, about 30–60 s); the figures are printed as a
+//! `SOAK_ROUNDS` sets the rounds (default 3, about 30–60 s), `SOAK_KEY=1` encrypts the store
+//! (a key file for `serve` and the restores, `support::soak`); the figures are printed as a
 //! `FIGURE durable-kills` line: rounds, acknowledged commits, lost commits, faults met. The
 //! proxy prints its seed; `MUSHROOM_FAULT_SEED=<seed>` replays the faults and the kill
 //! schedule.
@@ -44,7 +45,7 @@ fn serve(d: &Dirs, s3: &str) -> Command {
             "--restore-point-interval-ms",
             "500",
         ]);
-    cmd
+    support::soak::keyed(cmd)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,10 +53,7 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
     let Some(endpoint) = support::s3::endpoint() else {
         return;
     };
-    let rounds: u32 = std::env::var("SOAK_ROUNDS")
-        .ok()
-        .map(|r| r.parse().expect("SOAK_ROUNDS: a number"))
-        .unwrap_or(3);
+    let rounds = support::soak::rounds(3);
     let began = Instant::now();
     let bucket = support::s3::create_bucket(&endpoint, "durable-kills").await;
     let url = format!("s3://{bucket}/{PREFIX}");
@@ -113,8 +111,13 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
             seqs.windows(2).all(|w| w[0] < w[1]),
             "the acked log does not rise: {seqs:?}"
         );
-        let restored =
-            binary::restore_digest(&endpoint, &url, &d.base.join(format!("restored-{round}")));
+        let into = d.base.join(format!("restored-{round}"));
+        let mut restore = support::soak::keyed(binary::command(&endpoint));
+        restore
+            .args(["restore", "--from", &url, "--json", "--to"])
+            .arg(&into);
+        binary::run_ok("restore", restore, Duration::from_secs(60));
+        let restored = binary::store_digest(&into);
         let reached = restored["commit_seq"].as_u64().expect("a commit_seq");
         let lost = seqs.iter().filter(|s| **s > reached).count();
         eprintln!(
@@ -141,10 +144,13 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
         );
     }
 
+    support::soak::assert_encrypted(&endpoint, &url);
     let counts = proxy.counts();
     eprintln!(
-        "FIGURE durable-kills: {rounds} SIGKILLs of serve and node, {acked_total} commits acknowledged, \
-         {lost_total} lost; the last restore reached {restored_last}; proxy (seed {}): {counts:?}; {:?} in all",
+        "FIGURE durable-kills: {rounds} SIGKILLs of serve and node, {}, {acked_total} commits \
+         acknowledged, {lost_total} lost; the last restore reached {restored_last}; proxy (seed \
+         {}): {counts:?}; {:?} in all",
+        support::soak::mode(),
         proxy.seed(),
         began.elapsed()
     );

@@ -898,7 +898,8 @@ async fn take_over_now_judges_this_holder_id_of_another_store_as_another_holder(
 /// Issue 40, finding 8: a `serve` writes its store lease only when it acquires it and lives by
 /// its instance lease, so on a long-running `serve` the store lease object is older than a TTL.
 /// A taker judges the holder's deadline by the instance lease the record names: renewed, the
-/// holder is live and its acknowledgement window is waited; unrenewed past its deadline, the
+/// holder is live and its acknowledgement window is waited; renewed less than its deadline
+/// ago, it may renew again, and the window is waited too; unrenewed past its deadline, the
 /// deadline is the proof.
 #[tokio::test]
 async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_lease() {
@@ -930,8 +931,8 @@ async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_
         ack_window_ms: Some(u64::try_from(ACK_WINDOW.as_millis()).unwrap()),
         ..instance(id, 0)
     };
-    let (live, dead) = (open("live"), open("dead"));
-    for (id, store) in [("live", &live), ("dead", &dead)] {
+    let (live, dead, aging) = (open("live"), open("dead"), open("aging"));
+    for (id, store) in [("live", &live), ("dead", &dead), ("aging", &aging)] {
         root.put(
             &format!("instances/{id}.lease"),
             Body::from(instance(id, 0).to_json()),
@@ -948,8 +949,19 @@ async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_
             .await
             .unwrap();
     }
-    // Longer than the TTL plus the bucket clock's resolution: both store leases are "old".
-    sleep(Duration::from_millis(3500)).await;
+    // Longer than the TTL plus the bucket clock's resolution: every store lease is "old".
+    // "aging" renews its instance lease 2 s before the takeover: past its TTL by this
+    // process's clock, within it by the bucket's (1 s resolution), so it may still be
+    // renewing; its deadline, read from that renewal, is still ahead.
+    sleep(Duration::from_millis(1500)).await;
+    root.put(
+        "instances/aging.lease",
+        Body::from(instance("aging", 1).to_json()),
+        PutCondition::None,
+    )
+    .await
+    .unwrap();
+    sleep(Duration::from_millis(2000)).await;
     root.put(
         "instances/live.lease",
         Body::from(instance("live", 1).to_json()),
@@ -976,12 +988,28 @@ async fn a_serve_holders_deadline_is_read_from_its_instance_lease_not_its_store_
         }
         other => panic!("not taken: {other:?}"),
     }
+    // Finding 8: a deadline still ahead does not stop a holder that renews its instance
+    // lease (this write does not touch it): only the window fences it. Before, the deadline
+    // (0.8 s away) was taken as the proof, short of the holder's window.
+    match taker(&aging).take_over_now().await.unwrap() {
+        TakeOver::Taken {
+            fenced_in, proof, ..
+        } => {
+            assert_eq!(
+                proof,
+                Fenced::AckWindow,
+                "a holder maybe renewing: {fenced_in:?}"
+            );
+            assert_eq!(fenced_in, Duration::from_millis(1150));
+        }
+        other => panic!("not taken: {other:?}"),
+    }
     match taker(&dead).take_over_now().await.unwrap() {
         TakeOver::Taken {
             fenced_in, proof, ..
         } => {
             assert_eq!(proof, Fenced::Deadline, "{fenced_in:?}");
-            assert!(fenced_in < Duration::from_millis(1150), "{fenced_in:?}");
+            assert_eq!(fenced_in, Duration::ZERO, "a deadline that truly passed");
         }
         other => panic!("not taken: {other:?}"),
     }

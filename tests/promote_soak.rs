@@ -11,7 +11,8 @@
 //! go stale: 28 s at the default TTL). RTO is the time from the kill to the promoted
 //! store open and accepting commits: `promote` printed `promoted`, and a commit written into
 //! the promoted store then shipped (its log says so). Missing: acknowledged commits the
-//! promoted store does not hold. `SOAK_ROUNDS` sets the rounds (default 10),
+//! promoted store does not hold. `SOAK_ROUNDS` sets the rounds (default 10), `SOAK_KEY=1`
+//! encrypts the store (`support::soak`: one key file for every serve, standby and promote),
 //! `SOAK_LEASE_TTL_MS` the lease TTL of serve and promote (default: the default, 30 s); the
 //! figures are printed as a `FIGURE promote-rto` line (p50, max, missing).
 
@@ -98,10 +99,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
     let Some(endpoint) = support::s3::endpoint() else {
         return;
     };
-    let rounds: u32 = std::env::var("SOAK_ROUNDS")
-        .ok()
-        .map(|r| r.parse().expect("SOAK_ROUNDS: a number"))
-        .unwrap_or(10);
+    let rounds = support::soak::rounds(10);
     // The lease TTL of serve and promote (ms); unset: the default (30 s).
     let ttl_ms = std::env::var("SOAK_LEASE_TTL_MS").ok();
     let bucket = support::s3::create_bucket(&endpoint, "promote-soak").await;
@@ -122,7 +120,8 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         if let Some(ttl) = &ttl_ms {
             cmd.args(["--lease-ttl-ms", ttl]);
         }
-        let (mut srv, addr) = served::start(&format!("serve (round {round})"), cmd);
+        let (mut srv, addr) =
+            served::start(&format!("serve (round {round})"), support::soak::keyed(cmd));
         let c = served::client(addr).await;
         let r = served::register_sync(&c, &dir, &url).await;
         drop(c);
@@ -144,7 +143,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             &mut srv,
             Instant::now() + Duration::from_millis(1000),
         );
-        let follow = binary::standby(&endpoint, &url, &standby_dir, 100, 200);
+        let follow = support::soak::keyed(binary::standby(&endpoint, &url, &standby_dir, 100, 200));
         let mut s = Running::spawn(&format!("standby (round {round})"), follow);
         pump(
             &mut n,
@@ -168,7 +167,10 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         if let Some(ttl) = &ttl_ms {
             promote.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", ttl);
         }
-        let mut p = Running::spawn(&format!("promote (round {round})"), promote);
+        let mut p = Running::spawn(
+            &format!("promote (round {round})"),
+            support::soak::keyed(promote),
+        );
         let promoted = p.wait_for("promote", DEADLINE, |l| {
             let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
             v.get("promoted").cloned()
@@ -203,7 +205,11 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
     let ttl = ttl_ms
         .as_deref()
         .map_or("default (30 s)".to_string(), |t| format!("{t} ms"));
-    tally.figure("promote-rto", &format!("lease TTL {ttl}"));
+    support::soak::assert_encrypted(&endpoint, &format!("s3://{bucket}/r1"));
+    tally.figure(
+        "promote-rto",
+        &format!("lease TTL {ttl}, {}", support::soak::mode()),
+    );
 }
 
 /// The same soak with the promotion in the service, the way an operator fails over a fleet:
@@ -220,10 +226,7 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
     let Some(endpoint) = support::s3::endpoint() else {
         return;
     };
-    let rounds: u32 = std::env::var("SOAK_ROUNDS")
-        .ok()
-        .map(|r| r.parse().expect("SOAK_ROUNDS: a number"))
-        .unwrap_or(10);
+    let rounds = support::soak::rounds(10);
     let bucket = support::s3::create_bucket(&endpoint, "promote-soak-svc").await;
     let proxy = FaultProxy::start(&endpoint, FaultPlan::default());
     let mut tally = Tally::default();
@@ -233,7 +236,7 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
             .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
             .args(["--instance-id", instance])
             .args(["--restore-point-interval-ms", "500"]);
-        cmd
+        support::soak::keyed(cmd)
     };
     for round in 1..=rounds {
         let url = format!("s3://{bucket}/r{round}");
@@ -324,13 +327,18 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
 
         tally.round(&format!("service round {round}"), &log, applied, took, rto);
     }
+    support::soak::assert_encrypted(&endpoint, &format!("s3://{bucket}/r1"));
     let f = proxy.counts();
     tally.figure(
         "promote-rto-service",
         &format!(
-            "lease TTL default (30 s), the primary's S3 through the fault proxy ({} requests: \
-             {} SlowDown, {} dropped, {} delayed)",
-            f.requests, f.slow_down, f.dropped, f.delayed
+            "lease TTL default (30 s), {}, the primary's S3 through the fault proxy ({} \
+             requests: {} SlowDown, {} dropped, {} delayed)",
+            support::soak::mode(),
+            f.requests,
+            f.slow_down,
+            f.dropped,
+            f.delayed
         ),
     );
 }

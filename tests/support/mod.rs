@@ -18,6 +18,7 @@ pub mod s3_servers;
 pub mod serve;
 pub mod served;
 pub mod service;
+pub mod soak;
 pub mod sources;
 pub mod store;
 pub mod webhooks;

@@ -17,8 +17,11 @@
 //! instance lease it names, while it still names that holder), never from the store lease's,
 //! which on a long-running `serve` is far older than a TTL. When the instance lease cannot be
 //! read so (missing, another holder, no age), no deadline is proven and only the window below
-//! is waited. So the proof is [`Fenced::Deadline`] with a live holder only when its deadline
-//! truly passed.
+//! is waited. A deadline read from the instance lease proves something only once it has
+//! passed: the takeover does not stop the holder's instance renewals, so a deadline still
+//! ahead moves on with the next one, and only the window fences a holder that is still
+//! renewing. So the proof is [`Fenced::Deadline`] for such a holder only when its deadline
+//! truly passed (`fenced_in` zero).
 //!
 //! Only this very holder *of this very store* (a restart that kept its holder id) is taken at
 //! once: in the service every store of an instance has the instance's holder id, so a record
@@ -187,6 +190,16 @@ impl LeaseAcquirer {
         };
         let by_deadline =
             age.map(|age| (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age));
+        // A holder under an instance lease renews that object, not this one, and this write
+        // does not stop those renewals: a deadline still ahead is no bound (the holder renews
+        // again and writes on until it notices). Only one already past proves it stopped;
+        // otherwise its acknowledgement window is what fences it (security review 4,
+        // finding 8: with a TTL of 2 s an instance lease renewed 1.7 s before was taken as a
+        // proof after 1.1 s, short of the window of a live holder).
+        let by_deadline = match named {
+            Some(_) if !same_holder => by_deadline.filter(|d| d.is_zero()),
+            _ => by_deadline,
+        };
         let (fenced_in, proof) = if same_holder {
             (Duration::ZERO, Fenced::Deadline)
         } else {
