@@ -368,6 +368,90 @@ async fn what_a_restore_leaves_out_is_named_and_fails_the_cli_unless_allowed() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// In an encrypted generation a segment past the restore point must be sealed with the
+/// generation's key: raw bytes of valid frames continuing the chain (what anyone able to write
+/// to the bucket, without the key, can make) are left out as rejected, the restore refused
+/// unless partial restores are allowed, and the resume and a standby never take them. On
+/// `a70f3b3` the restore took the planted commits (it reached 25 of 20 shipped) and the
+/// replaced sealed segment was taken raw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encrypted_generation_takes_no_segment_that_is_not_sealed() {
+    for zstd in [false, true] {
+        let label = if zstd { "zstd" } else { "raw" };
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        let raw = fs_bucket(&root);
+        let c = case(Mode {
+            sealed: true,
+            zstd,
+            values: ValueKind::Random,
+        });
+        commits(&store, 10, ValueKind::Random, 1);
+        worker(&store, raw.clone(), c.config.clone())
+            .run_once()
+            .await
+            .unwrap();
+        commits(&store, 10, ValueKind::Random, 2);
+        let durable = ship_and_die(&store, &raw, &c).await;
+        assert_eq!(durable, 20, "{label}");
+        let end = segments(&raw).await.last().unwrap().1;
+        // Five commits more, never shipped: their frames, raw, planted past the chain's end.
+        commits(&store, 5, ValueKind::Random, 3);
+        let (wal, ends) = frame_ends(&store);
+        let (planted_end, seq) = *ends.last().unwrap();
+        assert_eq!(seq, 25, "{label}");
+        let planted = segment_key(end, planted_end);
+        plant(
+            &raw,
+            &planted,
+            wal[end as usize..planted_end as usize].to_vec(),
+        )
+        .await;
+
+        let target = t.path().join("r");
+        let opts = RestoreOptions {
+            keys: c.keys.clone(),
+            ..RestoreOptions::default()
+        };
+        match restore::restore(raw.as_ref(), &target, &opts).await {
+            Err(restore::RestoreError::Partial {
+                commit_seq,
+                left_out,
+            }) => {
+                assert_eq!(commit_seq, durable, "{label}");
+                assert_eq!(left_out.len(), 1, "{label}: {left_out:?}");
+                assert_eq!(left_out[0].key, planted, "{label}");
+                assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{label}");
+                assert!(
+                    left_out[0].why.contains("not sealed"),
+                    "{label}: {left_out:?}"
+                );
+            }
+            other => panic!("{label}: an unsealed segment was not left out: {other:?}"),
+        }
+        let r = restore_to_allowing(&raw, &target, &c.keys).await;
+        assert_eq!(r.commit_seq, durable, "{label}: {:?}", r.left_out);
+
+        // A shipped segment replaced by its own plain bytes is no longer taken either.
+        let (s0, e0) = *segments(&raw)
+            .await
+            .iter()
+            .find(|(_, e)| *e == end)
+            .unwrap();
+        raw.delete(&planted, None).await.unwrap();
+        plant(
+            &raw,
+            &segment_key(s0, e0),
+            wal[s0 as usize..e0 as usize].to_vec(),
+        )
+        .await;
+        let r = restore_to_allowing(&raw, &t.path().join("r2"), &c.keys).await;
+        assert!(r.commit_seq < durable, "{label}: {}", r.commit_seq);
+        assert_eq!(r.left_out.len(), 1, "{label}: {:?}", r.left_out);
+        assert_eq!(r.left_out[0].key, segment_key(s0, e0), "{label}");
+    }
+}
+
 /// A promotion never claims LATEST short of a segment a writer could have shipped (a damaged
 /// one continuing the chain: it may hold acknowledged commits), naming it; an object no
 /// writer makes (a key claiming more than a writer ships) does not stop a failover. In an

@@ -309,9 +309,11 @@ const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 /// decodes to exactly `plain_len` bytes. Returns the entry (stored and plain length and CRC,
 /// lineage and generation left to the caller) and the plain bytes, or `None`.
 ///
-/// A sealed object (it starts with the seal's magic) is recognised only with `open`, its
-/// generation's key: it must open, and its content be raw `plain_len` bytes or zstd decoding
-/// to them; its entry records the keyed tag.
+/// With `open`, the key of an encrypted generation, only a sealed object (it starts with the
+/// seal's magic) is recognised: it must open, and its content be raw `plain_len` bytes or zstd
+/// decoding to them; its entry records the keyed tag. Raw or zstd bytes are not: in an
+/// encrypted generation they are what someone without the key wrote. Without `open`, a
+/// sealed object is not recognised.
 pub fn recognise(
     key: &str,
     stored: &bytes::Bytes,
@@ -322,8 +324,14 @@ pub fn recognise(
         return None;
     }
     let crc = crc32fast::hash(stored);
+    if let Some(open) = open {
+        if !stored.starts_with(crate::crypto::stream::MAGIC) {
+            return None;
+        }
+        return recognise_sealed(key, stored, crc, plain_len, open);
+    }
     if stored.starts_with(crate::crypto::stream::MAGIC) {
-        return recognise_sealed(key, stored, crc, plain_len, open?);
+        return None;
     }
     if stored.len() as u64 == plain_len {
         return Some((

@@ -25,6 +25,8 @@ use crate::manifest::{Manifest, ObjectEntry};
 pub struct RestoreKeys {
     unwrap: Vec<UnwrapKek>,
     opened: Arc<Mutex<HashMap<u64, GenerationKey>>>,
+    /// Generations found plaintext ([`RestoreKeys::of_generation`]).
+    plain: Arc<Mutex<BTreeSet<u64>>>,
 }
 
 impl std::fmt::Debug for RestoreKeys {
@@ -47,6 +49,7 @@ impl RestoreKeys {
         RestoreKeys {
             unwrap,
             opened: Arc::default(),
+            plain: Arc::default(),
         }
     }
 
@@ -84,6 +87,47 @@ impl RestoreKeys {
         let k = GenerationKey::new(opened.data_key);
         self.lock().insert(generation, k.clone());
         Ok(k)
+    }
+
+    /// Whether generation `generation` (of `lineage`) is encrypted, with its key when it is:
+    /// `Ok(None)` for a plaintext generation. Called once data objects of the generation are
+    /// listed: a writer puts a generation's wrappers before any data object of it
+    /// (`worker::keys`), so the generation is encrypted exactly when it has a wrapper then,
+    /// and the answer never changes (each is kept: one LIST per generation at most). An
+    /// encrypted generation without a key given that opens it is an error, as for the
+    /// manifest's own objects.
+    ///
+    /// A segment no manifest describes is recognised by its bytes alone: in an encrypted
+    /// generation it must be sealed (authenticated with the generation's key), or anyone able
+    /// to write to the bucket could append commits of their choosing to a restore.
+    pub async fn of_generation(
+        &self,
+        bucket: &dyn Bucket,
+        lineage: Uuid,
+        generation: u64,
+    ) -> Result<Option<GenerationKey>, RestoreError> {
+        if let Some(k) = self.get(generation) {
+            return Ok(Some(k));
+        }
+        if self
+            .plain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&generation)
+        {
+            return Ok(None);
+        }
+        if key_objects::list_wrappers(bucket, generation)
+            .await?
+            .is_empty()
+        {
+            self.plain
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(generation);
+            return Ok(None);
+        }
+        self.open(bucket, lineage, generation).await.map(Some)
     }
 
     /// Opens the key of every generation the encrypted entries name.

@@ -441,6 +441,16 @@ pub(crate) async fn extend_listed(
         ext.warnings.push(w);
         r.insert(key, why);
     };
+    // The generation's key when it is encrypted: then every segment must be sealed with it
+    // (`at_rest::decode::recognise`), never merely raw or zstd bytes that parse.
+    let open = match candidates.is_empty() {
+        true => None,
+        false => {
+            keys.of_generation(bucket, from.lineage, from.generation)
+                .await?
+        }
+    };
+    let open = &open;
     'chain: loop {
         if limit.is_some_and(|n| ext.reach >= n) {
             break;
@@ -465,19 +475,23 @@ pub(crate) async fn extend_listed(
                 }
                 Err(e) => return Err(e.into()),
             };
-            // A sealed segment opens with its generation's key (an error if none given).
-            let open = match data.starts_with(crate::crypto::stream::MAGIC) {
-                true => Some(keys.open(bucket, from.lineage, from.generation).await?),
-                false => None,
-            };
             let Some((mut object, plain)) =
                 crate::at_rest::decode::recognise(&key, &data, end - start, open.as_ref())
             else {
-                let why = format!(
-                    "{} bytes that neither are nor decode to the {} its key says",
-                    data.len(),
-                    end - start
-                );
+                let why = match (
+                    open.is_some(),
+                    data.starts_with(crate::crypto::stream::MAGIC),
+                ) {
+                    (true, false) => "not sealed, in an encrypted generation: anyone able to \
+                                      write to the bucket could have made it"
+                        .to_string(),
+                    (false, true) => "sealed, in a plaintext generation".to_string(),
+                    _ => format!(
+                        "{} bytes that neither are nor decode to the {} its key says",
+                        data.len(),
+                        end - start
+                    ),
+                };
                 reject(key, why, &mut ext, &mut rejected);
                 continue 'chain;
             };
