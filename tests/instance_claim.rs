@@ -612,3 +612,45 @@ async fn two_serves_of_one_host_default_to_instance_ids_of_their_own() {
     let (again, _) = served::start("serve a (again)", served::fast_serve(&d, &[]));
     assert_eq!(listening_id(&again), ids[0]);
 }
+
+/// Finding 4, the rest: two `serve`s given one `--instance-id` (each its own data directory
+/// and registry) on one bucket would take each other's store leases in turn; the second is
+/// refused at its start, naming the live holder and itself. (Before, it started and its
+/// store waited, unhealthy, on "another process with this instance id" for as long as the
+/// first lived.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_given_an_instance_id_live_in_its_bucket_is_refused_at_start_naming_both() {
+    use support::served;
+    let shared = served::dirs();
+    let bucket = shared.base.join("bucket");
+    let extra = ["--instance-id", "one-id"];
+    let (a, b) = (served::dirs(), served::dirs());
+    let (dir_a, dir_b) = (a.root.join("store"), b.root.join("store"));
+    support::store::write(&dir_a, 5, 0, 0);
+    support::store::write(&dir_b, 5, 0, 0);
+    let (_first, addr) = served::start("serve a", served::fast_serve(&a, &extra));
+    let c = served::client(addr).await;
+    let url = support::file_url(&bucket.join("a"));
+    let store = served::register(&c, support::register_req(&dir_a, &url)).await;
+    served::wait_health(&c, &store, "a holding its lease", |h| {
+        h.healthy && h.lease_held && h.restore_point_commit_seq == 5
+    })
+    .await;
+    // The second, with a store in the same bucket: it starts (it had no store), its store
+    // cannot hold the lease; at its next start it is refused.
+    let (mut second, addr_b) = served::start("serve b", served::fast_serve(&b, &extra));
+    let cb = served::client(addr_b).await;
+    let url_b = support::file_url(&bucket.join("b"));
+    served::register(&cb, support::register_req(&dir_b, &url_b)).await;
+    served::terminate(&mut second);
+    let out = refused("serve b (again)", served::fast_serve(&b, &extra));
+    let host = mushroom_backup::lease::host_name();
+    assert!(
+        out.contains("another live `serve` uses instance id one-id")
+            && out.contains(&format!("on host {host}"))
+            && out.contains("one-id/"),
+        "{out}"
+    );
+    // The first runs on, healthy.
+    served::wait_health(&c, &store, "a still healthy", |h| h.healthy && h.lease_held).await;
+}

@@ -334,6 +334,27 @@ impl InstanceLeases {
         }
     }
 
+    /// At start (`service::fleet`): when another live process holds the instance lease of
+    /// `destination`'s lease root under this very instance id (a holder id
+    /// `<instance id>/<another nonce>` the bucket's clock shows renewed within its TTL: a
+    /// dead one's is taken), that holder and its host. Holding the lease otherwise (one
+    /// request, which the first store's worker would send anyway).
+    pub async fn shared_with(
+        &self,
+        destination: &str,
+    ) -> Result<Option<(String, String, String)>, LeaseError> {
+        let fence = self.fence_for(destination).await?;
+        let prefix = format!("{}/", self.inner.config.instance_id);
+        Ok(match fence.hold().await? {
+            FenceHold::Elsewhere(Acquisition::HeldElsewhere { holder, host, .. })
+                if holder.starts_with(&prefix) =>
+            {
+                Some((fence.root.url.clone(), holder, host))
+            }
+            _ => None,
+        })
+    }
+
     /// Each lease root and the status of its instance lease, while held.
     pub async fn status(&self) -> Vec<(String, LeaseStatus)> {
         let roots: Vec<Arc<Root>> = {
