@@ -669,3 +669,84 @@ fn two_promotions_racing_one_wins_and_the_other_names_it() {
     assert_eq!(latest["adopted_by"], promoted["new_lineage"], "{latest}");
     stop(&mut racers[winner]);
 }
+
+/// `promote` of an encrypted prefix takes the prefix's key (`--encryption-key-file`, or its
+/// variable): the catch-up opens the sealed segments past the standby with it, and the
+/// promoted store's backup wraps its generation's key with it. Found by the promotion soak
+/// with `SOAK_KEY=1` (issue 40): the flag did not exist, the catch-up opened nothing and the
+/// promoted backup was refused for good ("the prefix holds encrypted generations and this
+/// backup has no encryption key"). Without the key, the promotion is refused naming it and
+/// leaves LATEST as it was.
+#[test]
+fn an_encrypted_prefix_is_promoted_with_its_key_and_its_promoted_store_ships() {
+    const UNUSED: &str = "http://unused.invalid";
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, dir) = (tmp.path().join("src"), tmp.path().join("standby"));
+    let bucket = tmp.path().join("bucket").join("p");
+    let url = support::file_url(&bucket);
+    let kf = tmp.path().join("k.key");
+    let mut new = binary::command(UNUSED);
+    new.args(["key", "new"]);
+    std::fs::write(&kf, binary::run_ok("key new", new, WAIT)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&kf, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let key = ["--encryption-key-file", kf.to_str().unwrap()];
+
+    binary::write_store(&src, 40);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &key),
+        WAIT,
+    );
+    let mut follow = standby(UNUSED, &url, &dir, 100, 200);
+    follow.args(key);
+    let mut s = Running::spawn("standby", follow);
+    wait_for_commit(&mut s, 40);
+    stop(&mut s);
+    // More shipped past the standby, sealed, for the catch-up to open.
+    write_more(&src, 20, &[]);
+    binary::run_ok(
+        "backup --once",
+        binary::backup_once(UNUSED, &src, &url, &key),
+        WAIT,
+    );
+    let latest = std::fs::read(bucket.join("LATEST")).unwrap();
+
+    let promote = |with_key: bool| {
+        let mut cmd = binary::command(UNUSED);
+        cmd.env_remove("MUSHROOMDB_BACKUP_ENCRYPTION_KEY_FILE")
+            .args(["promote", "--from", &url, "--dir"])
+            .arg(&dir);
+        if with_key {
+            cmd.args(key);
+        }
+        quick(&mut cmd);
+        cmd
+    };
+    let err = refused("promote without the key", promote(false), "key");
+    assert!(err.contains("refused") || err.contains("wrapped"), "{err}");
+    assert_eq!(
+        std::fs::read(bucket.join("LATEST")).unwrap(),
+        latest,
+        "a refused promotion changed LATEST"
+    );
+
+    let mut p = Running::spawn("promoted", promote(true));
+    let promoted = p.wait_for("promote", WAIT, |l| {
+        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
+        v.get("promoted").cloned()
+    });
+    let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
+    assert_eq!(applied, 60, "{promoted}");
+    write_more(&dir, 5, &[]);
+    p.wait_for("ship a commit of the promoted store", WAIT, |l| {
+        let (_, rest) = l.text.split_once("step outcome=Shipped")?;
+        let (_, seq) = rest.split_once("shipped_commit_seq: ")?;
+        let seq: u64 = seq
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .ok()?;
+        (seq > applied).then_some(())
+    });
+    stop(&mut p);
+}

@@ -134,6 +134,11 @@ pub struct PromoteArgs {
     wait_for_lease: bool,
     #[command(flatten)]
     settings: super::settings::WorkerSettings,
+    /// The prefix's keys: the catch-up opens its encrypted generations with them, and the
+    /// promoted store's backup wraps its new generations' keys with them (an encrypted prefix
+    /// refuses a writer without).
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
 }
 
 /// `promote`: fence the old writer through the bucket lease (taken over at once, conditional on
@@ -150,7 +155,16 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::wal_source::LocalSource;
     use mushroom_backup::worker::BackupWorker;
 
-    let config = a.settings.config()?;
+    // Fail closed: a key that cannot be had stops here, before the bucket is touched.
+    let encryption = a.encryption.load_for_writing("promote")?;
+    let mut config = a.settings.config()?;
+    let keys = RestoreKeys::new(
+        encryption
+            .as_ref()
+            .map(|e| e.unwrap.clone())
+            .unwrap_or_default(),
+    );
+    config.encryption.keys = encryption;
     let cancel = super::shutdown_token();
     let bucket = super::open_existing(&a.from).await?;
     let what = format!("promotion of {} for {}", a.dir.display(), a.from);
@@ -175,7 +189,10 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
             refused => anyhow::anyhow!("{what}: refused, nothing changed: {refused}"),
         })?;
     let adopted = async {
-        let opts = StandbyOptions::default();
+        let opts = StandbyOptions {
+            keys,
+            ..StandbyOptions::default()
+        };
         standby::promote::promote(bucket.as_ref(), &a.dir, &opts).await
     }
     .await
