@@ -388,3 +388,40 @@ fn restore_and_ls_refuse_a_pointer_or_a_manifest_longer_than_a_whole_read_takes(
         "the prefix restores once the objects are put back: {stderr}"
     );
 }
+
+/// Finding 6 of security review 4: a manifest entry may claim up to 32,768 times its stored
+/// bytes (what zstd can make of them), and a restore wrote the claim to disk before the CRC
+/// could fail. Now a plan whose entries claim more plain bytes than the target's file system
+/// has free is refused before anything is downloaded, naming both figures; nothing is left.
+#[test]
+fn restore_refuses_a_plan_claiming_more_than_the_target_disk_holds() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, bucket, work) = (t.path().join("s"), t.path().join("b"), t.path().join("w"));
+    std::fs::create_dir(&work).unwrap();
+    support::store::write(&store, 300, 100, 4096);
+    backup_once(&store, &bucket);
+    let v = rustix::fs::statvfs(&work).unwrap();
+    let free = v.f_bavail * v.f_frsize;
+    // Twice the free space, from a bomb just large enough to claim it.
+    let claim = free.saturating_mul(2);
+    let stored = usize::try_from(claim / 32_768).unwrap() + (64 << 10);
+    let (path, mut m) = latest_manifest(&bucket);
+    let entry = &mut m["snapshot"];
+    replace_object(&bucket, entry, &zstd_bomb(bomb_blocks(stored)), claim);
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+
+    let target = work.join("restored");
+    let url = support::file_url(&bucket);
+    let (ok, stderr) = run_capped(&["restore", "--from", &url, "--to", target.to_str().unwrap()]);
+    assert!(!ok, "the restore succeeded: {stderr}");
+    let needed: u64 = stderr
+        .split_once("writes up to ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the error names what the restore would write: {stderr}"));
+    assert!(
+        needed >= claim && stderr.contains("bytes free: refused before downloading"),
+        "the error names the claim and the free space: {stderr}"
+    );
+    assert_eq!(names(&work), Vec::<String>::new(), "left beside the target");
+}

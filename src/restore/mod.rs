@@ -345,6 +345,12 @@ pub async fn restore(
     let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
     opts.keys.open_all(bucket, entries).await?;
     layout.keys = opts.keys.clone();
+    if let Some(detail) = stage::space_problem(&target, layout.plain_bytes()) {
+        return Err(RestoreError::BadTarget {
+            path: target.path.clone(),
+            detail,
+        });
+    }
     let parent = opts.adopt.then(|| ParentRecord {
         lineage: plan.manifest.lineage,
         manifest: plan.manifest_key.clone(),

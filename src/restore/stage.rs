@@ -344,6 +344,32 @@ impl Layout {
     pub fn bytes(&self) -> u64 {
         self.pieces.iter().map(|p| p.len).sum()
     }
+
+    /// The plain bytes the pieces decode to, as their entries state them: what the restore
+    /// writes at most (a decoder stops at an entry's plain length).
+    pub fn plain_bytes(&self) -> u64 {
+        self.pieces
+            .iter()
+            .map(|p| p.encoded.as_ref().map_or(p.len, |e| e.plain_len()))
+            .fold(0u64, u64::saturating_add)
+    }
+}
+
+/// Why `target`'s file system cannot take `needed` bytes, if it cannot: checked before
+/// anything is downloaded, so a plan whose entries claim more than the disk holds (a
+/// decompression bomb may claim 32,768 times its stored size; security review 4, finding 6)
+/// is refused rather than written until the disk fills. `None` when the free space cannot be
+/// read (the writes then fail as they would).
+pub(crate) fn space_problem(target: &Target, needed: u64) -> Option<String> {
+    let v = rustix::fs::statvfs(&target.parent).ok()?;
+    let free = v.f_bavail.saturating_mul(v.f_frsize);
+    (needed > free).then(|| {
+        format!(
+            "the restore writes up to {needed} bytes (the plain bytes its plan's objects state) \
+             and {} has {free} bytes free: refused before downloading",
+            target.parent.display()
+        )
+    })
 }
 
 /// Why a side file's name cannot be restored as given, if it cannot: it must be a plain file
