@@ -108,7 +108,22 @@ pub enum LatestError {
          someone else; remove it (its writer's credentials may be compromised)"
     )]
     BothForms { pointer: String },
+    /// A write-once prefix whose newest pointer leaves no number for the next one: one no
+    /// writer made (a writer moving its pointer every second reaches [`POINTER_SEQ_MAX`] in
+    /// nine million years).
+    #[error(
+        "the write-once prefix's newest pointer {key} has the number {seq}, past any a writer \
+         reaches ({POINTER_SEQ_MAX}): written by someone else (its writer's credentials may be \
+         compromised), and no later pointer can be made; the restore points are all there (`ls` \
+         names them): back up to a new prefix, or remove that pointer with the permission to \
+         bypass its lock"
+    )]
+    NoNextPointer { key: String, seq: u64 },
 }
+
+/// The largest pointer number a write-once writer creates (2^48): a pointer past it was
+/// planted, and is refused by name rather than taken as a move by another writer.
+pub const POINTER_SEQ_MAX: u64 = 1 << 48;
 
 /// The newest pointer of a write-once prefix: a LIST of `latest/` for one key, and a GET of
 /// it. A first key that is not a pointer's, or a pointer deleted between the two (under a
@@ -244,9 +259,13 @@ pub async fn write(
         };
     }
     let seq = match prev {
-        Some(Version::Pointer(n)) => n.checked_add(1).ok_or_else(|| LatestError::Moved {
-            key: manifest::POINTERS_PREFIX.into(),
-        })?,
+        Some(Version::Pointer(n)) if *n >= POINTER_SEQ_MAX => {
+            return Err(LatestError::NoNextPointer {
+                key: manifest::pointer_key(*n),
+                seq: *n,
+            });
+        }
+        Some(Version::Pointer(n)) => n + 1,
         _ => 1,
     };
     let key = manifest::pointer_key(seq);
@@ -286,6 +305,17 @@ mod tests {
             .unwrap();
         let found = read(&b).await.unwrap().unwrap();
         assert_eq!((found.version, found.latest.unwrap()), (v2.clone(), at(20)));
+        // A pointer numbered past any writer's (security review 4, finding 6: u64::MAX made
+        // every later move fail as "moved by another writer", for good): refused by name.
+        let planted = Version::Pointer(u64::MAX);
+        let e = write(&b, &at(30), Some(&planted), Form::WriteOnce, true)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, LatestError::NoNextPointer { seq: u64::MAX, .. })
+                && e.to_string().contains("written by someone else"),
+            "{e}"
+        );
         // A writer still at pointer 1 finds 2 taken by other content: moved.
         let e = write(&b, &at(15), Some(&v1), Form::WriteOnce, true)
             .await

@@ -46,9 +46,11 @@ impl From<crate::latest::LatestError> for WorkerError {
         match e {
             L::Bucket(e) => WorkerError::Bucket(e),
             L::Moved { key } => WorkerError::ConcurrentWriter { key },
-            e @ (L::OtherForm { .. } | L::BothForms { .. }) => WorkerError::Refused {
-                reason: e.to_string(),
-            },
+            e @ (L::OtherForm { .. } | L::BothForms { .. } | L::NoNextPointer { .. }) => {
+                WorkerError::Refused {
+                    reason: e.to_string(),
+                }
+            }
         }
     }
 }
