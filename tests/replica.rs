@@ -261,7 +261,10 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let bucket = rt.block_on(support::s3::create_bucket(&endpoint, "replica-ctl"));
     let d = served::dirs();
-    let (mut serve, addr) = served::start("serve", served::fast_serve(&d, &[]));
+    let (mut serve, addr) = served::start(
+        "serve",
+        served::fast_serve(&d, &["--allow-endpoint", &endpoint]),
+    );
     let ctl = |args: &[&str]| {
         let (ok, child) = served::ctl(addr, args);
         (ok, child.stdout(), child.output())
@@ -275,6 +278,8 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
     for (bad, says) in [
         ("s3://b/r?regoin=x", "unknown query key"),
         (primary.as_str(), "shares objects"),
+        // An endpoint the operator did not allow: no request is signed for it.
+        ("s3://b/r?endpoint=http://attacker.invalid", "--allow-endpoint"),
     ] {
         let (ok, _, out) = ctl(&[
             "register",

@@ -178,6 +178,12 @@ fn name(key: &str, value: &str, allowed: impl Fn(char) -> bool) -> Result<String
     }
 }
 
+/// An endpoint as a destination's query names it, normalised as [`S3Settings::endpoint`] is
+/// (for lists of allowed endpoints: `serve --allow-endpoint`), or why it is not one.
+pub fn normal_endpoint(value: &str) -> Result<String, String> {
+    endpoint(value)
+}
+
 /// An endpoint: `http(s)://host[:port]` and nothing else (no credentials in it, ever).
 fn endpoint(value: &str) -> Result<String, String> {
     let e = |why: &str| Err(format!("query key endpoint: {why}"));

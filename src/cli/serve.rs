@@ -47,6 +47,16 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     allow_destination_roots: Vec<PathBuf>,
+    /// An S3 endpoint (http(s)://host[:port]) that a destination given over the API may name
+    /// with `?endpoint=` (repeatable) [default: only the service's own, AWS_ENDPOINT_URL].
+    /// Any other is refused at Register, Adopt and Standby: the service would send requests
+    /// signed with its credentials to whatever host a client names.
+    #[arg(
+        long = "allow-endpoint",
+        env = "MUSHROOMDB_BACKUP_ALLOW_ENDPOINTS",
+        value_delimiter = ','
+    )]
+    allow_endpoints: Vec<String>,
     /// The registry: sqlite:///path/registry.db or postgres://… [default: SQLite at
     /// <data-dir>/registry.db].
     #[arg(long, env = "MUSHROOMDB_BACKUP_REGISTRY")]
@@ -170,6 +180,7 @@ struct ServeToml {
     data_dir: Option<PathBuf>,
     allow_roots: Option<Vec<PathBuf>>,
     allow_destination_roots: Option<Vec<PathBuf>>,
+    allow_endpoints: Option<Vec<String>>,
     registry: Option<String>,
     instance_id: Option<String>,
     advertise_address: Option<String>,
@@ -264,6 +275,26 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         a.allow_destination_roots
     };
     let destination_roots = resolve_roots(destination_roots, "allowed destination root")?;
+    let endpoints = if a.allow_endpoints.is_empty() {
+        file.allow_endpoints.unwrap_or_default()
+    } else {
+        a.allow_endpoints
+    };
+    let mut allow_endpoints = Vec::new();
+    let own = std::env::var("AWS_ENDPOINT_URL")
+        .ok()
+        .filter(|e| !e.trim().is_empty());
+    for (given, what) in endpoints
+        .iter()
+        .map(|e| (e.as_str(), "--allow-endpoint"))
+        .chain(own.as_deref().map(|e| (e, "AWS_ENDPOINT_URL")))
+    {
+        let e = mushroom_backup::bucket::url::normal_endpoint(given.trim())
+            .map_err(|why| anyhow::anyhow!("{what}: {why}"))?;
+        if !allow_endpoints.contains(&e) {
+            allow_endpoints.push(e);
+        }
+    }
     let registry = a
         .registry
         .or(file.registry)
@@ -375,6 +406,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         data_dir,
         allow_roots: roots,
         allow_destination_roots: destination_roots,
+        allow_endpoints,
         registry_url: registry,
         tls,
         admin_token,

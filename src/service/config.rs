@@ -87,6 +87,10 @@ pub struct ServiceConfig {
     /// Resolved directories under which `file://` destinations must lie; empty: anywhere but
     /// an allowed root or the data directory.
     pub allow_destination_roots: Vec<PathBuf>,
+    /// The endpoints an `s3://` destination sent over the API may name (normalised): the
+    /// service's own (`AWS_ENDPOINT_URL`, when set) and each `--allow-endpoint`
+    /// (`fleet::destination`).
+    pub allow_endpoints: Vec<String>,
     pub registry_url: String,
     pub tls: Option<TlsFiles>,
     /// Operator calls need this bearer token when set; never blank. Never logged.
@@ -129,6 +133,7 @@ impl std::fmt::Debug for ServiceConfig {
             data_dir,
             allow_roots,
             allow_destination_roots,
+            allow_endpoints,
             registry_url,
             tls,
             admin_token,
@@ -152,6 +157,7 @@ impl std::fmt::Debug for ServiceConfig {
             .field("data_dir", data_dir)
             .field("allow_roots", allow_roots)
             .field("allow_destination_roots", allow_destination_roots)
+            .field("allow_endpoints", allow_endpoints)
             .field("registry_url", &crate::registry::redact_url(registry_url))
             .field("tls", tls)
             .field("admin_token", &admin_token.as_ref().map(|_| "<redacted>"))
@@ -281,6 +287,7 @@ mod tests {
             data_dir: PathBuf::from("/d"),
             allow_roots: vec![],
             allow_destination_roots: vec![],
+            allow_endpoints: vec![],
             registry_url: "postgres://backup:hunter2@db/registry".into(),
             tls: None,
             admin_token: Some("s3cret-t0ken".into()),

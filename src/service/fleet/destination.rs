@@ -51,6 +51,10 @@ pub struct Placement<'a> {
     pub data_dir: &'a Path,
     /// Empty: anywhere the other rules allow.
     pub destination_roots: &'a [PathBuf],
+    /// The endpoints an `s3://` destination may name (`?endpoint=`), normalised: the
+    /// service's own (`AWS_ENDPOINT_URL`) and each `--allow-endpoint`. Any other is refused:
+    /// the service would send requests signed with its credentials to any host a client names.
+    pub endpoints: &'a [String],
 }
 
 impl Destination {
@@ -158,6 +162,21 @@ pub fn check(raw: &str, placement: Placement<'_>) -> Result<Destination, Destina
             quote(raw)
         )));
     }
+    if let Ok(crate::bucket::url::DestinationUrl::S3 { settings, .. }) =
+        crate::bucket::url::parse(raw)
+        && let Some(endpoint) = &settings.endpoint
+        && !placement.endpoints.contains(endpoint)
+    {
+        return Err(DestinationError::Placement(format!(
+            "destination s3://…?endpoint={endpoint} names an endpoint this service does not \
+             send requests to (allowed: {}): give it to `serve --allow-endpoint`, or leave the \
+             endpoint out to use the service's own",
+            match placement.endpoints.is_empty() {
+                true => "none".to_string(),
+                false => placement.endpoints.join(", "),
+            }
+        )));
+    }
     if let Destination::File(path) = &dest {
         let denied = |why: String| {
             DestinationError::Placement(format!(
@@ -251,6 +270,7 @@ mod tests {
             store_roots: &roots,
             data_dir: &data,
             destination_roots: &[],
+            endpoints: &[],
         };
         let url = |p: &Path| format!("file://{}", p.display());
         let code = |r: Result<Destination, DestinationError>| match r {
@@ -277,5 +297,39 @@ mod tests {
             "denied"
         );
         assert_eq!(code(check("s3://bucket/p", p)), "ok");
+    }
+
+    /// Security review 4, finding 6: an endpoint a client names is one the operator allowed,
+    /// in any spelling of it; any other host is refused before a request is signed for it.
+    #[test]
+    fn an_s3_destination_names_only_an_allowed_endpoint() {
+        let allowed = ["http://minio.internal:9000".to_string()];
+        let p = Placement {
+            store_roots: &[],
+            data_dir: Path::new("/var/lib/mb"),
+            destination_roots: &[],
+            endpoints: &allowed,
+        };
+        assert!(check("s3://b/p", p).is_ok());
+        assert!(check("s3://b/p?endpoint=http://minio.internal:9000", p).is_ok());
+        assert!(check("s3://b/p?endpoint=HTTP://Minio.Internal:9000/&region=r", p).is_ok());
+        for other in [
+            "s3://b/p?endpoint=http://attacker.example",
+            "s3://b/p?endpoint=http://minio.internal:9001",
+            "s3://b/p?endpoint=https://minio.internal:9000",
+        ] {
+            match check(other, p) {
+                Err(DestinationError::Placement(why)) => {
+                    assert!(why.contains("--allow-endpoint"), "{why}")
+                }
+                r => panic!("{other}: {r:?}"),
+            }
+        }
+        let none = Placement {
+            endpoints: &[],
+            ..p
+        };
+        let why = check("s3://b/p?endpoint=http://minio.internal:9000", none).unwrap_err();
+        assert!(why.to_string().contains("allowed: none"), "{why}");
     }
 }

@@ -433,6 +433,7 @@ impl Fleet {
             store_roots: &self.config.allow_roots,
             data_dir: &self.config.data_dir,
             destination_roots: &self.config.allow_destination_roots,
+            endpoints: &self.config.allow_endpoints,
         }
     }
 

@@ -71,6 +71,7 @@ mod tests {
             store_roots: &roots,
             data_dir: Path::new("/var/lib/mb"),
             destination_roots: &[],
+            endpoints: &[],
         };
         o.check_replica(&Destination::parse(primary).unwrap(), placement, None)
     }
