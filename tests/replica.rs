@@ -279,7 +279,10 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
         ("s3://b/r?regoin=x", "unknown query key"),
         (primary.as_str(), "shares objects"),
         // An endpoint the operator did not allow: no request is signed for it.
-        ("s3://b/r?endpoint=http://attacker.invalid", "--allow-endpoint"),
+        (
+            "s3://b/r?endpoint=http://attacker.invalid",
+            "--allow-endpoint",
+        ),
     ] {
         let (ok, _, out) = ctl(&[
             "register",

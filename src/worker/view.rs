@@ -225,21 +225,15 @@ impl View {
         disk: &DiskState,
         pos: &WalPosition,
     ) -> Result<View, WorkerError> {
-        // The generations are listed while the restore points are read: the listing is needed
-        // whatever LATEST says (unless the lineage is refused, and a LIST changes nothing), so
-        // it need not wait for them.
         cx.activity.set(crate::health::StepPhase::Resuming);
         let bucket = cx.bucket;
-        let (found, generations) = tokio::join!(
-            newest_restore_point(bucket, cx.form),
-            bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX),
-        );
         let Found {
             latest,
             manifests,
             any_manifest,
             newest,
-        } = found?;
+        } = newest_restore_point(bucket, cx.form).await?;
+        let generations = list_generations(bucket, newest.as_ref().map(|(_, m)| m)).await;
 
         let store = cx.store.clone();
         let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
@@ -388,6 +382,48 @@ impl View {
             keys,
             wrappers: HashMap::new(),
         })
+    }
+}
+
+/// Every object under `gen/` a resume needs: all of them but the segments of the newest
+/// restore point's generation that it names, which can be tens of thousands (a LIST page per
+/// thousand: 3.4 s for 12,000 on moto, security review 4, finding 7) and are never read
+/// again. `gen/` is listed page by page as before (one LIST for a small prefix); a page that
+/// reaches that generation's segments short of the last one the manifest names jumps there
+/// (`StartAfter` the one before it, so the last named one still shows the generation has data
+/// to `keys::check_mixing`), and the listing goes on from it to the end: the segments past the
+/// restore point (the chain continues after the last named one) and later generations.
+async fn list_generations(
+    bucket: &DynBucket,
+    newest: Option<&Manifest>,
+) -> Result<Vec<crate::bucket::ObjectMeta>, crate::bucket::BucketError> {
+    let wal = newest.map(|m| manifest::segments_prefix(m.generation));
+    let skip_to = newest.and_then(|m| {
+        let named: Vec<&str> = m
+            .segments
+            .iter()
+            .filter(|s| s.object.generation == m.generation)
+            .map(|s| s.object.key.as_str())
+            .collect();
+        (named.len() >= 2).then(|| named[named.len() - 2].to_string())
+    });
+    let mut out: Vec<crate::bucket::ObjectMeta> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut query = crate::bucket::ListQuery::new(manifest::GEN_PREFIX, None, 1000);
+        if let Some(a) = &after {
+            query = query.starting_after(a.clone());
+        }
+        let page = bucket.list(query).await?;
+        out.extend(page.objects);
+        let (Some(_), Some(last)) = (page.next_token, out.last()) else {
+            return Ok(out);
+        };
+        let last = last.key.clone();
+        after = Some(match (&wal, &skip_to) {
+            (Some(w), Some(to)) if last.starts_with(w.as_str()) && last < *to => to.clone(),
+            _ => last,
+        });
     }
 }
 
