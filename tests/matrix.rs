@@ -158,17 +158,6 @@ async fn every_guarantee_holds_in_every_combination_of_modes() {
     );
 }
 
-/// The node of a text cell (see `matrix/node.rs`): runs only in a child the matrix spawns,
-/// which sets [`node::NODE_ENV`]; a no-op otherwise.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the node process of the matrix's text cells, run by the matrix itself"]
-async fn matrix_node_process() {
-    let Ok(spec) = std::env::var(node::NODE_ENV) else {
-        return;
-    };
-    node::run_text_node(serde_json::from_str(&spec).expect("a node spec")).await;
-}
-
 #[test]
 fn the_product_and_its_pruning_count_as_documented() {
     assert_eq!(cells::product().len(), 864);

@@ -23,7 +23,7 @@ use anyhow::Context;
 use clap::Args;
 
 use mushroom_backup::node_client::{NodeClient, NodeClientConfig};
-use mushroom_backup::store::engine::{Engine, EngineOptions, workload_ops};
+use mushroom_backup::store::engine::{Engine, EngineOptions, ValueKind, workload_ops_of};
 use mushroom_backup::store::format::WalPosition;
 
 #[derive(Args)]
@@ -54,6 +54,10 @@ pub struct NodeArgs {
     /// Bytes of each value.
     #[arg(long, default_value_t = 64)]
     value_size: usize,
+    /// What values hold: `random` bytes (incompressible) or `text` rows from a fixed
+    /// vocabulary (compress at least 3:1 with zstd), as `store write --value-kind`.
+    #[arg(long, default_value = "random")]
+    value_kind: ValueKind,
     /// Snapshot every K commits (0: never).
     #[arg(long, default_value_t = 0)]
     snapshot_every: u64,
@@ -162,7 +166,12 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     let writer = {
         let client = client.clone();
         let stop = stop.clone();
-        let (commits, rate, seed, value_size) = (a.commits, a.rate, a.seed, a.value_size);
+        let (commits, rate) = (a.commits, a.rate);
+        let workload = Workload {
+            seed: a.seed,
+            value_size: a.value_size,
+            kind: a.value_kind,
+        };
         let report = move |pos: WalPosition| {
             let _order = reporting.lock().unwrap_or_else(|p| p.into_inner());
             client.report(pos);
@@ -171,9 +180,7 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
                 let _ = acks.send((pos.commit_seq, mushroom_backup::units::unix_now_ms()));
             }
         };
-        tokio::task::spawn_blocking(move || {
-            write(engine, &report, &stop, commits, rate, seed, value_size)
-        })
+        tokio::task::spawn_blocking(move || write(engine, &report, &stop, commits, rate, workload))
     };
     let outcome = writer.await.context("the writer task failed")?;
     let (engine, written) = outcome.context("writing commits")?;
@@ -204,6 +211,14 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What each commit holds: the deterministic workload of `seed` (as `store write`).
+#[derive(Clone, Copy)]
+struct Workload {
+    seed: u64,
+    value_size: usize,
+    kind: ValueKind,
+}
+
 /// Appends the commits, syncing and reporting each; returns the engine (still open, so the
 /// digest below is of what was reported) and how many commits were written.
 fn write(
@@ -212,8 +227,7 @@ fn write(
     stop: &AtomicBool,
     commits: u64,
     rate: Option<f64>,
-    seed: u64,
-    value_size: usize,
+    w: Workload,
 ) -> anyhow::Result<(Engine, u64)> {
     let start = Instant::now();
     let mut written = 0u64;
@@ -225,7 +239,7 @@ fn write(
             }
         }
         let seq = engine.commit_seq() + 1;
-        engine.commit(&workload_ops(seed, seq, value_size))?;
+        engine.commit(&workload_ops_of(w.kind, w.seed, seq, w.value_size))?;
         report(engine.sync()?);
         written += 1;
     }
