@@ -187,7 +187,7 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
         FleetError::Promote(p) if p.is_unavailable() => Code::Unavailable,
         FleetError::Promote(_) => Code::FailedPrecondition,
         FleetError::Internal(_) => return None,
-        FleetError::InstanceIdShared { .. } => Code::FailedPrecondition,
+        FleetError::InstanceIdShared(_) => Code::FailedPrecondition,
     })
 }
 

@@ -76,21 +76,9 @@ pub enum FleetError {
     #[error("internal error: {0}")]
     Internal(String),
     /// At start: another live `serve` holds this instance id's lease in a bucket this one's
-    /// stores use (finding 4 of security review 4).
-    #[error(
-        "another live `serve` uses instance id {instance_id} on the lease root {root}: its \
-         instance lease is held by {holder} on host {host} (this process: {ours} on host \
-         {our_host}); give each `serve` sharing a bucket its own instance id (the default, \
-         kept in its data directory, is)"
-    )]
-    InstanceIdShared {
-        instance_id: String,
-        root: String,
-        holder: String,
-        host: String,
-        ours: String,
-        our_host: String,
-    },
+    /// stores use (finding 4 of security review 4); the message names both.
+    #[error("{0}")]
+    InstanceIdShared(String),
 }
 
 /// How a restore error reads (audited, and sent to the client unless internal).

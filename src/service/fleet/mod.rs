@@ -273,14 +273,13 @@ impl Fleet {
                 Ok(Some((_, holder, _))) if Some(&holder) == predecessor.as_ref() => {}
                 Ok(Some((root, holder, host))) => {
                     let c = self.leases.config();
-                    return Err(FleetError::InstanceIdShared {
-                        instance_id: self.config.instance_id.clone(),
-                        root,
-                        holder,
-                        host,
-                        ours: c.holder.clone(),
-                        our_host: c.host.clone(),
-                    });
+                    return Err(FleetError::InstanceIdShared(format!(
+                        "another live `serve` uses instance id {} on the lease root {root}: its \
+                         instance lease is held by {holder} on host {host} (this process: {} \
+                         on host {}); give each `serve` sharing a bucket its own instance id \
+                         (the default, kept in its data directory, is)",
+                        self.config.instance_id, c.holder, c.host
+                    )));
                 }
                 Ok(None) => {}
                 Err(e) => {
