@@ -32,13 +32,14 @@ for s in socks:
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
     SW_PORTS=("${ports[@]}")
     SW_DIR=$(mktemp -d -t mushroom-seaweedfs.XXXXXX)
-    mkdir -p "$SW_DIR/data"
+    mkdir -p "$SW_DIR/data" "$SW_DIR/log"
     cat >"$SW_DIR/s3.json" <<'JSON'
 {"identities": [{"name": "test",
   "credentials": [{"accessKey": "test", "secretKey": "test"}],
   "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
 JSON
-    "$SW_WEED" mini -dir="$SW_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+    # -logdir: glog's files go into SW_DIR (removed by sw_stop), not /tmp.
+    "$SW_WEED" -logdir="$SW_DIR/log" mini -dir="$SW_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
         -s3.port="${ports[0]}" -s3.port.grpc="${ports[1]}" \
         -master.port="${ports[2]}" -master.port.grpc="${ports[3]}" \
         -volume.port="${ports[4]}" -volume.port.grpc="${ports[5]}" \

@@ -418,7 +418,9 @@ pub async fn restore(
         path: target.path.clone(),
         detail: format!("finishing failed: {e}"),
     })??;
-    tracing::info!("{report}");
+    // The caller says it to people (the CLI on stdout, the service in its answer and events):
+    // at info it was said twice.
+    tracing::debug!("{report}");
     Ok(report)
 }
 

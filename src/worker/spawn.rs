@@ -770,7 +770,7 @@ impl Runner {
             }
         };
         match tokio::time::timeout(timeout, flush).await {
-            Ok(Ok(Ok(report))) => tracing::info!(?report, "flushed a last restore point"),
+            Ok(Ok(Ok(report))) => flush::flushed(&report),
             Ok(Ok(Err(e))) => {
                 tracing::warn!(error = %e, "the last flush failed");
                 self.record(|s| s.last_error = Some(format!("the last flush failed: {e}")));

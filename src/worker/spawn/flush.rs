@@ -1,5 +1,5 @@
 //! The flush wish of a shutdown: recorded before the worker's token is cancelled, read once
-//! by the runner ([`FlushWish::flush`]). In memory only.
+//! by the runner ([`FlushWish::flush`]). In memory only. And what the last flush says.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -29,5 +29,19 @@ impl FlushWish {
     /// Whether to flush at shutdown: unless asked not to (a cancelled parent token flushes).
     pub(super) fn flush(&self) -> bool {
         self.0.load(Ordering::Acquire) != Self::NO_FLUSH
+    }
+}
+
+/// The last flush's line for people: the restore point it wrote, or that there was nothing
+/// new (not a debug dump of its report).
+pub(super) fn flushed(report: &crate::worker::RunReport) {
+    match report.restore_point {
+        Some(commit_seq) => tracing::info!(
+            commit_seq,
+            segments = report.segments,
+            bytes = report.bytes,
+            "flushed: a last restore point at commit {commit_seq}"
+        ),
+        None => tracing::info!("flushed: nothing new since the last restore point"),
     }
 }
