@@ -104,6 +104,7 @@ mod fetch;
 pub mod keys;
 pub mod plan;
 pub mod readback;
+mod space;
 pub mod stage;
 
 pub use readback::{ReadBack, read_back};
@@ -345,7 +346,7 @@ pub async fn restore(
     let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
     opts.keys.open_all(bucket, entries).await?;
     layout.keys = opts.keys.clone();
-    if let Some(detail) = stage::space_problem(&target, layout.plain_bytes()) {
+    if let Some(detail) = space::space_problem(&target, &layout) {
         return Err(RestoreError::BadTarget {
             path: target.path.clone(),
             detail,

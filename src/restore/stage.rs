@@ -36,7 +36,7 @@
 //! KiB) it cost three requests, and S3-like servers that read an object whole for every ranged
 //! GET (moto does) three whole reads: `benches/s5cmd.rs` measured 42 GETs, 8 at a time, and
 //! 0.53x s5cmd's download + fsync, against 18 whole GETs after this change (the figures are
-//! in README's "Tests and benchmarks" table, row `s5cmd`). A whole GET's length is checked
+//! in docs/testing.md's table, row `s5cmd`). A whole GET's length is checked
 //! against the manifest like a range's.
 //!
 //! An encoded object (compressed or sealed, `src/at_rest/`) cannot be fetched by ranges into
@@ -345,31 +345,13 @@ impl Layout {
         self.pieces.iter().map(|p| p.len).sum()
     }
 
-    /// The plain bytes the pieces decode to, as their entries state them: what the restore
-    /// writes at most (a decoder stops at an entry's plain length).
-    pub fn plain_bytes(&self) -> u64 {
-        self.pieces
-            .iter()
-            .map(|p| p.encoded.as_ref().map_or(p.len, |e| e.plain_len()))
-            .fold(0u64, u64::saturating_add)
+    /// Each object's key and the plain bytes its entry states (`super::space`).
+    pub fn claims(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.pieces.iter().map(|p| {
+            let plain = p.encoded.as_ref().map_or(p.len, |e| e.plain_len());
+            (p.key.as_str(), plain)
+        })
     }
-}
-
-/// Why `target`'s file system cannot take `needed` bytes, if it cannot: checked before
-/// anything is downloaded, so a plan whose entries claim more than the disk holds (a
-/// decompression bomb may claim 32,768 times its stored size; security review 4, finding 6)
-/// is refused rather than written until the disk fills. `None` when the free space cannot be
-/// read (the writes then fail as they would).
-pub(crate) fn space_problem(target: &Target, needed: u64) -> Option<String> {
-    let v = rustix::fs::statvfs(&target.parent).ok()?;
-    let free = v.f_bavail.saturating_mul(v.f_frsize);
-    (needed > free).then(|| {
-        format!(
-            "the restore writes up to {needed} bytes (the plain bytes its plan's objects state) \
-             and {} has {free} bytes free: refused before downloading",
-            target.parent.display()
-        )
-    })
 }
 
 /// Why a side file's name cannot be restored as given, if it cannot: it must be a plain file

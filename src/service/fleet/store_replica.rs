@@ -71,7 +71,7 @@ mod tests {
             store_roots: &roots,
             data_dir: Path::new("/var/lib/mb"),
             destination_roots: &[],
-            endpoints: &[],
+            endpoints: &["http://h:9000".to_string()],
         };
         o.check_replica(&Destination::parse(primary).unwrap(), placement, None)
     }
