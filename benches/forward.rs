@@ -16,7 +16,7 @@
 //! - throughput with `FORWARD_CONCURRENCY` (default 16) callers for `FORWARD_SECS` (default 3)
 //!   seconds each, alternating twice: calls per second and the ratio to direct.
 //!
-//! `cargo bench --bench forward`. Nothing is asserted: the figures go in the README.
+//! `cargo bench --bench forward`. Nothing is asserted: the figures go in docs/testing.md.
 
 #[path = "support/serve.rs"]
 mod serve;

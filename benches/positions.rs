@@ -48,7 +48,7 @@
 //! exits non-zero when a target is missed.
 
 //!
-//! # What it showed (README has the figures)
+//! # What it showed (docs/testing.md has the figures)
 //!
 //! - On the ext4 disk the fleet cannot run at all as asked: the nodes' fdatasyncs (one per
 //!   commit, `POSBENCH_THREADS` at a time) and the `file://` bucket's fsyncs (file and

@@ -16,7 +16,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 fail() { printf '\ndemo: %s\n' "$*" >&2; exit 1; }
 
 step "build"
-# cargo's own progress, not a silent wait: a first build compiles ~500 crates (see the README
+# cargo's own progress, not a silent wait: a first build compiles ~500 crates (see docs/setup.md
 # for how long it takes and the disk it needs).
 cargo build
 mb="$CARGO_TARGET_DIR/debug/mushroom-backup"

@@ -9,7 +9,7 @@
 //! written from, and restored into, the same region; set `egress_per_gb` otherwise). A GB is
 //! 2^30 bytes, as AWS bills. The serve TOML's `[prices]` table overrides any of the keys
 //! ([`Prices::KEYS`]); an unknown key, a negative or non-finite price is refused at start
-//! ([`PriceError`]). The README gives tables for Cloudflare R2 and Backblaze B2.
+//! ([`PriceError`]). docs/operators-guide.md ("What a store costs") gives tables for Cloudflare R2 and Backblaze B2.
 //!
 //! # The estimate
 //!

@@ -33,7 +33,7 @@
 //! - **Retention deletes nothing**: a write-once worker's retention pass is a no-op (it
 //!   reports 0 deleted, sends no request). The bucket expires what is no longer kept: a
 //!   lifecycle rule expiring noncurrent versions and removing expired-object delete markers,
-//!   plus an `Expiration` of current versions after the lock period, documented in the README
+//!   plus an `Expiration` of current versions after the lock period, documented in docs/immutable.md
 //!   ("Immutable backups and a second copy"). A version cannot be removed before its retain-until date, so an
 //!   early expiry is refused by the bucket, never a loss.
 //! - **The lease** is the one key rewritten: `lease` in the prefix, written as before

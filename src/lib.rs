@@ -2,7 +2,7 @@
 //! restore points that are proven restorable. See `DESIGN.md` in the project's shared folder
 //! and the module docs below, floor by floor from the bottom: a module uses only the floors
 //! below it (`tests/architecture.rs` checks it). The floors an engine shares with the service
-//! are crates of their own under `crates/` (README, Layout), re-exported here under the paths
+//! are crates of their own under `crates/` (docs/layout.md), re-exported here under the paths
 //! they always had: [`units`] and [`manifest`] (`mushroom-format`, with [`store::format`]),
 //! [`backoff`] (`mushroom-backoff`), [`node_client`] (`mushroom-node-client`) and the messages
 //! and client of [`service::proto`] (`mushroom-proto`).
@@ -64,7 +64,7 @@ pub mod verify;
 pub mod wal_source;
 pub mod worker;
 
-// The floors that live in their own crates (crates/, README "Layout"), under the paths the
+// The floors that live in their own crates (crates/, docs/layout.md), under the paths the
 // library has always used.
 pub use mushroom_backoff as backoff;
 pub use mushroom_format::{manifest, units};

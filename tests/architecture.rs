@@ -1,4 +1,4 @@
-//! The house's two structural rules, checked on the code itself (README, Layout):
+//! The house's two structural rules, checked on the code itself (docs/layout.md):
 //!
 //! - **Floors stay floors**: a module imports only the modules on the floors below it, so
 //!   telemetry and the bucket know nothing of workers, health or the service.

@@ -1,4 +1,4 @@
-//! One promise, one matrix (issue 40): the README's guarantees ("What it guarantees") checked
+//! One promise, one matrix (issue 40): the guarantees of docs/guarantees.md checked
 //! in every combination of the modes a store can have, not only in the mode each feature was
 //! built in (security review 4, finding 1: an encrypted sync store acknowledged commits no
 //! restore reached).

@@ -91,15 +91,7 @@ async fn soak(partitioned: bool) {
         "promote-live"
     };
     let bucket = support::s3::create_bucket(&endpoint, name).await;
-    let proxy = FaultProxy::start(
-        &endpoint,
-        FaultPlan {
-            slow_down: 0,
-            drop_after: 0,
-            delay: 0,
-            ..FaultPlan::default()
-        },
-    );
+    let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
     let serve = |d: &served::Dirs, s3: &str, instance: &str| {
         let mut cmd = served::command(d);
         cmd.env("AWS_ENDPOINT_URL", s3)
@@ -141,22 +133,7 @@ async fn soak(partitioned: bool) {
             serve(&b, &endpoint, &format!("standby-{round}")),
         );
         let cb = served::client(addr_b).await;
-        let (ok, out) = served::ctl(
-            addr_b,
-            &[
-                "--json",
-                "standby",
-                "--dir",
-                standby_dir.to_str().unwrap(),
-                "--destination",
-                &url,
-            ],
-        );
-        assert!(ok, "ctl standby: {}", out.output());
-        let id = binary::json(&out.stdout())["store_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = served::ctl_standby(addr_b, &standby_dir, &url);
         // The primary holds its store, acknowledging, for several TTLs: its store lease
         // object is that old by now.
         pump(&mut n, &mut srv, Instant::now() + HELD);

@@ -92,15 +92,7 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
     let bucket = support::s3::create_bucket(&endpoint, "promote-partition").await;
     let s3 = support::s3::client(&endpoint);
     let url = format!("s3://{bucket}/p");
-    let proxy = FaultProxy::start(
-        &endpoint,
-        FaultPlan {
-            slow_down: 0,
-            drop_after: 0,
-            delay: 0,
-            ..FaultPlan::default()
-        },
-    );
+    let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
     let d = served::dirs();
     let dir = d.root.join("primary");
     std::fs::create_dir_all(&dir).unwrap();

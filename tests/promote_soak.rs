@@ -184,15 +184,7 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             .arg(&standby_dir)
             .args(["--commits", "1"]);
         binary::run_ok("store write", write, DEADLINE);
-        p.wait_for("ship the first commit", DEADLINE, |l| {
-            let (_, rest) = l.text.split_once("step outcome=Shipped")?;
-            let (_, seq) = rest.split_once("shipped_commit_seq: ")?;
-            let seq: u64 = seq
-                .trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse()
-                .ok()?;
-            (seq > applied).then_some(())
-        });
+        binary::wait_shipped_past(&mut p, applied, DEADLINE);
         let rto = killed.elapsed();
         p.signal(libc::SIGTERM);
         assert!(
@@ -273,22 +265,7 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
             serve(&b, &endpoint, &format!("standby-{round}")),
         );
         let cb = served::client(addr_b).await;
-        let (ok, out) = served::ctl(
-            addr_b,
-            &[
-                "--json",
-                "standby",
-                "--dir",
-                standby_dir.to_str().unwrap(),
-                "--destination",
-                &url,
-            ],
-        );
-        assert!(ok, "ctl standby: {}", out.output());
-        let id = binary::json(&out.stdout())["store_id"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let id = served::ctl_standby(addr_b, &standby_dir, &url);
         served::wait_health(&cb, &id, "the standby applying", |h| {
             h.role == "standby" && h.standby_commit_seq > 0
         })

@@ -1,5 +1,6 @@
-//! Every `mushroom-backup` command the README shows parses with the real binary, so a wrong
-//! subcommand or flag cannot stay in it (`ctl register --store-dir` did, for `--dir`).
+//! Every `mushroom-backup` command the README and the pages of `docs/` show parses with the
+//! real binary, so a wrong subcommand or flag cannot stay in them (`ctl register --store-dir`
+//! did, for `--dir`).
 //!
 //! The commands are the lines of its code blocks that start with `mb ` or `$mb ` (what the
 //! README names the binary) and its inline code spans that start with `mb ` or
@@ -202,22 +203,49 @@ fn check(command: &[String], levels: &mut HashMap<Vec<String>, Option<Level>>) -
     None
 }
 
+/// The README and every page of `docs/`, by their paths from the repository's root.
+fn manual() -> Vec<(String, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec!["README.md".to_string()];
+    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("read docs/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+        .into_iter()
+        .map(|p| {
+            let text =
+                std::fs::read_to_string(root.join(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            (p, text)
+        })
+        .collect()
+}
+
 #[test]
 fn every_command_in_the_readme_parses() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("read README.md");
-    let commands = readme_commands(&readme);
+    let commands: Vec<(String, usize, Vec<String>)> = manual()
+        .into_iter()
+        .flat_map(|(page, text)| {
+            readme_commands(&text)
+                .into_iter()
+                .map(move |(line, c)| (page.clone(), line, c))
+        })
+        .collect();
     assert!(
         commands.len() >= 40,
-        "only {} commands found in the README",
+        "only {} commands found in the README and docs/",
         commands.len()
     );
     let mut levels = HashMap::new();
     let wrong: Vec<String> = commands
         .iter()
-        .filter_map(|(line, command)| {
+        .filter_map(|(page, line, command)| {
             check(command, &mut levels)
-                .map(|why| format!("README.md:{line}: mb {}: {why}", command.join(" ")))
+                .map(|why| format!("{page}:{line}: mb {}: {why}", command.join(" ")))
         })
         .collect();
     eprintln!(
@@ -298,5 +326,46 @@ fn commands_are_found_in_blocks_and_in_spans() {
                 ]
             ),
         ]
+    );
+}
+
+/// The README is a manual's front page, not a lab notebook (issue 41): at most 300 lines; and
+/// each cell of `docs/benchmarks.md` is a figure, not its history: at most 300 characters.
+#[test]
+fn the_readme_stays_short_and_the_benchmark_cells_stay_figures() {
+    let pages = manual();
+    let (_, readme) = pages.iter().find(|(p, _)| p == "README.md").unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines: move detail into docs/"
+    );
+    let (_, bench) = pages
+        .iter()
+        .find(|(p, _)| p == "docs/benchmarks.md")
+        .expect("docs/benchmarks.md");
+    let long: Vec<String> = bench
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.starts_with("| "))
+        .flat_map(|(n, l)| {
+            l.trim_matches('|')
+                .split(" | ")
+                .filter(|c| c.chars().count() > 300)
+                .map(move |c| {
+                    format!(
+                        "line {}: {} characters: {}…",
+                        n + 1,
+                        c.chars().count(),
+                        c.chars().take(60).collect::<String>()
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "cells over 300 characters:\n{}",
+        long.join("\n")
     );
 }

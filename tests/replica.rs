@@ -36,15 +36,7 @@ fn the_replica_stays_healthy_and_current_while_the_primary_bucket_is_away_a_minu
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let primary_bucket = rt.block_on(support::s3::create_bucket(&endpoint, "replica-primary"));
     let replica_bucket = rt.block_on(support::s3::create_bucket(&endpoint, "replica-second"));
-    let proxy = FaultProxy::start(
-        &endpoint,
-        FaultPlan {
-            slow_down: 0,
-            drop_after: 0,
-            delay: 0,
-            ..FaultPlan::default()
-        },
-    );
+    let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
     let primary = format!("s3://{primary_bucket}/p?endpoint={}", proxy.url());
     let replica = format!("s3://{replica_bucket}/r?endpoint={endpoint}&region=us-east-1");
     let tmp = tempfile::tempdir().expect("a temp dir");

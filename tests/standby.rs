@@ -739,14 +739,6 @@ fn an_encrypted_prefix_is_promoted_with_its_key_and_its_promoted_store_ships() {
     let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
     assert_eq!(applied, 60, "{promoted}");
     write_more(&dir, 5, &[]);
-    p.wait_for("ship a commit of the promoted store", WAIT, |l| {
-        let (_, rest) = l.text.split_once("step outcome=Shipped")?;
-        let (_, seq) = rest.split_once("shipped_commit_seq: ")?;
-        let seq: u64 = seq
-            .trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .ok()?;
-        (seq > applied).then_some(())
-    });
+    binary::wait_shipped_past(&mut p, applied, WAIT);
     stop(&mut p);
 }

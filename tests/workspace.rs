@@ -1,4 +1,4 @@
-//! The workspace's promise to an engine author (README, Layout): adding the node client
+//! The workspace's promise to an engine author (docs/layout.md): adding the node client
 //! (`mushroom-node-client`) brings a small dependency tree, and none of the service's: no
 //! database driver, no S3 SDK, no OTLP exporter, no gRPC server or router.
 //!

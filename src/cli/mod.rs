@@ -189,7 +189,7 @@ const MALLOC_ARENAS: i32 = 1;
 /// Caps glibc's malloc arenas at [`MALLOC_ARENAS`], before any thread starts. By default glibc
 /// gives threads up to 8 arenas per core, each keeping the memory freed into it; the runtime's
 /// workers and blocking threads then hold several half-empty heaps. Measured with the `fleet`
-/// bench (10,000 idle stores, one watcher, README): the default arenas 559.1 MiB resident at
+/// bench (10,000 idle stores, one watcher, docs/testing.md): the default arenas 559.1 MiB resident at
 /// 3.13 % of a core; capped at two 511.7 MiB at 2.70 %; capped at one (this) 487.6 MiB at 4.10 %
 /// (483.3 MiB, 4.20 % with `MALLOC_ARENA_MAX=1`). One arena trades about 1.4 % of a core of lock
 /// waits among the threads for 24 MiB, which keeps both targets (< 5 %, < 512 MiB) with room.

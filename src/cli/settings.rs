@@ -28,7 +28,7 @@ pub struct WorkerSettings {
     #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_GENERATIONS")]
     pub keep_generations: Option<u64>,
     /// Keep the newest restore point of each of this many newest UTC days [default: 0, off].
-    /// Any tier set replaces --keep-generations (see the README, "Retention by tiers").
+    /// Any tier set replaces --keep-generations (see docs/operators-guide.md, "Retention by tiers").
     #[arg(long, env = "MUSHROOMDB_BACKUP_KEEP_DAILY")]
     pub keep_daily: Option<u64>,
     /// Keep the newest restore point of each of this many newest ISO weeks [default: 0, off].
@@ -56,7 +56,7 @@ pub struct WorkerSettings {
     pub compression_level: Option<i64>,
     /// Back up write-once: every object created once under S3 Object Lock in this mode,
     /// `governance` or `compliance`, retained as long as the retention policy keeps restore
-    /// points, nothing rewritten or deleted but the lease (README, "Immutable backups and a second copy").
+    /// points, nothing rewritten or deleted but the lease (docs/immutable.md).
     /// Needs an s3:// destination in a bucket with Object Lock enabled [default: off].
     #[arg(long, env = "MUSHROOMDB_BACKUP_OBJECT_LOCK", value_parser = ["governance", "compliance"])]
     pub object_lock: Option<String>,

@@ -25,7 +25,7 @@
 //! data key, and its objects are untouched. So an old wrapper kept from before (a copy of the
 //! bucket, an old object version) with the old key still opens its generation. New data keys
 //! come only with new generations (`worker::keys`: a random key per generation, at its
-//! start); rotating them is starting one and letting retention remove the old ones (README,
+//! start); rotating them is starting one and letting retention remove the old ones (docs/using.md,
 //! "Rotating the data keys").
 //!
 //! **The bucket lease.** Rekey does not take it: it writes only write-once wrappers and deletes

@@ -29,7 +29,7 @@
 //! then asks for a refresh and waits), else the local source too.
 //!
 //! What this cannot catch: a report of frames that are written but not yet fsynced. The node is
-//! trusted for that (README, threat model); the files only bound what a report can claim.
+//! trusted for that (docs/threat-model.md); the files only bound what a report can claim.
 //!
 //! [`StreamedSource::close`] (the store was deregistered) ends every stream: attachments see
 //! [`StreamAttachment::closed`], and no new stream attaches.

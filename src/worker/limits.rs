@@ -46,7 +46,7 @@ pub const KEEP_GENERATIONS: Limit = Limit {
 };
 /// WAL PUTs a second one store may cost (`durability`'s cap): 1 to 1,000. A store committing
 /// at N a second whose every commit should ship on its own needs a cap above N: at exactly N
-/// the token bucket is a queue at full load, and commits wait for tokens (README, "Durable
+/// the token bucket is a queue at full load, and commits wait for tokens (docs/operators-guide.md, "Durable
 /// acknowledgements"). 1,000 a second is about $13,000 a month of PUTs at S3 Standard's price.
 pub const WAL_PUTS_PER_SECOND: Limit = Limit {
     min: 1,

@@ -572,3 +572,17 @@ pub fn json(out: &str) -> serde_json::Value {
         .unwrap_or("");
     serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {out}"))
 }
+
+/// Waits (within `within`) until `child`, a backing-up process logging its steps, says it
+/// shipped a commit above `commit_seq` (`step outcome=Shipped … shipped_commit_seq: N`).
+pub fn wait_shipped_past(child: &mut Running, commit_seq: u64, within: Duration) {
+    child.wait_for(&format!("ship a commit above {commit_seq}"), within, |l| {
+        let (_, rest) = l.text.split_once("step outcome=Shipped")?;
+        let (_, seq) = rest.split_once("shipped_commit_seq: ")?;
+        let seq: u64 = seq
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .ok()?;
+        (seq > commit_seq).then_some(())
+    });
+}

@@ -84,6 +84,19 @@ impl Default for FaultPlan {
     }
 }
 
+impl FaultPlan {
+    /// No random fault: every request forwarded as it came (a partition is `set_hold`, an
+    /// outage `set_down`).
+    pub fn none() -> Self {
+        FaultPlan {
+            slow_down: 0,
+            drop_after: 0,
+            delay: 0,
+            ..FaultPlan::default()
+        }
+    }
+}
+
 /// What the proxy did, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FaultCounts {

@@ -392,3 +392,24 @@ pub async fn until_event(
     }
     seen
 }
+
+/// `ctl --json standby --dir DIR --destination URL` on the service at `addr`, which must
+/// succeed: the standby's store id.
+pub fn ctl_standby(addr: SocketAddr, dir: &Path, url: &str) -> String {
+    let (ok, out) = ctl(
+        addr,
+        &[
+            "--json",
+            "standby",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--destination",
+            url,
+        ],
+    );
+    assert!(ok, "ctl standby: {}", out.output());
+    binary::json(&out.stdout())["store_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
