@@ -151,7 +151,7 @@ pub struct PromoteArgs {
 /// is its own), so the old writer cannot take it back in between.
 pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::lease::LeaseConfig;
-    use mushroom_backup::standby::fence::FenceError;
+    use mushroom_backup::standby::takeover::TakeoverError;
     use mushroom_backup::wal_source::LocalSource;
     use mushroom_backup::worker::BackupWorker;
 
@@ -181,13 +181,16 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
         );
     }
     // Take the lease over and wait out the old holder's window or deadline, or with
-    // --wait-for-lease wait until its lease is stale (`standby::fence`, the service's too).
-    let held = standby::fence::fence(bucket.clone(), lease.clone(), a.wait_for_lease, &cancel)
-        .await
-        .map_err(|e| match e {
-            FenceError::Lease(_) | FenceError::Interrupted => anyhow::anyhow!("{what}: {e}"),
-            refused => anyhow::anyhow!("{what}: refused, nothing changed: {refused}"),
-        })?;
+    // --wait-for-lease wait until its lease is stale (`standby::takeover`, the service's too).
+    let held =
+        standby::takeover::take_over(bucket.clone(), lease.clone(), a.wait_for_lease, &cancel)
+            .await
+            .map_err(|e| match e {
+                TakeoverError::Lease(_) | TakeoverError::Interrupted => {
+                    anyhow::anyhow!("{what}: {e}")
+                }
+                refused => anyhow::anyhow!("{what}: refused, nothing changed: {refused}"),
+            })?;
     let adopted = async {
         let opts = StandbyOptions {
             keys,

@@ -119,7 +119,7 @@ pub(crate) fn stale_by_bucket_clock(age: Option<Duration>, wait: Duration) -> bo
 /// position: the time a promotion waits after taking the lease before it reads what was
 /// acknowledged. Confirmations run in the gap after an acknowledgement, one at most every half
 /// window while commits are acknowledged, none while the store is idle
-/// (`worker/spawn/ack_fence.rs`).
+/// (`worker/spawn/ack_window.rs`).
 pub const ACK_WINDOW: Duration = Duration::from_secs(1);
 /// The longest [`LeaseRecord::ack_window_ms`] a taker trusts: past it, it waits for the
 /// holder's deadline instead.

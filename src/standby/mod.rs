@@ -75,10 +75,10 @@ use crate::restore::{RestoreOptions, keys::RestoreKeys};
 
 pub mod apply;
 mod error;
-pub mod fence;
 pub mod local;
 pub mod poll;
 pub mod promote;
+pub mod takeover;
 
 pub use apply::ApplyStep;
 pub use error::StandbyError;

@@ -49,7 +49,7 @@
 //! primary. So a sync worker's lease record promises [`crate::lease::ACK_WINDOW`]
 //! ([`crate::lease::LeaseRecord::ack_window_ms`]) and its position is **gated**: a step
 //! *offers* what it made durable ([`DurableTx::offer`]), and the runner *releases* it
-//! ([`DurableTx::release`], `spawn/ack_fence.rs`) only within the window of the start of a
+//! ([`DurableTx::release`], `spawn/ack_window.rs`) only within the window of the start of a
 //! read of the lease object that found it still this worker's
 //! ([`crate::lease::LeaseHandle::confirm`]). The read runs in the background after an
 //! acknowledgement (at most one per half window while commits come, none while the store is

@@ -73,7 +73,7 @@ use crate::lease::{
 };
 use crate::store::watch::Signal;
 
-mod ack_fence;
+mod ack_window;
 mod flush;
 mod pace;
 mod paused;
@@ -327,7 +327,7 @@ impl BackupWorker {
     ) -> BackupHandle {
         let mut acquirer = acquirer;
         let mode = self.config.durability; // sync: the ack window (`durable.rs`)
-        let ack_fence = ack_fence::for_mode(mode, &mut acquirer, &self.durable, tasks);
+        let ack_window = ack_window::for_mode(mode, &mut acquirer, &self.durable, tasks);
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -374,7 +374,7 @@ impl BackupWorker {
             status: status.clone(),
             backoff: Backoff::new(first_backoff, max_backoff),
             gate: gate.clone(),
-            ack_fence,
+            ack_window,
         };
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
@@ -443,8 +443,8 @@ struct Runner {
     backoff: Backoff,
     /// Passed before every step and the last flush (`pause.rs`).
     gate: PauseGate,
-    /// In `durability = sync`: what publishes the durable position (`spawn/ack_fence.rs`).
-    ack_fence: Option<ack_fence::AckFence>,
+    /// In `durability = sync`: what publishes the durable position (`spawn/ack_window.rs`).
+    ack_window: Option<ack_window::AckWindow>,
 }
 
 impl Runner {
@@ -509,7 +509,7 @@ impl Runner {
             self.worker.ledger.lease_acquired();
             tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
             self.worker.forget_view();
-            self.ack_fence.as_mut().map(ack_fence::AckFence::reset);
+            self.ack_window.as_mut().map(ack_window::AckWindow::reset);
             let wait = match self.hold(&lease).await {
                 Holding::Shutdown => {
                     if self.flush.flush() {
@@ -647,8 +647,8 @@ impl Runner {
                     stepped_once = true;
                     self.record(|s| s.activity = Activity::Stepping);
                 }
-                if let Some(fence) = &mut self.ack_fence {
-                    fence.kick(&lease.handle());
+                if let Some(window) = &mut self.ack_window {
+                    window.kick(&lease.handle());
                 }
                 let grace = self.worker.config.shutdown_grace;
                 let span = tracing::info_span!("backup.step", store_id = %self.store_id);
@@ -685,9 +685,9 @@ impl Runner {
                     }
                 };
                 drop(step);
-                if let (Some(fence), Ok(Ok(_))) = (&mut self.ack_fence, &stepped) {
+                if let (Some(window), Ok(Ok(_))) = (&mut self.ack_window, &stepped) {
                     let (handle, durable) = (lease.handle(), &self.worker.durable);
-                    match fence.settle_unless(&handle, durable, &self.token).await {
+                    match window.settle_unless(&handle, durable, &self.token).await {
                         Some(Ok(())) => {}
                         Some(Err(_)) => return Holding::Lost,
                         None => return Holding::Shutdown,

@@ -7,7 +7,7 @@
 //! 2. Stop the follower and wait for it to end (its `store.lock` released).
 //! 3. A prefix whose LATEST names an adopter already (another promotion won) is refused,
 //!    naming the winner's lineage, before the lease is touched.
-//! 4. **Fence** the old writer: one call, `standby::fence::fence` (take the lease over at
+//! 4. **Take over** from the old writer: one call, `standby::takeover::take_over` (take the lease over at
 //!    once and wait out the old holder's deadline, or with `wait_for_lease` wait until the
 //!    lease is stale, else refuse naming why).
 //! 5. Catch up, adopt and claim LATEST: `crate::standby::promote::promote`. Of two racing
@@ -15,7 +15,7 @@
 //! 6. The registry row's options lose `standby` (a restart of `serve` runs the store as a
 //!    primary), the lease is handed over, unreleased, to the store's backup worker, started
 //!    as any primary's (`Fleet::spawn`: the service's lease machinery, under its instance
-//!    lease; the lease is its holder id's, so taken at once: `standby/fence.rs`).
+//!    lease; the lease is its holder id's, so taken at once: `standby/takeover.rs`).
 //!
 //! The steps run in a task of the fleet's tracker, not in the caller's future: a client that
 //! goes away, or the call's timeout, does not cut a promotion half way.
@@ -41,7 +41,7 @@ use std::sync::Arc;
 use super::standby::StandbyEntry;
 use super::{Done, Fleet, FleetError};
 use crate::lease::LeaseConfig;
-use crate::standby::fence::{self, FenceError};
+use crate::standby::takeover::{self, TakeoverError};
 use crate::standby::{StandbyError, StandbyOptions};
 
 /// Why a promotion was refused or failed.
@@ -66,7 +66,7 @@ pub enum PromoteError {
     )]
     AlreadyPromoted { manifest: String, winner: String },
     #[error("refused, nothing changed: {0}")]
-    Fence(#[from] FenceError),
+    Takeover(#[from] TakeoverError),
     #[error("{0}")]
     Standby(#[from] StandbyError),
     #[error("the destination: {0}")]
@@ -88,7 +88,7 @@ impl PromoteError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             PromoteError::Bucket(_) => true,
-            PromoteError::Fence(FenceError::Lease(_)) => true,
+            PromoteError::Takeover(TakeoverError::Lease(_)) => true,
             PromoteError::Standby(e) => e.is_transient(),
             _ => false,
         }
@@ -236,7 +236,13 @@ impl Fleet {
             holder: instance_fence.holder().to_string(),
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let fenced = match fence::fence(bucket.clone(), lease, wait_for_lease, &self.shutdown).await
+        let fenced = match takeover::take_over(
+            bucket.clone(),
+            lease,
+            wait_for_lease,
+            &self.shutdown,
+        )
+        .await
         {
             Ok(f) => f,
             Err(e) => {

@@ -18,7 +18,7 @@
 //! A restore reaches that restore point, so it is also the worker's **durable position**: the
 //! manifest LATEST names is read (one more GET) for its generation, and the position is offered
 //! as a step's would be (in `durability = sync`, released within the acknowledgement window of
-//! a confirming read of the lease, `ack_fence.rs`). Health's figures are published after it
+//! a confirming read of the lease, `ack_window.rs`). Health's figures are published after it
 //! (`worker::figures`), so a paused store never shows a restore point beside a restore that
 //! reaches 0. A LATEST some other lineage adopted (`adopted_by`) is booked as before but
 //! offers no position: this writer would be refused at Resume.
@@ -145,9 +145,9 @@ impl Runner {
                                 if let Some(pos) = found.durable {
                                     self.worker.durable.offer(pos);
                                 }
-                                if let Some(fence) = &mut self.ack_fence {
+                                if let Some(window) = &mut self.ack_window {
                                     let (handle, durable) = (lease.handle(), &self.worker.durable);
-                                    match fence.settle_unless(&handle, durable, &self.token).await {
+                                    match window.settle_unless(&handle, durable, &self.token).await {
                                         Some(Ok(())) => {}
                                         Some(Err(_)) => return Some(Holding::Lost),
                                         None => return Some(Holding::Shutdown),

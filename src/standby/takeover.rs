@@ -1,4 +1,4 @@
-//! The fence of a promotion ([`fence`]): the one call a promotion makes to be sure the
+//! The takeover of a promotion ([`take_over`]): the one call a promotion makes to be sure the
 //! prefix's old writer has stopped, the standalone `promote` (`cli/standby.rs`) and the
 //! service's `Promote` (`service/fleet/promote.rs`) alike:
 //!
@@ -18,7 +18,7 @@
 //! standalone `promote`'s own, or in the service the holder id of its instance lease for the
 //! destination's lease root ([`Fence::holder`](crate::lease::Fence::holder)), so the
 //! promotion's lease does not end with a hiccup of the instance lease while it catches up.
-//! When the promotion is done, [`Fenced::hand_over`] stops renewing and leaves the object as
+//! When the promotion is done, [`TakenOver::hand_over`] stops renewing and leaves the object as
 //! it is; the store's worker then starts under that same holder id (the service's fenced
 //! acquirer, or the CLI's worker with the same [`LeaseConfig`]): the object is its own, taken
 //! at once ("it is this holder's"), so no other writer can take it in between (it is live for
@@ -36,9 +36,9 @@ use tokio_util::task::TaskTracker;
 use crate::bucket::DynBucket;
 use crate::lease::{Acquisition, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, TakeOver};
 
-/// Why the old writer could not be fenced.
+/// Why the old writer's lease could not be taken over (nothing was written).
 #[derive(Debug, thiserror::Error)]
-pub enum FenceError {
+pub enum TakeoverError {
     #[error(
         "the old writer cannot be proven fenced: {0}; stop it first, or promote with \
          --wait-for-lease (wait_for_lease) to wait until its lease is stale"
@@ -70,14 +70,14 @@ pub enum FenceError {
 }
 
 /// A lease held for a promotion.
-pub struct Fenced {
+pub struct TakenOver {
     lease: BucketLease,
     tasks: TaskTracker,
     /// The holder taken over (holder on host (store)), when there was one.
     pub previous: Option<String>,
 }
 
-impl Fenced {
+impl TakenOver {
     /// Stops renewing and leaves the lease object, for the store's worker (the same holder
     /// id) to take at once (see the module docs).
     pub async fn hand_over(self) {
@@ -98,12 +98,12 @@ impl Fenced {
 
 /// Fences the old writer of `bucket`'s prefix (see the module docs); `config` names this
 /// instance's holder id for the destination's lease root.
-pub async fn fence(
+pub async fn take_over(
     bucket: DynBucket,
     config: LeaseConfig,
     wait_for_lease: bool,
     cancel: &CancellationToken,
-) -> Result<Fenced, FenceError> {
+) -> Result<TakenOver, TakeoverError> {
     let tasks = TaskTracker::new();
     let ttl = config.ttl;
     let mut acquirer = LeaseAcquirer::new(bucket, config).tracked(tasks.clone());
@@ -126,7 +126,7 @@ pub async fn fence(
             tokio::select! {
                 _ = cancel.cancelled() => {
                     let _ = lease.release().await;
-                    Err(FenceError::Interrupted)
+                    Err(TakeoverError::Interrupted)
                 }
                 _ = tokio::time::sleep(fenced_in) => Ok((lease, previous)),
             }
@@ -137,7 +137,7 @@ pub async fn fence(
             host,
             store,
             ..
-        })) => Err(FenceError::HeldElsewhere {
+        })) => Err(TakeoverError::HeldElsewhere {
             holder,
             host,
             store,
@@ -146,11 +146,11 @@ pub async fn fence(
             tracing::info!(%why, "promotion: waiting until the bucket lease is stale");
             wait_until_stale(&mut acquirer, ttl, cancel).await
         }
-        Ok(TakeOver::Unprovable(why)) => Err(FenceError::Unprovable(why)),
+        Ok(TakeOver::Unprovable(why)) => Err(TakeoverError::Unprovable(why)),
         Err(e) => Err(e.into()),
     };
     match result {
-        Ok((lease, previous)) => Ok(Fenced {
+        Ok((lease, previous)) => Ok(TakenOver {
             lease,
             tasks,
             previous,
@@ -170,7 +170,7 @@ async fn wait_until_stale(
     acquirer: &mut LeaseAcquirer,
     ttl: Duration,
     cancel: &CancellationToken,
-) -> Result<(BucketLease, Option<String>), FenceError> {
+) -> Result<(BucketLease, Option<String>), TakeoverError> {
     let started = tokio::time::Instant::now();
     let give_up = ttl * 2 + Duration::from_secs(5);
     let mut seen = None;
@@ -185,7 +185,7 @@ async fn wait_until_stale(
                 ..
             } => {
                 if started.elapsed() >= give_up {
-                    return Err(FenceError::StillHeld {
+                    return Err(TakeoverError::StillHeld {
                         waited_s: started.elapsed().as_secs(),
                         holder,
                         host,
@@ -195,7 +195,7 @@ async fn wait_until_stale(
                 tracing::info!(%holder, %host, ?retry_in, "promotion: the bucket lease is still held; waiting");
                 seen = Some(format!("{holder} on {host} (store {store})"));
                 tokio::select! {
-                    _ = cancel.cancelled() => return Err(FenceError::Interrupted),
+                    _ = cancel.cancelled() => return Err(TakeoverError::Interrupted),
                     _ = tokio::time::sleep(retry_in.min(Duration::from_secs(1))) => {}
                 }
             }

@@ -1,4 +1,4 @@
-//! [`AckFence`]: a sync worker publishes a durable position only within the acknowledgement
+//! [`AckWindow`]: a sync worker publishes a durable position only within the acknowledgement
 //! window of a confirming read of its lease (`worker/durable.rs`, "Published only within the
 //! acknowledgement window"; the promise is [`crate::lease::LeaseRecord::ack_window_ms`]).
 //!
@@ -8,9 +8,9 @@
 //!   before the next commit, so a busy store's steps find the lease confirmed and no PUT waits
 //!   behind a read at the server. A busy store so pays one GET per half window (2 a second at
 //!   the default window of 1 s); an idle store pays nothing. A step after a quiet spell longer
-//!   than the window ([`AckFence::kick`]) starts its read beside its PUT: its ack waits for
+//!   than the window ([`AckWindow::kick`]) starts its read beside its PUT: its ack waits for
 //!   the later of the two.
-//! - After the step ([`AckFence::settle`]), what it offered is released only if the newest
+//! - After the step ([`AckWindow::settle`]), what it offered is released only if the newest
 //!   read that found the lease ours *started* at most a window ago; else it waits for the read
 //!   in flight, or makes one, and looks again. A read that finds the lease taken ends it
 //!   ([`LeaseError::Lost`]): nothing is released, and the runner breaks the chain. A read that
@@ -42,7 +42,7 @@ const TRIES: u32 = 5;
 const RETRY: Duration = Duration::from_millis(100);
 
 /// See the module docs.
-pub(super) struct AckFence {
+pub(super) struct AckWindow {
     /// Where the reads run (the worker's tracker: whoever waits for the worker waits for them).
     tasks: TaskTracker,
     window: Duration,
@@ -59,9 +59,9 @@ pub(super) fn for_mode(
     acquirer: &mut LeaseAcquirer,
     durable: &DurableTx,
     tasks: &TaskTracker,
-) -> Option<AckFence> {
+) -> Option<AckWindow> {
     let fence = match mode {
-        DurabilityMode::Sync => Some(AckFence::new(ACK_WINDOW, tasks.clone())),
+        DurabilityMode::Sync => Some(AckWindow::new(ACK_WINDOW, tasks.clone())),
         DurabilityMode::Async => None,
     };
     acquirer.promising_ack_window(fence.as_ref().map(|f| f.window));
@@ -69,9 +69,9 @@ pub(super) fn for_mode(
     fence
 }
 
-impl AckFence {
+impl AckWindow {
     pub(super) fn new(window: Duration, tasks: TaskTracker) -> Self {
-        AckFence {
+        AckWindow {
             tasks,
             window,
             confirmed_from: None,
@@ -134,7 +134,7 @@ impl AckFence {
         }
     }
 
-    /// [`AckFence::settle`], or `None` once `token` is cancelled first (shutdown).
+    /// [`AckWindow::settle`], or `None` once `token` is cancelled first (shutdown).
     pub(super) async fn settle_unless(
         &mut self,
         lease: &LeaseHandle,
