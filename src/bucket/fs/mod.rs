@@ -94,6 +94,9 @@
 //! empty, `.` or `..` segments are refused as `Permanent`. Names that are not UTF-8 are not
 //! listed; links and other special files are refused (see "Links").
 
+mod bucket;
+mod write;
+
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::ops::Range;
@@ -103,6 +106,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
+use write::*;
 
 use bytes::Bytes;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
@@ -290,59 +294,6 @@ impl FsBucket {
                 key: key.to_string(),
                 message: format!("blocking task failed: {e}"),
             })?
-    }
-}
-
-#[async_trait::async_trait]
-impl super::Bucket for FsBucket {
-    fn url(&self) -> String {
-        format!("file://{}", self.inner.root.display())
-    }
-
-    async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
-        check_key("get", key)?;
-        let k = key.to_string();
-        self.blocking("get", key, move |b| b.get(&k, at_most)).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, BucketError> {
-        check_key("get_range", key)?;
-        let k = key.to_string();
-        self.blocking("get_range", key, move |b| b.get_range(&k, range))
-            .await
-    }
-
-    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, BucketError> {
-        check_key("head", key)?;
-        let k = key.to_string();
-        self.blocking("head", key, move |b| b.head(&k)).await
-    }
-
-    async fn put_with(&self, key: &str, body: Body, opts: PutOpts) -> Result<String, BucketError> {
-        check_key("put", key)?;
-        if opts.retain.is_some() {
-            return Err(super::lock_refused("a local directory", key));
-        }
-        let k = key.to_string();
-        self.blocking("put", key, move |b| b.put(&k, &body, &opts))
-            .await
-    }
-
-    async fn delete(&self, key: &str, if_match: Option<&str>) -> Result<(), BucketError> {
-        check_key("delete", key)?;
-        let k = key.to_string();
-        let if_match = if_match.map(str::to_string);
-        self.blocking("delete", key, move |b| b.delete(&k, if_match.as_deref()))
-            .await
-    }
-
-    async fn list(&self, query: ListQuery<'_>) -> Result<ListPage, BucketError> {
-        let (p, max_keys) = (query.prefix.to_string(), query.max_keys);
-        let after = query.after().map(str::to_string);
-        self.blocking("list", query.prefix, move |b| {
-            b.list(&p, after.as_deref(), max_keys)
-        })
-        .await
     }
 }
 
@@ -684,65 +635,6 @@ impl Inner {
             next_token,
         })
     }
-}
-
-/// Why writing a temp file failed: the body could not be read, or the temp file not written.
-enum WriteError {
-    Body(io::Error),
-    Temp(io::Error),
-}
-
-/// Writes `body` to the new file `tmp` (created, not followed, with the file mode), fsyncs it
-/// and caches its ETag; returns the ETag.
-fn write_file(tmp: &Temp, body: &Body, modes: &FileModes) -> Result<String, WriteError> {
-    let mut file = File::from(
-        rustix::fs::openat(
-            &tmp.dir,
-            tmp.name.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(modes.file),
-        )
-        .map_err(|e| WriteError::Temp(e.into()))?,
-    );
-    modes.set_file(&file).map_err(WriteError::Temp)?;
-    let mut hasher = Sha256::new();
-    match body {
-        Body::Bytes(bytes) => {
-            hasher.update(bytes);
-            file.write_all(bytes).map_err(WriteError::Temp)?;
-        }
-        Body::File {
-            file: source,
-            offset,
-            len,
-            crc32,
-        } => {
-            let mut buf = vec![0u8; crate::units::usize_of(CHUNK.min(*len))];
-            let mut crc = crc32fast::Hasher::new();
-            let mut done = 0;
-            while done < *len {
-                let n = crate::units::usize_of(CHUNK.min(len - done));
-                source
-                    .read_exact_at(&mut buf[..n], offset + done)
-                    .map_err(WriteError::Body)?;
-                hasher.update(&buf[..n]);
-                if crc32.is_some() {
-                    crc.update(&buf[..n]);
-                }
-                file.write_all(&buf[..n]).map_err(WriteError::Temp)?;
-                done += n as u64;
-            }
-            // Checked before the fsync and the rename: a changed file leaves no object.
-            if let Some(stated) = crc32 {
-                check_crc32(*stated, crc.finalize())
-                    .map_err(|m| WriteError::Body(io::Error::new(io::ErrorKind::InvalidData, m)))?;
-            }
-        }
-    }
-    file.sync_all().map_err(WriteError::Temp)?;
-    let etag = etag_of_digest(hasher.finalize().into());
-    cache_etag(&file, body.len(), &etag);
-    Ok(etag)
 }
 
 fn check_absolute(root: &Path) -> Result<(), OpenError> {
