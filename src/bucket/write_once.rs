@@ -46,8 +46,12 @@ use super::{
     PutCondition, PutHint, PutOpts,
 };
 
-/// The S3 Object Lock retention modes (`x-amz-object-lock-mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The S3 Object Lock retention modes (`x-amz-object-lock-mode`); `governance` or
+/// `compliance` as the flag, the TOML key and the registry row write it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum LockMode {
     /// A user with `s3:BypassGovernanceRetention` may still shorten or lift the retention.
     Governance,

@@ -246,94 +246,33 @@ struct Telemetry {
     warnings: Vec<String>,
 }
 
+/// The service's configuration: each setting from its flag (or variable), else the TOML
+/// file, else its default; checked and named as it was given.
 fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
-    let file: ServeToml = match &a.config {
-        None => ServeToml::default(),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("config {}", p.display()))?;
-            toml::from_str(&text).with_context(|| format!("config {}", p.display()))?
-        }
-    };
+    let file = read_config_file(a.config.as_deref())?;
     let data_dir = absolute(
         &a.data_dir
-            .or(file.data_dir)
+            .clone()
+            .or(file.data_dir.clone())
             .unwrap_or_else(|| PathBuf::from("mushroom-data")),
     )?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("data dir {}", data_dir.display()))?;
-    let roots = if a.allow_roots.is_empty() {
-        file.allow_roots
-            .unwrap_or_else(|| vec![data_dir.join("stores")])
-    } else {
-        a.allow_roots
-    };
-    let roots = resolve_roots(roots, "allowed root")?;
-    let destination_roots = if a.allow_destination_roots.is_empty() {
-        file.allow_destination_roots.unwrap_or_default()
-    } else {
-        a.allow_destination_roots
-    };
-    let destination_roots = resolve_roots(destination_roots, "allowed destination root")?;
-    let endpoints = if a.allow_endpoints.is_empty() {
-        file.allow_endpoints.unwrap_or_default()
-    } else {
-        a.allow_endpoints
-    };
-    let mut allow_endpoints = Vec::new();
-    let own = std::env::var("AWS_ENDPOINT_URL")
-        .ok()
-        .filter(|e| !e.trim().is_empty());
-    for (given, what) in endpoints
-        .iter()
-        .map(|e| (e.as_str(), "--allow-endpoint"))
-        .chain(own.as_deref().map(|e| (e, "AWS_ENDPOINT_URL")))
-    {
-        let e = mushroom_backup::bucket::url::normal_endpoint(given.trim())
-            .map_err(|why| anyhow::anyhow!("{what}: {why}"))?;
-        if !allow_endpoints.contains(&e) {
-            allow_endpoints.push(e);
-        }
-    }
+    let places = Places::resolve(&a, &file, &data_dir)?;
     let registry = a
         .registry
-        .or(file.registry)
+        .clone()
+        .or(file.registry.clone())
         .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("registry.db").display()));
-    let tls = match (a.tls_cert, a.tls_key, file.tls) {
-        (Some(cert), Some(key), _) => Some(TlsFiles {
-            cert,
-            key,
-            client_ca: a.tls_client_ca,
-        }),
-        (None, None, Some(t)) => Some(TlsFiles {
-            cert: t.cert,
-            key: t.key,
-            client_ca: a.tls_client_ca.or(t.client_ca),
-        }),
-        (None, None, None) => None,
-        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
-    };
+    let tls = tls_files(&a, &file)?;
     let mut warnings = Vec::new();
     let admin_token = admin_token(
         a.admin_token_file.as_deref(),
         file.admin_token_file.as_deref(),
         &mut warnings,
     )?;
-    let mut telemetry = Telemetry {
-        warnings: Vec::new(),
-        metrics_listen: a.metrics_listen.or(file.metrics_listen),
-        log_format: match a
-            .log_format
-            .as_deref()
-            .or(file.log_format.as_deref())
-            .unwrap_or("text")
-        {
-            "text" => mushroom_backup::telemetry::LogFormat::Text,
-            "json" => mushroom_backup::telemetry::LogFormat::Json,
-            other => anyhow::bail!("log_format = {other:?}: must be \"text\" or \"json\""),
-        },
-    };
-    let worker_file = file.worker.unwrap_or_default();
+    let mut telemetry = telemetry(&a, &file)?;
+    let worker_file = file.worker.clone().unwrap_or_default();
     let worker = a.worker.config_with(&worker_file)?;
     let lease_ttl = limits::LEASE_TTL_MS
         .check_ms(
@@ -354,44 +293,12 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         3000,
     )?;
     let owner_silent_after = period("--owner-silent-after-ms", a.owner_silent_after_ms, 15_000)?;
-    let pause_ms = |flag: &str, v: Option<u64>, default: u64| {
-        limits::PAUSE_MS
-            .check_ms(flag, v.unwrap_or(default))
-            .map_err(anyhow::Error::msg)
-    };
-    let pause = service::PauseLimits {
-        default: pause_ms(
-            "--pause-default-ms",
-            a.pause_default_ms.or(file.pause_default_ms),
-            3_600_000,
-        )?,
-        max: pause_ms(
-            "--pause-max-ms",
-            a.pause_max_ms.or(file.pause_max_ms),
-            86_400_000,
-        )?,
-    };
-    let urls = if a.webhook_urls.is_empty() {
-        file.webhook_urls.unwrap_or_default()
-    } else {
-        a.webhook_urls
-    };
-    let secret = match (&a.webhook_secret_file, &file.webhook_secret_file) {
-        (Some(p), _) => Some(webhook_secret(p, "--webhook-secret-file", &mut warnings)?),
-        (None, Some(p)) => Some(webhook_secret(p, "webhook_secret_file", &mut warnings)?),
-        (None, None) => None,
-    };
-    let webhooks = urls
-        .iter()
-        .map(|u| {
-            let mut w = WebhookConfig::parse(u).map_err(anyhow::Error::msg)?;
-            w.secret = secret.clone();
-            Ok(w)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let pause = pause_limits(&a, &file)?;
+    let webhooks = webhooks(&a, &file, &mut warnings)?;
+    let peers = peers(&a, &file, &mut warnings)?;
     // Given, or this data directory's own: `<host>-<random>`, kept in it (`instance_id.rs`),
     // so two `serve`s of one host never share an instance lease by default.
-    let instance_id = match a.instance_id.or(file.instance_id) {
+    let instance_id = match a.instance_id.clone().or(file.instance_id.clone()) {
         Some(id) => id,
         None => mushroom_backup::instance_id::default_for(
             &data_dir,
@@ -404,9 +311,9 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             .or(file.listen)
             .unwrap_or_else(|| "127.0.0.1:50051".parse().expect("valid")),
         data_dir,
-        allow_roots: roots,
-        allow_destination_roots: destination_roots,
-        allow_endpoints,
+        allow_roots: places.roots,
+        allow_destination_roots: places.destination_roots,
+        allow_endpoints: places.endpoints,
         registry_url: registry,
         tls,
         admin_token,
@@ -419,28 +326,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         owner_silent_after,
         limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
         pause,
-        peers: service::PeerSettings {
-            advertise_address: a.advertise_address.or(file.advertise_address),
-            failover_group: a.failover_group.or(file.failover_group),
-            peer_ca: a.peer_ca.or(file.peer_ca),
-            token: match (a.peer_token_file, file.peer_token_file) {
-                (Some(p), _) => Some(service::PeerToken::read(
-                    &p,
-                    "--peer-token-file",
-                    &mut warnings,
-                )?),
-                (None, Some(p)) => Some(service::PeerToken::read(
-                    &p,
-                    "peer_token_file",
-                    &mut warnings,
-                )?),
-                (None, None) => None,
-            },
-            owner_cache: a
-                .owner_cache_ms
-                .or(file.owner_cache_ms)
-                .map(std::time::Duration::from_millis),
-        },
+        peers,
         drill: service::DrillLimits {
             max_bytes: a
                 .drill_max_bytes
@@ -457,6 +343,166 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
     };
     telemetry.warnings = warnings;
     Ok((config, telemetry))
+}
+
+/// The TOML file `--config` names, if any.
+fn read_config_file(path: Option<&Path>) -> anyhow::Result<ServeToml> {
+    let Some(p) = path else {
+        return Ok(ServeToml::default());
+    };
+    let text = std::fs::read_to_string(p).with_context(|| format!("config {}", p.display()))?;
+    toml::from_str(&text).with_context(|| format!("config {}", p.display()))
+}
+
+/// Where stores, `file://` destinations and S3 endpoints may be.
+struct Places {
+    roots: Vec<PathBuf>,
+    destination_roots: Vec<PathBuf>,
+    /// The endpoints allowed (`--allow-endpoint`, and the service's own `AWS_ENDPOINT_URL`),
+    /// each in its normal form.
+    endpoints: Vec<String>,
+}
+
+impl Places {
+    fn resolve(a: &ServeArgs, file: &ServeToml, data_dir: &Path) -> anyhow::Result<Places> {
+        let flag_or_file = |flag: &Vec<PathBuf>, key: &Option<Vec<PathBuf>>| match flag.is_empty() {
+            true => key.clone(),
+            false => Some(flag.clone()),
+        };
+        let roots = flag_or_file(&a.allow_roots, &file.allow_roots)
+            .unwrap_or_else(|| vec![data_dir.join("stores")]);
+        let destination_roots =
+            flag_or_file(&a.allow_destination_roots, &file.allow_destination_roots)
+                .unwrap_or_default();
+        let given = match a.allow_endpoints.is_empty() {
+            true => file.allow_endpoints.clone().unwrap_or_default(),
+            false => a.allow_endpoints.clone(),
+        };
+        let own = std::env::var("AWS_ENDPOINT_URL")
+            .ok()
+            .filter(|e| !e.trim().is_empty());
+        let mut endpoints = Vec::new();
+        for (given, what) in given
+            .iter()
+            .map(|e| (e.as_str(), "--allow-endpoint"))
+            .chain(own.as_deref().map(|e| (e, "AWS_ENDPOINT_URL")))
+        {
+            let e = mushroom_backup::bucket::url::normal_endpoint(given.trim())
+                .map_err(|why| anyhow::anyhow!("{what}: {why}"))?;
+            if !endpoints.contains(&e) {
+                endpoints.push(e);
+            }
+        }
+        Ok(Places {
+            roots: resolve_roots(roots, "allowed root")?,
+            destination_roots: resolve_roots(destination_roots, "allowed destination root")?,
+            endpoints,
+        })
+    }
+}
+
+/// The server's TLS files: both flags, or the file's table.
+fn tls_files(a: &ServeArgs, file: &ServeToml) -> anyhow::Result<Option<TlsFiles>> {
+    Ok(match (&a.tls_cert, &a.tls_key, &file.tls) {
+        (Some(cert), Some(key), _) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: a.tls_client_ca.clone(),
+        }),
+        (None, None, Some(t)) => Some(TlsFiles {
+            cert: t.cert.clone(),
+            key: t.key.clone(),
+            client_ca: a.tls_client_ca.clone().or(t.client_ca.clone()),
+        }),
+        (None, None, None) => None,
+        _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+    })
+}
+
+fn telemetry(a: &ServeArgs, file: &ServeToml) -> anyhow::Result<Telemetry> {
+    Ok(Telemetry {
+        warnings: Vec::new(),
+        metrics_listen: a.metrics_listen.or(file.metrics_listen),
+        log_format: match a
+            .log_format
+            .as_deref()
+            .or(file.log_format.as_deref())
+            .unwrap_or("text")
+        {
+            "text" => mushroom_backup::telemetry::LogFormat::Text,
+            "json" => mushroom_backup::telemetry::LogFormat::Json,
+            other => anyhow::bail!("log_format = {other:?}: must be \"text\" or \"json\""),
+        },
+    })
+}
+
+fn pause_limits(a: &ServeArgs, file: &ServeToml) -> anyhow::Result<service::PauseLimits> {
+    let pause_ms = |flag: &str, v: Option<u64>, default: u64| {
+        limits::PAUSE_MS
+            .check_ms(flag, v.unwrap_or(default))
+            .map_err(anyhow::Error::msg)
+    };
+    Ok(service::PauseLimits {
+        default: pause_ms(
+            "--pause-default-ms",
+            a.pause_default_ms.or(file.pause_default_ms),
+            3_600_000,
+        )?,
+        max: pause_ms(
+            "--pause-max-ms",
+            a.pause_max_ms.or(file.pause_max_ms),
+            86_400_000,
+        )?,
+    })
+}
+
+/// The webhooks, each with the one signing secret (its file's warnings to `warnings`).
+fn webhooks(
+    a: &ServeArgs,
+    file: &ServeToml,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<Vec<WebhookConfig>> {
+    let urls = match a.webhook_urls.is_empty() {
+        true => file.webhook_urls.clone().unwrap_or_default(),
+        false => a.webhook_urls.clone(),
+    };
+    let secret = match (&a.webhook_secret_file, &file.webhook_secret_file) {
+        (Some(p), _) => Some(webhook_secret(p, "--webhook-secret-file", warnings)?),
+        (None, Some(p)) => Some(webhook_secret(p, "webhook_secret_file", warnings)?),
+        (None, None) => None,
+    };
+    urls.iter()
+        .map(|u| {
+            let mut w = WebhookConfig::parse(u).map_err(anyhow::Error::msg)?;
+            w.secret = secret.clone();
+            Ok(w)
+        })
+        .collect()
+}
+
+/// How this instance meets the others (its peer token file's warnings to `warnings`).
+fn peers(
+    a: &ServeArgs,
+    file: &ServeToml,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<service::PeerSettings> {
+    Ok(service::PeerSettings {
+        advertise_address: a
+            .advertise_address
+            .clone()
+            .or(file.advertise_address.clone()),
+        failover_group: a.failover_group.clone().or(file.failover_group.clone()),
+        peer_ca: a.peer_ca.clone().or(file.peer_ca.clone()),
+        token: match (&a.peer_token_file, &file.peer_token_file) {
+            (Some(p), _) => Some(service::PeerToken::read(p, "--peer-token-file", warnings)?),
+            (None, Some(p)) => Some(service::PeerToken::read(p, "peer_token_file", warnings)?),
+            (None, None) => None,
+        },
+        owner_cache: a
+            .owner_cache_ms
+            .or(file.owner_cache_ms)
+            .map(std::time::Duration::from_millis),
+    })
 }
 
 /// The webhooks' signing secret, from the file `path` given by `key` (read as key files are;

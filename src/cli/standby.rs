@@ -151,6 +151,7 @@ pub struct PromoteArgs {
 /// is its own), so the old writer cannot take it back in between.
 pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     use mushroom_backup::lease::LeaseConfig;
+    use mushroom_backup::standby::promotion::{Promotion, PromotionError, promote_fenced};
     use mushroom_backup::standby::takeover::TakeoverError;
     use mushroom_backup::wal_source::LocalSource;
     use mushroom_backup::worker::BackupWorker;
@@ -169,46 +170,40 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
     let bucket = super::open_existing(&a.from).await?;
     let what = format!("promotion of {} for {}", a.dir.display(), a.from);
     let lease = LeaseConfig::from_env(a.dir.display().to_string())?;
-    // A prefix promoted already: refused before its promoted backup's lease is touched (the
-    // claim is checked again under the lease: `standby::promote::adopt`).
-    if let Some(c) = standby::promote::claimed(bucket.as_ref()).await? {
-        anyhow::bail!(
+    // Refuse a prefix promoted already, take the lease over and wait out the old holder's
+    // window or deadline (or with --wait-for-lease until its lease is stale), catch up, adopt
+    // and claim: the sequence the service's Promote runs too (`standby::promotion`).
+    let opts = StandbyOptions {
+        keys,
+        ..StandbyOptions::default()
+    };
+    let promoted = promote_fenced(
+        bucket.clone(),
+        &a.dir,
+        lease.clone(),
+        a.wait_for_lease,
+        &opts,
+        &cancel,
+    )
+    .await;
+    let Promotion { adopted, fenced } = promoted.map_err(|e| match e {
+        PromotionError::AlreadyPromoted(c) => anyhow::anyhow!(
             "{what}: refused, nothing changed: the prefix was promoted already: LATEST gives {} \
              to lineage {}; back that store up (`backup --store DIR`), or restore anew from \
              the prefix",
             c.manifest,
             c.adopter
-        );
-    }
-    // Take the lease over and wait out the old holder's window or deadline, or with
-    // --wait-for-lease wait until its lease is stale (`standby::takeover`, the service's too).
-    let held =
-        standby::takeover::take_over(bucket.clone(), lease.clone(), a.wait_for_lease, &cancel)
-            .await
-            .map_err(|e| match e {
-                TakeoverError::Lease(_) | TakeoverError::Interrupted => {
-                    anyhow::anyhow!("{what}: {e}")
-                }
-                refused => anyhow::anyhow!("{what}: refused, nothing changed: {refused}"),
-            })?;
-    let adopted = async {
-        let opts = StandbyOptions {
-            keys,
-            ..StandbyOptions::default()
-        };
-        standby::promote::promote(bucket.as_ref(), &a.dir, &opts).await
-    }
-    .await
-    .with_context(|| what.clone());
-    let adopted = match adopted {
-        Ok(adopted) => adopted,
-        Err(e) => {
-            held.release().await;
-            return Err(e);
+        ),
+        PromotionError::Takeover(e @ (TakeoverError::Lease(_) | TakeoverError::Interrupted)) => {
+            anyhow::anyhow!("{what}: {e}")
         }
-    };
+        PromotionError::Takeover(refused) => {
+            anyhow::anyhow!("{what}: refused, nothing changed: {refused}")
+        }
+        e => anyhow::Error::new(e).context(what.clone()),
+    })?;
     super::out::line(serde_json::json!({ "promoted": adopted }).to_string())?;
-    held.hand_over().await;
+    fenced.hand_over().await;
     let source = Arc::new(LocalSource::new(a.dir.clone()));
     let worker = BackupWorker::new(a.dir.clone(), bucket, source, config);
     let primary = super::backup::Destination {

@@ -89,6 +89,8 @@ pub use cluster::moves::MAX_DRAIN_PARALLEL;
 pub use config::limits::{DrillLimits, EventRetention, PauseLimits};
 pub use config::peers::PeerToken;
 pub use edge::tls_files;
+pub use fleet::options::StoreOptions;
+pub use fleet::options::proto as store_options_proto;
 pub use fleet::store_metrics;
 
 use std::sync::Arc;
@@ -143,15 +145,74 @@ pub enum ServeError {
 }
 
 /// Runs the service until `shutdown`; `started` hears the bound address once it listens.
+///
+/// The phases, in order: take the data directory ([`take_data_dir`]); open the registry;
+/// prepare everything that can fail without side effects ([`prepare`]: the port, TLS,
+/// reflection, webhooks), so a start that fails leaves no claim behind to block the next one;
+/// claim the instance id and announce it; start the fleet and its loops ([`start_fleet`]);
+/// serve until shutdown or a lost claim; then stop ([`stop`]).
 pub async fn run(
     config: ServiceConfig,
     shutdown: CancellationToken,
     started: Option<tokio::sync::oneshot::Sender<Started>>,
 ) -> Result<(), ServeError> {
     config.check().map_err(ServeError::Config)?;
-    // The data directory's lock first, before the registry (which may live in it) and the
-    // port: a second process on this directory is refused naming the first. Held until this
-    // function returns, after every task and worker has stopped.
+    let (mine, lock) = take_data_dir(&config)?;
+    let registry = Registry::open(&config.registry_url)
+        .await
+        .map_err(|source| registry_error(&config, source))?;
+    let (prepared, webhooks) = prepare(&config).await?;
+    let claim =
+        InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
+            .await
+            .map_err(|e| ServeError::Claim(e.to_string()))?;
+    // What a crashed process's drills left (before any drill of this one can run).
+    drill::clear_scratch(&config.data_dir).map_err(|e| {
+        ServeError::Config(format!(
+            "drill scratch {}: {e}",
+            drill::scratch_root(&config.data_dir).display()
+        ))
+    })?;
+    announce(&registry, &config, prepared.addr).await?;
+    let config = Arc::new(config);
+    let workers = shutdown.child_token();
+    let kind = registry.kind();
+    let fleet = start_fleet(registry, claim, &config, &workers, webhooks).await?;
+    // Serving stops on shutdown, or when another process took this instance id over.
+    let serving = shutdown.child_token();
+    stop_serving_on_a_lost_claim(&fleet, &serving);
+    let reporter_stop = shutdown.child_token();
+    let health_service = health_service(&fleet, &reporter_stop).await;
+    let addr = prepared.addr;
+    tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
+    log_operator_auth(&config, addr);
+    if kind == "postgres" && config.admin_token.is_some() && config.peers.token.is_none() {
+        tracing::warn!(
+            "no --peer-token-file: calls for stores other instances own are refused here, \
+             since the admin token is never sent to another instance (peer_auth.rs)"
+        );
+    }
+    if let Some(tx) = started {
+        let _ = tx.send(Started { addr });
+    }
+    let result = serve(prepared, health_service, &fleet, &config, &serving).await;
+    serving.cancel();
+    reporter_stop.cancel();
+    stop(&fleet, &workers, lock).await?;
+    result.map_err(ServeError::from)
+}
+
+fn registry_error(config: &ServiceConfig, source: crate::registry::RegistryError) -> ServeError {
+    ServeError::Registry {
+        url: crate::registry::redact_url(&config.registry_url),
+        source,
+    }
+}
+
+/// The data directory's lock first, before the registry (which may live in it) and the
+/// port: a second process on this directory is refused naming the first. Held until [`run`]
+/// returns, after every task and worker has stopped. The allowed roots are created too.
+fn take_data_dir(config: &ServiceConfig) -> Result<(ClaimRecord, InstanceLock), ServeError> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| ServeError::Config(format!("data dir {}: {e}", config.data_dir.display())))?;
     let mine = ClaimRecord::for_this_process(&config.instance_id);
@@ -164,14 +225,31 @@ pub async fn run(
         std::fs::create_dir_all(root)
             .map_err(|e| ServeError::Config(format!("allowed root {}: {e}", root.display())))?;
     }
-    let registry = Registry::open(&config.registry_url)
-        .await
-        .map_err(|source| ServeError::Registry {
-            url: crate::registry::redact_url(&config.registry_url),
-            source,
-        })?;
-    // Everything that can fail without side effects comes before the claim, so a start that
-    // fails (a port in use, a TLS file missing) leaves no claim behind to block the next one.
+    Ok((mine, lock))
+}
+
+/// The layers every call passes: the trace context, then the call's deadline.
+type Layers = tower::layer::util::Stack<
+    edge::server_limits::CallTimeoutLayer,
+    tower::layer::util::Stack<crate::telemetry::GrpcTraceLayer, tower::layer::util::Identity>,
+>;
+
+/// What [`prepare`] readied: nothing of it is visible to another process yet.
+struct Prepared {
+    listener: tokio::net::TcpListener,
+    addr: std::net::SocketAddr,
+    /// The server with its limits, TLS and the reflection services; the control and health
+    /// services are added once the fleet runs.
+    router: tonic::transport::server::Router<Layers>,
+    peer_tls: cluster::forward::PeerTls,
+}
+
+/// Everything that can fail without side effects, before the claim: the reflection
+/// services, the port, every TLS file (read and checked here, once: `tls_files.rs`; the
+/// peers' for forwarded calls then never touch the disk), the webhooks.
+async fn prepare(
+    config: &ServiceConfig,
+) -> Result<(Prepared, crate::events::webhook::Webhooks), ServeError> {
     // Both reflection versions list both reflection services.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -186,17 +264,14 @@ pub async fn run(
     let reflection_error = |e| ServeError::Config(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
-
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServeError::Bind {
+    let bind_error = |source| ServeError::Bind {
         addr: config.listen,
         source,
-    })?;
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
     let limits = &config.limits;
     let mut server = Server::builder()
         .max_concurrent_streams(limits.max_concurrent_streams)
@@ -205,8 +280,6 @@ pub async fn run(
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .layer(crate::telemetry::grpc_trace_layer())
         .layer(limits.call_timeouts());
-    // Every TLS file is read and checked here, once (tls_files.rs): the server's, and the
-    // peers' for forwarded calls, which then never touch the disk.
     let peer_tls = match &config.tls {
         Some(tls) => {
             let loaded = tls_files::load(tls, config.peers.peer_ca.as_deref())?;
@@ -222,30 +295,33 @@ pub async fn run(
     };
     let webhooks =
         crate::events::webhook::Webhooks::prepare(&config.webhooks).map_err(ServeError::Config)?;
-    let claim =
-        InstanceClaim::take_as_after(&registry, mine, config.owner_silent_after, lock.dead())
-            .await
-            .map_err(|e| ServeError::Claim(e.to_string()))?;
-    // What a crashed process's drills left (before any drill of this one can run).
-    drill::clear_scratch(&config.data_dir).map_err(|e| {
-        ServeError::Config(format!(
-            "drill scratch {}: {e}",
-            drill::scratch_root(&config.data_dir).display()
-        ))
-    })?;
-    announce(&registry, &config, addr).await?;
-    let config = Arc::new(config);
-    let workers = shutdown.child_token();
-    let kind = registry.kind();
+    let prepared = Prepared {
+        listener,
+        addr,
+        router: server
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha),
+        peer_tls,
+    };
+    Ok((prepared, webhooks))
+}
+
+/// Starts the fleet (which respawns the instance's stores) and its loops: the event log's
+/// writer and pruner, the health reports to the registry (ops), the failover reconcile
+/// (cluster), the webhooks and the drill schedule.
+async fn start_fleet(
+    registry: Registry,
+    claim: InstanceClaim,
+    config: &Arc<ServiceConfig>,
+    workers: &CancellationToken,
+    webhooks: crate::events::webhook::Webhooks,
+) -> Result<Arc<Fleet>, ServeError> {
     // The event log's writer starts with the fleet; what the fleet publishes before waits in
     // the bus's queue. A webhook new to the fleet starts at the log's end (before any event).
     let (events, feed) = crate::events::Bus::logged();
     fleet::event_log::init_cursors(&registry, &webhooks)
         .await
-        .map_err(|source| ServeError::Registry {
-            url: crate::registry::redact_url(&config.registry_url),
-            source,
-        })?;
+        .map_err(|source| registry_error(config, source))?;
     let fleet = Fleet::start(registry, claim, config.clone(), workers.clone(), events).await?;
     fleet.tasks.spawn(fleet::event_log::write(
         fleet.registry().clone(),
@@ -255,8 +331,7 @@ pub async fn run(
     fleet
         .tasks
         .spawn(fleet::event_log::prune(fleet.clone(), workers.clone()));
-    // The fleet's own loops, below the rooms that run them: health reports to the registry
-    // (ops) and the failover reconcile (cluster).
+    // The fleet's own loops, below the rooms that run them.
     fleet
         .tasks
         .spawn(ops::health_report::report_health(fleet.clone()));
@@ -269,84 +344,91 @@ pub async fn run(
             &config.instance_id,
         )),
         &fleet.events().logged_position(),
-        &workers,
+        workers,
         &fleet.tasks,
     );
     drill::schedule(fleet.clone());
-    // Serving stops on shutdown, or when another process took this instance id over.
-    let serving = shutdown.child_token();
-    {
-        let lost = fleet.claim_lost();
-        let serving = serving.clone();
-        fleet.tasks.spawn(async move {
-            tokio::select! {
-                _ = lost.cancelled() => serving.cancel(),
-                _ = serving.cancelled() => {}
-            }
-        });
-    }
+    Ok(fleet)
+}
 
-    let (health_reporter, health_service) = tonic_health::server::health_reporter();
-    health_reporter
+/// Cancels `serving` when another process takes this instance id over.
+fn stop_serving_on_a_lost_claim(fleet: &Arc<Fleet>, serving: &CancellationToken) {
+    let lost = fleet.claim_lost();
+    let serving = serving.clone();
+    fleet.tasks.spawn(async move {
+        tokio::select! {
+            _ = lost.cancelled() => serving.cancel(),
+            _ = serving.cancelled() => {}
+        }
+    });
+}
+
+/// The gRPC health service: SERVING while the registry answers its ping (every 5 s), until
+/// `stop`.
+async fn health_service(
+    fleet: &Arc<Fleet>,
+    stop: &CancellationToken,
+) -> tonic_health::pb::health_server::HealthServer<impl tonic_health::pb::health_server::Health> {
+    let (reporter, service) = tonic_health::server::health_reporter();
+    reporter
         .set_serving::<BackupControlServer<edge::api::Api>>()
         .await;
-    let reporter_stop = shutdown.child_token();
-    {
-        let reporter = health_reporter.clone();
-        let polled = fleet.clone();
-        let stop = reporter_stop.clone();
-        fleet.tasks.spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(5));
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tick.tick() => {}
+    let polled = fleet.clone();
+    let stop = stop.clone();
+    fleet.tasks.spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match polled.registry().ping().await {
+                Ok(()) => {
+                    reporter
+                        .set_serving::<BackupControlServer<edge::api::Api>>()
+                        .await
                 }
-                match polled.registry().ping().await {
-                    Ok(()) => {
-                        reporter
-                            .set_serving::<BackupControlServer<edge::api::Api>>()
-                            .await
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the registry does not answer: NOT_SERVING");
-                        reporter
-                            .set_not_serving::<BackupControlServer<edge::api::Api>>()
-                            .await
-                    }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the registry does not answer: NOT_SERVING");
+                    reporter
+                        .set_not_serving::<BackupControlServer<edge::api::Api>>()
+                        .await
                 }
             }
-        });
-    }
-    tracing::info!(%addr, instance_id = %config.instance_id, registry = kind, "listening");
-    log_operator_auth(&config, addr);
-    if kind == "postgres" && config.admin_token.is_some() && config.peers.token.is_none() {
-        tracing::warn!(
-            "no --peer-token-file: calls for stores other instances own are refused here, \
-             since the admin token is never sent to another instance (peer_auth.rs)"
-        );
-    }
-    if let Some(tx) = started {
-        let _ = tx.send(Started { addr });
-    }
+        }
+    });
+    service
+}
+
+/// Serves the control and health services on the prepared listener until `serving` is
+/// cancelled.
+async fn serve(
+    prepared: Prepared,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    fleet: &Arc<Fleet>,
+    config: &ServiceConfig,
+    serving: &CancellationToken,
+) -> Result<(), tonic::transport::Error> {
     let stop = serving.clone();
-    let serve = server
+    let peers = cluster::forward::Peers::new(
+        &config.instance_id,
+        prepared.peer_tls,
+        config.admin_token.is_some(),
+        config.peers.token.as_ref(),
+        config
+            .peers
+            .owner_cache
+            .unwrap_or(cluster::owner_cache::DEFAULT_OWNER_CACHE_TTL),
+    );
+    prepared
+        .router
         .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
         .add_service(BackupControlServer::new(edge::api::Api::new(
             fleet.clone(),
             serving.clone(),
-            cluster::forward::Peers::new(
-                &config.instance_id,
-                peer_tls,
-                config.admin_token.is_some(),
-                config.peers.token.as_ref(),
-                config
-                    .peers
-                    .owner_cache
-                    .unwrap_or(cluster::owner_cache::DEFAULT_OWNER_CACHE_TTL),
-            ),
+            peers,
         )))
         .serve_with_incoming_shutdown(
             // TCP_NODELAY on every accepted connection: a `Durable` acknowledgement is a few
@@ -355,7 +437,7 @@ pub async fn run(
             // comes with its next report: measured, every sync ack at 100 commits/s arriving
             // 10 ms (one commit) late once the two fell into step (`benches/durable.rs`).
             tokio_stream::StreamExt::map(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                tokio_stream::wrappers::TcpListenerStream::new(prepared.listener),
                 |accepted| {
                     accepted.inspect(|tcp| {
                         let _ = tcp.set_nodelay(true);
@@ -365,27 +447,33 @@ pub async fn run(
             async move {
                 stop.cancelled().await;
             },
-        );
-    let result = serve.await;
-    serving.cancel();
-    reporter_stop.cancel();
-    if let Some(why) = fleet.claim_lost_why() {
-        // Another process runs these stores now: stop at once, no last flush.
-        fleet.shutdown_all(false).await;
-        fleet.release_leases().await;
-        workers.cancel();
-        fleet.stop_tasks().await;
-        drop(lock);
-        return Err(ServeError::Claim(why));
+        )
+        .await
+}
+
+/// Stops the fleet after serving ended: with a last flush of every store, then gives up the
+/// claim; or, when another process took the claim over (it runs these stores now), at once,
+/// without a flush, keeping the claim, and returns why.
+async fn stop(
+    fleet: &Arc<Fleet>,
+    workers: &CancellationToken,
+    lock: InstanceLock,
+) -> Result<(), ServeError> {
+    let lost = fleet.claim_lost_why();
+    if lost.is_none() {
+        tracing::info!("stopping: flushing every store");
     }
-    tracing::info!("stopping: flushing every store");
-    fleet.shutdown_all(true).await;
+    fleet.shutdown_all(lost.is_none()).await;
     fleet.release_leases().await;
     workers.cancel();
     fleet.stop_tasks().await;
+    if let Some(why) = lost {
+        drop(lock);
+        return Err(ServeError::Claim(why));
+    }
     fleet.release_claim().await;
     drop(lock);
-    result.map_err(ServeError::from)
+    Ok(())
 }
 
 /// Writes where this instance answers the others' calls, and its failover group, into the

@@ -78,6 +78,7 @@ mod error;
 pub mod local;
 pub mod poll;
 pub mod promote;
+pub mod promotion;
 pub mod takeover;
 
 pub use apply::ApplyStep;

@@ -71,8 +71,20 @@ impl WorkerConfig {
 /// The default [`WorkerConfig::wal_puts_per_second`].
 pub const DEFAULT_WAL_PUTS_PER_SECOND: u32 = 10;
 
-/// A store's `durability` option.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A store's `durability` option: `async` or `sync` as the flag, the TOML key and the
+/// registry row write it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum DurabilityMode {
     /// Ship every `wal_interval` (the default): costs what it always did.
     #[default]

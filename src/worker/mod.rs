@@ -152,6 +152,7 @@ pub mod limits;
 pub mod lineage;
 mod local;
 mod once;
+pub mod overrides;
 pub use once::RunReport;
 mod pause;
 mod rest;

@@ -207,6 +207,24 @@ pub async fn move_store(
         peer,
     };
     fleet.record(done, Some(event)).await;
+    tell_target_to_host(fleet, peers, meta, store_id, to).await;
+    Ok(proto::MoveResponse {
+        store_id: store_id.to_string(),
+        from_instance_id: me,
+        to_instance_id: to.to_string(),
+        restore_point_commit_seq: restore_point,
+    })
+}
+
+/// Asks the move's target to start the store at once (its reconcile would, within its
+/// period, if it cannot be told).
+async fn tell_target_to_host(
+    fleet: &Arc<Fleet>,
+    peers: &Peers,
+    meta: &MetadataMap,
+    store_id: &str,
+    to: &str,
+) {
     match peers.hop_to(fleet, to, store_id, meta).await {
         Ok(hop) => {
             let started = hop
@@ -225,12 +243,6 @@ pub async fn move_store(
             tracing::warn!(store_id, %to, error = %e, "cannot tell the move's target to start the store; its reconcile will")
         }
     }
-    Ok(proto::MoveResponse {
-        store_id: store_id.to_string(),
-        from_instance_id: me,
-        to_instance_id: to.to_string(),
-        restore_point_commit_seq: restore_point,
-    })
 }
 
 /// The target is another live member of this instance's group: `Ok(Err(why))` when not.

@@ -125,7 +125,17 @@ impl BackupControl for Api {
                 .await
         );
         let (peer, r) = operator(req, &caller);
-        let new = new_store(r.store_dir, r.destination, r.labels, r.options);
+        let dir = r.store_dir.clone();
+        let new = match new_store(r.store_dir, r.destination, r.labels, r.options) {
+            Ok(new) => new,
+            Err(e) => {
+                let e = self
+                    .fleet
+                    .refused("register", Some(&dir), e.into(), peer)
+                    .await;
+                return Err(err(e));
+            }
+        };
         let (record, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&record.store_id);
         Ok(Response::new(proto::RegisterResponse {
@@ -312,7 +322,17 @@ impl BackupControl for Api {
         );
         let (peer, r) = operator(req, &caller);
         let at = request::adopt_point(&r).map_err(err)?;
-        let new = new_store(r.store_dir, r.destination, r.labels, r.options);
+        let dir = r.store_dir.clone();
+        let new = match new_store(r.store_dir, r.destination, r.labels, r.options) {
+            Ok(new) => new,
+            Err(e) => {
+                let e = self
+                    .fleet
+                    .refused("adopt", Some(&dir), e.into(), peer)
+                    .await;
+                return Err(err(e));
+            }
+        };
         let (record, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&record.store_id);
         Ok(Response::new(proto::AdoptResponse {

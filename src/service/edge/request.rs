@@ -7,25 +7,26 @@ use std::collections::HashMap;
 use uuid::Uuid;
 
 use crate::listing::{Cursor, Page};
+use crate::service::fleet::NewStore;
 use crate::service::fleet::limits::{self, FieldError};
-use crate::service::fleet::{NewStore, StoreOptions};
 use crate::service::proto;
 use crate::store::format::WalPosition;
 use crate::worker::BackupTrigger;
 
-/// What Register and Adopt ask for (the fleet checks every field).
+/// What Register and Adopt ask for (the fleet checks every field; an enum value this version
+/// does not know is refused, `fleet::options::proto`).
 pub fn new_store(
     store_dir: String,
     destination: String,
     labels: HashMap<String, String>,
     o: Option<proto::StoreOptions>,
-) -> NewStore {
-    NewStore {
+) -> Result<NewStore, FieldError> {
+    Ok(NewStore {
         store_dir,
         destination,
         labels: labels.into_iter().collect(),
-        options: StoreOptions::from_proto(o),
-    }
+        options: crate::service::fleet::options::proto::from_proto(o)?,
+    })
 }
 
 /// The trigger a `TriggerRequest.kind` names.

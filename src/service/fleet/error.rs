@@ -2,10 +2,10 @@
 //! Their status codes are chosen at the edge (`edge::error`), never here; their messages
 //! (audited, and sent to the client unless internal) are written here.
 
-use super::conflicts::Conflict;
-use super::destination::DestinationError;
-use super::limits::FieldError;
-use super::paths::StoreDirError;
+use super::admission::conflicts::Conflict;
+use super::admission::destination::DestinationError;
+use super::admission::limits::FieldError;
+use super::admission::paths::StoreDirError;
 use crate::bucket::OpenError;
 use crate::registry::{self, RegistryError};
 use crate::restore::{self, RestoreError};

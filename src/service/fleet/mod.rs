@@ -30,17 +30,17 @@ use tokio_util::task::TaskTracker;
 use super::config::ServiceConfig;
 use crate::bucket;
 use crate::events::{Bus, EventKind, Facts, NewEvent};
-use crate::lease::{InstanceLeaseConfig, InstanceLeases, LeaseAcquirer, LeaseConfig, instance};
+use crate::lease::{InstanceLeaseConfig, InstanceLeases, instance};
 use crate::registry::{self, InstanceClaim, Predecessor, Registry, StoreRecord};
 use crate::restore::{self, RestoreOptions};
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
-use crate::worker::{BackupHandle, BackupWorker};
-use conflicts::{Candidate, Intent};
-use destination::{Destination, Placement};
-use limits::FieldError;
+use crate::worker::BackupHandle;
+use admission::conflicts::{Candidate, Intent};
+use admission::destination::{Destination, Placement};
+use admission::limits::FieldError;
 
-pub use store_options::StoreOptions;
+pub use options::StoreOptions;
 
 /// One registered store with its running worker.
 pub struct StoreEntry {
@@ -135,34 +135,31 @@ pub struct Fleet {
     buckets: bucket::Opener,
 }
 
+// The admission's modules keep their paths (`fleet::limits`, …): the other rooms check
+// request fields with them.
+pub use admission::{conflicts, destination, limits, paths};
 pub use error::FleetError;
 pub(in crate::service) use record::Done;
 pub use remote::RemoteStore;
 pub use replica::ReplicaEntry;
 pub use standby::StandbyEntry;
 
+pub(crate) mod admission;
 mod claim_renewal;
-pub mod conflicts;
 mod deregister;
-pub mod destination;
 mod error;
 pub mod event_log;
 mod hosting;
-pub mod limits;
-pub mod path_index;
-pub mod paths;
 mod promote;
 mod shared_id;
+mod start;
 pub use promote::PromoteError;
+pub mod options;
 mod record;
 pub mod remote;
 mod replica;
 mod standby;
-pub(in crate::service) mod store_compression;
 pub mod store_metrics;
-pub(in crate::service) mod store_object_lock;
-pub(in crate::service) mod store_options;
-pub(in crate::service) mod store_replica;
 
 fn now_ms() -> i64 {
     crate::units::unix_now_ms()
@@ -302,42 +299,32 @@ impl Fleet {
             // Checked at registration; a root narrowed since does not stop a running backup.
             tracing::warn!(store_id = %record.store_id, error = %e, "a registered destination is no longer one Register would accept");
         }
-        let usage = bucket::usage::Usage::new();
-        let bucket = self
-            .buckets
-            .read_write(&record.destination)
-            .usage(usage.clone())
-            .open()
-            .await?;
-        // One directory handle for the worker and its WAL source: opened once, inside the
+        // One directory handle for the workers and their WAL source: opened once, inside the
         // allowed roots, and re-checked at every look (`crate::store::dir`).
         let store = StoreDir::confined(dir.clone(), self.config.allow_roots.clone());
         let source = StreamedSource::with_max_streams(
             store.clone(),
             self.config.limits.max_streams_per_store,
         );
-        let config = options.apply(&self.config.worker);
-        // Every change of a streamed position is a report, which the API nudges the worker
-        // with (`api.rs`); with no stream the position comes from the directory, whose
-        // changes the worker's watch signals.
-        let worker = BackupWorker::new(store.clone(), bucket, source.clone(), config)
-            .with_signalled_positions()
-            .with_events(self.events.emitter(&record.store_id));
-        let lease = LeaseConfig {
-            ttl: self.config.lease_ttl,
-            conditional: self.config.worker.conditional_writes,
-            ..LeaseConfig::new(record.store_id.clone())
-        };
-        let fence = self
-            .leases
-            .fence_for(&record.destination)
+        let start::Running { handle, usage } = self
+            .start_worker(start::WorkerSpec {
+                destination: &record.destination,
+                lease_name: record.store_id.clone(),
+                options: &options,
+                store: &store,
+                source: &source,
+                pause: pause.clone(),
+                events: Some(self.events.emitter(&record.store_id)),
+            })
             .await
-            .map_err(|e| FleetError::LeaseRoot(e.to_string()))?;
-        let acquirer = LeaseAcquirer::new(worker.bucket(), lease).fenced(fence);
+            .map_err(|e| match e {
+                start::StartError::Bucket(e) => FleetError::from(e),
+                start::StartError::LeaseRoot(e) => FleetError::LeaseRoot(e),
+            })?;
+        // Once the primary runs: a replica that cannot start leaves it running.
         let replica = self
-            .spawn_replica(&record, &options, &store, &source, pause.clone())
+            .spawn_replica(&record, &options, &store, &source, pause)
             .await;
-        let handle = worker.spawn_paused(acquirer, pause, self.shutdown.child_token(), &self.tasks);
         let entry = Arc::new(StoreEntry {
             record,
             handle,

@@ -5,13 +5,18 @@
 //!    another instance: forwarded to its owner by the edge), and a promotion of the same store
 //!    already under way ([`PromoteError::InProgress`]).
 //! 2. Stop the follower and wait for it to end (its `store.lock` released).
+//!
+//! Steps 3 to 5 are the sequence the CLI's `promote` runs too, written once in the library
+//! (`crate::standby::promotion::promote_fenced`):
+//!
 //! 3. A prefix whose LATEST names an adopter already (another promotion won) is refused,
 //!    naming the winner's lineage, before the lease is touched.
-//! 4. **Take over** from the old writer: one call, `standby::takeover::take_over` (take the lease over at
-//!    once and wait out the old holder's deadline, or with `wait_for_lease` wait until the
+//! 4. **Take over** from the old writer (`standby::takeover`: take the lease over at once and
+//!    wait out the old holder's window or deadline, or with `wait_for_lease` wait until the
 //!    lease is stale, else refuse naming why).
-//! 5. Catch up, adopt and claim LATEST: `crate::standby::promote::promote`. Of two racing
-//!    promotions one wins; the other is refused at its claim, naming the winner.
+//! 5. Catch up, adopt and claim LATEST (`crate::standby::promote`). Of two racing promotions
+//!    one wins; the other is refused at its claim, naming the winner. A failure releases the
+//!    lease.
 //! 6. The registry row's options lose `standby` (a restart of `serve` runs the store as a
 //!    primary), the lease is handed over, unreleased, to the store's backup worker, started
 //!    as any primary's (`Fleet::spawn`: the service's lease machinery, under its instance
@@ -41,7 +46,8 @@ use std::sync::Arc;
 use super::standby::StandbyEntry;
 use super::{Done, Fleet, FleetError};
 use crate::lease::LeaseConfig;
-use crate::standby::takeover::{self, TakeoverError};
+use crate::standby::promotion::{self, Promotion, PromotionError};
+use crate::standby::takeover::TakeoverError;
 use crate::standby::{StandbyError, StandbyOptions};
 
 /// Why a promotion was refused or failed.
@@ -113,7 +119,7 @@ impl Fleet {
         wait_for_lease: bool,
         peer: Option<String>,
     ) -> Result<Promoted, FleetError> {
-        super::limits::check_store_id(store_id)?;
+        super::admission::limits::check_store_id(store_id)?;
         let Some(entry) = self.standby(store_id) else {
             return Err(match self.get(store_id) {
                 Ok(_) => PromoteError::NotStandby(store_id.to_string()).into(),
@@ -222,9 +228,9 @@ impl Fleet {
         wait_for_lease: bool,
     ) -> Result<Promoted, FleetError> {
         let record = &entry.record;
-        let dir = super::paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
+        let dir =
+            super::admission::paths::check_store_dir(&record.store_dir, &self.config.allow_roots)?;
         let bucket = self.buckets.read_write(&record.destination).open().await?;
-        refuse_promoted(bucket.as_ref()).await?;
         let instance_fence = self
             .leases
             .fence_for(&record.destination)
@@ -236,33 +242,15 @@ impl Fleet {
             holder: instance_fence.holder().to_string(),
             ..LeaseConfig::new(record.store_id.clone())
         };
-        let fenced = match takeover::take_over(
-            bucket.clone(),
-            lease,
-            wait_for_lease,
-            &self.shutdown,
-        )
-        .await
-        {
-            Ok(f) => f,
-            Err(e) => {
-                // Held by another writer: when that is a promotion that won meanwhile,
-                // LATEST names it, which says more than the lease.
-                refuse_promoted(bucket.as_ref()).await?;
-                return Err(PromoteError::from(e).into());
-            }
-        };
         let opts = StandbyOptions {
             keys: self.restore_keys(),
             ..StandbyOptions::default()
         };
-        let adopted = match crate::standby::promote::promote(bucket.as_ref(), &dir, &opts).await {
-            Ok(a) => a,
-            Err(e) => {
-                fenced.release().await;
-                return Err(PromoteError::from(e).into());
-            }
-        };
+        let promotion =
+            promotion::promote_fenced(bucket, &dir, lease, wait_for_lease, &opts, &self.shutdown)
+                .await
+                .map_err(PromoteError::from)?;
+        let Promotion { adopted, fenced } = promotion;
         let previous = fenced.previous.clone();
         // A primary from now on, in the registry too.
         let mut options = entry.options.clone();
@@ -301,13 +289,16 @@ impl Fleet {
     }
 }
 
-/// Step 3: a prefix promoted already is refused, naming the winner.
-async fn refuse_promoted(bucket: &dyn crate::bucket::Bucket) -> Result<(), PromoteError> {
-    match crate::standby::promote::claimed(bucket).await? {
-        Some(c) => Err(PromoteError::AlreadyPromoted {
-            manifest: c.manifest,
-            winner: c.adopter.to_string(),
-        }),
-        None => Ok(()),
+impl From<PromotionError> for PromoteError {
+    fn from(e: PromotionError) -> PromoteError {
+        match e {
+            PromotionError::AlreadyPromoted(c) => PromoteError::AlreadyPromoted {
+                manifest: c.manifest,
+                winner: c.adopter.to_string(),
+            },
+            PromotionError::Takeover(e) => PromoteError::Takeover(e),
+            PromotionError::Promote(e) => PromoteError::Standby(e),
+            PromotionError::Bucket(e) => PromoteError::Bucket(e),
+        }
     }
 }

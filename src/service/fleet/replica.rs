@@ -1,9 +1,10 @@
 //! A store's replica ([`StoreOptions::replica`](super::StoreOptions)): a second worker of the
-//! store, shipping the same store directory to a second destination (see `store_replica.rs`
+//! store, shipping the same store directory to a second destination (see `options/check.rs`
 //! for what Register accepts).
 //!
-//! The replica worker is built as the primary is (same options, same directory handle and
-//! position source, so what a node reports counts for both) with its own bucket (its URL's
+//! The replica worker is built as the primary is, by the one builder (`start.rs`: same
+//! options, same directory handle and position source, so what a node reports counts for
+//! both) with its own bucket (its URL's
 //! endpoint, region and profile: `crate::bucket::url`), its own usage, its own bucket lease
 //! (`lease` under the replica's prefix, fenced by this instance's lease of the replica's lease
 //! root) and its own supervisor, hence its own health, lag and cost. Nothing of the primary
@@ -20,14 +21,14 @@
 
 use std::sync::Arc;
 
+use super::start::WorkerSpec;
 use super::{Fleet, StoreOptions};
 use crate::bucket;
 use crate::health::Pause;
-use crate::lease::{LeaseAcquirer, LeaseConfig};
 use crate::registry::StoreRecord;
 use crate::store::dir::StoreDir;
 use crate::wal_source::StreamedSource;
-use crate::worker::{BackupHandle, BackupWorker};
+use crate::worker::BackupHandle;
 
 /// A store's replica: its destination and its running worker, or why it is not running.
 pub struct ReplicaEntry {
@@ -37,11 +38,7 @@ pub struct ReplicaEntry {
 }
 
 /// A replica's worker and what it costs.
-pub struct RunningReplica {
-    pub handle: BackupHandle,
-    /// Every request of the replica's worker, lease and retention (`bucket::usage`).
-    pub usage: Arc<bucket::usage::Usage>,
-}
+pub type RunningReplica = super::start::Running;
 
 impl ReplicaEntry {
     /// What changes when the replica's health or usage does (for `WatchHealth`'s marks).
@@ -87,29 +84,16 @@ impl Fleet {
         source: &Arc<StreamedSource>,
         pause: Option<Pause>,
     ) -> Result<RunningReplica, String> {
-        let usage = bucket::usage::Usage::new();
-        let bucket = self
-            .buckets()
-            .read_write(url)
-            .usage(usage.clone())
-            .open()
-            .await
-            .map_err(|e| e.to_string())?;
-        let config = options.apply(&self.config().worker);
-        let worker = BackupWorker::new(store.clone(), bucket, source.clone(), config)
-            .with_signalled_positions();
-        let lease = LeaseConfig {
-            ttl: self.config().lease_ttl,
-            conditional: self.config().worker.conditional_writes,
-            ..LeaseConfig::new(format!("{} (replica)", record.store_id))
-        };
-        let fence = self
-            .leases
-            .fence_for(url)
-            .await
-            .map_err(|e| format!("its lease root: {e}"))?;
-        let acquirer = LeaseAcquirer::new(worker.bucket(), lease).fenced(fence);
-        let handle = worker.spawn_paused(acquirer, pause, self.shutdown.child_token(), &self.tasks);
-        Ok(RunningReplica { handle, usage })
+        self.start_worker(WorkerSpec {
+            destination: url,
+            lease_name: format!("{} (replica)", record.store_id),
+            options,
+            store,
+            source,
+            pause,
+            events: None,
+        })
+        .await
+        .map_err(|e| e.to_string())
     }
 }

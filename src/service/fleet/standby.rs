@@ -69,9 +69,10 @@ use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::conflicts::Intent;
-use super::limits::{self, FieldError};
-use super::{Done, Fleet, FleetError, NewStore, StoreOptions, paths};
+use super::admission::conflicts::Intent;
+use super::admission::limits::{self, FieldError};
+use super::admission::paths;
+use super::{Done, Fleet, FleetError, NewStore, StoreOptions};
 use crate::bucket::DynBucket;
 use crate::registry::StoreRecord;
 use crate::service::proto;

@@ -14,8 +14,8 @@
 //!   call waits for the drill running, so scratch space holds one store at a time.
 //! - Its outcome is written to the registry (`store_drills`, `crate::health::DrillResult`),
 //!   then into the worker's record, so health shows it ([`crate::health`]: a failed drill
-//!   is unhealthy, naming the object, until a drill succeeds) and metrics export it. A
-//!   DrillFinished event is to be published at the one marked place in [`run_one`].
+//!   is unhealthy, naming the object, until a drill succeeds) and metrics export it, and a
+//!   `DrillFinished` event is published ([`run_one`]).
 //! - Scratch lives under `<data dir>/drills/` ([`scratch_root`]), `0700` whatever the umask,
 //!   and the drilled store in it `0700`/`0600` (`drill::SCRATCH_MODE`): a drill of an
 //!   encrypted store writes its plain bytes there. [`clear_scratch`] removes what a crash
@@ -48,7 +48,6 @@ use std::time::Duration;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::StoreRecord;
-use crate::service::fleet::limits;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::units::{millis_u64, unix_now_ms};
 
@@ -190,7 +189,8 @@ fn bounded(error: String) -> String {
 /// A store's drill interval in ms, if it has one.
 fn interval_of(record: &StoreRecord) -> Option<i64> {
     let options = StoreOptions::as_registered(record).ok()?;
-    limits::clamp_options(&options)
+    options
+        .clamped()
         .drill_interval_ms
         .map(crate::units::i64_of)
 }

@@ -395,7 +395,7 @@ fn store_info(r: &crate::registry::StoreRecord) -> proto::StoreInfo {
         instance_id: r.instance_id.clone(),
         labels: r.labels.clone().into_iter().collect(),
         registered_at_unix_ms: r.registered_at_ms,
-        options: Some(opts.to_proto()),
+        options: Some(crate::service::fleet::options::proto::to_proto(&opts)),
         owner_instance_id: r.instance_id.clone(),
         owner_since_unix_ms: r.owner_since_ms,
         ..Default::default()

@@ -9,27 +9,29 @@
 //! `pause --for DURATION` turns the duration into a deadline by this machine's clock (the
 //! server checks it against its own: in the future, within its maximum pause).
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
 
 use mushroom_backup::health::rfc3339_ms;
-use mushroom_backup::node_client::code_name;
 use mushroom_backup::service::proto::{self, backup_control_client::BackupControlClient};
 
-#[path = "ctl_calls.rs"]
-mod ctl_calls;
-#[path = "ctl_events.rs"]
-mod ctl_events;
-use ctl_calls::*;
-#[path = "ctl_view.rs"]
-mod ctl_view;
-use ctl_view::{health_json, health_text, restore_point_json, store_json};
+mod calls;
+mod client;
+mod cost;
+mod drill;
+mod events;
+mod moves;
+mod standby;
+mod view;
+
+use calls::*;
+use client::{Ctl, StoreFlags, failed, print};
+use view::{health_json, health_text, restore_point_json, store_json};
 
 #[derive(Args)]
 pub struct CtlArgs {
@@ -103,15 +105,15 @@ enum Call {
         count: Option<u64>,
     },
     /// Events as they happen (paused, restore point written, lease lost, …), one a line.
-    WatchEvents(ctl_events::WatchEventsArgs),
+    WatchEvents(events::WatchEventsArgs),
     #[command(flatten)]
-    Moves(super::ctl_move::MoveCall),
+    Moves(moves::MoveCall),
     #[command(flatten)]
-    Standbys(super::ctl_standby::StandbyCall),
+    Standbys(standby::StandbyCall),
     /// Every store of the instance.
     ListStores,
     /// Requests, bytes and the estimated monthly cost of one store, or of every store.
-    Cost(super::ctl_cost::CostArgs),
+    Cost(cost::CostArgs),
     /// A store's restore points, newest first.
     ListRestorePoints {
         store_id: String,
@@ -151,85 +153,6 @@ enum Kind {
     Ship,
     RestorePoint,
     Retention,
-}
-
-/// Labels and per-store options of Register and Adopt.
-#[derive(Args)]
-pub(super) struct StoreFlags {
-    /// A label, key=value (repeatable).
-    #[arg(long = "label", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
-    #[arg(long)]
-    wal_interval_ms: Option<u64>,
-    #[arg(long)]
-    restore_point_interval_ms: Option<u64>,
-    #[arg(long)]
-    retention_interval_ms: Option<u64>,
-    #[arg(long)]
-    keep_for_ms: Option<u64>,
-    #[arg(long)]
-    keep_generations: Option<u64>,
-    /// Scheduled restore drills every this many ms (60000 to 2592000000; 0: none).
-    #[arg(long)]
-    drill_interval_ms: Option<u64>,
-    /// Requests a month; a projection over it is a health note.
-    #[arg(long)]
-    monthly_request_budget: Option<u64>,
-    /// Retention tiers: the newest restore point of each of N newest days, weeks, months.
-    #[arg(long)]
-    keep_daily: Option<u64>,
-    #[arg(long)]
-    keep_weekly: Option<u64>,
-    #[arg(long)]
-    keep_monthly: Option<u64>,
-    /// A write-once prefix under S3 Object Lock: `governance` or `compliance`.
-    #[arg(long, value_parser = ["governance", "compliance"])]
-    object_lock: Option<String>,
-    /// `sync`: ship as soon as the node reports, and tell it when each commit is in the
-    /// bucket; `async`: every wal_interval [default: the service's].
-    #[arg(long, value_parser = ["async", "sync"])]
-    durability: Option<String>,
-    /// The most WAL PUTs a second the store may cost, 1 to 1000 [default: the service's, 10].
-    #[arg(long)]
-    wal_puts_per_second: Option<u32>,
-    /// A second destination with a worker, lease and health of its own:
-    /// s3://bucket/prefix[?endpoint=URL&region=R&profile=P] or file:///path.
-    #[arg(long, value_name = "URL")]
-    replica: Option<String>,
-}
-
-impl StoreFlags {
-    fn labels(&self) -> HashMap<String, String> {
-        self.labels.iter().cloned().collect()
-    }
-
-    fn options(&self) -> Option<proto::StoreOptions> {
-        Some(proto::StoreOptions {
-            wal_interval_ms: self.wal_interval_ms.unwrap_or(0),
-            restore_point_interval_ms: self.restore_point_interval_ms.unwrap_or(0),
-            retention_interval_ms: self.retention_interval_ms.unwrap_or(0),
-            keep_for_ms: self.keep_for_ms.unwrap_or(0),
-            keep_generations: self.keep_generations.unwrap_or(0),
-            drill_interval_ms: self.drill_interval_ms.unwrap_or(0),
-            monthly_request_budget: self.monthly_request_budget.unwrap_or(0),
-            keep_daily: self.keep_daily.unwrap_or(0),
-            keep_weekly: self.keep_weekly.unwrap_or(0),
-            keep_monthly: self.keep_monthly.unwrap_or(0),
-            object_lock: match self.object_lock.as_deref() {
-                Some("governance") => proto::ObjectLockMode::Governance as i32,
-                Some("compliance") => proto::ObjectLockMode::Compliance as i32,
-                _ => proto::ObjectLockMode::Unspecified as i32,
-            },
-            durability: match self.durability.as_deref() {
-                Some("sync") => proto::Durability::Sync as i32,
-                Some("async") => proto::Durability::Async as i32,
-                _ => proto::Durability::Unspecified as i32,
-            },
-            wal_puts_per_second: self.wal_puts_per_second.unwrap_or(0),
-            replica: self.replica.clone().unwrap_or_default(),
-            ..Default::default()
-        })
-    }
 }
 
 /// `45m`, `2h`, `1h30m`, `90s`, `500ms`, `1d`: numbers each with a unit, longer than zero.
@@ -274,53 +197,6 @@ fn parse_instant(s: &str) -> Result<i64, String> {
         })?;
     i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
         .map_err(|_| format!("{s:?} is out of range"))
-}
-
-fn parse_label(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .ok_or_else(|| format!("label {s:?} is not key=value"))
-}
-
-/// The connection and the admin token.
-pub(super) struct Ctl {
-    pub(super) client: BackupControlClient<Channel>,
-    token: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
-    timeout: Duration,
-}
-
-impl Ctl {
-    pub(super) fn request<T>(&self, msg: T, deadline: bool) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(msg);
-        if let Some(t) = &self.token {
-            r.metadata_mut().insert("authorization", t.clone());
-        }
-        if deadline {
-            r.set_timeout(self.timeout);
-        }
-        r
-    }
-
-    /// `Health` of one store (`None`: every store), `fresh` (asked of its owner) or not.
-    pub(super) async fn health(
-        &mut self,
-        store_id: Option<String>,
-        fresh: bool,
-    ) -> anyhow::Result<proto::HealthResponse> {
-        let req = proto::HealthRequest {
-            store_id: store_id.unwrap_or_default(),
-            fresh,
-        };
-        let req = self.request(req, true);
-        let r = self.client.health(req).await;
-        Ok(r.map_err(|s| failed("Health", s))?.into_inner())
-    }
-}
-
-/// `Call: CODE: message`, on one line.
-pub(super) fn failed(call: &str, s: tonic::Status) -> anyhow::Error {
-    let msg = s.message().replace('\n', " ");
-    anyhow::anyhow!("{call}: {}: {msg}", code_name(s.code()))
 }
 
 /// The largest answer `ctl` takes.
@@ -371,17 +247,6 @@ async fn connect(a: &CtlArgs) -> anyhow::Result<Ctl> {
     })
 }
 
-/// Prints one answer; a closed stdout ends the command (`out.rs`).
-pub(super) fn print(json_mode: bool, value: Value, text: String) -> anyhow::Result<()> {
-    if json_mode {
-        super::out::line(value)
-    } else if !text.is_empty() {
-        super::out::line(text.trim_end())
-    } else {
-        Ok(())
-    }
-}
-
 pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
     let mut ctl = connect(&a).await?;
     let j = a.json;
@@ -414,11 +279,11 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             }
         }
         Call::WatchHealth { store_id, count } => watch_health(&mut ctl, j, store_id, count).await?,
-        Call::WatchEvents(e) => ctl_events::watch_events(&mut ctl, j, e).await?,
-        Call::Moves(m) => return super::ctl_move::run(&mut ctl, j, m).await,
-        Call::Standbys(c) => super::ctl_standby::run(&mut ctl, j, c).await?,
+        Call::WatchEvents(e) => events::watch_events(&mut ctl, j, e).await?,
+        Call::Moves(m) => return moves::run(&mut ctl, j, m).await,
+        Call::Standbys(c) => standby::run(&mut ctl, j, c).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
-        Call::Cost(c) => super::ctl_cost::cost(&mut ctl, j, c).await?,
+        Call::Cost(c) => cost::cost(&mut ctl, j, c).await?,
         Call::ListRestorePoints {
             store_id,
             page_size,
@@ -426,7 +291,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             all,
         } => list_restore_points(&mut ctl, j, store_id, page_size, page_token, all).await?,
         Call::Drill { store_id, at } => {
-            if !super::ctl_drill::drill(&mut ctl, j, store_id, at).await? {
+            if !drill::drill(&mut ctl, j, store_id, at).await? {
                 return Ok(ExitCode::FAILURE);
             }
         }
@@ -438,43 +303,4 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         } => adopt(&mut ctl, j, dir, destination, at, store).await?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
-pub(super) async fn register(
-    ctl: &mut Ctl,
-    j: bool,
-    dir: String,
-    destination: String,
-    store: StoreFlags,
-    standby: bool,
-) -> anyhow::Result<()> {
-    let mut options = store.options();
-    if let Some(o) = options.as_mut() {
-        o.standby = standby;
-    }
-    let req = proto::RegisterRequest {
-        store_dir: dir,
-        destination,
-        labels: store.labels(),
-        options,
-        instance_id: String::new(),
-    };
-    let r = ctl
-        .client
-        .register(ctl.request(req, true))
-        .await
-        .map_err(|s| failed("Register", s))?
-        .into_inner();
-    print(
-        j,
-        json!({"store_id": r.store_id, "node_token": r.node_token}),
-        format!(
-            "registered {}store {}\nnode token (shown once): {}",
-            if standby { "standby " } else { "" },
-            r.store_id,
-            r.node_token
-        ),
-    )?;
-    Ok(())
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::service::{self, proto};
 
-use super::ctl::{Ctl, failed, print};
+use super::client::{Ctl, failed, print};
 
 /// `\n  owner B since <time>` for `ctl health` and `ctl list`; empty when the answer named
 /// none (an older server).

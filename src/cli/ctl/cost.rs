@@ -6,7 +6,7 @@ use clap::Args;
 use mushroom_backup::service::proto;
 use serde_json::{Value, json};
 
-use super::ctl::{Ctl, print};
+use super::client::{Ctl, print};
 
 #[derive(Args)]
 pub struct CostArgs {

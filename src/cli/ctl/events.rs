@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::service::proto;
 
-use super::{Ctl, failed, print};
+use super::client::{Ctl, failed, print};
 
 #[derive(Args)]
 pub(super) struct WatchEventsArgs {

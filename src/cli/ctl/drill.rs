@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use mushroom_backup::health::rfc3339_ms;
 use mushroom_backup::service::proto;
 
-use super::ctl::{Ctl, failed, print};
+use super::client::{Ctl, failed, print};
 
 /// `ctl drill`: whether the drill succeeded.
 pub(super) async fn drill(

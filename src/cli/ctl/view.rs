@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use mushroom_backup::health::rfc3339_ms;
-use mushroom_backup::service::proto;
+use mushroom_backup::service::{proto, store_options_proto};
 
 pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
     let stores: Vec<Value> = r.stores.iter().map(store_health_json).collect();
@@ -40,7 +40,7 @@ fn store_health_json(s: &proto::StoreHealth) -> Value {
         "paused_reason": s.paused_reason,
         "paused_until_unix_ms": s.paused_until_unix_ms,
         "paused_at_unix_ms": s.paused_at_unix_ms,
-        "last_drill": super::super::ctl_drill::last_drill_json(s.last_drill.as_ref()),
+        "last_drill": super::drill::last_drill_json(s.last_drill.as_ref()),
         "owner_instance_id": s.owner_instance_id,
         "owner_since_unix_ms": s.owner_since_unix_ms,
         "durability": s.durability,
@@ -133,7 +133,7 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                     i.lock_heads
                 ));
             }
-            line.push_str(&super::super::ctl_drill::last_drill_text(
+            line.push_str(&super::drill::last_drill_text(
                 s.last_drill.as_ref(),
             ));
             if let Some(r) = &s.replica {
@@ -151,7 +151,7 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                     r.lag_seconds,
                 ));
             }
-            line.push_str(&super::super::ctl_move::owner_text(
+            line.push_str(&super::moves::owner_text(
                 &s.owner_instance_id,
                 s.owner_since_unix_ms,
             ));
@@ -177,16 +177,16 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "keep_monthly": o.keep_monthly,
         "drill_interval_ms": o.drill_interval_ms,
         "monthly_request_budget": o.monthly_request_budget,
-        "object_lock": match o.object_lock() {
-            proto::ObjectLockMode::Governance => Some("governance"),
-            proto::ObjectLockMode::Compliance => Some("compliance"),
-            proto::ObjectLockMode::Unspecified => None,
-        },
-        "durability": match proto::Durability::try_from(o.durability) {
-            Ok(proto::Durability::Sync) => "sync",
-            Ok(proto::Durability::Async) => "async",
-            _ => "",
-        },
+        // The words of the one mapping (`store_options_proto`); a value this version does
+        // not know shows as unset.
+        "object_lock": store_options_proto::lock_of(o.object_lock)
+            .ok()
+            .flatten()
+            .map(|m| m.name()),
+        "durability": store_options_proto::durability_of(o.durability)
+            .ok()
+            .flatten()
+            .map_or("", |d| d.as_str()),
         "wal_puts_per_second": o.wal_puts_per_second,
         "replica": o.replica,
     })

@@ -1,13 +1,13 @@
 //! Standbys in the service: `ctl standby` (the service's `Register` with
 //! `StoreOptions.standby`: the service keeps the directory current from the destination and
 //! never writes to it) and `ctl promote` (its `Promote`: the standby becomes the primary).
-//! How `ctl health` shows a standby is in `ctl_view.rs`.
+//! How `ctl health` shows a standby is in `view.rs`.
 
 use serde_json::json;
 
 use mushroom_backup::service::proto;
 
-use super::ctl::{Ctl, StoreFlags, failed, print};
+use super::client::{Ctl, StoreFlags, failed, print};
 
 /// `ctl standby` and `ctl promote` (issue 28).
 #[derive(clap::Subcommand)]
@@ -44,7 +44,7 @@ pub(super) async fn run(ctl: &mut Ctl, j: bool, call: StandbyCall) -> anyhow::Re
             dir,
             destination,
             store,
-        } => super::ctl::register(ctl, j, dir, destination, *store, true).await,
+        } => super::calls::register(ctl, j, dir, destination, *store, true).await,
         StandbyCall::Promote {
             store_id,
             wait_for_lease,

@@ -183,7 +183,7 @@ pub(super) async fn list_stores(ctl: &mut Ctl, j: bool) -> anyhow::Result<()> {
                     s.store_dir,
                     s.destination,
                     s.instance_id,
-                    crate::cli::ctl_move::owner_text(&s.owner_instance_id, s.owner_since_unix_ms)
+                    super::moves::owner_text(&s.owner_instance_id, s.owner_since_unix_ms)
                 )
             })
             .collect::<Vec<_>>()
@@ -286,6 +286,45 @@ pub(super) async fn adopt(
         format!(
             "adopted store {} at commit {} (from {})\nnode token (shown once): {}",
             r.store_id, r.commit_seq, r.parent_manifest, r.node_token
+        ),
+    )?;
+    Ok(())
+}
+
+/// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
+pub(super) async fn register(
+    ctl: &mut Ctl,
+    j: bool,
+    dir: String,
+    destination: String,
+    store: StoreFlags,
+    standby: bool,
+) -> anyhow::Result<()> {
+    let mut options = store.options();
+    if let Some(o) = options.as_mut() {
+        o.standby = standby;
+    }
+    let req = proto::RegisterRequest {
+        store_dir: dir,
+        destination,
+        labels: store.labels(),
+        options,
+        instance_id: String::new(),
+    };
+    let r = ctl
+        .client
+        .register(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Register", s))?
+        .into_inner();
+    print(
+        j,
+        json!({"store_id": r.store_id, "node_token": r.node_token}),
+        format!(
+            "registered {}store {}\nnode token (shown once): {}",
+            if standby { "standby " } else { "" },
+            r.store_id,
+            r.node_token
         ),
     )?;
     Ok(())
