@@ -1,4 +1,6 @@
-//! The house's two structural rules, checked on the code itself (docs/layout.md):
+//! The house's structural rules, checked on the code itself (docs/layout.md; the inner
+//! ones, circles inside a room, the fleet's floors and the length of functions, are in
+//! `architecture/rooms.rs`):
 //!
 //! - **Floors stay floors**: a module imports only the modules on the floors below it, so
 //!   telemetry and the bucket know nothing of workers, health or the service.
@@ -8,7 +10,7 @@
 //!   each other. Every file of the service but its top (`mod.rs`) and the protocol
 //!   (`proto.rs`, `codec.rs`) lives in a room. Both tables may name only what stands below,
 //!   so a new circle fails here whichever way it is written.
-//! - **No file of `src/` or of a crate's `src/` passes 800 lines**, and **the workspace's crates
+//! - **No file of `src/` or of a crate's `src/` passes 700 lines**, and **the workspace's crates
 //!   depend only on the crates below them** (`CRATES`: the node client never reaches the library).
 //! - **Every long-lived task is spawned through a `TaskTracker`**, so that a shutdown can
 //!   wait for all of them: outside test modules, `src/` spawns no task with a bare
@@ -19,6 +21,10 @@
 
 #[path = "support/sources.rs"]
 mod sources;
+
+// The inner rules: no circle inside a room, the fleet's floors, no function over 120 lines.
+#[path = "architecture/rooms.rs"]
+mod rooms;
 
 use std::path::Path;
 
@@ -105,7 +111,7 @@ const ROOMS: &[(&str, &[&str])] = &[
 const SERVICE_TOP: &[&str] = &["mod.rs", "proto.rs", "codec.rs"];
 
 /// The lines a file of `src/` may have.
-const MAX_LINES: usize = 800;
+const MAX_LINES: usize = 700;
 
 /// The `crate::X` modules a file's code (not its comments) names.
 fn uses(text: &str) -> std::collections::BTreeSet<String> {
@@ -326,7 +332,7 @@ fn every_crate_depends_only_on_the_crates_below_it() {
 }
 
 #[test]
-fn no_file_passes_800_lines() {
+fn no_file_passes_700_lines() {
     let mut files = Vec::new();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     rust_files(&root.join("src"), &mut files);
