@@ -87,7 +87,7 @@
 //! what it did (objects, bytes, the commits shipped or named by a restore point, a deferral and
 //! why); `step_as` books it, or the failure, in one place: the ledger (`ledger.rs`) is the only
 //! writer of [`BackupCounters`], and a refusal by another writer forgets the view there. The
-//! children (`generation`, `segment`, `restore_point`, `retention`, and the resume in `view`)
+//! children (`generation`, `segment`, `restore_point`, `retention`, and `resume`)
 //! do not see the worker: each takes a `Ctx` (`ctx.rs`: the store directory, the bucket, the
 //! `Uploader` of `upload.rs` that every store-data upload goes through, whether conditional
 //! writes are on), the worker's `View` by `&mut`, and what else it needs (the disk state and
@@ -156,6 +156,7 @@ pub use once::RunReport;
 mod pause;
 mod rest;
 mod restore_point;
+mod resume;
 pub mod retention;
 pub mod retention_pass;
 mod segment;
@@ -461,7 +462,7 @@ impl BackupWorker {
 
         let Some(view) = self.view.as_mut() else {
             let (cx, _) = self.parts();
-            let view = view::View::resume(&cx, &disk, &pos).await?;
+            let view = resume::from_bucket(&cx, &disk, &pos).await?;
             // Kept only for a step that starts a generation.
             let continues = view.current.as_ref().is_some_and(|g| g.is_of(&pos));
             self.read_ahead = ahead.filter(|_| !continues);
