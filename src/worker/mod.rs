@@ -77,7 +77,7 @@
 //! network filesystem) are found within [`DirWatch::trust`], after which a step looks again. And
 //! a spawned worker does not even tick while quiet: it rests until the directory's watch (or
 //! the service, on a node's report) raises its change signal, or until the deadline
-//! [`BackupWorker::quiet_until`] names (see `rest.rs`).
+//! [`BackupWorker::quiet_until`] names (see `status.rs`).
 //!
 //! # One step, one ledger
 //!
@@ -154,13 +154,13 @@ mod local;
 mod once;
 pub use once::RunReport;
 mod pause;
-mod rest;
 mod restore_point;
 mod resume;
 pub mod retention;
 pub mod retention_pass;
 mod segment;
 mod spawn;
+mod status;
 mod supervisor;
 pub mod tiers;
 mod upload;

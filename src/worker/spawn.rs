@@ -38,7 +38,7 @@
 //! delete the lease.
 //!
 //! A quiet store's runner and supervisor **rest** between the events that can change it
-//! instead of ticking every `wal_interval` (see [`super::rest`]; a deviation from DESIGN.md
+//! instead of ticking every `wal_interval` (see [`super::status`]; a deviation from DESIGN.md
 //! section 7's "every `wal_interval`", with the same health).
 //!
 //! The supervisor owns the runner's task: it re-evaluates health every `wal_interval` from what
@@ -62,7 +62,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::pause::PauseGate;
-use super::rest::StatusCell;
+use super::status::{Status, StatusCell, record};
 use super::supervisor::Supervisor;
 use super::{BackupCounters, BackupWorker, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
@@ -125,13 +125,6 @@ pub struct BackupHandle {
     /// How far a restore reaches (`durable.rs`), and the store's durability mode.
     durable: watch::Receiver<super::durable::Durability>,
     mode: super::DurabilityMode,
-}
-
-/// Shared between the runner (writes) and the supervisor (reads).
-pub(super) type Status = Arc<StatusCell>;
-
-pub(super) fn record(status: &Status, f: impl FnOnce(&mut RunnerStatus)) {
-    super::rest::record(status, f);
 }
 
 impl BackupWorker {
@@ -431,9 +424,9 @@ impl Runner {
         let lost = lease.token();
         // A closed trigger channel (the handle dropped) is not a shutdown: triggers just stop.
         let mut triggers_open = true;
-        // Resting (`super::rest`): until when, unless the store's signal comes first.
+        // Resting (`super::status`): until when, unless the store's signal comes first.
         let mut changes = self.worker.changes().subscribe();
-        let mut rest: Option<(Instant, super::rest::RestGuard)> = None;
+        let mut rest: Option<(Instant, super::status::RestGuard)> = None;
         // A pause arriving while a step runs (`pause.rs`).
         let mut pausing = self.gate.subscribe();
         loop {

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use super::DurableReading;
 use super::lag::{Unshipped, progress};
 use super::pause::PauseGate;
-use super::spawn::{Status, record};
+use super::status::{Status, record};
 use crate::health::{self, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState};
 use crate::store::watch::Signal;
 use crate::wal_source::WalSource;
@@ -70,7 +70,7 @@ impl Supervisor {
         let mut figures = ledger.watch_figures();
         let period = policy.wal_interval;
         let mut next_tick = Instant::now();
-        // Resting (`super::rest`): woken by the store's signal or the runner's record.
+        // Resting (`super::status`): woken by the store's signal or the runner's record.
         let mut resting = false;
         let mut changes = changes.subscribe();
         let mut recorded = status.recorded();
@@ -89,7 +89,7 @@ impl Supervisor {
                     }
                     Err(e) => WorkerState::Exited(format!("the task was cancelled: {e}")),
                 },
-                _ = super::rest::changed(&mut changes, &mut recorded), if resting => {
+                _ = super::status::changed(&mut changes, &mut recorded), if resting => {
                     // Evaluate at the regular tick (at most one per `wal_interval`).
                     resting = false;
                     continue;
