@@ -137,9 +137,12 @@ use crate::store::disk::DiskState;
 use crate::store::watch::{DirWatch, Signal};
 use crate::wal_source::{WalSource, names_disk};
 
+pub mod ack;
 mod config;
 mod ctx;
-pub mod durable;
+/// The acknowledgement room under its older name: `worker::durable::{DurableTx, Durability,
+/// DurablePosition}` are [`ack`]'s.
+pub use ack as durable;
 mod error;
 mod figures;
 mod generation;
@@ -207,8 +210,8 @@ pub struct BackupWorker {
     /// The running step's phase, for the supervisor's health; set by the step's children,
     /// cleared by [`Self::step_as`].
     activity: StepActivity,
-    /// How far a restore reaches, published after every step that succeeded (`durable.rs`).
-    durable: durable::DurableTx,
+    /// How far a restore reaches, published after every step that succeeded (`ack/mod.rs`).
+    durable: ack::DurableTx,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -273,7 +276,7 @@ impl BackupWorker {
             retention_requested: false,
             read_ahead: None,
             activity: StepActivity::default(),
-            durable: durable::DurableTx::default(),
+            durable: ack::DurableTx::default(),
         }
     }
 
@@ -296,8 +299,8 @@ impl BackupWorker {
         &self.config
     }
 
-    /// The worker's durable position (see `durable.rs`): readers subscribe to it.
-    pub fn durable(&self) -> &durable::DurableTx {
+    /// The worker's durable position (see `ack/mod.rs`): readers subscribe to it.
+    pub fn durable(&self) -> &ack::DurableTx {
         &self.durable
     }
 
@@ -368,7 +371,7 @@ impl BackupWorker {
         // the commits it covers booked (`figures.rs`).
         self.ledger.step(&result);
         if result.is_ok() {
-            if let Some(pos) = self.view.as_ref().and_then(durable::of_view) {
+            if let Some(pos) = self.view.as_ref().and_then(ack::of_view) {
                 self.durable.offer(pos);
             }
             self.ledger.publish_figures(&self.durable);

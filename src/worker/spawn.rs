@@ -61,6 +61,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::ack::{AckWindow, Settled};
 use super::pause::PauseGate;
 use super::status::{Status, StatusCell, record};
 use super::supervisor::Supervisor;
@@ -75,7 +76,6 @@ use crate::lease::{
 };
 use crate::store::watch::Signal;
 
-mod ack_window;
 mod flush;
 mod pace;
 mod paused;
@@ -164,8 +164,8 @@ impl BackupWorker {
         tasks: &TaskTracker,
     ) -> BackupHandle {
         let mut acquirer = acquirer;
-        let mode = self.config.durability; // sync: the ack window (`durable.rs`)
-        let ack_window = ack_window::for_mode(mode, &mut acquirer, &self.durable, tasks);
+        let mode = self.config.durability; // sync: the ack window (`ack/`)
+        let ack = AckWindow::for_mode(mode, &mut acquirer, &self.durable, tasks);
         let lease = acquirer.config().clone();
         let (trigger_tx, trigger_rx) = watch::channel(Triggers::default());
         let policy = HealthPolicy {
@@ -212,7 +212,7 @@ impl BackupWorker {
             status: status.clone(),
             backoff: Backoff::new(first_backoff, max_backoff),
             gate: gate.clone(),
-            ack_window,
+            ack,
         };
         let runner = tasks.spawn(runner.run());
         let (ended_tx, ended) = watch::channel(None);
@@ -281,8 +281,8 @@ struct Runner {
     backoff: Backoff,
     /// Passed before every step and the last flush (`pause.rs`).
     gate: PauseGate,
-    /// In `durability = sync`: what publishes the durable position (`spawn/ack_window.rs`).
-    ack_window: Option<ack_window::AckWindow>,
+    /// What publishes the durable position, in sync mode within the window (`ack/`).
+    ack: AckWindow,
 }
 
 impl Runner {
@@ -347,7 +347,7 @@ impl Runner {
             self.worker.ledger.lease_acquired();
             tracing::info!(store = %self.worker.dir.display(), "acquired the bucket lease");
             self.worker.forget_view();
-            self.ack_window.as_mut().map(ack_window::AckWindow::reset);
+            self.ack.reset();
             let wait = match self.hold(&lease).await {
                 Holding::Shutdown => {
                     if self.flush.flush() {
@@ -485,9 +485,7 @@ impl Runner {
                     stepped_once = true;
                     self.record(|s| s.activity = Activity::Stepping);
                 }
-                if let Some(window) = &mut self.ack_window {
-                    window.kick(&lease.handle());
-                }
+                self.ack.before_step(lease);
                 let grace = self.worker.config.shutdown_grace;
                 let span = tracing::info_span!("backup.step", store_id = %self.store_id);
                 let mut step = Box::pin(
@@ -523,12 +521,15 @@ impl Runner {
                     }
                 };
                 drop(step);
-                if let (Some(window), Ok(Ok(_))) = (&mut self.ack_window, &stepped) {
-                    let (handle, durable) = (lease.handle(), &self.worker.durable);
-                    match window.settle_unless(&handle, durable, &self.token).await {
-                        Some(Ok(())) => {}
-                        Some(Err(_)) => return Holding::Lost,
-                        None => return Holding::Shutdown,
+                if let Ok(Ok(_)) = &stepped {
+                    match self
+                        .ack
+                        .after_step(lease, &self.worker.durable, &self.token)
+                        .await
+                    {
+                        Settled::Done => {}
+                        Settled::Lost => return Holding::Lost,
+                        Settled::Shutdown => return Holding::Shutdown,
                     }
                 }
                 match stepped {
