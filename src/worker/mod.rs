@@ -146,6 +146,7 @@ pub use ack as durable;
 mod error;
 mod figures;
 mod generation;
+mod handle;
 mod hold;
 pub mod journal;
 mod keys;
@@ -176,9 +177,9 @@ pub use config::{
 pub use error::WorkerError;
 pub use figures::BucketFigures;
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
+pub use handle::{BackupHandle, BackupTrigger};
 pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
-pub use spawn::{BackupHandle, BackupTrigger};
 
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {

@@ -50,10 +50,8 @@
 //! unhealthy with the reason. The lag it judges is the age of the oldest commit still
 //! unshipped, by when it first saw that commit durable.
 
-mod handle;
-
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -62,70 +60,22 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::ack::{AckWindow, Settled};
+use super::handle::{BackupHandle, Triggers};
 use super::pause::PauseGate;
 use super::status::{Status, StatusCell, record};
 use super::supervisor::Supervisor;
-use super::{BackupCounters, BackupWorker, StepMode, StepOutcome, WorkerError};
+use super::{BackupWorker, StepMode, StepOutcome, WorkerError};
 use crate::backoff::Backoff;
-use crate::health::{
-    self, Activity, DrillResult, HealthPolicy, Pause, Progress, RunnerStatus, StoreHealth,
-    WorkerState,
-};
+use crate::health::{self, Activity, HealthPolicy, Pause, Progress, RunnerStatus, WorkerState};
 use crate::lease::{
     Attempt, BucketLease, LeaseAcquirer, LeaseConfig, LeaseError, LeaseState, LostReason,
 };
-use crate::store::watch::Signal;
 
 mod flush;
 mod pace;
 mod paused;
 
-use flush::FlushWish;
-
-/// What the serve loop tells the worker, over a watch channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackupTrigger {
-    /// Ship what is durable now.
-    Ship,
-    /// Write a restore point now (for what is shipped, once it is).
-    RestorePoint,
-    /// Run retention now.
-    Retention,
-    /// Stop; with `flush`, ship what is durable and write a restore point first. The same as
-    /// [`BackupHandle::shutdown`] without the wait.
-    Shutdown { flush: bool },
-}
-
-/// Triggers as counters, so that none is lost when several arrive between two looks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Triggers {
-    ship: u64,
-    restore_point: u64,
-    retention: u64,
-}
-
-/// The running worker, as the serve loop holds it.
-pub struct BackupHandle {
-    /// [`BackupHandle::health_serial`].
-    serial: Arc<AtomicU64>,
-    /// The store's change signal ([`BackupWorker::changes`]).
-    changes: Signal,
-    triggers: watch::Sender<Triggers>,
-    /// The worker's token (a child of the caller's): cancelled by a shutdown.
-    stop: CancellationToken,
-    flush: Arc<FlushWish>,
-    health: watch::Receiver<StoreHealth>,
-    counters: Arc<BackupCounters>,
-    /// `Some` once the supervisor has ended, with how the worker ended.
-    ended: watch::Receiver<Option<WorkerState>>,
-    holder: String,
-    gate: PauseGate,
-    /// The runner's record, for what the service records in it (a drill's outcome).
-    status: Status,
-    /// How far a restore reaches (`durable.rs`), and the store's durability mode.
-    durable: watch::Receiver<super::durable::Durability>,
-    mode: super::DurabilityMode,
-}
+pub(super) use flush::FlushWish;
 
 impl BackupWorker {
     /// Runs the worker as a task under the lease, with a supervisor keeping its health, every

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Whether the last flush is wanted, recorded before the worker's token is cancelled.
 #[derive(Debug, Default)]
-pub(super) struct FlushWish(AtomicU8);
+pub(in crate::worker) struct FlushWish(AtomicU8);
 
 impl FlushWish {
     const UNSET: u8 = 0;
@@ -13,7 +13,7 @@ impl FlushWish {
     const FLUSH: u8 = 2;
 
     /// Records a wish; a flush once asked for stays asked for.
-    pub(super) fn record(&self, flush: bool) {
+    pub(in crate::worker) fn record(&self, flush: bool) {
         if flush {
             self.0.store(Self::FLUSH, Ordering::Release);
         } else {
