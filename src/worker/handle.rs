@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BackupCounters;
 use super::pause::PauseGate;
-use super::spawn::FlushWish;
+use super::runner::FlushWish;
 use super::status::{Status, record};
 use crate::health::{DrillResult, Pause, StoreHealth, WorkerState};
 use crate::store::watch::Signal;

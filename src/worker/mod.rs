@@ -162,6 +162,7 @@ mod restore_point;
 mod resume;
 pub mod retention;
 pub mod retention_pass;
+mod runner;
 mod segment;
 mod spawn;
 mod status;

@@ -1,4 +1,4 @@
-//! The supervisor of a spawned worker (see `spawn.rs`): health, re-evaluated every
+//! The supervisor of a spawned worker (see `spawn.rs`; the runner it watches is `runner/`): health, re-evaluated every
 //! `wal_interval` from what the runner records, the durable position and the pause, whatever
 //! the worker is doing, and at once when the bucket's figures change (`figures.rs`: shipped,
 //! restore point and a restore's reach, taken together, so one answer never contradicts
@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use super::DurableReading;
 use super::lag::{Unshipped, progress};
 use super::pause::PauseGate;
+use super::runner::RunnerExit;
 use super::status::{Status, record};
 use crate::health::{self, HealthPolicy, Progress, RunnerStatus, StoreHealth, WorkerState};
 use crate::store::watch::Signal;
@@ -47,7 +48,7 @@ pub(super) struct Supervisor {
 }
 
 impl Supervisor {
-    pub(super) async fn run(self, mut runner: JoinHandle<String>) -> WorkerState {
+    pub(super) async fn run(self, mut runner: JoinHandle<RunnerExit>) -> WorkerState {
         let Supervisor {
             serial,
             changes,
@@ -77,7 +78,7 @@ impl Supervisor {
         let ended = loop {
             tokio::select! {
                 r = &mut runner => break match r {
-                    Ok(why) => WorkerState::Exited(why),
+                    Ok(exit) => WorkerState::Exited(exit.to_string()),
                     Err(e) if e.is_panic() => {
                         let p = e.into_panic();
                         let msg = p

@@ -25,7 +25,7 @@
 //!
 //! After every step that succeeded ([`super::BackupWorker::step_as`]): a segment shipped, a
 //! restore point written, a generation started, a resume; and when a runner spawned paused
-//! read the restore point LATEST names (`spawn/paused.rs`). The step's counters are booked
+//! read the restore point LATEST names (`runner/paused.rs`). The step's counters are booked
 //! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The position is ordered by
 //! `(commit_seq, in_restore_point)` and only ever raised within a **chain**: a lower value
 //! computed meanwhile (a new generation started and has no manifest yet, while LATEST still
