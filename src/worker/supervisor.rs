@@ -1,8 +1,9 @@
-//! The supervisor of a spawned worker (see `spawn.rs`; the runner it watches is `runner/`): health, re-evaluated every
-//! `wal_interval` from what the runner records, the durable position and the pause, whatever
-//! the worker is doing, and at once when the bucket's figures change (`figures.rs`: shipped,
-//! restore point and a restore's reach, taken together, so one answer never contradicts
-//! itself); it owns the runner's task and reports how it ended.
+//! The supervisor of a spawned worker (see `spawn.rs`; the runner it watches is `runner/`):
+//! health, re-evaluated every `wal_interval` from what the runner records (`status.rs`), the
+//! durable position and the pause, whatever the worker is doing, and at once when the
+//! bucket's figures change (`figures.rs`: shipped, restore point and a restore's reach, taken
+//! together, so one answer never contradicts itself); it owns the runner's task and reports
+//! how it ended.
 //!
 //! A pause's deadline is a wall-clock instant: the supervisor compares it with the clock at
 //! every evaluation ([`crate::health::RunnerStatus::pause_overdue`]), and never rests while

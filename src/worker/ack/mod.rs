@@ -26,11 +26,11 @@
 //! After every step that succeeded ([`super::BackupWorker::step_as`]): a segment shipped, a
 //! restore point written, a generation started, a resume; and when a runner spawned paused
 //! read the restore point LATEST names (`runner/paused.rs`). The step's counters are booked
-//! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The position is ordered by
-//! `(commit_seq, in_restore_point)` and only ever raised within a **chain**: a lower value
-//! computed meanwhile (a new generation started and has no manifest yet, while LATEST still
-//! names the previous one whose trailing segments the restore still reads) is not published,
-//! because the bucket still holds what was published.
+//! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The
+//! position is ordered by `(commit_seq, in_restore_point)` and only ever raised within a
+//! **chain**: a lower value computed meanwhile (a new generation started and has no manifest
+//! yet, while LATEST still names the previous one whose trailing segments the restore still
+//! reads) is not published, because the bucket still holds what was published.
 //!
 //! # When the chain breaks
 //!
@@ -55,9 +55,10 @@
 //! (`window.rs`) *releases* it ([`DurableTx::release`]) after the step. An async worker
 //! publishes at once, and promises nothing (a promotion then waits for its deadline).
 //!
-//! The runner makes two calls, and only these: [`AckWindow::before_step`] (a confirming read
+//! Around each step the runner makes two calls: [`AckWindow::before_step`] (a confirming read
 //! starts beside a step that may need one) and [`AckWindow::after_step`] (what the step offered
-//! is released once a read allows it); and [`AckWindow::reset`] when it holds a new lease.
+//! is released once a read allows it). When it holds a new lease it calls
+//! [`AckWindow::reset`].
 //!
 //! **The invariant**, stated here once: every position published at instant `t` follows the
 //! start, at `s >= t - window`, of a read of the lease object
