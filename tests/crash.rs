@@ -63,7 +63,7 @@ fn crash_config() -> WorkerConfig {
 /// Runs the phases from `from`, backing up through `bucket` after each. Returns the phase
 /// that failed (and why) or `None`, updating `acked` with every restore point acknowledged and
 /// with every durable position the worker published (what `durability = sync` acknowledges to
-/// a node, `worker/durable.rs`), crash or not: a restore must reach both.
+/// a node, `worker/ack/mod.rs`), crash or not: a restore must reach both.
 async fn run_phases(
     store: &Path,
     bucket: &DynBucket,

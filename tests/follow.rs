@@ -230,7 +230,7 @@ on_each_s3_server!(#[test] fn restore_points_keep_their_interval_under_a_steady_
 /// `BackupWorker::step` ships a segment whenever durable data is unshipped and looks at the
 /// restore point only when a step finds nothing to ship, which a writer committing faster than
 /// a step takes rarely allows; the runner therefore ships one segment a tick and then writes a
-/// due restore point (`tick_step` in `src/worker/spawn.rs`). This guards that.
+/// due restore point (`tick_step` in `src/worker/runner/tick.rs`). This guards that.
 fn restore_points_keep_their_interval_under_a_steady_writer(server: &S3Server) {
     let endpoint = server.endpoint.clone();
     let rt = tokio::runtime::Runtime::new().expect("a runtime");

@@ -1,4 +1,4 @@
-//! A quiet store rests (`src/worker/rest.rs`): once everything is shipped, neither its runner
+//! A quiet store rests (`src/worker/status.rs`): once everything is shipped, neither its runner
 //! nor its supervisor asks anything until something can have changed — and then they do at
 //! once: a write to its directory, a node's position report. Each wake-up here is needed
 //! within a minute, while a resting store's only deadline of its own (the directory watch's

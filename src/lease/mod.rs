@@ -4,7 +4,7 @@
 //! prefix: a JSON [`LeaseRecord`] `{holder, host, store, ttl_ms, renewals, acquired_at}`, plus
 //! `fence` under an instance lease and `ack_window_ms` for a holder that promises an
 //! acknowledgement window ([`ACK_WINDOW`], a sync worker: see
-//! [`LeaseAcquirer::take_over_now`] and `worker/durable.rs`; a deviation from DESIGN.md
+//! [`LeaseAcquirer::take_over_now`] and `worker/ack/mod.rs`; a deviation from DESIGN.md
 //! section 7, which has no such field).
 //! `holder` is a random id per process and worker ([`LeaseConfig::new`]); `renewals` goes up on
 //! every write of the object, so its content, and so its ETag, changes with every renewal.
@@ -119,7 +119,7 @@ pub(crate) fn stale_by_bucket_clock(age: Option<Duration>, wait: Duration) -> bo
 /// position: the time a promotion waits after taking the lease before it reads what was
 /// acknowledged. Confirmations run in the gap after an acknowledgement, one at most every half
 /// window while commits are acknowledged, none while the store is idle
-/// (`worker/spawn/ack_window.rs`).
+/// (`worker/ack/window.rs`).
 pub const ACK_WINDOW: Duration = Duration::from_secs(1);
 /// The longest [`LeaseRecord::ack_window_ms`] a taker trusts: past it, it waits for the
 /// holder's deadline instead.

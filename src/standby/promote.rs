@@ -11,7 +11,7 @@
 //!    - a holder in `durability = sync` promises an acknowledgement window in its lease
 //!      record (`lease::ACK_WINDOW`, 1 s): it publishes a durable position only within that
 //!      window of the start of a read of its lease object that found it still its own
-//!      (`worker/durable.rs`). So `window + window/10 + 50 ms` (1.15 s) after the takeover it
+//!      (`worker/ack/mod.rs`). So `window + window/10 + 50 ms` (1.15 s) after the takeover it
 //!      publishes nothing more, whatever the TTL and whichever kind of lease it holds (a
 //!      `standalone` one, or a `serve`'s under its instance lease): `lease::Fenced::AckWindow`.
 //!      It may still *write* until it notices (its next confirming read, within half a

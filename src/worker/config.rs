@@ -49,7 +49,7 @@ pub struct WorkerConfig {
     /// [`super::retention::lock_period`] (`src/latest.rs`); `None`: the mutable layout.
     pub object_lock: Option<crate::bucket::write_once::LockMode>,
     /// When the durable WAL is shipped: every `wal_interval` (async), or as soon as a node's
-    /// report or a write says there is something to ship (sync; see `durable.rs`).
+    /// report or a write says there is something to ship (sync; see `ack/mod.rs`).
     pub durability: DurabilityMode,
     /// The most WAL PUTs a second ([`super::limits::WAL_PUTS_PER_SECOND`]): under heavy load
     /// the window a segment covers widens rather than requests queueing.

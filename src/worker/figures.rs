@@ -19,7 +19,7 @@
 //! - `reaches` is the highest durable position offered in the worker's current chain
 //!   ([`super::durable::DurableTx::offered`]): what a restore of the prefix reaches, as far as
 //!   this worker saw the bucket accept. In `durability = sync` a node is told it once the
-//!   acknowledgement window allows (`spawn/ack_window.rs`); a node is never told more;
+//!   acknowledgement window allows (`ack/window.rs`); a node is never told more;
 //! - `restore_point <= reaches` whenever LATEST names this worker's newest restore point (a
 //!   restore starts from it), so a known restore point is never shown beside a restore that
 //!   reaches 0;

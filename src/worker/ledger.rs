@@ -126,7 +126,7 @@ impl Ledger {
         set(&self.counters.durable_commit_seq, commit_seq);
     }
 
-    /// A paused runner read what LATEST holds for its lineage (`spawn/paused.rs`): shipped and
+    /// A paused runner read what LATEST holds for its lineage (`runner/paused.rs`): shipped and
     /// in a restore point at least that far. Raises the positions, never lowers them.
     pub(crate) fn bucket_position(&self, commit_seq: u64) {
         let c = &*self.counters;

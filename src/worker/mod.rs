@@ -77,7 +77,7 @@
 //! network filesystem) are found within [`DirWatch::trust`], after which a step looks again. And
 //! a spawned worker does not even tick while quiet: it rests until the directory's watch (or
 //! the service, on a node's report) raises its change signal, or until the deadline
-//! [`BackupWorker::quiet_until`] names (see `rest.rs`).
+//! [`BackupWorker::quiet_until`] names (see `status.rs`).
 //!
 //! # One step, one ledger
 //!
@@ -87,7 +87,7 @@
 //! what it did (objects, bytes, the commits shipped or named by a restore point, a deferral and
 //! why); `step_as` books it, or the failure, in one place: the ledger (`ledger.rs`) is the only
 //! writer of [`BackupCounters`], and a refusal by another writer forgets the view there. The
-//! children (`generation`, `segment`, `restore_point`, `retention`, and the resume in `view`)
+//! children (`generation`, `segment`, `restore_point`, `retention`, and `resume`)
 //! do not see the worker: each takes a `Ctx` (`ctx.rs`: the store directory, the bucket, the
 //! `Uploader` of `upload.rs` that every store-data upload goes through, whether conditional
 //! writes are on), the worker's `View` by `&mut`, and what else it needs (the disk state and
@@ -137,12 +137,16 @@ use crate::store::disk::DiskState;
 use crate::store::watch::{DirWatch, Signal};
 use crate::wal_source::{WalSource, names_disk};
 
+pub mod ack;
 mod config;
 mod ctx;
-pub mod durable;
+/// The acknowledgement room under its older name: `worker::durable::{DurableTx, Durability,
+/// DurablePosition}` are [`ack`]'s.
+pub use ack as durable;
 mod error;
 mod figures;
 mod generation;
+mod handle;
 mod hold;
 pub mod journal;
 mod keys;
@@ -155,12 +159,14 @@ mod once;
 pub mod overrides;
 pub use once::RunReport;
 mod pause;
-mod rest;
 mod restore_point;
+mod resume;
 pub mod retention;
 pub mod retention_pass;
+mod runner;
 mod segment;
 mod spawn;
+mod status;
 mod supervisor;
 pub mod tiers;
 mod upload;
@@ -173,9 +179,9 @@ pub use config::{
 pub use error::WorkerError;
 pub use figures::BucketFigures;
 pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
+pub use handle::{BackupHandle, BackupTrigger};
 pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
-pub use spawn::{BackupHandle, BackupTrigger};
 
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {
@@ -207,8 +213,8 @@ pub struct BackupWorker {
     /// The running step's phase, for the supervisor's health; set by the step's children,
     /// cleared by [`Self::step_as`].
     activity: StepActivity,
-    /// How far a restore reaches, published after every step that succeeded (`durable.rs`).
-    durable: durable::DurableTx,
+    /// How far a restore reaches, published after every step that succeeded (`ack/mod.rs`).
+    durable: ack::DurableTx,
 }
 
 /// What an idle step saw: while the directory's stamp and the durable position are the same,
@@ -273,7 +279,7 @@ impl BackupWorker {
             retention_requested: false,
             read_ahead: None,
             activity: StepActivity::default(),
-            durable: durable::DurableTx::default(),
+            durable: ack::DurableTx::default(),
         }
     }
 
@@ -296,8 +302,8 @@ impl BackupWorker {
         &self.config
     }
 
-    /// The worker's durable position (see `durable.rs`): readers subscribe to it.
-    pub fn durable(&self) -> &durable::DurableTx {
+    /// The worker's durable position (see `ack/mod.rs`): readers subscribe to it.
+    pub fn durable(&self) -> &ack::DurableTx {
         &self.durable
     }
 
@@ -368,7 +374,7 @@ impl BackupWorker {
         // the commits it covers booked (`figures.rs`).
         self.ledger.step(&result);
         if result.is_ok() {
-            if let Some(pos) = self.view.as_ref().and_then(durable::of_view) {
+            if let Some(pos) = self.view.as_ref().and_then(ack::of_view) {
                 self.durable.offer(pos);
             }
             self.ledger.publish_figures(&self.durable);
@@ -462,7 +468,7 @@ impl BackupWorker {
 
         let Some(view) = self.view.as_mut() else {
             let (cx, _) = self.parts();
-            let view = view::View::resume(&cx, &disk, &pos).await?;
+            let view = resume::from_bucket(&cx, &disk, &pos).await?;
             // Kept only for a step that starts a generation.
             let continues = view.current.as_ref().is_some_and(|g| g.is_of(&pos));
             self.read_ahead = ahead.filter(|_| !continues);

@@ -6,7 +6,7 @@
 //! side file, manifest, LATEST or retention delete — and the last flush at shutdown. A pause
 //! stops writes, not reads: a runner paused without a view of the bucket (started paused,
 //! after a restart) reads LATEST once, so that health shows what the bucket holds rather than
-//! 0 (`spawn/paused.rs`).
+//! 0 (`runner/paused.rs`).
 //!
 //! # The gate
 //!

@@ -1,27 +1,30 @@
-//! What the worker knows of its prefix, and how it learns it again from the bucket (resume).
+//! What the worker knows of its prefix: the [`View`] (and the [`Generation`] it ships), and the
+//! reads that go through its caches. How the view is learnt from the bucket is `resume/`.
 //!
-//! The view is rebuilt from the bucket whenever the worker starts, and again after any write
-//! the bucket refused: the worker keeps no state of its own besides `backup.lineage`.
-//! Manifests and GENERATION claims are immutable, so the ones read are cached for as long as
-//! the view lives.
+//! # Invariants
+//! - The view is only what this worker saw the bucket accept or hold: it is rebuilt from the
+//!   bucket whenever the worker starts, and again after any write the bucket refused (the
+//!   worker keeps no state of its own besides `backup.lineage`).
+//! - Manifests and GENERATION claims are immutable, so the ones read are cached for as long as
+//!   the view lives.
+//!
+//! What a crash leaves: nothing; the view is memory, and the next worker resumes from the
+//! bucket.
 
-mod shipped;
-use shipped::*;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use bytes::Bytes;
 use uuid::Uuid;
 
 use super::WorkerError;
 use super::ctx::Ctx;
-use super::lineage::{self, Decision, NewestRestorePoint};
-use crate::bucket::{self, BucketError, DynBucket};
+use crate::bucket::{BucketError, DynBucket};
 use crate::manifest::{
-    self, ArchiveEntry, GenerationClaim, LATEST_KEY, Latest, Manifest, ParentRef, SegmentEntry,
-    SideFileEntry, SnapshotEntry,
+    self, ArchiveEntry, GenerationClaim, Latest, Manifest, ParentRef, SegmentEntry, SideFileEntry,
+    SnapshotEntry,
 };
 use crate::store::disk::{self, DiskState};
-use crate::store::format::{WAL_HEADER_LEN, WalPosition, scan_frames};
+use crate::store::format::WalPosition;
 
 /// The generation this worker is shipping.
 #[derive(Debug, Clone)]
@@ -125,7 +128,8 @@ pub(super) struct View {
     pub wrappers: HashMap<u64, Vec<String>>,
 }
 
-async fn get_opt(
+/// A GET that answers `None` for an object that does not exist.
+pub(super) async fn get_opt(
     bucket: &DynBucket,
     key: &str,
 ) -> Result<Option<crate::bucket::Object>, WorkerError> {
@@ -133,299 +137,6 @@ async fn get_opt(
         Ok(o) => Ok(Some(o)),
         Err(BucketError::NotFound { .. }) => Ok(None),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// What resume reads of the prefix's restore points: LATEST and the manifest it names, or
-/// (with no LATEST: a crash after the first manifest, or an empty prefix) the newest valid
-/// manifest listed.
-struct Found {
-    latest: Option<(Latest, crate::latest::Version)>,
-    manifests: HashMap<String, Option<Manifest>>,
-    any_manifest: bool,
-    newest: Option<(String, Manifest)>,
-}
-
-async fn newest_restore_point(
-    bucket: &DynBucket,
-    form: crate::latest::Form,
-) -> Result<Found, WorkerError> {
-    let latest = match crate::latest::read_as(bucket.as_ref(), form).await? {
-        None => None,
-        Some(found) => {
-            let l = found.latest.map_err(|e| WorkerError::BadBucket {
-                key: found.key,
-                detail: e.to_string(),
-            })?;
-            Some((l, found.version))
-        }
-    };
-    let mut manifests: HashMap<String, Option<Manifest>> = HashMap::new();
-    let mut any_manifest = latest.is_some();
-    let newest = match &latest {
-        Some((l, _)) => {
-            let Some(o) = get_opt(bucket, &l.manifest).await? else {
-                return Err(WorkerError::BadBucket {
-                    key: LATEST_KEY.into(),
-                    detail: format!("names {}, which does not exist", l.manifest),
-                });
-            };
-            let m = Manifest::decode(&l.manifest, &o.data).map_err(|e| WorkerError::BadBucket {
-                key: l.manifest.clone(),
-                detail: format!("LATEST names an invalid manifest: {e}"),
-            })?;
-            manifests.insert(l.manifest.clone(), Some(m.clone()));
-            Some((l.manifest.clone(), m))
-        }
-        None => {
-            // No LATEST: a crash after the first manifest, or an empty prefix.
-            let mut keys: Vec<(u64, String)> =
-                bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX)
-                    .await?
-                    .into_iter()
-                    .filter_map(|o| manifest::parse_manifest_key(&o.key).map(|n| (n, o.key)))
-                    .collect();
-            keys.sort();
-            any_manifest = !keys.is_empty();
-            if any_manifest && form == crate::latest::Form::Mutable {
-                // Manifests without LATEST: a crash before the first LATEST, or a write-once
-                // prefix, which a mutable writer refuses.
-                crate::latest::refuse_pointers(bucket.as_ref()).await?;
-            }
-            let mut found = None;
-            for (_, key) in keys.into_iter().rev() {
-                let Some(o) = get_opt(bucket, &key).await? else {
-                    continue;
-                };
-                match Manifest::decode(&key, &o.data) {
-                    Ok(m) => {
-                        manifests.insert(key.clone(), Some(m.clone()));
-                        found = Some((key, m));
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(%key, error = %e, "skipping an invalid manifest");
-                        manifests.insert(key, None);
-                    }
-                }
-            }
-            found
-        }
-    };
-    Ok(Found {
-        latest,
-        manifests,
-        any_manifest,
-        newest,
-    })
-}
-
-impl View {
-    /// Reads the prefix's state and decides, with the store's lineage, whether and how to go on.
-    pub async fn resume(
-        cx: &Ctx<'_>,
-        disk: &DiskState,
-        pos: &WalPosition,
-    ) -> Result<View, WorkerError> {
-        cx.activity.set(crate::health::StepPhase::Resuming);
-        let bucket = cx.bucket;
-        let Found {
-            latest,
-            manifests,
-            any_manifest,
-            newest,
-        } = newest_restore_point(bucket, cx.form).await?;
-        let generations = list_generations(bucket, newest.as_ref().map(|(_, m)| m)).await;
-
-        let store = cx.store.clone();
-        let (store_lineage, parent) = tokio::task::spawn_blocking(move || {
-            Ok::<_, disk::DiskError>((
-                disk::read_lineage_in(&store)?,
-                disk::read_parent_in(&store)?,
-            ))
-        })
-        .await
-        .map_err(|e| WorkerError::Store {
-            dir: cx.dir.clone(),
-            detail: e.to_string(),
-        })??;
-
-        let decision = lineage::decide(
-            store_lineage,
-            parent.as_ref(),
-            pos.commit_seq,
-            newest
-                .as_ref()
-                .map(|(key, m)| NewestRestorePoint::of(key, m, latest.as_ref().map(|(l, _)| l))),
-            Uuid::new_v4,
-        );
-        let (lineage, write_lineage, parent_ref) = match decision {
-            Decision::Refuse(reason) => return Err(WorkerError::Refused { reason }),
-            Decision::Proceed {
-                lineage,
-                write_lineage,
-                parent,
-            } => (lineage, write_lineage, parent),
-        };
-
-        // Every generation in the prefix, any lineage, and this lineage's segment keys.
-        let mut max_generation = 0;
-        let mut segment_keys: BTreeMap<u64, Vec<Listed>> = BTreeMap::new();
-        let generations = generations?;
-        super::keys::check_mixing(
-            &generations,
-            cx.encryption.keys.is_some(),
-            cx.encryption.allow_mixed,
-        )?;
-        let wrapped: std::collections::BTreeSet<u64> = generations
-            .iter()
-            .filter_map(|o| crate::crypto::key_objects::parse_wrapper_key(&o.key))
-            .map(|(g, _)| g)
-            .collect();
-        let found_empty_at =
-            (!any_manifest && generations.is_empty()).then(tokio::time::Instant::now);
-        for o in generations {
-            let Some(g) = manifest::parse_generation(&o.key) else {
-                continue;
-            };
-            max_generation = max_generation.max(g);
-            // Which of them can be segments, and the chain through them, is chosen as a restore
-            // chooses it (`at_rest::chain`): one longer than any encoding of its key's range
-            // (a hostile object could be gigabytes) or claiming more than a writer ships is
-            // never read.
-            if manifest::parse_segment_key(g, &o.key).is_some() {
-                segment_keys.entry(g).or_default().push(Listed {
-                    key: o.key,
-                    len: o.len,
-                    etag: o.etag,
-                });
-            }
-        }
-
-        let newest_own = newest.filter(|(_, m)| m.lineage == lineage).map(|(_, m)| m);
-        let skip_restore_point_at = parent_ref
-            .as_ref()
-            .and_then(|p| manifest::parse_manifest_key(&p.manifest));
-        let mut current = None;
-        let mut keys = HashMap::new();
-        if let Some(m) = &newest_own {
-            // Continued only with its own kind, and (encrypted) with its key: else a new
-            // generation starts (see `super::keys`).
-            let seal = match (
-                cx.encryption.keys.is_some(),
-                wrapped.contains(&m.generation),
-            ) {
-                (true, true) => {
-                    let k = super::keys::open_uncached(
-                        bucket.as_ref(),
-                        cx.encryption.keys.as_ref(),
-                        lineage,
-                        m.generation,
-                    )
-                    .await?;
-                    keys.insert(m.generation, k.clone());
-                    k.map(Some)
-                }
-                (false, false) => Some(None),
-                _ => None,
-            };
-            // The same wal.bin: continue its segments (a new snapshot that kept the WAL starts
-            // a new generation at the next step, which carries them over).
-            if let Some(seal) = seal
-                && m.wal_id == pos.wal_id
-            {
-                let mut g = Generation::from_manifest(m);
-                g.seal = seal;
-                check_not_diverged(cx, disk, pos, &g).await?;
-                extend_with_shipped_segments(
-                    cx,
-                    pos,
-                    &mut g,
-                    lineage,
-                    segment_keys.remove(&m.generation).unwrap_or_default(),
-                )
-                .await?;
-                current = Some(g);
-            }
-        }
-
-        if write_lineage {
-            let store = cx.store.clone();
-            let written =
-                tokio::task::spawn_blocking(move || disk::write_lineage_once(&store, lineage))
-                    .await
-                    .map_err(|e| WorkerError::Store {
-                        dir: cx.dir.clone(),
-                        detail: e.to_string(),
-                    })??;
-            // The other worker of this store (primary or replica) wrote its lineage first:
-            // this view was decided without it; the next step decides again with it.
-            if written != lineage {
-                return Err(WorkerError::Store {
-                    dir: cx.dir.clone(),
-                    detail: format!(
-                        "backup.lineage was written meanwhile ({written}) by another worker of this store; looking again"
-                    ),
-                });
-            }
-        }
-        Ok(View {
-            lineage,
-            parent: parent_ref,
-            latest,
-            max_generation,
-            current,
-            newest_own,
-            skip_restore_point_at,
-            manifests,
-            claims: HashMap::new(),
-            found_empty_at,
-            settled: Default::default(),
-            keys,
-            wrappers: HashMap::new(),
-        })
-    }
-}
-
-/// Every object under `gen/` a resume needs: all of them but the segments of the newest
-/// restore point's generation that it names, which can be tens of thousands (a LIST page per
-/// thousand: 3.4 s for 12,000 on moto, security review 4, finding 7) and are never read
-/// again. `gen/` is listed page by page as before (one LIST for a small prefix); a page that
-/// reaches that generation's segments short of the last one the manifest names jumps there
-/// (`StartAfter` the one before it, so the last named one still shows the generation has data
-/// to `keys::check_mixing`), and the listing goes on from it to the end: the segments past the
-/// restore point (the chain continues after the last named one) and later generations.
-async fn list_generations(
-    bucket: &DynBucket,
-    newest: Option<&Manifest>,
-) -> Result<Vec<crate::bucket::ObjectMeta>, crate::bucket::BucketError> {
-    let wal = newest.map(|m| manifest::segments_prefix(m.generation));
-    let skip_to = newest.and_then(|m| {
-        let named: Vec<&str> = m
-            .segments
-            .iter()
-            .filter(|s| s.object.generation == m.generation)
-            .map(|s| s.object.key.as_str())
-            .collect();
-        (named.len() >= 2).then(|| named[named.len() - 2].to_string())
-    });
-    let mut out: Vec<crate::bucket::ObjectMeta> = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let mut query = crate::bucket::ListQuery::new(manifest::GEN_PREFIX, None, 1000);
-        if let Some(a) = &after {
-            query = query.starting_after(a.clone());
-        }
-        let page = bucket.list(query).await?;
-        out.extend(page.objects);
-        let (Some(_), Some(last)) = (page.next_token, out.last()) else {
-            return Ok(out);
-        };
-        let last = last.key.clone();
-        after = Some(match (&wal, &skip_to) {
-            (Some(w), Some(to)) if last.starts_with(w.as_str()) && last < *to => to.clone(),
-            _ => last,
-        });
     }
 }
 
@@ -463,54 +174,6 @@ pub(super) async fn read_wal_range(
         dir: cx.dir.clone(),
         detail: e.to_string(),
     })?
-}
-
-/// Refuses a store whose `wal.bin` no longer holds what the prefix shipped of it (a store
-/// restored from an older backup and written to since, say): continuing would splice two
-/// histories.
-async fn check_not_diverged(
-    cx: &Ctx<'_>,
-    disk: &DiskState,
-    pos: &WalPosition,
-    g: &Generation,
-) -> Result<(), WorkerError> {
-    let Some(last) = g.segments.last() else {
-        return Ok(());
-    };
-    let diverged = if pos.durable_len < last.end {
-        true
-    } else {
-        match read_wal_range(cx, disk, last.start, last.end).await? {
-            Some(local) => !crate::at_rest::seal::plain_matches(
-                &last.object,
-                local.len() as u64,
-                crc32fast::hash(&local),
-                g.seal.as_ref(),
-            ),
-            None => false,
-        }
-    };
-    if diverged {
-        return Err(WorkerError::Refused {
-            reason: format!(
-                "the store's wal.bin no longer matches what {} holds of it: the store diverged from \
-                 this prefix (restored from an older backup and written to since?); back it up to a new prefix",
-                last.object.key
-            ),
-        });
-    }
-    Ok(())
-}
-
-/// Segment GETs in flight at once while resume takes on shipped segments.
-const SEGMENT_GETS: usize = 8;
-
-/// A segment key as the listing showed it.
-#[derive(Debug, Clone)]
-struct Listed {
-    key: String,
-    len: u64,
-    etag: String,
 }
 
 /// Reads a GENERATION claim, cached.

@@ -1,6 +1,9 @@
-//! The store's **durable position**: how far a restore of the prefix, run right now, reaches.
-//! It is what the service acknowledges to a node on its `ReportPosition` stream (issue 27),
-//! so an engine can hold a commit's acknowledgement until its bytes are in the bucket.
+//! The acknowledgement room: the store's **durable position** (how far a restore of the prefix,
+//! run right now, reaches), the one watch it is published on ([`DurableTx`]), and in
+//! `durability = sync` the window that gates it ([`AckWindow`], `window.rs`). The position is
+//! what the service acknowledges to a node on its `ReportPosition` stream, so an engine can
+//! hold a commit's acknowledgement until its bytes are in the bucket (the node's side:
+//! `crates/node-client/src/durable.rs`).
 //!
 //! # What "durable" means
 //!
@@ -22,12 +25,12 @@
 //!
 //! After every step that succeeded ([`super::BackupWorker::step_as`]): a segment shipped, a
 //! restore point written, a generation started, a resume; and when a runner spawned paused
-//! read the restore point LATEST names (`spawn/paused.rs`). The step's counters are booked
-//! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The position is ordered by
-//! `(commit_seq, in_restore_point)` and only ever raised within a **chain**: a lower value
-//! computed meanwhile (a new generation started and has no manifest yet, while LATEST still
-//! names the previous one whose trailing segments the restore still reads) is not published,
-//! because the bucket still holds what was published.
+//! read the restore point LATEST names (`runner/paused.rs`). The step's counters are booked
+//! first, and health shows the position with them ([`DurableTx::offered`], `figures.rs`). The
+//! position is ordered by `(commit_seq, in_restore_point)` and only ever raised within a
+//! **chain**: a lower value computed meanwhile (a new generation started and has no manifest
+//! yet, while LATEST still names the previous one whose trailing segments the restore still
+//! reads) is not published, because the bucket still holds what was published.
 //!
 //! # When the chain breaks
 //!
@@ -48,14 +51,20 @@
 //! a commit acknowledged after the promotion read the prefix would be lost with the old
 //! primary. So a sync worker's lease record promises [`crate::lease::ACK_WINDOW`]
 //! ([`crate::lease::LeaseRecord::ack_window_ms`]) and its position is **gated**: a step
-//! *offers* what it made durable ([`DurableTx::offer`]), and the runner *releases* it
-//! ([`DurableTx::release`], `spawn/ack_window.rs`) only within the window of the start of a
-//! read of the lease object that found it still this worker's
-//! ([`crate::lease::LeaseHandle::confirm`]). The read runs in the background after an
-//! acknowledgement (at most one per half window while commits come, none while the store is
-//! idle), so a busy store's commits do not wait for it. A read that finds the lease taken ends it, and the chain breaks.
-//! An async worker publishes at once, and promises nothing (a promotion then waits for its
-//! deadline).
+//! *offers* what it made durable ([`DurableTx::offer`]), and the runner's [`AckWindow`]
+//! (`window.rs`) *releases* it ([`DurableTx::release`]) after the step. An async worker
+//! publishes at once, and promises nothing (a promotion then waits for its deadline).
+//!
+//! Around each step the runner makes two calls: [`AckWindow::before_step`] (a confirming read
+//! starts beside a step that may need one) and [`AckWindow::after_step`] (what the step offered
+//! is released once a read allows it). When it holds a new lease it calls
+//! [`AckWindow::reset`].
+//!
+//! **The invariant**, stated here once: every position published at instant `t` follows the
+//! start, at `s >= t - window`, of a read of the lease object
+//! ([`crate::lease::LeaseHandle::confirm`]) that found this worker's record. So no position is
+//! published later than a window after another holder's write of the lease object landed. A
+//! read that finds the lease taken ends it, nothing offered is released, and the chain breaks.
 //!
 //! # What a crash leaves behind
 //!
@@ -68,6 +77,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::view::View;
+
+mod window;
+pub(super) use window::{AckWindow, Settled};
 
 /// A commit a restore of the prefix reaches now (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,20 @@
 //! Resume's taking back of the segments shipped since the newest restore point: the chain a
 //! restore would take, each segment checked against the local WAL (vouched for by the
-//! shipped-segment journal, or read), as `View::resume` calls it (see its docs).
+//! shipped-segment journal, or read), as [`super::from_bucket`] calls it (see
+//! [`extend_with_shipped_segments`]). It reads the bucket and the store, and writes nothing:
+//! a crash leaves nothing of it.
 
-#[allow(unused_imports)]
-use super::*;
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::{Listed, SEGMENT_GETS};
+use crate::manifest::SegmentEntry;
+use crate::store::disk::DiskState;
+use crate::store::format::{WAL_HEADER_LEN, WalPosition, scan_frames};
+use crate::worker::WorkerError;
+use crate::worker::ctx::Ctx;
+use crate::worker::view::{Generation, get_opt, read_wal_range};
 
 /// Where a segment of the chain comes from on resume.
 pub(super) enum Got {

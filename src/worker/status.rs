@@ -1,5 +1,14 @@
-//! Resting: a quiet store's runner and supervisor sleep until something can have changed.
+//! The runner's record ([`StatusCell`]: what the runner writes through [`record`] and the
+//! supervisor reads to evaluate health), and **resting**: a quiet store's runner and supervisor
+//! sleep until something can have changed. The runner and the supervisor both import this
+//! room, and neither imports the other.
 //!
+//! # The record
+//! One writer, the runner (and the handle, for a drill's outcome), always through [`record`],
+//! which wakes the supervisor; the supervisor sets its own fields (the source's problem, the
+//! pause, the step's phase) under the lock when it evaluates, which wakes nobody.
+//!
+//! # Resting
 //! A store that is doing nothing must cost nothing between the events that can change that:
 //! its directory changing (the [`DirWatch`](crate::store::watch::DirWatch) signal), a node's
 //! position report (the service raises the same signal, [`super::BackupHandle::nudge`]), a
@@ -8,7 +17,7 @@
 //! Ticking every `wal_interval` instead cost a 10,000-store fleet a sixth of a core while it
 //! idled.
 //!
-//! # The runner
+//! ## The runner
 //! After a tick that found the store quiet, with every change of it signalled, the runner
 //! **rests**: it sleeps until the signal, a trigger, its lease stopping to hold, shutdown, or
 //! the quiet deadline. Woken by the signal it goes back to its regular tick (at most one per
@@ -17,7 +26,7 @@
 //! is marked seen before a tick's quiet check takes the directory's stamp, so a change during
 //! the tick wakes the next rest at once: a rest never sleeps through a change.
 //!
-//! # The supervisor
+//! ## The supervisor
 //! The supervisor rests while the runner rests **and** nothing durable is unshipped (so no lag
 //! can grow: the lag deadline only exists while something is unshipped, and then it ticks every
 //! `wal_interval` as DESIGN.md section 7 has it). Resting, it is woken by the store's signal or
@@ -77,6 +86,9 @@ impl StatusCell {
         RestGuard(self.clone())
     }
 }
+
+/// Shared between the runner (writes) and the supervisor (reads).
+pub(super) type Status = Arc<StatusCell>;
 
 /// Changes the runner's record, then wakes the supervisor.
 pub(super) fn record(status: &StatusCell, f: impl FnOnce(&mut RunnerStatus)) {

@@ -1,8 +1,67 @@
-//! What the serve loop does with a running worker through its [`BackupHandle`]: pause and
-//! resume it, send it triggers, read its health and figures, shut it down and wait for it.
+//! [`BackupHandle`]: what the serve loop (the fleet, the CLI's `backup`) holds of a running
+//! worker, and the [`BackupTrigger`]s it sends. Through it the worker is paused and resumed,
+//! triggered, nudged, read (health, figures, the durable position) and shut down and waited
+//! for. The handle writes the runner's record only for a drill's outcome; everything else goes
+//! through the worker's channels (triggers, the pause gate, the token). Dropping the handle
+//! does not stop the worker. In memory only: a crash leaves nothing.
 
-#[allow(unused_imports)]
-use super::*;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::BackupCounters;
+use super::pause::PauseGate;
+use super::runner::FlushWish;
+use super::status::{Status, record};
+use crate::health::{DrillResult, Pause, StoreHealth, WorkerState};
+use crate::store::watch::Signal;
+
+/// What the serve loop tells the worker, over a watch channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackupTrigger {
+    /// Ship what is durable now.
+    Ship,
+    /// Write a restore point now (for what is shipped, once it is).
+    RestorePoint,
+    /// Run retention now.
+    Retention,
+    /// Stop; with `flush`, ship what is durable and write a restore point first. The same as
+    /// [`BackupHandle::shutdown`] without the wait.
+    Shutdown { flush: bool },
+}
+
+/// Triggers as counters, so that none is lost when several arrive between two looks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Triggers {
+    pub(super) ship: u64,
+    pub(super) restore_point: u64,
+    pub(super) retention: u64,
+}
+
+/// The running worker, as the serve loop holds it.
+pub struct BackupHandle {
+    /// [`BackupHandle::health_serial`].
+    pub(super) serial: Arc<AtomicU64>,
+    /// The store's change signal ([`super::BackupWorker::changes`]).
+    pub(super) changes: Signal,
+    pub(super) triggers: watch::Sender<Triggers>,
+    /// The worker's token (a child of the caller's): cancelled by a shutdown.
+    pub(super) stop: CancellationToken,
+    pub(super) flush: Arc<FlushWish>,
+    pub(super) health: watch::Receiver<StoreHealth>,
+    pub(super) counters: Arc<BackupCounters>,
+    /// `Some` once the supervisor has ended, with how the worker ended.
+    pub(super) ended: watch::Receiver<Option<WorkerState>>,
+    pub(super) holder: String,
+    pub(super) gate: PauseGate,
+    /// The runner's record, for what the service records in it (a drill's outcome).
+    pub(super) status: Status,
+    /// How far a restore reaches (`durable.rs`), and the store's durability mode.
+    pub(super) durable: watch::Receiver<super::durable::Durability>,
+    pub(super) mode: super::DurabilityMode,
+}
 
 impl BackupHandle {
     /// Pauses the worker's uploads (replacing the reason and deadline of a pause already set:

@@ -18,7 +18,7 @@
 //! A restore reaches that restore point, so it is also the worker's **durable position**: the
 //! manifest LATEST names is read (one more GET) for its generation, and the position is offered
 //! as a step's would be (in `durability = sync`, released within the acknowledgement window of
-//! a confirming read of the lease, `ack_window.rs`). Health's figures are published after it
+//! a confirming read of the lease, `ack/window.rs`). Health's figures are published after it
 //! (`worker::figures`), so a paused store never shows a restore point beside a restore that
 //! reaches 0. A LATEST some other lineage adopted (`adopted_by`) is booked as before but
 //! offers no position: this writer would be refused at Resume.
@@ -42,7 +42,7 @@ use crate::lease::BucketLease;
 use crate::manifest::Manifest;
 use crate::store::dir::StoreDir;
 use crate::worker::WorkerError;
-use crate::worker::durable::DurablePosition;
+use crate::worker::ack::{DurablePosition, Settled};
 
 type Reading = Pin<Box<dyn Future<Output = Result<Option<OwnLatest>, WorkerError>> + Send>>;
 
@@ -145,13 +145,10 @@ impl Runner {
                                 if let Some(pos) = found.durable {
                                     self.worker.durable.offer(pos);
                                 }
-                                if let Some(window) = &mut self.ack_window {
-                                    let (handle, durable) = (lease.handle(), &self.worker.durable);
-                                    match window.settle_unless(&handle, durable, &self.token).await {
-                                        Some(Ok(())) => {}
-                                        Some(Err(_)) => return Some(Holding::Lost),
-                                        None => return Some(Holding::Shutdown),
-                                    }
+                                match self.ack.after_step(lease, &self.worker.durable, &self.token).await {
+                                    Settled::Done => {}
+                                    Settled::Lost => return Some(Holding::Lost),
+                                    Settled::Shutdown => return Some(Holding::Shutdown),
                                 }
                                 self.worker.ledger.publish_figures(&self.worker.durable);
                             }

@@ -5,7 +5,7 @@
 //!
 //! # The cap: a token bucket
 //!
-//! A tick ships at most one segment (`tick_step` in `spawn.rs`), and there is never more than
+//! A tick ships at most one segment (`tick_step` in `tick.rs`), and there is never more than
 //! one in flight, because the runner steps one step at a time. The cap is a token bucket
 //! (kept as GCRA: one instant, `tat`) filling at `wal_puts_per_second` and holding
 //! [`BURST`] tokens; a tick that shipped takes one, counted from the tick's start. So:
@@ -21,7 +21,7 @@
 //! takes no token, so it never holds the report's tick back. A failed step's backoff holds
 //! every tick back, changes included ([`Pace::back_off`]): under a failing bucket the retries
 //! follow the backoff, not the rate of reports. A store whose signal stays quiet
-//! costs no tick at all in either mode (the runner rests, `rest.rs`). In memory only: a crash
+//! costs no tick at all in either mode (the runner rests, `status.rs`). In memory only: a crash
 //! leaves nothing (a restarted runner starts with a full bucket: at most `BURST` segments
 //! sooner than the cap would have allowed, once).
 
