@@ -377,7 +377,8 @@ async fn what_a_restore_leaves_out_is_named_and_fails_the_cli_unless_allowed() {
 
     // Refused before anything is downloaded, naming each object and why.
     let target = t.path().join("r");
-    let (commit_seq, left_out) = refused_as_partial(raw, &target, &c.keys, "").await;
+    let (commit_seq, left_out) =
+        refused_as_partial(raw, &target, &c.keys, &format!("{:?}", bed.mode)).await;
     assert_eq!(commit_seq, durable);
     let left: Vec<&str> = left_out.iter().map(|l| l.key.as_str()).collect();
     assert_eq!(left, [garbage.as_str(), bomb.as_str()], "{left_out:?}");
