@@ -15,12 +15,12 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
 use mushroom_backup::at_rest::Compression;
-use mushroom_backup::at_rest::chain::LeftOutKind;
+use mushroom_backup::at_rest::chain::{LeftOut, LeftOutKind};
 use mushroom_backup::bucket::faults::{CrashKind, Fault, FaultPlan, FaultyBucket, Op};
 use mushroom_backup::bucket::{Body, DynBucket, PutCondition};
 use mushroom_backup::crypto::{Encryption, WriterEncryption};
@@ -37,6 +37,13 @@ struct Mode {
     zstd: bool,
     values: ValueKind,
 }
+
+/// Neither sealed nor compressed, values that do not compress.
+const PLAIN: Mode = Mode {
+    sealed: false,
+    zstd: false,
+    values: ValueKind::Random,
+};
 
 fn modes() -> Vec<Mode> {
     let mut out = Vec::new();
@@ -81,6 +88,75 @@ fn case(mode: Mode) -> Case {
     Case { config: c, keys }
 }
 
+/// One case's temp dir: its store (`s`), its `file://` bucket (`b`, `raw`) and how the store
+/// is encoded.
+struct Bed {
+    t: tempfile::TempDir,
+    store: PathBuf,
+    root: PathBuf,
+    raw: DynBucket,
+    mode: Mode,
+    c: Case,
+}
+
+impl Bed {
+    fn new(mode: Mode) -> Bed {
+        let t = tempfile::tempdir().unwrap();
+        let (store, root) = (t.path().join("s"), t.path().join("b"));
+        let raw = fs_bucket(&root);
+        Bed {
+            t,
+            store,
+            root,
+            raw,
+            mode,
+            c: case(mode),
+        }
+    }
+
+    /// `name` in the case's temp dir.
+    fn path(&self, name: &str) -> PathBuf {
+        self.t.path().join(name)
+    }
+
+    /// Writes `n` commits more to the store (values of the case's kind).
+    fn commits(&self, n: u64, seed: u64) {
+        commits(&self.store, n, self.mode.values, seed);
+    }
+
+    /// Writes `n` commits and runs a worker to its restore point; returns the restore point.
+    async fn with_restore_point(mode: Mode, n: u64) -> (Bed, Option<u64>) {
+        let bed = Bed::new(mode);
+        bed.commits(n, 1);
+        let first = bed.worker(bed.raw.clone()).run_once().await.unwrap();
+        (bed, first.restore_point)
+    }
+
+    /// A worker of the case's store over `bucket`.
+    fn worker(&self, bucket: DynBucket) -> mushroom_backup::worker::BackupWorker {
+        worker(&self.store, bucket, self.c.config.clone())
+    }
+
+    /// [`ship_and_die`] on this case.
+    async fn ship_and_die(&self) -> u64 {
+        ship_and_die(&self.store, &self.raw, &self.c).await
+    }
+}
+
+/// A case's bucket, every operation on it logged.
+fn counting(raw: &DynBucket) -> Arc<FaultyBucket> {
+    Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()))
+}
+
+/// The keys of the segments (`/wal/`) that `f` saw one of `ops` on, in order.
+fn wal_keys(f: &FaultyBucket, ops: &[Op]) -> Vec<String> {
+    f.log()
+        .into_iter()
+        .filter(|e| ops.contains(&e.op) && e.key.contains("/wal/"))
+        .map(|e| e.key)
+        .collect()
+}
+
 fn commits(store: &Path, n: u64, values: ValueKind, seed: u64) {
     write_with(
         store,
@@ -120,12 +196,43 @@ async fn ship_and_die(store: &Path, raw: &DynBucket, c: &Case) -> u64 {
         .unwrap_or(0)
 }
 
-async fn restore_to(raw: &DynBucket, out: &Path, keys: &RestoreKeys) -> restore::RestoreReport {
-    let opts = RestoreOptions {
+fn restore_options(keys: &RestoreKeys, allow_partial: bool) -> RestoreOptions {
+    RestoreOptions {
         keys: keys.clone(),
+        allow_partial,
         ..RestoreOptions::default()
-    };
+    }
+}
+
+async fn restore_to(raw: &DynBucket, out: &Path, keys: &RestoreKeys) -> restore::RestoreReport {
+    let opts = restore_options(keys, false);
     restore::restore(raw.as_ref(), out, &opts).await.unwrap()
+}
+
+async fn restore_to_allowing(
+    raw: &DynBucket,
+    out: &Path,
+    keys: &RestoreKeys,
+) -> restore::RestoreReport {
+    let opts = restore_options(keys, true);
+    restore::restore(raw.as_ref(), out, &opts).await.unwrap()
+}
+
+/// A restore (partial ones not allowed) that must be refused for leaving data out: the
+/// commit it would have reached and what it left out.
+async fn refused_as_partial(
+    raw: &DynBucket,
+    target: &Path,
+    keys: &RestoreKeys,
+    label: &str,
+) -> (u64, Vec<LeftOut>) {
+    match restore::restore(raw.as_ref(), target, &restore_options(keys, false)).await {
+        Err(restore::RestoreError::Partial {
+            commit_seq,
+            left_out,
+        }) => (commit_seq, left_out),
+        other => panic!("{label}: a restore leaving data out was not refused: {other:?}"),
+    }
 }
 
 /// Finding 1, in every encoding: a restore, and the worker's resume, reach every commit the
@@ -134,48 +241,35 @@ async fn restore_to(raw: &DynBucket, out: &Path, keys: &RestoreKeys) -> restore:
 async fn what_the_worker_counts_durable_is_restored_in_every_encoding() {
     for mode in modes() {
         let label = format!("{mode:?}");
-        let t = tempfile::tempdir().unwrap();
-        let (store, root) = (t.path().join("s"), t.path().join("b"));
-        let raw = fs_bucket(&root);
-        let c = case(mode);
-        commits(&store, 40, mode.values, 1);
-        let first = worker(&store, raw.clone(), c.config.clone())
-            .run_once()
-            .await
-            .unwrap();
-        assert_eq!(first.restore_point, Some(40), "{label}");
+        let (bed, first) = Bed::with_restore_point(mode, 40).await;
+        assert_eq!(first, Some(40), "{label}");
         // Several small segments past the restore point, as a sync store ships them.
         let mut durable = 0;
         for round in 0..3 {
-            commits(&store, 7, mode.values, 10 + round);
-            durable = ship_and_die(&store, &raw, &c).await;
+            bed.commits(7, 10 + round);
+            durable = bed.ship_and_die().await;
         }
         assert_eq!(durable, 61, "{label}: the worker's durable position");
 
-        let r = restore_to(&raw, &t.path().join("r"), &c.keys).await;
+        let r = restore_to(&bed.raw, &bed.path("r"), &bed.c.keys).await;
         assert_eq!(
             r.commit_seq, durable,
             "{label}: restore reached {} of {durable} counted durable; warnings {:?}",
             r.commit_seq, r.warnings
         );
         assert!(r.left_out.is_empty(), "{label}: {:?}", r.left_out);
-        assert_eq!(digest(&t.path().join("r")), digest(&store), "{label}");
+        assert_eq!(digest(&bed.path("r")), digest(&bed.store), "{label}");
 
         // The resume takes the shipped segments on (no segment shipped again) and its restore
         // point holds them.
-        let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
-        let bucket: DynBucket = counted.clone();
-        let again = worker(&store, bucket, c.config.clone())
+        let counted = counting(&bed.raw);
+        let again = bed
+            .worker(counted.clone())
             .run_once()
             .await
             .unwrap_or_else(|e| panic!("{label}: the resumed run: {e}"));
         assert_eq!(again.restore_point, Some(durable), "{label}");
-        let reshipped: Vec<String> = counted
-            .log()
-            .into_iter()
-            .filter(|e| e.op == Op::Put && e.key.contains("/wal/"))
-            .map(|e| e.key)
-            .collect();
+        let reshipped = wal_keys(&counted, &[Op::Put]);
         assert!(
             reshipped.is_empty(),
             "{label}: the resume shipped again {reshipped:?}"
@@ -224,50 +318,35 @@ async fn plant(raw: &DynBucket, key: &str, bytes: Vec<u8>) {
 /// chain taken does not).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_end_never_hides_the_chain_that_reaches_further() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    let raw = fs_bucket(&root);
-    let c = case(Mode {
-        sealed: false,
-        zstd: false,
-        values: ValueKind::Random,
-    });
-    commits(&store, 10, ValueKind::Random, 1);
-    worker(&store, raw.clone(), c.config.clone())
-        .run_once()
-        .await
-        .unwrap();
-    commits(&store, 10, ValueKind::Random, 2);
-    ship_and_die(&store, &raw, &c).await;
-    commits(&store, 10, ValueKind::Random, 3);
-    let durable = ship_and_die(&store, &raw, &c).await;
+    let (bed, _) = Bed::with_restore_point(PLAIN, 10).await;
+    bed.commits(10, 2);
+    bed.ship_and_die().await;
+    bed.commits(10, 3);
+    let durable = bed.ship_and_die().await;
     assert_eq!(durable, 30);
-    let segs = segments(&raw).await;
+    let segs = segments(&bed.raw).await;
     let (first, second) = (segs[segs.len() - 2], segs[segs.len() - 1]);
     assert_eq!(first.1, second.0, "{segs:?}");
     // A frame boundary inside the second segment: the dead end runs from the first's start
     // to it, longer than the first, and nothing starts where it ends.
-    let (wal, ends) = frame_ends(&store);
+    let (wal, ends) = frame_ends(&bed.store);
     let (cut, _) = *ends
         .iter()
         .find(|(end, _)| *end > second.0 + 10 && *end < second.1)
         .expect("a frame ending inside the second segment");
     plant(
-        &raw,
+        &bed.raw,
         &segment_key(first.0, cut),
         wal[first.0 as usize..cut as usize].to_vec(),
     )
     .await;
 
-    let r = restore_to(&raw, &t.path().join("r"), &c.keys).await;
+    let r = restore_to(&bed.raw, &bed.path("r"), &bed.c.keys).await;
     assert_eq!(r.commit_seq, durable, "warnings: {:?}", r.warnings);
     assert!(r.left_out.is_empty(), "{:?}", r.left_out);
 
     // The resume takes the same chain: its restore point holds every shipped commit.
-    let again = worker(&store, raw.clone(), c.config.clone())
-        .run_once()
-        .await
-        .unwrap();
+    let again = bed.worker(bed.raw.clone()).run_once().await.unwrap();
     assert_eq!(again.restore_point, Some(durable));
 }
 
@@ -278,57 +357,35 @@ async fn a_dead_end_never_hides_the_chain_that_reaches_further() {
 /// partial restores are allowed, when the report's `left_out` names each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_a_restore_leaves_out_is_named_and_fails_the_cli_unless_allowed() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    let raw = fs_bucket(&root);
-    let c = case(Mode {
-        sealed: false,
-        zstd: true,
-        values: ValueKind::Text,
-    });
-    commits(&store, 10, ValueKind::Text, 1);
-    worker(&store, raw.clone(), c.config.clone())
-        .run_once()
-        .await
-        .unwrap();
-    commits(&store, 10, ValueKind::Text, 2);
-    let durable = ship_and_die(&store, &raw, &c).await;
-    let end = segments(&raw).await.last().unwrap().1;
+    let (bed, _) = Bed::with_restore_point(
+        Mode {
+            sealed: false,
+            zstd: true,
+            values: ValueKind::Text,
+        },
+        10,
+    )
+    .await;
+    let (t, root, raw, c) = (&bed.t, &bed.root, &bed.raw, &bed.c);
+    bed.commits(10, 2);
+    let durable = bed.ship_and_die().await;
+    let end = segments(raw).await.last().unwrap().1;
     let bomb = segment_key(end, end + (1 << 40));
     let garbage = segment_key(end, end + 100);
-    plant(&raw, &bomb, Vec::new()).await;
-    plant(&raw, &garbage, vec![7u8; 100]).await;
+    plant(raw, &bomb, Vec::new()).await;
+    plant(raw, &garbage, vec![7u8; 100]).await;
 
     // Refused before anything is downloaded, naming each object and why.
     let target = t.path().join("r");
-    let opts = RestoreOptions {
-        keys: c.keys.clone(),
-        ..RestoreOptions::default()
-    };
-    match restore::restore(raw.as_ref(), &target, &opts).await {
-        Err(restore::RestoreError::Partial {
-            commit_seq,
-            left_out,
-        }) => {
-            assert_eq!(commit_seq, durable);
-            let left: Vec<&str> = left_out.iter().map(|l| l.key.as_str()).collect();
-            assert_eq!(left, [garbage.as_str(), bomb.as_str()], "{left_out:?}");
-            assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{left_out:?}");
-            assert!(left_out[1].why.contains("a writer ships"), "{left_out:?}");
-        }
-        other => panic!("a restore leaving data out was not refused: {other:?}"),
-    }
+    let (commit_seq, left_out) =
+        refused_as_partial(raw, &target, &c.keys, &format!("{:?}", bed.mode)).await;
+    assert_eq!(commit_seq, durable);
+    let left: Vec<&str> = left_out.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(left, [garbage.as_str(), bomb.as_str()], "{left_out:?}");
+    assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{left_out:?}");
+    assert!(left_out[1].why.contains("a writer ships"), "{left_out:?}");
     assert!(!target.exists(), "a refused restore left its target");
-    let r = restore::restore(
-        raw.as_ref(),
-        &target,
-        &RestoreOptions {
-            allow_partial: true,
-            ..opts
-        },
-    )
-    .await
-    .unwrap();
+    let r = restore_to_allowing(raw, &target, &c.keys).await;
     assert_eq!(r.commit_seq, durable);
     assert_eq!(r.left_out.len(), 2, "{:?}", r.left_out);
 
@@ -378,74 +435,53 @@ async fn what_a_restore_leaves_out_is_named_and_fails_the_cli_unless_allowed() {
 async fn an_encrypted_generation_takes_no_segment_that_is_not_sealed() {
     for zstd in [false, true] {
         let label = if zstd { "zstd" } else { "raw" };
-        let t = tempfile::tempdir().unwrap();
-        let (store, root) = (t.path().join("s"), t.path().join("b"));
-        let raw = fs_bucket(&root);
-        let c = case(Mode {
+        let mode = Mode {
             sealed: true,
             zstd,
             values: ValueKind::Random,
-        });
-        commits(&store, 10, ValueKind::Random, 1);
-        worker(&store, raw.clone(), c.config.clone())
-            .run_once()
-            .await
-            .unwrap();
-        commits(&store, 10, ValueKind::Random, 2);
-        let durable = ship_and_die(&store, &raw, &c).await;
+        };
+        let (bed, _) = Bed::with_restore_point(mode, 10).await;
+        let (raw, c) = (&bed.raw, &bed.c);
+        bed.commits(10, 2);
+        let durable = bed.ship_and_die().await;
         assert_eq!(durable, 20, "{label}");
-        let end = segments(&raw).await.last().unwrap().1;
+        let end = segments(raw).await.last().unwrap().1;
         // Five commits more, never shipped: their frames, raw, planted past the chain's end.
-        commits(&store, 5, ValueKind::Random, 3);
-        let (wal, ends) = frame_ends(&store);
+        bed.commits(5, 3);
+        let (wal, ends) = frame_ends(&bed.store);
         let (planted_end, seq) = *ends.last().unwrap();
         assert_eq!(seq, 25, "{label}");
         let planted = segment_key(end, planted_end);
         plant(
-            &raw,
+            raw,
             &planted,
             wal[end as usize..planted_end as usize].to_vec(),
         )
         .await;
 
-        let target = t.path().join("r");
-        let opts = RestoreOptions {
-            keys: c.keys.clone(),
-            ..RestoreOptions::default()
-        };
-        match restore::restore(raw.as_ref(), &target, &opts).await {
-            Err(restore::RestoreError::Partial {
-                commit_seq,
-                left_out,
-            }) => {
-                assert_eq!(commit_seq, durable, "{label}");
-                assert_eq!(left_out.len(), 1, "{label}: {left_out:?}");
-                assert_eq!(left_out[0].key, planted, "{label}");
-                assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{label}");
-                assert!(
-                    left_out[0].why.contains("not sealed"),
-                    "{label}: {left_out:?}"
-                );
-            }
-            other => panic!("{label}: an unsealed segment was not left out: {other:?}"),
-        }
-        let r = restore_to_allowing(&raw, &target, &c.keys).await;
+        let target = bed.path("r");
+        let (commit_seq, left_out) = refused_as_partial(raw, &target, &c.keys, label).await;
+        assert_eq!(commit_seq, durable, "{label}");
+        assert_eq!(left_out.len(), 1, "{label}: {left_out:?}");
+        assert_eq!(left_out[0].key, planted, "{label}");
+        assert_eq!(left_out[0].kind, LeftOutKind::Rejected, "{label}");
+        assert!(
+            left_out[0].why.contains("not sealed"),
+            "{label}: {left_out:?}"
+        );
+        let r = restore_to_allowing(raw, &target, &c.keys).await;
         assert_eq!(r.commit_seq, durable, "{label}: {:?}", r.left_out);
 
         // A shipped segment replaced by its own plain bytes is no longer taken either.
-        let (s0, e0) = *segments(&raw)
-            .await
-            .iter()
-            .find(|(_, e)| *e == end)
-            .unwrap();
+        let (s0, e0) = *segments(raw).await.iter().find(|(_, e)| *e == end).unwrap();
         raw.delete(&planted, None).await.unwrap();
         plant(
-            &raw,
+            raw,
             &segment_key(s0, e0),
             wal[s0 as usize..e0 as usize].to_vec(),
         )
         .await;
-        let r = restore_to_allowing(&raw, &t.path().join("r2"), &c.keys).await;
+        let r = restore_to_allowing(raw, &bed.path("r2"), &c.keys).await;
         assert!(r.commit_seq < durable, "{label}: {}", r.commit_seq);
         assert_eq!(r.left_out.len(), 1, "{label}: {:?}", r.left_out);
         assert_eq!(r.left_out[0].key, segment_key(s0, e0), "{label}");
@@ -460,26 +496,23 @@ async fn an_encrypted_generation_takes_no_segment_that_is_not_sealed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promotion_reaches_what_was_durable_and_refuses_to_cut_a_writers_segment() {
     use mushroom_backup::standby::{StandbyError, StandbyOptions, promote};
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    let raw = fs_bucket(&root);
-    let c = case(Mode {
-        sealed: true,
-        zstd: true,
-        values: ValueKind::Random,
-    });
-    commits(&store, 20, ValueKind::Random, 1);
-    worker(&store, raw.clone(), c.config.clone())
-        .run_once()
-        .await
-        .unwrap();
-    commits(&store, 9, ValueKind::Random, 2);
-    let durable = ship_and_die(&store, &raw, &c).await;
+    let (bed, _) = Bed::with_restore_point(
+        Mode {
+            sealed: true,
+            zstd: true,
+            values: ValueKind::Random,
+        },
+        20,
+    )
+    .await;
+    let (t, root, raw, c) = (&bed.t, &bed.root, &bed.raw, &bed.c);
+    bed.commits(9, 2);
+    let durable = bed.ship_and_die().await;
     assert_eq!(durable, 29);
-    let end = segments(&raw).await.last().unwrap().1;
+    let end = segments(raw).await.last().unwrap().1;
     let damaged = segment_key(end, end + 300);
-    plant(&raw, &damaged, vec![1u8; 300]).await;
-    plant(&raw, &segment_key(end, end + (1 << 40)), Vec::new()).await;
+    plant(raw, &damaged, vec![1u8; 300]).await;
+    plant(raw, &segment_key(end, end + (1 << 40)), Vec::new()).await;
     let opts = StandbyOptions {
         keys: c.keys.clone(),
         ..StandbyOptions::default()
@@ -517,33 +550,23 @@ async fn a_promotion_reaches_what_was_durable_and_refuses_to_cut_a_writers_segme
 async fn a_restart_reads_none_of_its_own_segments_again_and_still_checks_the_rest() {
     for mode in modes() {
         let label = format!("{mode:?}");
-        let t = tempfile::tempdir().unwrap();
-        let (store, root) = (t.path().join("s"), t.path().join("b"));
-        let raw = fs_bucket(&root);
-        let c = case(mode);
-        commits(&store, 10, mode.values, 1);
-        worker(&store, raw.clone(), c.config.clone())
-            .run_once()
-            .await
-            .unwrap();
+        let (bed, _) = Bed::with_restore_point(mode, 10).await;
         for round in 0..6 {
-            commits(&store, 3, mode.values, 10 + round);
-            ship_and_die(&store, &raw, &c).await;
+            bed.commits(3, 10 + round);
+            bed.ship_and_die().await;
         }
         let durable = 28;
-        let segment_gets = |f: &FaultyBucket| {
-            f.log()
-                .into_iter()
-                .filter(|e| matches!(e.op, Op::Get | Op::GetRange) && e.key.contains("/wal/"))
-                .count()
-        };
         // A resume: every segment past the restore point from the journal, no GET.
-        let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
-        let mut w = worker(&store, counted.clone(), c.config.clone());
-        let r = w.run_once().await.unwrap();
+        let counted = counting(&bed.raw);
+        let r = bed.worker(counted.clone()).run_once().await.unwrap();
         assert_eq!(r.restore_point, Some(durable), "{label}");
-        assert_eq!(segment_gets(&counted), 0, "{label}: {:?}", counted.log());
-        let journal = std::fs::read(store.join("backup.shipped")).unwrap();
+        assert_eq!(
+            wal_keys(&counted, &[Op::Get, Op::GetRange]).len(),
+            0,
+            "{label}: {:?}",
+            counted.log()
+        );
+        let journal = std::fs::read(bed.store.join("backup.shipped")).unwrap();
         assert!(
             journal.is_empty(),
             "{label}: the journal is emptied at a restore point"
@@ -553,79 +576,44 @@ async fn a_restart_reads_none_of_its_own_segments_again_and_still_checks_the_res
     // A replaced segment (same key and length, other bytes: another ETag) is read and
     // checked, not trusted from its journal line: it no longer matches the store, and the
     // resume stops before it, as a restore does.
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    let raw = fs_bucket(&root);
-    let c = case(Mode {
-        sealed: false,
-        zstd: false,
-        values: ValueKind::Random,
-    });
-    commits(&store, 10, ValueKind::Random, 1);
-    worker(&store, raw.clone(), c.config.clone())
-        .run_once()
-        .await
-        .unwrap();
+    let (bed, _) = Bed::with_restore_point(PLAIN, 10).await;
+    let (store, root, raw, c) = (&bed.store, &bed.root, &bed.raw, &bed.c);
     for round in 0..3 {
-        commits(&store, 5, ValueKind::Random, 10 + round);
-        ship_and_die(&store, &raw, &c).await;
+        bed.commits(5, 10 + round);
+        bed.ship_and_die().await;
     }
-    let segs = segments(&raw).await;
+    let segs = segments(raw).await;
     let n = segs.len();
     let (a, b, last) = (segs[n - 3], segs[n - 2], segs[n - 1]);
-    let (wal, _) = frame_ends(&store);
+    let (wal, _) = frame_ends(store);
     let mut other = wal[last.0 as usize..last.1 as usize].to_vec();
     other[20] ^= 0xff;
     std::fs::remove_file(root.join(segment_key(last.0, last.1))).unwrap();
-    plant(&raw, &segment_key(last.0, last.1), other).await;
-    let segment_gets = |f: &FaultyBucket| -> Vec<String> {
-        f.log()
-            .into_iter()
-            .filter(|e| matches!(e.op, Op::Get) && e.key.contains("/wal/"))
-            .map(|e| e.key)
-            .collect()
-    };
-    let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
+    plant(raw, &segment_key(last.0, last.1), other).await;
+    let counted = counting(raw);
     // It then ships that range again under the same key: refused (the object there has other
     // bytes), as another writer's would be.
-    let r = worker(&store, counted.clone(), c.config.clone())
-        .run_once()
-        .await;
+    let r = bed.worker(counted.clone()).run_once().await;
     assert!(r.is_err(), "{r:?}");
-    let gets = segment_gets(&counted);
+    let gets = wal_keys(&counted, &[Op::Get]);
     assert!(
         gets.first() == Some(&segment_key(last.0, last.1)),
         "the replaced segment was trusted, or the others read: {gets:?}"
     );
-    let restored = restore_to_allowing(&raw, &t.path().join("r"), &c.keys).await;
+    let restored = restore_to_allowing(raw, &bed.path("r"), &c.keys).await;
     assert_eq!(restored.commit_seq, 20, "{:?}", restored.warnings);
 
     // A garbage journal: every segment read and checked.
     std::fs::write(store.join("backup.shipped"), b"{\"not\": 1}\tzz\n\xff\xfe").unwrap();
-    let counted = Arc::new(FaultyBucket::new(raw.clone(), FaultPlan::none()));
-    let _ = worker(&store, counted.clone(), c.config.clone())
-        .run_once()
-        .await;
-    let gets = segment_gets(&counted);
+    let counted = counting(raw);
+    let _ = bed.worker(counted.clone()).run_once().await;
+    let gets = wal_keys(&counted, &[Op::Get]);
     for k in [segment_key(a.0, a.1), segment_key(b.0, b.1)] {
         assert!(
             gets.contains(&k),
             "{k} not read with a garbage journal: {gets:?}"
         );
     }
-}
-
-async fn restore_to_allowing(
-    raw: &DynBucket,
-    out: &Path,
-    keys: &RestoreKeys,
-) -> restore::RestoreReport {
-    let opts = RestoreOptions {
-        keys: keys.clone(),
-        allow_partial: true,
-        ..RestoreOptions::default()
-    };
-    restore::restore(raw.as_ref(), out, &opts).await.unwrap()
 }
 
 /// Finding 7, the other half: a restart lists every segment past the newest restore point (a

@@ -33,6 +33,12 @@ fn ok(args: &[&str]) -> String {
     support::binary::succeeded(args, mb(args))
 }
 
+/// `backup --store STORE --to TO --once EXTRA…` fails as [`fails`] does, naming `needle`.
+fn backup_once_fails(store: &str, to: &str, extra: &[&str], needle: &str) {
+    let args = [&["backup", "--store", store, "--to", to, "--once"], extra].concat();
+    fails(&args, needle);
+}
+
 /// Fails with exactly one `error:` line naming `needle`.
 fn fails(args: &[&str], needle: &str) {
     let o = mb(args);
@@ -91,26 +97,13 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
     let t = tempfile::tempdir().unwrap();
     let (store, bucket) = (t.path().join("s"), url(&t.path().join("b")));
     let s = store.to_str().unwrap();
-    fails(
-        &["backup", "--store", s, "--to", &bucket, "--once"],
-        "not a store",
-    );
+    backup_once_fails(s, &bucket, &[], "not a store");
     ok(&["store", "write", s, "--commits", "10"]);
-    fails(
-        &["backup", "--store", s, "--to", "ftp://x/y", "--once"],
-        "file:// or s3://",
-    );
-    fails(
-        &[
-            "backup",
-            "--store",
-            s,
-            "--to",
-            &bucket,
-            "--once",
-            "--object-lock",
-            "compliance",
-        ],
+    backup_once_fails(s, "ftp://x/y", &[], "file:// or s3://");
+    backup_once_fails(
+        s,
+        &bucket,
+        &["--object-lock", "compliance"],
         "--object-lock compliance needs an s3:// destination",
     );
     fails(
@@ -149,30 +142,8 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
         ],
         "needs conditional writes",
     );
-    fails(
-        &[
-            "backup",
-            "--store",
-            s,
-            "--to",
-            "file://relative/path",
-            "--once",
-        ],
-        "absolute path",
-    );
-    fails(
-        &[
-            "backup",
-            "--store",
-            s,
-            "--to",
-            &bucket,
-            "--once",
-            "--wal-interval-ms",
-            "0",
-        ],
-        "--wal-interval-ms",
-    );
+    backup_once_fails(s, "file://relative/path", &[], "absolute path");
+    backup_once_fails(s, &bucket, &["--wal-interval-ms", "0"], "--wal-interval-ms");
     // Every number a flag takes has a range; past it, one line naming the flag and the range
     // (`keep_for` of 2^63 ms once wrapped negative and deleted what it should keep; an
     // interval of u64::MAX ms overflowed the clock it was added to).
@@ -183,10 +154,10 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
         ("--restore-point-interval-ms", "0"),
         ("--keep-generations", "0"),
     ] {
-        fails(
-            &[
-                "backup", "--store", s, "--to", &bucket, "--once", flag, value,
-            ],
+        backup_once_fails(
+            s,
+            &bucket,
+            &[flag, value],
             &format!("{flag} = {value} is out of range"),
         );
     }
@@ -209,17 +180,10 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
             &format!("{flag} = {value} is out of range"),
         );
     }
-    fails(
-        &[
-            "restore",
-            "--from",
-            &bucket,
-            "--to",
-            t.path().join("r").to_str().unwrap(),
-        ],
-        // No backup has run: the bucket directory was never made.
-        "does not exist",
-    );
+    let target = t.path().join("r");
+    let r = target.to_str().unwrap();
+    // No backup has run: the bucket directory was never made.
+    fails(&["restore", "--from", &bucket, "--to", r], "does not exist");
     fails(
         &[
             "store",
@@ -235,15 +199,7 @@ fn bad_input_gets_one_line_naming_what_was_wrong() {
     ok(&["backup", "--store", s, "--to", &bucket, "--once"]);
     fails(&["restore", "--from", &bucket, "--to", s], "not empty");
     fails(
-        &[
-            "restore",
-            "--from",
-            &bucket,
-            "--to",
-            t.path().join("r").to_str().unwrap(),
-            "--at",
-            "11",
-        ],
+        &["restore", "--from", &bucket, "--to", r, "--at", "11"],
         "reachable: 0..=10",
     );
     assert!(!t.path().join("r").exists());
@@ -510,12 +466,18 @@ fn fails_on_s3(endpoint: &str, args: &[&str], needle: &str) -> Vec<String> {
     lines
 }
 
-on_each_s3_server!(#[test] fn a_missing_bucket_is_named);
-fn a_missing_bucket_is_named(server: &S3Server) {
-    let endpoint = server.endpoint.clone();
+/// A store `s` of five commits in a fresh temp dir.
+fn store_of_five_commits() -> (tempfile::TempDir, std::path::PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
     ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);
+    (t, store)
+}
+
+on_each_s3_server!(#[test] fn a_missing_bucket_is_named);
+fn a_missing_bucket_is_named(server: &S3Server) {
+    let endpoint = server.endpoint.clone();
+    let (t, store) = store_of_five_commits();
     let name = format!("missing-{}", std::process::id());
     let from = format!("s3://{name}/p");
     let said = format!("bucket {name} does not exist");
@@ -721,9 +683,7 @@ on_each_s3_server!(#[test] fn missing_credentials_and_region_are_said_at_once_wi
 /// SDK's region warnings.
 fn missing_credentials_and_region_are_said_at_once_without_sdk_noise(server: &S3Server) {
     let endpoint = server.endpoint.clone();
-    let t = tempfile::tempdir().unwrap();
-    let store = t.path().join("s");
-    ok(&["store", "write", store.to_str().unwrap(), "--commits", "5"]);
+    let (_t, store) = store_of_five_commits();
     // One error line; no retry; no line of the SDK's (their targets start with `aws_`).
     let check = |what: &str, err: &str, says: &str| {
         let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();

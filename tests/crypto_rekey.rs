@@ -369,34 +369,21 @@ async fn the_binary_makes_keys_and_rekeys_a_destination() {
 
     // Bad invocations stop before the bucket, naming the problem.
     let missing = dir.path().join("missing.key");
-    for (args, says) in [
+    let (identity, missing) = (new_path.to_str().unwrap(), missing.to_str().unwrap());
+    // `rekey --from URL` and each row's flags.
+    for (flags, says) in [
         (
-            vec![
-                "rekey",
-                "--from",
-                &url,
-                "--new-encryption-recipient",
-                &recipient,
-            ],
+            vec!["--new-encryption-recipient", &recipient],
             "rekey needs the old key",
         ),
         (
-            vec![
-                "rekey",
-                "--from",
-                &url,
-                "--encryption-identity-file",
-                new_path.to_str().unwrap(),
-            ],
+            vec!["--encryption-identity-file", identity],
             "rekey needs a new key",
         ),
         (
             vec![
-                "rekey",
-                "--from",
-                &url,
                 "--encryption-key-file",
-                missing.to_str().unwrap(),
+                missing,
                 "--new-encryption-recipient",
                 &recipient,
             ],
@@ -404,17 +391,15 @@ async fn the_binary_makes_keys_and_rekeys_a_destination() {
         ),
         (
             vec![
-                "rekey",
-                "--from",
-                &url,
                 "--encryption-identity-file",
-                new_path.to_str().unwrap(),
+                identity,
                 "--new-encryption-recipient",
                 "age1bad",
             ],
             "--new-encryption-recipient: \"age1bad\"",
         ),
     ] {
+        let args = [vec!["rekey", "--from", &url], flags].concat();
         let (ok, _, err) = run(bin().args(&args));
         assert!(!ok, "{args:?} succeeded");
         assert!(err.contains(says), "{args:?}: {err}");
@@ -442,31 +427,22 @@ fn bucket_commands_with_a_bad_key_fail_before_touching_anything() {
     std::fs::write(dir.path().join("blank.key"), "\n").unwrap();
     let blank = dir.path().join("blank.key");
     let dest_url = support::file_url(&dest);
+    // `backup --once` of the store to the destination with the key flag `flag`.
+    let backup_with = |flag: &str, value: String| -> Vec<String> {
+        let store = store.display().to_string();
+        [
+            "backup", "--once", "--store", &store, "--to", &dest_url, flag, &value,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
-            vec![
-                "backup".into(),
-                "--once".into(),
-                "--store".into(),
-                store.display().to_string(),
-                "--to".into(),
-                dest_url.clone(),
-                "--encryption-key-file".into(),
-                missing.display().to_string(),
-            ],
+            backup_with("--encryption-key-file", missing.display().to_string()),
             "no such file",
         ),
         (
-            vec![
-                "backup".into(),
-                "--once".into(),
-                "--store".into(),
-                store.display().to_string(),
-                "--to".into(),
-                dest_url.clone(),
-                "--encryption-recipient".into(),
-                "age1notarecipient".into(),
-            ],
+            backup_with("--encryption-recipient", "age1notarecipient".into()),
             "not an age X25519 recipient",
         ),
         (

@@ -155,13 +155,7 @@ async fn no_acknowledged_commit_is_lost_when_the_host_is_killed_under_s3_faults(
         began.elapsed()
     );
     if counts.requests >= 200 {
-        assert!(
-            counts.slow_down > 0 && counts.dropped > 0 && counts.delayed > 0,
-            "the proxy did not inject every kind of fault: {counts:?}"
-        );
+        counts.assert_every_kind_injected();
     }
-    assert_eq!(
-        counts.upstream_errors, 0,
-        "moto failed requests: {counts:?}"
-    );
+    counts.assert_no_upstream_error();
 }

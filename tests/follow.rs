@@ -39,22 +39,13 @@ fn a_second_follower_waits_then_takes_over_within_a_ttl_and_a_third(server: &S3S
     let bucket = rt.block_on(server.create_bucket("follow"));
     let s3 = server.client();
     let url = format!("s3://{bucket}/{PREFIX}");
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let store = tmp.path().join("store");
+    let (tmp, store, mut writer) = binary::store_being_written(RATE);
     let settings = FollowSettings {
         lease_ttl: TTL,
         wal_interval: Duration::from_millis(200),
         restore_point_interval: Duration::from_millis(1000),
     };
     let segments = || rt.block_on(segment_keys(&s3, &bucket));
-
-    // A store to follow, then a writer appending to it at RATE commits/s until told to stop.
-    binary::run_ok(
-        "store write (first commit)",
-        binary::writer(&store, 1, 1000),
-        Duration::from_secs(30),
-    );
-    let mut writer = Running::spawn("writer", binary::writer(&store, 1_000_000, RATE));
 
     let mut first = Running::spawn(
         "first follower",
@@ -236,20 +227,13 @@ fn restore_points_keep_their_interval_under_a_steady_writer(server: &S3Server) {
     let rt = tokio::runtime::Runtime::new().expect("a runtime");
     let bucket = rt.block_on(server.create_bucket("follow-rp"));
     let url = format!("s3://{bucket}/{PREFIX}");
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let store = tmp.path().join("store");
+    let (_tmp, store, mut writer) = binary::store_being_written(RATE);
     let interval = Duration::from_millis(500);
     let settings = FollowSettings {
         lease_ttl: TTL,
         wal_interval: Duration::from_millis(200),
         restore_point_interval: interval,
     };
-    binary::run_ok(
-        "store write (first commit)",
-        binary::writer(&store, 1, 1000),
-        Duration::from_secs(30),
-    );
-    let mut writer = Running::spawn("writer", binary::writer(&store, 1_000_000, RATE));
     let mut follower = Running::spawn(
         "follower",
         binary::follower(&endpoint, &store, &url, &settings),

@@ -36,20 +36,12 @@ fn a_follower_killed_five_times_behind_a_faulty_s3_loses_no_commit() {
     let proxy = FaultProxy::start(&endpoint, FaultPlan::default());
     // The kill schedule comes from the same seed as the faults.
     let mut schedule = ChaCha8Rng::seed_from_u64(proxy.seed() ^ 0x6b69_6c6c);
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let store = tmp.path().join("store");
+    let (tmp, store, mut writer) = binary::store_being_written(RATE);
     let settings = FollowSettings {
         lease_ttl: TTL,
         wal_interval: Duration::from_millis(100),
         restore_point_interval: Duration::from_millis(500),
     };
-
-    binary::run_ok(
-        "store write (first commit)",
-        binary::writer(&store, 1, 1000),
-        Duration::from_secs(30),
-    );
-    let mut writer = Running::spawn("writer", binary::writer(&store, 1_000_000, RATE));
 
     let mut restore_points = 0;
     for round in 1..=KILLS {
@@ -134,14 +126,8 @@ fn a_follower_killed_five_times_behind_a_faulty_s3_loses_no_commit() {
         proxy.seed(),
         began.elapsed()
     );
-    assert!(
-        counts.slow_down > 0 && counts.dropped > 0 && counts.delayed > 0,
-        "the proxy did not inject every kind of fault, so this proves less than it claims: {counts:?}"
-    );
-    assert_eq!(
-        counts.upstream_errors, 0,
-        "moto failed requests: {counts:?}"
-    );
+    counts.assert_every_kind_injected();
+    counts.assert_no_upstream_error();
 }
 
 /// The proxy itself: each kind of fault does what it says, seen from a client without retries

@@ -349,10 +349,7 @@ async fn a_refusal_is_permanent() {
 async fn reconnects_with_backoff_and_resends_the_newest() {
     let mut f = fake("127.0.0.1:0").await;
     let addr = f.addr;
-    let c = NodeClient::connect(config(addr, "good")).unwrap();
-    c.report(pos(1));
-    c.flush(WAIT).await.unwrap();
-    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+    let c = first_reported(&mut f, config(addr, "good")).await;
     f.kill.cancel();
     tokio::time::timeout(WAIT, f.server).await.unwrap().unwrap();
     tokio::time::timeout(WAIT, async {
@@ -375,17 +372,30 @@ async fn reconnects_with_backoff_and_resends_the_newest() {
     f.kill.cancel();
 }
 
+/// A client of `f` with `cfg`, once its first report (commit 1) has reached `f`.
+async fn first_reported(f: &mut Running, cfg: NodeClientConfig) -> NodeClient {
+    let c = NodeClient::connect(cfg).unwrap();
+    c.report(pos(1));
+    c.flush(WAIT).await.unwrap();
+    assert_eq!(next_seen(f).await.unwrap().commit_seq, 1);
+    c
+}
+
+/// A fake server and a client of it reporting at most once a second, once its first report
+/// (commit 1) has reached the server.
+async fn paced_client() -> (Running, NodeClient) {
+    let mut f = fake("127.0.0.1:0").await;
+    let mut cfg = config(f.addr, "good");
+    cfg.min_report_interval = Duration::from_secs(1);
+    let c = first_reported(&mut f, cfg).await;
+    (f, c)
+}
+
 /// Reports faster than `min_report_interval` coalesce: at most one per interval reaches the
 /// server (after the first), always the newest, and closing does not wait the interval out.
 #[tokio::test]
 async fn fast_reports_coalesce_into_the_newest() {
-    let mut f = fake("127.0.0.1:0").await;
-    let mut cfg = config(f.addr, "good");
-    cfg.min_report_interval = Duration::from_secs(1);
-    let c = NodeClient::connect(cfg).unwrap();
-    c.report(pos(1));
-    c.flush(WAIT).await.unwrap();
-    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+    let (mut f, c) = paced_client().await;
 
     // Fifty reports with room between them for the client to send each (it would, unpaced).
     let start = std::time::Instant::now();
@@ -423,13 +433,7 @@ async fn fast_reports_coalesce_into_the_newest() {
 /// alive) makes every report go at once; with nobody waiting, the spacing holds it back.
 #[tokio::test]
 async fn a_waiter_sends_reports_at_once() {
-    let mut f = fake("127.0.0.1:0").await;
-    let mut cfg = config(f.addr, "good");
-    cfg.min_report_interval = Duration::from_secs(1);
-    let c = NodeClient::connect(cfg).unwrap();
-    c.report(pos(1));
-    c.flush(WAIT).await.unwrap();
-    assert_eq!(next_seen(&mut f).await.unwrap().commit_seq, 1);
+    let (mut f, c) = paced_client().await;
 
     // Nobody waits: the spacing holds the next report back.
     c.report(pos(2));

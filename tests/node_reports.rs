@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mushroom_backup::node_client::position_report;
@@ -30,16 +30,34 @@ struct Setup {
 }
 
 fn setup(name: &str) -> Setup {
+    setup_with(name, &[])
+}
+
+/// A `serve` named `name` with the arguments `extra` too.
+fn setup_with(name: &str, extra: &[&str]) -> Setup {
     let tmp = tempfile::tempdir().expect("temp dir");
     let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
     let root = base.join("stores");
     std::fs::create_dir_all(&root).unwrap();
-    let server = Serve::start(name, serve::command(&base.join("data"), &root, &[]));
+    let server = Serve::start(name, serve::command(&base.join("data"), &root, extra));
     Setup {
         _tmp: tmp,
         base,
         root,
         server,
+    }
+}
+
+impl Setup {
+    /// The store `node` under the allowed root, held open (and locked) by an engine in this
+    /// test, registered to back up to `bucket`: its directory, the engine, a client and the
+    /// registration.
+    async fn held_store(&self) -> (PathBuf, Engine, Client, proto::RegisterResponse) {
+        let store = self.root.join("node");
+        let engine = open_engine(&store);
+        let mut c = self.server.client().await;
+        let reg = register(&mut c, &store, &self.base.join("bucket")).await;
+        (store, engine, c, reg)
     }
 }
 
@@ -82,7 +100,13 @@ async fn wait_health(
     }
 }
 
+use mushroom_backup::store::engine::Engine;
 use support::store::{commit_synced as commit, open_engine};
+
+/// Whether a health shows commit `n` shipped.
+fn shipped(n: u64) -> impl Fn(&proto::StoreHealth) -> bool {
+    move |h| h.shipped_commit_seq == n
+}
 
 /// A raw `ReportPosition` stream: its sender and the server's commands.
 struct RawStream {
@@ -111,11 +135,7 @@ async fn open_stream(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_position_the_files_contradict_never_counts() {
     let s = setup("serve (lies)");
-    let store = s.root.join("node");
-    let bucket = s.base.join("bucket");
-    let mut engine = open_engine(&store);
-    let mut c = s.server.client().await;
-    let reg = register(&mut c, &store, &bucket).await;
+    let (store, mut engine, mut c, reg) = s.held_store().await;
     let id = reg.store_id.clone();
 
     let honest = open_stream(&mut c, &id, &reg.node_token, &engine.position())
@@ -236,23 +256,13 @@ fn engine_commits(store: &Path) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deregister_ends_the_stores_position_streams() {
     let s = setup("serve (deregister)");
-    let store = s.root.join("node");
-    let mut engine = open_engine(&store);
-    let mut c = s.server.client().await;
-    let reg = register(&mut c, &store, &s.base.join("bucket")).await;
+    let (_, mut engine, mut c, reg) = s.held_store().await;
     let id = reg.store_id.clone();
     let p = commit(&mut engine, 3);
     let mut stream = open_stream(&mut c, &id, &reg.node_token, &p)
         .await
         .expect("ReportPosition");
-    wait_health(
-        &mut c,
-        &id,
-        "3 commits shipped",
-        |_| {},
-        |h| h.shipped_commit_seq == 3,
-    )
-    .await;
+    wait_health(&mut c, &id, "3 commits shipped", |_| {}, shipped(3)).await;
 
     c.deregister(tonic::Request::new(proto::DeregisterRequest {
         store_id: id.clone(),
@@ -290,10 +300,7 @@ async fn deregister_ends_the_stores_position_streams() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_unknown_store_and_a_wrong_token_get_the_same_answer() {
     let s = setup("serve (oracle)");
-    let store = s.root.join("node");
-    let engine = open_engine(&store);
-    let mut c = s.server.client().await;
-    let reg = register(&mut c, &store, &s.base.join("bucket")).await;
+    let (_, engine, mut c, reg) = s.held_store().await;
     let p = engine.position();
 
     let unknown = open_stream(
@@ -329,18 +336,8 @@ async fn an_unknown_store_and_a_wrong_token_get_the_same_answer() {
 /// Low 4: lying streams cannot pile up on a store).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_takes_at_most_max_streams_per_store_streams() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let base = std::fs::canonicalize(tmp.path()).expect("canonical temp dir");
-    let root = base.join("stores");
-    std::fs::create_dir_all(&root).unwrap();
-    let server = Serve::start(
-        "serve (stream cap)",
-        serve::command(&base.join("data"), &root, &["--max-streams-per-store", "2"]),
-    );
-    let store = root.join("node");
-    let mut engine = open_engine(&store);
-    let mut c = server.client().await;
-    let reg = register(&mut c, &store, &base.join("bucket")).await;
+    let s = setup_with("serve (stream cap)", &["--max-streams-per-store", "2"]);
+    let (_, mut engine, mut c, reg) = s.held_store().await;
     let id = reg.store_id.clone();
     let p = commit(&mut engine, 3);
     let first = open_stream(&mut c, &id, &reg.node_token, &p)
@@ -361,14 +358,7 @@ async fn a_store_takes_at_most_max_streams_per_store_streams() {
         "{refused:?}"
     );
     // The attached streams still count: their position ships.
-    wait_health(
-        &mut c,
-        &id,
-        "3 commits shipped",
-        |_| {},
-        |h| h.shipped_commit_seq == 3,
-    )
-    .await;
+    wait_health(&mut c, &id, "3 commits shipped", |_| {}, shipped(3)).await;
 
     // One ends (the server sees its end when its requests end): another attaches.
     drop(second);
@@ -387,5 +377,5 @@ async fn a_store_takes_at_most_max_streams_per_store_streams() {
         }
     };
     drop((first, third, c));
-    server.terminate();
+    s.server.terminate();
 }

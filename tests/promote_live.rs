@@ -29,10 +29,11 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::binary::{self, Running};
+use support::binary;
 use support::fault_proxy::{FaultPlan, FaultProxy};
+use support::primary::{self, TwoServes};
 use support::served::{self, DEADLINE};
 
 /// The lease TTL of both `serve`s.
@@ -46,14 +47,6 @@ const HOLD: Duration = Duration::from_secs(8);
 const STALE_AFTER: Duration = Duration::from_millis(TTL_MS + 1000 + 1000);
 /// Commits a second the node is asked for.
 const RATE: &str = "100";
-
-/// Reads both children's output until `until`, so that no pipe fills.
-fn pump(a: &mut Running, b: &mut Running, until: Instant) {
-    while Instant::now() < until {
-        a.next_line(Instant::now() + Duration::from_millis(20));
-        b.next_line(Instant::now() + Duration::from_millis(1));
-    }
-}
 
 /// The proof and `fenced_in` of the promotion's "took the bucket lease over" log line.
 fn proof_of(log: &str) -> (String, String) {
@@ -93,41 +86,22 @@ async fn soak(partitioned: bool) {
     let bucket = support::s3::create_bucket(&endpoint, name).await;
     let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
     let serve = |d: &served::Dirs, s3: &str, instance: &str| {
-        let mut cmd = served::command(d);
-        cmd.env("AWS_ENDPOINT_URL", s3)
-            .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
-            .args(["--instance-id", instance])
-            .args(["--lease-ttl-ms", &TTL_MS.to_string()])
-            .args(["--restore-point-interval-ms", "500"]);
-        support::soak::keyed(cmd)
+        let mut cmd = primary::serve(d, s3, instance);
+        cmd.args(["--lease-ttl-ms", &TTL_MS.to_string()]);
+        cmd
     };
     let mut tally = Tally::default();
     for round in 1..=rounds {
         let url = format!("s3://{bucket}/r{round}");
-        let (a, b) = (served::dirs(), served::dirs());
-        let dir = a.root.join("primary");
-        std::fs::create_dir_all(&dir).unwrap();
-        let standby_dir = b.root.join("standby");
-        std::fs::create_dir_all(&standby_dir).unwrap();
-        let log = a.base.join("acked.log");
-        let (mut srv, addr) = served::start(
-            &format!("primary serve (round {round})"),
-            serve(&a, proxy.url(), &format!("primary-{round}")),
-        );
-        let c = served::client(addr).await;
-        let r = served::register_sync(&c, &dir, &url).await;
-        let mut n = Running::spawn(
-            &format!("node (round {round})"),
-            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
-        );
-        let deadline = Instant::now() + DEADLINE;
-        while served::acked_log(&log).is_empty() {
-            assert!(
-                Instant::now() < deadline,
-                "no acknowledgement in round {round}"
-            );
-            pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
-        }
+        let round_dirs = TwoServes::new();
+        let serve_a = serve(&round_dirs.a, proxy.url(), &format!("primary-{round}"));
+        let mut primary = round_dirs.primary(round, serve_a, &url, RATE, 1).await;
+        let TwoServes {
+            b,
+            standby_dir,
+            log,
+            ..
+        } = round_dirs;
         let (mut sb, addr_b) = served::start(
             &format!("standby serve (round {round})"),
             serve(&b, &endpoint, &format!("standby-{round}")),
@@ -136,7 +110,7 @@ async fn soak(partitioned: bool) {
         let id = served::ctl_standby(addr_b, &standby_dir, &url);
         // The primary holds its store, acknowledging, for several TTLs: its store lease
         // object is that old by now.
-        pump(&mut n, &mut srv, Instant::now() + HELD);
+        primary.pump_for(HELD);
         served::wait_health(&cb, &id, "the standby applying", |h| {
             h.role == "standby" && h.standby_commit_seq > 0
         })
@@ -152,7 +126,7 @@ async fn soak(partitioned: bool) {
             } else {
                 Duration::from_millis(200)
             };
-            pump(&mut n, &mut srv, Instant::now() + wait);
+            primary.pump_for(wait);
         }
         let (ok, out) = served::ctl(addr_b, &["--json", "promote", &id]);
         assert!(ok, "ctl promote (round {round}): {}", out.output());
@@ -166,12 +140,9 @@ async fn soak(partitioned: bool) {
         } else {
             Duration::from_secs(3)
         };
-        pump(&mut n, &mut srv, Instant::now() + after);
+        primary.pump_for(after);
         proxy.set_hold(None);
-        srv.signal(libc::SIGKILL);
-        n.signal(libc::SIGKILL);
-        srv.wait_exit(Duration::from_secs(10));
-        n.wait_exit(Duration::from_secs(10));
+        primary.kill();
         sb.signal(libc::SIGTERM);
         sb.wait_exit(DEADLINE);
 

@@ -24,19 +24,13 @@ use std::time::{Duration, Instant};
 
 use support::binary::{self, Running};
 use support::fault_proxy::{FaultPlan, FaultProxy};
+use support::primary::{self, SyncPrimary, pump};
 use support::served::{self, DEADLINE};
 
 /// How long the partition holds each of the old primary's requests.
 const HOLD: Duration = Duration::from_secs(8);
 
 /// Reads both children's output until `until`, so that no pipe fills.
-fn pump(a: &mut Running, b: &mut Running, until: Instant) {
-    while Instant::now() < until {
-        a.next_line(Instant::now() + Duration::from_millis(20));
-        b.next_line(Instant::now() + Duration::from_millis(1));
-    }
-}
-
 async fn get_json(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> serde_json::Value {
     let o = s3
         .get_object()
@@ -101,19 +95,10 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
     cmd.env("AWS_ENDPOINT_URL", proxy.url())
         .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
         .args(["--restore-point-interval-ms", "500"]);
-    let (mut srv, addr) = served::start("old primary", cmd);
-    let c = served::client(addr).await;
-    let r = served::register_sync(&c, &dir, &url).await;
-    drop(c);
-    let mut n = Running::spawn(
-        "node",
-        served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, "40"),
-    );
-    let deadline = Instant::now() + DEADLINE;
-    while served::acked_log(&log).len() < 40 {
-        assert!(Instant::now() < deadline, "no acknowledgements");
-        pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
-    }
+    let mut primary =
+        SyncPrimary::start(("old primary", cmd), "node", &dir, &url, &log, "40").await;
+    primary.wait_acked(&log, 40, "no acknowledgements");
+    let SyncPrimary { mut srv, mut n, .. } = primary;
     let mut s = Running::spawn(
         "standby",
         binary::standby(&endpoint, &url, &standby_dir, 100, 200),
@@ -149,17 +134,10 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
     );
     s.signal(libc::SIGTERM);
     assert!(s.wait_exit(DEADLINE).success(), "the standby failed");
-    let mut promote = binary::command(&endpoint);
-    promote
-        .args(["promote", "--from", &url, "--dir"])
-        .arg(&standby_dir)
-        .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "100")
-        .env("MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS", "500");
+    let mut promote = primary::promote(&endpoint, &url, &standby_dir);
+    promote.env("MUSHROOMDB_BACKUP_RESTORE_POINT_INTERVAL_MS", "500");
     let mut p = Running::spawn("promote", promote);
-    let promoted = p.wait_for("promote", DEADLINE, |l| {
-        let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
-        v.get("promoted").cloned()
-    });
+    let promoted = primary::promoted(&mut p);
     let took = held_from.elapsed();
     assert!(
         took < HOLD,
@@ -235,12 +213,7 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
     );
 
     // The promoted store commits on; its restore point moves LATEST to its lineage.
-    let mut write = binary::command("http://unused.invalid");
-    write
-        .args(["store", "write"])
-        .arg(&standby_dir)
-        .args(["--commits", "5"]);
-    binary::run_ok("store write", write, DEADLINE);
+    binary::write_store(&standby_dir, 5);
     let deadline = Instant::now() + DEADLINE;
     loop {
         let latest = get_json(&s3, &bucket, "p/LATEST").await;

@@ -18,9 +18,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::binary::{self, Running};
+use support::primary::{self, SyncPrimary, TwoServes};
 use support::served::{self, DEADLINE};
 
 /// Commits per second the node is asked for.
@@ -85,14 +86,6 @@ impl Tally {
     }
 }
 
-/// Reads both children's output until `until`, so that no pipe fills.
-fn pump(a: &mut Running, b: &mut Running, until: Instant) {
-    while Instant::now() < until {
-        a.next_line(Instant::now() + Duration::from_millis(20));
-        b.next_line(Instant::now() + Duration::from_millis(1));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a soak: about 15 s a round"]
 async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_missing() {
@@ -110,60 +103,33 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
         let dir = d.root.join("primary");
         std::fs::create_dir_all(&dir).unwrap();
         let (standby_dir, log) = (d.base.join("standby"), d.base.join("acked.log"));
-        let mut cmd = served::command(&d);
         // An instance id of its own each round: the last round's (SIGKILLed) instance lease
         // in the same lease root would hold a new serve of the same id back for a TTL.
-        cmd.env("AWS_ENDPOINT_URL", &endpoint)
-            .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
-            .args(["--instance-id", &format!("primary-{round}")])
-            .args(["--restore-point-interval-ms", "500"]);
+        let mut cmd = primary::serve(&d, &endpoint, &format!("primary-{round}"));
         if let Some(ttl) = &ttl_ms {
             cmd.args(["--lease-ttl-ms", ttl]);
         }
-        let (mut srv, addr) =
-            served::start(&format!("serve (round {round})"), support::soak::keyed(cmd));
-        let c = served::client(addr).await;
-        let r = served::register_sync(&c, &dir, &url).await;
-        drop(c);
-        let mut n = Running::spawn(
+        let mut primary = SyncPrimary::start(
+            (&format!("serve (round {round})"), cmd),
             &format!("node (round {round})"),
-            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
-        );
-        let deadline = Instant::now() + DEADLINE;
-        while served::acked_log(&log).len() < 10 {
-            assert!(
-                Instant::now() < deadline,
-                "no acknowledgement in round {round}"
-            );
-            pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
-        }
+            &dir,
+            &url,
+            &log,
+            RATE,
+        )
+        .await;
+        primary.wait_acked(&log, 10, &format!("no acknowledgement in round {round}"));
         // A restore point exists within its interval: the standby starts from it.
-        pump(
-            &mut n,
-            &mut srv,
-            Instant::now() + Duration::from_millis(1000),
-        );
+        primary.pump_for(Duration::from_millis(1000));
         let follow = support::soak::keyed(binary::standby(&endpoint, &url, &standby_dir, 100, 200));
         let mut s = Running::spawn(&format!("standby (round {round})"), follow);
-        pump(
-            &mut n,
-            &mut srv,
-            Instant::now() + Duration::from_millis(2000),
-        );
+        primary.pump_for(Duration::from_millis(2000));
 
         // The host dies.
-        srv.signal(libc::SIGKILL);
-        n.signal(libc::SIGKILL);
-        let killed = Instant::now();
-        srv.wait_exit(Duration::from_secs(10));
-        n.wait_exit(Duration::from_secs(10));
+        let killed = primary.kill();
         s.signal(libc::SIGTERM);
         assert!(s.wait_exit(DEADLINE).success(), "the standby failed");
-        let mut promote = binary::command(&endpoint);
-        promote
-            .args(["promote", "--from", &url, "--dir"])
-            .arg(&standby_dir)
-            .env("MUSHROOMDB_BACKUP_WAL_INTERVAL_MS", "100");
+        let mut promote = primary::promote(&endpoint, &url, &standby_dir);
         if let Some(ttl) = &ttl_ms {
             promote.env("MUSHROOMDB_BACKUP_LEASE_TTL_MS", ttl);
         }
@@ -171,19 +137,11 @@ async fn promotion_after_the_primary_host_dies_rto_and_no_acknowledged_commit_mi
             &format!("promote (round {round})"),
             support::soak::keyed(promote),
         );
-        let promoted = p.wait_for("promote", DEADLINE, |l| {
-            let v: serde_json::Value = serde_json::from_str(&l.text).ok()?;
-            v.get("promoted").cloned()
-        });
+        let promoted = primary::promoted(&mut p);
         let took = killed.elapsed();
         let applied = promoted["applied"]["commit_seq"].as_u64().unwrap();
         // Accepting commits: one written into the promoted store ships.
-        let mut write = binary::command("http://unused.invalid");
-        write
-            .args(["store", "write"])
-            .arg(&standby_dir)
-            .args(["--commits", "1"]);
-        binary::run_ok("store write", write, DEADLINE);
+        binary::write_store(&standby_dir, 1);
         binary::wait_shipped_past(&mut p, applied, DEADLINE);
         let rto = killed.elapsed();
         p.signal(libc::SIGTERM);
@@ -222,41 +180,19 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
     let bucket = support::s3::create_bucket(&endpoint, "promote-soak-svc").await;
     let proxy = FaultProxy::start(&endpoint, FaultPlan::default());
     let mut tally = Tally::default();
-    let serve = |d: &served::Dirs, s3: &str, instance: &str| {
-        let mut cmd = served::command(d);
-        cmd.env("AWS_ENDPOINT_URL", s3)
-            .env("MUSHROOMDB_BACKUP_S3_PATH_STYLE", "true")
-            .args(["--instance-id", instance])
-            .args(["--restore-point-interval-ms", "500"]);
-        support::soak::keyed(cmd)
-    };
+    let serve = primary::serve;
     for round in 1..=rounds {
         let url = format!("s3://{bucket}/r{round}");
-        let (a, b) = (served::dirs(), served::dirs());
-        let dir = a.root.join("primary");
-        std::fs::create_dir_all(&dir).unwrap();
-        let standby_dir = b.root.join("standby");
-        std::fs::create_dir_all(&standby_dir).unwrap();
-        let log = a.base.join("acked.log");
-        let (mut srv, addr) = served::start(
-            &format!("primary serve (round {round})"),
-            serve(&a, proxy.url(), &format!("primary-{round}")),
-        );
-        let c = served::client(addr).await;
-        let r = served::register_sync(&c, &dir, &url).await;
-        let mut n = Running::spawn(
-            &format!("node (round {round})"),
-            served::sync_node(addr, &dir, (&r.store_id, &r.node_token), &log, RATE),
-        );
-        let deadline = Instant::now() + DEADLINE;
-        while served::acked_log(&log).len() < 10 {
-            assert!(
-                Instant::now() < deadline,
-                "no acknowledgement in round {round}"
-            );
-            pump(&mut n, &mut srv, Instant::now() + Duration::from_millis(50));
-        }
-        served::wait_health(&c, &r.store_id, "a restore point", |h| {
+        let round_dirs = TwoServes::new();
+        let serve_a = serve(&round_dirs.a, proxy.url(), &format!("primary-{round}"));
+        let mut primary = round_dirs.primary(round, serve_a, &url, RATE, 10).await;
+        let TwoServes {
+            b,
+            standby_dir,
+            log,
+            ..
+        } = round_dirs;
+        served::wait_health(&primary.c, &primary.r.store_id, "a restore point", |h| {
             h.restore_point_commit_seq > 0
         })
         .await;
@@ -270,30 +206,17 @@ async fn promotion_in_the_service_through_a_fault_proxy_rto_and_no_acknowledged_
             h.role == "standby" && h.standby_commit_seq > 0
         })
         .await;
-        pump(
-            &mut n,
-            &mut srv,
-            Instant::now() + Duration::from_millis(2000),
-        );
+        primary.pump_for(Duration::from_millis(2000));
 
         // The primary's host dies; the operator promotes the standby.
-        srv.signal(libc::SIGKILL);
-        n.signal(libc::SIGKILL);
-        let killed = Instant::now();
-        srv.wait_exit(Duration::from_secs(10));
-        n.wait_exit(Duration::from_secs(10));
+        let killed = primary.kill();
         let (ok, out) = served::ctl(addr_b, &["--json", "promote", &id]);
         let took = killed.elapsed();
         assert!(ok, "ctl promote (round {round}): {}", out.output());
         let promoted = binary::json(&out.stdout());
         let applied = promoted["commit_seq"].as_u64().unwrap();
         // Accepting commits: one written into the promoted store ships.
-        let mut write = binary::command("http://unused.invalid");
-        write
-            .args(["store", "write"])
-            .arg(&standby_dir)
-            .args(["--commits", "1"]);
-        binary::run_ok("store write", write, DEADLINE);
+        binary::write_store(&standby_dir, 1);
         served::wait_health_as(&cb, &id, true, "the first commit shipped", |h| {
             h.role == "primary" && h.shipped_commit_seq > applied
         })

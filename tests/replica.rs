@@ -39,20 +39,12 @@ fn the_replica_stays_healthy_and_current_while_the_primary_bucket_is_away_a_minu
     let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
     let primary = format!("s3://{primary_bucket}/p?endpoint={}", proxy.url());
     let replica = format!("s3://{replica_bucket}/r?endpoint={endpoint}&region=us-east-1");
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let store = tmp.path().join("store");
+    let (tmp, store, mut writer) = binary::store_being_written(RATE);
     let settings = FollowSettings {
         lease_ttl: TTL,
         wal_interval: Duration::from_millis(100),
         restore_point_interval: Duration::from_millis(500),
     };
-
-    binary::run_ok(
-        "store write (first commit)",
-        binary::writer(&store, 1, 1000),
-        Duration::from_secs(30),
-    );
-    let mut writer = Running::spawn("writer", binary::writer(&store, 1_000_000, RATE));
     let mut cmd = binary::follower(NOWHERE, &store, &primary, &settings);
     cmd.args(["--replica", &replica]);
     let mut follower = Running::spawn("follower with a replica", cmd);
@@ -291,41 +283,46 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
             "{out}"
         );
     }
-    let (ok, stdout, out) = ctl(&[
-        "--json",
-        "register",
-        "--dir",
-        store.to_str().unwrap(),
-        "--destination",
-        &primary,
-        "--replica",
-        &replica,
-    ]);
-    assert!(ok, "{out}");
-    let id = binary::json(&stdout)["store_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-
-    // `ctl health` exits non-zero while a store is unhealthy: its JSON is what counts here.
-    let health = |id: &str| {
-        let (_, stdout, _) = ctl(&["--json", "health", id]);
-        binary::json(&stdout)["stores"][0].clone()
+    // `ctl --json register` of `dir` to `to` with `--replica`, which must succeed: the store id.
+    let register = |dir: &std::path::Path, to: &str, replica: &str| {
+        let (ok, stdout, out) = ctl(&[
+            "--json",
+            "register",
+            "--dir",
+            dir.to_str().unwrap(),
+            "--destination",
+            to,
+            "--replica",
+            replica,
+        ]);
+        assert!(ok, "{out}");
+        binary::json(&stdout)["store_id"]
+            .as_str()
+            .unwrap()
+            .to_string()
     };
-    let deadline = Instant::now() + served::DEADLINE;
-    let h = loop {
-        let h = health(&id);
+    // `ctl health` of `id` polled until `until` holds, panicking with `never` after the
+    // deadline. It exits non-zero while a store is unhealthy: its JSON is what counts here.
+    let health_until = |id: &str, never: &str, until: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + served::DEADLINE;
+        loop {
+            let (_, stdout, _) = ctl(&["--json", "health", id]);
+            let h = binary::json(&stdout)["stores"][0].clone();
+            if until(&h) {
+                break h;
+            }
+            assert!(Instant::now() < deadline, "{never}: {h:#}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let id = register(&store, &primary, &replica);
+    let h = health_until(&id, "never both current", &|h| {
         let r = &h["replica"];
-        if h["healthy"] == true
+        h["healthy"] == true
             && h["restore_point_commit_seq"] == commits
             && r["healthy"] == true
             && r["restore_point_commit_seq"] == commits
-        {
-            break h;
-        }
-        assert!(Instant::now() < deadline, "never both current: {h:#}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    });
     assert_eq!(h["replica"]["destination"], replica.as_str(), "{h:#}");
     assert_eq!(h["replica"]["lease_held"], true, "{h:#}");
     assert_eq!(h["destination"], primary.as_str(), "{h:#}");
@@ -346,33 +343,14 @@ fn ctl_register_replica_runs_a_second_worker_with_its_own_health() {
         "s3://no-such-bucket-{}/r?endpoint={endpoint}",
         std::process::id()
     );
-    let (ok, stdout, out) = ctl(&[
-        "--json",
-        "register",
-        "--dir",
-        other.to_str().unwrap(),
-        "--destination",
+    let other_id = register(
+        &other,
         &format!("file://{}", d.base.join("other-primary").display()),
-        "--replica",
         &missing,
-    ]);
-    assert!(ok, "{out}");
-    let other_id = binary::json(&stdout)["store_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let deadline = Instant::now() + served::DEADLINE;
-    let h = loop {
-        let h = health(&other_id);
-        if h["replica"]["healthy"] == false && h["restore_point_commit_seq"] == 10 {
-            break h;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the replica never looked unhealthy: {h:#}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    );
+    let h = health_until(&other_id, "the replica never looked unhealthy", &|h| {
+        h["replica"]["healthy"] == false && h["restore_point_commit_seq"] == 10
+    });
     assert_eq!(
         h["healthy"], true,
         "a failing replica made the primary unhealthy: {h:#}"

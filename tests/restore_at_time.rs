@@ -97,19 +97,29 @@ fn history(dir: &Path, bucket: &Path) -> History {
     }
 }
 
+/// `restore --from URL --to DIR --at-time T EXTRA…` of `h`'s prefix, which must succeed: what it
+/// printed.
+fn restore_at_time(h: &History, to: &Path, at: &str, extra: &[&str]) -> String {
+    let args = [
+        &[
+            "restore",
+            "--from",
+            &h.url,
+            "--to",
+            to.to_str().unwrap(),
+            "--at-time",
+            at,
+        ],
+        extra,
+    ]
+    .concat();
+    ok(&args)
+}
+
 /// `restore --at-time T --json` into a fresh directory: the report and the restored digest.
 fn restore_at(h: &History, at: &str, name: &str) -> (serde_json::Value, serde_json::Value) {
     let to = h.dir.join(name);
-    let report = json(&ok(&[
-        "restore",
-        "--from",
-        &h.url,
-        "--to",
-        to.to_str().unwrap(),
-        "--at-time",
-        at,
-        "--json",
-    ]));
+    let report = json(&restore_at_time(h, &to, at, &["--json"]));
     (
         report,
         json(&ok(&["store", "digest", to.to_str().unwrap()])),
@@ -156,16 +166,7 @@ fn restore_at_instants_between_rounds_gives_exactly_their_commits() {
     let (report, _) = restore_at(&h, &t, "offset");
     assert_eq!(report["commit_seq"], r1.commits);
     // The text output names the commit and its time.
-    let to = h.dir.join("text");
-    let out = ok(&[
-        "restore",
-        "--from",
-        &h.url,
-        "--to",
-        to.to_str().unwrap(),
-        "--at-time",
-        &rfc3339_ms(r1.after_ms),
-    ]);
+    let out = restore_at_time(&h, &h.dir.join("text"), &rfc3339_ms(r1.after_ms), &[]);
     assert!(out.contains("restored commit 80, shipped at 20"), "{out}");
 }
 
@@ -254,37 +255,38 @@ async fn adopt_at_an_instant_and_the_restorable_span_over_grpc() {
     let r2 = &h.rounds[2];
 
     // Refused before the good one: once a store backs up to the prefix, Adopt refuses it.
-    refused(
-        &mut c,
-        proto::AdoptRequest {
-            at_time: "2026-12-02T10:00:00".into(),
-            ..adopt_request(&d, "no-offset", &url)
-        },
-        Code::InvalidArgument,
-        &["at_time", "no UTC offset"],
-    )
-    .await;
-    refused(
-        &mut c,
-        proto::AdoptRequest {
-            at_time: rfc3339_ms(r2.after_ms),
-            at_commit_seq: 10,
-            ..adopt_request(&d, "both", &url)
-        },
-        Code::InvalidArgument,
-        &["at_commit_seq", "at_time"],
-    )
-    .await;
-    refused(
-        &mut c,
-        proto::AdoptRequest {
-            at_time: rfc3339_ms(h.rounds[0].before_ms - 5_000),
-            ..adopt_request(&d, "too-early", &url)
-        },
-        Code::FailedPrecondition,
-        &["before the earliest restorable instant"],
-    )
-    .await;
+    // Each: the target's name, `at_time`, `at_commit_seq`, the code and what it says.
+    let cases: [(&str, String, u64, Code, &[&str]); 3] = [
+        (
+            "no-offset",
+            "2026-12-02T10:00:00".into(),
+            0,
+            Code::InvalidArgument,
+            &["at_time", "no UTC offset"],
+        ),
+        (
+            "both",
+            rfc3339_ms(r2.after_ms),
+            10,
+            Code::InvalidArgument,
+            &["at_commit_seq", "at_time"],
+        ),
+        (
+            "too-early",
+            rfc3339_ms(h.rounds[0].before_ms - 5_000),
+            0,
+            Code::FailedPrecondition,
+            &["before the earliest restorable instant"],
+        ),
+    ];
+    for (name, at_time, at_commit_seq, code, says) in cases {
+        let req = proto::AdoptRequest {
+            at_time,
+            at_commit_seq,
+            ..adopt_request(&d, name, &url)
+        };
+        refused(&mut c, req, code, says).await;
+    }
 
     let adopted = c
         .adopt(proto::AdoptRequest {

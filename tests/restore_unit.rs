@@ -73,6 +73,9 @@ struct Gen {
     side_files: Vec<SideFileEntry>,
 }
 
+/// GETs per key.
+type GetCounts = Arc<Mutex<HashMap<String, usize>>>;
+
 struct Fx {
     _tmp: tempfile::TempDir,
     bucket: FsBucket,
@@ -97,11 +100,28 @@ impl Fx {
         }
     }
 
-    async fn put(&self, key: &str, bytes: &[u8]) -> ObjectEntry {
+    /// Uploads `bytes` at `key`, unconditionally.
+    async fn put_raw(&self, key: &str, bytes: Vec<u8>) {
         self.bucket
-            .put(key, bytes.to_vec().into(), PutCondition::None)
+            .put(key, bytes.into(), PutCondition::None)
             .await
             .unwrap();
+    }
+
+    /// Writes LATEST naming the manifest at `manifest`, of commit `commit_seq`.
+    async fn put_latest(&self, manifest: String, commit_seq: u64) {
+        let latest = Latest {
+            manifest,
+            commit_seq,
+            lineage: self.lineage,
+            adopted_by: None,
+            adopted_at: None,
+        };
+        self.put_raw(LATEST_KEY, latest.encode()).await;
+    }
+
+    async fn put(&self, key: &str, bytes: &[u8]) -> ObjectEntry {
+        self.put_raw(key, bytes.to_vec()).await;
         ObjectEntry {
             key: key.to_string(),
             len: bytes.len() as u64,
@@ -157,17 +177,7 @@ impl Fx {
             number += 1;
         }
         let meta = format!("meta of generation {generation}\n").into_bytes();
-        let lineage = format!("{}\n", self.lineage).into_bytes();
-        let mut side_files = Vec::new();
-        for (name, bytes) in [(META_FILE, meta), (LINEAGE_FILE, lineage)] {
-            let object = self
-                .put(&side_key(generation, name, crc32fast::hash(&bytes)), &bytes)
-                .await;
-            side_files.push(SideFileEntry {
-                object,
-                name: name.to_string(),
-            });
-        }
+        let side_files = self.side_files(generation, meta).await;
         Gen {
             generation,
             lineage: self.lineage,
@@ -208,22 +218,52 @@ impl Fx {
     /// Writes a manifest of everything `g` shipped, and LATEST naming it.
     async fn manifest(&self, g: &Gen) -> Manifest {
         let m = manifest_of(g);
-        self.bucket
-            .put(&m.key(), m.encode().into(), PutCondition::None)
-            .await
-            .unwrap();
-        let latest = Latest {
-            manifest: m.key(),
-            commit_seq: m.commit_seq,
-            lineage: m.lineage,
-            adopted_by: None,
-            adopted_at: None,
-        };
-        self.bucket
-            .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
-            .await
-            .unwrap();
+        self.publish(&m).await;
         m
+    }
+
+    /// Uploads `m`, and LATEST naming it.
+    async fn publish(&self, m: &Manifest) {
+        assert_eq!(m.lineage, self.lineage, "a manifest of another lineage");
+        self.put_raw(&m.key(), m.encode()).await;
+        self.put_latest(m.key(), m.commit_seq).await;
+    }
+
+    /// Uploads generation `generation`'s side files: `meta` as store.meta, and a lineage file
+    /// naming the fixture's lineage.
+    async fn side_files(&self, generation: u64, meta: Vec<u8>) -> Vec<SideFileEntry> {
+        let lineage = format!("{}\n", self.lineage).into_bytes();
+        let mut side_files = Vec::new();
+        for (name, bytes) in [(META_FILE, meta), (LINEAGE_FILE, lineage)] {
+            let object = self
+                .put(&side_key(generation, name, crc32fast::hash(&bytes)), &bytes)
+                .await;
+            side_files.push(SideFileEntry {
+                object,
+                name: name.to_string(),
+            });
+        }
+        side_files
+    }
+
+    /// The fixture's bucket, counting the GETs of each key `counted` picks.
+    fn counting_gets(
+        &self,
+        counted: fn(&str) -> bool,
+    ) -> (Hooked<impl Fn(Op, &str) + Send + Sync + 'static>, GetCounts) {
+        let gets = GetCounts::default();
+        let counting = Hooked {
+            inner: Arc::new(self.bucket.clone()),
+            hook: {
+                let gets = gets.clone();
+                move |op: Op, key: &str| {
+                    if op == Op::Get && counted(key) {
+                        *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
+                    }
+                }
+            },
+        };
+        (counting, gets)
     }
 
     fn target(&self, name: &str) -> PathBuf {
@@ -293,6 +333,14 @@ fn opts() -> RestoreOptions {
     }
 }
 
+/// [`opts`], restoring the restore point only (no later segments).
+fn point_only() -> RestoreOptions {
+    RestoreOptions {
+        restore_point_only: true,
+        ..opts()
+    }
+}
+
 /// The restored directory holds exactly `g`'s files, with `wal_frames` frames of wal.bin.
 fn assert_identical(dir: &Path, g: &Gen, wal_frames: usize) {
     assert_eq!(
@@ -336,16 +384,7 @@ async fn restore_point_only_rebuilds_byte_identical_files() {
     let fx = Fx::new();
     let (g, m) = standard(&fx).await;
     let to = fx.target("store");
-    let report = restore(
-        &fx.bucket,
-        &to,
-        &RestoreOptions {
-            restore_point_only: true,
-            ..opts()
-        },
-    )
-    .await
-    .unwrap();
+    let report = restore(&fx.bucket, &to, &point_only()).await.unwrap();
     assert_eq!(report.commit_seq, 45);
     assert_eq!(report.manifest_key, m.key());
     assert_eq!(report.extended_segments, 0);
@@ -668,21 +707,9 @@ async fn a_manifest_that_does_not_read_back_leaves_nothing() {
     let i = forged.len() / 2;
     forged[i] ^= 0x04;
     m.segments[1].object = fx.put("gen/0000000001/wal/forged.seg", &forged).await;
-    fx.bucket
-        .put(&m.key(), m.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
+    fx.put_raw(&m.key(), m.encode()).await;
     let to = fx.target("store");
-    let e = restore(
-        &fx.bucket,
-        &to,
-        &RestoreOptions {
-            restore_point_only: true,
-            ..opts()
-        },
-    )
-    .await
-    .unwrap_err();
+    let e = restore(&fx.bucket, &to, &point_only()).await.unwrap_err();
     assert!(matches!(e, RestoreError::ReadBack { .. }), "{e}");
     assert_eq!(fx.work_entries(), Vec::<String>::new());
     drop(g);
@@ -724,35 +751,11 @@ async fn a_bad_latest_falls_back_to_the_newest_valid_manifest() {
     let fx = Fx::new();
     let (_, _, ms) = two_generations(&fx).await;
     // LATEST names a manifest that is gone; the newest one is junk.
-    let gone = Latest {
-        manifest: manifest_key(99),
-        commit_seq: 99,
-        lineage: fx.lineage,
-        adopted_by: None,
-        adopted_at: None,
-    };
-    fx.bucket
-        .put(LATEST_KEY, gone.encode().into(), PutCondition::None)
+    fx.put_latest(manifest_key(99), 99).await;
+    fx.put_raw(&manifest_key(77), b"{not json".to_vec()).await;
+    let r = restore(&fx.bucket, &fx.target("store"), &point_only())
         .await
         .unwrap();
-    fx.bucket
-        .put(
-            &manifest_key(77),
-            b"{not json".to_vec().into(),
-            PutCondition::None,
-        )
-        .await
-        .unwrap();
-    let r = restore(
-        &fx.bucket,
-        &fx.target("store"),
-        &RestoreOptions {
-            restore_point_only: true,
-            ..opts()
-        },
-    )
-    .await
-    .unwrap();
     assert_eq!(r.manifest_key, ms[2].key());
     assert_eq!(r.commit_seq, 40);
     assert!(r.warnings[0].contains("no such object"), "{:?}", r.warnings);
@@ -795,10 +798,7 @@ async fn hostile_side_file_names_are_refused() {
         m.segments.truncate(2);
         m.commit_seq = 45;
         m.side_files[0].name = name.clone();
-        fx.bucket
-            .put(&m.key(), m.encode().into(), PutCondition::None)
-            .await
-            .unwrap();
+        fx.put_raw(&m.key(), m.encode()).await;
         let e = restore(&fx.bucket, &fx.target("store"), &opts())
             .await
             .unwrap_err();
@@ -813,18 +813,7 @@ async fn verify_passes_on_good_data_and_fetches_shared_objects_once() {
     let fx = Fx::new();
     let (_, _, ms) = two_generations(&fx).await;
     // GETs per key.
-    let gets = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
-    let counting = Hooked {
-        inner: Arc::new(fx.bucket.clone()),
-        hook: {
-            let gets = gets.clone();
-            move |op: Op, key: &str| {
-                if op == Op::Get {
-                    *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
-                }
-            }
-        },
-    };
+    let (counting, gets) = fx.counting_gets(|_| true);
     let report = verify(&counting, &VerifyOptions::default()).await.unwrap();
     assert!(report.ok, "{report}");
     assert_eq!(report.manifests.len(), 3);
@@ -905,42 +894,15 @@ async fn verify_reports_junk_and_content_the_manifest_does_not_describe() {
     let fx = Fx::new();
     let (g, mut m) = standard(&fx).await;
     // Junk under manifests/, and LATEST naming it.
-    fx.bucket
-        .put(
-            &manifest_key(7),
-            b"\x00junk".to_vec().into(),
-            PutCondition::None,
-        )
-        .await
-        .unwrap();
-    fx.bucket
-        .put(
-            "manifests/notes.txt",
-            b"hi".to_vec().into(),
-            PutCondition::None,
-        )
-        .await
-        .unwrap();
+    fx.put_raw(&manifest_key(7), b"\x00junk".to_vec()).await;
+    fx.put_raw("manifests/notes.txt", b"hi".to_vec()).await;
     // A manifest whose objects are intact but whose counts lie (sums still agree).
     m.archives[0].frames -= 1;
     m.segments[0].frames += 1;
     m.commit_seq = 45;
     let lie = manifest_key(45);
-    fx.bucket
-        .put(&lie, m.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
-    let latest = Latest {
-        manifest: manifest_key(7),
-        commit_seq: 7,
-        lineage: fx.lineage,
-        adopted_by: None,
-        adopted_at: None,
-    };
-    fx.bucket
-        .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
+    fx.put_raw(&lie, m.encode()).await;
+    fx.put_latest(manifest_key(7), 7).await;
     let report = verify(&fx.bucket, &VerifyOptions::default()).await.unwrap();
     assert!(!report.ok);
     let by_key = |k: &str| report.manifests.iter().find(|c| c.key == k).unwrap();
@@ -1003,10 +965,7 @@ async fn verify_checks_wal_identity_and_segment_chain() {
     other.segments[1].object = fx.put("gen/0000000001/wal/late.seg", late).await;
     other.segments[1].end = other.segments[1].start + late.len() as u64;
     let report = {
-        fx.bucket
-            .put(&m.key(), other.encode().into(), PutCondition::None)
-            .await
-            .unwrap();
+        fx.put_raw(&m.key(), other.encode()).await;
         verify(&fx.bucket, &VerifyOptions::default()).await.unwrap()
     };
     let c = &report.manifests[0];
@@ -1091,19 +1050,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         });
     }
     segments.pop(); // shipped after the manifest
-    let mut side_files = Vec::new();
-    let lineage = format!("{}\n", fx.lineage).into_bytes();
-    for (name, bytes) in [
-        (META_FILE, read(&dir.join(META_FILE))),
-        (LINEAGE_FILE, lineage),
-    ] {
-        side_files.push(SideFileEntry {
-            object: fx
-                .put(&side_key(generation, name, crc32fast::hash(&bytes)), &bytes)
-                .await,
-            name: name.to_string(),
-        });
-    }
+    let side_files = fx.side_files(generation, read(&dir.join(META_FILE))).await;
     let frames: u64 = archives.iter().map(|a| a.frames).sum::<u64>()
         + segments.iter().map(|s| s.frames).sum::<u64>();
     let m = Manifest {
@@ -1122,21 +1069,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         parent: None,
     };
     Manifest::decode(&m.key(), &m.encode()).unwrap();
-    fx.bucket
-        .put(&m.key(), m.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
-    let latest = Latest {
-        manifest: m.key(),
-        commit_seq: m.commit_seq,
-        lineage: m.lineage,
-        adopted_by: None,
-        adopted_at: None,
-    };
-    fx.bucket
-        .put(LATEST_KEY, latest.encode().into(), PutCondition::None)
-        .await
-        .unwrap();
+    fx.publish(&m).await;
     m
 }
 
@@ -1341,10 +1274,7 @@ async fn responses_in_many_buffers_restore_the_same_files_and_are_checked() {
     let fx = Fx::new();
     let (g, m) = standard(&fx).await;
     let split = Split(fx.bucket.clone());
-    let only = RestoreOptions {
-        restore_point_only: true,
-        ..opts()
-    };
+    let only = point_only();
     let to = fx.target("store");
     let report = restore(&split, &to, &only).await.unwrap();
     assert_eq!(report.commit_seq, 45);
@@ -1378,18 +1308,7 @@ async fn the_restorable_span_gets_each_manifest_it_needs_once() {
     let mut g = fx.generation(1, Some(10), 5, &[10], 10, 40).await;
     fx.ship(&mut g, 4).await;
     let first = fx.manifest(&g).await;
-    let gets = Arc::new(Mutex::new(HashMap::<String, usize>::new()));
-    let counting = Hooked {
-        inner: Arc::new(fx.bucket.clone()),
-        hook: {
-            let gets = gets.clone();
-            move |op: Op, key: &str| {
-                if op == Op::Get && key.starts_with("manifests/") {
-                    *gets.lock().unwrap().entry(key.to_string()).or_default() += 1;
-                }
-            }
-        },
-    };
+    let (counting, gets) = fx.counting_gets(|key| key.starts_with("manifests/"));
     let span = mushroom_backup::restore::at_time::restorable_span(&counting)
         .await
         .unwrap();

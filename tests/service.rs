@@ -739,18 +739,7 @@ async fn every_bad_input_is_answered_with_its_code() {
     let mut cfg = NodeClientConfig::new(server.url(), first.store_id.clone(), "wrong-token");
     cfg.first_backoff = Duration::from_millis(10);
     let nc = NodeClient::connect(cfg).expect("connect");
-    nc.report(pos);
-    let e = nc.flush(DEADLINE).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            NodeClientError::Rejected {
-                code: Code::Unauthenticated,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    let e = rejected_unauthenticated(&nc, pos).await;
     assert!(e.is_permanent());
     assert_eq!(nc.state(), ConnectionState::Failed);
     assert!(e.to_string().contains("UNAUTHENTICATED"), "{e}");
@@ -758,18 +747,7 @@ async fn every_bad_input_is_answered_with_its_code() {
     assert_eq!(nc.state(), ConnectionState::Failed, "it must not retry");
     let nc =
         NodeClient::connect(NodeClientConfig::new(server.url(), unknown.clone(), "t")).unwrap();
-    nc.report(pos);
-    let e = nc.flush(DEADLINE).await.unwrap_err();
-    assert!(
-        matches!(
-            e,
-            NodeClientError::Rejected {
-                code: Code::Unauthenticated,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    rejected_unauthenticated(&nc, pos).await;
     assert!(matches!(
         NodeClient::connect(NodeClientConfig::new("ftp://x", "id", "t")),
         Err(NodeClientError::Config(_))
@@ -843,6 +821,23 @@ async fn every_bad_input_is_answered_with_its_code() {
     server.proc.terminate();
 }
 
+/// Reports `pos` through `nc`, whose flush must fail as refused: UNAUTHENTICATED.
+async fn rejected_unauthenticated(nc: &NodeClient, pos: WalPosition) -> NodeClientError {
+    nc.report(pos);
+    let e = nc.flush(DEADLINE).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NodeClientError::Rejected {
+                code: Code::Unauthenticated,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    e
+}
+
 /// Segments of the bucket, as (generation, start, end).
 fn segments(bucket: &Path) -> Vec<(u64, u64, u64)> {
     let mut out = Vec::new();
@@ -868,16 +863,24 @@ fn segments(bucket: &Path) -> Vec<(u64, u64, u64)> {
 
 use support::store::commit_synced as commit;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
+/// A `serve` without an admin token, and its store `name`, held open (and locked) by an engine
+/// in this process that reports its positions by hand, registered to back up to `bucket`.
+struct Held {
+    d: Dirs,
+    bucket: PathBuf,
+    server: Server,
+    c: BackupControlClient<Channel>,
+    engine: mushroom_backup::store::engine::Engine,
+    reg: proto::RegisterResponse,
+}
+
+async fn held_store(name: &str, log_name: &str) -> Held {
     let d = dirs();
     let bucket = d.base.join("bucket");
-    let store = d.root.join("stale");
-    let server = serve(&d, None, "serve.log");
+    let store = d.root.join(name);
+    let server = serve(&d, None, log_name);
     let mut c = server.client().await;
-
-    // The engine holds the store open (and locked) in this process and reports by hand.
-    let mut engine = support::store::open_engine(&store);
+    let engine = support::store::open_engine(&store);
     let reg = c
         .register(tonic::Request::new(support::register_req(
             &store,
@@ -886,6 +889,40 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
         .await
         .expect("Register")
         .into_inner();
+    Held {
+        d,
+        bucket,
+        server,
+        c,
+        engine,
+        reg,
+    }
+}
+
+/// For two seconds, health never shows the store `id` shipped past commit `at_most`.
+async fn ships_nothing_past(c: &mut BackupControlClient<Channel>, id: &str, at_most: u64) {
+    let settle = Instant::now();
+    while settle.elapsed() < Duration::from_secs(2) {
+        let h = health(c, id).await;
+        assert!(
+            h.shipped_commit_seq <= at_most,
+            "shipped past the reported position: {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
+    // The engine holds the store open (and locked) in this process and reports by hand.
+    let Held {
+        d: _d,
+        bucket,
+        server,
+        mut c,
+        mut engine,
+        reg,
+    } = held_store("stale", "serve.log").await;
     let id = reg.store_id.clone();
     let (tx, rx) = tokio::sync::mpsc::channel::<proto::PositionReport>(16);
     tx.send(position_report(&id, &engine.position()))
@@ -905,15 +942,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
     let p100 = commit(&mut engine, 40);
     tx.send(position_report(&id, &p60)).await.unwrap();
     wait_shipped(&mut c, &id, 60).await;
-    let settle = Instant::now();
-    while settle.elapsed() < Duration::from_secs(2) {
-        let h = health(&mut c, &id).await;
-        assert!(
-            h.shipped_commit_seq <= 60,
-            "shipped past the reported position: {h:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ships_nothing_past(&mut c, &id, 60).await;
     let segs = segments(&bucket);
     assert!(!segs.is_empty());
     assert!(
@@ -949,15 +978,7 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
         Some(proto::node_command::Command::Refresh(r)) => assert!(!r.reason.is_empty()),
         other => panic!("expected a Refresh, got {other:?}"),
     }
-    let settle = Instant::now();
-    while settle.elapsed() < Duration::from_secs(2) {
-        let h = health(&mut c, &id).await;
-        assert!(
-            h.shipped_commit_seq <= 100,
-            "shipped past the reported position: {h:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ships_nothing_past(&mut c, &id, 100).await;
     let segs = segments(&bucket);
     let gens: BTreeSet<u64> = segs.iter().map(|s| s.0).collect();
     assert_eq!(
@@ -1006,20 +1027,14 @@ async fn a_stale_position_is_refreshed_and_nothing_ships_past_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_node_client_reconnects_and_resends_the_newest_position() {
-    let d = dirs();
-    let bucket = d.base.join("bucket");
-    let store = d.root.join("re");
-    let server = serve(&d, None, "serve1.log");
-    let mut c = server.client().await;
-    let mut engine = support::store::open_engine(&store);
-    let reg = c
-        .register(tonic::Request::new(support::register_req(
-            &store,
-            &file_url(&bucket),
-        )))
-        .await
-        .expect("Register")
-        .into_inner();
+    let Held {
+        d,
+        server,
+        mut c,
+        mut engine,
+        reg,
+        ..
+    } = held_store("re", "serve1.log").await;
     let mut cfg = NodeClientConfig::new(server.url(), reg.store_id.clone(), reg.node_token.clone());
     cfg.first_backoff = Duration::from_millis(50);
     cfg.max_backoff = Duration::from_millis(400);

@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,6 +27,38 @@ fn lease(holder: &str) -> LeaseConfig {
         holder: holder.into(),
         ..LeaseConfig::new("test-store")
     }
+}
+
+/// A temp dir holding a store (`s`) of `commits` commits and a bucket directory (`b`).
+fn store_of(commits: u64) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let (store, root) = (t.path().join("s"), t.path().join("b"));
+    write(&store, commits, 0, 0);
+    (t, store, root)
+}
+
+/// A worker of `store` over `bucket` (the [`fast`] config), spawned under the lease as
+/// `holder`, with a token and a task tracker of its own.
+fn spawned(store: &Path, bucket: DynBucket, holder: &str) -> BackupHandle {
+    worker(store, bucket, fast()).spawn(
+        lease(holder),
+        CancellationToken::new(),
+        &TaskTracker::new(),
+    )
+}
+
+/// A local-directory bucket at `root` behind `plan`.
+fn faulty(root: &Path, plan: FaultPlan) -> DynBucket {
+    Arc::new(FaultyBucket::new(fs_bucket(root), plan))
+}
+
+/// Whether the bucket at `root` holds no lease.
+async fn no_lease_in(root: &Path) -> bool {
+    fs_bucket(root)
+        .head(manifest::LEASE_KEY)
+        .await
+        .unwrap()
+        .is_none()
 }
 
 fn fast() -> WorkerConfig {
@@ -60,23 +93,13 @@ async fn wait_for(
 
 #[tokio::test]
 async fn the_second_worker_ships_nothing_names_the_holder_and_takes_over_after_release() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 300, 0, 0);
-    let first = worker(&store, fs_bucket(&root), fast()).spawn(
-        lease("first"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let (_t, store, root) = store_of(300);
+    let first = spawned(&store, fs_bucket(&root), "first");
     wait_for(&first, "the first to ship", |h| {
         h.healthy && h.shipped_commit_seq == 300
     })
     .await;
-    let second = worker(&store, fs_bucket(&root), fast()).spawn(
-        lease("second"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let second = spawned(&store, fs_bucket(&root), "second");
     let h = wait_for(&second, "the second to see the holder", |h| {
         !h.lease_holder.is_empty()
     })
@@ -117,21 +140,12 @@ async fn the_second_worker_ships_nothing_names_the_holder_and_takes_over_after_r
     .await;
     let ended = second.shutdown(true).await;
     assert_eq!(ended, WorkerState::Exited("shut down".into()));
-    assert!(
-        fs_bucket(&root)
-            .head(manifest::LEASE_KEY)
-            .await
-            .unwrap()
-            .is_none(),
-        "shutdown left the lease"
-    );
+    assert!(no_lease_in(&root).await, "shutdown left the lease");
 }
 
 #[tokio::test]
 async fn a_lease_held_elsewhere_is_unhealthy_and_names_its_holder() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     let b = fs_bucket(&root);
     let Acquisition::Acquired(other) = LeaseAcquirer::new(b.clone(), lease("other-instance"))
         .try_acquire()
@@ -140,11 +154,7 @@ async fn a_lease_held_elsewhere_is_unhealthy_and_names_its_holder() {
     else {
         panic!("the test could not take the lease")
     };
-    let w = worker(&store, b.clone(), fast()).spawn(
-        lease("me"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let w = spawned(&store, b.clone(), "me");
     let h = wait_for(&w, "held elsewhere", |h| {
         h.reason.contains("other-instance")
     })
@@ -165,9 +175,7 @@ async fn a_lease_held_elsewhere_is_unhealthy_and_names_its_holder() {
 
 #[tokio::test]
 async fn consecutive_failures_are_unhealthy_with_the_last_error() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     // Every put but the lease's fails.
     let plan = FaultPlan::custom(|r| {
         if r.op == Op::Put && r.key != manifest::LEASE_KEY {
@@ -176,9 +184,8 @@ async fn consecutive_failures_are_unhealthy_with_the_last_error() {
             Fault::Pass
         }
     });
-    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
-    let w =
-        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    let b = faulty(&root, plan);
+    let w = spawned(&store, b, "me");
     let h = wait_for(&w, "failures", |h| h.consecutive_failures >= 5).await;
     assert!(!h.healthy);
     assert!(
@@ -195,13 +202,10 @@ async fn consecutive_failures_are_unhealthy_with_the_last_error() {
 
 #[tokio::test]
 async fn unshipped_durable_data_is_unhealthy_lag() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     // Segment uploads hang for a minute: the worker is stuck, the store moves on.
     let b = puts_hang(&root, |key| key.contains("/wal/"));
-    let w =
-        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    let w = spawned(&store, b, "me");
     let h = wait_for(&w, "lag", |h| h.reason.contains("unshipped")).await;
     assert!(
         h.durable_commit_seq == 10 && h.shipped_commit_seq == 0,
@@ -221,40 +225,26 @@ async fn a_refused_prefix_is_unhealthy_with_the_cause_and_releases_the_lease() {
         .await
         .unwrap();
     write(&b_store, 80, 0, 0);
-    let w = worker(&b_store, fs_bucket(&root), fast()).spawn(
-        lease("me"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let w = spawned(&b_store, fs_bucket(&root), "me");
     let h = wait_for(&w, "refused", |h| h.reason.contains("prefix refused")).await;
     assert!(h.reason.contains("no backup.lineage"), "{}", h.reason);
     wait_for(&w, "the lease released", |_| true).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
-        fs_bucket(&root)
-            .head(manifest::LEASE_KEY)
-            .await
-            .unwrap()
-            .is_none(),
-        "a refused worker kept the lease"
-    );
+    assert!(no_lease_in(&root).await, "a refused worker kept the lease");
     w.shutdown(false).await;
 }
 
 #[tokio::test]
 async fn a_panicking_worker_is_reported_unhealthy_never_healthy() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     let plan = FaultPlan::custom(|r| {
         if r.op == Op::Put && r.key.ends_with("GENERATION") {
             panic!("injected panic in an upload");
         }
         Fault::Pass
     });
-    let b: DynBucket = Arc::new(FaultyBucket::new(fs_bucket(&root), plan));
-    let w =
-        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    let b = faulty(&root, plan);
+    let w = spawned(&store, b, "me");
     let h = wait_for(&w, "the panic", |h| {
         matches!(h.worker, WorkerState::Panicked(_))
     })
@@ -273,9 +263,7 @@ async fn a_panicking_worker_is_reported_unhealthy_never_healthy() {
 
 #[tokio::test]
 async fn a_worker_that_exited_is_unhealthy() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     let token = CancellationToken::new();
     let w = worker(&store, fs_bucket(&root), fast()).spawn(
         lease("me"),
@@ -294,15 +282,9 @@ async fn a_worker_that_exited_is_unhealthy() {
 
 #[tokio::test]
 async fn a_refused_latest_drops_the_lease_and_the_worker_starts_over() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 100, 0, 0);
+    let (_t, store, root) = store_of(100);
     let b = fs_bucket(&root);
-    let w = worker(&store, b.clone(), fast()).spawn(
-        lease("me"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let w = spawned(&store, b.clone(), "me");
     wait_for(&w, "a first restore point", |h| {
         h.restore_point_commit_seq == 100
     })
@@ -333,9 +315,7 @@ async fn a_refused_latest_drops_the_lease_and_the_worker_starts_over() {
 
 #[tokio::test]
 async fn after_shutdown_nothing_the_worker_spawned_is_left_running() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     let tasks = TaskTracker::new();
     let w = worker(&store, fs_bucket(&root), fast()).spawn(
         lease("me"),
@@ -358,9 +338,7 @@ async fn after_shutdown_nothing_the_worker_spawned_is_left_running() {
 
 #[tokio::test]
 async fn dropping_the_trigger_channel_does_not_stop_the_worker() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
+    let (_t, store, root) = store_of(10);
     let tasks = TaskTracker::new();
     let token = CancellationToken::new();
     let w = worker(&store, fs_bucket(&root), fast()).spawn(lease("me"), token.clone(), &tasks);
@@ -385,20 +363,10 @@ async fn dropping_the_trigger_channel_does_not_stop_the_worker() {
 
 #[tokio::test]
 async fn health_says_what_the_runner_is_doing() {
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 10, 0, 0);
-    let first = worker(&store, fs_bucket(&root), fast()).spawn(
-        lease("first"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let (_t, store, root) = store_of(10);
+    let first = spawned(&store, fs_bucket(&root), "first");
     poll_for(&first, "idle", |h| h.lease_held && h.activity == "idle").await;
-    let second = worker(&store, fs_bucket(&root), fast()).spawn(
-        lease("second"),
-        CancellationToken::new(),
-        &TaskTracker::new(),
-    );
+    let second = spawned(&store, fs_bucket(&root), "second");
     let h = poll_for(&second, "waiting for the lease", |h| {
         h.activity.starts_with("waiting for the bucket lease")
     })
@@ -409,7 +377,7 @@ async fn health_says_what_the_runner_is_doing() {
 }
 
 /// A local-directory bucket at `root` whose PUTs of the keys `hangs` picks take a minute.
-fn puts_hang(root: &std::path::Path, hangs: fn(&str) -> bool) -> DynBucket {
+fn puts_hang(root: &Path, hangs: fn(&str) -> bool) -> DynBucket {
     let plan = FaultPlan::custom(move |r| {
         if r.op == Op::Put && hangs(r.key) {
             Fault::Delay(Duration::from_secs(60))
@@ -417,7 +385,7 @@ fn puts_hang(root: &std::path::Path, hangs: fn(&str) -> bool) -> DynBucket {
             Fault::Pass
         }
     });
-    Arc::new(FaultyBucket::new(fs_bucket(root), plan))
+    faulty(root, plan)
 }
 
 /// Polls health (up to 20 s) until it satisfies `pred`: the activity alone changing does not
@@ -448,8 +416,7 @@ async fn a_step_hung_in_an_upload_names_that_upload_in_health() {
     write(&store, 100, 40, 0);
     // The snapshot's upload hangs: the step is stuck in it, everything else goes through.
     let b = puts_hang(&root, |key| key.ends_with("snapshot.bin"));
-    let w =
-        worker(&store, b, fast()).spawn(lease("me"), CancellationToken::new(), &TaskTracker::new());
+    let w = spawned(&store, b, "me");
     let h = poll_for(&w, "the snapshot's upload in health", |h| {
         h.activity.starts_with("uploading the snapshot")
     })
@@ -467,9 +434,7 @@ async fn a_step_hung_in_an_upload_names_that_upload_in_health() {
 async fn a_lost_lease_cancels_the_wal_put_in_flight_and_breaks_the_durable_chain() {
     use std::sync::atomic::AtomicBool;
     use support::store::{commit_more, tree};
-    let t = tempfile::tempdir().unwrap();
-    let (store, root) = (t.path().join("s"), t.path().join("b"));
-    write(&store, 20, 0, 0);
+    let (_t, store, root) = store_of(20);
     // Once cut: every WAL segment PUT hangs a minute and every lease renewal fails.
     let cut = Arc::new(AtomicBool::new(false));
     let c = cut.clone();

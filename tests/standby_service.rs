@@ -4,7 +4,8 @@
 
 mod support;
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,49 @@ fn serve(d: &served::Dirs, endpoint: &str, instance: &str) -> Command {
         .args(["--instance-id", instance, "--lease-ttl-ms", LEASE_TTL_MS])
         .args(["--restore-point-interval-ms", "500"]);
     cmd
+}
+
+/// A [`serve`] in directories of its own, with a directory `sub` made under its allowed root.
+struct Service {
+    d: served::Dirs,
+    dir: PathBuf,
+    srv: Running,
+    addr: SocketAddr,
+    c: served::Client,
+}
+
+impl Service {
+    async fn start(name: &str, endpoint: &str, instance: &str, sub: &str) -> Service {
+        let d = served::dirs();
+        let dir = d.root.join(sub);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (srv, addr) = served::start(name, serve(&d, endpoint, instance));
+        let c = served::client(addr).await;
+        Service {
+            d,
+            dir,
+            srv,
+            addr,
+            c,
+        }
+    }
+
+    /// `ctl standby` of `url` into the service's directory, which must succeed: the standby's
+    /// store id and node token.
+    fn standby_of(&self, url: &str) -> (String, String) {
+        let answer = ctl_ok(
+            self.addr,
+            &[
+                "standby",
+                "--dir",
+                self.dir.to_str().unwrap(),
+                "--destination",
+                url,
+            ],
+        );
+        let field = |name: &str| answer[name].as_str().unwrap().to_string();
+        (field("store_id"), field("node_token"))
+    }
 }
 
 /// `ctl --json ARGS` against `addr`, which must succeed: its JSON answer.
@@ -77,12 +121,14 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     let url = format!("s3://{bucket}/db");
 
     // The primary: a `serve` backing a store up in sync durability while a node commits.
-    let a = served::dirs();
-    let primary_dir = a.root.join("primary");
-    std::fs::create_dir_all(&primary_dir).unwrap();
+    let Service {
+        d: a,
+        dir: primary_dir,
+        srv: mut srv_a,
+        addr: addr_a,
+        c: ca,
+    } = Service::start("serve A (primary)", &endpoint, "node-a", "primary").await;
     let log = a.base.join("acked.log");
-    let (mut srv_a, addr_a) = served::start("serve A (primary)", serve(&a, &endpoint, "node-a"));
-    let ca = served::client(addr_a).await;
     let r = served::register_sync(&ca, &primary_dir, &url).await;
     let mut node = Running::spawn(
         "node A",
@@ -102,23 +148,15 @@ async fn a_standby_in_serve_follows_a_live_primary_is_promoted_and_its_node_comm
     .await;
 
     // The standby: a second `serve` following the prefix into its own directory.
-    let b = served::dirs();
-    let standby_dir = b.root.join("standby");
-    std::fs::create_dir_all(&standby_dir).unwrap();
-    let (mut srv_b, addr_b) = served::start("serve B (standby)", serve(&b, &endpoint, "node-b"));
-    let cb = served::client(addr_b).await;
-    let registered = ctl_ok(
-        addr_b,
-        &[
-            "standby",
-            "--dir",
-            standby_dir.to_str().unwrap(),
-            "--destination",
-            &url,
-        ],
-    );
-    let id = registered["store_id"].as_str().unwrap().to_string();
-    let token = registered["node_token"].as_str().unwrap().to_string();
+    let standby = Service::start("serve B (standby)", &endpoint, "node-b", "standby").await;
+    let (id, token) = standby.standby_of(&url);
+    let Service {
+        d: b,
+        dir: standby_dir,
+        srv: mut srv_b,
+        addr: addr_b,
+        c: cb,
+    } = standby;
 
     // It follows while the primary commits: it applies segments (a lag behind, in commits),
     // past what was acknowledged when it was registered.
@@ -367,11 +405,13 @@ async fn two_standbys_promoted_at_once_one_wins_and_the_other_names_it_and_stops
     };
     let bucket = support::s3::create_bucket(&endpoint, "standby-race").await;
     let url = format!("s3://{bucket}/db");
-    let a = served::dirs();
-    let primary_dir = a.root.join("primary");
-    std::fs::create_dir_all(&primary_dir).unwrap();
-    let (mut srv_a, addr_a) = served::start("serve A (primary)", serve(&a, &endpoint, "node-a"));
-    let ca = served::client(addr_a).await;
+    let Service {
+        d: _a,
+        dir: primary_dir,
+        srv: mut srv_a,
+        addr: addr_a,
+        c: ca,
+    } = Service::start("serve A (primary)", &endpoint, "node-a", "primary").await;
     let r = ca
         .clone()
         .register(support::register_req(&primary_dir, &url))
@@ -387,22 +427,11 @@ async fn two_standbys_promoted_at_once_one_wins_and_the_other_names_it_and_stops
     // Two standbys on two services.
     let mut standbys = Vec::new();
     for name in ["node-b", "node-c"] {
-        let d = served::dirs();
-        let dir = d.root.join("standby");
-        std::fs::create_dir_all(&dir).unwrap();
-        let (srv, addr) = served::start(name, serve(&d, &endpoint, name));
-        let answer = ctl_ok(
-            addr,
-            &[
-                "standby",
-                "--dir",
-                dir.to_str().unwrap(),
-                "--destination",
-                &url,
-            ],
-        );
-        let id = answer["store_id"].as_str().unwrap().to_string();
-        let c = served::client(addr).await;
+        let standby = Service::start(name, &endpoint, name, "standby").await;
+        let (id, _) = standby.standby_of(&url);
+        let Service {
+            d, srv, addr, c, ..
+        } = standby;
         served::wait_health(&c, &id, "caught up at 30", |h| {
             h.standby_commit_seq >= 30 && h.standby_last_apply.starts_with("caught up")
         })
@@ -482,22 +511,15 @@ async fn a_live_standalone_primary_is_fenced_at_once_by_promote_and_loses_its_le
         h.lease_held && h.restore_point_commit_seq >= 50
     });
 
-    let d = served::dirs();
-    let dir = d.root.join("standby");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (mut srv, addr) = served::start("serve (standby)", serve(&d, &endpoint, "node-s"));
-    let c = served::client(addr).await;
-    let answer = ctl_ok(
+    let standby = Service::start("serve (standby)", &endpoint, "node-s", "standby").await;
+    let (id, _) = standby.standby_of(&url);
+    let Service {
+        d,
+        dir,
+        mut srv,
         addr,
-        &[
-            "standby",
-            "--dir",
-            dir.to_str().unwrap(),
-            "--destination",
-            &url,
-        ],
-    );
-    let id = answer["store_id"].as_str().unwrap().to_string();
+        c,
+    } = standby;
     served::wait_health(&c, &id, "following at 50", |h| h.standby_commit_seq >= 50).await;
 
     // The old primary is alive and shipping (10 commits a second) when the promotion comes:

@@ -5,8 +5,9 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,7 +19,9 @@ use mushroom_backup::store::disk;
 use mushroom_backup::store::engine::WriteOptions;
 use mushroom_backup::store::format::WalPosition;
 use mushroom_backup::wal_source::{SourceError, WalSource};
-use mushroom_backup::worker::{BackupWorker, DeferReason, RunReport, StepOutcome, WorkerError};
+use mushroom_backup::worker::{
+    BackupWorker, DeferReason, RunReport, StepOutcome, WorkerConfig, WorkerError,
+};
 use support::hooked::Hooked;
 use support::store::{config, copy_dir, fs_bucket, tree, worker, write, write_with};
 
@@ -38,6 +41,19 @@ fn refusal(e: WorkerError) -> String {
         WorkerError::Refused { reason } => reason,
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// A backup run of `store` into `root` that must be refused saying `says`, the bucket left
+/// byte for byte as `before`.
+async fn refused_leaving(
+    store: &Path,
+    root: &Path,
+    says: &str,
+    before: &BTreeMap<PathBuf, Vec<u8>>,
+) {
+    let reason = refusal(back_up(store, root).await.unwrap_err());
+    assert!(reason.contains(says), "{reason}");
+    assert_eq!(&tree(root), before);
 }
 
 #[tokio::test]
@@ -70,9 +86,7 @@ async fn a_store_without_lineage_is_refused_on_a_used_prefix() {
     back_up(&a, &root).await.unwrap();
     write(&b, 300, 0, 0);
     let before = tree(&root);
-    let reason = refusal(back_up(&b, &root).await.unwrap_err());
-    assert!(reason.contains("no backup.lineage"), "{reason}");
-    assert_eq!(tree(&root), before);
+    refused_leaving(&b, &root, "no backup.lineage", &before).await;
     assert!(
         !b.join(disk::LINEAGE_FILE).exists(),
         "a refused store was given a lineage"
@@ -83,9 +97,7 @@ async fn a_store_without_lineage_is_refused_on_a_used_prefix() {
         .run_once()
         .await
         .unwrap();
-    let reason = refusal(back_up(&b, &root).await.unwrap_err());
-    assert!(reason.contains("belongs to lineage"), "{reason}");
-    assert_eq!(tree(&root), before);
+    refused_leaving(&b, &root, "belongs to lineage", &before).await;
 }
 
 #[tokio::test]
@@ -153,9 +165,7 @@ async fn an_adopted_store_continues_beside_its_parent_and_the_parent_is_then_ref
 
     write(&parent, 500, 250, 8 << 10);
     let before = tree(&root);
-    let reason = refusal(back_up(&parent, &root).await.unwrap_err());
-    assert!(reason.contains("belongs to lineage"), "{reason}");
-    assert_eq!(tree(&root), before);
+    refused_leaving(&parent, &root, "belongs to lineage", &before).await;
 }
 
 #[tokio::test]
@@ -290,6 +300,27 @@ async fn a_restarted_worker_resumes_its_generation_and_ships_only_new_bytes() {
     assert_eq!(m.segments.len(), 2, "{:?}", m.segments);
 }
 
+/// [`config`] with no restore point due for an hour.
+fn no_restore_point_due() -> WorkerConfig {
+    let mut cfg = config();
+    cfg.restore_point_interval = std::time::Duration::from_secs(3600);
+    cfg
+}
+
+/// A worker of `store` into `root` resumes and ships one segment, no restore point, and
+/// "dies" (is dropped).
+async fn ship_a_segment_and_die(store: &Path, root: &Path) {
+    let mut w = worker(store, fs_bucket(root), no_restore_point_due());
+    assert!(matches!(
+        w.step().await.unwrap(),
+        StepOutcome::Resumed { .. }
+    ));
+    assert!(matches!(
+        w.step().await.unwrap(),
+        StepOutcome::Shipped { .. }
+    ));
+}
+
 #[tokio::test]
 async fn segments_shipped_after_the_last_restore_point_are_taken_on_after_a_restart() {
     let t = tempfile::tempdir().unwrap();
@@ -299,19 +330,8 @@ async fn segments_shipped_after_the_last_restore_point_are_taken_on_after_a_rest
     w.run_once().await.unwrap();
     write(&store, 50, 0, 0);
     // Ship one segment without a restore point (the process then "dies").
-    let mut cfg = config();
-    cfg.restore_point_interval = std::time::Duration::from_secs(3600);
-    let mut w = worker(&store, fs_bucket(&root), cfg.clone());
-    assert!(matches!(
-        w.step().await.unwrap(),
-        StepOutcome::Resumed { .. }
-    ));
-    assert!(matches!(
-        w.step().await.unwrap(),
-        StepOutcome::Shipped { .. }
-    ));
-    drop(w);
-    let mut w = worker(&store, fs_bucket(&root), cfg);
+    ship_a_segment_and_die(&store, &root).await;
+    let mut w = worker(&store, fs_bucket(&root), no_restore_point_due());
     assert!(matches!(
         w.step().await.unwrap(),
         StepOutcome::Resumed {
@@ -341,19 +361,9 @@ async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
         write(&store, 300, 0, 0);
         back_up(&store, &root).await.unwrap();
         // Three segments shipped after it by runs that "die" before a restore point.
-        let mut cfg = config();
-        cfg.restore_point_interval = std::time::Duration::from_secs(3600);
         for _ in 0..3 {
             write(&store, 50, 0, 0);
-            let mut w = worker(&store, fs_bucket(&root), cfg.clone());
-            assert!(matches!(
-                w.step().await.unwrap(),
-                StepOutcome::Resumed { .. }
-            ));
-            assert!(matches!(
-                w.step().await.unwrap(),
-                StepOutcome::Shipped { .. }
-            ));
+            ship_a_segment_and_die(&store, &root).await;
         }
         let b = fs_bucket(&root);
         let mut segments: Vec<(u64, u64, String)> =
@@ -383,7 +393,7 @@ async fn resume_takes_on_shipped_segments_up_to_a_gap_and_never_past_it() {
             }
         }
 
-        let mut w = worker(&store, fs_bucket(&root), cfg);
+        let mut w = worker(&store, fs_bucket(&root), no_restore_point_due());
         match w.step().await.unwrap() {
             StepOutcome::Resumed {
                 shipped_commit_seq, ..

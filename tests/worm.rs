@@ -24,31 +24,12 @@ use mushroom_backup::manifest::{self, MANIFESTS_PREFIX};
 use mushroom_backup::restore::{self, RestoreOptions};
 use mushroom_backup::verify::{self, VerifyOptions};
 use mushroom_backup::worker::WorkerConfig;
+use support::s3::create_locked_bucket;
 use support::s3_servers::{Kind, S3Server};
 use support::store::{config, digest, worker, write};
 
 const PREFIX: &str = "root";
 const TTL: Duration = Duration::from_secs(2);
-
-/// A fresh bucket with Object Lock enabled (and so versioning); returns its name.
-async fn locked_bucket(client: &Client, hint: &str) -> String {
-    let name = format!(
-        "t-{hint}-{}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    client
-        .create_bucket()
-        .bucket(&name)
-        .object_lock_enabled_for_bucket(true)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create bucket {name} with Object Lock: {e:?}"));
-    name
-}
 
 /// The prefix `prefix` of the bucket `name` on `server`, as the writer's credentials see it.
 fn prefix_of(server: &S3Server, name: &str, prefix: &str) -> DynBucket {
@@ -127,7 +108,7 @@ async fn versions(client: &Client, bucket: &str) -> (BTreeMap<String, Vec<String
 on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys);
 async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(server: &S3Server) {
     let client = server.client();
-    let name = locked_bucket(&client, "worm").await;
+    let name = create_locked_bucket(&client, "worm").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -349,7 +330,7 @@ async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys(se
 on_each_s3_server!(#[tokio::test] async fn a_write_once_worker_refuses_a_mutable_prefix);
 async fn a_write_once_worker_refuses_a_mutable_prefix(server: &S3Server) {
     let client = server.client();
-    let name = locked_bucket(&client, "worm-mixed").await;
+    let name = create_locked_bucket(&client, "worm-mixed").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -419,7 +400,7 @@ async fn requests_of(
 on_each_s3_server!(#[tokio::test] async fn the_write_once_layout_costs_what_the_mutable_one_does);
 async fn the_write_once_layout_costs_what_the_mutable_one_does(server: &S3Server) {
     let client = server.client();
-    let name = locked_bucket(&client, "worm-cost").await;
+    let name = create_locked_bucket(&client, "worm-cost").await;
     let at = |prefix| prefix_of(server, &name, prefix);
     let (mutable, mutable_idle) = requests_of(at("mutable"), config(), 10).await;
     let (locked, locked_idle) = requests_of(at("locked"), locked_config(), 10).await;
@@ -464,7 +445,7 @@ async fn two_locked_restore_points(
     server: &S3Server,
     hint: &str,
 ) -> (String, DynBucket, tempfile::TempDir, std::path::PathBuf) {
-    let name = locked_bucket(&server.client(), hint).await;
+    let name = create_locked_bucket(&server.client(), hint).await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -577,7 +558,7 @@ on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] a
 async fn reused_objects_are_held_until_the_newest_restore_point_must_be_kept(server: &S3Server) {
     use mushroom_backup::verify::immutable::check_immutable;
     let client = server.client();
-    let name = locked_bucket(&client, "worm-hold").await;
+    let name = create_locked_bucket(&client, "worm-hold").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -766,7 +747,7 @@ async fn immutability_health(
     server: &S3Server,
     refuse: bool,
 ) -> mushroom_backup::health::ImmutableHealth {
-    let name = locked_bucket(&server.client(), "worm-health").await;
+    let name = create_locked_bucket(&server.client(), "worm-health").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");
@@ -829,7 +810,7 @@ async fn an_encrypted_restore_point_holds_its_wrapped_keys(server: &S3Server) {
         };
         c
     };
-    let name = locked_bucket(&server.client(), "worm-sealed").await;
+    let name = create_locked_bucket(&server.client(), "worm-sealed").await;
     let raw = prefix_of(server, &name, PREFIX);
     let t = tempfile::tempdir().unwrap();
     let store = t.path().join("s");

@@ -300,6 +300,15 @@ def load_yaml(path: pathlib.Path) -> list:
     return docs
 
 
+def load_one_yaml(path: pathlib.Path):
+    """The one YAML document of `path`, or None when there is none (a failure already said)."""
+    docs = load_yaml(path)
+    if not docs:
+        return None
+    (doc,) = docs
+    return doc
+
+
 SERVICEMONITOR_SCHEMA = {
     # The fields of monitoring.coreos.com/v1 ServiceMonitor this deployment uses, as the
     # Prometheus Operator's CRD defines them (closed, so that a misspelt field is an error).
@@ -686,10 +695,9 @@ def readme_anchors() -> set[str]:
 def check_alerts() -> None:
     path = DEPLOY / "prometheus/alerts.yaml"
     where = rel(path)
-    docs = load_yaml(path)
-    if not docs:
+    doc = load_one_yaml(path)
+    if doc is None:
         return
-    (doc,) = docs
     if set(doc) != {"groups"} or not isinstance(doc["groups"], list) or not doc["groups"]:
         fail(where, "a rule file is a mapping with one key, groups: a non-empty list")
         return
@@ -828,10 +836,9 @@ def check_grafana() -> None:
 def check_otel() -> None:
     path = DEPLOY / "otel-collector.yaml"
     where = rel(path)
-    docs = load_yaml(path)
-    if not docs:
+    c = load_one_yaml(path)
+    if c is None:
         return
-    (c,) = docs
     sections = ("receivers", "processors", "exporters", "extensions", "connectors")
     if set(c) - set(sections) - {"service"}:
         fail(where, f"unknown top-level keys {sorted(set(c) - set(sections) - {'service'})}")

@@ -145,32 +145,11 @@ async fn shared_bucket(server: &S3Server, locked: bool, role: &'static str) -> S
         return name.clone();
     }
     let name = if locked {
-        locked_bucket(server, role).await
+        crate::support::s3::create_locked_bucket(&server.client(), &format!("wo-{role}")).await
     } else {
         server.create_bucket(&format!("matrix-{role}")).await
     };
     shared.insert(key, name.clone());
-    name
-}
-
-/// A fresh bucket with Object Lock enabled (and so versioning); its name.
-async fn locked_bucket(server: &S3Server, hint: &str) -> String {
-    let name = format!(
-        "t-wo-{hint}-{}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    server
-        .client()
-        .create_bucket()
-        .bucket(&name)
-        .object_lock_enabled_for_bucket(true)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("create bucket {name} with Object Lock: {e:?}"));
     name
 }
 

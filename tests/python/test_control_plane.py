@@ -377,6 +377,20 @@ def _register(dir_, destination="file:///tmp/unused-bucket"):
     )
 
 
+def _on_store(method, registered=False, **fields):
+    """`method` (its request `<method>Request`) naming the registered store, or if not
+    `registered` a store id no store has; each of `fields` a function of the messages module
+    giving that field's value."""
+
+    def call(s, d, r):
+        m = s.pb.m
+        store_id = r["store_id"] if registered else str(uuid.uuid4())
+        values = {name: value(m) for name, value in fields.items()}
+        return s.call(method, getattr(m, f"{method}Request")(store_id=store_id, **values))
+
+    return call
+
+
 def _wrong_node_token(s, d, r):
     position = read_position(r["store_dir"], s.pb)
     position.store_id = r["store_id"]
@@ -419,44 +433,23 @@ BAD_INPUTS = [
             ),
         ),
     ),
-    (
-        "unknown store_id (Health)",
-        "NOT_FOUND",
-        lambda s, d, r: s.call("Health", s.pb.m.HealthRequest(store_id=str(uuid.uuid4()))),
-    ),
+    ("unknown store_id (Health)", "NOT_FOUND", _on_store("Health")),
     (
         "unknown store_id (Trigger)",
         "NOT_FOUND",
-        lambda s, d, r: s.call(
-            "Trigger",
-            s.pb.m.TriggerRequest(
-                store_id=str(uuid.uuid4()), kind=s.pb.m.TRIGGER_KIND_RESTORE_POINT
-            ),
-        ),
+        _on_store("Trigger", kind=lambda m: m.TRIGGER_KIND_RESTORE_POINT),
     ),
-    (
-        "unknown store_id (Pause)",
-        "NOT_FOUND",
-        lambda s, d, r: s.call("Pause", s.pb.m.PauseRequest(store_id=str(uuid.uuid4()))),
-    ),
+    ("unknown store_id (Pause)", "NOT_FOUND", _on_store("Pause")),
     (
         "Pause until a past instant",
         "INVALID_ARGUMENT",
-        lambda s, d, r: s.call(
-            "Pause", s.pb.m.PauseRequest(store_id=r["store_id"], until_unix_ms=1)
-        ),
+        _on_store("Pause", registered=True, until_unix_ms=lambda m: 1),
     ),
-    (
-        "unknown store_id (Drill)",
-        "NOT_FOUND",
-        lambda s, d, r: s.call("Drill", s.pb.m.DrillRequest(store_id=str(uuid.uuid4()))),
-    ),
+    ("unknown store_id (Drill)", "NOT_FOUND", _on_store("Drill")),
     (
         "Drill at a commit no restore point reaches",
         "FAILED_PRECONDITION",
-        lambda s, d, r: s.call(
-            "Drill", s.pb.m.DrillRequest(store_id=r["store_id"], at_commit_seq=10**9)
-        ),
+        _on_store("Drill", registered=True, at_commit_seq=lambda m: 10**9),
     ),
     (
         "drill_interval_ms below a minute",

@@ -9,7 +9,7 @@
 //! it also prints the child's output, so a failure shows every child's side of the story.
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -488,6 +488,20 @@ pub fn writer(store: &Path, commits: u64, rate: u32) -> Command {
         .args(["--commits", &commits.to_string()])
         .args(["--rate", &rate.to_string()]);
     cmd
+}
+
+/// A store (`store` in a fresh temp dir) with a first commit, and a writer committing into it
+/// at `rate` commits a second until told to stop: the temp dir, the store and the writer.
+pub fn store_being_written(rate: u32) -> (tempfile::TempDir, PathBuf, Running) {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let store = tmp.path().join("store");
+    run_ok(
+        "store write (first commit)",
+        writer(&store, 1, 1000),
+        Duration::from_secs(30),
+    );
+    let writer = Running::spawn("writer", writer(&store, 1_000_000, rate));
+    (tmp, store, writer)
 }
 
 /// `store digest DIR`: `{"commit_seq": N, "digest": "..."}`.

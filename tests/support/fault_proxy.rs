@@ -113,6 +113,23 @@ pub struct FaultCounts {
     pub refused_down: u64,
 }
 
+impl FaultCounts {
+    /// Panics unless the proxy injected every kind of fault: a run through it that met none
+    /// of a kind proves less than it claims.
+    pub fn assert_every_kind_injected(&self) {
+        assert!(
+            self.slow_down > 0 && self.dropped > 0 && self.delayed > 0,
+            "the proxy did not inject every kind of fault, so this proves less than it claims: \
+             {self:?}"
+        );
+    }
+
+    /// Panics if the upstream (moto) failed a request.
+    pub fn assert_no_upstream_error(&self) {
+        assert_eq!(self.upstream_errors, 0, "moto failed requests: {self:?}");
+    }
+}
+
 /// A running proxy; stops (dropping every connection) when dropped.
 pub struct FaultProxy {
     url: String,

@@ -12,6 +12,7 @@ pub mod instances;
 pub mod keks;
 pub mod pki;
 pub mod postgres;
+pub mod primary;
 pub mod registry;
 pub mod s3;
 pub mod s3_servers;

@@ -178,6 +178,20 @@ pub async fn create_bucket(endpoint: &str, name_hint: &str) -> String {
     name
 }
 
+/// Creates a fresh, uniquely named bucket with Object Lock enabled (and so versioning) through
+/// `client`; returns its name.
+pub async fn create_locked_bucket(client: &Client, name_hint: &str) -> String {
+    let name = unique_bucket_name(name_hint);
+    client
+        .create_bucket()
+        .bucket(&name)
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create bucket {name} with Object Lock: {e:?}"));
+    name
+}
+
 /// A valid DNS bucket name from the hint, unique in this process and across processes.
 fn unique_bucket_name(hint: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
