@@ -23,8 +23,6 @@
 use tonic::{Code, Status};
 
 pub use super::auth::AuthError;
-pub use super::health_watch::WatchersFull;
-pub use super::watch_events::EventWatchersFull;
 use crate::bucket::{BucketError, OpenError};
 use crate::registry::RegistryError;
 use crate::restore::RestoreError;
@@ -35,6 +33,23 @@ pub use crate::service::fleet::conflicts::Conflict;
 pub use crate::service::fleet::destination::DestinationError;
 pub use crate::service::fleet::limits::FieldError;
 pub use crate::service::fleet::paths::StoreDirError;
+
+/// One more watcher than `max_health_watchers` (`RESOURCE_EXHAUSTED`): `health_watch.rs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{max} WatchHealth streams are open, the server's limit (max_health_watchers): close one, \
+     or poll Health"
+)]
+pub struct WatchersFull {
+    pub max: usize,
+}
+
+/// One more event stream than the server allows (`RESOURCE_EXHAUSTED`): `watch_events.rs`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{max} WatchEvents streams are open, the server's limit (max_health_watchers): close one")]
+pub struct EventWatchersFull {
+    pub max: usize,
+}
 
 /// Why a call failed, as the API answers it.
 #[derive(Debug, thiserror::Error)]

@@ -30,19 +30,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use super::error::ServiceError;
+use super::error::{ServiceError, WatchersFull};
 use crate::service::fleet::FleetError;
 use crate::service::proto;
-
-/// One more watcher than `max_health_watchers` (`RESOURCE_EXHAUSTED`, `error.rs`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{max} WatchHealth streams are open, the server's limit (max_health_watchers): close one, \
-     or poll Health"
-)]
-pub struct WatchersFull {
-    pub max: usize,
-}
 
 /// What a `WatchHealth` call answers.
 pub type HealthStream = Pin<Box<dyn Stream<Item = Result<proto::HealthResponse, Status>> + Send>>;

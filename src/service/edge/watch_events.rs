@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 
-use super::error::ServiceError;
+use super::error::{EventWatchersFull, ServiceError};
 use crate::events::{Bus, Event, Received};
 use crate::registry::Registry;
 use crate::service::fleet::{FleetError, event_log};
@@ -49,13 +49,6 @@ use crate::service::proto;
 pub const PAGE: u32 = 256;
 /// How often a resuming stream that caught up reads the log for other instances' events.
 pub const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// One more event stream than the server allows.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{max} WatchEvents streams are open, the server's limit (max_health_watchers): close one")]
-pub struct EventWatchersFull {
-    pub max: usize,
-}
 
 /// What a `WatchEvents` call answers.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<proto::BackupEvent, Status>> + Send>>;
