@@ -181,6 +181,11 @@ static CASES: &[Case] = &[
         KEEP_FOR_LIMIT,
     ),
     reg(
+        "orphan_grace_ms over a year",
+        |r| r.options = options(|o| o.orphan_grace_ms = 365 * 86_400_000 + 1),
+        "options.orphan_grace_ms must be 1 to 31536000000, or 0 for the service's default",
+    ),
+    reg(
         "keep_generations over the maximum",
         |r| r.options = options(|o| o.keep_generations = 100_001),
         GENERATIONS_LIMIT,

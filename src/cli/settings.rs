@@ -6,7 +6,6 @@ use clap::Args;
 use serde::Deserialize;
 
 use mushroom_backup::worker::WorkerConfig;
-use mushroom_backup::worker::limits;
 use mushroom_backup::worker::overrides::{Source, WorkerOverrides};
 
 #[derive(Args, Debug, Clone, Default)]
@@ -14,9 +13,6 @@ pub struct WorkerSettings {
     /// What a store may also set in its registry row (one record: `worker::overrides`).
     #[command(flatten)]
     pub overrides: WorkerOverrides,
-    /// Leave objects of a claimed generation no manifest names alone this long, ms [default: 1 h].
-    #[arg(long, env = "MUSHROOMDB_BACKUP_ORPHAN_GRACE_MS")]
-    pub orphan_grace_ms: Option<u64>,
     /// `off` for object stores without conditional PUT: every write becomes plain [default: on].
     #[arg(long, env = "MUSHROOMDB_BACKUP_LEASE_CONDITIONAL", value_parser = ["on", "off"])]
     pub conditional: Option<String>,
@@ -32,7 +28,6 @@ pub struct WorkerSettings {
 pub struct WorkerToml {
     #[serde(flatten)]
     pub overrides: WorkerOverrides,
-    pub orphan_grace_ms: Option<u64>,
     pub conditional: Option<String>,
     pub lease_ttl_ms: Option<u64>,
 }
@@ -83,15 +78,7 @@ impl WorkerSettings {
 
     pub fn config_with(&self, file: &WorkerToml) -> anyhow::Result<WorkerConfig> {
         let base = WorkerConfig::default();
-        let overrides = self.overrides(file)?;
-        let orphan_grace = match (self.orphan_grace_ms, file.orphan_grace_ms) {
-            (Some(v), _) => limits::ORPHAN_GRACE_MS.check_ms("--orphan-grace-ms", v),
-            (None, Some(v)) => limits::ORPHAN_GRACE_MS.check_ms("orphan_grace_ms", v),
-            (None, None) => Ok(base.retention.orphan_grace),
-        }
-        .map_err(anyhow::Error::msg)?;
-        let mut config = overrides.apply(&base);
-        config.retention.orphan_grace = orphan_grace;
+        let mut config = self.overrides(file)?.apply(&base);
         config.conditional_writes = self.conditional_on(file)?;
         config.encryption = mushroom_backup::crypto::WriterEncryption {
             keys: None,

@@ -136,6 +136,10 @@ pub struct WorkerOverrides {
     #[arg(long, env = "MUSHROOMDB_BACKUP_WAL_PUTS_PER_SECOND")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wal_puts_per_second: Option<u64>,
+    /// Leave objects of a claimed generation no manifest names alone this long, ms [default: 1 h].
+    #[arg(long, env = "MUSHROOMDB_BACKUP_ORPHAN_GRACE_MS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan_grace_ms: Option<u64>,
 }
 
 /// A field out of its range, or two that contradict each other: the message names them as
@@ -145,7 +149,7 @@ pub struct WorkerOverrides {
 pub struct OverrideError(pub String);
 
 /// The ranged fields, each with its bounds and how a request's error shows the largest.
-fn ranges(o: &WorkerOverrides) -> [(&'static str, Option<u64>, Limit); 9] {
+fn ranges(o: &WorkerOverrides) -> [(&'static str, Option<u64>, Limit); 10] {
     [
         ("wal_interval_ms", o.wal_interval_ms, limits::INTERVAL_MS),
         (
@@ -171,6 +175,11 @@ fn ranges(o: &WorkerOverrides) -> [(&'static str, Option<u64>, Limit); 9] {
             "wal_puts_per_second",
             o.wal_puts_per_second,
             limits::WAL_PUTS_PER_SECOND,
+        ),
+        (
+            "orphan_grace_ms",
+            o.orphan_grace_ms,
+            limits::ORPHAN_GRACE_MS,
         ),
     ]
 }
@@ -259,6 +268,7 @@ impl WorkerOverrides {
             object_lock: self.object_lock.or(lower.object_lock),
             durability: self.durability.or(lower.durability),
             wal_puts_per_second: self.wal_puts_per_second.or(lower.wal_puts_per_second),
+            orphan_grace_ms: self.orphan_grace_ms.or(lower.orphan_grace_ms),
         }
     }
 
@@ -303,6 +313,9 @@ impl WorkerOverrides {
         if let Some(v) = self.wal_puts_per_second {
             c.wal_puts_per_second = u32::try_from(v).unwrap_or(u32::MAX);
         }
+        if let Some(v) = self.orphan_grace_ms {
+            c.retention.orphan_grace = ms(v);
+        }
         c
     }
 
@@ -311,7 +324,7 @@ impl WorkerOverrides {
     /// Clamping only ever keeps more or works less often, never deletes sooner.
     pub fn clamped(&self) -> WorkerOverrides {
         let mut o = self.clone();
-        let fields: [(&mut Option<u64>, Limit); 9] = [
+        let fields: [(&mut Option<u64>, Limit); 10] = [
             (&mut o.wal_interval_ms, limits::INTERVAL_MS),
             (&mut o.restore_point_interval_ms, limits::INTERVAL_MS),
             (&mut o.retention_interval_ms, limits::INTERVAL_MS),
@@ -321,6 +334,7 @@ impl WorkerOverrides {
             (&mut o.keep_weekly, limits::KEEP_TIER),
             (&mut o.keep_monthly, limits::KEEP_TIER),
             (&mut o.wal_puts_per_second, limits::WAL_PUTS_PER_SECOND),
+            (&mut o.orphan_grace_ms, limits::ORPHAN_GRACE_MS),
         ];
         for (field, limit) in fields {
             *field = field.map(|v| v.clamp(limit.min.max(1), limit.max));

@@ -57,6 +57,9 @@ pub(in crate::cli) struct StoreFlags {
     /// The most WAL PUTs a second the store may cost, 1 to 1000 [default: the service's, 10].
     #[arg(long)]
     wal_puts_per_second: Option<u64>,
+    /// Retention leaves unnamed objects of a claimed generation alone this long, ms.
+    #[arg(long)]
+    orphan_grace_ms: Option<u64>,
     /// A second destination with a worker, lease and health of its own:
     /// s3://bucket/prefix[?endpoint=URL&region=R&profile=P] or file:///path.
     #[arg(long, value_name = "URL")]
@@ -84,6 +87,7 @@ impl StoreFlags {
                 object_lock: self.object_lock,
                 durability: self.durability,
                 wal_puts_per_second: self.wal_puts_per_second,
+                orphan_grace_ms: self.orphan_grace_ms,
                 ..WorkerOverrides::default()
             },
             drill_interval_ms: self.drill_interval_ms,

@@ -188,6 +188,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
             .flatten()
             .map_or("", |d| d.as_str()),
         "wal_puts_per_second": o.wal_puts_per_second,
+        "orphan_grace_ms": o.orphan_grace_ms,
         "replica": o.replica,
     })
 }

@@ -186,6 +186,7 @@ mod tests {
                 object_lock: Some(LockMode::Governance),
                 durability: Some(DurabilityMode::Sync),
                 wal_puts_per_second: Some(100),
+                orphan_grace_ms: Some(60_000),
             },
             drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS),
             monthly_request_budget: Some(u64::MAX),

@@ -35,6 +35,7 @@ pub fn from_proto(o: Option<proto::StoreOptions>) -> Result<StoreOptions, FieldE
             object_lock: lock_of(o.object_lock)?,
             durability: durability_of(o.durability)?,
             wal_puts_per_second: nz(u64::from(o.wal_puts_per_second)),
+            orphan_grace_ms: nz(o.orphan_grace_ms),
         },
         drill_interval_ms: nz(o.drill_interval_ms),
         monthly_request_budget: nz(o.monthly_request_budget),
@@ -76,6 +77,7 @@ pub fn to_proto(o: &StoreOptions) -> proto::StoreOptions {
         wal_puts_per_second: w
             .wal_puts_per_second
             .map_or(0, |v| u32::try_from(v).unwrap_or(u32::MAX)),
+        orphan_grace_ms: w.orphan_grace_ms.unwrap_or(0),
         drill_interval_ms: o.drill_interval_ms.unwrap_or(0),
         monthly_request_budget: o.monthly_request_budget.unwrap_or(0),
         replica: o.replica.clone().unwrap_or_default(),
@@ -141,6 +143,7 @@ mod tests {
             object_lock: proto::ObjectLockMode::Compliance as i32,
             durability: proto::Durability::Sync as i32,
             wal_puts_per_second: 13,
+            orphan_grace_ms: 14,
             replica: "s3://b/r".into(),
             standby: true,
         };
