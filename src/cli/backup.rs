@@ -1,8 +1,8 @@
-//! `backup`: ship a store to a destination, once or following it until SIGINT/SIGTERM.
+//! `backup`: ship a store to a destination, once or continuously until SIGINT/SIGTERM.
 //!
 //! Both write the prefix only under its bucket lease. `--once` takes it as `retention` does
 //! (`lease.rs`): refused, before anything is written, naming the holder while another holder's
-//! lease is live (a `serve` holding the store, paused or not; a follower), and released at
+//! lease is live (a `serve` holding the store, paused or not; a continuous `backup`), and released at
 //! the end. Without `--once` the worker takes it and, while another holds it, waits as a
 //! standby (its health lines name the holder).
 //!
@@ -101,12 +101,12 @@ pub async fn run(a: BackupArgs) -> anyhow::Result<ExitCode> {
         });
     }
     if !a.once {
-        return follow(workers).await;
+        return run_continuously(workers).await;
     }
     // Each destination under its own lease, the primary first (it never waits for the
     // replica); one failing does not stop the other. Not at once: on a store never backed up,
     // two first steps together would each decide a lineage and the second one's `--once` fail
-    // ("backup.lineage was written meanwhile"), where a follower just steps again.
+    // ("backup.lineage was written meanwhile"), where a continuous run just steps again.
     let mut ran = Vec::with_capacity(workers.len());
     for d in workers.iter_mut() {
         ran.push(once(d).await);
@@ -198,16 +198,16 @@ fn summary(c: &BackupCounters, deleted: u64) -> serde_json::Value {
     })
 }
 
-/// Follows the store under each destination's bucket lease until SIGINT/SIGTERM, logging
-/// every change of each one's health on stderr, then flushes a last restore point to each,
-/// releases the leases and exits 0 (an error when a worker panicked).
-pub(super) async fn follow(workers: Vec<Destination<'_>>) -> anyhow::Result<ExitCode> {
-    follow_until(workers, super::shutdown_token()).await
+/// Backs the store up continuously under each destination's bucket lease until
+/// SIGINT/SIGTERM, logging every change of each one's health on stderr, then flushes a last
+/// restore point to each, releases the leases and exits 0 (an error when a worker panicked).
+pub(super) async fn run_continuously(workers: Vec<Destination<'_>>) -> anyhow::Result<ExitCode> {
+    run_until(workers, super::shutdown_token()).await
 }
 
-/// [`follow`] until `shutdown` (a caller's [`super::shutdown_token`], taken before a signal
+/// [`run_continuously`] until `shutdown` (a caller's [`super::shutdown_token`], taken before a signal
 /// could come: `promote`'s, so a SIGTERM right after "promoted" is not lost).
-pub(super) async fn follow_until(
+pub(super) async fn run_until(
     workers: Vec<Destination<'_>>,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<ExitCode> {

@@ -212,5 +212,5 @@ pub async fn promote(a: PromoteArgs) -> anyhow::Result<ExitCode> {
         worker,
         lease,
     };
-    super::backup::follow_until(vec![primary], cancel).await
+    super::backup::run_until(vec![primary], cancel).await
 }
