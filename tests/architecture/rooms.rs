@@ -29,6 +29,8 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("options", &["admission"]),
     // The one builder of a worker.
     ("start", &["options"]),
+    // The one map of hosted stores, keyed by role.
+    ("hosted", &[]),
     // Parts of the fleet that know no other part of it.
     ("store_metrics", &[]),
     ("event_log", &[]),
@@ -38,11 +40,14 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("record", &[]),
     // The roles a hosted store has beside its primary worker, and the promotion between them.
     ("replica", &["start", "options"]),
-    ("standby", &["admission", "options"]),
-    ("promote", &["admission", "options", "standby", "start"]),
+    ("standby", &["admission", "hosted", "options"]),
+    (
+        "promote",
+        &["admission", "hosted", "options", "standby", "start"],
+    ),
     // Starting, stopping and deregistering hosted stores, and what the fleet answers.
-    ("hosting", &["options", "store_metrics"]),
-    ("deregister", &["admission"]),
+    ("hosting", &["hosted", "options", "store_metrics"]),
+    ("deregister", &["admission", "hosted"]),
     ("error", &["admission", "promote"]),
 ];
 

@@ -32,7 +32,7 @@ impl Fleet {
         }
         entry.shutdown(flush).await;
         self.registry.delete_store(store_id).await?;
-        self.stores.write().expect("not poisoned").remove(store_id);
+        self.hosted.remove_primary(store_id);
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
         store_metrics::forget_store(store_id);

@@ -62,11 +62,7 @@ impl Fleet {
             tracing::info!(store_id = %s.record.store_id, "stopped following a standby claimed away");
             return None;
         }
-        let entry = self
-            .stores
-            .write()
-            .expect("not poisoned")
-            .remove(store_id)?;
+        let entry = self.hosted.remove_primary(store_id)?;
         entry.shutdown(false).await;
         entry.source.close();
         super::store_metrics::forget_store(store_id);

@@ -16,13 +16,14 @@
 //! ([`StoreDir::confined`]): one whose directory left its root or was replaced reads and
 //! writes nothing there, and its health says why.
 //!
-//! A store registered as a standby (`StoreOptions::standby`) has no worker: the fleet keeps a
-//! follower for it instead, in a map of its own (`standby.rs`, which says what each call does
-//! with a standby), until `Promote` (`promote.rs`) makes it a primary with a worker.
+//! Every hosted store is in one map with its role (`hosted.rs`): a primary has a worker (and
+//! its replica's, `replica.rs`), all started by one builder (`start.rs`); a standby
+//! (`StoreOptions::standby`) has a follower instead (`standby.rs`, which says what each call
+//! does with a standby), until `Promote` (`promote.rs`) puts a primary in its place.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -111,9 +112,8 @@ pub struct Fleet {
     pub tasks: TaskTracker,
     registry: Registry,
     config: Arc<ServiceConfig>,
-    stores: RwLock<BTreeMap<String, Arc<StoreEntry>>>,
-    /// The standby stores this instance follows (`standby.rs`): never in `stores`.
-    standbys: RwLock<BTreeMap<String, Arc<standby::StandbyEntry>>>,
+    /// Every store this instance hosts, primary or standby (`hosted.rs`).
+    hosted: hosted::HostedMap,
     shutdown: CancellationToken,
     /// This process's claim on its instance id, renewed by [`keep_claim`].
     claim: InstanceClaim,
@@ -139,6 +139,7 @@ pub struct Fleet {
 // request fields with them.
 pub use admission::{conflicts, destination, limits, paths};
 pub use error::FleetError;
+pub use hosted::Hosted;
 pub(in crate::service) use record::Done;
 pub use remote::RemoteStore;
 pub use replica::ReplicaEntry;
@@ -149,6 +150,7 @@ mod claim_renewal;
 mod deregister;
 mod error;
 pub mod event_log;
+mod hosted;
 mod hosting;
 mod promote;
 mod shared_id;
@@ -212,8 +214,7 @@ impl Fleet {
             conflicts: conflicts::Memo::default(),
             registry,
             config,
-            stores: RwLock::new(BTreeMap::new()),
-            standbys: RwLock::new(BTreeMap::new()),
+            hosted: hosted::HostedMap::default(),
             shutdown,
             claim,
             claim_lost: CancellationToken::new(),
@@ -333,10 +334,8 @@ impl Fleet {
             options,
             replica,
         });
-        self.stores
-            .write()
-            .expect("not poisoned")
-            .insert(entry.record.store_id.clone(), entry.clone());
+        self.hosted
+            .insert(&entry.record.store_id, Hosted::Primary(entry.clone()));
         Ok(entry)
     }
 
@@ -478,18 +477,14 @@ impl Fleet {
     /// [`FleetError::NotHere`] for a store this instance does not run).
     pub fn get(&self, store_id: &str) -> Result<Arc<StoreEntry>, FleetError> {
         limits::check_store_id(store_id)?;
-        if let Some(s) = self.standby(store_id) {
-            return Err(FleetError::IsStandby {
+        match self.hosted.get(store_id) {
+            Some(Hosted::Primary(e)) => Ok(e),
+            Some(Hosted::Standby(s)) => Err(FleetError::IsStandby {
                 store: store_id.to_string(),
                 destination: s.record.destination.clone(),
-            });
+            }),
+            None => Err(FleetError::NotHere(store_id.to_string())),
         }
-        self.stores
-            .read()
-            .expect("not poisoned")
-            .get(store_id)
-            .cloned()
-            .ok_or_else(|| FleetError::NotHere(store_id.to_string()))
     }
 
     /// A store in the registry that this instance does not run ([`Fleet::get`] said
@@ -550,13 +545,9 @@ impl Fleet {
         Ok((page, span))
     }
 
+    /// Every primary this instance hosts (the standbys: [`Fleet::standbys`]).
     pub fn list(&self) -> Vec<Arc<StoreEntry>> {
-        self.stores
-            .read()
-            .expect("not poisoned")
-            .values()
-            .cloned()
-            .collect()
+        self.hosted.primaries()
     }
 
     /// Boot restore into an empty or missing directory, then registration (the worker adopts).

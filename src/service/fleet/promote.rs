@@ -203,13 +203,13 @@ impl Fleet {
             Ok(promoted) => Ok(promoted),
             Err(e @ FleetError::Promote(PromoteError::WorkerNotStarted { .. })) => {
                 // Adopted and claimed: no standby any more, whatever the worker does.
-                self.standbys.write().expect("not poisoned").remove(&id);
+                self.hosted.remove_standby(&id);
                 Err(e)
             }
             Err(e) => {
                 // Still a standby: follow again (see the module docs).
                 tracing::warn!(store_id = %id, error = %e, "the promotion failed; the store follows its destination again");
-                self.standbys.write().expect("not poisoned").remove(&id);
+                self.hosted.remove_standby(&id);
                 let again = self
                     .spawn_standby(entry.record.clone(), entry.options.clone())
                     .await;
@@ -265,11 +265,10 @@ impl Fleet {
         let mut primary = record.clone();
         primary.options = options.to_row();
         fenced.hand_over().await;
-        self.standbys
-            .write()
-            .expect("not poisoned")
-            .remove(&record.store_id);
+        // The primary takes the standby's place in the map (`spawn`); if it cannot start, the
+        // store is no standby any more either.
         if let Err(e) = self.spawn(primary, options, None).await {
+            self.hosted.remove_standby(&record.store_id);
             tracing::error!(store_id = %record.store_id, error = %e, "promoted, but the backup worker could not start");
             return Err(PromoteError::WorkerNotStarted {
                 lineage: adopted.new_lineage.to_string(),

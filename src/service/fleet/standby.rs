@@ -9,8 +9,9 @@
 //!   backup worker and takes no bucket lease (the prefix's writer keeps its own). Locally it
 //!   writes only its directory (and holds its `store.lock` while following, so no node opens
 //!   it), as `crate::standby` says.
-//! - A standby is in [`Fleet`]'s `standbys`, never in its `stores`: every call that needs a
-//!   backup worker finds no worker and is refused naming why ([`FleetError::IsStandby`]).
+//! - A standby is hosted in the role of a standby (`hosted.rs`), never as a primary: every
+//!   call that needs a backup worker finds no worker and is refused naming why
+//!   ([`FleetError::IsStandby`]).
 //!   What each call does with a standby:
 //!   - **Pause / Resume / Trigger / Drill**: refused (FAILED_PRECONDITION): a standby uploads
 //!     nothing, so there is nothing to pause or trigger, and a drill of its destination is the
@@ -323,10 +324,10 @@ impl Fleet {
             let _ended = ended.drop_guard();
             follower.run().await;
         });
-        self.standbys
-            .write()
-            .expect("not poisoned")
-            .insert(entry.record.store_id.clone(), entry.clone());
+        self.hosted.insert(
+            &entry.record.store_id,
+            super::Hosted::Standby(entry.clone()),
+        );
         Ok(entry)
     }
 
@@ -359,30 +360,17 @@ impl Fleet {
 
     /// A standby this instance runs.
     pub fn standby(&self, store_id: &str) -> Option<Arc<StandbyEntry>> {
-        self.standbys
-            .read()
-            .expect("not poisoned")
-            .get(store_id)
-            .cloned()
+        self.hosted.standby(store_id)
     }
 
     /// Every standby this instance runs.
     pub fn standbys(&self) -> Vec<Arc<StandbyEntry>> {
-        self.standbys
-            .read()
-            .expect("not poisoned")
-            .values()
-            .cloned()
-            .collect()
+        self.hosted.standbys()
     }
 
     /// Takes a standby out of the fleet, its follower stopped.
     pub(super) async fn remove_standby(&self, store_id: &str) -> Option<Arc<StandbyEntry>> {
-        let entry = self
-            .standbys
-            .write()
-            .expect("not poisoned")
-            .remove(store_id)?;
+        let entry = self.hosted.remove_standby(store_id)?;
         entry.stop().await;
         Some(entry)
     }
