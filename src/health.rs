@@ -318,39 +318,7 @@ pub fn evaluate(
     if let Some(r) = &status.refused {
         reasons.push(format!("prefix refused: {r}"));
     }
-    let (lease_holder, lease_held) = match &status.lease {
-        Some(LeaseState::Holding) => {
-            reasons.extend(status.lease_losses.reason());
-            (own_holder.to_string(), true)
-        }
-        Some(LeaseState::HeldElsewhere {
-            holder,
-            host,
-            store,
-        }) => {
-            reasons.push(format!(
-                "the bucket lease is held by another instance ({holder} on {host}, store {store}); \
-                 this one uploads nothing until it is released or goes stale"
-            ));
-            (format!("{holder}@{host}"), false)
-        }
-        Some(LeaseState::Lost { reason }) => {
-            reasons.push(format!(
-                "the bucket lease was lost ({reason:?}); acquiring it again"
-            ));
-            (String::new(), false)
-        }
-        Some(LeaseState::Released) => {
-            if status.worker == WorkerState::Running {
-                reasons.push("the bucket lease is released; acquiring it again".to_string());
-            }
-            (String::new(), false)
-        }
-        None => {
-            reasons.push("starting: the bucket lease is not acquired yet".to_string());
-            (String::new(), false)
-        }
-    };
+    let (lease_holder, lease_held) = lease_of(status, own_holder, &mut reasons);
     if let Some(p) = status.pause.as_ref().filter(|_| status.pause_overdue) {
         reasons.push(format!(
             "paused past its deadline ({}; reason: {}): it stays paused, uploading nothing, \
@@ -393,6 +361,71 @@ pub fn evaluate(
             rfc3339_ms(i.checked_at_unix_ms)
         ));
     }
+    let notes = notes_of(status);
+    StoreHealth {
+        healthy: reasons.is_empty(),
+        reason: reasons.first().cloned().unwrap_or_default(),
+        reasons,
+        notes,
+        durable_commit_seq: progress.durable_commit_seq,
+        shipped_commit_seq: progress.shipped_commit_seq,
+        restore_point_commit_seq: progress.restore_point_commit_seq,
+        bucket_durable_commit_seq: progress.bucket_durable_commit_seq,
+        lag_seconds: progress.unshipped_for.as_secs_f64(),
+        lease_holder,
+        lease_held,
+        consecutive_failures: status.consecutive_failures,
+        last_error: status.last_error.clone(),
+        worker: status.worker.clone(),
+        activity: activity_text(status),
+        paused: status.pause.clone(),
+        last_drill: status.drill.clone(),
+        immutable: progress.immutable,
+        starting: status.lease.is_none() && status.worker == WorkerState::Running,
+    }
+}
+
+/// The lease's holder as health shows it, and whether this instance holds it; pushes to
+/// `reasons` why the store is unhealthy on the lease's account, if it is.
+fn lease_of(status: &RunnerStatus, own_holder: &str, reasons: &mut Vec<String>) -> (String, bool) {
+    match &status.lease {
+        Some(LeaseState::Holding) => {
+            reasons.extend(status.lease_losses.reason());
+            (own_holder.to_string(), true)
+        }
+        Some(LeaseState::HeldElsewhere {
+            holder,
+            host,
+            store,
+        }) => {
+            reasons.push(format!(
+                "the bucket lease is held by another instance ({holder} on {host}, store {store}); \
+                 this one uploads nothing until it is released or goes stale"
+            ));
+            (format!("{holder}@{host}"), false)
+        }
+        Some(LeaseState::Lost { reason }) => {
+            reasons.push(format!(
+                "the bucket lease was lost ({reason:?}); acquiring it again"
+            ));
+            (String::new(), false)
+        }
+        Some(LeaseState::Released) => {
+            if status.worker == WorkerState::Running {
+                reasons.push("the bucket lease is released; acquiring it again".to_string());
+            }
+            (String::new(), false)
+        }
+        None => {
+            reasons.push("starting: the bucket lease is not acquired yet".to_string());
+            (String::new(), false)
+        }
+    }
+}
+
+/// What health notes without the store being unhealthy for it: conditional writes off, a
+/// pause, the drill's note.
+fn notes_of(status: &RunnerStatus) -> Vec<String> {
     let mut notes = Vec::new();
     if !status.conditional_writes {
         notes.push(
@@ -410,30 +443,15 @@ pub fn evaluate(
         ));
     }
     notes.extend(status.drill_note.clone());
-    StoreHealth {
-        healthy: reasons.is_empty(),
-        reason: reasons.first().cloned().unwrap_or_default(),
-        reasons,
-        notes,
-        durable_commit_seq: progress.durable_commit_seq,
-        shipped_commit_seq: progress.shipped_commit_seq,
-        restore_point_commit_seq: progress.restore_point_commit_seq,
-        bucket_durable_commit_seq: progress.bucket_durable_commit_seq,
-        lag_seconds: progress.unshipped_for.as_secs_f64(),
-        lease_holder,
-        lease_held,
-        consecutive_failures: status.consecutive_failures,
-        last_error: status.last_error.clone(),
-        worker: status.worker.clone(),
-        activity: match (&status.activity, &status.step) {
-            (Activity::Stepping, Some(phase)) => phase.to_string(),
-            (Activity::Flushing, Some(phase)) => format!("flushing: {phase}"),
-            (activity, _) => activity.to_string(),
-        },
-        paused: status.pause.clone(),
-        last_drill: status.drill.clone(),
-        immutable: progress.immutable,
-        starting: status.lease.is_none() && status.worker == WorkerState::Running,
+    notes
+}
+
+/// What the worker is doing, with the phase of its step.
+fn activity_text(status: &RunnerStatus) -> String {
+    match (&status.activity, &status.step) {
+        (Activity::Stepping, Some(phase)) => phase.to_string(),
+        (Activity::Flushing, Some(phase)) => format!("flushing: {phase}"),
+        (activity, _) => activity.to_string(),
     }
 }
 

@@ -89,45 +89,10 @@ pub struct NodeArgs {
 const SYNC_MIN_REPORT_INTERVAL: Duration = Duration::from_millis(1);
 
 pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
-    if let Some(rate) = a.rate
-        && !(rate.is_finite() && rate > 0.0)
-    {
-        anyhow::bail!("--rate {rate} must be a positive number of commits per second");
-    }
+    check_args(&a)?;
     let sync = a.durability == "sync";
-    if a.acked_log.is_some() && !sync {
-        anyhow::bail!("--acked-log needs --durability sync: only then are commits acknowledged");
-    }
-    if !(1..=3_600_000).contains(&a.ack_timeout_ms) {
-        anyhow::bail!(
-            "--ack-timeout-ms {} is out of range: it must be from 1 to 3600000",
-            a.ack_timeout_ms
-        );
-    }
-    let mut config = NodeClientConfig::new(a.server.clone(), a.store_id.clone(), a.token.clone());
-    let pem = a.tls.read()?;
-    config.tls_ca_pem = pem.ca;
-    config.tls_client_identity_pem = pem.identity;
-    if a.durability == "sync" {
-        // Every commit waits for its report to reach the service: the default spacing (10 ms)
-        // would add up to that to each ack (`benches/durable.rs`, `MIN_REPORT_MS`).
-        config.min_report_interval = SYNC_MIN_REPORT_INTERVAL;
-    }
-    let client = Arc::new(NodeClient::connect(config)?);
-
-    let engine = {
-        let dir = a.store.clone();
-        let opts = EngineOptions {
-            rotate_bytes: a.rotate_bytes,
-            snapshot_every: a.snapshot_every,
-            keep_wal_on_snapshot: false,
-            group_commit: 0,
-        };
-        tokio::task::spawn_blocking(move || Engine::open(&dir, opts))
-            .await
-            .context("the engine task failed")?
-            .with_context(|| format!("open the store {}", a.store.display()))?
-    };
+    let client = connect(&a, sync)?;
+    let engine = open_engine(&a).await?;
     // The opening position is durable (recovery fsyncs): report it before the first commit.
     client.report(engine.position());
 
@@ -209,6 +174,55 @@ pub async fn run(a: NodeArgs) -> anyhow::Result<ExitCode> {
     }
     super::out::line(out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Refuses flags that cannot work together or are out of range.
+fn check_args(a: &NodeArgs) -> anyhow::Result<()> {
+    if let Some(rate) = a.rate
+        && !(rate.is_finite() && rate > 0.0)
+    {
+        anyhow::bail!("--rate {rate} must be a positive number of commits per second");
+    }
+    if a.acked_log.is_some() && a.durability != "sync" {
+        anyhow::bail!("--acked-log needs --durability sync: only then are commits acknowledged");
+    }
+    if !(1..=3_600_000).contains(&a.ack_timeout_ms) {
+        anyhow::bail!(
+            "--ack-timeout-ms {} is out of range: it must be from 1 to 3600000",
+            a.ack_timeout_ms
+        );
+    }
+    Ok(())
+}
+
+/// The node client to the service, with its TLS material; with `sync`, reports spaced as
+/// little as [`SYNC_MIN_REPORT_INTERVAL`].
+fn connect(a: &NodeArgs, sync: bool) -> anyhow::Result<Arc<NodeClient>> {
+    let mut config = NodeClientConfig::new(a.server.clone(), a.store_id.clone(), a.token.clone());
+    let pem = a.tls.read()?;
+    config.tls_ca_pem = pem.ca;
+    config.tls_client_identity_pem = pem.identity;
+    if sync {
+        // Every commit waits for its report to reach the service: the default spacing (10 ms)
+        // would add up to that to each ack (`benches/durable.rs`, `MIN_REPORT_MS`).
+        config.min_report_interval = SYNC_MIN_REPORT_INTERVAL;
+    }
+    Ok(Arc::new(NodeClient::connect(config)?))
+}
+
+/// Opens (and recovers) the store the node writes, on the blocking pool.
+async fn open_engine(a: &NodeArgs) -> anyhow::Result<Engine> {
+    let dir = a.store.clone();
+    let opts = EngineOptions {
+        rotate_bytes: a.rotate_bytes,
+        snapshot_every: a.snapshot_every,
+        keep_wal_on_snapshot: false,
+        group_commit: 0,
+    };
+    tokio::task::spawn_blocking(move || Engine::open(&dir, opts))
+        .await
+        .context("the engine task failed")?
+        .with_context(|| format!("open the store {}", a.store.display()))
 }
 
 /// What each commit holds: the deterministic workload of `seed` (as `store write`).

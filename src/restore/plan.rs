@@ -408,39 +408,19 @@ pub(crate) async fn extend_listed(
     how: &ExtendHow,
     keys: &super::keys::RestoreKeys,
 ) -> Result<Extension, RestoreError> {
-    let ExtendHow {
-        limit,
-        until,
-        parallelism,
-        keep_plain,
-    } = *how;
-    let mut ext = Extension {
-        reach: from.reach,
-        end: from.end,
-        ..Extension::default()
-    };
     // One choice of chain for every reader (`at_rest::chain`): candidates from the listing
     // alone, then the path that reaches furthest, chosen again around each rejected segment.
     let candidates = Candidates::of(
         from.generation,
         from.end,
-        until,
+        how.until,
         listed.into_iter().map(|o| (o.key, o.len)),
     );
+    let mut follow = Following::new(from, how);
     for l in &candidates.left_out {
         tracing::warn!("{l}; not used");
-        ext.warnings.push(format!("{l}; not used"));
+        follow.ext.warnings.push(format!("{l}; not used"));
     }
-    let mut pos = from.end;
-    let mut rejected: HashMap<String, String> = HashMap::new();
-    let mut used: HashSet<String> = HashSet::new();
-    let mut cached_bytes = 0u64;
-    let reject = |key: String, why: String, ext: &mut Extension, r: &mut HashMap<_, _>| {
-        let w = format!("{key}: {why}; not used");
-        tracing::warn!("{w}");
-        ext.warnings.push(w);
-        r.insert(key, why);
-    };
     // The generation's key when it is encrypted: then every segment must be sealed with it
     // (`at_rest::decode::recognise`), never merely raw or zstd bytes that parse.
     let open = match candidates.is_empty() {
@@ -450,101 +430,179 @@ pub(crate) async fn extend_listed(
                 .await?
         }
     };
-    let open = &open;
     'chain: loop {
-        if limit.is_some_and(|n| ext.reach >= n) {
+        if follow.limit_reached() {
             break;
         }
-        let chain = candidates.path(pos, |k| rejected.contains_key(k));
+        let chain = candidates.path(follow.pos, |k| follow.rejected.contains_key(k));
         if chain.is_empty() {
             break;
         }
         let mut fetched = futures::stream::iter(chain)
-            .map(|Step { start, end, key }| async move {
-                let got = bucket.get(&key).await;
-                (start, end, key, got)
+            .map(|step| async move {
+                let got = bucket.get(&step.key).await;
+                (step, got)
             })
-            .buffered(parallelism);
-        while let Some((start, end, key, got)) = fetched.next().await {
-            let data = match got {
-                Ok(obj) => obj.data,
-                // Listed, then gone (retention): treat as absent.
-                Err(BucketError::NotFound { .. }) => {
-                    reject(key, "listed, then gone".into(), &mut ext, &mut rejected);
-                    continue 'chain;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let Some((mut object, plain)) =
-                crate::at_rest::decode::recognise(&key, &data, end - start, open.as_ref())
-            else {
-                let why = match (
-                    open.is_some(),
-                    data.starts_with(crate::crypto::stream::MAGIC),
-                ) {
-                    (true, false) => "not sealed, in an encrypted generation: anyone able to \
-                                      write to the bucket could have made it"
-                        .to_string(),
-                    (false, true) => "sealed, in a plaintext generation".to_string(),
-                    _ => format!(
-                        "{} bytes that neither are nor decode to the {} its key says",
-                        data.len(),
-                        end - start
-                    ),
-                };
-                reject(key, why, &mut ext, &mut rejected);
+            .buffered(how.parallelism);
+        while let Some((step, got)) = fetched.next().await {
+            if !follow.segment(step, got, open.as_ref())? {
                 continue 'chain;
-            };
-            match check_frames(&plain, end - start, ext.reach + 1) {
-                Ok(frames) => {
-                    ext.reach += frames;
-                    if cached_bytes + data.len() as u64 <= EXTENSION_CACHE_BYTES {
-                        cached_bytes += data.len() as u64;
-                        ext.cached.insert(key.clone(), data.clone());
-                    }
-                    object.lineage = from.lineage;
-                    object.generation = from.generation;
-                    if keep_plain {
-                        ext.plain.push(plain.clone());
-                    }
-                    used.insert(key);
-                    ext.segments.push(SegmentEntry {
-                        object,
-                        start,
-                        end,
-                        frames,
-                    });
-                    pos = end;
-                    ext.end = end;
-                    if limit.is_some_and(|n| ext.reach >= n) {
-                        break 'chain;
-                    }
-                }
-                Err(why) => {
-                    reject(key, why, &mut ext, &mut rejected);
-                    continue 'chain;
-                }
+            }
+            if follow.limit_reached() {
+                break 'chain;
             }
         }
     }
-    // What was listed past the chain's end and not taken: data that may hold commits this
-    // chain does not. A limit (`--at N`) reached leaves later segments out on purpose.
-    if limit.is_none_or(|n| ext.reach < n) {
-        let not_taken = candidates.not_taken(&used, &rejected, pos);
+    follow.note_not_taken(&candidates);
+    Ok(follow.ext)
+}
+
+/// The state of [`extend_listed`] following a chain: the extension so far, where it stands,
+/// and which listed segments it took or rejected (and why).
+struct Following<'a> {
+    from: &'a ChainStart,
+    limit: Option<u64>,
+    keep_plain: bool,
+    ext: Extension,
+    /// The WAL offset the chain has reached.
+    pos: u64,
+    rejected: HashMap<String, String>,
+    used: HashSet<String>,
+    /// Bytes of taken segments kept in [`Extension::cached`].
+    cached_bytes: u64,
+}
+
+impl<'a> Following<'a> {
+    /// Nothing followed yet: the extension starts where `from` ends.
+    fn new(from: &'a ChainStart, how: &ExtendHow) -> Following<'a> {
+        Following {
+            from,
+            limit: how.limit,
+            keep_plain: how.keep_plain,
+            ext: Extension {
+                reach: from.reach,
+                end: from.end,
+                ..Extension::default()
+            },
+            pos: from.end,
+            rejected: HashMap::new(),
+            used: HashSet::new(),
+            cached_bytes: 0,
+        }
+    }
+
+    /// Whether the chain reached the commit limit (`--at N`).
+    fn limit_reached(&self) -> bool {
+        self.limit.is_some_and(|n| self.ext.reach >= n)
+    }
+
+    /// Passes over segment `key` for good, warning why.
+    fn reject(&mut self, key: String, why: String) {
+        let w = format!("{key}: {why}; not used");
+        tracing::warn!("{w}");
+        self.ext.warnings.push(w);
+        self.rejected.insert(key, why);
+    }
+
+    /// Takes the fetched segment of `step` into the chain if it is what its key says: sealed
+    /// with the generation's key exactly when it is encrypted, decoding to whole frames that
+    /// continue the chain. Returns whether it was taken (else it is rejected, and the chain is
+    /// chosen again around it).
+    fn segment(
+        &mut self,
+        step: Step,
+        got: Result<crate::bucket::Object, BucketError>,
+        open: Option<&crate::at_rest::seal::OpenKey>,
+    ) -> Result<bool, RestoreError> {
+        let Step { start, end, key } = step;
+        let data = match got {
+            Ok(obj) => obj.data,
+            // Listed, then gone (retention): treat as absent.
+            Err(BucketError::NotFound { .. }) => {
+                self.reject(key, "listed, then gone".into());
+                return Ok(false);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let Some((object, plain)) =
+            crate::at_rest::decode::recognise(&key, &data, end - start, open)
+        else {
+            let why = match (
+                open.is_some(),
+                data.starts_with(crate::crypto::stream::MAGIC),
+            ) {
+                (true, false) => "not sealed, in an encrypted generation: anyone able to \
+                                  write to the bucket could have made it"
+                    .to_string(),
+                (false, true) => "sealed, in a plaintext generation".to_string(),
+                _ => format!(
+                    "{} bytes that neither are nor decode to the {} its key says",
+                    data.len(),
+                    end - start
+                ),
+            };
+            self.reject(key, why);
+            return Ok(false);
+        };
+        match check_frames(&plain, end - start, self.ext.reach + 1) {
+            Ok(frames) => {
+                let segment = SegmentEntry {
+                    object,
+                    start,
+                    end,
+                    frames,
+                };
+                self.take(key, segment, data, plain);
+                Ok(true)
+            }
+            Err(why) => {
+                self.reject(key, why);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Adds a checked segment to the chain, as an object of `from`'s generation; keeps its
+    /// stored bytes while the cache has room, and its plain bytes if asked.
+    fn take(&mut self, key: String, mut segment: SegmentEntry, data: Bytes, plain: Bytes) {
+        self.ext.reach += segment.frames;
+        if self.cached_bytes + data.len() as u64 <= EXTENSION_CACHE_BYTES {
+            self.cached_bytes += data.len() as u64;
+            self.ext.cached.insert(key.clone(), data);
+        }
+        segment.object.lineage = self.from.lineage;
+        segment.object.generation = self.from.generation;
+        if self.keep_plain {
+            self.ext.plain.push(plain);
+        }
+        self.used.insert(key);
+        self.pos = segment.end;
+        self.ext.end = segment.end;
+        self.ext.segments.push(segment);
+    }
+
+    /// What was listed past the chain's end and not taken: data that may hold commits this
+    /// chain does not, warned of and kept in [`Extension::left_out`]. A limit (`--at N`)
+    /// reached leaves later segments out on purpose.
+    fn note_not_taken(&mut self, candidates: &Candidates) {
+        if self.limit_reached() {
+            return;
+        }
+        let pos = self.pos;
+        let not_taken = candidates.not_taken(&self.used, &self.rejected, pos);
         if let Some(first) = not_taken.iter().find(|l| l.end > pos) {
             let w = format!(
                 "segments of generation {} stop at offset {pos} (commit {}); {} listed past it \
                  not used, the first {first}",
-                from.generation,
-                ext.reach,
+                self.from.generation,
+                self.ext.reach,
                 not_taken.iter().filter(|l| l.end > pos).count(),
             );
             tracing::warn!("{w}");
-            ext.warnings.push(w);
+            self.ext.warnings.push(w);
         }
-        ext.left_out = not_taken.into_iter().filter(|l| l.end > pos).collect();
+        self.ext.left_out = not_taken.into_iter().filter(|l| l.end > pos).collect();
     }
-    Ok(ext)
 }
 
 /// Checks that `data` is `len` bytes of whole, valid frames starting at `first_seq`; returns

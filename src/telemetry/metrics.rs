@@ -106,10 +106,24 @@ pub const BUCKET_DURATION_BUCKETS: &[f64] = &[
 
 /// Describes every metric of the contract (help text and unit) to the installed recorder.
 pub fn describe() {
-    let g = |name: &'static str, unit: Option<Unit>, help: &'static str| match unit {
+    describe_store_state();
+    describe_store_drills();
+    describe_store_traffic();
+    describe_instance();
+    describe_events();
+}
+
+/// Describes one gauge, with its unit when it has one.
+fn g(name: &'static str, unit: Option<Unit>, help: &'static str) {
+    match unit {
         Some(u) => describe_gauge!(name, u, help),
         None => describe_gauge!(name, help),
-    };
+    }
+}
+
+/// The per-store gauges of where its backup stands: lag, health, commits, lease, pause, newest
+/// restore point.
+fn describe_store_state() {
     g(
         STORE_LAG_SECONDS,
         Some(Unit::Seconds),
@@ -155,6 +169,10 @@ pub fn describe() {
         Some(Unit::Seconds),
         "Unix time at which this process saw the store's newest restore point appear.",
     );
+}
+
+/// The per-store gauges of its last restore drill.
+fn describe_store_drills() {
     g(
         STORE_LAST_DRILL_OK,
         None,
@@ -175,6 +193,11 @@ pub fn describe() {
         Some(Unit::Bytes),
         "Bytes the store's last restore drill restored, as stored.",
     );
+}
+
+/// The per-store series of what its worker sent and stored: requests, bytes, cost, objects,
+/// restore points, failures.
+fn describe_store_traffic() {
     describe_counter!(
         STORE_REQUESTS,
         Unit::Count,
@@ -227,6 +250,10 @@ pub fn describe() {
         Unit::Count,
         "Backup steps of the store that failed."
     );
+}
+
+/// The instance-wide series: stores hosted, and every bucket request.
+fn describe_instance() {
     describe_gauge!(STORES, Unit::Count, "Stores this instance hosts.");
     describe_gauge!(
         STORES_UNHEALTHY,
@@ -243,7 +270,10 @@ pub fn describe() {
         Unit::Count,
         "Bucket (object store) requests, by operation and outcome."
     );
-    // Events (`crate::events`).
+}
+
+/// The series of events (`crate::events`): published, delivered to webhooks, not logged.
+fn describe_events() {
     describe_counter!(
         EVENTS_PUBLISHED,
         Unit::Count,

@@ -24,14 +24,14 @@
 //! generation, and a HEAD per distinct object the kept restore points need; nothing is
 //! downloaded but the manifests. Reads only.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use futures::StreamExt;
 use serde::Serialize;
 
 use super::{VerifyError, bucket_err, load_manifests};
-use crate::bucket::write_once::CLOCK_SLACK;
+use crate::bucket::write_once::{CLOCK_SLACK, Retention};
 use crate::bucket::{Bucket, BucketError};
 
 /// One object short of its date.
@@ -122,7 +122,7 @@ impl fmt::Display for ImmutableCheck {
 async fn head_lock(
     bucket: &dyn Bucket,
     key: &str,
-) -> Result<Option<Option<crate::bucket::write_once::Retention>>, BucketError> {
+) -> Result<Option<Option<Retention>>, BucketError> {
     Ok(bucket.head(key).await?.map(|m| m.lock))
 }
 
@@ -134,131 +134,183 @@ pub async fn check_immutable(
     parallelism: usize,
 ) -> Result<ImmutableCheck, VerifyError> {
     let parallelism = parallelism.max(1);
-    let slack = i64::try_from(CLOCK_SLACK.as_millis()).unwrap_or(i64::MAX);
     let manifests = load_manifests(bucket, parallelism).await?;
-    let mut requests = manifests.len().div_ceil(1000).max(1) as u64;
-    requests += manifests.len() as u64;
+    let mut needs = Needs {
+        requests: manifests.len().div_ceil(1000).max(1) as u64 + manifests.len() as u64,
+        ..Needs::default()
+    };
     let heads: Vec<Result<_, BucketError>> = futures::stream::iter(&manifests)
         .map(|(key, _)| head_lock(bucket, key))
         .buffered(parallelism)
         .collect()
         .await;
-    requests += manifests.len() as u64;
-    let mut problems = Vec::new();
-    let (mut kept, mut expired) = (0, 0);
-    // Each object's needed date, and the manifest needing it longest.
-    let mut needed: BTreeMap<String, (i64, String)> = BTreeMap::new();
-    let mut need = |key: &str, until: i64, by: &str| {
-        let e = needed
-            .entry(key.to_string())
-            .or_insert((until, by.to_string()));
-        if until > e.0 {
-            *e = (until, by.to_string());
-        }
-    };
-    let mut known: BTreeMap<String, Option<crate::bucket::write_once::Retention>> = BTreeMap::new();
-    // Encrypted generations: the latest keep date of a restore point naming them, and by whom.
-    let mut sealed: BTreeMap<u64, (i64, String)> = BTreeMap::new();
+    needs.requests += manifests.len() as u64;
     for ((key, manifest), head) in manifests.iter().zip(heads) {
-        let lock = match head.map_err(bucket_err(bucket))? {
+        let head = head.map_err(bucket_err(bucket))?;
+        needs.restore_point(key, manifest, head, now_ms);
+    }
+    needs.wrappers(bucket).await?;
+    needs.head_unknown(bucket, parallelism).await?;
+    let short = needs.short();
+    Ok(ImmutableCheck {
+        checked_at_ms: now_ms,
+        kept: needs.kept,
+        expired: needs.expired,
+        objects: needs.needed.len(),
+        ok: short.is_empty() && needs.problems.is_empty(),
+        short,
+        problems: needs.problems,
+        requests: needs.requests,
+    })
+}
+
+/// What the kept restore points need, and what the bucket was seen to hold.
+#[derive(Default)]
+struct Needs {
+    /// Each object's needed date, and the manifest needing it longest.
+    needed: BTreeMap<String, (i64, String)>,
+    /// Each object's lock as read (`None`: no retention).
+    known: BTreeMap<String, Option<Retention>>,
+    /// Encrypted generations: the latest keep date of a restore point naming them, and by whom.
+    sealed: BTreeMap<u64, (i64, String)>,
+    /// Needed objects a HEAD found missing.
+    missing: BTreeSet<String>,
+    problems: Vec<String>,
+    kept: usize,
+    expired: usize,
+    requests: u64,
+}
+
+/// Records that `by` needs `key` until `until`, unless another needs it longer.
+fn need_longest<K: Ord>(map: &mut BTreeMap<K, (i64, String)>, key: K, until: i64, by: &str) {
+    let e = map.entry(key).or_insert((until, by.to_string()));
+    if until > e.0 {
+        *e = (until, by.to_string());
+    }
+}
+
+impl Needs {
+    /// One manifest `key` and the lock a HEAD read of it (`None`: gone): when its keep date
+    /// (its retain-until less [`CLOCK_SLACK`]) is still ahead of `now_ms`, it and every object
+    /// it names are needed until then, as are the key wrappers of its encrypted generations.
+    fn restore_point(
+        &mut self,
+        key: &String,
+        manifest: &Result<crate::manifest::Manifest, String>,
+        head: Option<Option<Retention>>,
+        now_ms: i64,
+    ) {
+        let slack = i64::try_from(CLOCK_SLACK.as_millis()).unwrap_or(i64::MAX);
+        let lock = match head {
             None => {
-                problems.push(format!("{key}: listed, then gone"));
-                continue;
+                self.problems.push(format!("{key}: listed, then gone"));
+                return;
             }
             Some(None) => {
-                problems.push(format!(
+                self.problems.push(format!(
                     "{key}: no Object Lock retention (not written by a write-once writer), so \
                      no keep date"
                 ));
-                continue;
+                return;
             }
             Some(Some(lock)) => lock,
         };
-        known.insert(key.clone(), Some(lock));
+        self.known.insert(key.clone(), Some(lock));
         let keep_until = lock.until_ms.saturating_sub(slack);
         if keep_until <= now_ms {
-            expired += 1;
-            continue;
+            self.expired += 1;
+            return;
         }
-        kept += 1;
+        self.kept += 1;
         let m = match manifest {
             Ok(m) => m,
             Err(why) => {
-                problems.push(format!("{key}: {why}"));
-                continue;
+                self.problems.push(format!("{key}: {why}"));
+                return;
             }
         };
-        need(key, keep_until, key);
+        need_longest(&mut self.needed, key.clone(), keep_until, key);
         for o in m.objects() {
-            need(&o.key, keep_until, key);
+            need_longest(&mut self.needed, o.key.clone(), keep_until, key);
         }
         for (g, _) in crate::crypto::key_objects::generations_to_open(m.objects()) {
-            let e = sealed.entry(g).or_insert((keep_until, key.clone()));
-            if keep_until > e.0 {
-                *e = (keep_until, key.clone());
+            need_longest(&mut self.sealed, g, keep_until, key);
+        }
+    }
+
+    /// Lists the key wrappers of each encrypted generation, each needed as long as the
+    /// generation; a generation with none is a problem (its restore points cannot be
+    /// decrypted).
+    async fn wrappers(&mut self, bucket: &dyn Bucket) -> Result<(), VerifyError> {
+        for (g, (until, by)) in &self.sealed {
+            let prefix = crate::crypto::key_objects::keys_prefix(*g);
+            let wrappers = crate::bucket::list_all(bucket, &prefix)
+                .await
+                .map_err(bucket_err(bucket))?;
+            self.requests += wrappers.len().div_ceil(1000).max(1) as u64;
+            let mut any = false;
+            for w in wrappers
+                .iter()
+                .filter(|w| crate::crypto::key_objects::is_wrapper_key(&w.key))
+            {
+                any = true;
+                need_longest(&mut self.needed, w.key.clone(), *until, by);
+            }
+            if !any {
+                self.problems.push(format!(
+                    "{prefix}: no wrapped data key, which {by} needs to be decrypted"
+                ));
             }
         }
+        Ok(())
     }
-    for (g, (until, by)) in &sealed {
-        let prefix = crate::crypto::key_objects::keys_prefix(*g);
-        let wrappers = crate::bucket::list_all(bucket, &prefix)
-            .await
-            .map_err(bucket_err(bucket))?;
-        requests += wrappers.len().div_ceil(1000).max(1) as u64;
-        let mut any = false;
-        for w in wrappers
-            .iter()
-            .filter(|w| crate::crypto::key_objects::is_wrapper_key(&w.key))
-        {
-            any = true;
-            need(&w.key, *until, by);
-        }
-        if !any {
-            problems.push(format!(
-                "{prefix}: no wrapped data key, which {by} needs to be decrypted"
-            ));
-        }
-    }
-    let unknown: Vec<&String> = needed.keys().filter(|k| !known.contains_key(*k)).collect();
-    requests += unknown.len() as u64;
-    let locks: Vec<Result<_, BucketError>> = futures::stream::iter(unknown)
-        .map(|key| async move { head_lock(bucket, key).await.map(|l| (key.clone(), l)) })
-        .buffered(parallelism)
-        .collect()
-        .await;
-    let mut missing = std::collections::BTreeSet::new();
-    for r in locks {
-        let (key, lock) = r.map_err(bucket_err(bucket))?;
-        match lock {
-            Some(l) => {
-                known.insert(key, l);
-            }
-            None => {
-                missing.insert(key);
+
+    /// Reads the lock of every needed object not known yet, `parallelism` HEADs at once.
+    async fn head_unknown(
+        &mut self,
+        bucket: &dyn Bucket,
+        parallelism: usize,
+    ) -> Result<(), VerifyError> {
+        let unknown: Vec<&String> = self
+            .needed
+            .keys()
+            .filter(|k| !self.known.contains_key(*k))
+            .collect();
+        self.requests += unknown.len() as u64;
+        let locks: Vec<Result<_, BucketError>> = futures::stream::iter(unknown)
+            .map(|key| async move { head_lock(bucket, key).await.map(|l| (key.clone(), l)) })
+            .buffered(parallelism)
+            .collect()
+            .await;
+        for r in locks {
+            let (key, lock) = r.map_err(bucket_err(bucket))?;
+            match lock {
+                Some(l) => {
+                    self.known.insert(key, l);
+                }
+                None => {
+                    self.missing.insert(key);
+                }
             }
         }
+        Ok(())
     }
-    let mut short = Vec::new();
-    for (key, (until, by)) in &needed {
-        let has = known.get(key).copied().flatten().map(|l| l.until_ms);
-        if has.is_none_or(|h| h < *until) {
-            short.push(ShortObject {
-                key: key.clone(),
-                retained_until_ms: has,
-                needed_until_ms: *until,
-                restore_point: by.clone(),
-                missing: missing.contains(key),
-            });
+
+    /// Each needed object retained for less than it is needed (or not at all), in key order.
+    fn short(&self) -> Vec<ShortObject> {
+        let mut short = Vec::new();
+        for (key, (until, by)) in &self.needed {
+            let has = self.known.get(key).copied().flatten().map(|l| l.until_ms);
+            if has.is_none_or(|h| h < *until) {
+                short.push(ShortObject {
+                    key: key.clone(),
+                    retained_until_ms: has,
+                    needed_until_ms: *until,
+                    restore_point: by.clone(),
+                    missing: self.missing.contains(key),
+                });
+            }
         }
+        short
     }
-    Ok(ImmutableCheck {
-        checked_at_ms: now_ms,
-        kept,
-        expired,
-        objects: needed.len(),
-        ok: short.is_empty() && problems.is_empty(),
-        short,
-        problems,
-        requests,
-    })
 }

@@ -14,14 +14,16 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use uuid::Uuid;
 
 use super::ctx::Ctx;
-use super::local::{Reading, read_side_files};
+use super::local::{LocalArchive, LocalGeneration, LocalSnapshot, Reading, read_side_files};
 use super::view::{Generation, View};
 use super::{DeferReason, StepOutcome, WorkerError};
 use crate::at_rest::encode::Plain;
+use crate::at_rest::seal::GenerationKey;
 use crate::bucket::Body;
 use crate::health::{StepActivity, StepPhase};
 use crate::manifest::{
@@ -102,247 +104,50 @@ pub(super) async fn start(
     disk: &DiskState,
     pos: &WalPosition,
 ) -> Result<StepOutcome, WorkerError> {
-    cx.activity.set(StepPhase::ReadingFiles);
-    let reading = read_ahead
-        .filter(|r| r.serves(disk))
-        .unwrap_or_else(|| Reading::start(cx.store, disk));
-    let Some(local) = reading.finish().await? else {
+    let Some((local, side)) = read_files(cx, read_ahead, disk).await? else {
         return Ok(StepOutcome::Deferred(DeferReason::Changed));
     };
-    let store = cx.store.clone();
-    let side = tokio::task::spawn_blocking(move || read_side_files(&store))
-        .await
-        .map_err(|e| WorkerError::Store {
-            dir: cx.dir.clone(),
-            detail: e.to_string(),
-        })??;
-    let after = DiskState::look_async(cx.store).await?;
-    if !disk.unchanged_until(&after) {
-        return Ok(StepOutcome::Deferred(DeferReason::Changed));
-    }
-
-    let uploader = &cx.uploader;
     let lineage = view.lineage;
     let number = view.max_generation + 1;
     tracing::Span::current().record("generation", number);
-    let claim = GenerationClaim {
-        lineage,
-        generation: number,
-        snapshot_id: pos.snapshot_id,
-        wal_id: pos.wal_id,
-        wal_number: disk.wal.header.number,
-        created_at: manifest::now_rfc3339(),
-    };
-    cx.activity.set(StepPhase::Claiming { generation: number });
-    uploader
-        .put(
-            &manifest::generation_key(number),
-            Body::from(claim.encode()),
-        )
-        .await?;
-    view.max_generation = number;
-    view.claims.insert(number, Some(claim));
-    // Its wrappers, before any data object of it (see `super::keys`).
-    let seal = super::keys::new_generation_key(cx, view, number).await?;
-    let mut uploader = uploader.clone();
+    let seal = claim(cx, view, number, disk, pos).await?;
+    let mut uploader = cx.uploader.clone();
     uploader.encoding.seal = seal.clone();
-    let uploader = &uploader;
 
-    // What this lineage already holds, newest first: the generation being replaced, then the
-    // newest manifest.
-    let known_snapshot = view
-        .current
-        .iter()
-        .filter_map(|g| g.snapshot.clone())
-        .chain(view.newest_own.iter().filter_map(|m| m.snapshot.clone()))
-        .collect::<Vec<_>>();
-    let known_archives: Vec<ArchiveEntry> = view
-        .current
-        .iter()
-        .flat_map(|g| g.archives.clone())
-        .chain(view.newest_own.iter().flat_map(|m| m.archives.clone()))
-        .collect();
-    let known_side: Vec<SideFileEntry> = view
-        .current
-        .iter()
-        .flat_map(|g| g.side_files.clone())
-        .chain(view.newest_own.iter().flat_map(|m| m.side_files.clone()))
-        .collect();
-
+    let known = Known::of(view);
     // Sealed entries compare by their keyed tag: the keys of their generations, if this
-    // worker can open them. An entry of the other kind is never reused (a plaintext object
-    // named by an encrypted generation, or the reverse).
-    super::keys::open_keys_of(
-        cx,
-        view,
-        known_snapshot
-            .iter()
-            .map(|k| &k.object)
-            .chain(known_archives.iter().map(|k| &k.object))
-            .chain(known_side.iter().map(|k| &k.object)),
-    )
-    .await?;
-    let encrypting = seal.is_some();
-    let keys = &view.keys;
-    let matches = |e: &ObjectEntry, len: u64, crc: u32| {
-        e.encrypted == encrypting
-            && crate::at_rest::seal::plain_matches(
-                e,
-                len,
-                crc,
-                keys.get(&e.generation).and_then(|k| k.as_ref()),
-            )
-    };
+    // worker can open them.
+    super::keys::open_keys_of(cx, view, known.objects()).await?;
 
     // Entries are decided first (reuse, or a new object of this generation); the new objects
     // then go up together, `GENERATION_UPLOADS_IN_FLIGHT` at a time, all after the claim and
     // all before this returns (so before any manifest can name them).
-    let mut reused = 0u64;
-    let mut uploads: Vec<(String, Plain, String)> = Vec::new();
-    let snapshot = match &local.snapshot {
-        None => None,
-        Some(s) => {
-            let reuse = known_snapshot.iter().find(|k| {
-                k.snapshot_id == s.header.snapshot_id && matches(&k.object, s.len, s.crc)
-            });
-            Some(match reuse {
-                Some(k) => {
-                    reused += 1;
-                    k.clone()
-                }
-                None => {
-                    let key = manifest::snapshot_key(number);
-                    let body = Plain::File {
-                        file: s.file.clone(),
-                        offset: 0,
-                        len: s.len,
-                        crc: s.crc,
-                    };
-                    uploads.push((key.clone(), body, "the snapshot".into()));
-                    SnapshotEntry {
-                        object: entry(key, s.len, s.crc, lineage, number),
-                        snapshot_id: s.header.snapshot_id,
-                        commit_seq: s.header.commit_seq,
-                    }
-                }
-            })
-        }
+    let mut plan = Plan {
+        keys: &view.keys,
+        seal: seal.as_ref(),
+        lineage,
+        number,
+        reused: 0,
+        uploads: Vec::new(),
     };
-    let mut archives = Vec::new();
-    let of_archives = local.archives.len();
-    for (i, a) in local.archives.iter().enumerate() {
-        let reuse = known_archives
-            .iter()
-            .find(|k| k.number == a.number && matches(&k.object, a.len, a.crc));
-        archives.push(match reuse {
-            Some(k) => {
-                reused += 1;
-                k.clone()
-            }
-            None => {
-                let key = manifest::archive_key(number, a.number);
-                let body = Plain::File {
-                    file: a.file.clone(),
-                    offset: 0,
-                    len: a.len,
-                    crc: a.crc,
-                };
-                uploads.push((
-                    key.clone(),
-                    body,
-                    format!("archive {} of {of_archives}", i + 1),
-                ));
-                ArchiveEntry {
-                    object: entry(key, a.len, a.crc, lineage, number),
-                    number: a.number,
-                    frames: a.frames,
-                }
-            }
-        });
-    }
-    let mut side_files = Vec::new();
-    for (name, data, crc) in &side {
-        let reuse = known_side
-            .iter()
-            .find(|k| &k.name == name && matches(&k.object, data.len() as u64, *crc));
-        side_files.push(match reuse {
-            Some(k) => {
-                reused += 1;
-                k.clone()
-            }
-            None => {
-                // The key names the CRC; sealed, the keyed tag instead.
-                let named = seal
-                    .as_ref()
-                    .map_or(*crc, |k| k.plain_tag(data.len() as u64, *crc));
-                let key = manifest::side_key(number, name, named);
-                uploads.push((
-                    key.clone(),
-                    Plain::Bytes(data.clone()),
-                    format!("side file {name}"),
-                ));
-                SideFileEntry {
-                    object: entry(key, data.len() as u64, *crc, lineage, number),
-                    name: name.clone(),
-                }
-            }
-        });
-    }
+    let mut entries = Entries {
+        snapshot: local
+            .snapshot
+            .as_ref()
+            .map(|s| plan.snapshot(&known.snapshot, s)),
+        archives: plan.archives(&known.archives, &local.archives),
+        side_files: plan.side_files(&known.side, &side),
+    };
+    let Plan {
+        reused, uploads, ..
+    } = plan;
     let uploaded = uploads.len() as u64;
-    let in_flight = InFlight {
-        activity: cx.activity,
-        generation: number,
-        of: uploaded,
-        state: Mutex::default(),
-    };
-    let in_flight = &in_flight;
-    let uploaded_entries: HashMap<String, ObjectEntry> =
-        futures::stream::iter(uploads.into_iter().enumerate())
-            .map(|(i, (key, body, what))| {
-                let uploader = uploader.clone();
-                async move {
-                    in_flight.started(i, what);
-                    let created = uploader.put_encoded(&key, body, lineage, number).await;
-                    in_flight.finished(i);
-                    created.map(|e| (key, e))
-                }
-            })
-            .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
-            .try_collect::<HashMap<_, _>>()
-            .await?;
+    let uploaded_entries = upload_all(cx, &uploader, uploads, lineage, number).await?;
     let bytes: u64 = uploaded_entries.values().map(|e| e.len).sum();
     let logical: u64 = uploaded_entries.values().map(|e| e.plain_len()).sum();
-    let mut snapshot = snapshot;
-    if let Some(s) = &mut snapshot {
-        patch(&mut s.object, &uploaded_entries);
-    }
-    for a in &mut archives {
-        patch(&mut a.object, &uploaded_entries);
-    }
-    for s in &mut side_files {
-        patch(&mut s.object, &uploaded_entries);
-    }
+    entries.patch(&uploaded_entries);
 
-    // The same wal.bin as the generation being replaced (a snapshot that kept its WAL): its
-    // shipped segments stay valid, and the manifest names them.
-    let (segments, shipped_end) = match &view.current {
-        Some(g) if g.wal_id == pos.wal_id => (g.segments.clone(), g.shipped_end),
-        _ => (Vec::new(), 0),
-    };
-    view.current = Some(Generation {
-        number,
-        snapshot_id: pos.snapshot_id,
-        wal_id: pos.wal_id,
-        wal_number: disk.wal.header.number,
-        wal_header_floor: disk.wal.header.floor,
-        wal_floor: local.wal_floor,
-        snapshot,
-        archives,
-        side_files,
-        segments,
-        shipped_end,
-        seal,
-    });
+    view.current = Some(entries.into_generation(view, number, disk, pos, &local, seal));
     tracing::info!(
         generation = number,
         uploaded,
@@ -356,4 +161,320 @@ pub(super) async fn start(
         bytes,
         logical,
     })
+}
+
+/// Reads the local files and the side files, then looks at the disk again: `None` when the
+/// snapshot or the WAL file changed meanwhile (the step is deferred, nothing was claimed).
+async fn read_files(
+    cx: &Ctx<'_>,
+    read_ahead: Option<Reading>,
+    disk: &DiskState,
+) -> Result<Option<(LocalGeneration, SideFiles)>, WorkerError> {
+    cx.activity.set(StepPhase::ReadingFiles);
+    let reading = read_ahead
+        .filter(|r| r.serves(disk))
+        .unwrap_or_else(|| Reading::start(cx.store, disk));
+    let Some(local) = reading.finish().await? else {
+        return Ok(None);
+    };
+    let store = cx.store.clone();
+    let side = tokio::task::spawn_blocking(move || read_side_files(&store))
+        .await
+        .map_err(|e| WorkerError::Store {
+            dir: cx.dir.clone(),
+            detail: e.to_string(),
+        })??;
+    let after = DiskState::look_async(cx.store).await?;
+    if !disk.unchanged_until(&after) {
+        return Ok(None);
+    }
+    Ok(Some((local, side)))
+}
+
+/// Writes the GENERATION object of `number` (`If-None-Match: *`), records the claim in the
+/// view, then the generation's key wrappers, before any data object of it (see
+/// `super::keys`). Returns the key its new objects are sealed with, if encrypted.
+async fn claim(
+    cx: &Ctx<'_>,
+    view: &mut View,
+    number: u64,
+    disk: &DiskState,
+    pos: &WalPosition,
+) -> Result<Option<GenerationKey>, WorkerError> {
+    let claim = GenerationClaim {
+        lineage: view.lineage,
+        generation: number,
+        snapshot_id: pos.snapshot_id,
+        wal_id: pos.wal_id,
+        wal_number: disk.wal.header.number,
+        created_at: manifest::now_rfc3339(),
+    };
+    cx.activity.set(StepPhase::Claiming { generation: number });
+    cx.uploader
+        .put(
+            &manifest::generation_key(number),
+            Body::from(claim.encode()),
+        )
+        .await?;
+    view.max_generation = number;
+    view.claims.insert(number, Some(claim));
+    super::keys::new_generation_key(cx, view, number).await
+}
+
+/// The side files read from the store: name, bytes, CRC.
+type SideFiles = Vec<(String, Bytes, u32)>;
+
+/// One new object to upload: its key, its plain bytes, and what health calls it.
+type Upload = (String, Plain, String);
+
+/// What this lineage already holds, newest first: the generation being replaced, then the
+/// newest manifest.
+struct Known {
+    snapshot: Vec<SnapshotEntry>,
+    archives: Vec<ArchiveEntry>,
+    side: Vec<SideFileEntry>,
+}
+
+impl Known {
+    /// Collects the entries of the view's current generation and newest own manifest.
+    fn of(view: &View) -> Known {
+        Known {
+            snapshot: view
+                .current
+                .iter()
+                .filter_map(|g| g.snapshot.clone())
+                .chain(view.newest_own.iter().filter_map(|m| m.snapshot.clone()))
+                .collect(),
+            archives: view
+                .current
+                .iter()
+                .flat_map(|g| g.archives.clone())
+                .chain(view.newest_own.iter().flat_map(|m| m.archives.clone()))
+                .collect(),
+            side: view
+                .current
+                .iter()
+                .flat_map(|g| g.side_files.clone())
+                .chain(view.newest_own.iter().flat_map(|m| m.side_files.clone()))
+                .collect(),
+        }
+    }
+
+    /// Every object these entries name.
+    fn objects(&self) -> impl Iterator<Item = &ObjectEntry> {
+        self.snapshot
+            .iter()
+            .map(|k| &k.object)
+            .chain(self.archives.iter().map(|k| &k.object))
+            .chain(self.side.iter().map(|k| &k.object))
+    }
+}
+
+/// Deciding, file by file, whether a known object is reused or a new one is uploaded; counts
+/// the reuses and collects the uploads.
+struct Plan<'a> {
+    /// The opened keys of the lineage's generations, to compare sealed entries by tag.
+    keys: &'a HashMap<u64, Option<GenerationKey>>,
+    /// The new generation's key, when it is encrypted.
+    seal: Option<&'a GenerationKey>,
+    lineage: Uuid,
+    number: u64,
+    reused: u64,
+    uploads: Vec<Upload>,
+}
+
+impl Plan<'_> {
+    /// Whether a known entry holds these plain bytes. An entry of the other kind is never
+    /// reused (a plaintext object named by an encrypted generation, or the reverse).
+    fn matches(&self, e: &ObjectEntry, len: u64, crc: u32) -> bool {
+        e.encrypted == self.seal.is_some()
+            && crate::at_rest::seal::plain_matches(
+                e,
+                len,
+                crc,
+                self.keys.get(&e.generation).and_then(|k| k.as_ref()),
+            )
+    }
+
+    /// The entry of a new object of this generation, queued for upload.
+    fn upload(
+        &mut self,
+        key: String,
+        body: Plain,
+        what: String,
+        len: u64,
+        crc: u32,
+    ) -> ObjectEntry {
+        let e = entry(key.clone(), len, crc, self.lineage, self.number);
+        self.uploads.push((key, body, what));
+        e
+    }
+
+    /// A known entry, counted as reused.
+    fn reuse<T: Clone>(&mut self, k: &T) -> T {
+        self.reused += 1;
+        k.clone()
+    }
+
+    /// The snapshot's entry: a known one with its id and bytes, or a new upload.
+    fn snapshot(&mut self, known: &[SnapshotEntry], s: &LocalSnapshot) -> SnapshotEntry {
+        let reuse = known.iter().find(|k| {
+            k.snapshot_id == s.header.snapshot_id && self.matches(&k.object, s.len, s.crc)
+        });
+        if let Some(k) = reuse {
+            return self.reuse(k);
+        }
+        let body = Plain::File {
+            file: s.file.clone(),
+            offset: 0,
+            len: s.len,
+            crc: s.crc,
+        };
+        let key = manifest::snapshot_key(self.number);
+        SnapshotEntry {
+            object: self.upload(key, body, "the snapshot".into(), s.len, s.crc),
+            snapshot_id: s.header.snapshot_id,
+            commit_seq: s.header.commit_seq,
+        }
+    }
+
+    /// The archives' entries, in order: each a known one of its number and bytes, or a new
+    /// upload.
+    fn archives(&mut self, known: &[ArchiveEntry], local: &[LocalArchive]) -> Vec<ArchiveEntry> {
+        let of_archives = local.len();
+        let mut archives = Vec::new();
+        for (i, a) in local.iter().enumerate() {
+            let reuse = known
+                .iter()
+                .find(|k| k.number == a.number && self.matches(&k.object, a.len, a.crc));
+            if let Some(k) = reuse {
+                archives.push(self.reuse(k));
+                continue;
+            }
+            let body = Plain::File {
+                file: a.file.clone(),
+                offset: 0,
+                len: a.len,
+                crc: a.crc,
+            };
+            let key = manifest::archive_key(self.number, a.number);
+            let what = format!("archive {} of {of_archives}", i + 1);
+            archives.push(ArchiveEntry {
+                object: self.upload(key, body, what, a.len, a.crc),
+                number: a.number,
+                frames: a.frames,
+            });
+        }
+        archives
+    }
+
+    /// The side files' entries: each a known one of its name and bytes, or a new upload whose
+    /// key names the CRC (sealed, the keyed tag instead).
+    fn side_files(&mut self, known: &[SideFileEntry], side: &SideFiles) -> Vec<SideFileEntry> {
+        let mut side_files = Vec::new();
+        for (name, data, crc) in side {
+            let len = data.len() as u64;
+            let reuse = known
+                .iter()
+                .find(|k| &k.name == name && self.matches(&k.object, len, *crc));
+            if let Some(k) = reuse {
+                side_files.push(self.reuse(k));
+                continue;
+            }
+            let named = self.seal.map_or(*crc, |k| k.plain_tag(len, *crc));
+            let key = manifest::side_key(self.number, name, named);
+            let body = Plain::Bytes(data.clone());
+            side_files.push(SideFileEntry {
+                object: self.upload(key, body, format!("side file {name}"), len, *crc),
+                name: name.clone(),
+            });
+        }
+        side_files
+    }
+}
+
+/// Uploads the new objects, `GENERATION_UPLOADS_IN_FLIGHT` at a time, showing the oldest in
+/// flight in health. Returns what each upload stored, by key; the first failure drops the
+/// others in flight.
+async fn upload_all(
+    cx: &Ctx<'_>,
+    uploader: &super::upload::Uploader,
+    uploads: Vec<Upload>,
+    lineage: Uuid,
+    number: u64,
+) -> Result<HashMap<String, ObjectEntry>, WorkerError> {
+    let in_flight = InFlight {
+        activity: cx.activity,
+        generation: number,
+        of: uploads.len() as u64,
+        state: Mutex::default(),
+    };
+    let in_flight = &in_flight;
+    futures::stream::iter(uploads.into_iter().enumerate())
+        .map(|(i, (key, body, what))| {
+            let uploader = uploader.clone();
+            async move {
+                in_flight.started(i, what);
+                let created = uploader.put_encoded(&key, body, lineage, number).await;
+                in_flight.finished(i);
+                created.map(|e| (key, e))
+            }
+        })
+        .buffer_unordered(GENERATION_UPLOADS_IN_FLIGHT)
+        .try_collect::<HashMap<_, _>>()
+        .await
+}
+
+/// The entries a new generation names, reused or new.
+struct Entries {
+    snapshot: Option<SnapshotEntry>,
+    archives: Vec<ArchiveEntry>,
+    side_files: Vec<SideFileEntry>,
+}
+
+impl Entries {
+    /// Replaces each new entry by what its upload stored.
+    fn patch(&mut self, uploaded: &HashMap<String, ObjectEntry>) {
+        if let Some(s) = &mut self.snapshot {
+            patch(&mut s.object, uploaded);
+        }
+        for a in &mut self.archives {
+            patch(&mut a.object, uploaded);
+        }
+        for s in &mut self.side_files {
+            patch(&mut s.object, uploaded);
+        }
+    }
+
+    /// The view's new current generation. With the same wal.bin as the generation being
+    /// replaced (a snapshot that kept its WAL), its shipped segments stay valid, and the
+    /// manifest names them.
+    fn into_generation(
+        self,
+        view: &View,
+        number: u64,
+        disk: &DiskState,
+        pos: &WalPosition,
+        local: &LocalGeneration,
+        seal: Option<GenerationKey>,
+    ) -> Generation {
+        let (segments, shipped_end) = match &view.current {
+            Some(g) if g.wal_id == pos.wal_id => (g.segments.clone(), g.shipped_end),
+            _ => (Vec::new(), 0),
+        };
+        Generation {
+            number,
+            snapshot_id: pos.snapshot_id,
+            wal_id: pos.wal_id,
+            wal_number: disk.wal.header.number,
+            wal_header_floor: disk.wal.header.floor,
+            wal_floor: local.wal_floor,
+            snapshot: self.snapshot,
+            archives: self.archives,
+            side_files: self.side_files,
+            segments,
+            shipped_end,
+            seal,
+        }
+    }
 }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use bytes::Bytes;
+use uuid::Uuid;
 
 use super::WorkerError;
 use crate::store::dir::{DirError, FileKind, SIDE_FILE_CAP, StoreDir};
@@ -178,62 +179,24 @@ pub(super) fn read_local(
     let snap_path = store.display_path(disk::SNAPSHOT_FILE);
     let snapshot_file = match &disk.snapshot {
         None => None,
-        Some(s) => {
-            let Some(file) = store
-                .open(disk::SNAPSHOT_FILE, FileKind::Store)
-                .map_err(refused)?
-            else {
-                return Ok(None);
-            };
-            let mut head = [0u8; SNAPSHOT_HEADER_LEN];
-            file.read_exact_at(&mut head, 0).map_err(io(&snap_path))?;
-            let header = SnapshotHeader::decode(&head).map_err(|e| WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!("{}: {e}", snap_path.display()),
-            })?;
-            if header.snapshot_id != s.header.snapshot_id {
-                return Ok(None);
-            }
-            let len = file.metadata().map_err(io(&snap_path))?.len();
-            Some((file, header, len))
-        }
+        Some(s) => match OpenSnapshot::open(store, &snap_path, s.header.snapshot_id)? {
+            None => return Ok(None),
+            opened => opened,
+        },
     };
-    let snap_seq = snapshot_file.as_ref().map(|s| s.1.commit_seq);
-
-    // Archive k's last commit is archive k+1's floor (wal.bin's floor for the last one). Each
-    // archive is opened once: the needed ones are then checked, and uploaded, from here.
-    let mut headers = Vec::with_capacity(disk.archives.len());
-    let mut files = Vec::with_capacity(disk.archives.len());
-    for a in &disk.archives {
-        let rel = format!("{}/{}", disk::ARCHIVE_DIR, disk::archive_name(a.number));
-        let Some(f) = store.open(&rel, FileKind::Store).map_err(refused)? else {
-            return Ok(None);
-        };
-        let mut head = [0u8; WAL_HEADER_LEN];
-        f.read_exact_at(&mut head, 0)
-            .map_err(|e| corrupt(&a.path, format!("cannot read its header: {e}")))?;
-        let h = WalHeader::decode(&head).map_err(|e| corrupt(&a.path, e.to_string()))?;
-        if h.number != a.number {
-            return Err(corrupt(
-                &a.path,
-                format!("its header says number {}", h.number),
-            ));
-        }
-        headers.push(h);
-        files.push(Arc::new(f));
-    }
+    let snap_seq = snapshot_file.as_ref().map(|s| s.header.commit_seq);
+    let Some(opened) = OpenArchives::open(store, disk)? else {
+        return Ok(None);
+    };
     let wal = disk.wal.header;
-    let next_floor = |i: usize| headers.get(i + 1).map_or(wal.floor, |h| h.floor);
-    let needed: Vec<usize> = (0..disk.archives.len())
-        .filter(|&i| snap_seq.is_none_or(|s| next_floor(i) > s))
-        .collect();
+    let needed = opened.needed(snap_seq);
 
     let mut work: Vec<Work<'_>> = needed
         .iter()
-        .map(|&i| Work::Archive(&files[i], &disk.archives[i].path))
+        .map(|&i| Work::Archive(&opened.files[i], &disk.archives[i].path))
         .collect();
-    if let Some((file, _, len)) = &snapshot_file {
-        work.push(Work::SnapshotCrc(file, &snap_path, *len));
+    if let Some(s) = &snapshot_file {
+        work.push(Work::SnapshotCrc(&s.file, &snap_path, s.len));
     }
     let done = run_parallel(&work, cancel);
     if done.len() < work.len() {
@@ -241,111 +204,222 @@ pub(super) fn read_local(
     }
     let mut done = done.into_iter();
 
-    let mut archives = Vec::new();
-    let mut expect_number = None;
-    let mut expect_floor = None;
-    for &i in &needed {
-        let a = &disk.archives[i];
-        let h = headers[i];
-        if expect_number.is_some_and(|n| n != h.number) {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "archive {} missing before {}",
-                    expect_number.unwrap_or(0),
-                    a.path.display()
-                ),
-            });
-        }
-        if expect_floor.is_some_and(|f| f != h.floor) {
-            return Err(corrupt(
-                &a.path,
-                format!("floor {} does not follow the previous archive", h.floor),
-            ));
-        }
-        let read = match done.next().expect("one result per piece of work")? {
-            Done::Archive(read) => read,
-            Done::SnapshotCrc(_) => unreachable!("archives come first"),
-        };
-        if let Some(stop) = read.stop {
-            return Err(corrupt(
-                &a.path,
-                format!("{stop} at byte {} of {}", read.valid_len, read.len),
-            ));
-        }
-        if read.last_seq != next_floor(i) {
-            return Err(corrupt(
-                &a.path,
-                format!(
-                    "ends at commit {} but the next WAL file starts after {}",
-                    read.last_seq,
-                    next_floor(i)
-                ),
-            ));
-        }
-        archives.push(LocalArchive {
-            number: h.number,
-            file: files[i].clone(),
-            len: read.len,
-            crc: read.crc,
-            frames: read.frames,
-        });
-        expect_number = Some(h.number + 1);
-        expect_floor = Some(read.last_seq);
-    }
+    let archives = opened.check_chain(dir, disk, &needed, &mut done)?;
     let snapshot = match snapshot_file {
         None => None,
-        Some((file, header, len)) => {
-            let crc = match done.next().expect("one result per piece of work")? {
-                Done::SnapshotCrc(crc) => crc,
-                Done::Archive(_) => unreachable!("the snapshot comes last"),
-            };
-            Some(LocalSnapshot {
-                file: Arc::new(file),
-                header,
-                len,
-                crc,
-            })
-        }
+        Some(s) => Some(s.with_crc(&mut done)?),
     };
-    if let Some(n) = expect_number
-        && n != wal.number
+    if let Some(last) = archives.last()
+        && last.number + 1 != wal.number
     {
         return Err(WorkerError::Store {
             dir: dir.to_path_buf(),
             detail: format!(
                 "archives end at {} but wal.bin is number {}",
-                n - 1,
-                wal.number
+                last.number, wal.number
             ),
         });
     }
-    let wal_floor = needed.first().map_or(wal.floor, |&i| headers[i].floor);
-    match snap_seq {
-        Some(s) if wal_floor > s => {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "the WAL starts after commit {wal_floor} but the snapshot holds only {s}: archives are missing"
-                ),
-            });
-        }
-        None if wal_floor != 0 => {
-            return Err(WorkerError::Store {
-                dir: dir.to_path_buf(),
-                detail: format!(
-                    "no snapshot, and the WAL starts after commit {wal_floor}: archives are missing"
-                ),
-            });
-        }
-        _ => {}
-    }
-
+    let wal_floor = needed
+        .first()
+        .map_or(wal.floor, |&i| opened.headers[i].floor);
+    check_wal_floor(dir, wal_floor, snap_seq)?;
     Ok(Some(LocalGeneration {
         snapshot,
         archives,
         wal_floor,
     }))
+}
+
+/// The snapshot file opened, its header read, before its CRC is computed.
+struct OpenSnapshot {
+    file: std::fs::File,
+    header: SnapshotHeader,
+    len: u64,
+}
+
+impl OpenSnapshot {
+    /// Opens the snapshot and reads its header; `None` if it is gone or is no longer snapshot
+    /// `snapshot_id` (the disk changed).
+    fn open(
+        store: &StoreDir,
+        snap_path: &Path,
+        snapshot_id: Uuid,
+    ) -> Result<Option<OpenSnapshot>, WorkerError> {
+        let Some(file) = store
+            .open(disk::SNAPSHOT_FILE, FileKind::Store)
+            .map_err(refused)?
+        else {
+            return Ok(None);
+        };
+        let mut head = [0u8; SNAPSHOT_HEADER_LEN];
+        file.read_exact_at(&mut head, 0).map_err(io(snap_path))?;
+        let header = SnapshotHeader::decode(&head).map_err(|e| WorkerError::Store {
+            dir: store.path().to_path_buf(),
+            detail: format!("{}: {e}", snap_path.display()),
+        })?;
+        if header.snapshot_id != snapshot_id {
+            return Ok(None);
+        }
+        let len = file.metadata().map_err(io(snap_path))?.len();
+        Ok(Some(OpenSnapshot { file, header, len }))
+    }
+
+    /// The snapshot with the CRC the last piece of work computed.
+    fn with_crc(
+        self,
+        done: &mut impl Iterator<Item = Result<Done, WorkerError>>,
+    ) -> Result<LocalSnapshot, WorkerError> {
+        let crc = match done.next().expect("one result per piece of work")? {
+            Done::SnapshotCrc(crc) => crc,
+            Done::Archive(_) => unreachable!("the snapshot comes last"),
+        };
+        Ok(LocalSnapshot {
+            file: Arc::new(self.file),
+            header: self.header,
+            len: self.len,
+            crc,
+        })
+    }
+}
+
+/// Every archive on disk, opened once (the needed ones are then checked, and uploaded, from
+/// here), with its header.
+struct OpenArchives {
+    headers: Vec<WalHeader>,
+    files: Vec<Arc<std::fs::File>>,
+    /// wal.bin's floor: the last archive's last commit.
+    wal_floor: u64,
+}
+
+impl OpenArchives {
+    /// Opens each archive `disk` saw and reads its header, which must carry its number;
+    /// `None` if one is gone (the disk changed).
+    fn open(store: &StoreDir, disk: &DiskState) -> Result<Option<OpenArchives>, WorkerError> {
+        let mut headers = Vec::with_capacity(disk.archives.len());
+        let mut files = Vec::with_capacity(disk.archives.len());
+        for a in &disk.archives {
+            let rel = format!("{}/{}", disk::ARCHIVE_DIR, disk::archive_name(a.number));
+            let Some(f) = store.open(&rel, FileKind::Store).map_err(refused)? else {
+                return Ok(None);
+            };
+            let mut head = [0u8; WAL_HEADER_LEN];
+            f.read_exact_at(&mut head, 0)
+                .map_err(|e| corrupt(&a.path, format!("cannot read its header: {e}")))?;
+            let h = WalHeader::decode(&head).map_err(|e| corrupt(&a.path, e.to_string()))?;
+            if h.number != a.number {
+                return Err(corrupt(
+                    &a.path,
+                    format!("its header says number {}", h.number),
+                ));
+            }
+            headers.push(h);
+            files.push(Arc::new(f));
+        }
+        Ok(Some(OpenArchives {
+            headers,
+            files,
+            wal_floor: disk.wal.header.floor,
+        }))
+    }
+
+    /// Archive `i`'s last commit: archive `i + 1`'s floor (wal.bin's floor for the last one).
+    fn next_floor(&self, i: usize) -> u64 {
+        self.headers.get(i + 1).map_or(self.wal_floor, |h| h.floor)
+    }
+
+    /// The archives the restore point needs: those holding commits after the snapshot's (all,
+    /// without a snapshot).
+    fn needed(&self, snap_seq: Option<u64>) -> Vec<usize> {
+        (0..self.headers.len())
+            .filter(|&i| snap_seq.is_none_or(|s| self.next_floor(i) > s))
+            .collect()
+    }
+
+    /// The needed archives with the checks `done` holds for them, in order: numbers without a
+    /// gap, each floor the last commit of the one before, whole frames up to the next file's
+    /// floor.
+    fn check_chain(
+        &self,
+        dir: &Path,
+        disk: &DiskState,
+        needed: &[usize],
+        done: &mut impl Iterator<Item = Result<Done, WorkerError>>,
+    ) -> Result<Vec<LocalArchive>, WorkerError> {
+        let mut archives = Vec::new();
+        let mut expect_number = None;
+        let mut expect_floor = None;
+        for &i in needed {
+            let a = &disk.archives[i];
+            let h = self.headers[i];
+            if expect_number.is_some_and(|n| n != h.number) {
+                return Err(WorkerError::Store {
+                    dir: dir.to_path_buf(),
+                    detail: format!(
+                        "archive {} missing before {}",
+                        expect_number.unwrap_or(0),
+                        a.path.display()
+                    ),
+                });
+            }
+            if expect_floor.is_some_and(|f| f != h.floor) {
+                return Err(corrupt(
+                    &a.path,
+                    format!("floor {} does not follow the previous archive", h.floor),
+                ));
+            }
+            let read = match done.next().expect("one result per piece of work")? {
+                Done::Archive(read) => read,
+                Done::SnapshotCrc(_) => unreachable!("archives come first"),
+            };
+            if let Some(stop) = read.stop {
+                return Err(corrupt(
+                    &a.path,
+                    format!("{stop} at byte {} of {}", read.valid_len, read.len),
+                ));
+            }
+            if read.last_seq != self.next_floor(i) {
+                return Err(corrupt(
+                    &a.path,
+                    format!(
+                        "ends at commit {} but the next WAL file starts after {}",
+                        read.last_seq,
+                        self.next_floor(i)
+                    ),
+                ));
+            }
+            archives.push(LocalArchive {
+                number: h.number,
+                file: self.files[i].clone(),
+                len: read.len,
+                crc: read.crc,
+                frames: read.frames,
+            });
+            expect_number = Some(h.number + 1);
+            expect_floor = Some(read.last_seq);
+        }
+        Ok(archives)
+    }
+}
+
+/// The WAL the generation ships must reach back to the snapshot (or to commit 0 without one):
+/// else archives are missing.
+fn check_wal_floor(dir: &Path, wal_floor: u64, snap_seq: Option<u64>) -> Result<(), WorkerError> {
+    match snap_seq {
+        Some(s) if wal_floor > s => Err(WorkerError::Store {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "the WAL starts after commit {wal_floor} but the snapshot holds only {s}: archives are missing"
+            ),
+        }),
+        None if wal_floor != 0 => Err(WorkerError::Store {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "no snapshot, and the WAL starts after commit {wal_floor}: archives are missing"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// A file the store directory refused to hand out, as a step error.

@@ -243,9 +243,35 @@ pub(super) async fn run(
         return Ok(StepOutcome::Retention { deleted: 0 });
     }
     activity.set(crate::health::StepPhase::RunningRetention);
-    let lineage = view.lineage;
     let now_ms = manifest::parse_time_ms(&manifest::now_rfc3339()).unwrap_or(0);
 
+    read_manifests(bucket, view).await?;
+    let mut deleted = delete_unkept_manifests(bucket, view, policy, now_ms).await?;
+
+    let current = view.current.as_ref().map_or(u64::MAX, |g| g.number);
+    // This lineage's generations are numbered at most `max_generation`, and the one being
+    // shipped is never touched: generations below `upper` are the ones to look at.
+    let upper = current.min(view.max_generation.saturating_add(1));
+    let (by_generation, max_generation) = list_generations(bucket, view, upper).await?;
+    let sweep = Sweep::new(view, policy, now_ms, current, upper, max_generation);
+    for (g, keys) in by_generation {
+        deleted += sweep.generation(bucket, view, g, keys).await?;
+    }
+    if upper > 0 {
+        let through = view.settled.through.map_or(upper - 1, |t| t.max(upper - 1));
+        view.settled.through = Some(through);
+    }
+    view.settled.list_all = false;
+    if deleted > 0 {
+        tracing::info!(deleted, "retention deleted objects");
+    }
+    Ok(StepOutcome::Retention { deleted })
+}
+
+/// Lists `manifests/` and brings the view's manifests up to it: those gone are forgotten
+/// (the generations they named may have lost their last manifest), new ones are read (a
+/// manifest that does not decode is kept as junk, `None`).
+async fn read_manifests(bucket: &DynBucket, view: &mut View) -> Result<(), WorkerError> {
     let keys: Vec<String> = bucket::list_all(bucket.as_ref(), manifest::MANIFESTS_PREFIX)
         .await?
         .into_iter()
@@ -270,7 +296,17 @@ pub(super) async fn run(
         };
         view.manifests.insert(key.clone(), m);
     }
+    Ok(())
+}
 
+/// Deletes this lineage's manifests that [`keep`] does not keep (LATEST's manifest and the
+/// newest own one are protected); returns how many went.
+async fn delete_unkept_manifests(
+    bucket: &DynBucket,
+    view: &mut View,
+    policy: &RetentionPolicy,
+    now_ms: i64,
+) -> Result<u64, WorkerError> {
     let mut protected: HashSet<String> = HashSet::new();
     if let Some((l, _)) = &view.latest {
         protected.insert(l.manifest.clone());
@@ -282,7 +318,7 @@ pub(super) async fn run(
         .manifests
         .iter()
         .filter_map(|(k, m)| m.as_ref().map(|m| (k, m)))
-        .filter(|(_, m)| m.lineage == lineage)
+        .filter(|(_, m)| m.lineage == view.lineage)
         .collect();
     let kept = keep(&own, &protected, policy, now_ms);
     let doomed: Vec<String> = own
@@ -299,75 +335,123 @@ pub(super) async fn run(
         view.manifests.remove(key);
         deleted += 1;
     }
+    Ok(deleted)
+}
 
-    // What every remaining manifest names; junk manifests name nothing we could know, so while
-    // one exists nothing of a generation it might name is safe: keep generations it could be.
-    let named: HashSet<String> = view
-        .manifests
-        .values()
-        .flatten()
-        .flat_map(|m| m.objects().map(|o| o.key.clone()))
-        .collect();
-    let junk_present = view.manifests.values().any(|m| m.is_none());
-    let current = view.current.as_ref().map_or(u64::MAX, |g| g.number);
-    // This lineage's generations are numbered at most `max_generation`, and the one being
-    // shipped is never touched: generations below `upper` are the ones to look at.
-    let upper = current.min(view.max_generation.saturating_add(1));
+/// Lists the generations to look at ([`Settled::narrow`]: all of `gen/`, or one by one below
+/// `upper`), their keys by generation, and the highest generation number the prefix holds
+/// (whose claim is never deleted).
+async fn list_generations(
+    bucket: &DynBucket,
+    view: &mut View,
+    upper: u64,
+) -> Result<(BTreeMap<u64, Vec<String>>, u64), WorkerError> {
     let mut by_generation: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    let narrow = view.settled.narrow(upper);
-    let max_generation = match &narrow {
-        None => {
-            // Until this run ends, the next one lists everything too.
-            view.settled.list_all = true;
-            view.settled.unsettled.clear();
-            for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
-                if let Some(g) = manifest::parse_generation(&o.key) {
-                    by_generation.entry(g).or_default().push(o.key);
-                }
+    let Some(look) = view.settled.narrow(upper) else {
+        // Until this run ends, the next one lists everything too.
+        view.settled.list_all = true;
+        view.settled.unsettled.clear();
+        for o in bucket::list_all(bucket.as_ref(), manifest::GEN_PREFIX).await? {
+            if let Some(g) = manifest::parse_generation(&o.key) {
+                by_generation.entry(g).or_default().push(o.key);
             }
-            by_generation.keys().next_back().copied().unwrap_or(0)
         }
-        Some(look) => {
-            for &g in look {
-                let keys: Vec<String> =
-                    bucket::list_all(bucket.as_ref(), &manifest::generation_prefix(g))
-                        .await?
-                        .into_iter()
-                        .map(|o| o.key)
-                        .collect();
-                if keys.is_empty() {
-                    // An empty generation holds nothing to delete.
-                    view.settled.unsettled.remove(&g);
-                } else {
-                    by_generation.insert(g, keys);
-                }
-            }
-            let listed_max = by_generation.keys().next_back().copied().unwrap_or(0);
-            listed_max
-                .max(view.max_generation)
-                .max(view.settled.through.unwrap_or(0))
-        }
+        let max_generation = by_generation.keys().next_back().copied().unwrap_or(0);
+        return Ok((by_generation, max_generation));
     };
-    let grace_ms = crate::units::millis_i64(policy.orphan_grace);
-    for (g, keys) in by_generation {
-        if g >= current || junk_present {
-            if g < upper {
+    for g in look {
+        let keys: Vec<String> = bucket::list_all(bucket.as_ref(), &manifest::generation_prefix(g))
+            .await?
+            .into_iter()
+            .map(|o| o.key)
+            .collect();
+        if keys.is_empty() {
+            // An empty generation holds nothing to delete.
+            view.settled.unsettled.remove(&g);
+        } else {
+            by_generation.insert(g, keys);
+        }
+    }
+    let listed_max = by_generation.keys().next_back().copied().unwrap_or(0);
+    let max_generation = listed_max
+        .max(view.max_generation)
+        .max(view.settled.through.unwrap_or(0));
+    Ok((by_generation, max_generation))
+}
+
+/// Deleting the objects of listed generations that no remaining manifest names.
+struct Sweep {
+    lineage: uuid::Uuid,
+    now_ms: i64,
+    grace_ms: i64,
+    /// The generation being shipped (`u64::MAX` when none): never touched, nor any after it.
+    current: u64,
+    /// Generations below this are the ones looked at ([`run`]).
+    upper: u64,
+    /// The highest generation number in the prefix: its claim stays, so numbers stay unique.
+    max_generation: u64,
+    /// What every remaining manifest names.
+    named: HashSet<String>,
+    /// Junk manifests name nothing we could know, so while one exists nothing of a generation
+    /// it might name is safe: keep generations it could be.
+    junk_present: bool,
+}
+
+impl Sweep {
+    /// The sweep of one run, from what the view's remaining manifests name.
+    fn new(
+        view: &View,
+        policy: &RetentionPolicy,
+        now_ms: i64,
+        current: u64,
+        upper: u64,
+        max_generation: u64,
+    ) -> Sweep {
+        Sweep {
+            lineage: view.lineage,
+            now_ms,
+            grace_ms: crate::units::millis_i64(policy.orphan_grace),
+            current,
+            upper,
+            max_generation,
+            named: view
+                .manifests
+                .values()
+                .flatten()
+                .flat_map(|m| m.objects().map(|o| o.key.clone()))
+                .collect(),
+            junk_present: view.manifests.values().any(|m| m.is_none()),
+        }
+    }
+
+    /// Sweeps generation `g` (listed as `keys`) if it is this lineage's and past its grace:
+    /// its unnamed objects, then, once nothing of it is named, its wrapped data keys and (but
+    /// for the highest) its claim. Records whether it is settled; returns how many went.
+    async fn generation(
+        &self,
+        bucket: &DynBucket,
+        view: &mut View,
+        g: u64,
+        keys: Vec<String>,
+    ) -> Result<u64, WorkerError> {
+        if g >= self.current || self.junk_present {
+            if g < self.upper {
                 view.settled.unsettled.insert(g);
             }
-            continue;
+            return Ok(0);
         }
         let Some(c) = claim(bucket, &mut view.claims, g).await? else {
             // No readable claim (cached as such): never acted on.
             view.settled.unsettled.remove(&g);
-            continue;
+            return Ok(0);
         };
-        if c.lineage != lineage {
+        if c.lineage != self.lineage {
             view.settled.unsettled.remove(&g);
-            continue;
+            return Ok(0);
         }
-        if age_ms(&c.created_at, now_ms) < grace_ms {
+        if age_ms(&c.created_at, self.now_ms) < self.grace_ms {
             view.settled.unsettled.insert(g);
-            continue;
+            return Ok(0);
         }
         let claim_key = manifest::generation_key(g);
         // Wrapped data keys (`gen/<g>/keys/`) are part of the generation, like its claim:
@@ -375,12 +459,13 @@ pub(super) async fn run(
         let is_wrapper = |k: &str| crate::crypto::key_objects::is_wrapper_key(k);
         let unnamed: Vec<&String> = keys
             .iter()
-            .filter(|k| **k != claim_key && !is_wrapper(k) && !named.contains(*k))
+            .filter(|k| **k != claim_key && !is_wrapper(k) && !self.named.contains(*k))
             .collect();
         let emptied = keys
             .iter()
-            .all(|k| *k == claim_key || is_wrapper(k) || !named.contains(k));
+            .all(|k| *k == claim_key || is_wrapper(k) || !self.named.contains(k));
         view.settled.unsettled.insert(g);
+        let mut deleted = 0;
         for key in unnamed {
             bucket.delete(key, None).await?;
             deleted += 1;
@@ -391,21 +476,13 @@ pub(super) async fn run(
                 deleted += 1;
             }
         }
-        if emptied && g != max_generation && keys.contains(&claim_key) {
+        if emptied && g != self.max_generation && keys.contains(&claim_key) {
             bucket.delete(&claim_key, None).await?;
             view.claims.remove(&g);
             deleted += 1;
         }
         // Every object left is named by a manifest that is there.
         view.settled.unsettled.remove(&g);
+        Ok(deleted)
     }
-    if upper > 0 {
-        let through = view.settled.through.map_or(upper - 1, |t| t.max(upper - 1));
-        view.settled.through = Some(through);
-    }
-    view.settled.list_all = false;
-    if deleted > 0 {
-        tracing::info!(deleted, "retention deleted objects");
-    }
-    Ok(StepOutcome::Retention { deleted })
 }

@@ -65,7 +65,7 @@ use std::time::Duration;
 use super::{Acquisition, LeaseAcquirer};
 use crate::bucket::{BucketError, PutCondition};
 use crate::lease::instance::FenceHold;
-use crate::lease::{BUCKET_CLOCK_RESOLUTION, BucketLease, LeaseError, LeaseRecord};
+use crate::lease::{BUCKET_CLOCK_RESOLUTION, BucketLease, FenceRef, LeaseError, LeaseRecord};
 
 /// What the wait of [`TakeOver::Taken::fenced_in`] proves about the old holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,103 +121,44 @@ impl LeaseAcquirer {
         };
         let object = match self.bucket.get(&self.key).await {
             Ok(object) => object,
-            Err(BucketError::NotFound { .. }) => {
-                return match self.try_acquire().await? {
-                    Acquisition::Acquired(lease) => Ok(TakeOver::Taken {
-                        lease,
-                        previous: None,
-                        fenced_in: Duration::ZERO,
-                        proof: Fenced::Deadline,
-                    }),
-                    other => Ok(TakeOver::HeldElsewhere(other)),
-                };
-            }
+            Err(BucketError::NotFound { .. }) => return self.take_absent().await,
             Err(e) => return Err(e.into()),
         };
         let record = LeaseRecord::from_json(&object.data).ok();
         // A holder that promises an acknowledgement window publishes nothing durable past it
         // once this write has landed, whatever kind of lease it holds.
         let window = record.as_ref().and_then(LeaseRecord::acks_fenced_in);
-        let (ttl, renewals, previous) = match &record {
-            Some(r) if r.fence.is_some() && window.is_some() => (
-                r.ttl(),
-                r.next_renewals(),
-                Some((r.holder.clone(), r.host.clone(), r.store.clone())),
-            ),
-            Some(r) if r.fence.is_some() => {
-                return Ok(TakeOver::Unprovable(format!(
-                    "the lease is held by {} on {} (store {}) under an instance lease (a \
-                     `serve`), which does not see its store lease taken until a write of its \
-                     own is refused",
-                    r.holder, r.host, r.store
-                )));
-            }
-            Some(r) => (
-                r.ttl(),
-                r.next_renewals(),
-                Some((r.holder.clone(), r.host.clone(), r.store.clone())),
-            ),
-            // Unreadable: judged by this acquirer's TTL, as `try_acquire` judges it.
-            None => (self.config.ttl, 0, None),
+        let held = match Held::judge(record.as_ref(), window, self.config.ttl) {
+            Ok(held) => held,
+            Err(why) => return Ok(TakeOver::Unprovable(why)),
         };
         // This very holder of this very store (a restart that kept its holder id): nothing to
         // wait for. The holder id alone proves nothing: in the service every store of an
         // instance has the instance's holder id, so another store's lease (a replica's, say)
         // with this holder id is another, live writer.
-        let same_holder = previous
+        let same_holder = held
+            .previous
             .as_ref()
             .is_some_and(|(h, _, s)| *h == me && *s == self.config.store);
-        // How long ago the holder last renewed what keeps it alive, by the bucket's clock. A
-        // holder under an instance lease (a `serve`) never rewrites its store lease: its age
-        // says nothing, and the instance lease it names is read instead. Nothing readable
-        // there: no deadline is proven, and only the window is waited.
         let named = record
             .as_ref()
             .and_then(|r| r.fence.as_ref())
             .filter(|f| f.is_plausible());
-        let (ttl, age) = match named {
-            _ if same_holder => (ttl, Some(Duration::ZERO)),
-            Some(f) => {
-                let url = self.bucket.url();
-                match self.watch.renewed_ago(&url, f).await? {
-                    Some((age, fence_ttl)) => (ttl.max(fence_ttl), Some(age)),
-                    None => (ttl, None),
-                }
-            }
-            None if record.as_ref().is_some_and(|r| r.fence.is_some()) => (ttl, None),
-            // Written no later than now: the deadline is at most a TTL away.
-            None => (ttl, object.age.or(window.map(|_| Duration::ZERO))),
-        };
-        let by_deadline =
-            age.map(|age| (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age));
-        // A holder under an instance lease renews that object, not this one, and this write
-        // does not stop those renewals: a deadline still ahead is no bound (the holder renews
-        // again and writes on until it notices). Only one already past proves it stopped;
-        // otherwise its acknowledgement window is what fences it (security review 4,
-        // finding 8: with a TTL of 2 s an instance lease renewed 1.7 s before was taken as a
-        // proof after 1.1 s, short of the window of a live holder).
-        let by_deadline = match named {
-            Some(_) if !same_holder => by_deadline.filter(|d| d.is_zero()),
-            _ => by_deadline,
-        };
-        let (fenced_in, proof) = if same_holder {
-            (Duration::ZERO, Fenced::Deadline)
+        let under_instance_lease = record.as_ref().is_some_and(|r| r.fence.is_some());
+        let (ttl, age) = if same_holder {
+            (held.ttl, Some(Duration::ZERO))
         } else {
-            match (window, by_deadline) {
-                (Some(w), Some(d)) if d <= w => (d, Fenced::Deadline),
-                (Some(w), _) => (w, Fenced::AckWindow),
-                (None, Some(d)) => (d, Fenced::Deadline),
-                (None, None) => {
-                    return Ok(TakeOver::Unprovable(
-                        "the bucket does not say when the lease object was written (no Date \
-                         or Last-Modified): its holder's deadline cannot be read from the \
-                         bucket's clock"
-                            .into(),
-                    ));
-                }
-            }
+            let written_age = object.age.or(window.map(|_| Duration::ZERO));
+            self.holder_age(held.ttl, named, under_instance_lease, written_age)
+                .await?
         };
-        let new = self.record(&me, renewals);
+        let bounded_by_deadline = same_holder || named.is_none();
+        let (fenced_in, proof) = match fenced_in(same_holder, bounded_by_deadline, ttl, age, window)
+        {
+            Ok(fenced) => fenced,
+            Err(why) => return Ok(TakeOver::Unprovable(why)),
+        };
+        let new = self.record(&me, held.renewals);
         match self
             .write(
                 new,
@@ -228,30 +169,150 @@ impl LeaseAcquirer {
         {
             Some(lease) => Ok(TakeOver::Taken {
                 lease,
-                previous,
+                previous: held.previous,
                 fenced_in,
                 proof,
             }),
-            None => {
-                // Another taker (or the holder's renewal) landed first: name what is there.
-                let (holder, host, store) = match self.bucket.get(&self.key).await {
-                    Ok(o) => match LeaseRecord::from_json(&o.data) {
-                        Ok(r) => (r.holder, r.host, r.store),
-                        Err(_) => ("?".into(), "?".into(), "?".into()),
-                    },
-                    Err(BucketError::NotFound { .. }) => {
-                        ("(released meanwhile)".into(), "?".into(), "?".into())
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                Ok(TakeOver::HeldElsewhere(Acquisition::HeldElsewhere {
-                    holder,
-                    host,
-                    store,
-                    seen_unchanged_for: Duration::ZERO,
-                    retry_in: self.config.renew_every(),
-                }))
-            }
+            None => self.lost_race().await,
         }
+    }
+
+    /// No lease object: acquired as any acquisition, with nothing to wait for.
+    async fn take_absent(&mut self) -> Result<TakeOver, LeaseError> {
+        match self.try_acquire().await? {
+            Acquisition::Acquired(lease) => Ok(TakeOver::Taken {
+                lease,
+                previous: None,
+                fenced_in: Duration::ZERO,
+                proof: Fenced::Deadline,
+            }),
+            other => Ok(TakeOver::HeldElsewhere(other)),
+        }
+    }
+
+    /// The TTL to judge another holder by, and how long ago it last renewed what keeps it
+    /// alive, by the bucket's clock (`None`: not known). A holder under an instance lease (a
+    /// `serve`) never rewrites its store lease: its age says nothing, and the instance lease
+    /// it names is read instead. Nothing readable there: no deadline is proven, and only the
+    /// window is waited. Otherwise the lease object's age (`written_age`) is the holder's.
+    async fn holder_age(
+        &mut self,
+        ttl: Duration,
+        named: Option<&FenceRef>,
+        under_instance_lease: bool,
+        written_age: Option<Duration>,
+    ) -> Result<(Duration, Option<Duration>), LeaseError> {
+        Ok(match named {
+            Some(f) => {
+                let url = self.bucket.url();
+                match self.watch.renewed_ago(&url, f).await? {
+                    Some((age, fence_ttl)) => (ttl.max(fence_ttl), Some(age)),
+                    None => (ttl, None),
+                }
+            }
+            None if under_instance_lease => (ttl, None),
+            // Written no later than now: the deadline is at most a TTL away.
+            None => (ttl, written_age),
+        })
+    }
+
+    /// The take-over's write lost: another taker (or the holder's renewal) landed first. Names
+    /// what is there.
+    async fn lost_race(&mut self) -> Result<TakeOver, LeaseError> {
+        let (holder, host, store) = match self.bucket.get(&self.key).await {
+            Ok(o) => match LeaseRecord::from_json(&o.data) {
+                Ok(r) => (r.holder, r.host, r.store),
+                Err(_) => ("?".into(), "?".into(), "?".into()),
+            },
+            Err(BucketError::NotFound { .. }) => {
+                ("(released meanwhile)".into(), "?".into(), "?".into())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(TakeOver::HeldElsewhere(Acquisition::HeldElsewhere {
+            holder,
+            host,
+            store,
+            seen_unchanged_for: Duration::ZERO,
+            retry_in: self.config.renew_every(),
+        }))
+    }
+}
+
+/// The lease record being taken over, as judged: the TTL its holder runs by, the renewals
+/// the new record continues from, and its holder, host and store.
+struct Held {
+    ttl: Duration,
+    renewals: u64,
+    previous: Option<(String, String, String)>,
+}
+
+impl Held {
+    /// Judges the record (`None`: unreadable, judged by this acquirer's `ttl`, as
+    /// `try_acquire` judges it). A holder under an instance lease without an acknowledgement
+    /// `window` cannot be proven stopped: `Err` says why.
+    fn judge(
+        record: Option<&LeaseRecord>,
+        window: Option<Duration>,
+        ttl: Duration,
+    ) -> Result<Held, String> {
+        let Some(r) = record else {
+            return Ok(Held {
+                ttl,
+                renewals: 0,
+                previous: None,
+            });
+        };
+        if r.fence.is_some() && window.is_none() {
+            return Err(format!(
+                "the lease is held by {} on {} (store {}) under an instance lease (a \
+                 `serve`), which does not see its store lease taken until a write of its \
+                 own is refused",
+                r.holder, r.host, r.store
+            ));
+        }
+        Ok(Held {
+            ttl: r.ttl(),
+            renewals: r.next_renewals(),
+            previous: Some((r.holder.clone(), r.host.clone(), r.store.clone())),
+        })
+    }
+}
+
+/// How long after the write the old holder has stopped writing, and what that wait proves:
+/// nothing for the same holder, else the sooner of its deadline (a TTL less a tenth after its
+/// last renewal, `age` ago) and its acknowledgement `window`. A holder under an instance lease
+/// renews that object, not this one, and this write does not stop those renewals: unless
+/// `bounded_by_deadline`, a deadline still ahead is no bound (the holder renews again and
+/// writes on until it notices). Only one already past proves it stopped; otherwise its
+/// acknowledgement window is what fences it (security review 4, finding 8: with a TTL of 2 s
+/// an instance lease renewed 1.7 s before was taken as a proof after 1.1 s, short of the
+/// window of a live holder). Neither known: `Err` says why.
+fn fenced_in(
+    same_holder: bool,
+    bounded_by_deadline: bool,
+    ttl: Duration,
+    age: Option<Duration>,
+    window: Option<Duration>,
+) -> Result<(Duration, Fenced), String> {
+    if same_holder {
+        return Ok((Duration::ZERO, Fenced::Deadline));
+    }
+    let by_deadline = age.map(|age| (ttl - ttl / 10 + BUCKET_CLOCK_RESOLUTION).saturating_sub(age));
+    let by_deadline = if bounded_by_deadline {
+        by_deadline
+    } else {
+        by_deadline.filter(|d| d.is_zero())
+    };
+    match (window, by_deadline) {
+        (Some(w), Some(d)) if d <= w => Ok((d, Fenced::Deadline)),
+        (Some(w), _) => Ok((w, Fenced::AckWindow)),
+        (None, Some(d)) => Ok((d, Fenced::Deadline)),
+        (None, None) => Err(
+            "the bucket does not say when the lease object was written (no Date \
+             or Last-Modified): its holder's deadline cannot be read from the \
+             bucket's clock"
+                .into(),
+        ),
     }
 }

@@ -24,10 +24,69 @@ pub(crate) async fn download(
     parallelism: usize,
     progress: &ProgressBar,
 ) -> Result<Downloaded, RestoreError> {
+    let files = create_files(dir, layout).await?;
+    let chunks = chunks_of(layout, cached);
+    let mut tally = Tally::new(layout, &chunks);
+    let whole_file = tally.whole_file(layout);
+    let mut reading = FuturesUnordered::new();
+    let fsyncs = Arc::new(Semaphore::new(FSYNCS_IN_FLIGHT));
+    let budget = Arc::new(Semaphore::new(budget_permits(BYTES_IN_FLIGHT) as usize));
+
+    let mut fetches = futures::stream::iter(chunks)
+        .map(|c| {
+            let piece = &layout.pieces[c.piece];
+            let target = Target {
+                file: files[piece.file].clone(),
+                cached: cached.get(&piece.key).cloned(),
+                rel: whole_file[c.piece].then(|| layout.files[piece.file].clone()),
+            };
+            fetch_one(bucket, layout, c, target, budget.clone())
+        })
+        .buffer_unordered(parallelism.max(1));
+    loop {
+        tokio::select! {
+            done = fetches.next() => {
+                let Some(done) = done else { break };
+                let (c, (hasher, check)) = done?;
+                progress.inc(c.range.end - c.range.start);
+                if let Some(f) = tally.chunk_done(layout, &c, hasher, check)? {
+                    let known = tally.checks[f].take();
+                    let rel = &layout.files[f];
+                    reading.push(read_back_and_sync(dir, rel, f, files[f].clone(), known, fsyncs.clone()));
+                }
+            }
+            Some(read) = reading.next(), if !reading.is_empty() => {
+                let (i, check) = read?;
+                tally.checks[i] = Some(check);
+            }
+        }
+    }
+    drop(fetches);
+    while let Some(read) = reading.next().await {
+        let (i, check) = read?;
+        tally.checks[i] = Some(check);
+    }
+    let checks = tally
+        .checks
+        .into_iter()
+        .zip(&layout.files)
+        .map(|(c, rel)| {
+            c.ok_or_else(|| RestoreError::ReadBack {
+                dir: dir.to_path_buf(),
+                detail: format!("{} was not read back", rel.display()),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Downloaded { checks })
+}
+
+/// Creates every file of the layout in `dir` (and the archive directory, when there are
+/// archives), private, on the blocking pool.
+async fn create_files(dir: &Path, layout: &Layout) -> Result<Vec<Arc<File>>, RestoreError> {
     let root = dir.to_path_buf();
     let rels = layout.files.clone();
     let has_archives = layout.has_archives;
-    let files: Vec<Arc<File>> = blocking(move || {
+    blocking(move || {
         if has_archives {
             create_private_dir(&root.join(ARCHIVE_DIR))?;
         }
@@ -40,12 +99,15 @@ pub(crate) async fn download(
             })
             .collect()
     })
-    .await?;
+    .await
+}
 
+/// The chunks the pieces are fetched in, each numbered within its piece: one for an encoded
+/// piece (ranges fetched and decoded in order: `decode_piece`) and for one held in memory
+/// already, else one per range.
+fn chunks_of(layout: &Layout, cached: &HashMap<String, Bytes>) -> Vec<Chunk> {
     let mut chunks = Vec::new();
     for (p, piece) in layout.pieces.iter().enumerate() {
-        // One job for an encoded piece (ranges fetched and decoded in order: `decode_piece`),
-        // and for one held in memory already.
         if piece.encoded.is_some() || cached.contains_key(&piece.key) {
             chunks.push(Chunk {
                 piece: p,
@@ -57,133 +119,139 @@ pub(crate) async fn download(
         }
         let rs = ranges(piece.len);
         let whole = rs.len() == 1;
-        for range in rs {
+        for (index, range) in rs.into_iter().enumerate() {
             chunks.push(Chunk {
                 piece: p,
-                index: 0,
+                index,
                 range,
                 whole,
             });
         }
     }
-    // Chunk indexes within their piece, and how many each piece has.
-    let mut remaining = vec![0usize; layout.pieces.len()];
-    for c in &mut chunks {
-        c.index = remaining[c.piece];
-        remaining[c.piece] += 1;
-    }
-    let mut hashers: Vec<Vec<Option<crc32fast::Hasher>>> =
-        remaining.iter().map(|n| vec![None; *n]).collect();
-    // Pieces of each file not yet complete.
-    let mut file_left = vec![0usize; layout.files.len()];
-    for piece in &layout.pieces {
-        file_left[piece.file] += 1;
-    }
-    // The files that are one whole object: read by the format's reader as they are written
-    // (`super::fetch` for a raw object, `super::decode` for an encoded one fetched by one
-    // GET), not read back from disk.
-    let whole_file: Vec<bool> = layout
-        .pieces
-        .iter()
-        .zip(&remaining)
-        .map(|(piece, n)| *n == 1 && file_left[piece.file] == 1 && piece.offset == 0)
-        .collect();
-    let mut checks: Vec<Option<FileCheck>> = vec![None; layout.files.len()];
-    let mut reading = FuturesUnordered::new();
-    let fsyncs = Arc::new(Semaphore::new(FSYNCS_IN_FLIGHT));
-    let budget = Arc::new(Semaphore::new(budget_permits(BYTES_IN_FLIGHT) as usize));
+    chunks
+}
 
-    let mut fetches = futures::stream::iter(chunks)
-        .map(|c| {
-            let piece = &layout.pieces[c.piece];
-            let file = files[piece.file].clone();
-            let cached = cached.get(&piece.key).cloned();
-            let budget = budget.clone();
-            let rel = whole_file[c.piece].then(|| layout.files[piece.file].clone());
-            async move {
-                // Bounds the memory of responses in flight; never closed, so this only waits.
-                // An encoded piece holds its one GET, or its DECODE_AHEAD largest ranges.
-                let held = match &piece.encoded {
-                    Some(_) => held_bytes(piece.len),
-                    None => c.range.end - c.range.start,
-                };
-                let _permit = budget.acquire_many_owned(budget_permits(held)).await.ok();
-                let fetched = match &piece.encoded {
-                    Some(entry) => {
-                        let key = layout.keys.get(entry.generation);
-                        let check =
-                            decode_piece(bucket, piece, entry, key, cached, file, rel).await?;
-                        // Checked by its decoder: no CRC left to combine.
-                        (None, check)
-                    }
-                    None => {
-                        let f = fetch_chunk(bucket, piece, &c, cached, file, rel).await?;
-                        (Some(f.hasher), f.check)
-                    }
-                };
-                Ok::<_, RestoreError>((c, fetched))
-            }
-        })
-        .buffer_unordered(parallelism.max(1));
-    loop {
-        tokio::select! {
-            done = fetches.next() => {
-                let Some(done) = done else { break };
-                let (c, (hasher, check)) = done?;
-                progress.inc(c.range.end - c.range.start);
-                let decoded = hasher.is_none();
-                hashers[c.piece][c.index] = hasher;
-                if check.is_some() {
-                    checks[layout.pieces[c.piece].file] = check;
-                }
-                remaining[c.piece] -= 1;
-                if remaining[c.piece] > 0 {
-                    continue;
-                }
-                let mut whole = crc32fast::Hasher::new();
-                for h in hashers[c.piece].drain(..).flatten() {
-                    whole.combine(&h);
-                }
-                let piece = &layout.pieces[c.piece];
-                let got = whole.finalize();
-                // A decoded piece was checked by its decoder.
-                if !decoded && got != piece.crc {
-                    return Err(RestoreError::CrcMismatch {
-                        key: piece.key.clone(),
-                        expected: piece.crc,
-                        got,
-                    });
-                }
-                file_left[piece.file] -= 1;
-                if file_left[piece.file] == 0 {
-                    let file = files[piece.file].clone();
-                    let rel = &layout.files[piece.file];
-                    let known = checks[piece.file].take();
-                    reading.push(read_back_and_sync(dir, rel, piece.file, file, known, fsyncs.clone()));
-                }
-            }
-            Some(read) = reading.next(), if !reading.is_empty() => {
-                let (i, check) = read?;
-                checks[i] = Some(check);
-            }
+/// What one chunk's fetch leaves: the CRC state of its bytes (`None` for a decoded piece),
+/// and the file's read-back when the format's reader ran over it as it was written.
+type ChunkFetched = (Option<crc32fast::Hasher>, Option<FileCheck>);
+
+/// Where one chunk's bytes go: the open file, the object's bytes if held already, and the
+/// file's path when the chunk is the whole file (read by the format's reader as written).
+struct Target {
+    file: Arc<File>,
+    cached: Option<Bytes>,
+    rel: Option<PathBuf>,
+}
+
+/// Fetches chunk `c` into its file, holding its share of the memory budget: an encoded
+/// piece decoded (checked by its decoder: no CRC state left to combine), a raw chunk with the
+/// CRC state of its bytes.
+async fn fetch_one(
+    bucket: &dyn Bucket,
+    layout: &Layout,
+    c: Chunk,
+    target: Target,
+    budget: Arc<Semaphore>,
+) -> Result<(Chunk, ChunkFetched), RestoreError> {
+    let piece = &layout.pieces[c.piece];
+    let Target { file, cached, rel } = target;
+    // Bounds the memory of responses in flight; never closed, so this only waits.
+    // An encoded piece holds its one GET, or its DECODE_AHEAD largest ranges.
+    let held = match &piece.encoded {
+        Some(_) => held_bytes(piece.len),
+        None => c.range.end - c.range.start,
+    };
+    let _permit = budget.acquire_many_owned(budget_permits(held)).await.ok();
+    let fetched = match &piece.encoded {
+        Some(entry) => {
+            let key = layout.keys.get(entry.generation);
+            let check = decode_piece(bucket, piece, entry, key, cached, file, rel).await?;
+            (None, check)
+        }
+        None => {
+            let f = fetch_chunk(bucket, piece, &c, cached, file, rel).await?;
+            (Some(f.hasher), f.check)
+        }
+    };
+    Ok((c, fetched))
+}
+
+/// What is left of the download: chunks per piece, their CRC states, pieces per file, and
+/// each file's read-back once known.
+struct Tally {
+    remaining: Vec<usize>,
+    hashers: Vec<Vec<Option<crc32fast::Hasher>>>,
+    /// Pieces of each file not yet complete.
+    file_left: Vec<usize>,
+    checks: Vec<Option<FileCheck>>,
+}
+
+impl Tally {
+    /// Nothing fetched yet of `chunks`.
+    fn new(layout: &Layout, chunks: &[Chunk]) -> Tally {
+        let mut remaining = vec![0usize; layout.pieces.len()];
+        for c in chunks {
+            remaining[c.piece] += 1;
+        }
+        let mut file_left = vec![0usize; layout.files.len()];
+        for piece in &layout.pieces {
+            file_left[piece.file] += 1;
+        }
+        Tally {
+            hashers: remaining.iter().map(|n| vec![None; *n]).collect(),
+            remaining,
+            file_left,
+            checks: vec![None; layout.files.len()],
         }
     }
-    drop(fetches);
-    while let Some(read) = reading.next().await {
-        let (i, check) = read?;
-        checks[i] = Some(check);
+
+    /// Which pieces are the one chunk of a file that is one whole object: read by the
+    /// format's reader as they are written (`super::fetch` for a raw object, `super::decode`
+    /// for an encoded one fetched by one GET), not read back from disk.
+    fn whole_file(&self, layout: &Layout) -> Vec<bool> {
+        layout
+            .pieces
+            .iter()
+            .zip(&self.remaining)
+            .map(|(piece, n)| *n == 1 && self.file_left[piece.file] == 1 && piece.offset == 0)
+            .collect()
     }
-    let checks = checks
-        .into_iter()
-        .zip(&layout.files)
-        .map(|(c, rel)| {
-            c.ok_or_else(|| RestoreError::ReadBack {
-                dir: dir.to_path_buf(),
-                detail: format!("{} was not read back", rel.display()),
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(Downloaded { checks })
+
+    /// Records chunk `c` fetched. Its piece complete, checks the piece's CRC (a decoded piece
+    /// was checked by its decoder); returns its file's index when that was the file's last
+    /// piece.
+    fn chunk_done(
+        &mut self,
+        layout: &Layout,
+        c: &Chunk,
+        hasher: Option<crc32fast::Hasher>,
+        check: Option<FileCheck>,
+    ) -> Result<Option<usize>, RestoreError> {
+        let decoded = hasher.is_none();
+        self.hashers[c.piece][c.index] = hasher;
+        if check.is_some() {
+            self.checks[layout.pieces[c.piece].file] = check;
+        }
+        self.remaining[c.piece] -= 1;
+        if self.remaining[c.piece] > 0 {
+            return Ok(None);
+        }
+        let mut whole = crc32fast::Hasher::new();
+        for h in self.hashers[c.piece].drain(..).flatten() {
+            whole.combine(&h);
+        }
+        let piece = &layout.pieces[c.piece];
+        let got = whole.finalize();
+        if !decoded && got != piece.crc {
+            return Err(RestoreError::CrcMismatch {
+                key: piece.key.clone(),
+                expected: piece.crc,
+                got,
+            });
+        }
+        self.file_left[piece.file] -= 1;
+        Ok((self.file_left[piece.file] == 0).then_some(piece.file))
+    }
 }
 
 /// Reads the complete file `rel` (index `i` of the layout's files, open as `file`) back with

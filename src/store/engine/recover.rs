@@ -160,17 +160,55 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
     check_meta(dir)?;
 
     let intent = read_intent(dir)?;
-    let (snapshot, mut map) = match &snapshot_bytes {
-        Some(b) => {
-            let (header, payload) =
-                decode_snapshot(b).map_err(|e| EngineError::format(&snapshot_path, e))?;
-            let map = decode_map(payload).map_err(|e| EngineError::format(&snapshot_path, e))?;
-            (Some(header), map)
-        }
-        None => (None, KvMap::new()),
-    };
+    let (snapshot, mut map) = read_snapshot(&snapshot_path, snapshot_bytes.as_deref())?;
     let base = snapshot.map_or(0, |s| s.commit_seq);
-    let intent = match intent {
+    let intent = intent_state(dir, intent, snapshot, base)?;
+    let (archives, prev) = replay_archives(archive_files, snapshot.is_some(), base, &mut map)?;
+    let tip = WalTip::read(
+        &wal_path,
+        wal_bytes.as_deref(),
+        prev,
+        base,
+        &archives,
+        &mut map,
+    )?;
+    let recovery = recovery_steps(dir, &wal_path, &intent, snapshot, base, &archives, &tip)?;
+    Ok(StoreImage {
+        commit_seq: base.max(tip.end),
+        map,
+        snapshot,
+        wal: tip.wal,
+        wal_valid_len: tip.valid_len,
+        wal_file_len: tip.file_len,
+        wal_tail: tip.tail,
+        archives,
+        intent,
+        recovery,
+    })
+}
+
+/// The snapshot's header and map, if `snapshot.bin` is there; else an empty map.
+fn read_snapshot(
+    path: &Path,
+    bytes: Option<&[u8]>,
+) -> Result<(Option<SnapshotHeader>, KvMap), EngineError> {
+    let Some(b) = bytes else {
+        return Ok((None, KvMap::new()));
+    };
+    let (header, payload) = decode_snapshot(b).map_err(|e| EngineError::format(path, e))?;
+    let map = decode_map(payload).map_err(|e| EngineError::format(path, e))?;
+    Ok((Some(header), map))
+}
+
+/// What `snapshot.intent` says given `snapshot.bin`: completed when the snapshot carries its
+/// id (and then its commit_seq must be the snapshot's), else incomplete, or empty.
+fn intent_state(
+    dir: &Path,
+    intent: Option<Option<SnapshotIntent>>,
+    snapshot: Option<SnapshotHeader>,
+    base: u64,
+) -> Result<IntentState, EngineError> {
+    Ok(match intent {
         None => IntentState::Empty,
         Some(Some(i)) if snapshot.is_some_and(|s| s.snapshot_id == i.snapshot_id) => {
             if i.commit_seq != base {
@@ -185,11 +223,23 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
             IntentState::Completed(i)
         }
         Some(i) => IntentState::Incomplete(i),
-    };
+    })
+}
 
-    // The chain: non-covered archives then wal.bin. `prev` is the last file taken into it.
+/// `(number, last_seq)` of the last WAL file taken into the chain.
+type ChainLink = (u64, u64);
+
+/// Reads every archive, replaying into `map` those the snapshot does not cover (each must
+/// link to the one before). Returns them all, and `(number, last_seq)` of the last one taken
+/// into the chain.
+fn replay_archives(
+    archive_files: Vec<(u64, PathBuf)>,
+    has_snapshot: bool,
+    base: u64,
+    map: &mut KvMap,
+) -> Result<(Vec<ArchiveInfo>, Option<ChainLink>), EngineError> {
     let mut archives = Vec::new();
-    let mut prev: Option<(u64, u64)> = None; // (number, last_seq)
+    let mut prev: Option<ChainLink> = None;
     for (number, path) in archive_files {
         let bytes = std::fs::read(&path).map_err(|e| EngineError::io(&path, "read", e))?;
         let scan = scan_wal(&bytes).map_err(|e| EngineError::format(&path, e))?;
@@ -202,10 +252,10 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
                 ),
             ));
         }
-        let covered = snapshot.is_some() && scan.last_seq <= base;
+        let covered = has_snapshot && scan.last_seq <= base;
         if !covered {
             check_link(&path, &scan.header, prev, base)?;
-            replay(&path, &bytes, &scan, base, &mut map)?;
+            replay(&path, &bytes, &scan, base, map)?;
             prev = Some((number, scan.last_seq));
         }
         archives.push(ArchiveInfo {
@@ -217,51 +267,99 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
             covered,
         });
     }
+    Ok((archives, prev))
+}
 
+/// The end of the WAL chain: `wal.bin` as read and replayed, or, when it is missing, the one
+/// to start after the last archive (a rotation that crashed between its renames).
+struct WalTip {
+    wal: Option<WalHeader>,
+    valid_len: u64,
+    file_len: u64,
+    tail: Option<TailStop>,
+    number: u64,
+    floor: u64,
+    /// The last commit of the chain.
+    end: u64,
+    /// The `wal.bin` to start, `(number, floor)`, when it is missing.
+    new_wal: Option<(u64, u64)>,
+}
+
+impl WalTip {
+    /// Reads `wal.bin` (`bytes`), which must link to the last archive of the chain (`prev`),
+    /// and replays it into `map`; missing, continues from the last archive.
+    fn read(
+        wal_path: &Path,
+        bytes: Option<&[u8]>,
+        prev: Option<ChainLink>,
+        base: u64,
+        archives: &[ArchiveInfo],
+        map: &mut KvMap,
+    ) -> Result<WalTip, EngineError> {
+        if let Some(bytes) = bytes {
+            let scan = scan_wal(bytes).map_err(|e| EngineError::format(wal_path, e))?;
+            check_link(wal_path, &scan.header, prev, base)?;
+            replay(wal_path, bytes, &scan, base, map)?;
+            let h = scan.header;
+            return Ok(WalTip {
+                wal: Some(h),
+                valid_len: scan.valid_len,
+                file_len: bytes.len() as u64,
+                tail: scan.stop,
+                number: h.number,
+                floor: h.floor,
+                end: scan.last_seq,
+                new_wal: None,
+            });
+        }
+        let Some(last) = archives.last() else {
+            return Err(EngineError::corrupt(
+                wal_path,
+                "missing, and no archive to continue the WAL chain from",
+            ));
+        };
+        let (number, floor) = (last.number + 1, last.last_seq);
+        Ok(WalTip {
+            wal: None,
+            valid_len: 0,
+            file_len: 0,
+            tail: None,
+            number,
+            floor,
+            end: floor,
+            new_wal: Some((number, floor)),
+        })
+    }
+}
+
+/// The steps `Engine::open` takes on these files, in order: remove stray temporaries, start
+/// a new `wal.bin` if needed, delete the archives a completed snapshot covers, cut a torn
+/// tail, empty the intent. Fails if the chain ends before the snapshot.
+fn recovery_steps(
+    dir: &Path,
+    wal_path: &Path,
+    intent: &IntentState,
+    snapshot: Option<SnapshotHeader>,
+    base: u64,
+    archives: &[ArchiveInfo],
+    tip: &WalTip,
+) -> Result<Vec<Recovery>, EngineError> {
     let mut recovery: Vec<Recovery> = STRAY_TMPS
         .iter()
         .map(|name| dir.join(name))
         .filter(|p| p.symlink_metadata().is_ok())
         .map(Recovery::RemoveStray)
         .collect();
-    let mut new_wal = None;
-    let (wal, wal_valid_len, wal_file_len, wal_tail, number, floor, end) = match &wal_bytes {
-        Some(bytes) => {
-            let scan = scan_wal(bytes).map_err(|e| EngineError::format(&wal_path, e))?;
-            check_link(&wal_path, &scan.header, prev, base)?;
-            replay(&wal_path, bytes, &scan, base, &mut map)?;
-            let h = scan.header;
-            let (valid, len) = (scan.valid_len, bytes.len() as u64);
-            (
-                Some(h),
-                valid,
-                len,
-                scan.stop,
-                h.number,
-                h.floor,
-                scan.last_seq,
-            )
-        }
-        None => {
-            let Some(last) = archives.last() else {
-                return Err(EngineError::corrupt(
-                    &wal_path,
-                    "missing, and no archive to continue the WAL chain from",
-                ));
-            };
-            let (number, floor) = (last.number + 1, last.last_seq);
-            new_wal = Some((number, floor));
-            (None, 0, 0, None, number, floor, floor)
-        }
-    };
+    let end = tip.end;
+    let mut new_wal = tip.new_wal;
     // A completed snapshot that did not keep its WAL replaces wal.bin, unless that happened
     // already (floor == base) or wal.bin holds commits beyond the snapshot.
     if matches!(intent, IntentState::Completed(_))
         && snapshot.is_some_and(|s| s.kept_wal_id.is_none())
         && end <= base
-        && floor < base
+        && tip.floor < base
     {
-        new_wal = Some((number + 1, base));
+        new_wal = Some((tip.number + 1, base));
     }
     let chain_end = match new_wal {
         Some((_, floor)) => floor.max(end),
@@ -269,7 +367,7 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
     };
     if chain_end < base {
         return Err(EngineError::corrupt(
-            &wal_path,
+            wal_path,
             format!("the WAL chain ends at seq {end}, before the snapshot's commit_seq {base}"),
         ));
     }
@@ -284,27 +382,15 @@ pub fn read_store(dir: &Path) -> Result<StoreImage, EngineError> {
                 .map(|a| Recovery::DeleteArchive(a.path.clone())),
         );
     }
-    if wal.is_some() && new_wal.is_none() && wal_valid_len < wal_file_len {
+    if tip.wal.is_some() && new_wal.is_none() && tip.valid_len < tip.file_len {
         recovery.push(Recovery::TruncateWal {
-            valid_len: wal_valid_len,
+            valid_len: tip.valid_len,
         });
     }
-    if intent != IntentState::Empty {
+    if *intent != IntentState::Empty {
         recovery.push(Recovery::EmptyIntent);
     }
-
-    Ok(StoreImage {
-        commit_seq: base.max(end),
-        map,
-        snapshot,
-        wal,
-        wal_valid_len,
-        wal_file_len,
-        wal_tail,
-        archives,
-        intent,
-        recovery,
-    })
+    Ok(recovery)
 }
 
 /// Applies the steps [`read_store`] listed, in order, making each durable: directories are
