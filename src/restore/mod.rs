@@ -315,6 +315,19 @@ pub enum RestoreError {
     ReadBack { dir: PathBuf, detail: String },
 }
 
+/// The restore point `opts` asks for: by instant (`--at-time`, [`at_time`]) or by commit
+/// ([`plan`]), not both.
+async fn choose(bucket: &dyn Bucket, opts: &RestoreOptions) -> Result<plan::Plan, RestoreError> {
+    match (opts.at_time_ms, opts.at) {
+        (Some(t), Some(n)) => Err(RestoreError::BadTime {
+            given: crate::units::rfc3339_ms(t),
+            detail: format!("cannot be asked for together with commit {n}: choose one"),
+        }),
+        (Some(t), None) => at_time::choose_at_time(bucket, t, opts).await,
+        (None, _) => plan::choose(bucket, opts).await,
+    }
+}
+
 /// Restores a store from `bucket` into `target` (see the module docs for what is restored and
 /// what is guaranteed).
 #[tracing::instrument(name = "restore", skip_all, fields(target = %target.display(), at = ?opts.at))]
@@ -333,7 +346,7 @@ pub async fn restore(
             detail: format!("check failed: {e}"),
         })??;
 
-    let plan = plan::choose(bucket, opts).await?;
+    let plan = choose(bucket, opts).await?;
     if !plan.left_out.is_empty() && !opts.allow_partial {
         return Err(RestoreError::Partial {
             commit_seq: plan.commit_seq,

@@ -46,21 +46,13 @@ pub(crate) struct Plan {
     pub left_out: Vec<LeftOut>,
 }
 
-/// Chooses the restore point for `opts` (see the module docs of [`super`]).
+/// Chooses the restore point for `opts` by commit: the newest, or `--at` (see the module docs
+/// of [`super`]; `--at-time` is `super::at_time`'s, which extends with this module).
 pub(crate) async fn choose(
     bucket: &dyn Bucket,
     opts: &RestoreOptions,
 ) -> Result<Plan, RestoreError> {
     let parallelism = opts.parallelism.max(1);
-    if let Some(t) = opts.at_time_ms {
-        if let Some(n) = opts.at {
-            return Err(RestoreError::BadTime {
-                given: crate::units::rfc3339_ms(t),
-                detail: format!("cannot be asked for together with commit {n}: choose one"),
-            });
-        }
-        return super::at_time::choose_at_time(bucket, t, opts).await;
-    }
     match opts.at {
         None => {
             let mut warnings = Vec::new();

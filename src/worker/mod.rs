@@ -165,6 +165,7 @@ pub mod retention;
 pub mod retention_pass;
 mod runner;
 mod segment;
+mod settled;
 mod spawn;
 mod status;
 mod supervisor;

@@ -19,9 +19,10 @@
 //!
 //! # Which generations are listed
 //! The first run in a view's life lists all of `gen/`. It then remembers, in the view
-//! ([`Settled`]), which generations hold nothing retention may delete: every object there was
-//! named by a manifest when listed (unnamed ones were just deleted), or the generation is
-//! another lineage's, or its claim cannot be read (never acted on). A later run lists
+//! ([`Settled`](super::settled::Settled)), which generations hold nothing retention may
+//! delete: every object there was named by a manifest when listed (unnamed ones were just
+//! deleted), or the generation is another lineage's, or its claim cannot be read (never acted
+//! on). A later run lists
 //! `gen/<g>/` only for the generations that may have changed since:
 //! - those not settled (the generation being shipped, a claim younger than `orphan_grace`,
 //!   everything while a junk manifest is present);
@@ -60,9 +61,10 @@
 //! generations are deleted too, except the highest number in the prefix, so numbers stay
 //! unique.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+pub use super::settled::MAX_NARROW_LISTS;
 use super::view::{View, claim};
 use super::{StepOutcome, WorkerError};
 use crate::bucket::{self, BucketError, DynBucket};
@@ -110,47 +112,6 @@ pub fn lock_period(policy: &RetentionPolicy) -> Duration {
         .map(Duration::from_secs)
         .fold(policy.keep_for, Duration::max);
     longest.saturating_add(crate::bucket::write_once::CLOCK_SLACK)
-}
-
-/// The most generations a run lists one by one; more, and it lists all of `gen/` once.
-pub const MAX_NARROW_LISTS: usize = 16;
-
-/// What retention proved of the prefix's generations while a view lives (module docs).
-#[derive(Debug, Default)]
-pub(super) struct Settled {
-    /// Every generation numbered up to this was listed by a run; `None` before the first run
-    /// that listed `gen/`.
-    through: Option<u64>,
-    /// Generations up to `through` that are *not* settled: listed again by the next run.
-    unsettled: BTreeSet<u64>,
-    /// Set when a junk manifest disappeared: the next run lists all of `gen/`.
-    list_all: bool,
-}
-
-impl Settled {
-    /// The generations of the objects `m` names may have lost their last manifest.
-    fn manifest_gone(&mut self, m: Option<&Manifest>) {
-        match m {
-            Some(m) => self.unsettled.extend(
-                m.objects()
-                    .filter_map(|o| manifest::parse_generation(&o.key)),
-            ),
-            None => self.list_all = true,
-        }
-    }
-
-    /// The generations to list one by one below `upper`, or `None`: list all of `gen/`.
-    fn narrow(&self, upper: u64) -> Option<BTreeSet<u64>> {
-        let through = self.through.filter(|_| !self.list_all)?;
-        let mut look: BTreeSet<u64> = self.unsettled.range(..upper).copied().collect();
-        for g in through.saturating_add(1)..upper {
-            look.insert(g);
-            if look.len() > MAX_NARROW_LISTS {
-                return None;
-            }
-        }
-        (look.len() <= MAX_NARROW_LISTS).then_some(look)
-    }
 }
 
 /// Why a pass keeps one of its lineage's restore points ([`keep`]).
@@ -338,7 +299,7 @@ async fn delete_unkept_manifests(
     Ok(deleted)
 }
 
-/// Lists the generations to look at ([`Settled::narrow`]: all of `gen/`, or one by one below
+/// Lists the generations to look at ([`super::settled::Settled::narrow`]: all of `gen/`, or one by one below
 /// `upper`), their keys by generation, and the highest generation number the prefix holds
 /// (whose claim is never deleted).
 async fn list_generations(

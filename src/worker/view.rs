@@ -120,7 +120,7 @@ pub(super) struct View {
     /// in it since was written after this (see [`super::retention`]).
     pub found_empty_at: Option<tokio::time::Instant>,
     /// What retention proved of the generations while this view lives.
-    pub settled: super::retention::Settled,
+    pub settled: super::settled::Settled,
     /// Generation keys opened or made so far (`None`: no key this worker has opens it).
     pub keys: HashMap<u64, Option<crate::at_rest::seal::GenerationKey>>,
     /// A write-once prefix's wrapper keys of each encrypted generation, listed once
