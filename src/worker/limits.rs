@@ -20,59 +20,44 @@ pub struct Limit {
 
 const DAY_MS: u64 = 24 * 3600 * 1000;
 
+impl Limit {
+    /// A duration in milliseconds, `min` to `max`.
+    const fn ms(min: u64, max: u64) -> Limit {
+        Limit {
+            min,
+            max,
+            unit: "ms",
+        }
+    }
+
+    /// A count, `min` to `max`.
+    const fn count(min: u64, max: u64) -> Limit {
+        Limit { min, max, unit: "" }
+    }
+}
+
 /// `wal_interval`, `restore_point_interval`, `retention_interval`: 1 ms to 1 day.
-pub const INTERVAL_MS: Limit = Limit {
-    min: 1,
-    max: DAY_MS,
-    unit: "ms",
-};
+pub const INTERVAL_MS: Limit = Limit::ms(1, DAY_MS);
 /// `keep_for`: up to 100 years (0: restore points are kept by generation count alone).
-pub const KEEP_FOR_MS: Limit = Limit {
-    min: 0,
-    max: 36_500 * DAY_MS,
-    unit: "ms",
-};
+pub const KEEP_FOR_MS: Limit = Limit::ms(0, 36_500 * DAY_MS);
 /// `orphan_grace`: up to 1 year.
-pub const ORPHAN_GRACE_MS: Limit = Limit {
-    min: 0,
-    max: 365 * DAY_MS,
-    unit: "ms",
-};
+pub const ORPHAN_GRACE_MS: Limit = Limit::ms(0, 365 * DAY_MS);
 /// `keep_generations`: at least the newest, at most 100,000.
-pub const KEEP_GENERATIONS: Limit = Limit {
-    min: 1,
-    max: 100_000,
-    unit: "",
-};
+pub const KEEP_GENERATIONS: Limit = Limit::count(1, 100_000);
 /// WAL PUTs a second one store may cost (`durability`'s cap): 1 to 1,000. A store committing
 /// at N a second whose every commit should ship on its own needs a cap above N: at exactly N
-/// the token bucket is a queue at full load, and commits wait for tokens (docs/operators-guide.md, "Durable
-/// acknowledgements"). 1,000 a second is about $13,000 a month of PUTs at S3 Standard's price.
-pub const WAL_PUTS_PER_SECOND: Limit = Limit {
-    min: 1,
-    max: 1_000,
-    unit: "",
-};
+/// the token bucket is a queue at full load, and commits wait for tokens
+/// (docs/operators-guide.md, "Durable acknowledgements"). 1,000 a second is about $13,000 a
+/// month of PUTs at S3 Standard's price.
+pub const WAL_PUTS_PER_SECOND: Limit = Limit::count(1, 1_000);
 /// Restore points a retention tier keeps (daily, weekly, monthly): 0 (off) to 100,000.
-pub const KEEP_TIER: Limit = Limit {
-    min: 0,
-    max: 100_000,
-    unit: "",
-};
+pub const KEEP_TIER: Limit = Limit::count(0, 100_000);
 /// The bucket lease's TTL: [`crate::lease::MIN_TTL`] to [`crate::lease::MAX_TTL`].
-pub const LEASE_TTL_MS: Limit = Limit {
-    min: 30,
-    max: 3600 * 1000,
-    unit: "ms",
-};
+pub const LEASE_TTL_MS: Limit = Limit::ms(30, 3600 * 1000);
 /// The service's health report interval and owner silence: 1 ms to 1 day.
 pub const SERVICE_PERIOD_MS: Limit = INTERVAL_MS;
 /// A pause's default and longest deadline (the service's `Pause`): 1 ms to 1 year.
-pub const PAUSE_MS: Limit = Limit {
-    min: 1,
-    max: 365 * DAY_MS,
-    unit: "ms",
-};
+pub const PAUSE_MS: Limit = Limit::ms(1, 365 * DAY_MS);
 
 impl Limit {
     /// `value` if it lies in the range, else an error naming `field` and the range.

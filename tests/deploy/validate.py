@@ -120,11 +120,25 @@ def rust_struct_fields(path: pathlib.Path, name: str) -> dict[str, str]:
     if not m:
         raise SystemExit(f"validate.py: struct {name} not found in {rel(path)}: update this script")
     fields = {}
+    flatten = False
     for line in m.group(1).splitlines():
+        if re.match(r"\s*#\[serde\(flatten\)\]", line):
+            flatten = True
+            continue
         f = re.match(r"\s*(?:pub\s+)?(\w+):\s*(.+?),\s*$", line)
-        if f:
+        if f and flatten:
+            # `#[serde(flatten)]`: the flattened struct's keys stand in this table.
+            if f.group(2) not in FLATTENED:
+                raise SystemExit(f"validate.py: flattened {f.group(2)} is not known: update FLATTENED")
+            fields.update(rust_struct_fields(ROOT / FLATTENED[f.group(2)], f.group(2)))
+            flatten = False
+        elif f:
             fields[f.group(1)] = f.group(2)
     return fields
+
+
+# The structs a TOML table flattens (`#[serde(flatten)]`) and the file that defines each.
+FLATTENED = {"WorkerOverrides": "src/worker/overrides.rs"}
 
 
 def toml_schema() -> dict:
@@ -190,6 +204,11 @@ def check_toml_value(where: str, key: str, spec: dict, value) -> None:
         "bool": lambda v: isinstance(v, bool),
         "f64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
         "String": lambda v: isinstance(v, str),
+        "i64": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        # The overrides' enums, as their lowercase words (`src/worker/overrides.rs`).
+        "CompressionKind": lambda v: v in ("zstd", "none"),
+        "LockMode": lambda v: v in ("governance", "compliance"),
+        "DurabilityMode": lambda v: v in ("async", "sync"),
         "PathBuf": lambda v: isinstance(v, str) and v != "",
         "Vec<PathBuf>": lambda v: isinstance(v, list) and all(isinstance(p, str) and p for p in v),
         "Vec<String>": lambda v: isinstance(v, list) and all(isinstance(p, str) for p in v),

@@ -87,11 +87,7 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                     s.standby_commit_seq,
                     s.standby_lag_commits,
                     s.standby_lag_seconds,
-                    if s.standby_last_apply.is_empty() {
-                        "-"
-                    } else {
-                        &s.standby_last_apply
-                    },
+                    or_dash(&s.standby_last_apply),
                     if s.last_error.is_empty() {
                         String::new()
                     } else {
@@ -108,11 +104,7 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                 s.shipped_commit_seq,
                 s.restore_point_commit_seq,
                 s.lag_seconds,
-                if s.lease_holder.is_empty() {
-                    "-"
-                } else {
-                    &s.lease_holder
-                },
+                or_dash(&s.lease_holder),
             );
             if !s.durability.is_empty() {
                 line.push_str(&format!(
@@ -217,4 +209,9 @@ pub(super) fn restore_point_json(p: &proto::RestorePoint) -> Value {
         "bytes": p.bytes,
         "is_latest": p.is_latest,
     })
+}
+
+/// `s`, or `-` for an empty field.
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
 }

@@ -167,13 +167,7 @@ async fn reconcile(fleet: &Arc<Fleet>, tried: &mut HashMap<String, i64>) -> Resu
         if fleet.unhost(id).await.is_some() {
             let detail = format!("stopped here: instance {owner} owns the store now");
             let event = NewEvent::new(EventKind::OwnerChanged, id, detail.clone());
-            let done = Done {
-                action: "release",
-                store_id: id,
-                store_dir: &entry.record.store_dir,
-                detail,
-                peer: None,
-            };
+            let done = Done::on("release", &entry.record, detail, None);
             fleet.record(done, Some(event)).await;
         }
     }

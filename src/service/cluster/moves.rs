@@ -199,13 +199,7 @@ pub async fn move_store(
     );
     tracing::info!(store_id, "{detail}");
     let event = NewEvent::new(EventKind::OwnerChanged, store_id, detail.clone());
-    let done = Done {
-        action: "move",
-        store_id,
-        store_dir: &entry.record.store_dir,
-        detail,
-        peer,
-    };
+    let done = Done::on("move", &entry.record, detail, peer);
     fleet.record(done, Some(event)).await;
     tell_target_to_host(fleet, peers, meta, store_id, to).await;
     Ok(proto::MoveResponse {

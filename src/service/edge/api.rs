@@ -18,7 +18,7 @@ use super::request::{self, new_store, position};
 use super::watch_events::{EventStream, EventWatch};
 use crate::service::cluster::forward::Peers;
 use crate::service::fleet::limits;
-use crate::service::fleet::{Fleet, FleetError, StoreEntry};
+use crate::service::fleet::{Fleet, FleetError, NewStore, StoreEntry};
 use crate::service::ops::pause::{self, PauseAsk};
 use crate::service::proto::{self, backup_control_server::BackupControl};
 use crate::wal_source::{AttachError, StreamAttachment};
@@ -74,6 +74,25 @@ impl Api {
 
     /// Checks who calls (`peer_auth.rs`): the admin token, or for any call but `ListStores`
     /// an authenticated peer.
+    /// A Register's or Adopt's request as the fleet takes it; one it cannot take (an enum
+    /// value this version does not know) is refused and audited, naming the field.
+    async fn or_refused(
+        &self,
+        action: &str,
+        asked: Result<NewStore, (String, limits::FieldError)>,
+        peer: &Option<String>,
+    ) -> Result<NewStore, Status> {
+        match asked {
+            Ok(new) => Ok(new),
+            Err((dir, e)) => {
+                let refused = self
+                    .fleet
+                    .refused(action, Some(&dir), e.into(), peer.clone());
+                Err(err(refused.await))
+            }
+        }
+    }
+
     fn caller<T>(&self, req: &Request<T>) -> Result<Caller, ServiceError> {
         self.check_caller(req, true)
     }
@@ -125,17 +144,8 @@ impl BackupControl for Api {
                 .await
         );
         let (peer, r) = operator(req, &caller);
-        let dir = r.store_dir.clone();
-        let new = match new_store(r.store_dir, r.destination, r.labels, r.options) {
-            Ok(new) => new,
-            Err(e) => {
-                let e = self
-                    .fleet
-                    .refused("register", Some(&dir), e.into(), peer)
-                    .await;
-                return Err(err(e));
-            }
-        };
+        let asked = new_store(r.store_dir, r.destination, r.labels, r.options);
+        let new = self.or_refused("register", asked, &peer).await?;
         let (record, token) = self.fleet.register(new, peer).await.map_err(err)?;
         record_store_id(&record.store_id);
         Ok(Response::new(proto::RegisterResponse {
@@ -322,17 +332,8 @@ impl BackupControl for Api {
         );
         let (peer, r) = operator(req, &caller);
         let at = request::adopt_point(&r).map_err(err)?;
-        let dir = r.store_dir.clone();
-        let new = match new_store(r.store_dir, r.destination, r.labels, r.options) {
-            Ok(new) => new,
-            Err(e) => {
-                let e = self
-                    .fleet
-                    .refused("adopt", Some(&dir), e.into(), peer)
-                    .await;
-                return Err(err(e));
-            }
-        };
+        let asked = new_store(r.store_dir, r.destination, r.labels, r.options);
+        let new = self.or_refused("adopt", asked, &peer).await?;
         let (record, token, report) = self.fleet.adopt(new, at, peer).await.map_err(err)?;
         record_store_id(&record.store_id);
         Ok(Response::new(proto::AdoptResponse {

@@ -14,18 +14,22 @@ use crate::store::format::WalPosition;
 use crate::worker::BackupTrigger;
 
 /// What Register and Adopt ask for (the fleet checks every field; an enum value this version
-/// does not know is refused, `fleet::options::proto`).
+/// does not know is refused here, with the directory asked for, for the audit row).
 pub fn new_store(
     store_dir: String,
     destination: String,
     labels: HashMap<String, String>,
     o: Option<proto::StoreOptions>,
-) -> Result<NewStore, FieldError> {
+) -> Result<NewStore, (String, FieldError)> {
+    let options = match crate::service::fleet::options::proto::from_proto(o) {
+        Ok(options) => options,
+        Err(e) => return Err((store_dir, e)),
+    };
     Ok(NewStore {
         store_dir,
         destination,
         labels: labels.into_iter().collect(),
-        options: crate::service::fleet::options::proto::from_proto(o)?,
+        options,
     })
 }
 

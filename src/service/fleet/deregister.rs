@@ -36,13 +36,7 @@ impl Fleet {
         // The node's streams end (NOT_FOUND, "was deregistered"); none attaches any more.
         entry.source.close();
         store_metrics::forget_store(store_id);
-        let done = Done {
-            action: "deregister",
-            store_id,
-            store_dir: &entry.record.store_dir,
-            detail: format!("flush={flush}"),
-            peer,
-        };
+        let done = Done::on("deregister", &entry.record, format!("flush={flush}"), peer);
         self.record(done, Some(deregistered(store_id, flush))).await;
         Ok(())
     }

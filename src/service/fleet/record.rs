@@ -8,7 +8,7 @@
 
 use super::{Fleet, FleetError, now_ms};
 use crate::events::NewEvent;
-use crate::registry::AuditEntry;
+use crate::registry::{AuditEntry, StoreRecord};
 
 /// An act done on a store, as its audit row names it.
 pub(in crate::service) struct Done<'a> {
@@ -19,6 +19,24 @@ pub(in crate::service) struct Done<'a> {
     pub detail: String,
     /// Who asked, as the audit log names them; `None`: the service itself.
     pub peer: Option<String>,
+}
+
+impl<'a> Done<'a> {
+    /// An act done on the store of `record`.
+    pub(in crate::service) fn on(
+        action: &'a str,
+        record: &'a StoreRecord,
+        detail: String,
+        peer: Option<String>,
+    ) -> Done<'a> {
+        Done {
+            action,
+            store_id: &record.store_id,
+            store_dir: &record.store_dir,
+            detail,
+            peer,
+        }
+    }
 }
 
 impl Fleet {

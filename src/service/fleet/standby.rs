@@ -346,13 +346,12 @@ impl Fleet {
         };
         self.remove_standby(store_id).await;
         self.registry.delete_store(store_id).await?;
-        let done = Done {
-            action: "deregister",
-            store_id,
-            store_dir: &entry.record.store_dir,
-            detail: "a standby: its follower stopped".into(),
+        let done = Done::on(
+            "deregister",
+            &entry.record,
+            "a standby: its follower stopped".into(),
             peer,
-        };
+        );
         self.record(done, Some(super::deregistered(store_id, false)))
             .await;
         Ok(())

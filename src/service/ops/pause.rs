@@ -181,13 +181,7 @@ pub async fn pause(
             pause.reason
         ),
     );
-    let done = Done {
-        action: "pause",
-        store_id,
-        store_dir: &entry.record.store_dir,
-        detail,
-        peer,
-    };
+    let done = Done::on("pause", &entry.record, detail, peer);
     fleet.record(done, Some(event)).await;
     Ok(Paused { pause, was_paused })
 }
@@ -207,13 +201,7 @@ pub async fn resume(
     }
     if was_paused {
         tracing::info!(store_id, "resumed a store");
-        let done = Done {
-            action: "resume",
-            store_id,
-            store_dir: &entry.record.store_dir,
-            detail: String::new(),
-            peer,
-        };
+        let done = Done::on("resume", &entry.record, String::new(), peer);
         let event = NewEvent::new(EventKind::Resumed, store_id, "resumed");
         fleet.record(done, Some(event)).await;
     }
