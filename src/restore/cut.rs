@@ -4,7 +4,7 @@ use std::fs;
 use std::path::Path;
 
 use super::RestoreError;
-use super::stage::io;
+use super::io;
 use crate::store::disk::WAL_FILE;
 use crate::store::format::{FRAME_HEADER_LEN, WAL_HEADER_LEN, WalHeader, frame_header};
 

@@ -60,9 +60,8 @@ use futures::StreamExt;
 
 use super::RestoreError;
 use super::fetch::{WRITE_GROUP, ranges, wal_reading, write_error};
+use super::piece::{Piece, blocking, whole_of};
 use super::readback::{FileCheck, FileKind};
-use super::stage::whole_of;
-use super::stage::{Piece, blocking};
 use crate::at_rest::AtRestError;
 use crate::at_rest::decode::{Decoder, Ended};
 use crate::at_rest::seal::GenerationKey;

@@ -33,9 +33,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::RestoreError;
+use super::piece::{Piece, blocking, whole_of};
 use super::readback::{FileCheck, FileKind};
-use super::stage::whole_of;
-use super::stage::{Piece, blocking};
 use crate::bucket::{Bucket, Part};
 use crate::store::format::{CHECK_CHUNK, CheckError, WalCheck, check_wal};
 

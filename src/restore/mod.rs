@@ -102,6 +102,7 @@ mod cut;
 mod decode;
 mod fetch;
 pub mod keys;
+mod piece;
 pub mod plan;
 pub mod readback;
 mod space;
@@ -313,6 +314,14 @@ pub enum RestoreError {
     /// The staged store does not read back as expected.
     #[error("read-back of {}: {detail}", dir.display())]
     ReadBack { dir: PathBuf, detail: String },
+}
+
+/// An I/O error of the file or directory `path`, as a restore reports it.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
+    move |source| RestoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// The restore point `opts` asks for: by instant (`--at-time`, [`at_time`]) or by commit

@@ -68,13 +68,14 @@ use indicatif::ProgressBar;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
-use super::RestoreError;
 use super::decode::{decode_piece, held_bytes};
 pub use super::fetch::{BYTES_IN_FLIGHT, RANGE_CHUNK, WHOLE_OBJECT_MAX, WRITE_GROUP, ranges};
 use super::fetch::{Chunk, budget_permits, fetch_chunk};
+use super::piece::{Piece, blocking};
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
-use crate::bucket::{Bucket, Part};
+use super::{RestoreError, io};
+use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
 use crate::store::disk::{
     ARCHIVE_DIR, INTENT_FILE, LINEAGE_FILE, LOCK_FILE, PARENT_FILE, POSITION_FILE, SHIPPED_FILE,
@@ -111,27 +112,9 @@ fn create_private_file(path: &Path) -> std::io::Result<File> {
         .mode(FILE_MODE)
         .open(path)
 }
+
 /// Complete files being fsynced at once during a download (each on a blocking thread).
 pub const FSYNCS_IN_FLIGHT: usize = 4;
-
-pub(super) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
-    move |source| RestoreError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// Runs blocking file-system work on the blocking pool.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, RestoreError> + Send + 'static,
-) -> Result<T, RestoreError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| RestoreError::Io {
-            path: PathBuf::new(),
-            source: std::io::Error::other(format!("blocking task failed: {e}")),
-        })?
-}
 
 /// The target directory, resolved: absolute, symlinks followed.
 #[derive(Debug, Clone)]
@@ -299,28 +282,6 @@ impl TempDir {
         self.armed = false;
         sync_dir(&target.parent)?;
         Ok(())
-    }
-}
-
-/// One object and where its bytes go.
-#[derive(Debug, Clone)]
-pub(super) struct Piece {
-    pub key: String,
-    pub len: u64,
-    crc: u32,
-    /// Index into [`Layout::files`].
-    file: usize,
-    /// Where the object's first byte goes in that file.
-    pub offset: u64,
-    /// The entry, when the object is encoded (decoded on the way in).
-    encoded: Option<ObjectEntry>,
-}
-
-/// A whole-object read of `piece`: one byte more than the manifest states, so that a longer
-/// object is seen (and refused by the caller's length check, naming it) without reading more.
-pub(super) fn whole_of(piece: &Piece) -> Part {
-    Part::Whole {
-        at_most: piece.len.saturating_add(1),
     }
 }
 

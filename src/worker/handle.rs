@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::BackupCounters;
 use super::pause::PauseGate;
-use super::runner::FlushWish;
+use super::runner::{FlushWish, Triggers};
 use super::status::{Status, record};
 use crate::health::{DrillResult, Pause, StoreHealth, WorkerState};
 use crate::store::watch::Signal;
@@ -30,14 +30,6 @@ pub enum BackupTrigger {
     /// Stop; with `flush`, ship what is durable and write a restore point first. The same as
     /// [`BackupHandle::shutdown`] without the wait.
     Shutdown { flush: bool },
-}
-
-/// Triggers as counters, so that none is lost when several arrive between two looks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Triggers {
-    pub(super) ship: u64,
-    pub(super) restore_point: u64,
-    pub(super) retention: u64,
 }
 
 /// The running worker, as the serve loop holds it.

@@ -48,8 +48,9 @@ use tokio_util::task::TaskTracker;
 
 use super::BackupWorker;
 use super::ack::AckWindow;
-use super::handle::{BackupHandle, Triggers};
+use super::handle::BackupHandle;
 use super::pause::PauseGate;
+use super::runner::Triggers;
 use super::runner::{FlushWish, Runner};
 use super::status::{Status, StatusCell};
 use super::supervisor::Supervisor;

@@ -58,7 +58,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::BackupWorker;
 use super::ack::AckWindow;
-use super::handle::Triggers;
 use super::pause::{GateState, PauseGate};
 use super::status::{RestGuard, Status, record};
 use crate::backoff::Backoff;
@@ -66,6 +65,15 @@ use crate::health::{Activity, RunnerStatus};
 use crate::lease::{Attempt, BucketLease, LeaseAcquirer, LeaseState, LostReason};
 
 pub(super) use flush::FlushWish;
+
+/// Triggers as counters, so that none is lost when several arrive between two looks: the
+/// handle counts them up ([`super::BackupHandle::trigger`]), the runner takes them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(in crate::worker) struct Triggers {
+    pub(in crate::worker) ship: u64,
+    pub(in crate::worker) restore_point: u64,
+    pub(in crate::worker) retention: u64,
+}
 
 /// How the runner's task ended: health says "the backup worker exited: " and this
 /// ([`std::fmt::Display`], the one place its text is chosen). A lost lease, a refused prefix

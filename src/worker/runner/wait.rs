@@ -12,8 +12,8 @@
 
 use tokio::time::Instant;
 
+use super::Triggers;
 use super::{Runner, Spell};
-use crate::worker::handle::Triggers;
 
 /// What woke the runner while it holds the lease.
 pub(super) enum Wake {
