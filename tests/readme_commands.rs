@@ -203,16 +203,21 @@ fn check(command: &[String], levels: &mut HashMap<Vec<String>, Option<Level>>) -
     None
 }
 
-/// The README and every page of `docs/`, by their paths from the repository's root.
+/// The README and every page of `docs/` and its folders (the design notes of `docs/design/`),
+/// by their paths from the repository's root.
 fn manual() -> Vec<(String, String)> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut pages = vec!["README.md".to_string()];
-    let mut docs: Vec<String> = std::fs::read_dir(root.join("docs"))
-        .expect("read docs/")
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".md"))
-        .map(|n| format!("docs/{n}"))
-        .collect();
+    let mut docs = Vec::new();
+    for folder in ["docs", "docs/design"] {
+        docs.extend(
+            std::fs::read_dir(root.join(folder))
+                .unwrap_or_else(|e| panic!("read {folder}/: {e}"))
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".md"))
+                .map(|n| format!("{folder}/{n}")),
+        );
+    }
     docs.sort();
     pages.extend(docs);
     pages
