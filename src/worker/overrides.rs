@@ -148,37 +148,42 @@ pub struct WorkerOverrides {
 #[error("{0}")]
 pub struct OverrideError(pub String);
 
-/// The ranged fields, each with its bounds and how a request's error shows the largest.
-fn ranges(o: &WorkerOverrides) -> [(&'static str, Option<u64>, Limit); 10] {
+/// The ranged fields, each with its key and its bounds: the one list `check` and `clamped`
+/// both read (a new ranged option is one line here).
+fn ranges(o: &mut WorkerOverrides) -> [(&'static str, &mut Option<u64>, Limit); 10] {
     [
-        ("wal_interval_ms", o.wal_interval_ms, limits::INTERVAL_MS),
+        (
+            "wal_interval_ms",
+            &mut o.wal_interval_ms,
+            limits::INTERVAL_MS,
+        ),
         (
             "restore_point_interval_ms",
-            o.restore_point_interval_ms,
+            &mut o.restore_point_interval_ms,
             limits::INTERVAL_MS,
         ),
         (
             "retention_interval_ms",
-            o.retention_interval_ms,
+            &mut o.retention_interval_ms,
             limits::INTERVAL_MS,
         ),
-        ("keep_for_ms", o.keep_for_ms, limits::KEEP_FOR_MS),
+        ("keep_for_ms", &mut o.keep_for_ms, limits::KEEP_FOR_MS),
         (
             "keep_generations",
-            o.keep_generations,
+            &mut o.keep_generations,
             limits::KEEP_GENERATIONS,
         ),
-        ("keep_daily", o.keep_daily, limits::KEEP_TIER),
-        ("keep_weekly", o.keep_weekly, limits::KEEP_TIER),
-        ("keep_monthly", o.keep_monthly, limits::KEEP_TIER),
+        ("keep_daily", &mut o.keep_daily, limits::KEEP_TIER),
+        ("keep_weekly", &mut o.keep_weekly, limits::KEEP_TIER),
+        ("keep_monthly", &mut o.keep_monthly, limits::KEEP_TIER),
         (
             "wal_puts_per_second",
-            o.wal_puts_per_second,
+            &mut o.wal_puts_per_second,
             limits::WAL_PUTS_PER_SECOND,
         ),
         (
             "orphan_grace_ms",
-            o.orphan_grace_ms,
+            &mut o.orphan_grace_ms,
             limits::ORPHAN_GRACE_MS,
         ),
     ]
@@ -198,8 +203,9 @@ impl WorkerOverrides {
     /// Every set field in its range, and compression's two fields agreeing; the error names
     /// the field as `source` spells it.
     pub fn check(&self, source: Source) -> Result<(), OverrideError> {
-        for (key, value, limit) in ranges(self) {
-            let Some(v) = value else { continue };
+        let mut read = self.clone();
+        for (key, value, limit) in ranges(&mut read) {
+            let Some(v) = *value else { continue };
             match source {
                 Source::Request if key == "wal_puts_per_second" => {
                     limit.check(&source.name(key), v).map_err(|e| {
@@ -324,19 +330,7 @@ impl WorkerOverrides {
     /// Clamping only ever keeps more or works less often, never deletes sooner.
     pub fn clamped(&self) -> WorkerOverrides {
         let mut o = self.clone();
-        let fields: [(&mut Option<u64>, Limit); 10] = [
-            (&mut o.wal_interval_ms, limits::INTERVAL_MS),
-            (&mut o.restore_point_interval_ms, limits::INTERVAL_MS),
-            (&mut o.retention_interval_ms, limits::INTERVAL_MS),
-            (&mut o.keep_for_ms, limits::KEEP_FOR_MS),
-            (&mut o.keep_generations, limits::KEEP_GENERATIONS),
-            (&mut o.keep_daily, limits::KEEP_TIER),
-            (&mut o.keep_weekly, limits::KEEP_TIER),
-            (&mut o.keep_monthly, limits::KEEP_TIER),
-            (&mut o.wal_puts_per_second, limits::WAL_PUTS_PER_SECOND),
-            (&mut o.orphan_grace_ms, limits::ORPHAN_GRACE_MS),
-        ];
-        for (field, limit) in fields {
+        for (_, field, limit) in ranges(&mut o) {
             *field = field.map(|v| v.clamp(limit.min.max(1), limit.max));
         }
         if self.compression_for(Source::Request).is_err() {
