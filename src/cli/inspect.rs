@@ -53,6 +53,16 @@ pub struct RestoreArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// How to show progress on stderr: `bar` (on a terminal only; the default), `json` (one
+    /// JSON line a second: phase, bytes_done, bytes_total, objects, rate, eta_seconds; and a
+    /// last one at the end), or `none`.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Bar)]
+    progress: ProgressMode,
+    /// Discard what an interrupted run of this restore left beside the target and start over
+    /// (without it, a run of the same restore continues it, keeping every object it completed
+    /// and checked).
+    #[arg(long)]
+    fresh: bool,
     /// Restore even when segments listed past what the chain of segments reaches were left out
     /// (another chain, a promotion's claim, a bad object: the report's `left_out` names each
     /// and why). Without it such a restore is refused before downloading, with exit status 3.
@@ -62,6 +72,14 @@ pub struct RestoreArgs {
     encryption: super::encryption::EncryptionArgs,
     #[command(flatten)]
     standby: super::standby::FollowArgs,
+}
+
+/// How `restore` shows its progress.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    Bar,
+    Json,
+    None,
 }
 
 /// The exit status of a restore refused because it would leave out listed data that may hold
@@ -145,11 +163,20 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         restore_point_only: a.restore_point_only,
         adopt: a.adopt,
         parallelism: a.parallelism,
-        progress: std::io::stderr().is_terminal(),
+        progress: a.progress == ProgressMode::Bar && std::io::stderr().is_terminal(),
+        resumable: true,
+        fresh: a.fresh,
         engine_check: a.engine_check,
         allow_partial: a.allow_partial,
+        ..RestoreOptions::default()
     };
-    let report = match restore::restore(bucket.as_ref(), &a.to, &opts).await {
+    let lines = (a.progress == ProgressMode::Json).then(|| json_lines(&opts.tracker));
+    let restored = restore::restore(bucket.as_ref(), &a.to, &opts).await;
+    if let Some(lines) = lines {
+        lines.abort();
+        json_line(&opts.tracker);
+    }
+    let report = match restored {
         Err(restore::RestoreError::Partial {
             commit_seq,
             left_out,
@@ -162,6 +189,25 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         super::out::line(&report)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the restore's progress as one JSON line on stderr every second, until aborted.
+fn json_lines(tracker: &restore::progress::Progress) -> tokio::task::JoinHandle<()> {
+    let tracker = tracker.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            json_line(&tracker);
+        }
+    })
+}
+
+/// One line of `--progress json`.
+fn json_line(tracker: &restore::progress::Progress) {
+    if let Ok(line) = serde_json::to_string(&tracker.line()) {
+        eprintln!("{line}");
+    }
 }
 
 /// A restore refused for what it would leave out: each object and why on stderr (and with

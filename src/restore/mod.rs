@@ -104,7 +104,10 @@ mod fetch;
 pub mod keys;
 mod piece;
 pub mod plan;
+pub mod predict;
+pub mod progress;
 pub mod readback;
+mod resume;
 mod space;
 pub mod stage;
 
@@ -112,7 +115,7 @@ pub use readback::{ReadBack, read_back};
 pub use stage::side_file_name_problem;
 
 /// How to restore.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RestoreOptions {
     /// Restore exactly to commit N (see the module docs).
     pub at: Option<u64>,
@@ -126,6 +129,15 @@ pub struct RestoreOptions {
     pub parallelism: usize,
     /// Show a progress bar (only when stderr is a terminal).
     pub progress: bool,
+    /// The counters the restore advances: a clone shows how far it is ([`progress`]).
+    pub tracker: progress::Progress,
+    /// The rates its prediction is made at ([`predict`]; the report's `predicted_seconds`).
+    pub rates: predict::Rates,
+    /// Resumable ([`resume`]): continue what an interrupted run of the same restore left, keep
+    /// the staging directory when the bucket or the disk fails mid-way.
+    pub resumable: bool,
+    /// With `resumable`: discard what earlier runs left and start over (`--fresh`).
+    pub fresh: bool,
     /// Also read a reference-engine store with the engine before the rename (see the module
     /// docs).
     pub engine_check: bool,
@@ -146,6 +158,10 @@ impl Default for RestoreOptions {
             adopt: false,
             parallelism: 16,
             progress: false,
+            tracker: progress::Progress::new(),
+            rates: predict::Rates::default(),
+            resumable: false,
+            fresh: false,
             engine_check: false,
             keys: keys::RestoreKeys::default(),
             allow_partial: false,
@@ -162,7 +178,7 @@ pub struct Point {
 }
 
 /// What a restore did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RestoreReport {
     /// Commits the restored store holds (read back from it).
     pub commit_seq: u64,
@@ -174,9 +190,22 @@ pub struct RestoreReport {
     /// The manifest's lineage and generation.
     pub lineage: Uuid,
     pub generation: u64,
-    /// Objects downloaded, and their bytes.
+    /// Objects the restored store is made of, and their bytes (as stored).
     pub objects: usize,
     pub bytes: u64,
+    /// Of `bytes`, fetched by this run.
+    pub fetched_bytes: u64,
+    /// Of `bytes`, kept from an earlier, interrupted run of the same restore ([`resume`]).
+    pub resumed_bytes: u64,
+    /// How long this run took, start to rename, and where the time went.
+    pub seconds: f64,
+    pub plan_seconds: f64,
+    pub download_seconds: f64,
+    pub finish_seconds: f64,
+    /// The prediction made before the download began ([`predict`]), and whether its rates
+    /// were measured on this machine.
+    pub predicted_seconds: f64,
+    pub predicted_calibrated: bool,
     /// Segments past the manifest that extended it.
     pub extended_segments: usize,
     /// With `adopt`: the parent record written (`backup.parent`).
@@ -206,6 +235,18 @@ impl fmt::Display for RestoreReport {
             write!(f, ", extended by {} segments", self.extended_segments)?;
         }
         write!(f, "): {} objects, {} bytes", self.objects, self.bytes)?;
+        if self.resumed_bytes > 0 {
+            write!(
+                f,
+                " ({} kept from an interrupted run, {} fetched)",
+                self.resumed_bytes, self.fetched_bytes
+            )?;
+        }
+        write!(
+            f,
+            " in {:.1} s (predicted {:.1} s)",
+            self.seconds, self.predicted_seconds
+        )?;
         if let Some(l) = self.new_lineage {
             write!(f, "; adopted as lineage {l}")?;
         }
@@ -345,7 +386,9 @@ pub async fn restore(
     target: &Path,
     opts: &RestoreOptions,
 ) -> Result<RestoreReport, RestoreError> {
-    let parallelism = opts.parallelism.max(1);
+    let started = std::time::Instant::now();
+    let tracker = &opts.tracker;
+    tracker.start(None);
     // Refuse a bad target before downloading anything.
     let t = target.to_path_buf();
     let target = tokio::task::spawn_blocking(move || stage::resolve_target(&t))
@@ -368,7 +411,28 @@ pub async fn restore(
     let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
     opts.keys.open_all(bucket, entries).await?;
     layout.keys = opts.keys.clone();
-    if let Some(detail) = space::space_problem(&target, &layout) {
+    let shape = layout.shape(plan.cut.is_some());
+    let predicted_seconds = predict::predict(&shape, &opts.rates, opts.parallelism.max(1));
+    tracker.start(Some(predicted_seconds));
+    let identity = resume::Identity::of(&bucket.url(), &plan, &layout);
+    let t = target.clone();
+    let staging_layout = layout.clone();
+    let resume = opts.resumable.then_some(opts.fresh);
+    let staging = tokio::task::spawn_blocking(move || {
+        // Resolve again: the target may have changed while the plan was made.
+        stage::resolve_target(&t.path)?;
+        stage::open_staging(&t, &staging_layout, resume.map(|fresh| (&identity, fresh)))
+    })
+    .await
+    .map_err(|e| RestoreError::BadTarget {
+        path: target.path.clone(),
+        detail: format!("staging failed: {e}"),
+    })??;
+    let resumed = staging.kept.totals(&layout);
+    if let Some(detail) = space::space_problem(&target, &layout, resumed.0) {
+        if resumed.0 > 0 {
+            staging.temp.keep();
+        }
         return Err(RestoreError::BadTarget {
             path: target.path.clone(),
             detail,
@@ -385,37 +449,46 @@ pub async fn restore(
         commit_seq = plan.commit_seq,
         objects = layout.objects(),
         bytes = layout.bytes(),
+        resumed_bytes = resumed.0,
+        predicted_seconds,
         "restoring into {}",
         target.path.display()
     );
 
-    let t = target.clone();
-    let temp = tokio::task::spawn_blocking(move || {
-        // Resolve again: the target may have changed while the plan was made.
-        stage::resolve_target(&t.path)?;
-        stage::create_temp(&t)
-    })
-    .await
-    .map_err(|e| RestoreError::BadTarget {
-        path: target.path.clone(),
-        detail: format!("staging failed: {e}"),
-    })??;
-
-    let progress = progress_bar(opts.progress, layout.bytes());
+    let plan_seconds = started.elapsed().as_secs_f64();
+    tracker.download(layout.bytes(), layout.objects() as u64, resumed);
+    let bar = progress_bar(opts.progress, tracker);
+    let stage::Staging { temp, record, kept } = staging;
+    let into = stage::Into {
+        dir: temp.path(),
+        kept: &kept,
+        record: record.map(|r| std::sync::Arc::new(std::sync::Mutex::new(r))),
+    };
     let downloaded = stage::download(
         bucket,
-        temp.path(),
+        into,
         &layout,
         &plan.cached,
-        parallelism,
-        &progress,
+        opts.parallelism.max(1),
+        tracker,
     )
     .await;
-    progress.finish_and_clear();
-    let downloaded = downloaded?;
+    drop(bar);
+    let downloaded = match downloaded {
+        Ok(d) => d,
+        // The bucket or the disk failed: what is complete is worth keeping for a rerun.
+        Err(e @ (RestoreError::Bucket(_) | RestoreError::Io { .. })) if opts.resumable => {
+            temp.keep();
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let download_seconds = started.elapsed().as_secs_f64() - plan_seconds;
+    tracker.set_phase(progress::Phase::Finish);
 
     let extended_segments = layout_extension_count(&plan);
-    let report = RestoreReport {
+    let line = tracker.line();
+    let mut report = RestoreReport {
         commit_seq: plan.commit_seq,
         commit_time_unix_ms: plan.commit_time_ms,
         manifest_key: plan.manifest_key.clone(),
@@ -423,6 +496,14 @@ pub async fn restore(
         generation: plan.manifest.generation,
         objects: layout.objects(),
         bytes: layout.bytes(),
+        fetched_bytes: line.fetched_bytes,
+        resumed_bytes: line.resumed_bytes,
+        seconds: 0.0,
+        plan_seconds,
+        download_seconds,
+        finish_seconds: 0.0,
+        predicted_seconds,
+        predicted_calibrated: opts.rates.calibrated,
         extended_segments,
         parent: parent.clone(),
         new_lineage,
@@ -441,6 +522,9 @@ pub async fn restore(
         path: target.path.clone(),
         detail: format!("finishing failed: {e}"),
     })??;
+    tracker.set_phase(progress::Phase::Done);
+    report.seconds = started.elapsed().as_secs_f64();
+    report.finish_seconds = report.seconds - plan_seconds - download_seconds;
     // The caller says it to people (the CLI on stdout, the service in its answer and events):
     // at info it was said twice.
     tracing::debug!("{report}");
@@ -461,13 +545,45 @@ fn layout_extension_count(plan: &plan::Plan) -> usize {
     n
 }
 
-fn progress_bar(wanted: bool, total: u64) -> ProgressBar {
+/// The terminal bar of a restore (when wanted and stderr is a terminal), drawn from its
+/// counters five times a second until dropped.
+fn progress_bar(wanted: bool, tracker: &progress::Progress) -> Option<BarTask> {
     if !wanted || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+        return None;
     }
     let style = ProgressStyle::with_template(
         "restoring [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar());
-    ProgressBar::new(total).with_style(style.progress_chars("=> "))
+    let tracker = tracker.clone();
+    let line = tracker.line();
+    let bar = ProgressBar::new(line.bytes_total).with_style(style.progress_chars("=> "));
+    bar.set_position(line.resumed_bytes);
+    bar.reset_eta();
+    Some(BarTask(tokio::spawn(async move {
+        let _clear = ClearOnDrop(bar.clone());
+        loop {
+            bar.set_position(tracker.line().bytes_done);
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    })))
+}
+
+/// The bar's drawing task, stopped when dropped (the download ended, or the restore's future
+/// was dropped).
+struct BarTask(tokio::task::JoinHandle<()>);
+
+impl Drop for BarTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Clears the bar when its drawing task ends (aborted with the restore's end).
+struct ClearOnDrop(ProgressBar);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
+    }
 }

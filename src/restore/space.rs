@@ -6,11 +6,13 @@
 use super::stage::{Layout, Target};
 
 /// Why `target`'s file system cannot take what `layout` writes, if it cannot. `None` when it
-/// can, or when its free space cannot be read (the writes then fail as they would).
-pub(crate) fn space_problem(target: &Target, layout: &Layout) -> Option<String> {
+/// can, or when its free space cannot be read (the writes then fail as they would). `kept`:
+/// bytes an interrupted run of the same restore left in place already.
+pub(crate) fn space_problem(target: &Target, layout: &Layout, kept: u64) -> Option<String> {
     let needed = layout
         .claims()
-        .fold(0u64, |sum, (_, plain)| sum.saturating_add(plain));
+        .fold(0u64, |sum, (_, plain)| sum.saturating_add(plain))
+        .saturating_sub(kept);
     let v = rustix::fs::statvfs(&target.parent).ok()?;
     let free = v.f_bavail.saturating_mul(v.f_frsize);
     (needed > free).then(|| {

@@ -64,7 +64,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use indicatif::ProgressBar;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
@@ -74,6 +73,7 @@ use super::fetch::{Chunk, budget_permits, fetch_chunk};
 use super::piece::{Piece, blocking};
 use super::plan::Plan;
 use super::readback::{FileCheck, ReadBack, chain, check_file, is_reference_engine_store};
+use super::resume::{Identity, Kept, Record};
 use super::{RestoreError, io};
 use crate::bucket::Bucket;
 use crate::manifest::ObjectEntry;
@@ -102,13 +102,25 @@ fn create_private_dir(path: &Path) -> Result<(), RestoreError> {
 
 /// Creates (or truncates) the file `path`, new ones with [`FILE_MODE`]; opened read-write, since
 /// a decoding that runs ahead of its reader reads back what it wrote (`super::decode`).
-fn create_private_file(path: &Path) -> std::io::Result<File> {
+pub(super) fn create_private_file(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+}
+
+/// Opens the file `path` read-write, creating it with [`FILE_MODE`], never truncating it.
+fn open_private_file(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
         .mode(FILE_MODE)
         .open(path)
 }
@@ -194,33 +206,120 @@ fn temp_prefix(name: &str) -> String {
     format!(".{name}.restore-")
 }
 
-/// Removes temporary directories that earlier restores into this target left behind (they
-/// crashed), skipping those whose restore still holds the lock.
-pub(crate) fn remove_stale(target: &Target) -> Result<(), RestoreError> {
+/// The temporary directories earlier restores into this target left behind, each locked by
+/// this restore (those whose restore still holds the lock are skipped: it is running).
+fn leftovers(target: &Target) -> Result<Vec<(PathBuf, File)>, RestoreError> {
     let prefix = temp_prefix(&target.name);
     let entries = match fs::read_dir(&target.parent) {
         Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io(&target.parent)(e)),
     };
+    let mut out = Vec::new();
     for entry in entries {
         let entry = entry.map_err(io(&target.parent))?;
         if !entry.file_name().to_string_lossy().starts_with(&prefix) {
             continue;
         }
         let dir = entry.path();
-        if let Ok(lock) = File::open(dir.join(LOCK_NAME)) {
-            // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
-            let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if r != 0 {
-                tracing::info!("{} belongs to a restore in progress", dir.display());
-                continue;
-            }
+        let lock_path = dir.join(LOCK_NAME);
+        let lock = match File::open(&lock_path) {
+            Ok(lock) => lock,
+            // A directory without its lock file (a crash before it was made): nobody runs it.
+            Err(_) => create_private_file(&lock_path).map_err(io(&lock_path))?,
+        };
+        // SAFETY: flock on a descriptor we own; released when `lock` is dropped.
+        let r = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            tracing::info!("{} belongs to a restore in progress", dir.display());
+            continue;
         }
+        out.push((dir, lock));
+    }
+    Ok(out)
+}
+
+/// Removes temporary directories that earlier restores into this target left behind (they
+/// crashed), skipping those whose restore still holds the lock.
+pub(crate) fn remove_stale(target: &Target) -> Result<(), RestoreError> {
+    for (dir, _lock) in leftovers(target)? {
         tracing::info!("removing {}, left by an interrupted restore", dir.display());
         fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     Ok(())
+}
+
+/// Where a restore stages its store: a new temporary directory, or (resumable) one an earlier
+/// run of the same restore left, with what it keeps.
+pub(crate) struct Staging {
+    pub temp: TempDir,
+    /// The staging record (`super::resume`), for a resumable restore.
+    pub record: Option<Record>,
+    pub kept: Kept,
+}
+
+/// Opens the staging of a restore of `layout` into `target`. Without `resume`: removes what
+/// earlier restores left and creates a new temporary directory. With `resume` (the identity
+/// of this restore, and whether `--fresh` discards everything): continues the first leftover
+/// whose record names the same identity (`super::resume`), discarding every other one and
+/// naming it and why in the log; or creates a new one with its record.
+pub(crate) fn open_staging(
+    target: &Target,
+    layout: &Layout,
+    resume: Option<(&Identity, bool)>,
+) -> Result<Staging, RestoreError> {
+    let Some((identity, fresh)) = resume else {
+        return Ok(Staging {
+            temp: create_temp(target)?,
+            record: None,
+            kept: Kept::none(layout.objects()),
+        });
+    };
+    fs::create_dir_all(&target.parent).map_err(io(&target.parent))?;
+    let mut found = None;
+    for (dir, lock) in leftovers(target)? {
+        let why = match (fresh, &found) {
+            (true, _) => "--fresh discards what earlier runs left".to_string(),
+            (false, Some(_)) => "another staging directory of this restore is continued".into(),
+            (false, None) => match Record::resume(&dir, identity, layout) {
+                Ok((record, kept)) => {
+                    let (bytes, objects) = kept.totals(layout);
+                    tracing::info!(
+                        "continuing the interrupted restore in {}: {objects} objects \
+                         ({bytes} bytes) complete and checked are kept",
+                        dir.display()
+                    );
+                    found = Some((dir, lock, record, kept));
+                    continue;
+                }
+                Err(why) => why,
+            },
+        };
+        tracing::info!(
+            "discarding {}, left by an interrupted restore: {why} (this one restores {identity})",
+            dir.display()
+        );
+        fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    if let Some((path, lock, record, kept)) = found {
+        let temp = TempDir {
+            path,
+            armed: true,
+            _lock: lock,
+        };
+        return Ok(Staging {
+            temp,
+            record: Some(record),
+            kept,
+        });
+    }
+    let temp = create_temp(target)?;
+    let record = Record::create(temp.path(), identity)?;
+    Ok(Staging {
+        temp,
+        record: Some(record),
+        kept: Kept::none(layout.objects()),
+    })
 }
 
 /// Creates the temporary directory beside `target`: [`DIR_MODE`], or the target's permissions
@@ -259,11 +358,23 @@ impl TempDir {
         &self.path
     }
 
+    /// Leaves the directory (and what it holds) for the next run of the same restore to
+    /// continue (`super::resume`).
+    pub fn keep(mut self) {
+        self.armed = false;
+        tracing::warn!(
+            "kept {} for the next run of this restore to continue (the same command; --fresh \
+             starts over)",
+            self.path.display()
+        );
+    }
+
     /// Renames the directory over the target (replacing it if it is an empty directory) and
     /// makes the rename durable.
     pub fn into_place(mut self, target: &Target) -> Result<(), RestoreError> {
         let lock = self.path.join(LOCK_NAME);
         fs::remove_file(&lock).map_err(io(&lock))?;
+        super::resume::remove_record(&self.path)?;
         sync_dir(&self.path)?;
         match fs::rename(&self.path, &target.path) {
             Ok(()) => {}
@@ -306,6 +417,52 @@ impl Layout {
 
     pub fn bytes(&self) -> u64 {
         self.pieces.iter().map(|p| p.len).sum()
+    }
+
+    /// Each object's stored length, in order.
+    pub fn piece_lens(&self) -> impl Iterator<Item = u64> + '_ {
+        self.pieces.iter().map(|p| p.len)
+    }
+
+    /// Each object's key, in order.
+    pub fn piece_keys(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().map(|p| p.key.as_str())
+    }
+
+    /// Each object with its file, as words: what a staging record's identity digests
+    /// (`super::resume`).
+    pub fn describe(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.pieces.iter().map(|p| {
+            let file = self.files[p.file].display().to_string();
+            let codec = p
+                .encoded
+                .as_ref()
+                .map(|e| format!("{e:?}"))
+                .unwrap_or_default();
+            let piece = format!("{} {} {:08x} {} {codec}", p.key, p.len, p.crc, p.offset);
+            (file, piece)
+        })
+    }
+
+    /// What the restore moves, for its prediction (`super::predict`); `cut`: whether an
+    /// `--at` cut reads `wal.bin` again.
+    pub fn shape(&self, cut: bool) -> super::predict::Shape {
+        let mut s = super::predict::Shape {
+            objects: self.pieces.len() as u64,
+            ..Default::default()
+        };
+        for p in &self.pieces {
+            s.stored_bytes += p.len;
+            let plain = p.encoded.as_ref().map_or(p.len, |e| e.plain_len());
+            s.plain_bytes += plain;
+            if p.encoded.is_some() {
+                s.plain_encoded_bytes += plain;
+            }
+            if cut && self.files[p.file] == Path::new(WAL_FILE) {
+                s.plain_cut_bytes += plain;
+            }
+        }
+        s
     }
 
     /// Each object's key and the plain bytes its entry states (`super::space`).

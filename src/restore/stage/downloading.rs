@@ -11,26 +11,58 @@ pub(crate) struct Downloaded {
     pub(super) checks: Vec<FileCheck>,
 }
 
-/// Downloads every piece of `layout` into `dir` with at most `parallelism` requests in flight,
-/// checking each object's length and CRC. Each file is read back with the format's reader
-/// ([`check_file`]) and fsynced as soon as its last piece is written, on the blocking pool
-/// while the other downloads go on (at most [`FSYNCS_IN_FLIGHT`] fsyncs at once); a file that
-/// does not read back, or cannot be fsynced, fails the restore at once.
+/// Bytes of complete objects of files still incomplete that wait for one fsync and one line
+/// in the staging record together (`super::super::resume`): at most this much, or what a
+/// second of download brings, is fetched again after a crash.
+pub const RECORD_BATCH: u64 = 64 << 20;
+
+/// Where a download goes and what it keeps: the temporary directory, the objects an earlier
+/// run left complete in it, and the staging record to append to (a resumable restore).
+pub(crate) struct Into<'a> {
+    pub dir: &'a Path,
+    pub kept: &'a Kept,
+    pub record: Option<Arc<std::sync::Mutex<Record>>>,
+}
+
+/// Downloads every piece of `layout` not kept into `into.dir` with at most `parallelism`
+/// requests in flight, checking each object's length and CRC. Each file is read back with the
+/// format's reader ([`check_file`]) and fsynced as soon as its last piece is written, on the
+/// blocking pool while the other downloads go on (at most [`FSYNCS_IN_FLIGHT`] fsyncs at
+/// once); a file that does not read back, or cannot be fsynced, fails the restore at once.
+/// A file whose pieces were all kept is read back from disk. With a record, each object is
+/// recorded once its bytes are fsynced: with its file, or in batches of [`RECORD_BATCH`].
 pub(crate) async fn download(
     bucket: &dyn Bucket,
-    dir: &Path,
+    into: Into<'_>,
     layout: &Layout,
     cached: &HashMap<String, Bytes>,
     parallelism: usize,
-    progress: &ProgressBar,
+    progress: &super::super::progress::Progress,
 ) -> Result<Downloaded, RestoreError> {
+    let dir = into.dir;
     let files = create_files(dir, layout).await?;
-    let chunks = chunks_of(layout, cached);
-    let mut tally = Tally::new(layout, &chunks);
+    let chunks = chunks_of(layout, cached, into.kept);
+    let mut tally = Tally::new(layout, &chunks, into.kept);
     let whole_file = tally.whole_file(layout);
     let mut reading = FuturesUnordered::new();
+    let mut recording = FuturesUnordered::new();
     let fsyncs = Arc::new(Semaphore::new(FSYNCS_IN_FLIGHT));
     let budget = Arc::new(Semaphore::new(budget_permits(BYTES_IN_FLIGHT) as usize));
+    // Files every piece of which an earlier run left: read back from disk.
+    for (f, left) in tally.file_left.iter().enumerate() {
+        if *left == 0 {
+            let rel = &layout.files[f];
+            reading.push(read_back_and_sync(
+                dir,
+                rel,
+                f,
+                files[f].clone(),
+                None,
+                fsyncs.clone(),
+            ));
+        }
+    }
+    let mut pending = Pending::default();
 
     let mut fetches = futures::stream::iter(chunks)
         .map(|c| {
@@ -48,23 +80,41 @@ pub(crate) async fn download(
             done = fetches.next() => {
                 let Some(done) = done else { break };
                 let (c, (hasher, check)) = done?;
-                progress.inc(c.range.end - c.range.start);
-                if let Some(f) = tally.chunk_done(layout, &c, hasher, check)? {
+                progress.fetched(c.range.end - c.range.start);
+                let Some(piece) = tally.chunk_done(layout, &c, hasher, check)? else { continue };
+                progress.object_done();
+                let f = layout.pieces[piece].file;
+                if tally.file_left[f] == 0 {
                     let known = tally.checks[f].take();
                     let rel = &layout.files[f];
                     reading.push(read_back_and_sync(dir, rel, f, files[f].clone(), known, fsyncs.clone()));
+                } else if let Some(record) = &into.record {
+                    pending.add(piece, layout.pieces[piece].len);
+                    if pending.bytes >= RECORD_BATCH || pending.since.elapsed().as_secs() >= 1 {
+                        let batch = std::mem::take(&mut pending).pieces;
+                        recording.push(record_pieces(layout, batch, &files, record.clone()));
+                    }
                 }
             }
             Some(read) = reading.next(), if !reading.is_empty() => {
                 let (i, check) = read?;
                 tally.checks[i] = Some(check);
+                if let Some(record) = &into.record {
+                    let pieces = layout.pieces.iter().enumerate().filter(|(_, p)| p.file == i);
+                    let batch = pieces.map(|(n, _)| n).collect();
+                    recording.push(record_pieces(layout, batch, &[], record.clone()));
+                }
             }
+            Some(recorded) = recording.next(), if !recording.is_empty() => recorded?,
         }
     }
     drop(fetches);
     while let Some(read) = reading.next().await {
         let (i, check) = read?;
         tally.checks[i] = Some(check);
+    }
+    while let Some(recorded) = recording.next().await {
+        recorded?;
     }
     let checks = tally
         .checks
@@ -80,22 +130,85 @@ pub(crate) async fn download(
     Ok(Downloaded { checks })
 }
 
-/// Creates every file of the layout in `dir` (and the archive directory, when there are
-/// archives), private, on the blocking pool.
+/// Complete objects of incomplete files not yet in the staging record.
+struct Pending {
+    pieces: Vec<usize>,
+    bytes: u64,
+    since: std::time::Instant,
+}
+
+impl Default for Pending {
+    fn default() -> Pending {
+        Pending {
+            pieces: Vec::new(),
+            bytes: 0,
+            since: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Pending {
+    fn add(&mut self, piece: usize, len: u64) {
+        if self.pieces.is_empty() {
+            self.since = std::time::Instant::now();
+        }
+        self.pieces.push(piece);
+        self.bytes += len;
+    }
+}
+
+/// Fsyncs the files of `pieces` (when `files` is given: a file complete was fsynced by its
+/// read-back already) and then records the pieces, on the blocking pool.
+async fn record_pieces(
+    layout: &Layout,
+    pieces: Vec<usize>,
+    files: &[Arc<File>],
+    record: Arc<std::sync::Mutex<Record>>,
+) -> Result<(), RestoreError> {
+    let mut to_sync: Vec<(Arc<File>, PathBuf)> = Vec::new();
+    if !files.is_empty() {
+        let mut seen = HashSet::new();
+        for p in &pieces {
+            let f = layout.pieces[*p].file;
+            if seen.insert(f) {
+                to_sync.push((files[f].clone(), layout.files[f].clone()));
+            }
+        }
+    }
+    let lines: Vec<(usize, String)> = pieces
+        .into_iter()
+        .map(|p| (p, layout.pieces[p].key.clone()))
+        .collect();
+    blocking(move || {
+        for (file, rel) in &to_sync {
+            file.sync_data().map_err(io(rel))?;
+        }
+        record
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(lines)
+    })
+    .await
+}
+
+/// Creates (or, resumed, opens) every file of the layout in `dir` (and the archive directory,
+/// when there are archives), private, on the blocking pool.
 async fn create_files(dir: &Path, layout: &Layout) -> Result<Vec<Arc<File>>, RestoreError> {
     let root = dir.to_path_buf();
     let rels = layout.files.clone();
     let has_archives = layout.has_archives;
     blocking(move || {
-        if has_archives {
-            create_private_dir(&root.join(ARCHIVE_DIR))?;
+        let archives = root.join(ARCHIVE_DIR);
+        if has_archives && !archives.is_dir() {
+            create_private_dir(&archives)?;
         }
         rels.iter()
             .map(|rel| {
                 let p = root.join(rel);
                 // Readable too: a decoding that runs ahead of its reader reads back what
-                // it wrote (`super::decode`, "Memory").
-                create_private_file(&p).map(Arc::new).map_err(io(&p))
+                // it wrote (`super::decode`, "Memory"). Not truncated: a resumed restore
+                // keeps the objects an earlier run completed in it.
+                open_private_file(&p).map(Arc::new).map_err(io(&p))
             })
             .collect()
     })
@@ -105,9 +218,12 @@ async fn create_files(dir: &Path, layout: &Layout) -> Result<Vec<Arc<File>>, Res
 /// The chunks the pieces are fetched in, each numbered within its piece: one for an encoded
 /// piece (ranges fetched and decoded in order: `decode_piece`) and for one held in memory
 /// already, else one per range.
-fn chunks_of(layout: &Layout, cached: &HashMap<String, Bytes>) -> Vec<Chunk> {
+fn chunks_of(layout: &Layout, cached: &HashMap<String, Bytes>, kept: &Kept) -> Vec<Chunk> {
     let mut chunks = Vec::new();
     for (p, piece) in layout.pieces.iter().enumerate() {
+        if kept.pieces[p] {
+            continue;
+        }
         if piece.encoded.is_some() || cached.contains_key(&piece.key) {
             chunks.push(Chunk {
                 piece: p,
@@ -183,24 +299,31 @@ struct Tally {
     hashers: Vec<Vec<Option<crc32fast::Hasher>>>,
     /// Pieces of each file not yet complete.
     file_left: Vec<usize>,
+    /// Pieces of each file in all.
+    file_pieces: Vec<usize>,
     checks: Vec<Option<FileCheck>>,
 }
 
 impl Tally {
-    /// Nothing fetched yet of `chunks`.
-    fn new(layout: &Layout, chunks: &[Chunk]) -> Tally {
+    /// Nothing fetched yet of `chunks`; the pieces `kept` complete already.
+    fn new(layout: &Layout, chunks: &[Chunk], kept: &Kept) -> Tally {
         let mut remaining = vec![0usize; layout.pieces.len()];
         for c in chunks {
             remaining[c.piece] += 1;
         }
         let mut file_left = vec![0usize; layout.files.len()];
-        for piece in &layout.pieces {
-            file_left[piece.file] += 1;
+        let mut file_pieces = vec![0usize; layout.files.len()];
+        for (p, piece) in layout.pieces.iter().enumerate() {
+            file_pieces[piece.file] += 1;
+            if !kept.pieces[p] {
+                file_left[piece.file] += 1;
+            }
         }
         Tally {
             hashers: remaining.iter().map(|n| vec![None; *n]).collect(),
             remaining,
             file_left,
+            file_pieces,
             checks: vec![None; layout.files.len()],
         }
     }
@@ -213,13 +336,13 @@ impl Tally {
             .pieces
             .iter()
             .zip(&self.remaining)
-            .map(|(piece, n)| *n == 1 && self.file_left[piece.file] == 1 && piece.offset == 0)
+            .map(|(piece, n)| *n == 1 && self.file_pieces[piece.file] == 1 && piece.offset == 0)
             .collect()
     }
 
     /// Records chunk `c` fetched. Its piece complete, checks the piece's CRC (a decoded piece
-    /// was checked by its decoder); returns its file's index when that was the file's last
-    /// piece.
+    /// was checked by its decoder) and returns the piece's index (`file_left` then says
+    /// whether it was its file's last).
     fn chunk_done(
         &mut self,
         layout: &Layout,
@@ -250,7 +373,7 @@ impl Tally {
             });
         }
         self.file_left[piece.file] -= 1;
-        Ok((self.file_left[piece.file] == 0).then_some(piece.file))
+        Ok(Some(c.piece))
     }
 }
 
