@@ -632,6 +632,7 @@ fn diff(before: &FaultCounts, after: &FaultCounts) -> FaultCounts {
         dropped: after.dropped - before.dropped,
         delayed: after.delayed - before.delayed,
         upstream_errors: after.upstream_errors - before.upstream_errors,
+        answered_bytes: after.answered_bytes - before.answered_bytes,
         refused_down: after.refused_down - before.refused_down,
     }
 }

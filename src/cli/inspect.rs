@@ -170,12 +170,13 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         allow_partial: a.allow_partial,
         ..RestoreOptions::default()
     };
-    let lines = (a.progress == ProgressMode::Json).then(|| json_lines(&opts.tracker));
-    let restored = restore::restore(bucket.as_ref(), &a.to, &opts).await;
-    if let Some(lines) = lines {
-        lines.abort();
-        json_line(&opts.tracker);
-    }
+    let restoring = restore::restore(bucket.as_ref(), &a.to, &opts);
+    let restored = match a.progress {
+        ProgressMode::Json => {
+            restore::progress::every_second(restoring, &opts.tracker, json_line).await
+        }
+        _ => restoring.await,
+    };
     let report = match restored {
         Err(restore::RestoreError::Partial {
             commit_seq,
@@ -191,21 +192,9 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints the restore's progress as one JSON line on stderr every second, until aborted.
-fn json_lines(tracker: &restore::progress::Progress) -> tokio::task::JoinHandle<()> {
-    let tracker = tracker.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            json_line(&tracker);
-        }
-    })
-}
-
-/// One line of `--progress json`.
-fn json_line(tracker: &restore::progress::Progress) {
-    if let Ok(line) = serde_json::to_string(&tracker.line()) {
+/// One line of `--progress json` on stderr.
+fn json_line(line: &restore::progress::ProgressLine) {
+    if let Ok(line) = serde_json::to_string(line) {
         eprintln!("{line}");
     }
 }

@@ -72,9 +72,20 @@
 //!
 //! # Crash story
 //! A process that dies mid-restore leaves only its temporary directory
-//! `.<target name>.restore-<uuid>` beside the target, never a partial target. The next restore
-//! into the same target removes it (unless a restore still running holds its lock); deleting it
-//! by hand is always safe.
+//! `.<target name>.restore-<uuid>` beside the target, never a partial target. A resumable
+//! restore ([`RestoreOptions::resumable`]; the CLI's `restore` always is) keeps a durable
+//! record there of every object complete and checked ([`resume`]): the same restore run
+//! again continues it, fetching only what was not complete; it also keeps the directory when
+//! the bucket or the disk fails mid-way. Any other restore into the same target (another
+//! prefix, restore point, commit or key set, or `--fresh`) discards it, naming it and why in
+//! the log; a restore still running holds its lock and is left alone. Deleting it by hand is
+//! always safe.
+//!
+//! # Progress and prediction
+//! [`RestoreOptions::tracker`] is the restore's counters ([`progress`]): the terminal bar,
+//! `restore --progress json` and a drill's activity in health read it. Before the download the
+//! restore predicts its own time from the manifests ([`predict`], at
+//! [`RestoreOptions::rates`]); the report carries the prediction and the measured seconds.
 //!
 //! # Limits
 //! The `--at` cut walks `wal.bin`'s frame headers and the read-back reads each file a chunk at
@@ -88,7 +99,6 @@ use std::io::IsTerminal;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -397,84 +407,32 @@ pub async fn restore(
             path: target.to_path_buf(),
             detail: format!("check failed: {e}"),
         })??;
-
-    let plan = choose(bucket, opts).await?;
-    if !plan.left_out.is_empty() && !opts.allow_partial {
-        return Err(RestoreError::Partial {
-            commit_seq: plan.commit_seq,
-            left_out: plan.left_out,
-        });
-    }
-    let mut layout = stage::layout(&plan)?;
-    // Every generation key before anything is staged: a missing or wrong key leaves nothing.
-    let m = &plan.manifest;
-    let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
-    opts.keys.open_all(bucket, entries).await?;
-    layout.keys = opts.keys.clone();
-    let shape = layout.shape(plan.cut.is_some());
-    let predicted_seconds = predict::predict(&shape, &opts.rates, opts.parallelism.max(1));
-    tracker.start(Some(predicted_seconds));
-    let identity = resume::Identity::of(&bucket.url(), &plan, &layout);
-    let t = target.clone();
-    let staging_layout = layout.clone();
-    let resume = opts.resumable.then_some(opts.fresh);
-    let staging = tokio::task::spawn_blocking(move || {
-        // Resolve again: the target may have changed while the plan was made.
-        stage::resolve_target(&t.path)?;
-        stage::open_staging(&t, &staging_layout, resume.map(|fresh| (&identity, fresh)))
-    })
-    .await
-    .map_err(|e| RestoreError::BadTarget {
-        path: target.path.clone(),
-        detail: format!("staging failed: {e}"),
-    })??;
-    let resumed = staging.kept.totals(&layout);
-    if let Some(detail) = space::space_problem(&target, &layout, resumed.0) {
-        if resumed.0 > 0 {
-            staging.temp.keep();
-        }
-        return Err(RestoreError::BadTarget {
-            path: target.path.clone(),
-            detail,
-        });
-    }
+    let Prepared {
+        plan,
+        layout,
+        predicted_seconds,
+        staging,
+        resumed,
+    } = prepare(bucket, &target, opts).await?;
     let parent = opts.adopt.then(|| ParentRecord {
         lineage: plan.manifest.lineage,
         manifest: plan.manifest_key.clone(),
         commit_seq: plan.manifest.commit_seq,
     });
     let new_lineage = opts.adopt.then(Uuid::new_v4);
-    tracing::info!(
-        manifest = %plan.manifest_key,
-        commit_seq = plan.commit_seq,
-        objects = layout.objects(),
-        bytes = layout.bytes(),
-        resumed_bytes = resumed.0,
-        predicted_seconds,
-        "restoring into {}",
-        target.path.display()
-    );
 
     let plan_seconds = started.elapsed().as_secs_f64();
     tracker.download(layout.bytes(), layout.objects() as u64, resumed);
-    let bar = progress_bar(opts.progress, tracker);
     let stage::Staging { temp, record, kept } = staging;
     let into = stage::Into {
         dir: temp.path(),
         kept: &kept,
         record: record.map(|r| std::sync::Arc::new(std::sync::Mutex::new(r))),
     };
-    let downloaded = stage::download(
-        bucket,
-        into,
-        &layout,
-        &plan.cached,
-        opts.parallelism.max(1),
-        tracker,
-    )
-    .await;
-    drop(bar);
-    let downloaded = match downloaded {
+    let parallelism = opts.parallelism.max(1);
+    let download = stage::download(bucket, into, &layout, &plan.cached, parallelism, tracker);
+    let bar = opts.progress && std::io::stderr().is_terminal();
+    let downloaded = match progress::drawing(download, bar.then_some(tracker)).await {
         Ok(d) => d,
         // The bucket or the disk failed: what is complete is worth keeping for a rerun.
         Err(e @ (RestoreError::Bucket(_) | RestoreError::Io { .. })) if opts.resumable => {
@@ -486,7 +444,6 @@ pub async fn restore(
     let download_seconds = started.elapsed().as_secs_f64() - plan_seconds;
     tracker.set_phase(progress::Phase::Finish);
 
-    let extended_segments = layout_extension_count(&plan);
     let line = tracker.line();
     let mut report = RestoreReport {
         commit_seq: plan.commit_seq,
@@ -504,7 +461,7 @@ pub async fn restore(
         finish_seconds: 0.0,
         predicted_seconds,
         predicted_calibrated: opts.rates.calibrated,
-        extended_segments,
+        extended_segments: layout_extension_count(&plan),
         parent: parent.clone(),
         new_lineage,
         warnings: plan.warnings.clone(),
@@ -531,6 +488,83 @@ pub async fn restore(
     Ok(report)
 }
 
+/// A restore planned and staged, before its download.
+struct Prepared {
+    plan: plan::Plan,
+    layout: stage::Layout,
+    predicted_seconds: f64,
+    staging: stage::Staging,
+    /// Bytes and objects an earlier run left complete.
+    resumed: (u64, u64),
+}
+
+/// Chooses the restore point, opens every key it needs, predicts its time, and opens its
+/// staging (continuing an interrupted run's when resumable); refuses a plan that leaves
+/// listed data out, or that the target's disk cannot hold.
+async fn prepare(
+    bucket: &dyn Bucket,
+    target: &stage::Target,
+    opts: &RestoreOptions,
+) -> Result<Prepared, RestoreError> {
+    let plan = choose(bucket, opts).await?;
+    if !plan.left_out.is_empty() && !opts.allow_partial {
+        return Err(RestoreError::Partial {
+            commit_seq: plan.commit_seq,
+            left_out: plan.left_out,
+        });
+    }
+    let mut layout = stage::layout(&plan)?;
+    // Every generation key before anything is staged: a missing or wrong key leaves nothing.
+    let m = &plan.manifest;
+    let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
+    opts.keys.open_all(bucket, entries).await?;
+    layout.keys = opts.keys.clone();
+    let shape = layout.shape(plan.cut.is_some());
+    let predicted_seconds = predict::predict(&shape, &opts.rates, opts.parallelism.max(1));
+    opts.tracker.start(Some(predicted_seconds));
+    let identity = resume::Identity::of(&bucket.url(), &plan, layout.describe());
+    let t = target.clone();
+    let staging_layout = layout.clone();
+    let resume = opts.resumable.then_some(opts.fresh);
+    let staging = tokio::task::spawn_blocking(move || {
+        // Resolve again: the target may have changed while the plan was made.
+        stage::resolve_target(&t.path)?;
+        stage::open_staging(&t, &staging_layout, resume.map(|fresh| (&identity, fresh)))
+    })
+    .await
+    .map_err(|e| RestoreError::BadTarget {
+        path: target.path.clone(),
+        detail: format!("staging failed: {e}"),
+    })??;
+    let resumed = staging.kept.totals(layout.piece_lens());
+    if let Some(detail) = space::space_problem(target, &layout, resumed.0) {
+        if resumed.0 > 0 {
+            staging.temp.keep();
+        }
+        return Err(RestoreError::BadTarget {
+            path: target.path.clone(),
+            detail,
+        });
+    }
+    tracing::info!(
+        manifest = %plan.manifest_key,
+        commit_seq = plan.commit_seq,
+        objects = layout.objects(),
+        bytes = layout.bytes(),
+        resumed_bytes = resumed.0,
+        predicted_seconds,
+        "restoring into {}",
+        target.path.display()
+    );
+    Ok(Prepared {
+        plan,
+        layout,
+        predicted_seconds,
+        staging,
+        resumed,
+    })
+}
+
 /// Extension segments the restore uses (with `--at`, only those up to N).
 fn layout_extension_count(plan: &plan::Plan) -> usize {
     let mut seq = plan.manifest.commit_seq;
@@ -543,47 +577,4 @@ fn layout_extension_count(plan: &plan::Plan) -> usize {
         n += 1;
     }
     n
-}
-
-/// The terminal bar of a restore (when wanted and stderr is a terminal), drawn from its
-/// counters five times a second until dropped.
-fn progress_bar(wanted: bool, tracker: &progress::Progress) -> Option<BarTask> {
-    if !wanted || !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let style = ProgressStyle::with_template(
-        "restoring [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-    )
-    .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let tracker = tracker.clone();
-    let line = tracker.line();
-    let bar = ProgressBar::new(line.bytes_total).with_style(style.progress_chars("=> "));
-    bar.set_position(line.resumed_bytes);
-    bar.reset_eta();
-    Some(BarTask(tokio::spawn(async move {
-        let _clear = ClearOnDrop(bar.clone());
-        loop {
-            bar.set_position(tracker.line().bytes_done);
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    })))
-}
-
-/// The bar's drawing task, stopped when dropped (the download ended, or the restore's future
-/// was dropped).
-struct BarTask(tokio::task::JoinHandle<()>);
-
-impl Drop for BarTask {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// Clears the bar when its drawing task ends (aborted with the restore's end).
-struct ClearOnDrop(ProgressBar);
-
-impl Drop for ClearOnDrop {
-    fn drop(&mut self) {
-        self.0.finish_and_clear();
-    }
 }

@@ -103,10 +103,11 @@ impl Progress {
     /// The restore began (its planning); the first call counts.
     pub fn start(&self, predicted_seconds: Option<f64>) {
         let _ = self.0.started.set(Instant::now());
-        if let Some(p) = predicted_seconds.filter(|p| p.is_finite() && *p > 0.0) {
-            self.0
-                .predicted_ms
-                .store((p * 1000.0).round() as u64, Ordering::Relaxed);
+        let ms = predicted_seconds
+            .and_then(|p| std::time::Duration::try_from_secs_f64(p).ok())
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if let Some(ms) = ms {
+            self.0.predicted_ms.store(ms, Ordering::Relaxed);
         }
     }
 
@@ -182,6 +183,60 @@ impl Progress {
             eta_seconds,
         }
     }
+}
+
+/// Runs `work`, drawing the terminal bar of `tracker` five times a second meanwhile when
+/// there is one (the caller decides: stderr a terminal and a bar wanted); the bar is cleared
+/// when `work` ends.
+pub async fn drawing<T>(
+    work: impl std::future::Future<Output = T>,
+    tracker: Option<&Progress>,
+) -> T {
+    let Some(tracker) = tracker else {
+        return work.await;
+    };
+    let style = indicatif::ProgressStyle::with_template(
+        "restoring [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let line = tracker.line();
+    let bar = indicatif::ProgressBar::new(line.bytes_total).with_style(style.progress_chars("=> "));
+    bar.set_position(line.resumed_bytes);
+    bar.reset_eta();
+    let draw = async {
+        loop {
+            bar.set_position(tracker.line().bytes_done);
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    let out = tokio::select! {
+        out = work => out,
+        never = draw => never,
+    };
+    bar.finish_and_clear();
+    out
+}
+
+/// Runs `work`, printing a line of `tracker` (`line(&ProgressLine)`) every second meanwhile
+/// and once more at its end: `restore --progress json`.
+pub async fn every_second<T>(
+    work: impl std::future::Future<Output = T>,
+    tracker: &Progress,
+    line: impl Fn(&ProgressLine),
+) -> T {
+    let tick = async {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            every.tick().await;
+            line(&tracker.line());
+        }
+    };
+    let out = tokio::select! {
+        out = work => out,
+        never = tick => never,
+    };
+    line(&tracker.line());
+    out
 }
 
 #[cfg(test)]

@@ -42,7 +42,6 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::plan::Plan;
-use super::stage::Layout;
 use super::{RestoreError, io};
 
 /// The staging record's name inside a temporary restore directory.
@@ -60,9 +59,15 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    pub fn of(source: &str, plan: &Plan, layout: &Layout) -> Identity {
+    /// The identity of a restore of `plan` from `source` whose layout is `described` (each
+    /// object's file and its description, in order: `stage::Layout::describe`).
+    pub fn of(
+        source: &str,
+        plan: &Plan,
+        described: impl Iterator<Item = (String, String)>,
+    ) -> Identity {
         let mut h = Sha256::new();
-        for (file, piece) in layout.describe() {
+        for (file, piece) in described {
             h.update(format!("{file}\0{piece}\n").as_bytes());
         }
         Identity {
@@ -145,11 +150,11 @@ impl Kept {
         }
     }
 
-    /// Bytes and objects kept.
-    pub fn totals(&self, layout: &Layout) -> (u64, u64) {
+    /// Bytes and objects kept, of objects of lengths `lens` (in the layout's order).
+    pub fn totals(&self, lens: impl Iterator<Item = u64>) -> (u64, u64) {
         let mut bytes = 0;
         let mut objects = 0;
-        for (i, len) in layout.piece_lens().enumerate() {
+        for (i, len) in lens.enumerate() {
             if self.pieces[i] {
                 bytes += len;
                 objects += 1;
@@ -172,7 +177,15 @@ impl Record {
     pub fn create(dir: &Path, identity: &Identity) -> Result<Record, RestoreError> {
         let path = dir.join(RECORD_NAME);
         let json = serde_json::to_string(identity).map_err(|e| io(&path)(e.into()))?;
-        let mut file = super::stage::create_private_file(&path).map_err(io(&path))?;
+        let mut file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(io(&path))?
+        };
         file.write_all(line(&json).as_bytes())
             .and_then(|()| file.sync_all())
             .map_err(io(&path))?;
@@ -186,10 +199,11 @@ impl Record {
 
     /// Reads the record in `dir` and continues it if it names `identity`: what it keeps, or
     /// why the directory cannot be continued.
+    /// `keys`: the layout's objects' keys, in order.
     pub fn resume(
         dir: &Path,
         identity: &Identity,
-        layout: &Layout,
+        keys: &[&str],
     ) -> Result<(Record, Kept), String> {
         let path = dir.join(RECORD_NAME);
         let mut file = match OpenOptions::new().read(true).write(true).open(&path) {
@@ -211,7 +225,6 @@ impl Record {
         if theirs != *identity {
             return Err(theirs.differs(identity));
         }
-        let keys: Vec<&str> = layout.piece_keys().collect();
         let mut kept = Kept::none(keys.len());
         for l in &lines[1..] {
             let p: PieceLine = serde_json::from_str(l)

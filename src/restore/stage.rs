@@ -17,14 +17,15 @@
 //! failure fails the restore before anything is renamed. An `--at` cut truncates `wal.bin`
 //! after that and fsyncs it again; the files `adopt` writes are written durably;
 //! [`finish`] then fsyncs `archive/`, the store directory, and after the rename its parent.
-//! A crash at any point leaves only the temporary directory (removed by the next restore).
+//! A crash at any point leaves only the temporary directory: continued by the next run of
+//! the same resumable restore (`super::resume`), removed by any other.
 //!
 //! The temporary directory is `.<name>.restore-<uuid>` in the target's parent (same file
 //! system, so the final rename is atomic). It holds `.restore.lock`, `flock`ed for as long as
-//! its restore runs, so that the clean-up of leftovers (`remove_stale`, run by every restore
-//! into the same target) never removes the directory of a restore that is still running. The
-//! lock file is removed just before the rename; the lock itself is released when the restore
-//! ends.
+//! its restore runs, so that the clean-up of leftovers (`open_staging`, run by every restore
+//! into the same target) never removes or continues the directory of a restore that is still
+//! running; and, for a resumable restore, `.restore.record` (`super::resume`). Both are
+//! removed just before the rename; the lock itself is released when the restore ends.
 //!
 //! # How objects are fetched
 //! An object up to [`WHOLE_OBJECT_MAX`] (64 MiB: every archive, snapshot and segment at the
@@ -102,7 +103,7 @@ fn create_private_dir(path: &Path) -> Result<(), RestoreError> {
 
 /// Creates (or truncates) the file `path`, new ones with [`FILE_MODE`]; opened read-write, since
 /// a decoding that runs ahead of its reader reads back what it wrote (`super::decode`).
-pub(super) fn create_private_file(path: &Path) -> std::io::Result<File> {
+fn create_private_file(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     fs::OpenOptions::new()
         .read(true)
@@ -276,14 +277,15 @@ pub(crate) fn open_staging(
         });
     };
     fs::create_dir_all(&target.parent).map_err(io(&target.parent))?;
+    let keys: Vec<&str> = layout.piece_keys().collect();
     let mut found = None;
     for (dir, lock) in leftovers(target)? {
         let why = match (fresh, &found) {
             (true, _) => "--fresh discards what earlier runs left".to_string(),
             (false, Some(_)) => "another staging directory of this restore is continued".into(),
-            (false, None) => match Record::resume(&dir, identity, layout) {
+            (false, None) => match Record::resume(&dir, identity, &keys) {
                 Ok((record, kept)) => {
-                    let (bytes, objects) = kept.totals(layout);
+                    let (bytes, objects) = kept.totals(layout.piece_lens());
                     tracing::info!(
                         "continuing the interrupted restore in {}: {objects} objects \
                          ({bytes} bytes) complete and checked are kept",

@@ -111,6 +111,9 @@ pub struct FaultCounts {
     pub upstream_errors: u64,
     /// Requests and connections hung up on while the proxy was down ([`FaultProxy::set_down`]).
     pub refused_down: u64,
+    /// Bytes of the bodies of the answers passed back to the client (what a client was sent,
+    /// counted at the server side of its connection).
+    pub answered_bytes: u64,
 }
 
 impl FaultCounts {
@@ -150,6 +153,7 @@ struct Shared {
     upstream_errors: AtomicU64,
     down: std::sync::atomic::AtomicBool,
     refused_down: AtomicU64,
+    answered_bytes: AtomicU64,
     /// While set ([`FaultProxy::set_hold`]): every request arriving is held this long, then
     /// forwarded and answered.
     hold: Mutex<Option<Duration>>,
@@ -239,6 +243,7 @@ impl FaultProxy {
             upstream_errors: AtomicU64::new(0),
             down: std::sync::atomic::AtomicBool::new(false),
             refused_down: AtomicU64::new(0),
+            answered_bytes: AtomicU64::new(0),
             hold: Mutex::new(None),
         });
         let listener = {
@@ -274,6 +279,7 @@ impl FaultProxy {
             delayed: load(&s.delayed),
             upstream_errors: load(&s.upstream_errors),
             refused_down: load(&s.refused_down),
+            answered_bytes: load(&s.answered_bytes),
         }
     }
 
@@ -404,6 +410,10 @@ async fn handle(
         hang_up.notify_one();
         return std::future::pending().await;
     }
+    let len = hyper::body::Body::size_hint(answer.body())
+        .exact()
+        .unwrap_or(0);
+    shared.answered_bytes.fetch_add(len, Ordering::SeqCst);
     Ok(answer)
 }
 
