@@ -118,6 +118,10 @@ pub struct DrillResult {
     pub finished_at_unix_ms: i64,
     /// When a drill of the store last succeeded (0: never), this one included.
     pub last_ok_at_unix_ms: i64,
+    /// The restore time predicted before the drill began (`crate::restore::predict`), ms; 0
+    /// when none was made (a drill recorded before predictions were).
+    #[serde(default)]
+    pub predicted_ms: u64,
 }
 
 /// A pause of a store's uploads: why, since and until when (milliseconds since the epoch).
@@ -662,6 +666,7 @@ mod tests {
             error: "gen/1/archive/3: CRC mismatch".into(),
             finished_at_unix_ms: 1_000,
             last_ok_at_unix_ms: 0,
+            predicted_ms: 4,
         };
         s.drill = Some(failed.clone());
         let h = evaluate(&s, Progress::default(), &p, "me");

@@ -171,6 +171,17 @@ static CASES: &[Case] = &[
         "options.drill_interval_ms must be 60000 (1 minute) to 2592000000 (30 days)",
     ),
     reg(
+        "rto_target_seconds over 30 days",
+        |r| r.options = options(|o| o.rto_target_seconds = 2_592_001),
+        "options.rto_target_seconds must be 1 to 2592000 (30 days), or 0 for no target \
+         (2592001 given)",
+    ),
+    reg(
+        "rto_target_seconds of u64::MAX",
+        |r| r.options = options(|o| o.rto_target_seconds = u64::MAX),
+        "options.rto_target_seconds must be 1 to 2592000 (30 days)",
+    ),
+    reg(
         "keep_for_ms of 2^63 (wraps negative as i64)",
         |r| r.options = options(|o| o.keep_for_ms = 1 << 63),
         KEEP_FOR_LIMIT,

@@ -276,6 +276,7 @@ mod suite {
             error: error.into(),
             finished_at_unix_ms: at,
             last_ok_at_unix_ms: if ok { at } else { 0 },
+            predicted_ms: 987,
         };
         assert!(reg.drills().await.unwrap().is_empty());
         assert!(
@@ -559,7 +560,8 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             (6, true),
             (7, true),
             (8, true),
-            (9, true)
+            (9, true),
+            (10, true)
         ]
     );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")

@@ -470,9 +470,12 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
         error: String::new(),
         finished_at_unix_ms: 1_800_000_000_000,
         last_ok_at_unix_ms: 1_800_000_000_000,
+        predicted_ms: 1400,
     });
     record_store("store-a", "a", &drilled, &a);
     record_store("store-b", "b", &health(false, 0.0, false, "other@db7"), &b);
+    mushroom_backup::service::store_metrics::record_rto("store-a", 12.5, 40.0, Some(30));
+    mushroom_backup::service::store_metrics::record_rto("store-b", 0.0, 0.0, Some(30));
     telemetry::record_fleet(2, 1);
     let bucket = MeteredBucket::new(Arc::new(MemBucket::new()));
     bucket
@@ -512,6 +515,21 @@ async fn metrics_are_served_on_port_0_as_prometheus_text() {
             "store-a"
         ),
         Some(1_800_000_000.0)
+    );
+    let rto = |id: &str, point: &str| {
+        let name = "mushroom_backup_predicted_rto_seconds";
+        value(&families, name, name, &[("store_id", id), ("point", point)])
+    };
+    assert_eq!(rto("store-a", "latest"), Some(12.5));
+    assert_eq!(rto("store-a", "worst"), Some(40.0));
+    assert_eq!(
+        rto("store-b", "latest"),
+        None,
+        "no prediction before a restore point"
+    );
+    assert_eq!(
+        g("mushroom_backup_rto_target_seconds", "store-a"),
+        Some(30.0)
     );
     assert_eq!(
         g("mushroom_backup_store_last_drill_ok", "store-b"),

@@ -11,13 +11,14 @@ use crate::store::disk::{ARCHIVE_DIR, SNAPSHOT_FILE, WAL_FILE, archive_name};
 use crate::store::format::CHECK_CHUNK;
 
 /// `Err(why)`, naming the object or file, when the store at `dir` is not what the manifest of
-/// `report` promises.
+/// `report` promises; the manifest when it is (read for the check, so the drill's prediction
+/// is calibrated from it without another request).
 pub(super) async fn against_manifest(
     bucket: &dyn Bucket,
     dir: &Path,
     report: &RestoreReport,
     at: Option<u64>,
-) -> Result<(), String> {
+) -> Result<Manifest, String> {
     let key = &report.manifest_key;
     let object = bucket
         .get(key)
@@ -33,9 +34,11 @@ pub(super) async fn against_manifest(
     }
     let dir = dir.to_path_buf();
     let key = key.clone();
-    tokio::task::spawn_blocking(move || files(&dir, &key, &manifest, expected, at.is_none()))
-        .await
-        .map_err(|e| format!("the drill's check failed: {e}"))?
+    tokio::task::spawn_blocking(move || {
+        files(&dir, &key, &manifest, expected, at.is_none()).map(|()| manifest)
+    })
+    .await
+    .map_err(|e| format!("the drill's check failed: {e}"))?
 }
 
 fn files(

@@ -52,7 +52,7 @@ use crate::restore::{self, RestoreError, RestoreOptions};
 mod check;
 
 /// What a drill found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Drilled {
     /// `None`: the restore point restored and matched its manifest. `Some`: why not, naming
     /// the object or file.
@@ -67,6 +67,21 @@ pub struct Drilled {
     pub restore_time: Duration,
     /// Bytes of the objects restored (as stored).
     pub bytes: u64,
+    /// The restore's own report (timings, prediction) when it restored, for calibration
+    /// (`crate::restore::predict`).
+    pub report: Option<crate::restore::RestoreReport>,
+    /// What the restore moved, from the manifest the check read (`None` when it cannot be
+    /// told from it alone).
+    pub shape: Option<crate::restore::predict::Shape>,
+}
+
+/// How a drill restores: the keys, the rates its prediction is made at, and the counters a
+/// caller watches it by (`crate::restore::progress`).
+#[derive(Debug, Clone, Default)]
+pub struct DrillOptions {
+    pub keys: crate::restore::keys::RestoreKeys,
+    pub rates: crate::restore::predict::Rates,
+    pub tracker: crate::restore::progress::Progress,
 }
 
 /// Why there was nothing to drill.
@@ -119,7 +134,7 @@ pub async fn drill(
     scratch_root: &Path,
     label: &str,
     at: Option<u64>,
-    keys: crate::restore::keys::RestoreKeys,
+    how: DrillOptions,
 ) -> Result<Drilled, DrillError> {
     let scratch = Scratch::create(scratch_root, label)?;
     let target = scratch.path.join("store");
@@ -127,7 +142,9 @@ pub async fn drill(
         at,
         // The restore point itself, exactly what its manifest promises.
         restore_point_only: at.is_none(),
-        keys,
+        keys: how.keys,
+        rates: how.rates,
+        tracker: how.tracker,
         ..RestoreOptions::default()
     };
     let started = Instant::now();
@@ -158,18 +175,31 @@ pub async fn drill(
                 manifest_key,
                 restore_time,
                 bytes: 0,
+                report: None,
+                shape: None,
             });
         }
     };
-    let failure = check::against_manifest(bucket, &target, &report, at)
-        .await
-        .err();
+    let (failure, shape) = match check::against_manifest(bucket, &target, &report, at).await {
+        // The shape restored, when the manifest alone says it (not an `--at` drill that
+        // read segments past it).
+        Ok(m) => {
+            let shape = crate::restore::predict::Shape::of_manifest(&m, &[], at.is_some());
+            (
+                None,
+                (shape.objects == report.objects as u64).then_some(shape),
+            )
+        }
+        Err(why) => (Some(why), None),
+    };
     Ok(Drilled {
+        shape,
         failure,
         commit_seq: report.commit_seq,
-        manifest_key: report.manifest_key,
+        manifest_key: report.manifest_key.clone(),
         restore_time,
         bytes: report.bytes,
+        report: Some(report),
     })
 }
 

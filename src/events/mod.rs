@@ -332,30 +332,41 @@ impl Bus {
 
     /// Publishes that a restore drill of `store_id` ended: `ok`, the commit it restored, how
     /// long it took and how many bytes it restored; `error` says why it failed (empty if ok).
-    pub fn drill_finished(
-        &self,
-        store_id: &str,
-        ok: bool,
-        commit_seq: u64,
-        duration_ms: u64,
-        bytes: u64,
-        error: &str,
-    ) {
-        let detail = if ok {
-            format!("drill restored commit {commit_seq} ({bytes} bytes) in {duration_ms} ms")
-        } else {
-            format!("drill failed: {error}")
+    pub fn drill_finished(&self, store_id: &str, d: &DrillOutcome<'_>) {
+        let detail = match (d.ok, d.predicted_ms) {
+            (true, 0) => format!(
+                "drill restored commit {} ({} bytes) in {} ms",
+                d.commit_seq, d.bytes, d.duration_ms
+            ),
+            (true, p) => format!(
+                "drill restored commit {} ({} bytes) in {} ms (predicted {p} ms)",
+                d.commit_seq, d.bytes, d.duration_ms
+            ),
+            (false, _) => format!("drill failed: {}", d.error),
         };
         self.publish(
             NewEvent::new(EventKind::DrillFinished, store_id, detail).with(Facts {
-                ok: Some(ok),
-                commit_seq: Some(commit_seq),
-                duration_ms: Some(duration_ms),
-                bytes: Some(bytes),
+                ok: Some(d.ok),
+                commit_seq: Some(d.commit_seq),
+                duration_ms: Some(d.duration_ms),
+                bytes: Some(d.bytes),
                 ..Facts::default()
             }),
         );
     }
+}
+
+/// A restore drill's outcome, as [`Bus::drill_finished`] publishes it.
+#[derive(Debug, Clone, Copy)]
+pub struct DrillOutcome<'a> {
+    pub ok: bool,
+    pub commit_seq: u64,
+    /// Measured, and predicted before the drill began (0: none made).
+    pub duration_ms: u64,
+    pub predicted_ms: u64,
+    pub bytes: u64,
+    /// Why it failed; empty if ok.
+    pub error: &'a str,
 }
 
 /// What a watcher reads next.
@@ -414,16 +425,9 @@ impl Emitter {
     }
 
     /// [`Bus::drill_finished`] for this emitter's store.
-    pub fn drill_finished(
-        &self,
-        ok: bool,
-        commit_seq: u64,
-        duration_ms: u64,
-        bytes: u64,
-        error: &str,
-    ) {
+    pub fn drill_finished(&self, d: &DrillOutcome<'_>) {
         if let Some(bus) = &self.bus {
-            bus.drill_finished(&self.store_id, ok, commit_seq, duration_ms, bytes, error);
+            bus.drill_finished(&self.store_id, d);
         }
     }
 }

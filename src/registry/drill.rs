@@ -26,17 +26,19 @@ impl Registry {
         drill: &DrillResult,
     ) -> Result<bool, RegistryError> {
         const SQL: &str = "INSERT INTO store_drills (store_id, ok, commit_seq, manifest_key, \
-                           duration_ms, bytes, error, finished_at_ms, last_ok_at_ms) \
+                           duration_ms, bytes, error, finished_at_ms, last_ok_at_ms, predicted_ms) \
                            SELECT CAST($1 AS TEXT), CAST($2 AS BOOLEAN), CAST($3 AS BIGINT), \
                            CAST($4 AS TEXT), CAST($5 AS BIGINT), CAST($6 AS BIGINT), \
-                           CAST($7 AS TEXT), CAST($8 AS BIGINT), CAST($9 AS BIGINT) \
+                           CAST($7 AS TEXT), CAST($8 AS BIGINT), CAST($9 AS BIGINT), \
+                           CAST($10 AS BIGINT) \
                            WHERE EXISTS (SELECT 1 FROM stores WHERE store_id = $1) \
                            ON CONFLICT (store_id) DO UPDATE SET \
                            ok = excluded.ok, commit_seq = excluded.commit_seq, \
                            manifest_key = excluded.manifest_key, \
                            duration_ms = excluded.duration_ms, bytes = excluded.bytes, \
                            error = excluded.error, finished_at_ms = excluded.finished_at_ms, \
-                           last_ok_at_ms = excluded.last_ok_at_ms";
+                           last_ok_at_ms = excluded.last_ok_at_ms, \
+                           predicted_ms = excluded.predicted_ms";
         with_pool!(self, |pool| {
             sqlx::query(SQL)
                 .bind(store_id)
@@ -48,6 +50,7 @@ impl Registry {
                 .bind(&drill.error)
                 .bind(drill.finished_at_unix_ms)
                 .bind(drill.last_ok_at_unix_ms)
+                .bind(i64_of(drill.predicted_ms))
                 .execute(pool)
                 .await
                 .map(|r| r.rows_affected() > 0)
@@ -58,7 +61,7 @@ impl Registry {
     /// Every store's last drill, by `store_id` (read once when the service starts).
     pub async fn drills(&self) -> Result<BTreeMap<String, DrillResult>, RegistryError> {
         const SQL: &str = "SELECT store_id, ok, commit_seq, manifest_key, duration_ms, bytes, \
-                           error, finished_at_ms, last_ok_at_ms FROM store_drills";
+                           error, finished_at_ms, last_ok_at_ms, predicted_ms FROM store_drills";
         with_pool!(self, |pool| {
             let rows = sqlx::query(SQL).fetch_all(pool).await;
             rows.map_err(|e| self.err(e))?
@@ -73,7 +76,7 @@ impl Registry {
     /// service runs, `service::fleet::hosting`).
     pub async fn drill(&self, store_id: &str) -> Result<Option<DrillResult>, RegistryError> {
         const SQL: &str = "SELECT ok, commit_seq, manifest_key, duration_ms, bytes, error, \
-                           finished_at_ms, last_ok_at_ms FROM store_drills WHERE store_id = $1";
+                           finished_at_ms, last_ok_at_ms, predicted_ms FROM store_drills WHERE store_id = $1";
         with_pool!(self, |pool| {
             let row = sqlx::query(SQL).bind(store_id).fetch_optional(pool).await;
             row.and_then(|r| r.as_ref().map(drill_from_row).transpose())
@@ -98,5 +101,6 @@ where
         error: r.try_get("error")?,
         finished_at_unix_ms: r.try_get("finished_at_ms")?,
         last_ok_at_unix_ms: r.try_get("last_ok_at_ms")?,
+        predicted_ms: u64_of(r.try_get("predicted_ms")?),
     })
 }

@@ -33,6 +33,8 @@
 //!   Resume and with their store (`ON DELETE CASCADE`).
 //! - `store_drills`: each store's last restore drill ([`crate::health::DrillResult`]), replaced by the next,
 //!   deleted with its store.
+//! - `restore_rates`: the restore rates measured per destination endpoint (`rates.rs`), and
+//!   `store_drills.predicted_ms`, each drill's prediction made before it.
 //! - `events`: the fleet's event log, in one order of positions, pruned by age and count
 //!   (`events.rs`); `webhook_cursors`: how far each webhook was delivered, and by whom
 //!   (`webhook_cursor.rs`).
@@ -285,6 +287,8 @@ mod report;
 pub use report::StoreReport;
 mod events;
 pub use events::{EventRow, EventSpan, LoggedEvent};
+mod rates;
+pub use rates::KeptRates;
 mod store_options;
 mod webhook_cursor;
 

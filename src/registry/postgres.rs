@@ -70,6 +70,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "events",
         include_str!("../../migrations/postgres/0009_events.sql"),
     ),
+    (
+        10,
+        "restore rates",
+        include_str!("../../migrations/postgres/0010_restore_rates.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

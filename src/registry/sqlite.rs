@@ -73,6 +73,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "events",
         include_str!("../../migrations/sqlite/0009_events.sql"),
     ),
+    (
+        10,
+        "restore rates",
+        include_str!("../../migrations/sqlite/0010_restore_rates.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

@@ -142,6 +142,12 @@ impl Progress {
         self.0.phase.store(v, Ordering::Relaxed);
     }
 
+    /// The prediction made before the restore began, once made.
+    pub fn predicted_seconds(&self) -> Option<f64> {
+        let ms = self.0.predicted_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| ms as f64 / 1000.0)
+    }
+
     /// The counters now.
     pub fn line(&self) -> ProgressLine {
         let i = &self.0;

@@ -23,6 +23,8 @@
 //! | `mushroom_backup_store_last_drill_success_timestamp_seconds` | gauge | unix seconds | when a drill of the store last succeeded (absent until one did) |
 //! | `mushroom_backup_store_last_drill_duration_seconds` | gauge | seconds | the last drill's measured restore time |
 //! | `mushroom_backup_store_last_drill_bytes` | gauge | bytes | bytes the last drill restored (as stored) |
+//! | `mushroom_backup_predicted_rto_seconds` | gauge, label `point` (`latest`, `worst`) | seconds | the predicted restore time of the newest / the worst retained restore point (`StoreHealth.predicted_rto_*`; absent until the worker knows a restore point) |
+//! | `mushroom_backup_rto_target_seconds` | gauge | seconds | the store's `rto_target_seconds` (absent when it has none) |
 //! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped`: store data as stored (compressed) |
 //! | `mushroom_backup_store_logical_bytes_total` | counter | bytes | the worker's `bytes_logical`: the plain bytes of the same objects |
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
@@ -76,6 +78,10 @@ pub const STORE_LAST_DRILL_SUCCESS_TIMESTAMP: &str =
     "mushroom_backup_store_last_drill_success_timestamp_seconds";
 pub const STORE_LAST_DRILL_DURATION: &str = "mushroom_backup_store_last_drill_duration_seconds";
 pub const STORE_LAST_DRILL_BYTES: &str = "mushroom_backup_store_last_drill_bytes";
+pub const PREDICTED_RTO: &str = "mushroom_backup_predicted_rto_seconds";
+pub const RTO_TARGET: &str = "mushroom_backup_rto_target_seconds";
+/// The label of [`PREDICTED_RTO`]: `latest` or `worst`.
+pub const POINT_LABEL: &str = "point";
 pub const STORE_SHIPPED_BYTES: &str = "mushroom_backup_store_shipped_bytes_total";
 pub const STORE_LOGICAL_BYTES: &str = "mushroom_backup_store_logical_bytes_total";
 pub const STORE_SHIPPED_OBJECTS: &str = "mushroom_backup_store_shipped_objects_total";
@@ -192,6 +198,16 @@ fn describe_store_drills() {
         STORE_LAST_DRILL_BYTES,
         Some(Unit::Bytes),
         "Bytes the store's last restore drill restored, as stored.",
+    );
+    g(
+        PREDICTED_RTO,
+        Some(Unit::Seconds),
+        "The predicted end-to-end restore time of the store's newest (point=latest) and worst retained (point=worst) restore point.",
+    );
+    g(
+        RTO_TARGET,
+        Some(Unit::Seconds),
+        "The store's rto_target_seconds option: the restore time it must stay under.",
     );
 }
 

@@ -166,6 +166,7 @@ pub mod retention_pass;
 mod runner;
 mod segment;
 mod settled;
+mod shapes;
 mod spawn;
 mod status;
 mod supervisor;
@@ -183,6 +184,7 @@ pub use generation::GENERATION_UPLOADS_IN_FLIGHT;
 pub use handle::{BackupHandle, BackupTrigger};
 pub use ledger::DurableReading;
 pub use retention::RetentionPolicy;
+pub use shapes::{KnownPoints, KnownShapes, PointSize};
 
 /// The backup worker of one store directory and one prefix.
 pub struct BackupWorker {
@@ -379,6 +381,9 @@ impl BackupWorker {
                 self.durable.offer(pos);
             }
             self.ledger.publish_figures(&self.durable);
+            if let Some(view) = &self.view {
+                shapes::publish(&self.ledger.counters().shapes, view);
+            }
         }
         self.activity.clear();
         result

@@ -119,4 +119,7 @@ pub struct BackupCounters {
     pub requests: Arc<crate::bucket::counting::RequestCounts>,
     /// A write-once prefix's holds of reused objects, and the last check (`hold.rs`).
     pub immutable: Arc<crate::bucket::write_once::HoldCounts>,
+    /// The restore points the worker knows and what restoring each moves (`shapes.rs`), for
+    /// health's predicted restore time.
+    pub shapes: Arc<super::shapes::KnownShapes>,
 }

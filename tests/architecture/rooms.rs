@@ -38,6 +38,7 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("shared_id", &[]),
     ("claim_renewal", &[]),
     ("record", &[]),
+    ("rto", &[]),
     // The roles a hosted store has beside its primary worker, and the promotion between them.
     ("replica", &["start", "options"]),
     ("standby", &["admission", "hosted", "options"]),

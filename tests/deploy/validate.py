@@ -87,6 +87,8 @@ STORE_METRICS = {
     "mushroom_backup_store_lease_held",
     "mushroom_backup_store_lease_held_elsewhere",
     "mushroom_backup_store_last_restore_point_timestamp_seconds",
+    "mushroom_backup_predicted_rto_seconds",
+    "mushroom_backup_rto_target_seconds",
 }
 HISTOGRAMS = {"mushroom_backup_bucket_request_duration_seconds"}
 OTHER_METRICS = {"mushroom_backup_bucket_requests_total", "mushroom_backup_stores", "mushroom_backup_stores_unhealthy"}

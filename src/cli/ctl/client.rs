@@ -40,6 +40,10 @@ pub(in crate::cli) struct StoreFlags {
     /// Requests a month; a projection over it is a health note.
     #[arg(long)]
     monthly_request_budget: Option<u64>,
+    /// The restore time the store must stay under, seconds (1 to 2592000; 0: none): a
+    /// predicted restore time over it is a health note and a metric.
+    #[arg(long)]
+    rto_target_seconds: Option<u64>,
     /// Retention tiers: the newest restore point of each of N newest days, weeks, months.
     #[arg(long)]
     keep_daily: Option<u64>,
@@ -92,6 +96,7 @@ impl StoreFlags {
             },
             drill_interval_ms: self.drill_interval_ms,
             monthly_request_budget: self.monthly_request_budget,
+            rto_target_seconds: self.rto_target_seconds,
             replica: self.replica.clone(),
             standby: None,
         };

@@ -13,6 +13,28 @@ pub(super) fn health_json(r: &proto::HealthResponse) -> Value {
 
 /// One store's health; its replica's (when it names one) under `replica`, in the same shape.
 fn store_health_json(s: &proto::StoreHealth) -> Value {
+    let mut v = store_state_json(s);
+    // Apart: one json! of every field passes the macro's recursion limit.
+    for (k, x) in [
+        ("activity", json!(s.activity)),
+        (
+            "drilling",
+            json!(s.drilling.as_ref().map(super::drill::drilling_json)),
+        ),
+        ("predicted_rto_seconds", json!(s.predicted_rto_seconds)),
+        (
+            "predicted_rto_worst_seconds",
+            json!(s.predicted_rto_worst_seconds),
+        ),
+        ("rto_calibrated", json!(s.rto_calibrated)),
+        ("rto_target_seconds", json!(s.rto_target_seconds)),
+    ] {
+        v[k] = x;
+    }
+    v
+}
+
+fn store_state_json(s: &proto::StoreHealth) -> Value {
     json!({
         "store_id": s.store_id,
         "store_dir": s.store_dir,
@@ -115,6 +137,7 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
             if !s.last_error.is_empty() {
                 line.push_str(&format!("\n  last error: {}", s.last_error));
             }
+            line.push_str(&super::drill::rto_text(s));
             if let Some(i) = &s.immutable {
                 line.push_str(&format!(
                     "\n  immutable: {} objects short of their lock date at {} ({} locks \
@@ -169,6 +192,7 @@ fn options_json(o: Option<proto::StoreOptions>) -> Value {
         "keep_monthly": o.keep_monthly,
         "drill_interval_ms": o.drill_interval_ms,
         "monthly_request_budget": o.monthly_request_budget,
+        "rto_target_seconds": o.rto_target_seconds,
         // The words of the one mapping (`store_options_proto`); a value this version does
         // not know shows as unset.
         "object_lock": store_options_proto::lock_of(o.object_lock)

@@ -391,6 +391,8 @@ impl BackupControl for Api {
             error: d.error,
             manifest_key: d.manifest_key,
             finished_at_unix_ms: d.finished_at_unix_ms,
+            predicted_seconds: d.predicted_ms as f64 / 1000.0,
+            seconds: d.duration_ms as f64 / 1000.0,
         }))
     }
 

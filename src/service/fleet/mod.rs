@@ -133,6 +133,8 @@ pub struct Fleet {
     /// cancelled only by [`Fleet::stop_tasks`], after the last flushes and lease releases
     /// (the shutdown token is cancelled before them: a worker flushes on it).
     buckets: bucket::Opener,
+    /// Restore rates per endpoint and the drills under way (`rto.rs`).
+    rto: rto::Rto,
 }
 
 // The admission's modules keep their paths (`fleet::limits`, …): the other rooms check
@@ -160,6 +162,7 @@ pub mod options;
 mod record;
 pub mod remote;
 mod replica;
+pub mod rto;
 mod standby;
 pub mod store_metrics;
 
@@ -208,6 +211,7 @@ impl Fleet {
             &tasks,
             buckets.clone(),
         );
+        let rto = rto::Rto::load(&registry).await;
         let fleet = Arc::new(Fleet {
             tasks,
             leases,
@@ -222,6 +226,7 @@ impl Fleet {
             events,
             hosting: tokio::sync::Mutex::new(()),
             buckets,
+            rto,
         });
         fleet.tasks.spawn(claim_renewal::keep_claim(fleet.clone()));
         let mine = fleet
@@ -247,6 +252,11 @@ impl Fleet {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// Restore rates per endpoint and the drills under way (`rto.rs`).
+    pub fn rto(&self) -> &rto::Rto {
+        &self.rto
     }
 
     /// Cancelled at shutdown: the fleet's long-lived tasks end on it.
@@ -567,10 +577,17 @@ impl Fleet {
             at_time_ms: at.time_ms,
             adopt: true,
             keys: self.restore_keys(),
+            rates: self.rto.rates(&checked.url),
+            parallelism: rto::PARALLELISM,
             ..RestoreOptions::default()
         };
         let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {
-            Ok(r) => r,
+            Ok(r) => {
+                self.rto
+                    .learn_restore(&self.registry, &checked.url, &r, &opts, &checked.dir)
+                    .await;
+                r
+            }
             Err(e) => {
                 let e = FleetError::Restore(e);
                 return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await);

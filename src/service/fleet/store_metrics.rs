@@ -160,6 +160,25 @@ pub fn record_store(store_id: &str, worker: &str, health: &StoreHealth, counters
     }
 }
 
+/// Records a store's predicted restore times (`point` `latest` and `worst`) and its target,
+/// when it has one. Nothing before the worker knows a restore point (a prediction of 0).
+pub fn record_rto(store_id: &str, latest: f64, worst: f64, target: Option<u64>) {
+    use crate::telemetry::metrics::{POINT_LABEL, PREDICTED_RTO, RTO_TARGET};
+    if !crate::telemetry::recording() || latest <= 0.0 {
+        return;
+    }
+    for (point, v) in [("latest", latest), ("worst", worst)] {
+        let labels = [
+            (STORE_ID_LABEL, store_id.to_string()),
+            (POINT_LABEL, point.to_string()),
+        ];
+        gauge!(PREDICTED_RTO, &labels).set(v);
+    }
+    if let Some(t) = target.filter(|t| *t > 0) {
+        gauge!(RTO_TARGET, &[(STORE_ID_LABEL, store_id.to_string())]).set(t as f64);
+    }
+}
+
 /// Forgets a deregistered store: its series disappear from `/metrics` (see the module docs).
 ///
 /// What [`record_store`] remembers of the store is kept, so a late record of the same worker

@@ -15,7 +15,10 @@
 //! - Its outcome is written to the registry (`store_drills`, `crate::health::DrillResult`),
 //!   then into the worker's record, so health shows it ([`crate::health`]: a failed drill
 //!   is unhealthy, naming the object, until a drill succeeds) and metrics export it, and a
-//!   `DrillFinished` event is published ([`run_one`]).
+//!   `DrillFinished` event is published ([`run_one`]). The outcome carries the restore time
+//!   predicted before the drill began (`predicted_ms`, at the rates kept for the destination's
+//!   endpoint) beside the one measured; a drill that succeeded calibrates those rates
+//!   (`crate::service::fleet::rto`). While it runs, health shows its progress.
 //! - Scratch lives under `<data dir>/drills/` ([`scratch_root`]), `0700` whatever the umask,
 //!   and the drilled store in it `0700`/`0600` (`drill::SCRATCH_MODE`): a drill of an
 //!   encrypted store writes its plain bytes there. [`clear_scratch`] removes what a crash
@@ -48,6 +51,7 @@ use std::time::Duration;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::StoreRecord;
+use crate::restore::predict::Measured;
 use crate::service::fleet::{Fleet, FleetError, StoreEntry, StoreOptions};
 use crate::units::{millis_u64, unix_now_ms};
 
@@ -125,12 +129,20 @@ async fn run_one(
         .open()
         .await?;
     let root = scratch_root(&fleet.config().data_dir);
-    let drilled =
-        match drill::drill(bucket.as_ref(), &root, store_id, at, fleet.restore_keys()).await {
-            Ok(d) => d,
-            Err(DrillError::Input(e)) => return Err(FleetError::Restore(e)),
-            Err(e @ DrillError::Scratch { .. }) => return Err(FleetError::Internal(e.to_string())),
-        };
+    let destination = &entry.record.destination;
+    let how = drill::DrillOptions {
+        keys: fleet.restore_keys(),
+        rates: fleet.rto().rates(destination),
+        tracker: crate::restore::progress::Progress::new(),
+    };
+    // Health shows the drill while it runs (`fleet::rto`), from the restore's own counters.
+    let watch = fleet.rto().watch_drill(store_id, how.tracker.clone());
+    let drilled = match drill::drill(bucket.as_ref(), &root, store_id, at, how).await {
+        Ok(d) => d,
+        Err(DrillError::Input(e)) => return Err(FleetError::Restore(e)),
+        Err(e @ DrillError::Scratch { .. }) => return Err(FleetError::Internal(e.to_string())),
+    };
+    drop(watch);
     let now = unix_now_ms();
     let ok = drilled.failure.is_none();
     let last_ok = match (ok, entry.handle.last_drill()) {
@@ -138,18 +150,28 @@ async fn run_one(
         (false, Some(last)) => last.last_ok_at_unix_ms,
         (false, None) => 0,
     };
+    let predicted = drilled.report.as_ref().map_or(0.0, |r| r.predicted_seconds);
     let result = DrillResult {
         ok,
         commit_seq: drilled.commit_seq,
-        manifest_key: drilled.manifest_key,
+        manifest_key: drilled.manifest_key.clone(),
         duration_ms: millis_u64(drilled.restore_time),
         bytes: drilled.bytes,
-        error: bounded(drilled.failure.unwrap_or_default()),
+        error: bounded(drilled.failure.clone().unwrap_or_default()),
         finished_at_unix_ms: now,
         last_ok_at_unix_ms: last_ok,
+        predicted_ms: (predicted * 1000.0).round() as u64,
     };
+    // A drill that restored what its manifest says measured this endpoint's rates.
+    if let (true, Some(report), Some(shape)) = (ok, &drilled.report, drilled.shape) {
+        let measured = Measured::of(report, shape, crate::service::fleet::rto::PARALLELISM);
+        fleet
+            .rto()
+            .learn(fleet.registry(), destination, &measured)
+            .await;
+    }
     if ok {
-        tracing::info!(store_id, commit_seq = result.commit_seq, manifest = %result.manifest_key, duration_ms = result.duration_ms, bytes = result.bytes, "a restore drill succeeded");
+        tracing::info!(store_id, commit_seq = result.commit_seq, manifest = %result.manifest_key, duration_ms = result.duration_ms, predicted_ms = result.predicted_ms, bytes = result.bytes, "a restore drill succeeded");
     } else {
         tracing::error!(store_id, manifest = %result.manifest_key, error = %result.error, "a restore drill failed");
     }
@@ -161,11 +183,14 @@ async fn run_one(
     // Every drill, asked for or scheduled, once its outcome is in the registry and health.
     fleet.events().drill_finished(
         store_id,
-        result.ok,
-        result.commit_seq,
-        result.duration_ms,
-        result.bytes,
-        &result.error,
+        &crate::events::DrillOutcome {
+            ok: result.ok,
+            commit_seq: result.commit_seq,
+            duration_ms: result.duration_ms,
+            predicted_ms: result.predicted_ms,
+            bytes: result.bytes,
+            error: &result.error,
+        },
     );
     Ok(result)
 }

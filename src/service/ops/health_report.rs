@@ -220,6 +220,16 @@ pub(in crate::service) async fn report_health(fleet: Arc<Fleet>) {
         crate::telemetry::record_fleet(entries.len(), look.unhealthy);
         // Requests change on every lease write and step, so usage is looked at every tick.
         usage.tick(&entries, &fleet.config().prices, fleet.events());
+        // Predicted restore times: arithmetic on what the workers hold (`rto_view.rs`).
+        for e in &entries {
+            let p = super::rto_view::predicted(&fleet, e);
+            crate::service::fleet::store_metrics::record_rto(
+                &e.record.store_id,
+                p.latest,
+                p.worst,
+                e.options.rto_target_seconds,
+            );
+        }
         match fleet
             .registry()
             .report_health(&fleet.config().instance_id, unix_now_ms(), &look.rows)

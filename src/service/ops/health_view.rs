@@ -246,10 +246,12 @@ pub(in crate::service) async fn store_infos(
     Ok(stores)
 }
 
-/// A store running here: its worker's health, with the instance's encryption fields.
+/// A store running here: its worker's health, with the instance's encryption fields, its
+/// predicted restore times and the drill running now (`super::rto_view`).
 fn local_health(fleet: &Fleet, e: &StoreEntry) -> proto::StoreHealth {
     let config = fleet.config();
-    encryption(store_health(e, &config.instance_id, &config.prices), fleet)
+    let h = encryption(store_health(e, &config.instance_id, &config.prices), fleet);
+    super::rto_view::with_rto(h, fleet, e)
 }
 
 fn store_health(
@@ -338,6 +340,7 @@ fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
         lease_held: h.lease_held,
         consecutive_failures: h.consecutive_failures,
         last_error: h.last_error.unwrap_or_default(),
+        activity: h.activity,
         last_drill: h.last_drill.as_ref().map(drill_result),
         immutable: h.immutable.map(|i| proto::ImmutableCheck {
             checked_at_unix_ms: i.checked_at_unix_ms,
@@ -360,6 +363,7 @@ fn drill_result(d: &crate::health::DrillResult) -> proto::DrillResult {
         finished_at_unix_ms: d.finished_at_unix_ms,
         last_ok_at_unix_ms: d.last_ok_at_unix_ms,
         manifest_key: d.manifest_key.clone(),
+        predicted_ms: d.predicted_ms,
     }
 }
 

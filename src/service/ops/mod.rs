@@ -4,4 +4,5 @@ pub mod drill;
 pub(in crate::service) mod health_report;
 pub(in crate::service) mod health_view;
 pub mod pause;
+pub(in crate::service) mod rto_view;
 pub mod usage;

@@ -25,6 +25,8 @@ pub const MAX_LABEL_VALUE_BYTES: usize = 1024;
 pub const MIN_DRILL_INTERVAL_MS: u64 = 60_000;
 /// The longest `drill_interval_ms`: 30 days.
 pub const MAX_DRILL_INTERVAL_MS: u64 = 30 * 24 * 3_600_000;
+/// The longest restore-time target a store may state (`options.rto_target_seconds`): 30 days.
+pub const MAX_RTO_TARGET_SECONDS: u64 = 30 * 24 * 3_600;
 /// The largest page of restore points (a larger `page_size` is coerced to it).
 pub const MAX_PAGE_SIZE: u32 = 1000;
 /// `RegisterRequest.instance_id` / `AdoptRequest.instance_id`: an instance id, at most this long.
@@ -190,10 +192,19 @@ mod tests {
             },
             drill_interval_ms: Some(MIN_DRILL_INTERVAL_MS),
             monthly_request_budget: Some(u64::MAX),
+            rto_target_seconds: Some(MAX_RTO_TARGET_SECONDS),
             replica: Some("s3://b/replica?region=r".into()),
             standby: Some(true),
         };
         assert!(ok.check().is_ok());
+        for bad in [0, MAX_RTO_TARGET_SECONDS + 1] {
+            let o = StoreOptions {
+                rto_target_seconds: Some(bad),
+                ..StoreOptions::default()
+            };
+            let e = o.check().unwrap_err().0;
+            assert!(e.starts_with("options.rto_target_seconds must be"), "{e}");
+        }
         let worker = |w: WorkerOverrides| StoreOptions {
             worker: w,
             ..ok.clone()

@@ -16,7 +16,8 @@ use super::StoreOptions;
 use crate::bucket::write_once::LockMode;
 use crate::service::fleet::admission::destination::{self, Destination, Placement};
 use crate::service::fleet::admission::limits::{
-    FieldError, MAX_DESTINATION_BYTES, MAX_DRILL_INTERVAL_MS, MIN_DRILL_INTERVAL_MS, check_text,
+    FieldError, MAX_DESTINATION_BYTES, MAX_DRILL_INTERVAL_MS, MAX_RTO_TARGET_SECONDS,
+    MIN_DRILL_INTERVAL_MS, check_text,
 };
 use crate::worker::overrides::Source;
 
@@ -35,6 +36,14 @@ impl StoreOptions {
             return Err(FieldError(format!(
                 "options.drill_interval_ms must be {MIN_DRILL_INTERVAL_MS} (1 minute) to \
                  {MAX_DRILL_INTERVAL_MS} (30 days), or 0 for no scheduled drills ({v} given)"
+            )));
+        }
+        if let Some(v) = self.rto_target_seconds
+            && !(1..=MAX_RTO_TARGET_SECONDS).contains(&v)
+        {
+            return Err(FieldError(format!(
+                "options.rto_target_seconds must be 1 to {MAX_RTO_TARGET_SECONDS} (30 days), \
+                 or 0 for no target ({v} given)"
             )));
         }
         Ok(())

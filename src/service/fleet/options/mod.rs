@@ -32,6 +32,10 @@ pub struct StoreOptions {
     /// Requests a month; a projection over it is a health note (`crate::cost`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub monthly_request_budget: Option<u64>,
+    /// The restore time the store must stay under, seconds; a prediction over it is a health
+    /// note and a metric (`crate::service::fleet::rto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rto_target_seconds: Option<u64>,
     /// A second destination with a worker of its own (`check.rs`, `super::replica`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<String>,

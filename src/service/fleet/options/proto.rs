@@ -39,6 +39,7 @@ pub fn from_proto(o: Option<proto::StoreOptions>) -> Result<StoreOptions, FieldE
         },
         drill_interval_ms: nz(o.drill_interval_ms),
         monthly_request_budget: nz(o.monthly_request_budget),
+        rto_target_seconds: nz(o.rto_target_seconds),
         replica: (!o.replica.is_empty()).then_some(o.replica),
         standby: o.standby.then_some(true),
     })
@@ -80,6 +81,7 @@ pub fn to_proto(o: &StoreOptions) -> proto::StoreOptions {
         orphan_grace_ms: w.orphan_grace_ms.unwrap_or(0),
         drill_interval_ms: o.drill_interval_ms.unwrap_or(0),
         monthly_request_budget: o.monthly_request_budget.unwrap_or(0),
+        rto_target_seconds: o.rto_target_seconds.unwrap_or(0),
         replica: o.replica.clone().unwrap_or_default(),
         standby: o.is_standby(),
     }
@@ -146,6 +148,7 @@ mod tests {
             orphan_grace_ms: 14,
             replica: "s3://b/r".into(),
             standby: true,
+            rto_target_seconds: 15,
         };
         let typed = from_proto(Some(full.clone())).unwrap();
         assert_eq!(to_proto(&typed), full);

@@ -5,7 +5,9 @@
 use super::StoreOptions;
 use crate::registry::StoreRecord;
 use crate::service::fleet::FleetError;
-use crate::service::fleet::admission::limits::{MAX_DRILL_INTERVAL_MS, MIN_DRILL_INTERVAL_MS};
+use crate::service::fleet::admission::limits::{
+    MAX_DRILL_INTERVAL_MS, MAX_RTO_TARGET_SECONDS, MIN_DRILL_INTERVAL_MS,
+};
 
 impl StoreOptions {
     /// The registry's stored form of these options.
@@ -51,6 +53,9 @@ impl StoreOptions {
             drill_interval_ms: self
                 .drill_interval_ms
                 .map(|v| v.clamp(MIN_DRILL_INTERVAL_MS, MAX_DRILL_INTERVAL_MS)),
+            rto_target_seconds: self
+                .rto_target_seconds
+                .map(|v| v.clamp(1, MAX_RTO_TARGET_SECONDS)),
             ..self.clone()
         }
     }
