@@ -75,7 +75,7 @@ impl Predicted {
             false => "at the stated default rates (no drill has calibrated them yet)",
         };
         Some(format!(
-            "a restore of {which} is predicted to take {secs:.0} s, over the store's \
+            "a restore of {which} is predicted to take {secs:.1} s, over the store's \
              rto_target_seconds of {target:.0} s ({how})"
         ))
     }

@@ -160,7 +160,7 @@ async fn run_one(
         error: bounded(drilled.failure.clone().unwrap_or_default()),
         finished_at_unix_ms: now,
         last_ok_at_unix_ms: last_ok,
-        predicted_ms: (predicted * 1000.0).round() as u64,
+        predicted_ms: millis_u64(Duration::try_from_secs_f64(predicted).unwrap_or_default()),
     };
     // A drill that restored what its manifest says measured this endpoint's rates.
     if let (true, Some(report), Some(shape)) = (ok, &drilled.report, drilled.shape) {
