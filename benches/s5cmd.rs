@@ -232,7 +232,11 @@ fn run_measured(cmd: &mut Command) -> Result<(String, u64)> {
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     let pid = child.id() as libc::pid_t;
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    ensure!(r == pid, "wait4 {cmd:?}: {}", std::io::Error::last_os_error());
+    ensure!(
+        r == pid,
+        "wait4 {cmd:?}: {}",
+        std::io::Error::last_os_error()
+    );
     let err = err.join().unwrap_or_default();
     ensure!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
@@ -315,7 +319,12 @@ impl Bench {
     /// Runs `cmd` timed: its wall time, its CPU and moto's, the requests moto logged meanwhile.
     fn timed(&self, cmds: &mut [&mut Command]) -> Result<(Sample, Vec<String>)> {
         settle();
-        let lines = || self.moto.as_ref().map(Moto::request_lines).unwrap_or_default();
+        let lines = || {
+            self.moto
+                .as_ref()
+                .map(Moto::request_lines)
+                .unwrap_or_default()
+        };
         let moto_cpu = || self.moto.as_ref().map_or(0.0, Moto::cpu);
         let before = lines().len();
         let (cpu0, moto0) = (children_cpu(), moto_cpu());
@@ -570,7 +579,11 @@ fn main() -> Result<()> {
         words_suffix(" restore +", &settings.restore_args),
         settings.s5cmd.display(),
         run(Command::new(&settings.s5cmd).arg("version"))?.trim(),
-        if moto.is_some() { "moto" } else { "MUSHROOM_BENCH_ENDPOINT" },
+        if moto.is_some() {
+            "moto"
+        } else {
+            "MUSHROOM_BENCH_ENDPOINT"
+        },
         url
     );
     let bench = Bench {

@@ -19,6 +19,10 @@
 # and Lance catalogs and the telemetry report are off.
 
 SW_WEED=${SW_WEED:-.venv/bin/weed}
+# Volume size in MiB (weed's default: 128). A benchmark of a store of several GiB sets it
+# larger (e.g. SW_VOLUME_MB=1024): with 128 MiB volumes s5cmd's upload of an 8 GiB store to
+# `weed mini` failed, the volumes it needed not growing fast enough.
+SW_VOLUME_MB=${SW_VOLUME_MB:-}
 
 # Starts the server and waits (at most 60 s) until its S3 port answers.
 sw_start() {
@@ -49,6 +53,7 @@ JSON
         -s3.config="$SW_DIR/s3.json" -s3.autoCreateBucket=false \
         -webdav=false -admin.ui=false -master.telemetry=false -volume.max=1000 \
         -s3.port.iceberg=0 -s3.port.lance=0 \
+        ${SW_VOLUME_MB:+-master.volumeSizeLimitMB="$SW_VOLUME_MB"} \
         >"$SW_DIR/weed.log" 2>&1 &
     SW_PID=$!
     wait_listening "weed mini" "$SW_PID" "${ports[0]}" "$SW_DIR/weed.log" || return 1
