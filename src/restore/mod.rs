@@ -216,6 +216,9 @@ pub struct RestoreReport {
     /// were measured on this machine.
     pub predicted_seconds: f64,
     pub predicted_calibrated: bool,
+    /// What the restore moved, as its prediction saw it ([`predict::Shape`]): what a
+    /// calibration ([`predict::Rates::sample`]) measures it against.
+    pub shape: predict::Shape,
     /// Segments past the manifest that extended it.
     pub extended_segments: usize,
     /// With `adopt`: the parent record written (`backup.parent`).
@@ -461,6 +464,7 @@ pub async fn restore(
         finish_seconds: 0.0,
         predicted_seconds,
         predicted_calibrated: opts.rates.calibrated,
+        shape: layout.shape(plan.cut.is_some()),
         extended_segments: layout_extension_count(&plan),
         parent: parent.clone(),
         new_lineage,
