@@ -158,14 +158,16 @@ async fn drill(
     store: &Store,
     target: &Path,
     rates: &Rates,
-    keys: &RestoreKeys,
+    keys: &[UnwrapKek],
 ) -> Result<(Drill, Option<Rates>)> {
     let cancel = tokio_util::sync::CancellationToken::new();
     let bucket = bucket::Open::read_only(&store.url, &cancel).open().await?;
     let opts = RestoreOptions {
         restore_point_only: true,
         rates: *rates,
-        keys: keys.clone(),
+        // A fresh cache of opened generation keys for each prefix (it is keyed by generation,
+        // as within one prefix), as the service's drills take one each.
+        keys: RestoreKeys::new(keys.to_vec()),
         ..RestoreOptions::default()
     };
     let started = Instant::now();
@@ -223,13 +225,15 @@ fn main() -> Result<()> {
             (moto.url.clone(), Some(moto))
         }
     };
+    // SAFETY: no thread of ours reads the environment yet (the runtime is built below).
+    unsafe { std::env::set_var("AWS_ENDPOINT_URL", &endpoint) };
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_mushroom-backup"));
     let key_file = work.path().join("key");
     let key = run(Command::new(&bin).args(["key", "new"]))?;
     std::fs::write(&key_file, key)?;
-    let keys = RestoreKeys::new(vec![UnwrapKek::KeyFile(std::sync::Arc::new(
+    let keys = vec![UnwrapKek::KeyFile(std::sync::Arc::new(
         KeyFileKey::load(&key_file)?.0,
-    ))]);
+    ))];
     let bench = Bench {
         bin,
         endpoint: endpoint.clone(),

@@ -584,7 +584,7 @@ impl Fleet {
         let report = match restore::restore(bucket.as_ref(), &checked.dir, &opts).await {
             Ok(r) => {
                 self.rto
-                    .learn_restore(&self.registry, &checked.url, &r, &opts, &checked.dir)
+                    .learn_restore(&self.registry, &checked.url, &r, &opts)
                     .await;
                 r
             }

@@ -19,7 +19,6 @@
 //! registry loses that one measurement); a drill's progress is memory only.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Mutex;
 
 use crate::registry::{KeptRates, Registry};
@@ -141,23 +140,15 @@ impl Rto {
         Some(kept.rates)
     }
 
-    /// Learns from an adopting restore into `dir` (its shape from its counters and the
-    /// directory: see [`shape_of_restored`]).
+    /// Learns from an adopting restore (its shape is the one its report says it moved).
     pub async fn learn_restore(
         &self,
         registry: &Registry,
         destination: &str,
         report: &crate::restore::RestoreReport,
         opts: &crate::restore::RestoreOptions,
-        dir: &Path,
     ) {
-        let line = opts.tracker.line();
-        let encoded = !opts.keys.is_empty();
-        let d = dir.to_path_buf();
-        let shape = tokio::task::spawn_blocking(move || shape_of_restored(&line, &d, encoded))
-            .await
-            .unwrap_or_default();
-        let measured = Measured::of(report, shape, opts.parallelism);
+        let measured = Measured::of(report, report.shape, opts.parallelism);
         self.learn(registry, destination, &measured).await;
     }
 
@@ -250,37 +241,6 @@ impl Drop for DrillWatch<'_> {
     fn drop(&mut self) {
         let mut d = self.rto.drilling.lock().unwrap_or_else(|p| p.into_inner());
         d.remove(&self.store_id);
-    }
-}
-
-/// What a restore into `dir` moved, known without a request: the stored bytes and objects
-/// its counters say, and the plain bytes now in `dir` (`encoded`: whether its objects were
-/// compressed or sealed, so decoded on the way in).
-pub fn shape_of_restored(line: &ProgressLine, dir: &Path, encoded: bool) -> Shape {
-    fn walk(dir: &Path) -> u64 {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return 0;
-        };
-        entries
-            .flatten()
-            .map(|e| match e.file_type() {
-                Ok(t) if t.is_dir() => walk(&e.path()),
-                Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
-                _ => 0,
-            })
-            .sum()
-    }
-    let plain = walk(dir).max(line.bytes_total);
-    Shape {
-        objects: line.objects_total,
-        stored_bytes: line.bytes_total,
-        plain_bytes: plain,
-        plain_encoded_bytes: if encoded || plain > line.bytes_total {
-            plain
-        } else {
-            0
-        },
-        plain_cut_bytes: 0,
     }
 }
 
