@@ -321,3 +321,55 @@ async fn a_staging_directory_of_another_restore_point_is_discarded_and_fresh_sta
     );
     assert_eq!(binary::store_digest(&target)["commit_seq"], 3000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_cut_off_by_a_lost_network_keeps_its_staging_and_the_same_command_continues() {
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
+    };
+    let bucket = support::s3::create_bucket(&endpoint, "resume-network").await;
+    let url = format!("s3://{bucket}/store");
+    let tmp = tempfile::tempdir().unwrap();
+    let source = backed_up_store(&endpoint, tmp.path(), &url);
+    let proxy = FaultProxy::start(&endpoint, FaultPlan::none());
+    proxy.set_hold(Some(Duration::from_millis(20)));
+    let target = tmp.path().join("target");
+
+    // The endpoint goes away once a third of the objects are complete: the restore retries,
+    // gives up, and keeps what it completed.
+    let mut cut = Running::spawn(
+        "restore (network lost)",
+        restore_cmd(proxy.url(), &url, &target, &[]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while recorded(&target) < 16 {
+        assert!(cut.try_exit().is_none(), "ended early:\n{}", cut.output());
+        assert!(Instant::now() < deadline, "no progress:\n{}", cut.output());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    proxy.set_down(true);
+    let status = cut.wait_exit(Duration::from_secs(120));
+    assert!(!status.success(), "it restored without a network:\n{}", cut.output());
+    assert!(!target.exists(), "a failed restore left a target");
+    assert!(
+        cut.stderr().contains("for the next run of this restore to continue"),
+        "it did not say it kept its staging:\n{}",
+        cut.stderr()
+    );
+    assert_eq!(leftovers(tmp.path(), "target").len(), 1);
+
+    // The network back, the same command continues.
+    proxy.set_down(false);
+    let out = binary::run_ok(
+        "restore (again)",
+        restore_cmd(proxy.url(), &url, &target, &[]),
+        Duration::from_secs(120),
+    );
+    let report = binary::json(&out);
+    assert!(
+        report["resumed_bytes"].as_u64().unwrap() >= 16 * 500_000,
+        "kept too little: {report}"
+    );
+    assert_eq!(binary::store_digest(&target), binary::store_digest(&source));
+    assert!(leftovers(tmp.path(), "target").is_empty());
+}
