@@ -299,6 +299,24 @@ async fn a_staging_directory_of_another_restore_point_is_discarded_and_fresh_sta
     );
     assert_eq!(kept_bytes(&stderr), 0, "{stderr}");
 
+    // A staging directory another user could have written into is never continued.
+    let left = leftovers(tmp.path(), "target");
+    assert_eq!(left.len(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&left[0], std::fs::Permissions::from_mode(0o777)).unwrap();
+    let half = proxy.counts().answered_bytes + 5_000_000;
+    let stderr = kill_at(
+        "restore (newest, again)",
+        restore_cmd(proxy.url(), &url, &target, &[]),
+        &proxy,
+        half,
+    );
+    assert!(
+        stderr.contains("not a directory of this user's alone"),
+        "a world-writable staging directory was not refused:\n{stderr}"
+    );
+    assert_eq!(kept_bytes(&stderr), 0, "{stderr}");
+
     // --fresh discards even this restore's own.
     let mut fresh = Running::spawn(
         "restore --fresh",
@@ -349,10 +367,15 @@ async fn a_restore_cut_off_by_a_lost_network_keeps_its_staging_and_the_same_comm
     }
     proxy.set_down(true);
     let status = cut.wait_exit(Duration::from_secs(120));
-    assert!(!status.success(), "it restored without a network:\n{}", cut.output());
+    assert!(
+        !status.success(),
+        "it restored without a network:\n{}",
+        cut.output()
+    );
     assert!(!target.exists(), "a failed restore left a target");
     assert!(
-        cut.stderr().contains("for the next run of this restore to continue"),
+        cut.stderr()
+            .contains("for the next run of this restore to continue"),
         "it did not say it kept its staging:\n{}",
         cut.stderr()
     );

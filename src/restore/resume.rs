@@ -26,6 +26,8 @@
 //! fetched again, into place at its offset. Every other directory is discarded and named in
 //! the log with why (another prefix, restore point or key set; no readable record; `--fresh`).
 //! Nothing is mixed: a kept object's bytes only ever sit beside objects of the same layout.
+//! A directory that is not this user's, or that another user could write into, is never
+//! continued (its objects are kept on the word of its record).
 //!
 //! # What a crash leaves
 //! The temporary directory with its record: the next run of the same restore continues it;

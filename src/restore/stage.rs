@@ -283,7 +283,9 @@ pub(crate) fn open_staging(
         let why = match (fresh, &found) {
             (true, _) => "--fresh discards what earlier runs left".to_string(),
             (false, Some(_)) => "another staging directory of this restore is continued".into(),
-            (false, None) => match Record::resume(&dir, identity, &keys) {
+            (false, None) => match private_problem(&dir)
+                .map_or_else(|| Record::resume(&dir, identity, &keys), Err)
+            {
                 Ok((record, kept)) => {
                     let (bytes, objects) = kept.totals(layout.piece_lens());
                     tracing::info!(
@@ -322,6 +324,26 @@ pub(crate) fn open_staging(
         record: Some(record),
         kept: Kept::none(layout.objects()),
     })
+}
+
+/// Why the staging directory `dir` may hold what this user did not put there, if it may: it
+/// must be this user's and writable by nobody else (its objects are kept on the word of its
+/// record).
+fn private_problem(dir: &Path) -> Option<String> {
+    let meta = match fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("it cannot be read: {e}")),
+    };
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+        return Some(format!(
+            "it is not a directory of this user's alone (owner {}, mode {:o})",
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
+    }
+    None
 }
 
 /// Creates the temporary directory beside `target`: [`DIR_MODE`], or the target's permissions
