@@ -196,21 +196,51 @@ async fn a_partitioned_old_primary_acknowledges_nothing_past_the_promotion_and_f
     // the promoted store's own first restore point (of what it applied, in a generation of
     // its own).
     let latest = get_json(&s3, &bucket, "p/LATEST").await;
+    let first = d.base.join("restored-1");
     if latest["lineage"] == old_lineage.as_str() {
         assert_eq!(latest["adopted_by"], new_lineage.as_str(), "{latest}");
         assert_eq!(latest["adopted_at"]["commit_seq"], applied, "{latest}");
+        // Still the claim: a late segment of the old writer past it makes a restore refuse
+        // (exit 3, `tests/standby.rs`) until told a partial restore is wanted; then it is
+        // exactly the promoted store's history, and leaves out only what lies past the claim.
+        let wal_end = latest["adopted_at"]["wal_end"].as_u64().unwrap();
+        let mut cmd = binary::command(&endpoint);
+        cmd.args([
+            "restore",
+            "--allow-partial",
+            "--json",
+            "--from",
+            &url,
+            "--to",
+        ])
+        .arg(&first);
+        let report = binary::json(&binary::run_ok(
+            "restore --allow-partial",
+            cmd,
+            Duration::from_secs(60),
+        ));
+        for l in report["left_out"].as_array().into_iter().flatten() {
+            assert!(
+                l["start"].as_u64().unwrap() >= wal_end,
+                "left out before the claim: {l}"
+            );
+        }
+        assert_eq!(
+            binary::store_digest(&first),
+            binary::store_digest(&standby_dir),
+            "after the late writes: a restore of the prefix is not the promoted store's history"
+        );
     } else {
         assert_eq!(latest["lineage"], new_lineage.as_str(), "{latest}");
         assert_eq!(latest["commit_seq"], applied, "{latest}");
+        restored_equals(
+            &endpoint,
+            &url,
+            &standby_dir,
+            &first,
+            "after the late writes",
+        );
     }
-    let first = d.base.join("restored-1");
-    restored_equals(
-        &endpoint,
-        &url,
-        &standby_dir,
-        &first,
-        "after the late writes",
-    );
 
     // The promoted store commits on; its restore point moves LATEST to its lineage.
     binary::write_store(&standby_dir, 5);
