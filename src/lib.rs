@@ -41,6 +41,7 @@
 )]
 
 pub mod at_rest;
+pub mod branch;
 pub mod bucket;
 pub mod cost;
 pub mod crypto;
@@ -54,6 +55,7 @@ pub mod lease;
 pub mod listing;
 pub mod nofollow;
 pub mod pacing;
+pub mod pins;
 pub mod registry;
 pub mod restore;
 pub mod service;

@@ -441,7 +441,63 @@ pub async fn verify(
 ) -> Result<VerifyReport, VerifyError> {
     let parallelism = opts.parallelism.max(1);
     let manifests = load_manifests(bucket, parallelism).await?;
-    let roles = roles_by_key(&manifests);
+    // A branch manifest's objects are where its parent keeps them: each holder's manifests
+    // are checked against the holder (their keys are its own), the rest against this prefix.
+    let mut groups: BTreeMap<Option<String>, Vec<Loaded>> = BTreeMap::new();
+    for (key, m) in manifests {
+        let holder = m.as_ref().ok().and_then(|m| m.holder()).map(str::to_string);
+        let m = m.map(|mut m| {
+            m.objects_mut().for_each(|o| o.prefix = None);
+            m
+        });
+        groups.entry(holder).or_default().push((key, m));
+    }
+    let mut checks = Vec::new();
+    for (holder, manifests) in groups {
+        let source = match holder.as_deref().map(|h| bucket.sibling(h)) {
+            None => None,
+            Some(Ok(b)) => Some(b),
+            Some(Err(e)) => {
+                checks.extend(manifests.iter().map(|(key, _)| unreachable_holder(key, &e)));
+                continue;
+            }
+        };
+        let reads = source.as_deref().unwrap_or(bucket);
+        checks.extend(check_group(reads, &manifests, opts, parallelism).await?);
+    }
+    checks.sort_by(|a, b| a.key.cmp(&b.key));
+    let latest = check_latest(bucket, &checks).await?;
+    let ok = checks.iter().all(|c| c.ok) && latest.as_ref().is_none_or(|l| l.ok);
+    Ok(VerifyReport {
+        manifests: checks,
+        latest,
+        ok,
+    })
+}
+
+/// The check of a branch manifest whose holder cannot be reached.
+fn unreachable_holder(key: &str, e: &BucketError) -> ManifestCheck {
+    ManifestCheck {
+        key: key.to_string(),
+        commit_seq: parse_manifest_key(key),
+        lineage: None,
+        generation: None,
+        ok: false,
+        problems: vec![format!(
+            "the prefix holding its objects cannot be read: {e}"
+        )],
+        encrypted: None,
+    }
+}
+
+/// Checks `manifests`, whose objects are all under `bucket`.
+async fn check_group(
+    bucket: &dyn Bucket,
+    manifests: &[Loaded],
+    opts: &VerifyOptions,
+    parallelism: usize,
+) -> Result<Vec<ManifestCheck>, VerifyError> {
+    let roles = roles_by_key(manifests);
     let keys = opts
         .keys
         .survey(bucket, roles.values().map(|(_, e)| e))
@@ -484,11 +540,5 @@ pub async fn verify(
             },
         })
         .collect();
-    let latest = check_latest(bucket, &checks).await?;
-    let ok = checks.iter().all(|c| c.ok) && latest.as_ref().is_none_or(|l| l.ok);
-    Ok(VerifyReport {
-        manifests: checks,
-        latest,
-        ok,
-    })
+    Ok(checks)
 }

@@ -47,6 +47,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("bucket", &["units", "backoff", "telemetry", "nofollow"]),
     ("cost", &["units", "bucket"]),
     ("latest", &["bucket", "manifest"]),
+    ("pins", &["units", "bucket", "manifest"]),
     ("store", &["units", "nofollow"]),
     ("crypto", &["units", "bucket", "manifest"]),
     ("at_rest", &["units", "bucket", "manifest", "crypto"]),
@@ -73,6 +74,7 @@ const FLOORS: &[(&str, &[&str])] = &[
             "events",
             "crypto",
             "latest",
+            "pins",
         ],
     ),
     (
@@ -92,6 +94,10 @@ const FLOORS: &[(&str, &[&str])] = &[
         ],
     ),
     ("listing", &["units", "bucket", "manifest", "latest"]),
+    (
+        "branch",
+        &["units", "bucket", "manifest", "restore", "latest", "pins"],
+    ),
     ("registry", &["units", "lease", "instance_lock", "health"]),
 ];
 

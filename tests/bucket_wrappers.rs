@@ -368,7 +368,7 @@ fn every_wrapper_defines_every_defaulted_method() {
             .filter(|m| !["put", "get"].contains(&m.as_str()))
         {
             assert!(
-                text.contains(&format!("async fn {m}(")),
+                text.contains(&format!("fn {m}(")),
                 "{path:?} does not forward Bucket::{m}: it falls back to the default"
             );
         }

@@ -820,6 +820,7 @@ fn full_manifest() -> impl Strategy<Value = Manifest> {
                         lineage,
                         manifest: manifest_key(seq),
                     }),
+                    branch: None,
                 };
                 m.commit_seq = m.computed_commit_seq().expect("small frame counts");
                 // The snapshot holds at most what the manifest does.

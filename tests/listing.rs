@@ -57,6 +57,7 @@ fn manifest_at(lineage: Uuid, commit_seq: u64) -> Manifest {
         }],
         side_files: Vec::new(),
         parent: None,
+        branch: None,
     }
 }
 

@@ -306,6 +306,7 @@ fn manifest_of(g: &Gen) -> Manifest {
         segments: g.segments.clone(),
         side_files: g.side_files.clone(),
         parent: None,
+        branch: None,
     }
 }
 
@@ -1067,6 +1068,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         segments,
         side_files,
         parent: None,
+        branch: None,
     };
     Manifest::decode(&m.key(), &m.encode()).unwrap();
     fx.publish(&m).await;

@@ -566,8 +566,8 @@ async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_ther
     w.run_once().await.unwrap();
     assert_eq!(
         lists(),
-        4,
-        "retention lists manifests and generations again"
+        5,
+        "retention lists manifests, pins and generations again"
     );
 
     // A prefix that was not empty is listed by retention at once.
@@ -575,8 +575,8 @@ async fn retention_lists_nothing_in_a_prefix_it_found_empty_until_something_ther
     fresh.run_once().await.unwrap();
     assert_eq!(
         lists(),
-        4 + 1 + 2,
-        "resume lists the generations (LATEST names the newest manifest), retention both"
+        5 + 1 + 3,
+        "resume lists the generations (LATEST names the newest manifest), retention all three"
     );
 }
 
@@ -603,13 +603,17 @@ async fn retention_lists_only_generations_that_can_have_lost_their_last_manifest
     }
     assert!(deleted > 0, "the old generations were deleted");
 
-    // Nothing new, nothing to delete: one LIST, of manifests/ (it was 2 + a page per 1,000
-    // objects of gen/ before).
+    // Nothing new, nothing to delete: two LISTs, of manifests/ and pins/ (it was 2 + a page per
+    // 1,000 objects of gen/ before).
     let before = lists();
     w.request_retention();
     let r = w.run_once().await.unwrap();
     assert_eq!(r.deleted, 0);
-    assert_eq!(lists() - before, 1, "a second run lists manifests/ alone");
+    assert_eq!(
+        lists() - before,
+        2,
+        "a second run lists manifests/ and pins/ alone"
+    );
 
     // A new generation: the run lists manifests/ and the generations its deletions touch.
     write(&store, 200, 150, 4 << 10);
@@ -618,7 +622,7 @@ async fn retention_lists_only_generations_that_can_have_lost_their_last_manifest
     assert!(r.deleted > 0, "{r:?}");
     let narrowed = lists() - before;
     eprintln!("retention after a new generation: {narrowed} LISTs");
-    assert!((2..=4).contains(&narrowed), "{narrowed} LISTs");
+    assert!((3..=5).contains(&narrowed), "{narrowed} LISTs");
 
     // A fresh worker lists everything and finds nothing the narrowed runs missed.
     let mut fresh = worker(&store, fs_bucket(&root), cfg);

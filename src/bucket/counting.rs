@@ -147,6 +147,13 @@ impl CountingBucket {
 
 #[async_trait::async_trait]
 impl Bucket for CountingBucket {
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(Arc::new(CountingBucket::with_counts(
+            self.inner.sibling(url)?,
+            self.counts.clone(),
+        )))
+    }
+
     fn url(&self) -> String {
         self.inner.url()
     }

@@ -266,7 +266,8 @@ struct State {
 pub struct FaultyBucket {
     inner: DynBucket,
     plan: FaultPlan,
-    state: Mutex<State>,
+    /// Shared with its siblings: one numbering of requests, one crash, across prefixes.
+    state: Arc<Mutex<State>>,
 }
 
 impl FaultyBucket {
@@ -274,7 +275,7 @@ impl FaultyBucket {
         FaultyBucket {
             inner,
             plan,
-            state: Mutex::new(State::default()),
+            state: Arc::new(Mutex::new(State::default())),
         }
     }
 
@@ -388,6 +389,14 @@ impl FaultyBucket {
 impl super::Bucket for FaultyBucket {
     fn url(&self) -> String {
         self.inner.url()
+    }
+
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(Arc::new(FaultyBucket {
+            inner: self.inner.sibling(url)?,
+            plan: self.plan.clone(),
+            state: self.state.clone(),
+        }))
     }
 
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {

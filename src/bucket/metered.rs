@@ -141,6 +141,12 @@ fn ok<T>(_: &T) -> &'static str {
 
 #[async_trait::async_trait]
 impl Bucket for MeteredBucket {
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(std::sync::Arc::new(MeteredBucket::new(
+            self.inner.sibling(url)?,
+        )))
+    }
+
     fn url(&self) -> String {
         self.inner.url()
     }

@@ -402,6 +402,28 @@ pub trait Bucket: Send + Sync + 'static {
     ) -> Result<(), BucketError> {
         Err(lock_refused(&self.url(), key))
     }
+
+    /// The bucket rooted at `url`, another prefix of the same bucket reached as this one is
+    /// (the same client, settings and wrappers, sharing their counters): how a branch's
+    /// restore reads the parent objects its manifest names, and how a branch writes and a
+    /// retention reads pins ([`sibling_problem`] says which URLs fit). `url` has no query: it
+    /// is what a branch manifest names. Default: refused, as [`sibling_refused`].
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Err(sibling_refused(
+            &self.url(),
+            url,
+            "this bucket reaches no other prefix",
+        ))
+    }
+}
+
+/// What a refused [`Bucket::sibling`] says.
+pub fn sibling_refused(from: &str, url: &str, why: &str) -> BucketError {
+    BucketError::Permanent {
+        op: "sibling",
+        key: url.to_string(),
+        message: format!("{why} (from {})", url::without_query(from)),
+    }
 }
 
 /// A shared bucket handle.

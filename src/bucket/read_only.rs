@@ -40,6 +40,10 @@ impl super::Bucket for ReadOnly {
         self.inner.url()
     }
 
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(std::sync::Arc::new(ReadOnly::new(self.inner.sibling(url)?)))
+    }
+
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         self.inner.get_at_most(key, at_most).await
     }

@@ -158,6 +158,14 @@ fn gave_up(
 
 #[async_trait::async_trait]
 impl super::Bucket for Retrying {
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(std::sync::Arc::new(Retrying::new(
+            self.inner.sibling(url)?,
+            self.policy,
+            self.cancel.clone(),
+        )))
+    }
+
     fn url(&self) -> String {
         self.inner.url()
     }

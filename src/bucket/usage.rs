@@ -199,6 +199,15 @@ impl UsageBucket {
 
 #[async_trait::async_trait]
 impl Bucket for UsageBucket {
+    /// The sibling's requests and bytes are counted into the same usage (a branch pays for
+    /// what it reads of its parent).
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(Arc::new(UsageBucket::new(
+            self.inner.sibling(url)?,
+            self.usage.clone(),
+        )))
+    }
+
     fn url(&self) -> String {
         self.inner.url()
     }

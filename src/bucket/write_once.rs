@@ -216,6 +216,13 @@ impl Bucket for WriteOnce {
         self.inner.url()
     }
 
+    /// Another prefix of a locked bucket is written as this one is: created once, locked.
+    fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
+        Ok(Arc::new(
+            WriteOnce::new(self.inner.sibling(url)?, self.lock).counting_into(self.counts.clone()),
+        ))
+    }
+
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         self.inner.get_at_most(key, at_most).await
     }

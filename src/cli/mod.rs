@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backup;
+mod branch;
 mod client_tls;
 mod ctl;
 mod encryption;
@@ -44,6 +45,9 @@ enum Command {
     Promote(standby::PromoteArgs),
     /// Check every restore point of a destination.
     Verify(inspect::VerifyArgs),
+    /// A writable copy of a prefix at a commit: a new prefix naming the parent's objects
+    /// (none copied), pinned against the parent's retention; `branch delete` gives one up.
+    Branch(branch::BranchArgs),
     /// List the restore points of a destination.
     Ls(inspect::LsArgs),
     /// Which restore points a retention pass would delete, and why (`--dry-run`).
@@ -99,6 +103,7 @@ pub fn main() -> ExitCode {
             Command::Verify(args) => inspect::verify(args).await,
             Command::Promote(args) => standby::promote(args).await,
             Command::Ls(args) => inspect::ls(args).await,
+            Command::Branch(args) => branch::run(args).await,
             Command::Retention(args) => retention::run(args).await,
             Command::Serve(args) => serve::run(*args).await,
             Command::Node(args) => node::run(args).await,

@@ -90,8 +90,11 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .collect();
     let now_ms = mushroom_backup::units::unix_now_ms();
-    let decisions = decide(&a, &manifests, latest.as_ref(), now_ms);
+    let mut decisions = decide(&a, &manifests, latest.as_ref(), now_ms);
     let dropped = decisions.iter().filter(|d| !d.keep).count();
+    let pins =
+        mushroom_backup::pins::read(bucket.as_ref(), now_ms, policy(&a).orphan_grace).await?;
+    name_pinned(&mut decisions, &pins);
     if a.json {
         let points: Vec<_> = decisions
             .iter()
@@ -107,7 +110,23 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        super::out::line(json!({"dry_run": true, "restore_points": points, "deleted": dropped}))?;
+        let pins: Vec<_> = pins
+            .held
+            .iter()
+            .map(|h| {
+                json!({"branch": h.pin.branch, "lineage": h.pin.lineage.to_string(),
+                    "commit_seq": h.pin.commit_seq, "objects": h.pin.keys.len(), "keep": true})
+            })
+            .chain(
+                pins.reclaimable
+                    .iter()
+                    .map(|r| json!({"lineage": r.branch.to_string(), "keep": false, "why": r.why})),
+            )
+            .collect();
+        super::out::line(
+            json!({"dry_run": true, "restore_points": points, "deleted": dropped,
+            "pins": pins}),
+        )?;
     } else {
         for d in &decisions {
             let (seq, at) = d
@@ -124,12 +143,41 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
                 d.why
             ))?;
         }
+        for h in &pins.held {
+            super::out::line(format!(
+                "pinned {:>12}  {} objects kept for branch {} (lineage {})",
+                h.pin.commit_seq,
+                h.pin.keys.len(),
+                h.pin.branch,
+                h.pin.lineage
+            ))?;
+        }
+        for r in &pins.reclaimable {
+            super::out::line(format!("unpin  branch {}: {}", r.branch, r.why))?;
+        }
         super::out::line(format!(
             "dry run: {dropped} of {} restore points would be deleted",
             decisions.len()
         ))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Adds to each dropped restore point the branches that keep some of its objects (`why`).
+fn name_pinned(decisions: &mut [Decision], pins: &mushroom_backup::pins::Pins) {
+    for d in decisions.iter_mut().filter(|d| !d.keep) {
+        let Some(m) = &d.manifest else { continue };
+        for h in &pins.held {
+            let n = m.objects().filter(|o| h.pin.keys.contains(&o.key)).count();
+            if n == 0 {
+                continue;
+            }
+            let branch = &h.pin.branch;
+            d.why.push_str(&format!(
+                "; {n} of its objects stay, pinned by branch {branch}"
+            ));
+        }
+    }
 }
 
 /// The worker's policy for these flags (`orphan_grace` its default, 1 hour).

@@ -111,6 +111,7 @@ pub mod at_time;
 mod cut;
 mod decode;
 mod fetch;
+mod holder;
 pub mod keys;
 mod piece;
 pub mod plan;
@@ -378,6 +379,14 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     }
 }
 
+/// The restore point `opts` asks for, as a restore would choose it (a branch is cut at it).
+pub(crate) async fn choose_plan(
+    bucket: &dyn Bucket,
+    opts: &RestoreOptions,
+) -> Result<plan::Plan, RestoreError> {
+    choose(bucket, opts).await
+}
+
 /// The restore point `opts` asks for: by instant (`--at-time`, [`at_time`]) or by commit
 /// ([`plan`]), not both.
 async fn choose(bucket: &dyn Bucket, opts: &RestoreOptions) -> Result<plan::Plan, RestoreError> {
@@ -416,7 +425,10 @@ pub async fn restore(
         predicted_seconds,
         staging,
         resumed,
+        holder,
     } = prepare(bucket, &target, opts).await?;
+    // A branch's objects are where its parent keeps them.
+    let objects = holder.as_deref().unwrap_or(bucket);
     let parent = opts.adopt.then(|| ParentRecord {
         lineage: plan.manifest.lineage,
         manifest: plan.manifest_key.clone(),
@@ -433,7 +445,7 @@ pub async fn restore(
         record: record.map(|r| std::sync::Arc::new(std::sync::Mutex::new(r))),
     };
     let parallelism = opts.parallelism.max(1);
-    let download = stage::download(bucket, into, &layout, &plan.cached, parallelism, tracker);
+    let download = stage::download(objects, into, &layout, &plan.cached, parallelism, tracker);
     let bar = opts.progress && std::io::stderr().is_terminal();
     let downloaded = match progress::drawing(download, bar.then_some(tracker)).await {
         Ok(d) => d,
@@ -500,6 +512,8 @@ struct Prepared {
     staging: stage::Staging,
     /// Bytes and objects an earlier run left complete.
     resumed: (u64, u64),
+    /// The prefix holding a branch's objects ([`holder`]).
+    holder: Option<crate::bucket::DynBucket>,
 }
 
 /// Chooses the restore point, opens every key it needs, predicts its time, and opens its
@@ -510,7 +524,8 @@ async fn prepare(
     target: &stage::Target,
     opts: &RestoreOptions,
 ) -> Result<Prepared, RestoreError> {
-    let plan = choose(bucket, opts).await?;
+    let mut plan = choose(bucket, opts).await?;
+    let holder = holder::of(bucket, &mut plan)?;
     if !plan.left_out.is_empty() && !opts.allow_partial {
         return Err(RestoreError::Partial {
             commit_seq: plan.commit_seq,
@@ -521,7 +536,9 @@ async fn prepare(
     // Every generation key before anything is staged: a missing or wrong key leaves nothing.
     let m = &plan.manifest;
     let entries = m.objects().chain(plan.extension.iter().map(|s| &s.object));
-    opts.keys.open_all(bucket, entries).await?;
+    opts.keys
+        .open_all(holder.as_deref().unwrap_or(bucket), entries)
+        .await?;
     layout.keys = opts.keys.clone();
     let shape = layout.shape(plan.cut.is_some());
     let predicted_seconds = predict::predict(&shape, &opts.rates, opts.parallelism.max(1));
@@ -566,6 +583,7 @@ async fn prepare(
         predicted_seconds,
         staging,
         resumed,
+        holder,
     })
 }
 

@@ -79,6 +79,8 @@ pub(crate) async fn choose(
                 ext
             };
             warnings.extend(ext.warnings);
+            // A branch manifest's WAL may run past its fork: cut there.
+            let cut = manifest.cut();
             Ok(Plan {
                 left_out: ext.left_out,
                 commit_seq: ext.reach,
@@ -86,7 +88,7 @@ pub(crate) async fn choose(
                 manifest_key,
                 extension: ext.segments,
                 cached: ext.cached,
-                cut: None,
+                cut,
                 commit_time_ms: None,
                 warnings,
             })
@@ -355,6 +357,10 @@ pub(crate) async fn extend(
     parallelism: usize,
     keys: &super::keys::RestoreKeys,
 ) -> Result<Extension, RestoreError> {
+    // A branch manifest belongs to no generation of this prefix: nothing extends it.
+    if m.branch.is_some() {
+        return Ok(Extension::none(m));
+    }
     let listed = list_all(bucket, &segments_prefix(m.generation)).await?;
     let from = ChainStart {
         lineage: m.lineage,

@@ -201,6 +201,7 @@ mod tests {
             }],
             side_files: vec![],
             parent: None,
+            branch: None,
         }
     }
 

@@ -208,13 +208,22 @@ pub(super) async fn run(
 
     read_manifests(bucket, view).await?;
     let mut deleted = delete_unkept_manifests(bucket, view, policy, now_ms).await?;
+    // Read after the manifests are deleted: a branch checks its fork manifest is still there
+    // after its pin is written, so a pin this misses names only what a remaining manifest does
+    // (`crate::branch`).
+    let pins = crate::pins::read(bucket.as_ref(), now_ms, policy.orphan_grace).await?;
+    if !pins.reclaimable.is_empty() {
+        // What a pin held may now go: look at every generation again.
+        view.settled.list_all = true;
+    }
 
     let current = view.current.as_ref().map_or(u64::MAX, |g| g.number);
     // This lineage's generations are numbered at most `max_generation`, and the one being
     // shipped is never touched: generations below `upper` are the ones to look at.
     let upper = current.min(view.max_generation.saturating_add(1));
     let (by_generation, max_generation) = list_generations(bucket, view, upper).await?;
-    let sweep = Sweep::new(view, policy, now_ms, current, upper, max_generation);
+    let mut sweep = Sweep::new(view, policy, now_ms, current, upper, max_generation);
+    sweep.named.extend(pins.keys());
     for (g, keys) in by_generation {
         deleted += sweep.generation(bucket, view, g, keys).await?;
     }
@@ -223,6 +232,7 @@ pub(super) async fn run(
         view.settled.through = Some(through);
     }
     view.settled.list_all = false;
+    deleted += crate::pins::reclaim(bucket.as_ref(), &pins.reclaimable).await?;
     if deleted > 0 {
         tracing::info!(deleted, "retention deleted objects");
     }
@@ -379,7 +389,12 @@ impl Sweep {
                 .manifests
                 .values()
                 .flatten()
-                .flat_map(|m| m.objects().map(|o| o.key.clone()))
+                // A branch manifest's objects are another prefix's: they name nothing here.
+                .flat_map(|m| {
+                    m.objects()
+                        .filter(|o| o.prefix.is_none())
+                        .map(|o| o.key.clone())
+                })
                 .collect(),
             junk_present: view.manifests.values().any(|m| m.is_none()),
         }

@@ -74,6 +74,7 @@ impl Generation {
             segments: self.segments.clone(),
             side_files: self.side_files.clone(),
             parent,
+            branch: None,
         };
         m.commit_seq = m.computed_commit_seq().expect("frame counts fit in u64");
         m

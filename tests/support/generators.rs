@@ -108,6 +108,7 @@ pub fn manifest(frames: Vec<u64>) -> Manifest {
         segments,
         side_files: vec![],
         parent: None,
+        branch: None,
     };
     m.commit_seq = m.computed_commit_seq().unwrap();
     m

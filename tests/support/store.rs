@@ -60,6 +60,18 @@ pub fn fs_bucket(root: &Path) -> DynBucket {
     Arc::new(FsBucket::open(root).expect("open fs bucket"))
 }
 
+/// `rounds` generations of the store in `dir` backed up to the local bucket `bucket` (200
+/// commits a round, a snapshot every 150), a restore point each.
+pub async fn generations(dir: &Path, bucket: &Path, rounds: usize) {
+    for _ in 0..rounds {
+        write(dir, 200, 150, 0);
+        worker(dir, fs_bucket(bucket), config())
+            .run_once()
+            .await
+            .expect("a backup");
+    }
+}
+
 pub fn worker(dir: &Path, bucket: DynBucket, config: WorkerConfig) -> BackupWorker {
     BackupWorker::new(dir, bucket, Arc::new(LocalSource::new(dir)), config)
 }

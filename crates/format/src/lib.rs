@@ -7,6 +7,8 @@
 //!   `snapshot.intent` and `backup.parent`. Decoders take hostile input.
 //! - [`manifest`]: restore points in the bucket (DESIGN.md section 4): the manifest format,
 //!   the object keys under a prefix, LATEST and the GENERATION claim.
+//! - [`branch`]: branches: where a branch manifest was cut from, the prefixes it may name,
+//!   the pins and releases that keep its objects from retention.
 //! - [`units`]: saturating conversions between integer widths, durations as the wire carries
 //!   them, and [`units::error_chain`], how every error reads in a message.
 //!
@@ -14,6 +16,7 @@
 //! depends on no other crate of the workspace; the library (`mushroom-backup`) re-exports
 //! these as `store::format`, `manifest` and `units`.
 
+pub mod branch;
 pub mod manifest;
 pub mod store;
 pub mod units;

@@ -29,6 +29,11 @@
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use crate::branch::{
+    BranchOrigin, PINS_PREFIX, Pin, Release, parse_pin_key, pin_key, prefix_url_problem,
+    release_key,
+};
+
 /// The manifest format this code writes and reads.
 pub const FORMAT: u32 = 1;
 /// The key naming the newest restore point.
@@ -174,6 +179,13 @@ pub struct ObjectEntry {
     pub plain_len: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_crc: Option<u32>,
+    /// The prefix holding the object when it is not the manifest's own: a branch manifest
+    /// ([`Manifest::branch`]) names its parent's objects where they are, as the parent
+    /// prefix's URL without a query (`s3://bucket/prefix`, `file:///path`). Absent (and not
+    /// written) for an object under the manifest's own prefix; only a branch manifest may
+    /// name another prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
 }
 
 impl Manifest {
@@ -290,6 +302,13 @@ pub struct Manifest {
     pub side_files: Vec<SideFileEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentRef>,
+    /// Set on a branch manifest only (the first restore point of a branch prefix): its
+    /// objects are the parent's, named where they are ([`ObjectEntry::prefix`]), its
+    /// `generation` is 0 (no generation of its own prefix: nothing extends it), and its WAL
+    /// may run past `commit_seq`: a restore cuts it right after frame `commit_seq`
+    /// ([`Manifest::cut`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<BranchOrigin>,
 }
 
 /// Bytes that are not a valid manifest.
@@ -313,6 +332,14 @@ impl Manifest {
             .try_fold(self.wal_floor, |acc, f| acc.checked_add(f))
     }
 
+    /// Where a restore of this manifest cuts its WAL: right after frame `commit_seq` when its
+    /// frames run past it (a branch manifest, cut inside the parent's WAL), `None` otherwise.
+    pub fn cut(&self) -> Option<u64> {
+        self.computed_commit_seq()
+            .is_some_and(|n| n > self.commit_seq)
+            .then_some(self.commit_seq)
+    }
+
     /// The key this manifest is stored under.
     pub fn key(&self) -> String {
         manifest_key(self.commit_seq)
@@ -326,6 +353,16 @@ impl Manifest {
             .chain(self.archives.iter().map(|a| &a.object))
             .chain(self.segments.iter().map(|s| &s.object))
             .chain(self.side_files.iter().map(|s| &s.object))
+    }
+
+    /// Every object the manifest names, to change (a branch names them where they are).
+    pub fn objects_mut(&mut self) -> impl Iterator<Item = &mut ObjectEntry> {
+        self.snapshot
+            .iter_mut()
+            .map(|s| &mut s.object)
+            .chain(self.archives.iter_mut().map(|a| &mut a.object))
+            .chain(self.segments.iter_mut().map(|s| &mut s.object))
+            .chain(self.side_files.iter_mut().map(|s| &mut s.object))
     }
 
     /// Bytes of every object the manifest names; `None` on overflow, which [`Manifest::check`]
@@ -376,15 +413,26 @@ impl Manifest {
             key: key.to_string(),
             detail,
         };
-        match self.computed_commit_seq() {
-            Some(n) if n == self.commit_seq => {}
-            Some(n) => {
+        match (self.computed_commit_seq(), &self.branch) {
+            (Some(n), None) if n == self.commit_seq => {}
+            // A branch cut inside its parent's WAL: the frames run at or past the fork.
+            (Some(n), Some(b)) if n >= self.commit_seq && b.commit_seq == self.commit_seq => {}
+            (Some(_), Some(b)) if b.commit_seq != self.commit_seq => {
+                return Err(bad(format!(
+                    "commit_seq {} but the branch record says {}",
+                    self.commit_seq, b.commit_seq
+                )));
+            }
+            (Some(n), _) => {
                 return Err(bad(format!(
                     "commit_seq {} but floor and frames add up to {n}",
                     self.commit_seq
                 )));
             }
-            None => return Err(bad("frame counts overflow".into())),
+            (None, _) => return Err(bad("frame counts overflow".into())),
+        }
+        if let Some(problem) = self.prefix_problem() {
+            return Err(bad(problem));
         }
         if parse_manifest_key(key).is_some_and(|n| n != self.commit_seq) {
             return Err(bad(format!(
@@ -446,6 +494,63 @@ impl Manifest {
             return Err(bad("object lengths add up to more than 2^64 bytes".into()));
         }
         Ok(())
+    }
+}
+
+impl Manifest {
+    /// Why the prefixes the manifest names do not fit, if they do not: only a branch manifest
+    /// names objects under other prefixes, each a URL without query, user, `..` or control
+    /// characters; no key starts with `@` (what a restore routes other prefixes' keys by).
+    pub(crate) fn prefix_problem(&self) -> Option<String> {
+        if let Some(o) = self.objects().find(|o| o.key.starts_with('@')) {
+            return Some(format!("{}: a key may not start with '@'", o.key));
+        }
+        let Some(b) = &self.branch else {
+            return self
+                .objects()
+                .find(|o| o.prefix.is_some())
+                .map(|o| format!("{}: names another prefix, but this is no branch", o.key));
+        };
+        if self.generation != 0 {
+            return Some(format!(
+                "a branch manifest belongs to no generation, but names generation {}",
+                self.generation
+            ));
+        }
+        if self.parent.is_some() {
+            return Some("a branch manifest names no adopted parent".into());
+        }
+        let prefixes = std::iter::once(b.prefix.as_str())
+            .chain(self.objects().filter_map(|o| o.prefix.as_deref()));
+        for p in prefixes {
+            if let Some(why) = prefix_url_problem(p) {
+                return Some(format!("prefix {p:?}: {why}"));
+            }
+        }
+        if let Some(o) = self.objects().find(|o| o.prefix.is_none()) {
+            return Some(format!(
+                "{}: a branch manifest names its parents' objects only",
+                o.key
+            ));
+        }
+        // One holder: a branch is cut from one restore point, whose objects are all under one
+        // prefix (its own, or for a branch of a branch, the one that holds its parent's).
+        let holder = self.holder();
+        self.objects()
+            .find(|o| o.prefix.as_deref() != holder)
+            .map(|o| {
+                format!(
+                    "{}: a branch manifest names the objects of one prefix",
+                    o.key
+                )
+            })
+    }
+
+    /// The prefix holding every object of a branch manifest (`None` for any other manifest,
+    /// whose objects are under its own prefix).
+    pub fn holder(&self) -> Option<&str> {
+        self.branch.as_ref()?;
+        self.objects().next().and_then(|o| o.prefix.as_deref())
     }
 }
 
@@ -539,127 +644,5 @@ pub fn parse_time_ms(s: &str) -> Option<i64> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(key: &str, len: u64) -> ObjectEntry {
-        ObjectEntry::raw(key.into(), len, 1, Uuid::from_u128(9), 1)
-    }
-
-    fn sample() -> Manifest {
-        Manifest {
-            format: FORMAT,
-            lineage: Uuid::from_u128(9),
-            generation: 1,
-            commit_seq: 15,
-            created_at: now_rfc3339(),
-            wal_floor: 0,
-            wal_id: Uuid::from_u128(3),
-            wal_number: 2,
-            snapshot: None,
-            archives: vec![ArchiveEntry {
-                object: entry(&archive_key(1, 1), 100),
-                number: 1,
-                frames: 10,
-            }],
-            segments: vec![
-                SegmentEntry {
-                    object: entry(&segment_key(1, 0, 60), 60),
-                    start: 0,
-                    end: 60,
-                    frames: 2,
-                },
-                SegmentEntry {
-                    object: entry(&segment_key(1, 60, 90), 30),
-                    start: 60,
-                    end: 90,
-                    frames: 3,
-                },
-            ],
-            side_files: vec![],
-            parent: None,
-        }
-    }
-
-    #[test]
-    fn round_trips_and_checks_commit_seq() {
-        let m = sample();
-        let key = m.key();
-        assert_eq!(Manifest::decode(&key, &m.encode()).unwrap(), m);
-        let mut bad = m.clone();
-        bad.commit_seq = 16;
-        let e = Manifest::decode(&manifest_key(16), &bad.encode()).unwrap_err();
-        assert!(e.to_string().contains("add up to 15"), "{e}");
-        assert!(matches!(
-            Manifest::decode(&key, b"{\"format\": 1"),
-            Err(ManifestError::Parse { .. })
-        ));
-    }
-
-    #[test]
-    fn raw_entries_encode_as_before_and_old_entries_decode_as_raw() {
-        let e = entry("gen/0000000001/snapshot.bin", 5);
-        let json = serde_json::to_string(&e).unwrap();
-        assert_eq!(
-            json,
-            r#"{"key":"gen/0000000001/snapshot.bin","len":5,"crc":1,"lineage":"00000000-0000-0000-0000-000000000009","generation":1}"#
-        );
-        let back: ObjectEntry = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.codec, Codec::None);
-        assert!(!back.is_encoded());
-        assert_eq!((back.plain_len(), back.plain_crc()), (5, 1));
-    }
-
-    #[test]
-    fn segments_are_contiguous_in_plain_bytes_and_encoded_entries_state_them() {
-        let mut m = sample();
-        m.segments[1].object.codec = Codec::Zstd;
-        m.segments[1].object.len = 12;
-        m.segments[1].object.plain_len = Some(30);
-        m.segments[1].object.plain_crc = Some(7);
-        assert_eq!(Manifest::decode(&m.key(), &m.encode()).unwrap(), m);
-        assert!(m.encode().windows(6).any(|w| w == b"\"zstd\""));
-        m.segments[1].object.plain_crc = None;
-        assert_refused(&m, "without its plain length");
-        m.segments[1].object.plain_crc = Some(7);
-        m.segments[1].object.plain_len = Some(31);
-        assert_refused(&m, "not contiguous");
-    }
-
-    #[test]
-    fn rejects_gaps() {
-        let mut m = sample();
-        m.segments[1].start = 61;
-        assert_refused(&m, "not contiguous");
-    }
-
-    /// The manifest's own check refuses it, with `why` in the error.
-    fn assert_refused(m: &Manifest, why: &str) {
-        let e = m.check(&m.key()).unwrap_err().to_string();
-        assert!(e.contains(why), "{e}");
-    }
-
-    #[test]
-    fn keys_parse_back() {
-        assert_eq!(parse_manifest_key(&manifest_key(42)), Some(42));
-        assert_eq!(parse_generation(&segment_key(7, 0, 5)), Some(7));
-        assert_eq!(
-            parse_segment_key(7, &segment_key(7, 10, 50)),
-            Some((10, 50))
-        );
-        assert_eq!(parse_segment_key(7, &segment_key(8, 10, 50)), None);
-        assert_eq!(parse_manifest_key("manifests/x.json"), None);
-    }
-
-    #[test]
-    fn pointer_keys_parse_back_and_newer_sorts_first() {
-        let (a, b) = (pointer_key(1), pointer_key(2));
-        assert!(b < a, "{b} sorts before {a}");
-        assert_eq!(parse_pointer_key(&a), Some(1));
-        assert_eq!(parse_pointer_key(&b), Some(2));
-        assert_eq!(parse_pointer_key(&pointer_key(u64::MAX)), Some(u64::MAX));
-        assert_eq!(parse_pointer_key(&pointer_key(0)), None);
-        assert_eq!(parse_pointer_key(&format!("{a}x")), None);
-        assert_eq!(parse_pointer_key("latest/x"), None);
-    }
-}
+#[path = "manifest_tests.rs"]
+mod tests;

@@ -9,6 +9,29 @@ impl crate::bucket::Bucket for FsBucket {
         format!("file://{}", self.inner.root.display())
     }
 
+    /// Another existing directory (`file:///path`), opened as this one was (its links rule,
+    /// its modes, its `.tmp/`); a missing one is `NotFound` (nothing is created for it).
+    fn sibling(&self, url: &str) -> Result<crate::bucket::DynBucket, BucketError> {
+        let refused = |why: &str| crate::bucket::sibling_refused(&self.url(), url, why);
+        let path = match crate::bucket::url::parse(url) {
+            Ok(crate::bucket::url::DestinationUrl::File(p)) => p,
+            Ok(_) => return Err(refused("not a file:// URL")),
+            Err(e) => return Err(refused(&e.to_string())),
+        };
+        let root = Path::new(&path);
+        match std::fs::symlink_metadata(root) {
+            // A prefix that is not there holds no object.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(BucketError::not_found(url));
+            }
+            Err(e) => return Err(refused(&e.to_string())),
+            Ok(_) => {}
+        }
+        FsBucket::open_rooted(root, self.inner.modes, self.inner.root_link)
+            .map(|b| std::sync::Arc::new(b) as crate::bucket::DynBucket)
+            .map_err(|e| refused(&e.to_string()))
+    }
+
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         check_key("get", key)?;
         let k = key.to_string();

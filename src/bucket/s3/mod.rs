@@ -312,6 +312,29 @@ impl S3Bucket {
 
 #[async_trait::async_trait]
 impl super::Bucket for S3Bucket {
+    /// Another prefix of the same bucket (`s3://bucket/prefix`), on the same client and
+    /// settings; another bucket is refused.
+    fn sibling(&self, url: &str) -> Result<super::DynBucket, BucketError> {
+        let refused = |why: &str| super::sibling_refused(&self.url(), url, why);
+        if url.contains('?') {
+            return Err(refused("a sibling is named without a query"));
+        }
+        let (bucket, prefix) = match super::url::parse(url) {
+            Ok(super::url::DestinationUrl::S3 { bucket, prefix, .. }) => (bucket, prefix),
+            Ok(_) => return Err(refused("not an s3:// URL")),
+            Err(e) => return Err(refused(&e.to_string())),
+        };
+        if bucket != self.bucket {
+            return Err(refused(&format!(
+                "another bucket than {} (a branch names prefixes of its own bucket only)",
+                self.bucket
+            )));
+        }
+        let mut b = self.clone();
+        b.prefix = prefix;
+        Ok(std::sync::Arc::new(b))
+    }
+
     fn url(&self) -> String {
         format!(
             "s3://{}/{}{}",

@@ -1,0 +1,94 @@
+//! `mushroom-backup branch --from URL (--at N | --at-time T) --to URL` and
+//! `mushroom-backup branch delete --at URL`: straight against the bucket (`crate::branch`).
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use mushroom_backup::branch::{self, ForkAt};
+use mushroom_backup::restore::{self, RestoreOptions};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BranchArgs {
+    #[command(subcommand)]
+    command: Option<BranchCommand>,
+    /// The parent prefix (its bucket holds the branch too).
+    #[arg(long, required = true)]
+    from: Option<String>,
+    /// The fork commit: the branch restores to exactly the parent's state at it.
+    #[arg(long, conflicts_with = "at_time", required_unless_present = "at_time")]
+    at: Option<u64>,
+    /// The fork instant (RFC 3339, or an age like 10m): the newest commit shipped at or before
+    /// it, as `restore --at-time` chooses it.
+    #[arg(long)]
+    at_time: Option<String>,
+    /// The branch prefix: empty, in the parent's bucket, outside the parent's prefix.
+    #[arg(long, required = true)]
+    to: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    encryption: super::encryption::EncryptionArgs,
+}
+
+#[derive(Subcommand)]
+enum BranchCommand {
+    /// Give a branch up: release its pin (the parent's next retention reclaims what only the
+    /// branch named) and delete its fork manifest; restore points of its own stay.
+    Delete(DeleteArgs),
+}
+
+#[derive(Args)]
+struct DeleteArgs {
+    /// The branch prefix.
+    #[arg(long)]
+    at: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(a: BranchArgs) -> anyhow::Result<ExitCode> {
+    if let Some(BranchCommand::Delete(d)) = a.command {
+        let bucket = super::open_existing(&d.at).await?;
+        let report = branch::delete::delete(bucket, &d.at).await?;
+        print(&report, d.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (Some(from), Some(to)) = (a.from, a.to) else {
+        anyhow::bail!("branch needs --from and --to");
+    };
+    let at = match (a.at, a.at_time.as_deref()) {
+        (Some(n), None) => ForkAt::Commit(n),
+        (None, Some(t)) => ForkAt::Time(restore::at_time::parse_instant(
+            t,
+            mushroom_backup::units::unix_now_ms(),
+        )?),
+        _ => anyhow::bail!("branch needs one of --at N and --at-time T"),
+    };
+    let keys = a.encryption.load_for_reading()?;
+    let opts = RestoreOptions {
+        keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
+        ..RestoreOptions::default()
+    };
+    let parent = super::open_existing(&from).await?;
+    let report = branch::create(parent, &from, &to, at, &opts)
+        .await
+        .map_err(|e| anyhow::anyhow!("branch of {} into {}: {e}", strip(&from), strip(&to)))?;
+    print(&report, a.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn strip(url: &str) -> &str {
+    mushroom_backup::bucket::url::without_query(url)
+}
+
+fn print<T: serde::Serialize + std::fmt::Display>(report: &T, json: bool) -> anyhow::Result<()> {
+    if json {
+        super::out::line(serde_json::to_string(report)?)
+    } else {
+        super::out::line(report)
+    }
+}

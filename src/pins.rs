@@ -1,0 +1,183 @@
+//! The pins of a prefix: which of its objects branches name (`crate::manifest::Pin`), read the
+//! one way every retention reads them (the worker's pass, `retention --from URL` and its dry
+//! run), so that no pass deletes an object a live branch still names.
+//!
+//! # Which pins hold
+//! A pin `pins/<branch lineage>.json` is **live**, and every key it lists is kept as if a
+//! manifest of the prefix named it, unless:
+//! - its release `pins/<branch lineage>.released` exists (`branch delete` wrote it); or
+//! - it is older than the grace (the retention's `orphan_grace`, an hour by default: a branch is
+//!   a handful of requests, so an hour is a crashed one) and its branch manifest is not there (HEAD through the
+//!   bucket's sibling of the branch prefix): the branch was never completed (a crash between
+//!   the pin and the manifest), or its prefix was removed by hand.
+//!
+//! Either way it is **reclaimable**: a deleting pass removes the pin, then its release (in that
+//! order: a crash between the two leaves a release alone, which means nothing and goes next
+//! time, never a pin that holds again). A pin that does not decode was written by no branch
+//! (a branch creates its pin whole, once): it is named in a warning, never deleted, and holds
+//! nothing. A pin whose branch cannot be looked at (a prefix of another bucket, a bucket that
+//! reaches no other prefix) is kept live, with a warning: a pin is only ever dropped on proof.
+//!
+//! # Cost
+//! A LIST of `pins/` (one page per 1,000) and a GET per pin on every retention pass, a HEAD per
+//! pin past its grace without a release. A prefix no branch was ever cut from pays the LIST.
+//!
+//! # What a crash leaves
+//! Nothing of its own: it reads; the deletions are the caller's, pin before release.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use uuid::Uuid;
+
+use crate::bucket::{self, Bucket, BucketError};
+use crate::manifest::{self, PINS_PREFIX, Pin};
+
+/// A live pin.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub key: String,
+    pub pin: Pin,
+}
+
+/// A pin that holds no more, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reclaimable {
+    pub branch: Uuid,
+    /// The pin's key, when there is one (a release may be alone).
+    pub pin: Option<String>,
+    /// The release's key, when there is one.
+    pub release: Option<String>,
+    pub why: String,
+}
+
+/// What a prefix's pins say.
+#[derive(Debug, Clone, Default)]
+pub struct Pins {
+    pub held: Vec<Held>,
+    pub reclaimable: Vec<Reclaimable>,
+    /// Pins that do not decode, and why (they hold nothing and are not deleted).
+    pub junk: Vec<String>,
+}
+
+impl Pins {
+    /// Every key a live pin holds.
+    pub fn keys(&self) -> HashSet<String> {
+        self.held
+            .iter()
+            .flat_map(|h| h.pin.keys.iter().cloned())
+            .collect()
+    }
+}
+
+/// Reads the pins of `bucket`'s prefix at `now_ms`; a pin past `grace` holds only while its
+/// branch manifest is there.
+pub async fn read(bucket: &dyn Bucket, now_ms: i64, grace: Duration) -> Result<Pins, BucketError> {
+    let mut found: BTreeMap<Uuid, (Option<String>, Option<String>)> = BTreeMap::new();
+    for o in bucket::list_all(bucket, PINS_PREFIX).await? {
+        match manifest::parse_pin_key(&o.key) {
+            Some((id, false)) => found.entry(id).or_default().0 = Some(o.key),
+            Some((id, true)) => found.entry(id).or_default().1 = Some(o.key),
+            None => {}
+        }
+    }
+    let mut pins = Pins::default();
+    for (branch, (pin_key, release)) in found {
+        let Some(key) = pin_key else {
+            pins.reclaimable.push(Reclaimable {
+                branch,
+                pin: None,
+                release,
+                why: "a release without its pin".into(),
+            });
+            continue;
+        };
+        if release.is_some() {
+            pins.reclaimable.push(Reclaimable {
+                branch,
+                pin: Some(key),
+                release,
+                why: "released by `branch delete`".into(),
+            });
+            continue;
+        }
+        let pin = match bucket.get(&key).await {
+            Ok(o) => match Pin::decode(&key, &o.data) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::warn!(%key, error = %e, "a pin that does not decode holds nothing");
+                    pins.junk.push(e.to_string());
+                    continue;
+                }
+            },
+            Err(BucketError::NotFound { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        match gone_why(bucket, &pin, now_ms, grace).await? {
+            Some(why) => pins.reclaimable.push(Reclaimable {
+                branch,
+                pin: Some(key),
+                release: None,
+                why,
+            }),
+            None => pins.held.push(Held { key, pin }),
+        }
+    }
+    Ok(pins)
+}
+
+/// Why `pin` holds no more although not released, if it does not: past the grace, its branch
+/// manifest is missing.
+async fn gone_why(
+    bucket: &dyn Bucket,
+    pin: &Pin,
+    now_ms: i64,
+    grace: Duration,
+) -> Result<Option<String>, BucketError> {
+    let age = manifest::parse_time_ms(&pin.created_at).map(|t| now_ms.saturating_sub(t));
+    // A time that does not parse is young: kept.
+    if age.is_none_or(|a| a < crate::units::millis_i64(grace)) {
+        return Ok(None);
+    }
+    let branch = match bucket.sibling(&pin.branch) {
+        Ok(b) => b,
+        Err(BucketError::NotFound { .. }) => {
+            return Ok(Some(format!(
+                "its branch prefix {} is not there",
+                pin.branch
+            )));
+        }
+        Err(e) => {
+            tracing::warn!(branch = %pin.branch, error = %e, "cannot look at a pinning branch: its pin holds");
+            return Ok(None);
+        }
+    };
+    match branch.head(&pin.manifest).await {
+        Ok(Some(_)) => Ok(None),
+        Ok(None) => Ok(Some(format!(
+            "its branch manifest {} of {} is not there, {} s after the pin",
+            pin.manifest,
+            pin.branch,
+            age.unwrap_or(0) / 1000
+        ))),
+        // A branch prefix that is gone whole (a directory removed) is a missing manifest too.
+        Err(BucketError::NotFound { .. }) => Ok(Some(format!(
+            "its branch prefix {} is not there",
+            pin.branch
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes what `reclaimable` names, pin before release; returns how many objects went.
+pub async fn reclaim(bucket: &dyn Bucket, reclaimable: &[Reclaimable]) -> Result<u64, BucketError> {
+    let mut deleted = 0;
+    for r in reclaimable {
+        for key in r.pin.iter().chain(&r.release) {
+            bucket.delete(key, None).await?;
+            deleted += 1;
+        }
+        tracing::info!(branch = %r.branch, why = %r.why, "reclaimed a pin");
+    }
+    Ok(deleted)
+}
