@@ -91,6 +91,12 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::PromoteResponse>, Status> {
         no()
     }
+    async fn branch(
+        &self,
+        _: Request<proto::BranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

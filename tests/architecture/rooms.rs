@@ -50,6 +50,8 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("hosting", &["hosted", "options", "store_metrics"]),
     ("deregister", &["admission", "hosted"]),
     ("error", &["admission", "promote"]),
+    // A branch of a registered store, restored and registered as Adopt does.
+    ("branch", &["admission"]),
 ];
 
 /// A folder's modules (file stems and sub-folder names, `mod` aside) and, for each, the

@@ -291,6 +291,60 @@ pub(super) async fn adopt(
     Ok(())
 }
 
+/// `ctl branch`.
+pub(super) async fn branch(
+    ctl: &mut Ctl,
+    j: bool,
+    store_id: String,
+    (at, at_time): (Option<u64>, Option<String>),
+    destination: String,
+    dir: Option<String>,
+    store: StoreFlags,
+) -> anyhow::Result<()> {
+    let req = proto::BranchRequest {
+        store_id,
+        at_commit_seq: at.unwrap_or(0),
+        at_time: at_time.unwrap_or_default(),
+        destination: destination.clone(),
+        store_dir: dir.unwrap_or_default(),
+        labels: store.labels(),
+        options: store.options(),
+        instance_id: String::new(),
+    };
+    let r = ctl
+        .client
+        .branch(ctl.request(req, true))
+        .await
+        .map_err(|s| failed("Branch", s))?
+        .into_inner();
+    let mut text = format!(
+        "branched at commit {} into {destination} (lineage {}, from {} of {}): {} requests, \
+         {} bytes written",
+        r.commit_seq, r.lineage, r.parent_manifest, r.holder, r.requests, r.bytes_written
+    );
+    if !r.store_id.is_empty() {
+        text.push_str(&format!(
+            "\nregistered store {}\nnode token (shown once): {}",
+            r.store_id, r.node_token
+        ));
+    }
+    print(
+        j,
+        json!({
+            "commit_seq": r.commit_seq,
+            "lineage": r.lineage,
+            "parent_manifest": r.parent_manifest,
+            "holder": r.holder,
+            "requests": r.requests,
+            "bytes_written": r.bytes_written,
+            "store_id": r.store_id,
+            "node_token": r.node_token,
+        }),
+        text,
+    )?;
+    Ok(())
+}
+
 /// `ctl register`, and `ctl standby` (`standby`: a standby of the destination).
 pub(super) async fn register(
     ctl: &mut Ctl,

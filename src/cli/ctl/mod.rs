@@ -146,6 +146,25 @@ enum Call {
         #[command(flatten)]
         store: StoreFlags,
     },
+    /// Cut a branch of a store's prefix at a commit or an instant into a new prefix of the
+    /// same bucket (nothing copied); with --dir, restore it there and register it as a store.
+    Branch {
+        store_id: String,
+        /// The fork commit.
+        #[arg(long, conflicts_with = "at_time", required_unless_present = "at_time")]
+        at: Option<u64>,
+        /// The fork instant (RFC 3339): the newest commit shipped at or before it.
+        #[arg(long)]
+        at_time: Option<String>,
+        /// The branch prefix: empty, in the parent's bucket, outside the parent's prefix.
+        #[arg(long)]
+        destination: String,
+        /// Restore the branch into this empty directory and register it as a store.
+        #[arg(long)]
+        dir: Option<String>,
+        #[command(flatten)]
+        store: StoreFlags,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -301,6 +320,17 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
             at,
             store,
         } => adopt(&mut ctl, j, dir, destination, at, store).await?,
+        Call::Branch {
+            store_id,
+            at,
+            at_time,
+            destination,
+            dir,
+            store,
+        } => {
+            let fork = (at, at_time);
+            calls::branch(&mut ctl, j, store_id, fork, destination, dir, store).await?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -345,6 +345,53 @@ impl BackupControl for Api {
         }))
     }
 
+    async fn branch(
+        &self,
+        req: Request<proto::BranchRequest>,
+    ) -> Result<Response<proto::BranchResponse>, Status> {
+        let caller = self.caller(&req)?;
+        let req = here_or_return!(
+            self.local_or_forward(req, &caller, |mut c, r| async move { c.branch(r).await })
+                .await
+        );
+        let (peer, r) = operator(req, &caller);
+        let at = request::branch_point(&r).map_err(err)?;
+        limits::check_store_id(&r.store_id).map_err(|e| err(FleetError::from(e)))?;
+        let new = match r.store_dir.is_empty() {
+            true => None,
+            false => Some(
+                self.or_refused(
+                    "branch",
+                    new_store(r.store_dir, r.destination.clone(), r.labels, r.options),
+                    &peer,
+                )
+                .await?,
+            ),
+        };
+        let b = self
+            .fleet
+            .branch(&r.store_id, at, &r.destination, new, peer)
+            .await
+            .map_err(err)?;
+        let (store_id, node_token) = b
+            .store
+            .map(|(rec, t)| (rec.store_id, t))
+            .unwrap_or_default();
+        if !store_id.is_empty() {
+            record_store_id(&store_id);
+        }
+        Ok(Response::new(proto::BranchResponse {
+            commit_seq: b.report.commit_seq,
+            lineage: b.report.lineage.to_string(),
+            parent_manifest: b.report.parent_manifest,
+            holder: b.report.holder,
+            requests: b.report.requests,
+            bytes_written: b.report.bytes_written,
+            store_id,
+            node_token,
+        }))
+    }
+
     async fn promote(
         &self,
         req: Request<proto::PromoteRequest>,

@@ -20,6 +20,7 @@
 //! Internal errors become `INTERNAL` with a generic message; their cause is logged here, once,
 //! and never sent to the client (it may name paths or hosts). No message ever carries a token.
 
+use crate::branch::BranchError;
 use tonic::{Code, Status};
 
 pub use super::auth::AuthError;
@@ -192,6 +193,17 @@ fn fleet_code(e: &FleetError) -> Option<Code> {
             RestoreError::BadTime { .. } => Code::InvalidArgument,
             RestoreError::Bucket(_) => Code::Unavailable,
             RestoreError::Io { .. } | RestoreError::Disk(_) => return None,
+        },
+        FleetError::Branch(b) => match b {
+            BranchError::Destination { .. }
+            | BranchError::NotABranch { .. }
+            | BranchError::Parent { .. } => Code::InvalidArgument,
+            BranchError::Raced { .. } => Code::Aborted,
+            BranchError::Bucket(_) | BranchError::Restore(RestoreError::Bucket(_)) => {
+                Code::Unavailable
+            }
+            BranchError::Restore(RestoreError::BadTime { .. }) => Code::InvalidArgument,
+            BranchError::Restore(_) => Code::FailedPrecondition,
         },
         FleetError::Registry(r) => match r {
             RegistryError::AlreadyExists { .. } => Code::AlreadyExists,

@@ -66,6 +66,21 @@ pub fn adopt_point(r: &proto::AdoptRequest) -> Result<crate::restore::Point, Fie
     })
 }
 
+/// The fork a `BranchRequest` asks for: `at_commit_seq` or `at_time`, exactly one.
+pub fn branch_point(r: &proto::BranchRequest) -> Result<crate::restore::Point, FieldError> {
+    let p = adopt_point(&proto::AdoptRequest {
+        at_commit_seq: r.at_commit_seq,
+        at_time: r.at_time.clone(),
+        ..Default::default()
+    })?;
+    if p.commit_seq.is_none() && p.time_ms.is_none() {
+        return Err(FieldError(
+            "give the fork: at_commit_seq (at least 1) or at_time".into(),
+        ));
+    }
+    Ok(p)
+}
+
 /// Checks a `ListRestorePoints` request's store id and page token (empty, or one this server
 /// gave: `crate::listing::Cursor::token`, or a bare manifest key as earlier servers gave);
 /// returns the cursor the token names.

@@ -71,6 +71,8 @@ pub struct CallTimeout<S> {
 const ADOPT_PATH: &str = "/mushroom.backup.v1.BackupControl/Adopt";
 /// A drill restores a whole store too: it has Adopt's limit.
 const DRILL_PATH: &str = "/mushroom.backup.v1.BackupControl/Drill";
+/// A branch with a store directory restores the branch there: Adopt's limit too.
+const BRANCH_PATH: &str = "/mushroom.backup.v1.BackupControl/Branch";
 /// A promotion waits out the old writer's lease and catches up: Adopt's limit too.
 const PROMOTE_PATH: &str = "/mushroom.backup.v1.BackupControl/Promote";
 /// A move flushes and hands a store over; a drain does it for every store of an instance.
@@ -95,7 +97,8 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
-        let (limit, setting) = if [ADOPT_PATH, DRILL_PATH, PROMOTE_PATH].contains(&path)
+        let (limit, setting) = if [ADOPT_PATH, DRILL_PATH, PROMOTE_PATH, BRANCH_PATH]
+            .contains(&path)
             || MOVE_PATHS.contains(&path)
         {
             (self.limits.adopt, "adopt_timeout_ms")

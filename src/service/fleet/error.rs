@@ -57,6 +57,9 @@ pub enum FleetError {
     Listing(#[from] crate::listing::ListingError),
     #[error("{}", restore_message(.0))]
     Restore(#[from] restore::RestoreError),
+    /// A branch refused or failed (`crate::branch`).
+    #[error("branch: {0}")]
+    Branch(#[from] crate::branch::BranchError),
     #[error("{}", registry_message(.0))]
     Registry(#[from] registry::RegistryError),
     /// The lease root of the destination (where the instance lease lives) cannot be opened.

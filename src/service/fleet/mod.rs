@@ -148,6 +148,7 @@ pub use replica::ReplicaEntry;
 pub use standby::StandbyEntry;
 
 pub(crate) mod admission;
+mod branch;
 mod claim_renewal;
 mod deregister;
 mod error;

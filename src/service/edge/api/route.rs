@@ -85,7 +85,11 @@ macro_rules! about_instance {
     };
 }
 
-about_instance!(proto::RegisterRequest, proto::AdoptRequest);
+about_instance!(
+    proto::RegisterRequest,
+    proto::AdoptRequest,
+    proto::BranchRequest
+);
 
 impl Addressed for proto::DeregisterRequest {
     fn target(&self) -> Target<'_> {

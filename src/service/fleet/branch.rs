@@ -1,0 +1,57 @@
+//! `Branch`: a branch of a registered store's prefix (`crate::branch`), and with a store
+//! directory, its restore there and registration, as `Adopt` does.
+//!
+//! # What a crash leaves
+//! What `crate::branch::create` leaves (no branch, or a complete one), then what `Adopt`
+//! leaves (no store, or a registered one).
+
+use super::admission::{destination, limits::FieldError};
+use super::{Fleet, FleetError, NewStore};
+use crate::branch::{self, BranchReport, ForkAt};
+use crate::registry::StoreRecord;
+use crate::restore::{self, RestoreOptions};
+
+/// What a `Branch` did: the branch, and with a directory, the store registered and its token.
+pub struct Branched {
+    pub report: BranchReport,
+    pub store: Option<(StoreRecord, String)>,
+}
+
+impl Fleet {
+    /// Cuts a branch of `store_id`'s prefix at `at` into `destination`; with `new` (its
+    /// destination the branch's), restores and registers it.
+    pub async fn branch(
+        &self,
+        store_id: &str,
+        at: restore::Point,
+        destination: &str,
+        new: Option<NewStore>,
+        peer: Option<String>,
+    ) -> Result<Branched, FleetError> {
+        let at = match (at.commit_seq, at.time_ms) {
+            (Some(n), None) => ForkAt::Commit(n),
+            (None, Some(t)) => ForkAt::Time(t),
+            _ => {
+                return Err(FieldError("give one of at_commit_seq and at_time".into()).into());
+            }
+        };
+        let checked = destination::check(destination, self.placement())?;
+        let parent_url = self.destination_of(store_id).await?;
+        let parent = self.buckets.read_write(&parent_url).open().await?;
+        let opts = RestoreOptions {
+            keys: self.restore_keys(),
+            ..RestoreOptions::default()
+        };
+        let url = checked.url(destination);
+        let report = branch::create(parent, &parent_url, &url, at, &opts).await?;
+        tracing::info!(store_id, branch = %report.branch, commit_seq = report.commit_seq, "branched");
+        let store = match new {
+            None => None,
+            Some(new) => {
+                let (record, token, _) = self.adopt(new, restore::Point::default(), peer).await?;
+                Some((record, token))
+            }
+        };
+        Ok(Branched { report, store })
+    }
+}
