@@ -133,6 +133,21 @@ async fn a_branch_crashed_at_every_request_is_none_or_whole_and_its_pin_never_ho
                         Some(&expected),
                         "{context}: after retention"
                     );
+                    // A store adopted from it backs up into it (LATEST may never have been
+                    // written).
+                    let adopted = run.join("adopted");
+                    let opts = RestoreOptions {
+                        adopt: true,
+                        ..RestoreOptions::default()
+                    };
+                    restore::restore(fs_bucket(&b).as_ref(), &adopted, &opts)
+                        .await
+                        .unwrap_or_else(|e| panic!("{context}: adopt: {e}"));
+                    support::store::write(&adopted, 10, 0, 0);
+                    support::store::worker(&adopted, fs_bucket(&b), support::store::config())
+                        .run_once()
+                        .await
+                        .unwrap_or_else(|e| panic!("{context}: a backup into the branch: {e}"));
                 }
             }
             // And a branch can be cut again, into a fresh prefix.

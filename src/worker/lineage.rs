@@ -132,9 +132,12 @@ pub fn decide(
         };
     }
     if let Some(p) = parent {
+        // No LATEST at all, with the parent the newest manifest listed, is the parent too: a
+        // branch whose LATEST a crash never wrote (`crate::branch`). Anyone who moved on would
+        // have left a newer manifest.
         let latest_names_parent = newest
             .latest
-            .is_some_and(|l| l.manifest == p.manifest && l.lineage == p.lineage);
+            .is_none_or(|l| l.manifest == p.manifest && l.lineage == p.lineage);
         if p.lineage == m.lineage && p.manifest == newest.key && latest_names_parent {
             if store_commit_seq < m.commit_seq {
                 // Restored with `--at` below the parent's restore point: its next restore
