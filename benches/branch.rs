@@ -54,10 +54,10 @@ mod fault_proxy;
 mod serve;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
@@ -67,7 +67,7 @@ use time::format_description::well_known::Rfc3339;
 use counting_proxy::{CountingProxy, Seen};
 use mushroom_backup::bucket;
 use mushroom_backup::manifest::Manifest;
-use serve::{env_or, verdict};
+use serve::{env_or, run, s3_client, verdict};
 
 const MIB: u64 = 1 << 20;
 const VALUE_SIZE: u64 = 64 << 10;
@@ -133,22 +133,6 @@ impl Settings {
         ensure!(s.branches >= 1, "BRANCHES must be at least 1");
         Ok(s)
     }
-}
-
-/// Runs `cmd` to its end; fails with its stderr if it fails. Returns its stdout.
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("start {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn json(out: &str) -> Result<Value> {
@@ -622,19 +606,6 @@ fn targets(cuts: &[Cut]) {
         MAX_BYTES >> 10,
         missed(&|c| c.report_bytes.max(c.put_bytes()) <= MAX_BYTES)
     );
-}
-
-fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
 }
 
 /// Deletes every object of `bucket`, then the bucket (SeaweedFS frees its volumes so).

@@ -87,7 +87,7 @@ use mushroom_backup::store::format::WalPosition;
 mod moto;
 #[path = "support/serve.rs"]
 mod serve;
-use serve::{Server, env_or};
+use serve::{Server, env_or, s3_client};
 
 const BUCKET: &str = "durable-bench";
 /// A bucket with Object Lock enabled, for the write-once mode's store (issue 29).
@@ -99,19 +99,6 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
-}
-
-fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
 }
 
 /// Requests moto logged for `prefix/` of the bench bucket, and of those the WAL segment PUTs.

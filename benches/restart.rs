@@ -71,7 +71,7 @@ mod moto;
 #[path = "support/serve.rs"]
 mod serve;
 use fault_proxy::{FaultCounts, FaultPlan, FaultProxy};
-use serve::{Server, env_or};
+use serve::{Server, env_or, s3_client};
 
 const BUCKET: &str = "restart-bench";
 /// Longer than any load: the only restore point of a case is its generation's first.
@@ -647,17 +647,4 @@ fn list_from(var: &str, default: &str) -> anyhow::Result<Vec<String>> {
         .collect();
     anyhow::ensure!(!items.is_empty(), "{var} names nothing");
     Ok(items)
-}
-
-fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            "test", "test", None, None, "bench",
-        ))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
 }

@@ -80,9 +80,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, ensure};
 
-use serve::env_or;
+use serve::{env_or, run};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Commits between the two snapshots written before the measured stretch.
@@ -244,22 +244,6 @@ fn run_measured(cmd: &mut Command) -> Result<(String, u64)> {
         err.trim()
     );
     Ok((out, usage.ru_maxrss as u64 * 1024))
-}
-
-/// Runs `cmd` to its end; fails with its stderr if it fails. Returns its stdout.
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("start {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Writes back every dirty page of the machine (untimed), so that no measurement waits behind

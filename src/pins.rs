@@ -19,19 +19,24 @@
 //! reaches no other prefix) is kept live, with a warning: a pin is only ever dropped on proof.
 //!
 //! # Cost
-//! A LIST of `pins/` (one page per 1,000) and a GET per pin on every retention pass, a HEAD per
-//! pin past its grace without a release. A prefix no branch was ever cut from pays the LIST.
+//! A LIST of `pins/` (one page per 1,000) on every retention pass, a GET per pin the first time
+//! it is listed (a pin is written once: the caller keeps what was read in a [`Cache`]), a HEAD
+//! per pin past its grace without a release. A prefix no branch was ever cut from pays the LIST.
 //!
 //! # What a crash leaves
 //! Nothing of its own: it reads; the deletions are the caller's, pin before release.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use uuid::Uuid;
 
 use crate::bucket::{self, Bucket, BucketError};
 use crate::manifest::{self, PINS_PREFIX, Pin};
+
+/// The pins read so far, by key (`None`: one that does not decode); pins are created once, so
+/// what was read stays true while the key is listed.
+pub type Cache = HashMap<String, Option<Pin>>;
 
 /// A live pin.
 #[derive(Debug, Clone)]
@@ -56,7 +61,7 @@ pub struct Reclaimable {
 pub struct Pins {
     pub held: Vec<Held>,
     pub reclaimable: Vec<Reclaimable>,
-    /// Pins that do not decode, and why (they hold nothing and are not deleted).
+    /// The keys of pins that do not decode (they hold nothing and are not deleted).
     pub junk: Vec<String>,
 }
 
@@ -70,11 +75,19 @@ impl Pins {
     }
 }
 
-/// Reads the pins of `bucket`'s prefix at `now_ms`; a pin past `grace` holds only while its
-/// branch manifest is there.
-pub async fn read(bucket: &dyn Bucket, now_ms: i64, grace: Duration) -> Result<Pins, BucketError> {
+/// Reads the pins of `bucket`'s prefix at `now_ms`, each through `cache`; a pin past `grace`
+/// holds only while its branch manifest is there.
+pub async fn read(
+    bucket: &dyn Bucket,
+    now_ms: i64,
+    grace: Duration,
+    cache: &mut Cache,
+) -> Result<Pins, BucketError> {
+    let listed = bucket::list_all(bucket, PINS_PREFIX).await?;
+    let keys: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+    cache.retain(|k, _| keys.contains(k.as_str()));
     let mut found: BTreeMap<Uuid, (Option<String>, Option<String>)> = BTreeMap::new();
-    for o in bucket::list_all(bucket, PINS_PREFIX).await? {
+    for o in listed {
         match manifest::parse_pin_key(&o.key) {
             Some((id, false)) => found.entry(id).or_default().0 = Some(o.key),
             Some((id, true)) => found.entry(id).or_default().1 = Some(o.key),
@@ -101,17 +114,19 @@ pub async fn read(bucket: &dyn Bucket, now_ms: i64, grace: Duration) -> Result<P
             });
             continue;
         }
-        let pin = match bucket.get(&key).await {
-            Ok(o) => match Pin::decode(&key, &o.data) {
-                Ok(p) => p,
-                Err(e) => {
+        if !cache.contains_key(&key) {
+            let read = match bucket.get(&key).await {
+                Ok(o) => Pin::decode(&key, &o.data).map_err(|e| {
                     tracing::warn!(%key, error = %e, "a pin that does not decode holds nothing");
-                    pins.junk.push(e.to_string());
-                    continue;
-                }
-            },
-            Err(BucketError::NotFound { .. }) => continue,
-            Err(e) => return Err(e),
+                }),
+                Err(BucketError::NotFound { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            cache.insert(key.clone(), read.ok());
+        }
+        let Some(Some(pin)) = cache.get(&key).cloned() else {
+            pins.junk.push(key);
+            continue;
         };
         match gone_why(bucket, &pin, now_ms, grace).await? {
             Some(why) => pins.reclaimable.push(Reclaimable {

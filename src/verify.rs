@@ -444,12 +444,8 @@ pub async fn verify(
     // A branch manifest's objects are where its parent keeps them: each holder's manifests
     // are checked against the holder (their keys are its own), the rest against this prefix.
     let mut groups: BTreeMap<Option<String>, Vec<Loaded>> = BTreeMap::new();
-    for (key, m) in manifests {
-        let holder = m.as_ref().ok().and_then(|m| m.holder()).map(str::to_string);
-        let m = m.map(|mut m| {
-            m.objects_mut().for_each(|o| o.prefix = None);
-            m
-        });
+    for (key, mut m) in manifests {
+        let holder = m.as_mut().ok().and_then(Manifest::take_holder);
         groups.entry(holder).or_default().push((key, m));
     }
     let mut checks = Vec::new();

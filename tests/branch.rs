@@ -21,16 +21,11 @@ use support::store::{config, digest, fs_bucket, worker, write};
 const T: Duration = Duration::from_secs(60);
 
 fn url(p: &Path) -> String {
-    format!("file://{}", p.display())
+    support::store::file_url(p)
 }
 
 async fn keys(b: &DynBucket) -> BTreeSet<String> {
-    bucket::list_all(b.as_ref(), "")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.key)
-        .collect()
+    support::store::keys_under(b, "").await
 }
 
 async fn manifests(b: &DynBucket) -> Vec<Manifest> {
@@ -45,15 +40,7 @@ async fn manifests(b: &DynBucket) -> Vec<Manifest> {
     out
 }
 
-/// The most aggressive retention a pass takes: the newest generation, nothing else, no grace.
-fn aggressive() -> RetentionPolicy {
-    RetentionPolicy {
-        keep_for: Duration::ZERO,
-        keep_generations: 1,
-        orphan_grace: Duration::ZERO,
-        ..RetentionPolicy::default()
-    }
-}
+use support::store::newest_generation_only as aggressive;
 
 fn branch(from: &str, at: u64, to: &str) -> serde_json::Value {
     let mut cmd = command("http://127.0.0.1:9");
@@ -282,6 +269,23 @@ async fn a_pin_whose_branch_never_appeared_is_reclaimed_after_its_grace_and_junk
     let (store, p) = (t.path().join("s"), t.path().join("b/parent"));
     support::store::generations(&store, &p, 2).await;
     let parent = fs_bucket(&p);
+    // The generations were claimed two hours ago: past the grace below, so only the pin can
+    // keep the first one's objects within it.
+    let two_hours_ago =
+        mushroom_backup::units::rfc3339_ms(mushroom_backup::units::unix_now_ms() - 2 * 3_600_000);
+    for key in keys(&parent)
+        .await
+        .iter()
+        .filter(|k| k.ends_with("/GENERATION"))
+    {
+        let got = parent.get(key).await.unwrap();
+        let mut claim = manifest::GenerationClaim::decode(key, &got.data).unwrap();
+        claim.created_at = two_hours_ago.clone();
+        parent
+            .put(key, claim.encode().into(), bucket::PutCondition::None)
+            .await
+            .unwrap();
+    }
     let first = manifests(&parent).await.remove(0);
     // What a branch crashed right after its pin leaves: the pin, no branch manifest.
     let lineage = uuid::Uuid::new_v4();
@@ -310,7 +314,8 @@ async fn a_pin_whose_branch_never_appeared_is_reclaimed_after_its_grace_and_junk
         )
         .await
         .unwrap();
-    // Within its grace it holds.
+    // Within its grace it holds (the first generation's objects are named by no manifest the
+    // pass keeps, and are past their own grace).
     let held = RetentionPolicy {
         orphan_grace: Duration::from_secs(3600),
         ..aggressive()

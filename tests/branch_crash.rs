@@ -8,36 +8,21 @@ mod support;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use mushroom_backup::branch::{self, BranchError, ForkAt};
 use mushroom_backup::bucket::faults::{CrashKind, FaultPlan, FaultyBucket};
 use mushroom_backup::bucket::{self, BucketError, DynBucket};
 use mushroom_backup::manifest;
 use mushroom_backup::restore::{self, RestoreOptions};
-use mushroom_backup::worker::RetentionPolicy;
 use mushroom_backup::worker::retention_pass::pass;
 use support::store::{copy_dir, digest, fs_bucket};
 
-fn url(p: &Path) -> String {
-    format!("file://{}", p.display())
-}
-
-fn aggressive() -> RetentionPolicy {
-    RetentionPolicy {
-        keep_for: Duration::ZERO,
-        keep_generations: 1,
-        orphan_grace: Duration::ZERO,
-        ..RetentionPolicy::default()
-    }
-}
+use support::store::{file_url as url, newest_generation_only as aggressive};
 
 async fn pins(b: &DynBucket) -> Vec<String> {
-    bucket::list_all(b.as_ref(), manifest::PINS_PREFIX)
+    support::store::keys_under(b, manifest::PINS_PREFIX)
         .await
-        .unwrap()
         .into_iter()
-        .map(|o| o.key)
         .collect()
 }
 

@@ -56,9 +56,7 @@ const FULL_CHECK_EVERY: u64 = 50;
 /// Past this many live branches, a branch is deleted instead of cut.
 const MAX_LIVE: usize = 16;
 
-fn url(p: &Path) -> String {
-    format!("file://{}", p.display())
-}
+use support::store::file_url as url;
 
 fn env(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;

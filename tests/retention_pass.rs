@@ -9,22 +9,16 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
+use mushroom_backup::bucket::DynBucket;
 use mushroom_backup::bucket::faults::{CrashKind, FaultPlan, FaultyBucket};
-use mushroom_backup::bucket::{self, DynBucket};
 use mushroom_backup::verify::{self, VerifyOptions};
 use mushroom_backup::worker::RetentionPolicy;
 use mushroom_backup::worker::retention_pass::pass;
 use support::store::{config, copy_dir, fs_bucket, worker, write};
 
 async fn keys(b: &DynBucket) -> BTreeSet<String> {
-    bucket::list_all(b.as_ref(), "")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.key)
-        .collect()
+    support::store::keys_under(b, "").await
 }
 
 async fn verifies(b: &DynBucket, context: &str) {
@@ -39,12 +33,7 @@ async fn verifies(b: &DynBucket, context: &str) {
 }
 
 fn policy() -> RetentionPolicy {
-    RetentionPolicy {
-        keep_for: Duration::ZERO,
-        keep_generations: 1,
-        orphan_grace: Duration::ZERO,
-        ..RetentionPolicy::default()
-    }
+    support::store::newest_generation_only()
 }
 
 #[tokio::test]

@@ -267,3 +267,33 @@ pub fn append_commits(dirs: &[PathBuf], commits: u64) -> anyhow::Result<()> {
     })?;
     Ok(())
 }
+
+/// Runs `cmd` to its end; fails with its stderr if it fails. Returns its stdout.
+pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("start {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A client of the bench's S3 server (`test`/`test`, path-style): what moto and SeaweedFS take.
+pub fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "test", "test", None, None, "bench",
+        ))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}

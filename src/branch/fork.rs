@@ -62,7 +62,7 @@ pub(crate) async fn at_commit(
         at_time_ms: None,
         ..opts.clone()
     };
-    Ok(crate::restore::choose_plan(parent, &opts).await?)
+    Ok(crate::restore::choose(parent, &opts).await?)
 }
 
 /// The branch manifest of `plan` (cut at `plan.commit_seq`) for a branch of lineage `lineage`

@@ -98,7 +98,8 @@ pub struct BranchReport {
     /// Objects the branch names, and their stored bytes (kept alive by its pin).
     pub objects: u64,
     pub pinned_bytes: u64,
-    /// Bucket requests the branch made (every kind), and bytes it wrote.
+    /// Bucket requests the branch made (every kind; not the caller's opening of the parent,
+    /// which the CLI checks with a LIST of its own), and bytes it wrote.
     pub requests: u64,
     pub bytes_written: u64,
     pub seconds: f64,
@@ -147,7 +148,7 @@ pub fn prefix_url(url: &str) -> Result<String, BranchError> {
 /// Whether one of the two prefixes is the other or holds it.
 fn nested(a: &str, b: &str) -> bool {
     let (a, b) = (format!("{a}/"), format!("{b}/"));
-    a.starts_with(&b) || b.starts_with(&a) || a == b
+    a.starts_with(&b) || b.starts_with(&a)
 }
 
 /// Cuts a branch of `parent` (opened read-write at `parent_url`) at `at` into `branch_url`;
@@ -186,7 +187,7 @@ pub async fn create(
                 at_time_ms: Some(t),
                 ..opts.clone()
             };
-            crate::restore::choose_plan(parent.as_ref(), &opts).await?
+            crate::restore::choose(parent.as_ref(), &opts).await?
         }
     };
     let lineage = Uuid::new_v4();
@@ -256,21 +257,17 @@ pub async fn create(
     })
 }
 
-/// The branch prefix, through the parent's sibling: a local directory is made first (a bucket
-/// prefix needs no making).
+/// The branch prefix, through the parent's sibling: a local directory is made a bucket first,
+/// as any destination is when first written (an S3 prefix needs no making).
 fn sibling_made(parent: &dyn Bucket, url: &str) -> Result<DynBucket, BranchError> {
     let unreachable = |e: &dyn std::fmt::Display| BranchError::Destination {
         url: url.to_string(),
         detail: format!("not reachable as a prefix of the parent's bucket: {e}"),
     };
-    match parent.sibling(url) {
-        Err(BucketError::NotFound { .. }) if url.starts_with("file://") => {
-            let dir = url.trim_start_matches("file://");
-            std::fs::create_dir_all(dir).map_err(|e| unreachable(&e))?;
-            parent.sibling(url).map_err(|e| unreachable(&e))
-        }
-        other => other.map_err(|e| unreachable(&e)),
+    if let Some(dir) = url.strip_prefix("file://") {
+        bucket::fs::FsBucket::open(std::path::Path::new(dir)).map_err(|e| unreachable(&e))?;
     }
+    parent.sibling(url).map_err(|e| unreachable(&e))
 }
 
 /// Creates `key` once (`If-None-Match: *`); a retry that finds its own bytes there is its own

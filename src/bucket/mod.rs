@@ -406,8 +406,9 @@ pub trait Bucket: Send + Sync + 'static {
     /// The bucket rooted at `url`, another prefix of the same bucket reached as this one is
     /// (the same client, settings and wrappers, sharing their counters): how a branch's
     /// restore reads the parent objects its manifest names, and how a branch writes and a
-    /// retention reads pins ([`sibling_problem`] says which URLs fit). `url` has no query: it
-    /// is what a branch manifest names. Default: refused, as [`sibling_refused`].
+    /// retention reads pins. `url` has no query: it is what a branch manifest names. An S3
+    /// bucket refuses another bucket; a local one opens another existing directory and creates
+    /// nothing in it. Default: refused, as [`sibling_refused`].
     fn sibling(&self, url: &str) -> Result<DynBucket, BucketError> {
         Err(sibling_refused(
             &self.url(),

@@ -19,8 +19,8 @@ pub struct BranchArgs {
     /// The fork commit: the branch restores to exactly the parent's state at it.
     #[arg(long, conflicts_with = "at_time", required_unless_present = "at_time")]
     at: Option<u64>,
-    /// The fork instant (RFC 3339, or an age like 10m): the newest commit shipped at or before
-    /// it, as `restore --at-time` chooses it.
+    /// The fork instant (RFC 3339 with a UTC offset, e.g. 2026-12-07T09:50:00Z): the newest
+    /// commit shipped at or before it, as `restore --at-time` chooses it.
     #[arg(long)]
     at_time: Option<String>,
     /// The branch prefix: empty, in the parent's bucket, outside the parent's prefix.

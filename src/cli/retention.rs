@@ -92,8 +92,13 @@ pub async fn run(a: RetentionArgs) -> anyhow::Result<ExitCode> {
     let now_ms = mushroom_backup::units::unix_now_ms();
     let mut decisions = decide(&a, &manifests, latest.as_ref(), now_ms);
     let dropped = decisions.iter().filter(|d| !d.keep).count();
-    let pins =
-        mushroom_backup::pins::read(bucket.as_ref(), now_ms, policy(&a).orphan_grace).await?;
+    let pins = mushroom_backup::pins::read(
+        bucket.as_ref(),
+        now_ms,
+        policy(&a).orphan_grace,
+        &mut Default::default(),
+    )
+    .await?;
     name_pinned(&mut decisions, &pins);
     if a.json {
         let points: Vec<_> = decisions

@@ -379,17 +379,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RestoreError + '_ {
     }
 }
 
-/// The restore point `opts` asks for, as a restore would choose it (a branch is cut at it).
-pub(crate) async fn choose_plan(
+/// The restore point `opts` asks for: by instant (`--at-time`, [`at_time`]) or by commit
+/// ([`plan`]), not both (a branch is cut at it too).
+pub(crate) async fn choose(
     bucket: &dyn Bucket,
     opts: &RestoreOptions,
 ) -> Result<plan::Plan, RestoreError> {
-    choose(bucket, opts).await
-}
-
-/// The restore point `opts` asks for: by instant (`--at-time`, [`at_time`]) or by commit
-/// ([`plan`]), not both.
-async fn choose(bucket: &dyn Bucket, opts: &RestoreOptions) -> Result<plan::Plan, RestoreError> {
     match (opts.at_time_ms, opts.at) {
         (Some(t), Some(n)) => Err(RestoreError::BadTime {
             given: crate::units::rfc3339_ms(t),

@@ -211,7 +211,8 @@ pub(super) async fn run(
     // Read after the manifests are deleted: a branch checks its fork manifest is still there
     // after its pin is written, so a pin this misses names only what a remaining manifest does
     // (`crate::branch`).
-    let pins = crate::pins::read(bucket.as_ref(), now_ms, policy.orphan_grace).await?;
+    let pins =
+        crate::pins::read(bucket.as_ref(), now_ms, policy.orphan_grace, &mut view.pins).await?;
     if !pins.reclaimable.is_empty() {
         // What a pin held may now go: look at every generation again.
         view.settled.list_all = true;

@@ -88,6 +88,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
     let activity = crate::health::StepActivity::default();
     let mut report = PassReport::default();
     let mut claims = HashMap::new();
+    let mut pins = HashMap::new();
     for (lineage, own_newest) in newest {
         let mut view = View {
             lineage,
@@ -105,6 +106,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
             settled: Default::default(),
             keys: HashMap::new(),
             wrappers: HashMap::new(),
+            pins: std::mem::take(&mut pins),
         };
         let outcome = super::retention::run(bucket, &activity, &mut view, policy).await?;
         if let StepOutcome::Retention { deleted } = outcome {
@@ -113,6 +115,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
         report.lineages += 1;
         manifests = view.manifests;
         claims = view.claims;
+        pins = view.pins;
     }
     Ok(report)
 }

@@ -127,6 +127,8 @@ pub(super) struct View {
     /// A write-once prefix's wrapper keys of each encrypted generation, listed once
     /// (`super::hold`).
     pub wrappers: HashMap<u64, Vec<String>>,
+    /// The branches' pins retention has read in this prefix (`crate::pins`).
+    pub pins: crate::pins::Cache,
 }
 
 /// A GET that answers `None` for an object that does not exist.

@@ -56,6 +56,31 @@ pub fn config() -> WorkerConfig {
     }
 }
 
+/// `file://` URL of the local bucket `root`.
+pub fn file_url(root: &Path) -> String {
+    format!("file://{}", root.display())
+}
+
+/// Every key under `prefix` of `bucket`.
+pub async fn keys_under(bucket: &DynBucket, prefix: &str) -> std::collections::BTreeSet<String> {
+    mushroom_backup::bucket::list_all(bucket.as_ref(), prefix)
+        .await
+        .expect("a listing")
+        .into_iter()
+        .map(|o| o.key)
+        .collect()
+}
+
+/// The most aggressive retention a pass takes: the newest generation, nothing else, no grace.
+pub fn newest_generation_only() -> RetentionPolicy {
+    RetentionPolicy {
+        keep_for: Duration::ZERO,
+        keep_generations: 1,
+        orphan_grace: Duration::ZERO,
+        ..RetentionPolicy::default()
+    }
+}
+
 pub fn fs_bucket(root: &Path) -> DynBucket {
     Arc::new(FsBucket::open(root).expect("open fs bucket"))
 }

@@ -499,12 +499,9 @@ impl Manifest {
 
 impl Manifest {
     /// Why the prefixes the manifest names do not fit, if they do not: only a branch manifest
-    /// names objects under other prefixes, each a URL without query, user, `..` or control
-    /// characters; no key starts with `@` (what a restore routes other prefixes' keys by).
+    /// names objects under other prefixes, all under one, a URL without query, `..` or control
+    /// characters ([`prefix_url_problem`]).
     pub(crate) fn prefix_problem(&self) -> Option<String> {
-        if let Some(o) = self.objects().find(|o| o.key.starts_with('@')) {
-            return Some(format!("{}: a key may not start with '@'", o.key));
-        }
         let Some(b) = &self.branch else {
             return self
                 .objects()
@@ -551,6 +548,14 @@ impl Manifest {
     pub fn holder(&self) -> Option<&str> {
         self.branch.as_ref()?;
         self.objects().next().and_then(|o| o.prefix.as_deref())
+    }
+
+    /// [`Manifest::holder`], taken: every entry's prefix is cleared, so its keys are the
+    /// holder's own (what a reader of the holder's bucket asks for).
+    pub fn take_holder(&mut self) -> Option<String> {
+        let holder = self.holder()?.to_string();
+        self.objects_mut().for_each(|o| o.prefix = None);
+        Some(holder)
     }
 }
 

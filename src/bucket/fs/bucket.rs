@@ -10,7 +10,10 @@ impl crate::bucket::Bucket for FsBucket {
     }
 
     /// Another existing directory (`file:///path`), opened as this one was (its links rule,
-    /// its modes, its `.tmp/`); a missing one is `NotFound` (nothing is created for it).
+    /// its modes) and creating nothing in it: a branch manifest names it, and a restore that
+    /// only reads must not plant `.tmp/` or `.lock` in whatever directory a manifest names.
+    /// Writes need the `.tmp/` a bucket directory has (`FsBucket::open` makes one). A missing
+    /// directory is `NotFound`.
     fn sibling(&self, url: &str) -> Result<crate::bucket::DynBucket, BucketError> {
         let refused = |why: &str| crate::bucket::sibling_refused(&self.url(), url, why);
         let path = match crate::bucket::url::parse(url) {
@@ -18,18 +21,16 @@ impl crate::bucket::Bucket for FsBucket {
             Ok(_) => return Err(refused("not a file:// URL")),
             Err(e) => return Err(refused(&e.to_string())),
         };
-        let root = Path::new(&path);
-        match std::fs::symlink_metadata(root) {
+        let mut b = match FsBucket::open_existing_rooted(Path::new(&path), self.inner.root_link) {
+            Ok(b) => b,
             // A prefix that is not there holds no object.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(BucketError::not_found(url));
-            }
+            Err(OpenError::Missing { .. }) => return Err(BucketError::not_found(url)),
             Err(e) => return Err(refused(&e.to_string())),
-            Ok(_) => {}
+        };
+        if let Some(inner) = Arc::get_mut(&mut b.inner) {
+            inner.modes = self.inner.modes;
         }
-        FsBucket::open_rooted(root, self.inner.modes, self.inner.root_link)
-            .map(|b| std::sync::Arc::new(b) as crate::bucket::DynBucket)
-            .map_err(|e| refused(&e.to_string()))
+        Ok(std::sync::Arc::new(b))
     }
 
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {

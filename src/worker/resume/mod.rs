@@ -78,6 +78,7 @@ pub(super) async fn from_bucket(
         settled: Default::default(),
         keys,
         wrappers: HashMap::new(),
+        pins: HashMap::new(),
     })
 }
 
