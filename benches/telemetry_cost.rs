@@ -255,6 +255,7 @@ fn child(on: bool) {
             last_drill: None,
             immutable: None,
             starting: false,
+            branched_from: None,
         };
         mushroom_backup::service::store_metrics::record_store("bench", "bench", &health, &counters);
         assert!(report.bytes > 0, "nothing shipped: {report:?}");

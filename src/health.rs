@@ -225,6 +225,10 @@ pub struct StoreHealth {
     /// of the store. `/metrics` leaves a starting store's gauges out (`service::ops::health_report`).
     #[serde(default)]
     pub starting: bool,
+    /// Where the store's prefix was branched from, when it is a branch (`crate::branch`): the
+    /// parent prefix, its lineage and restore point, and the fork commit.
+    #[serde(default)]
+    pub branched_from: Option<crate::manifest::BranchOrigin>,
 }
 
 impl StoreHealth {
@@ -253,6 +257,7 @@ impl StoreHealth {
             last_drill,
             immutable,
             starting,
+            branched_from,
         } = self;
         *healthy == other.healthy
             && *reason == other.reason
@@ -272,6 +277,7 @@ impl StoreHealth {
             && *last_drill == other.last_drill
             && immutable.map(|i| i.objects_short) == other.immutable.map(|i| i.objects_short)
             && *starting == other.starting
+            && *branched_from == other.branched_from
     }
 }
 
@@ -291,7 +297,7 @@ pub struct ImmutableHealth {
 }
 
 /// What the supervisor measured this tick.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Progress {
     pub durable_commit_seq: u64,
     /// These three are one [`crate::worker::BucketFigures`], taken together.
@@ -301,6 +307,8 @@ pub struct Progress {
     /// How long durable commits have been unshipped (zero when none are).
     pub unshipped_for: Duration,
     pub immutable: Option<ImmutableHealth>,
+    /// Where the prefix was branched from (the worker's view of it).
+    pub branched_from: Option<crate::manifest::BranchOrigin>,
 }
 
 /// Evaluates health: a pure function of what the runner recorded and what was measured.
@@ -386,6 +394,7 @@ pub fn evaluate(
         last_drill: status.drill.clone(),
         immutable: progress.immutable,
         starting: status.lease.is_none() && status.worker == WorkerState::Running,
+        branched_from: progress.branched_from,
     }
 }
 
@@ -580,15 +589,16 @@ mod tests {
             bucket_durable_commit_seq: 40,
             unshipped_for: Duration::from_secs(31),
             immutable: None,
+            branched_from: None,
         };
-        let h = evaluate(&holding(), lagging, &p, "me");
+        let h = evaluate(&holding(), lagging.clone(), &p, "me");
         assert!(
             !h.healthy && h.reason.contains("41..=90 unshipped"),
             "{h:?}"
         );
         let ok = Progress {
             unshipped_for: Duration::from_secs(29),
-            ..lagging
+            ..lagging.clone()
         };
         assert!(evaluate(&holding(), ok, &p, "me").healthy);
 
@@ -626,6 +636,7 @@ mod tests {
             bucket_durable_commit_seq: 40,
             unshipped_for: Duration::from_secs(3600),
             immutable: None,
+            branched_from: None,
         };
         let mut s = holding();
         s.pause = Some(Pause {
@@ -635,12 +646,12 @@ mod tests {
         });
         assert!(!s.pause.as_ref().unwrap().overdue_at(1_999));
         assert!(s.pause.as_ref().unwrap().overdue_at(2_000));
-        let h = evaluate(&s, lagging, &p, "me");
+        let h = evaluate(&s, lagging.clone(), &p, "me");
         assert!(h.healthy, "a pause's lag is no reason: {h:?}");
         assert_eq!(h.paused, s.pause);
         assert!(h.notes.iter().any(|n| n.contains("maintenance")), "{h:?}");
         s.pause_overdue = true;
-        let h = evaluate(&s, lagging, &p, "me");
+        let h = evaluate(&s, lagging.clone(), &p, "me");
         assert!(!h.healthy, "{h:?}");
         assert!(h.reason.starts_with("paused past its deadline"), "{h:?}");
         assert!(h.reason.contains("until Resume"), "{h:?}");
@@ -648,7 +659,7 @@ mod tests {
         s.pause = None;
         s.pause_overdue = false;
         assert!(
-            !evaluate(&s, lagging, &p, "me").healthy,
+            !evaluate(&s, lagging.clone(), &p, "me").healthy,
             "unpaused, the lag counts"
         );
     }

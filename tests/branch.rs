@@ -242,6 +242,39 @@ async fn writes_to_a_branch_and_to_its_parent_do_not_see_each_other() {
         .run_once()
         .await
         .unwrap();
+    // A second run resumes from the store's own restore point: what it writes still names
+    // where the prefix came from (health shows it, `ctl health`).
+    write(&forked, 20, 0, 0);
+    worker(&forked, fs_bucket(&b), config())
+        .run_once()
+        .await
+        .unwrap();
+    let in_branch = manifests(&fs_bucket(&b)).await;
+    let fork = in_branch
+        .iter()
+        .find_map(|m| m.branch.clone())
+        .expect("the branch manifest");
+    assert_eq!(
+        (fork.prefix.as_str(), fork.commit_seq),
+        (url(&p).as_str(), 300)
+    );
+    let own: Vec<_> = in_branch.iter().filter(|m| m.branch.is_none()).collect();
+    assert!(
+        own.len() >= 2,
+        "{} restore points of the branch store",
+        own.len()
+    );
+    for m in own {
+        assert_eq!(m.branched_from.as_ref(), Some(&fork), "{m:?}");
+        assert_eq!(m.origin(), Some(&fork));
+    }
+    assert!(
+        manifests(&fs_bucket(&p))
+            .await
+            .iter()
+            .all(|m| m.origin().is_none()),
+        "the parent's restore points name no branch"
+    );
     let parent_after_branch = keys(&fs_bucket(&p)).await;
     assert_eq!(
         parent_before, parent_after_branch,

@@ -115,6 +115,44 @@ async fn a_branch_over_grpc_is_restored_registered_and_backed_up_to_its_own_pref
         "the branch store wrote into its parent's prefix"
     );
 
+    // Its health names the parent and the fork commit; the parent's names no branch.
+    let deadline = std::time::Instant::now() + T;
+    let branch_of = loop {
+        let mut cmd = command("http://127.0.0.1:9");
+        cmd.args(["ctl", "--server", &server.url(), "--json", "health"])
+            .arg(&b.store_id);
+        let out = json(&run_ok("ctl health", cmd, T));
+        let of = out["stores"][0]["branch_of"].clone();
+        if !of.is_null() || std::time::Instant::now() > deadline {
+            break of;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(branch_of["parent"], parent_url.as_str(), "{branch_of}");
+    assert_eq!(branch_of["commit_seq"], fork, "{branch_of}");
+    assert_eq!(
+        branch_of["parent_manifest"],
+        b.parent_manifest.as_str(),
+        "{branch_of}"
+    );
+    let mut cmd = command("http://127.0.0.1:9");
+    cmd.args(["ctl", "--server", &server.url(), "health"])
+        .arg(&b.store_id);
+    let text = run_ok("ctl health", cmd, T);
+    assert!(
+        text.contains(&format!("branch of {parent_url} at commit {fork}")),
+        "{text}"
+    );
+    let parent_health = c
+        .health(proto::HealthRequest {
+            store_id: registered.store_id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(parent_health.stores[0].branch_of, None);
+
     // `ctl branch` without a directory: the branch alone.
     let mut cmd = command("http://127.0.0.1:9");
     cmd.args(["ctl", "--server", &server.url(), "--json", "branch"])

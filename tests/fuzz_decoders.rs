@@ -821,6 +821,7 @@ fn full_manifest() -> impl Strategy<Value = Manifest> {
                         manifest: manifest_key(seq),
                     }),
                     branch: None,
+                    branched_from: None,
                 };
                 m.commit_seq = m.computed_commit_seq().expect("small frame counts");
                 // The snapshot holds at most what the manifest does.

@@ -58,6 +58,7 @@ fn manifest_at(lineage: Uuid, commit_seq: u64) -> Manifest {
         side_files: Vec::new(),
         parent: None,
         branch: None,
+        branched_from: None,
     }
 }
 

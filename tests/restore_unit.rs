@@ -307,6 +307,7 @@ fn manifest_of(g: &Gen) -> Manifest {
         side_files: g.side_files.clone(),
         parent: None,
         branch: None,
+        branched_from: None,
     }
 }
 
@@ -1069,6 +1070,7 @@ async fn ship_store(fx: &Fx, dir: &Path, generation: u64) -> Manifest {
         side_files,
         parent: None,
         branch: None,
+        branched_from: None,
     };
     Manifest::decode(&m.key(), &m.encode()).unwrap();
     fx.publish(&m).await;

@@ -421,6 +421,7 @@ fn health(healthy: bool, lag: f64, lease_held: bool, holder: &str) -> StoreHealt
         last_drill: None,
         immutable: None,
         starting: false,
+        branched_from: None,
     }
 }
 

@@ -103,6 +103,7 @@ pub(crate) fn manifest_of(
     m.commit_seq = n;
     m.created_at = manifest::now_rfc3339();
     m.parent = None;
+    m.branched_from = None;
     m.check(&m.key()).map_err(|e| BranchError::Parent {
         detail: format!(
             "its restore point {} cannot be branched: {e}",

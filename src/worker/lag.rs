@@ -26,6 +26,7 @@ pub(super) fn progress(
         bucket_durable_commit_seq: bucket.reaches,
         unshipped_for: unshipped.lag(durable, shipped, Instant::now()),
         immutable: immutable(&counters.immutable),
+        branched_from: counters.branch_origin(),
     }
 }
 

@@ -205,6 +205,7 @@ mod tests {
             side_files: vec![],
             parent: None,
             branch: None,
+            branched_from: None,
         }
     }
 

@@ -382,7 +382,15 @@ impl BackupWorker {
             }
             self.ledger.publish_figures(&self.durable);
             if let Some(view) = &self.view {
-                shapes::publish(&self.ledger.counters().shapes, view);
+                let counters = self.ledger.counters();
+                shapes::publish(&counters.shapes, view);
+                let mut origin = counters
+                    .branched_from
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if *origin != view.origin {
+                    origin.clone_from(&view.origin);
+                }
             }
         }
         self.activity.clear();

@@ -122,4 +122,17 @@ pub struct BackupCounters {
     /// The restore points the worker knows and what restoring each moves (`shapes.rs`), for
     /// health's predicted restore time.
     pub shapes: Arc<super::shapes::KnownShapes>,
+    /// Where the store's prefix was branched from, when it is a branch, as the worker's view
+    /// of the prefix last said (`crate::branch`; health names the parent and fork commit).
+    pub branched_from: std::sync::Mutex<Option<crate::manifest::BranchOrigin>>,
+}
+
+impl BackupCounters {
+    /// [`BackupCounters::branched_from`], copied.
+    pub fn branch_origin(&self) -> Option<crate::manifest::BranchOrigin> {
+        self.branched_from
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }

@@ -32,7 +32,7 @@ pub(super) async fn write(
     let conditional = cx.conditional_writes;
     let bucket = cx.bucket;
     let g = view.current.as_ref().expect("generation started");
-    let mut m = g.manifest(view.lineage, view.parent.clone());
+    let mut m = g.manifest(view.lineage, view.parent.clone(), view.origin.clone());
     let key = m.key();
     tracing::Span::current().record("generation", m.generation);
     tracing::Span::current().record("commit_seq", m.commit_seq);

@@ -93,6 +93,7 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
         let mut view = View {
             lineage,
             parent: None,
+            origin: None,
             latest: latest.clone(),
             max_generation: own_newest.generation,
             current: Some(Generation::from_manifest(&own_newest)),

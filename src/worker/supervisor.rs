@@ -94,7 +94,7 @@ impl Supervisor {
             let Some(s) = self.status_if_changed(&progress, evaluated.as_ref()) else {
                 continue;
             };
-            self.publish(&s, progress);
+            self.publish(&s, progress.clone());
             evaluated = Some((progress, s));
         };
         record(&self.status, |s| s.worker = ended.clone());

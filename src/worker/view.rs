@@ -20,8 +20,8 @@ use super::WorkerError;
 use super::ctx::Ctx;
 use crate::bucket::{BucketError, DynBucket};
 use crate::manifest::{
-    self, ArchiveEntry, GenerationClaim, Latest, Manifest, ParentRef, SegmentEntry, SideFileEntry,
-    SnapshotEntry,
+    self, ArchiveEntry, BranchOrigin, GenerationClaim, Latest, Manifest, ParentRef, SegmentEntry,
+    SideFileEntry, SnapshotEntry,
 };
 use crate::store::disk::{self, DiskState};
 use crate::store::format::WalPosition;
@@ -59,7 +59,12 @@ impl Generation {
         self.wal_header_floor + self.segments.iter().map(|s| s.frames).sum::<u64>()
     }
 
-    pub fn manifest(&self, lineage: Uuid, parent: Option<ParentRef>) -> Manifest {
+    pub fn manifest(
+        &self,
+        lineage: Uuid,
+        parent: Option<ParentRef>,
+        branched_from: Option<BranchOrigin>,
+    ) -> Manifest {
         let mut m = Manifest {
             format: manifest::FORMAT,
             lineage,
@@ -75,6 +80,7 @@ impl Generation {
             side_files: self.side_files.clone(),
             parent,
             branch: None,
+            branched_from,
         };
         m.commit_seq = m.computed_commit_seq().expect("frame counts fit in u64");
         m
@@ -103,6 +109,9 @@ pub(super) struct View {
     pub lineage: Uuid,
     /// Set while adopting a parent's prefix: named in this lineage's manifests.
     pub parent: Option<ParentRef>,
+    /// Where the prefix was branched from, when it is a branch (`crate::branch`): carried
+    /// into every manifest this worker writes (`Manifest::branched_from`), shown in health.
+    pub origin: Option<BranchOrigin>,
     /// The pointer to the newest restore point (`crate::latest`), and its version, as last
     /// written or read.
     pub latest: Option<(Latest, crate::latest::Version)>,

@@ -109,6 +109,7 @@ pub fn manifest(frames: Vec<u64>) -> Manifest {
         side_files: vec![],
         parent: None,
         branch: None,
+        branched_from: None,
     };
     m.commit_seq = m.computed_commit_seq().unwrap();
     m

@@ -309,6 +309,13 @@ pub struct Manifest {
     /// ([`Manifest::cut`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<BranchOrigin>,
+    /// Set on every later manifest of a branch prefix (a store adopted from the branch backing
+    /// up into it): the branch manifest's [`Manifest::branch`], carried forward from the
+    /// manifest each lineage continues, so the prefix names where it came from for as long as
+    /// any of its restore points is kept (health names the parent and the fork commit). Not
+    /// on a branch manifest itself, nor on any manifest of a prefix that is no branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branched_from: Option<BranchOrigin>,
 }
 
 /// Bytes that are not a valid manifest.
@@ -502,6 +509,16 @@ impl Manifest {
     /// names objects under other prefixes, all under one, a URL without query, `..` or control
     /// characters ([`prefix_url_problem`]).
     pub(crate) fn prefix_problem(&self) -> Option<String> {
+        if let Some(f) = &self.branched_from {
+            if self.branch.is_some() {
+                return Some(
+                    "a branch manifest carries no branched_from (its branch says it)".into(),
+                );
+            }
+            if let Some(why) = prefix_url_problem(&f.prefix) {
+                return Some(format!("branched_from prefix {:?}: {why}", f.prefix));
+            }
+        }
         let Some(b) = &self.branch else {
             return self
                 .objects()
@@ -548,6 +565,12 @@ impl Manifest {
     pub fn holder(&self) -> Option<&str> {
         self.branch.as_ref()?;
         self.objects().next().and_then(|o| o.prefix.as_deref())
+    }
+
+    /// Where the prefix holding this manifest was branched from, if it is a branch: the
+    /// branch manifest's own record, or the one later manifests carry.
+    pub fn origin(&self) -> Option<&BranchOrigin> {
+        self.branch.as_ref().or(self.branched_from.as_ref())
     }
 
     /// [`Manifest::holder`], taken: every entry's prefix is cleared, so its keys are the

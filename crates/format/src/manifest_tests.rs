@@ -38,6 +38,7 @@ fn sample() -> Manifest {
         side_files: vec![],
         parent: None,
         branch: None,
+        branched_from: None,
     }
 }
 
@@ -121,4 +122,45 @@ fn pointer_keys_parse_back_and_newer_sorts_first() {
     assert_eq!(parse_pointer_key(&pointer_key(0)), None);
     assert_eq!(parse_pointer_key(&format!("{a}x")), None);
     assert_eq!(parse_pointer_key("latest/x"), None);
+}
+
+#[test]
+fn branched_from_is_carried_by_later_manifests_of_a_branch_only() {
+    let origin = BranchOrigin {
+        prefix: "s3://bucket/parent".into(),
+        lineage: Uuid::from_u128(9),
+        manifest: manifest_key(40),
+        commit_seq: 40,
+    };
+    let mut m = sample();
+    m.branched_from = Some(origin.clone());
+    let key = m.key();
+    assert_eq!(Manifest::decode(&key, &m.encode()).unwrap(), m);
+    assert_eq!(m.origin(), Some(&origin));
+    // Written only when set: a manifest of a prefix that is no branch encodes as before.
+    assert!(!sample().encode().windows(13).any(|w| w == b"branched_from"));
+
+    let mut bad = m.clone();
+    bad.branched_from.as_mut().unwrap().prefix = "s3://bucket/../other".into();
+    let e = Manifest::decode(&key, &bad.encode())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("branched_from"), "{e}");
+
+    // A branch manifest says where it came from in `branch`, never in both.
+    let mut branch = sample();
+    branch.generation = 0;
+    branch.branch = Some(BranchOrigin {
+        commit_seq: branch.commit_seq,
+        ..origin.clone()
+    });
+    for o in branch.objects_mut() {
+        o.prefix = Some(origin.prefix.clone());
+    }
+    Manifest::decode(&key, &branch.encode()).expect("a branch manifest");
+    branch.branched_from = Some(origin.clone());
+    let e = Manifest::decode(&key, &branch.encode())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no branched_from"), "{e}");
 }

@@ -28,6 +28,15 @@ fn store_health_json(s: &proto::StoreHealth) -> Value {
         ),
         ("rto_calibrated", json!(s.rto_calibrated)),
         ("rto_target_seconds", json!(s.rto_target_seconds)),
+        (
+            "branch_of",
+            json!(s.branch_of.as_ref().map(|b| json!({
+                "parent": b.parent,
+                "parent_lineage": b.parent_lineage,
+                "parent_manifest": b.parent_manifest,
+                "commit_seq": b.commit_seq,
+            }))),
+        ),
     ] {
         v[k] = x;
     }
@@ -132,6 +141,12 @@ pub(super) fn health_text(r: &proto::HealthResponse) -> String {
                 line.push_str(&format!(
                     "\n  durability {}  in the bucket (a restore reaches) {}",
                     s.durability, s.bucket_durable_commit_seq
+                ));
+            }
+            if let Some(b) = &s.branch_of {
+                line.push_str(&format!(
+                    "\n  branch of {} at commit {} (its restore point {}, lineage {})",
+                    b.parent, b.commit_seq, b.parent_manifest, b.parent_lineage
                 ));
             }
             if !s.last_error.is_empty() {

@@ -348,6 +348,12 @@ fn health_fields(h: crate::health::StoreHealth) -> proto::StoreHealth {
             lock_extensions: i.lock_extensions,
             lock_heads: i.lock_heads,
         }),
+        branch_of: h.branched_from.map(|b| proto::BranchOf {
+            parent: b.prefix,
+            parent_lineage: b.lineage.to_string(),
+            parent_manifest: b.manifest,
+            commit_seq: b.commit_seq,
+        }),
         ..pause_fields(h.paused.as_ref())
     }
 }

@@ -53,6 +53,8 @@ pub(super) async fn from_bucket(
     let generations = list_generations(bucket, newest.as_ref().map(|(_, m)| m)).await;
     let (lineage, write_lineage, parent) = decide(cx, pos, &latest, &newest).await?;
     let mut listing = Listing::of(cx, generations?, any_manifest)?;
+    // The decision proceeded: the newest restore point is this history's (own or adopted).
+    let origin = newest.as_ref().and_then(|(_, m)| m.origin().cloned());
     let newest_own = newest.filter(|(_, m)| m.lineage == lineage).map(|(_, m)| m);
     let skip_restore_point_at = parent
         .as_ref()
@@ -67,6 +69,7 @@ pub(super) async fn from_bucket(
     Ok(View {
         lineage,
         parent,
+        origin,
         latest,
         max_generation: listing.max_generation,
         current,
