@@ -433,3 +433,128 @@ async fn a_branch_refuses_what_it_cannot_be_and_names_why() {
         "a refused branch changed the parent"
     );
 }
+
+/// `branch --at-time` finds its fork from the newest restore point at the instant and its
+/// generation's segments (`branch::fork::at_time`), not from every manifest: at every instant
+/// of a parent's history (each manifest's and segment's time in the bucket, and a millisecond
+/// either side) it forks at the commit `restore --at-time` restores, for at most nine requests
+/// of its own; and a restore of the branch at its own instant restores the fork.
+#[tokio::test]
+async fn a_branch_at_an_instant_forks_where_restore_at_time_restores_in_few_requests() {
+    let t = tempfile::tempdir().unwrap();
+    let (store, p) = (t.path().join("s"), t.path().join("b/parent"));
+    support::store::generations(&store, &p, 3).await;
+    // Four more rounds in the last generation, whose manifests are then deleted but the
+    // third's, as if those runs had died before writing them: the first two rounds' segments
+    // are named only by a later manifest (a cut), the fourth's by none (an extension).
+    let parent = fs_bucket(&p);
+    let mut lost = Vec::new();
+    for round in 0..4 {
+        std::thread::sleep(Duration::from_millis(20));
+        let before = keys(&parent).await;
+        write(&store, 20, 0, 0);
+        worker(&store, fs_bucket(&p), config())
+            .run_once()
+            .await
+            .unwrap();
+        if round != 2 {
+            let new = keys(&parent).await;
+            lost.extend(
+                new.difference(&before)
+                    .filter(|k| k.starts_with(manifest::MANIFESTS_PREFIX))
+                    .cloned(),
+            );
+        }
+    }
+    assert_eq!(lost.len(), 3, "{lost:?}");
+    for k in &lost {
+        std::fs::remove_file(p.join(k)).unwrap();
+    }
+    let mut instants = BTreeSet::new();
+    for o in bucket::list_all(parent.as_ref(), "").await.unwrap() {
+        if o.key.starts_with(manifest::MANIFESTS_PREFIX) || o.key.contains("/wal/") {
+            let ms = o.modified_ms.expect("a file's time");
+            instants.extend([ms - 1, ms, ms + 1]);
+        }
+    }
+    let at_time = |args: &[&str], ms: i64| {
+        let mut cmd = command("http://127.0.0.1:9");
+        cmd.args(args)
+            .args(["--at-time", &mushroom_backup::units::rfc3339_ms(ms)]);
+        cmd
+    };
+    let (mut compared, mut in_tail) = (0, 0);
+    let points = manifests(&parent).await;
+    assert!(points.len() >= 3, "{} restore points", points.len());
+    let last_manifest = points.iter().map(|m| m.commit_seq).max().unwrap();
+    for (i, ms) in instants.into_iter().enumerate() {
+        let into = t.path().join(format!("r-{i}"));
+        let mut restore = at_time(&["restore", "--json", "--progress", "none"], ms);
+        restore.arg("--from").arg(url(&p)).arg("--to").arg(&into);
+        let out = restore.output().unwrap();
+        if !out.status.success() {
+            // Before the earliest restorable instant: the branch is refused too.
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("earliest"), "{err}");
+            let b = url(&t.path().join(format!("b/refused-{i}")));
+            let mut cmd = at_time(&["branch", "--from", &url(&p), "--to", &b], ms);
+            assert!(
+                !cmd.output().unwrap().status.success(),
+                "branched before the earliest"
+            );
+            continue;
+        }
+        let restored = json(&String::from_utf8_lossy(&out.stdout));
+        let b = t.path().join(format!("b/at-{i}"));
+        let report = json(&run_ok(
+            "branch --at-time",
+            at_time(
+                &["branch", "--json", "--from", &url(&p), "--to", &url(&b)],
+                ms,
+            ),
+            T,
+        ));
+        assert_eq!(
+            report["commit_seq"], restored["commit_seq"],
+            "at {ms}: {report}"
+        );
+        // Nine at most, and one more for each segment past the restore point it had to read
+        // (a fork in segments no manifest names yet).
+        let fork = &manifests(&fs_bucket(&b)).await[0];
+        let point = manifests(&parent)
+            .await
+            .into_iter()
+            .find(|m| manifest::manifest_key(m.commit_seq) == report["parent_manifest"])
+            .unwrap();
+        let read = (fork.segments.len() as u64).saturating_sub(point.segments.len() as u64);
+        let read = if point.commit_seq < fork.commit_seq {
+            read
+        } else {
+            0
+        };
+        assert!(
+            report["requests"].as_u64().unwrap() <= 9 + read,
+            "at {ms}: {read} segments read: {report}"
+        );
+        compared += 1;
+        let n = report["commit_seq"].as_u64().unwrap();
+        in_tail += u64::from(n > last_manifest);
+        if i % 7 == 0 {
+            // The branch at its own fork manifest's instant: the fork, cut where it was cut.
+            let fork_ms = bucket::list_all(fs_bucket(&b).as_ref(), manifest::MANIFESTS_PREFIX)
+                .await
+                .unwrap()[0]
+                .modified_ms
+                .unwrap();
+            let into = t.path().join(format!("rb-{i}"));
+            let mut restore = at_time(&["restore", "--json", "--progress", "none"], fork_ms);
+            restore.arg("--from").arg(url(&b)).arg("--to").arg(&into);
+            let got = json(&run_ok("restore --at-time of the branch", restore, T));
+            assert_eq!(got["commit_seq"], n, "{got}");
+        }
+    }
+    assert!(
+        compared >= 20 && in_tail > 0,
+        "{compared} instants, {in_tail} in the tail"
+    );
+}

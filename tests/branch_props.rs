@@ -114,6 +114,8 @@ struct Figures {
     backups: u64,
     restores: u64,
     pin_checks: u64,
+    /// Branches at an instant whose commit matched `restore --at-time`.
+    instants: u64,
 }
 
 struct World {
@@ -393,6 +395,25 @@ impl World {
             self.fail(format!(
                 "{context}: reported {reported:?}, its manifest is {m:?}"
             ));
+        }
+        // An instant forks at the commit `restore --at-time` restores (the branch finds it
+        // with a cheaper reading of the bucket: `branch::fork::at_time`).
+        if let ForkAt::Time(t) = at {
+            let into = self.root.join("r").join(self.name("t"));
+            let opts = RestoreOptions {
+                at_time_ms: Some(t),
+                ..RestoreOptions::default()
+            };
+            let got = restore::restore(fs_bucket(&parent_dir).as_ref(), &into, &opts).await;
+            let _ = std::fs::remove_dir_all(&into);
+            match got {
+                Ok(r) if r.commit_seq == m.commit_seq => figs.instants += 1,
+                got => self.fail(format!(
+                    "{context}: branched at commit {}, restore --at-time gives {:?}",
+                    m.commit_seq,
+                    got.map(|r| r.commit_seq)
+                )),
+            }
         }
         let expected = self
             .restored(&parent_dir, Some(m.commit_seq))

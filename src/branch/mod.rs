@@ -181,14 +181,7 @@ pub async fn create(
     }
     let plan = match at {
         ForkAt::Commit(n) => fork::at_commit(parent.as_ref(), n, opts).await?,
-        ForkAt::Time(t) => {
-            let opts = RestoreOptions {
-                at: None,
-                at_time_ms: Some(t),
-                ..opts.clone()
-            };
-            crate::restore::choose(parent.as_ref(), &opts).await?
-        }
+        ForkAt::Time(t) => fork::at_time(parent.as_ref(), t, opts).await?,
     };
     let lineage = Uuid::new_v4();
     let m = fork::manifest_of(&plan, &parent_url, lineage)?;

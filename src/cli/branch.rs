@@ -73,7 +73,7 @@ pub async fn run(a: BranchArgs) -> anyhow::Result<ExitCode> {
         keys: restore::keys::RestoreKeys::new(keys.map(|k| k.unwrap).unwrap_or_default()),
         ..RestoreOptions::default()
     };
-    let parent = super::open_existing(&from).await?;
+    let parent = super::open_existing_unprobed(&from).await?;
     let report = branch::create(parent, &from, &to, at, &opts)
         .await
         .map_err(|e| anyhow::anyhow!("branch of {} into {}: {e}", strip(&from), strip(&to)))?;

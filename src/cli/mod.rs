@@ -156,6 +156,23 @@ pub async fn open_existing(url: &str) -> anyhow::Result<mushroom_backup::bucket:
         .await?)
 }
 
+/// [`open_existing`] without its probe on S3, for a command whose own first request is a
+/// read that fails as clearly (`branch`, which must cost a handful of requests): a `file://`
+/// directory must exist (checked on the disk, no request), an `s3://` prefix is opened
+/// without a LIST of its own.
+pub async fn open_existing_unprobed(
+    url: &str,
+) -> anyhow::Result<mushroom_backup::bucket::DynBucket> {
+    use mushroom_backup::bucket::{Open, s3::Clients};
+    if !url.starts_with("s3://") {
+        return open_existing(url).await;
+    }
+    Ok(Open::read_write(url, &bucket_token())
+        .clients(&Clients::default())
+        .open()
+        .await?)
+}
+
 /// A flag set by the first SIGINT or SIGTERM, for a writer on the blocking pool to poll.
 pub fn shutdown_flag() -> std::sync::Arc<std::sync::atomic::AtomicBool> {
     let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

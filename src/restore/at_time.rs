@@ -303,7 +303,8 @@ pub(crate) async fn choose_at_time(
                     extension: Vec::new(),
                     cached: HashMap::new(),
                     commit_seq: l.manifest.commit_seq,
-                    cut: None,
+                    // A branch manifest's WAL runs past its fork: cut there.
+                    cut: l.manifest.cut(),
                     commit_time_ms: Some(event.time_ms),
                     warnings,
                     left_out: Vec::new(),
