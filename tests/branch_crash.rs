@@ -87,6 +87,7 @@ async fn a_branch_crashed_at_every_request_is_none_or_whole_and_its_pin_never_ho
                 &url(&b),
                 ForkAt::Commit(fork),
                 &RestoreOptions::default(),
+                None,
             )
             .await;
             if !crashed(result) {
@@ -142,6 +143,7 @@ async fn a_branch_crashed_at_every_request_is_none_or_whole_and_its_pin_never_ho
                 &url(&run.join("again")),
                 ForkAt::Commit(fork),
                 &RestoreOptions::default(),
+                None,
             )
             .await
             .unwrap_or_else(|e| panic!("{context}: the branch again: {e}"));
@@ -172,6 +174,7 @@ async fn a_branch_delete_crashed_at_every_request_finishes_when_run_again() {
                 &url(&b),
                 ForkAt::Commit(390),
                 &RestoreOptions::default(),
+                None,
             )
             .await
             .unwrap();
@@ -179,13 +182,13 @@ async fn a_branch_delete_crashed_at_every_request_finishes_when_run_again() {
                 fs_bucket(&b),
                 FaultPlan::crash_at(n, kind),
             ));
-            if !crashed(branch::delete::delete(faulty, &url(&b)).await) {
+            if !crashed(branch::delete::delete(faulty, &url(&b), None).await) {
                 finished += 1;
                 continue;
             }
             points += 1;
             let context = format!("delete crashed {kind:?} request {n}");
-            match branch::delete::delete(fs_bucket(&b), &url(&b)).await {
+            match branch::delete::delete(fs_bucket(&b), &url(&b), None).await {
                 Ok(_) | Err(BranchError::NotABranch { .. }) => {}
                 Err(e) => panic!("{context}: run again: {e}"),
             }

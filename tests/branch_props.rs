@@ -361,7 +361,7 @@ impl World {
         let bucket = faulty(fs_bucket(&parent_dir), crash);
         let (from_url, to) = (url(&parent_dir), url(&dir));
         let opts = RestoreOptions::default();
-        let result = branch::create(bucket, &from_url, &to, at, &opts).await;
+        let result = branch::create(bucket, &from_url, &to, at, &opts, None).await;
         match &result {
             Err(
                 e @ BranchError::Restore(
@@ -449,10 +449,10 @@ impl World {
         };
         let context = format!("delete {name} (crash: {crash:?})");
         self.note(context.clone());
-        let result = branch::delete::delete(faulty(fs_bucket(&dir), crash), &url(&dir)).await;
+        let result = branch::delete::delete(faulty(fs_bucket(&dir), crash), &url(&dir), None).await;
         if crashed(&result) {
             figs.crashes += 1;
-            match branch::delete::delete(fs_bucket(&dir), &url(&dir)).await {
+            match branch::delete::delete(fs_bucket(&dir), &url(&dir), None).await {
                 Ok(_) => self.note("  -> crashed; deleted when run again".into()),
                 Err(BranchError::NotABranch { .. }) => {
                     self.note("  -> crashed; nothing left to delete when run again".into())

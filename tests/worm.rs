@@ -72,37 +72,10 @@ fn locked_config() -> WorkerConfig {
     c
 }
 
-/// Every version and delete marker under the prefix, by key: `(version id, is latest)` each,
+/// Every version and delete marker under the prefix, by key: the version ids of each,
 /// and the keys with delete markers.
 async fn versions(client: &Client, bucket: &str) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
-    let mut by_key: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut markers = Vec::new();
-    let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
-    loop {
-        let out = client
-            .list_object_versions()
-            .bucket(bucket)
-            .prefix(format!("{PREFIX}/"))
-            .set_key_marker(key_marker.clone())
-            .set_version_id_marker(version_marker.clone())
-            .send()
-            .await
-            .expect("list versions");
-        for v in out.versions() {
-            by_key
-                .entry(v.key().unwrap().to_string())
-                .or_default()
-                .push(v.version_id().unwrap_or("null").to_string());
-        }
-        for d in out.delete_markers() {
-            markers.push(d.key().unwrap().to_string());
-        }
-        if out.is_truncated() != Some(true) {
-            return (by_key, markers);
-        }
-        key_marker = out.next_key_marker().map(str::to_string);
-        version_marker = out.next_version_id_marker().map(str::to_string);
-    }
+    support::s3::object_versions(client, bucket, &format!("{PREFIX}/")).await
 }
 
 on_each_s3_server!(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn a_write_once_prefix_is_never_rewritten_and_survives_the_writers_keys);

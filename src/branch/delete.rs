@@ -7,6 +7,9 @@
 //! backed up there, under its own lineage, with its own objects) stays: it names nothing of the
 //! parent, and that prefix's own retention keeps or drops it as for any prefix.
 //!
+//! A write-once branch (`--object-lock`): the release is created under Object Lock and nothing
+//! is deleted; the fork manifest and its pointer stay until the bucket's lifecycle removes them.
+//!
 //! # What a crash leaves
 //! - Before the release: the branch, whole.
 //! - After it: the branch is gone as far as the parent is concerned (its objects may be
@@ -18,6 +21,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::BranchError;
+use crate::bucket::write_once::{ObjectLock, WriteOnce};
 use crate::bucket::{self, BucketError, DynBucket};
 use crate::manifest::{self, LATEST_KEY, MANIFESTS_PREFIX, Manifest};
 
@@ -28,8 +32,10 @@ pub struct DeleteReport {
     pub lineage: Uuid,
     /// The prefix whose pin was released.
     pub holder: String,
-    /// The fork manifest's key, deleted from the branch prefix.
+    /// The fork manifest's key, deleted from the branch prefix (kept in a write-once one:
+    /// `manifest_deleted` false; a restore of it then fails naming an object reclaimed).
     pub manifest: String,
+    pub manifest_deleted: bool,
     pub latest_deleted: bool,
     /// Restore points of the branch prefix's own that stay (a store backed up into it).
     pub own_restore_points_left: u64,
@@ -40,8 +46,16 @@ impl std::fmt::Display for DeleteReport {
         write!(
             f,
             "deleted branch {} (lineage {}): its pin in {} is released (the next retention \
-             there reclaims what only the branch named), {} deleted",
-            self.branch, self.lineage, self.holder, self.manifest
+             there reclaims what only the branch named), {} {}",
+            self.branch,
+            self.lineage,
+            self.holder,
+            self.manifest,
+            if self.manifest_deleted {
+                "deleted"
+            } else {
+                "kept (a write-once prefix: the bucket's lifecycle removes it)"
+            }
         )?;
         if self.latest_deleted {
             write!(f, " with {LATEST_KEY}")?;
@@ -84,8 +98,16 @@ pub async fn find(bucket: &dyn bucket::Bucket) -> Result<(Option<Manifest>, u64)
 }
 
 /// Deletes the branch at `branch` (opened read-write at `url`); see the module docs.
-pub async fn delete(branch: DynBucket, url: &str) -> Result<DeleteReport, BranchError> {
+pub async fn delete(
+    branch: DynBucket,
+    url: &str,
+    lock: Option<ObjectLock>,
+) -> Result<DeleteReport, BranchError> {
     let url = super::prefix_url(url)?;
+    let branch = match lock {
+        Some(lock) => std::sync::Arc::new(WriteOnce::new(branch, lock)) as DynBucket,
+        None => branch,
+    };
     let (fork, manifests) = find(branch.as_ref()).await?;
     let Some(m) = fork else {
         return Err(BranchError::NotABranch {
@@ -101,6 +123,18 @@ pub async fn delete(branch: DynBucket, url: &str) -> Result<DeleteReport, Branch
     super::release(holder.as_ref(), m.lineage).await?;
     let key = m.key();
     let mut latest_deleted = false;
+    if lock.is_some() {
+        tracing::info!(branch = %url, lineage = %m.lineage, holder = %holder_url, "released a write-once branch");
+        return Ok(DeleteReport {
+            branch: url,
+            lineage: m.lineage,
+            holder: holder_url,
+            manifest: key,
+            manifest_deleted: false,
+            latest_deleted,
+            own_restore_points_left: manifests.saturating_sub(1),
+        });
+    }
     if let Some(found) = crate::latest::read(branch.as_ref()).await?
         && found.latest.as_ref().is_ok_and(|l| l.manifest == key)
         && let crate::latest::Version::Etag(etag) = &found.version
@@ -119,6 +153,7 @@ pub async fn delete(branch: DynBucket, url: &str) -> Result<DeleteReport, Branch
         lineage: m.lineage,
         holder: holder_url,
         manifest: key,
+        manifest_deleted: true,
         latest_deleted,
         own_restore_points_left: manifests.saturating_sub(1),
     })

@@ -45,9 +45,12 @@ use std::sync::Arc;
 use serde::Serialize;
 use uuid::Uuid;
 
+use futures::StreamExt;
+
 use crate::bucket::counting::CountingBucket;
+use crate::bucket::write_once::{CLOCK_SLACK, ObjectLock, Retention, WriteOnce};
 use crate::bucket::{self, Body, Bucket, BucketError, DynBucket, ListQuery, PutCondition};
-use crate::manifest::{self, Latest, Pin, Release};
+use crate::manifest::{self, Latest, Manifest, Pin, Release};
 use crate::restore::{RestoreError, RestoreOptions};
 
 /// Why a branch could not be made or deleted.
@@ -160,6 +163,7 @@ pub async fn create(
     branch_url: &str,
     at: ForkAt,
     opts: &RestoreOptions,
+    lock: Option<ObjectLock>,
 ) -> Result<BranchReport, BranchError> {
     let started = std::time::Instant::now();
     let (parent_url, branch_url) = (prefix_url(parent_url)?, prefix_url(branch_url)?);
@@ -169,6 +173,12 @@ pub async fn create(
             detail: format!("is {parent_url} or overlaps it: a branch needs a prefix of its own"),
         });
     }
+    // Write-once: every object created under Object Lock, nothing overwritten or deleted (the
+    // sibling of a write-once bucket is one too, sharing its memory of dates).
+    let parent = match lock {
+        Some(lock) => Arc::new(WriteOnce::new(parent, lock)) as DynBucket,
+        None => parent,
+    };
     let counted = Arc::new(CountingBucket::new(parent));
     let parent: DynBucket = counted.clone();
     let branch = sibling_made(parent.as_ref(), &branch_url)?;
@@ -207,6 +217,12 @@ pub async fn create(
         release(holder.as_ref(), lineage).await?;
         return Err(BranchError::Raced { detail });
     }
+    if let Some(lock) = lock
+        && let Err(e) = hold(holder.as_ref(), &m, lock).await
+    {
+        release(holder.as_ref(), lineage).await?;
+        return Err(e);
+    }
     let body = m.encode();
     written += body.len() as u64;
     create_once(branch.as_ref(), &m.key(), body).await?;
@@ -218,21 +234,19 @@ pub async fn create(
         adopted_at: None,
     };
     written += latest.encode().len() as u64;
-    crate::latest::write(
-        branch.as_ref(),
-        &latest,
-        None,
-        crate::latest::Form::Mutable,
-        true,
-    )
-    .await
-    .map_err(|e| match e {
-        crate::latest::LatestError::Bucket(b) => BranchError::Bucket(b),
-        e => BranchError::Destination {
-            url: branch_url.clone(),
-            detail: format!("its LATEST: {e}"),
-        },
-    })?;
+    let form = match lock {
+        Some(_) => crate::latest::Form::WriteOnce,
+        None => crate::latest::Form::Mutable,
+    };
+    crate::latest::write(branch.as_ref(), &latest, None, form, true)
+        .await
+        .map_err(|e| match e {
+            crate::latest::LatestError::Bucket(b) => BranchError::Bucket(b),
+            e => BranchError::Destination {
+                url: branch_url.clone(),
+                detail: format!("its LATEST: {e}"),
+            },
+        })?;
     Ok(BranchReport {
         branch: branch_url,
         commit_seq: m.commit_seq,
@@ -248,6 +262,44 @@ pub async fn create(
         bytes_written: written,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Holds every object branch manifest `m` names in `holder` (and, when encrypted, its
+/// generations' wrapped data keys, a LIST each) under Object Lock until a restore point
+/// created now must be kept, as a write-once worker holds what its restore point reuses
+/// (`crate::worker::hold`): nothing for an object locked late enough already, a
+/// `PutObjectRetention` (after a HEAD) for one that is not. An object the bucket refuses to
+/// hold refuses the branch, naming it.
+async fn hold(holder: &dyn Bucket, m: &Manifest, lock: ObjectLock) -> Result<(), BranchError> {
+    use crate::crypto::key_objects;
+    let mut keys: std::collections::BTreeSet<String> = m.objects().map(|o| o.key.clone()).collect();
+    for (g, _) in key_objects::generations_to_open(m.objects()) {
+        for o in bucket::list_all(holder, &key_objects::keys_prefix(g)).await? {
+            if key_objects::is_wrapper_key(&o.key) {
+                keys.insert(o.key);
+            }
+        }
+    }
+    let slack = i64::try_from(CLOCK_SLACK.as_millis()).unwrap_or(i64::MAX);
+    let now = lock.retention_now();
+    let until = Retention {
+        mode: now.mode,
+        until_ms: now.until_ms.saturating_sub(slack),
+    };
+    let results: Vec<(String, Result<(), BucketError>)> = futures::stream::iter(keys)
+        .map(|key| async move {
+            let r = holder.put_retention(&key, until).await;
+            (key, r)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for (key, r) in results {
+        r.map_err(|e| BranchError::Parent {
+            detail: format!("{key} cannot be held under Object Lock for the branch: {e}"),
+        })?;
+    }
+    Ok(())
 }
 
 /// The branch prefix, through the parent's sibling: a local directory is made a bucket first,

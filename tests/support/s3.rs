@@ -211,3 +211,41 @@ fn unique_bucket_name(hint: &str) -> String {
         std::process::id()
     )
 }
+
+/// Every version and delete marker under `prefix` in `bucket`, by key: the version ids of each
+/// key, and the keys with delete markers (what the server records of every write and delete).
+#[allow(dead_code)] // not every test binary counts versions
+pub async fn object_versions(
+    client: &Client,
+    bucket: &str,
+    prefix: &str,
+) -> (std::collections::BTreeMap<String, Vec<String>>, Vec<String>) {
+    let mut by_key: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut markers = Vec::new();
+    let (mut key_marker, mut version_marker) = (None::<String>, None::<String>);
+    loop {
+        let out = client
+            .list_object_versions()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_key_marker(key_marker.clone())
+            .set_version_id_marker(version_marker.clone())
+            .send()
+            .await
+            .expect("list versions");
+        for v in out.versions() {
+            by_key
+                .entry(v.key().unwrap().to_string())
+                .or_default()
+                .push(v.version_id().unwrap_or("null").to_string());
+        }
+        for d in out.delete_markers() {
+            markers.push(d.key().unwrap().to_string());
+        }
+        if out.is_truncated() != Some(true) {
+            return (by_key, markers);
+        }
+        key_marker = out.next_key_marker().map(str::to_string);
+        version_marker = out.next_version_id_marker().map(str::to_string);
+    }
+}

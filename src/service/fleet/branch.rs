@@ -6,6 +6,7 @@
 //! leaves (no store, or a registered one).
 
 use super::admission::{destination, limits::FieldError};
+use super::options::StoreOptions;
 use super::{Fleet, FleetError, NewStore};
 use crate::branch::{self, BranchReport, ForkAt};
 use crate::registry::StoreRecord;
@@ -37,13 +38,20 @@ impl Fleet {
         };
         let checked = destination::check(destination, self.placement())?;
         let parent_url = self.destination_of(store_id).await?;
+        // A branch of a write-once store is write-once, locked as the store's objects are.
+        let record = match self.get(store_id) {
+            Ok(e) => e.record.clone(),
+            Err(_) => self.registered(store_id).await?,
+        };
+        let options = StoreOptions::as_registered(&record).unwrap_or_default();
+        let lock = options.apply(&self.config().worker).lock();
         let parent = self.buckets.read_write(&parent_url).open().await?;
         let opts = RestoreOptions {
             keys: self.restore_keys(),
             ..RestoreOptions::default()
         };
         let url = checked.url(destination);
-        let report = branch::create(parent, &parent_url, &url, at, &opts).await?;
+        let report = branch::create(parent, &parent_url, &url, at, &opts, lock).await?;
         tracing::info!(store_id, branch = %report.branch, commit_seq = report.commit_seq, "branched");
         let store = match new {
             None => None,
