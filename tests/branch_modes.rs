@@ -2,7 +2,8 @@
 //! compressed (zstd), encrypted and compressed. A branch of each restores byte-identical to
 //! `restore --at` of the parent at its fork (an encrypted branch with the parent's key, and
 //! refused without it, naming the key), for at most 10 requests and 64 KiB written; its pin is
-//! in the parent's prefix; a branch into another bucket is refused, the parent unchanged.
+//! in the parent's prefix; a branch of a replica destination (`backup --replica`) restores like
+//! one of the primary; a branch into another bucket is refused, the parent unchanged.
 
 mod support;
 
@@ -127,6 +128,45 @@ async fn branches_in_every_mode(server: &S3Server) {
             .unwrap();
         assert_eq!(listed.key_count(), Some(3), "{name}: {listed:?}");
     }
+    // A replica destination (`backup --replica`): a branch of the replica's prefix is a branch
+    // of the same history, pinned in the replica, restoring byte-identical to the primary at
+    // the fork.
+    let replica_bucket = server.create_bucket("branch-replica").await;
+    let store = t.path().join("store-replicated");
+    let primary = format!("s3://{bucket}/replicated/parent");
+    let replica = format!("s3://{replica_bucket}/parent");
+    for commits in [400, 300] {
+        write(&store, commits);
+        backup(server, &store, &primary, &["--replica", &replica]);
+    }
+    let expected = restore(
+        server,
+        &primary,
+        &t.path().join("replicated-expected"),
+        &["--at", "555"],
+    );
+    let branch = format!("s3://{replica_bucket}/branch");
+    let report = run(
+        server,
+        "branch of the replica",
+        &[
+            "branch", "--json", "--from", &replica, "--to", &branch, "--at", "555",
+        ],
+    );
+    assert_eq!(report["holder"], replica.as_str(), "{report}");
+    assert!(report["requests"].as_u64().unwrap() <= 10, "{report}");
+    let got = restore(server, &branch, &t.path().join("replicated-branch"), &[]);
+    assert_eq!(got, expected, "a branch of the replica at 555");
+    let listed = server
+        .client()
+        .list_objects_v2()
+        .bucket(&replica_bucket)
+        .prefix("parent/pins/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(1), "{listed:?}");
+
     // Another bucket is refused, and changes nothing.
     let other = server.create_bucket("branch-other").await;
     let mut cmd = command(&server.endpoint);
