@@ -18,6 +18,12 @@
 //! nothing. A pin whose branch cannot be looked at (a prefix of another bucket, a bucket that
 //! reaches no other prefix) is kept live, with a warning: a pin is only ever dropped on proof.
 //!
+//! # What a branch is charged ([`Pins::charges`])
+//! The stored bytes of the objects it keeps alive only through its pin: named by no remaining
+//! manifest of the prefix (each retention computes them after deleting manifests), an object
+//! held by several live pins shared equally among them. A pin lists each key's length
+//! (`Pin::lens`); one written without them is charged nothing.
+//!
 //! # Cost
 //! A LIST of `pins/` (one page per 1,000) on every retention pass, a GET per pin the first time
 //! it is listed (a pin is written once: the caller keeps what was read in a [`Cache`]), a HEAD
@@ -65,7 +71,55 @@ pub struct Pins {
     pub junk: Vec<String>,
 }
 
+/// What a live branch is charged for in the prefix holding its objects: the stored bytes of
+/// the objects it keeps alive only through its pin (named by no remaining manifest of the
+/// prefix), each object's bytes shared equally among the live pins holding it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Charge {
+    /// The branch prefix's URL.
+    pub branch: String,
+    pub lineage: Uuid,
+    pub bytes: u64,
+    /// Objects it keeps alive only through pins (its own or shared).
+    pub objects: u64,
+}
+
 impl Pins {
+    /// What each live pin is charged for, given every key a remaining manifest of the prefix
+    /// names (see [`Charge`]); a pin written without lengths is charged 0 bytes.
+    pub fn charges(&self, named: &HashSet<String>) -> Vec<Charge> {
+        let mut holders: BTreeMap<&str, (u64, Vec<usize>)> = BTreeMap::new();
+        for (i, h) in self.held.iter().enumerate() {
+            for (j, key) in h.pin.keys.iter().enumerate() {
+                if named.contains(key) {
+                    continue;
+                }
+                let len = h.pin.lens.get(j).copied().unwrap_or(0);
+                let e = holders.entry(key).or_default();
+                e.0 = e.0.max(len);
+                e.1.push(i);
+            }
+        }
+        let mut out: Vec<Charge> = self
+            .held
+            .iter()
+            .map(|h| Charge {
+                branch: h.pin.branch.clone(),
+                lineage: h.pin.lineage,
+                bytes: 0,
+                objects: 0,
+            })
+            .collect();
+        for (len, pins) in holders.into_values() {
+            let n = pins.len() as u64;
+            for (k, i) in pins.into_iter().enumerate() {
+                out[i].bytes += len / n + u64::from((k as u64) < len % n);
+                out[i].objects += 1;
+            }
+        }
+        out
+    }
+
     /// Every key a live pin holds.
     pub fn keys(&self) -> HashSet<String> {
         self.held
@@ -195,4 +249,50 @@ pub async fn reclaim(bucket: &dyn Bucket, reclaimable: &[Reclaimable]) -> Result
         tracing::info!(branch = %r.branch, why = %r.why, "reclaimed a pin");
     }
     Ok(deleted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(n: u64, keys: &[(&str, u64)], sized: bool) -> Held {
+        let lineage = Uuid::from_u128(u128::from(n));
+        Held {
+            key: manifest::pin_key(lineage),
+            pin: Pin {
+                branch: format!("s3://b/branch-{n}"),
+                lineage,
+                manifest: manifest::manifest_key(n),
+                commit_seq: n,
+                created_at: "2026-12-07T00:00:00Z".into(),
+                keys: keys.iter().map(|(k, _)| k.to_string()).collect(),
+                lens: if sized {
+                    keys.iter().map(|(_, l)| *l).collect()
+                } else {
+                    Vec::new()
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_branch_is_charged_what_it_alone_keeps_and_a_share_of_what_it_keeps_with_others() {
+        let pins = Pins {
+            held: vec![
+                held(1, &[("named", 100), ("alone", 10), ("shared", 7)], true),
+                held(2, &[("named", 100), ("shared", 7)], true),
+                held(3, &[("shared", 7), ("old", 50)], false),
+            ],
+            ..Pins::default()
+        };
+        let named: HashSet<String> = ["named".to_string()].into();
+        let c = pins.charges(&named);
+        let got: Vec<(u64, u64)> = c.iter().map(|c| (c.bytes, c.objects)).collect();
+        // `shared` (7 bytes) split three ways: 3, 2, 2; a pin without lengths is charged
+        // nothing for its own object.
+        assert_eq!(got, vec![(10 + 3, 2), (2, 1), (2, 2)]);
+        assert_eq!(c.iter().map(|c| c.bytes).sum::<u64>(), 10 + 7);
+        assert_eq!(c[0].branch, "s3://b/branch-1");
+        assert!(Pins::default().charges(&named).is_empty());
+    }
 }

@@ -129,6 +129,36 @@ async fn branches_restore_the_parent_at_their_fork_through_its_retention_and_go_
     let inventory = keys(&parent).await;
     let report = pass(&parent, &aggressive()).await.unwrap();
     assert!(report.deleted > 0, "the parent's retention deleted nothing");
+    // Each branch is charged what it keeps alive only through its pin: every byte pinned and
+    // named by no remaining restore point of the parent, each charged once across branches.
+    let named: BTreeSet<String> = manifests(&parent)
+        .await
+        .iter()
+        .flat_map(|m| m.objects().map(|o| o.key.clone()).collect::<Vec<_>>())
+        .collect();
+    let mut pinned = BTreeSet::new();
+    for o in bucket::list_all(parent.as_ref(), manifest::PINS_PREFIX)
+        .await
+        .unwrap()
+    {
+        let got = parent.get(&o.key).await.unwrap();
+        pinned.extend(manifest::Pin::decode(&o.key, &got.data).unwrap().keys);
+    }
+    let sizes: std::collections::BTreeMap<String, u64> = bucket::list_all(parent.as_ref(), "")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.key, o.len))
+        .collect();
+    let only_pinned: u64 = pinned.difference(&named).map(|k| sizes[k]).sum();
+    let charged: u64 = report.branch_charges.iter().map(|c| c.bytes).sum();
+    assert!(only_pinned > 0, "no object is kept only for a branch");
+    assert_eq!(charged, only_pinned, "{:?}", report.branch_charges);
+    assert_eq!(
+        report.branch_charges.len(),
+        branches.len(),
+        "one charge per live pin"
+    );
     for (i, (b, _, expected)) in branches.iter().enumerate() {
         let got = restored(
             &url(b),
@@ -329,6 +359,7 @@ async fn a_pin_whose_branch_never_appeared_is_reclaimed_after_its_grace_and_junk
         commit_seq: first.commit_seq,
         created_at: manifest::now_rfc3339(),
         keys: first.objects().map(|o| o.key.clone()).collect(),
+        lens: first.objects().map(|o| o.len).collect(),
     };
     parent
         .put(

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use mushroom_backup::service::proto;
 use support::binary::{command, json, run_ok, store_digest};
-use support::store::{config, fs_bucket, worker, write};
+use support::store::{config, digest, fs_bucket, worker, write};
 use tonic::Code;
+
+type Client = proto::backup_control_client::BackupControlClient<tonic::transport::Channel>;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -209,4 +211,129 @@ async fn a_branch_over_grpc_is_restored_registered_and_backed_up_to_its_own_pref
         "a refused branch wrote a manifest"
     );
     server.terminate();
+}
+
+/// Cost: once the parent moves to a new generation and its retention drops the restore point a
+/// branch was cut from, what only the branch keeps is charged to it: the parent's usage says
+/// how much it keeps for branches, the registered branch's how much it is charged, and each
+/// one's storage cost is priced on its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_only_a_branch_keeps_of_its_parent_is_charged_to_it() {
+    let d = support::service::dirs();
+    let parent_dir = d.root.join("parent");
+    write(&parent_dir, 200, 150, 0);
+    let parent_url = d.bucket("parent");
+    let server = support::service::Server::start(
+        "serve",
+        support::service::serve_command(&d, "a", None, &[]),
+    );
+    let mut c = server.client().await;
+    let registered = c
+        .register(proto::RegisterRequest {
+            store_dir: d.store("parent"),
+            destination: parent_url.clone(),
+            // The most aggressive retention: only the newest generation's restore points.
+            options: Some(proto::StoreOptions {
+                keep_for_ms: 1,
+                keep_generations: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let fork = digest(&parent_dir).commit_seq;
+    let deadline = std::time::Instant::now() + T;
+    let b = loop {
+        match c
+            .branch(proto::BranchRequest {
+                store_id: registered.store_id.clone(),
+                at_commit_seq: fork,
+                destination: d.bucket("branch"),
+                store_dir: d.store("branched"),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(b) => break b.into_inner(),
+            // Before the parent's first restore point.
+            Err(s)
+                if s.code() == Code::FailedPrecondition && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(s) => panic!("{s:?}"),
+        }
+    };
+    assert_eq!(b.commit_seq, fork);
+
+    // The parent moves on to a new generation; its retention drops the branch's restore point.
+    write(&parent_dir, 200, 150, 0);
+    for kind in [
+        proto::TriggerKind::RestorePoint,
+        proto::TriggerKind::Retention,
+    ] {
+        c.trigger(proto::TriggerRequest {
+            store_id: registered.store_id.clone(),
+            kind: kind.into(),
+        })
+        .await
+        .unwrap();
+    }
+    let deadline = std::time::Instant::now() + T;
+    let (held, charged) = loop {
+        let held = usage(&mut c, &registered.store_id).await;
+        let charged = usage(&mut c, &b.store_id).await;
+        if (held.held_for_branches_bytes > 0 && charged.pinned_in_parent_bytes > 0)
+            || std::time::Instant::now() > deadline
+        {
+            break (held, charged);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // One branch: all the parent keeps only for branches is charged to it.
+    assert!(held.held_for_branches_bytes > 0, "{held:?}");
+    assert_eq!(
+        charged.pinned_in_parent_bytes, held.held_for_branches_bytes,
+        "{charged:?} of {held:?}"
+    );
+    let billed = |u: &proto::Usage, bytes: i64| {
+        let gb = bytes as f64 / (1u64 << 30) as f64;
+        (u.storage_monthly_cost_usd - gb * 0.023).abs() < 1e-9
+    };
+    assert!(
+        billed(
+            &held,
+            held.bytes_stored as i64 - held.held_for_branches_bytes as i64
+        ),
+        "{held:?}"
+    );
+    assert!(
+        billed(
+            &charged,
+            (charged.bytes_stored + charged.pinned_in_parent_bytes) as i64
+        ),
+        "{charged:?}"
+    );
+    // `ctl cost` says it.
+    let mut cmd = command("http://127.0.0.1:9");
+    cmd.args(["ctl", "--server", &server.url(), "cost"]);
+    let text = run_ok("ctl cost", cmd, T);
+    assert!(text.contains("kept only for branches"), "{text}");
+    assert!(text.contains("kept only for this branch"), "{text}");
+    server.terminate();
+}
+
+/// A store's usage, as its health shows it.
+async fn usage(c: &mut Client, store_id: &str) -> proto::Usage {
+    let health = c
+        .health(proto::HealthRequest {
+            store_id: store_id.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    health.stores[0].usage.expect("a local store's usage")
 }

@@ -208,6 +208,7 @@ pub async fn create(
         commit_seq: m.commit_seq,
         created_at: manifest::now_rfc3339(),
         keys: m.objects().map(|o| o.key.clone()).collect(),
+        lens: m.objects().map(|o| o.len).collect(),
     };
     let mut written = 0u64;
     let pin_bytes = pin.encode();

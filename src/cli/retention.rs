@@ -221,14 +221,24 @@ async fn pass(a: &RetentionArgs) -> anyhow::Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?
         .map_err(|e| anyhow::anyhow!("retention of {}: {e}", a.from))?;
     if a.json {
-        super::out::line(
-            json!({"dry_run": false, "lineages": report.lineages, "deleted": report.deleted}),
-        )?;
+        super::out::line(json!({
+            "dry_run": false,
+            "lineages": report.lineages,
+            "deleted": report.deleted,
+            "branch_charges": report.branch_charges,
+        }))?;
     } else {
         super::out::line(format!(
             "deleted {} objects over {} lineages",
             report.deleted, report.lineages
         ))?;
+        for c in &report.branch_charges {
+            super::out::line(format!(
+                "branch {} (lineage {}) keeps {} bytes in {} objects alive only through its pin \
+                 (charged to it)",
+                c.branch, c.lineage, c.bytes, c.objects
+            ))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

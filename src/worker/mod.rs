@@ -391,6 +391,14 @@ impl BackupWorker {
                 if *origin != view.origin {
                     origin.clone_from(&view.origin);
                 }
+                drop(origin);
+                let mut charges = counters
+                    .branch_charges
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if *charges != view.branch_charges {
+                    charges.clone_from(&view.branch_charges);
+                }
             }
         }
         self.activity.clear();

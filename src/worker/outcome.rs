@@ -125,9 +125,20 @@ pub struct BackupCounters {
     /// Where the store's prefix was branched from, when it is a branch, as the worker's view
     /// of the prefix last said (`crate::branch`; health names the parent and fork commit).
     pub branched_from: std::sync::Mutex<Option<crate::manifest::BranchOrigin>>,
+    /// What each live branch cut from the prefix is charged, as the last retention pass found
+    /// (`crate::pins::Charge`): the service charges it to the branch's store.
+    pub branch_charges: std::sync::Mutex<Vec<crate::pins::Charge>>,
 }
 
 impl BackupCounters {
+    /// [`BackupCounters::branch_charges`], copied.
+    pub fn branch_charges(&self) -> Vec<crate::pins::Charge> {
+        self.branch_charges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// [`BackupCounters::branched_from`], copied.
     pub fn branch_origin(&self) -> Option<crate::manifest::BranchOrigin> {
         self.branched_from

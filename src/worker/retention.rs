@@ -224,6 +224,7 @@ pub(super) async fn run(
     let upper = current.min(view.max_generation.saturating_add(1));
     let (by_generation, max_generation) = list_generations(bucket, view, upper).await?;
     let mut sweep = Sweep::new(view, policy, now_ms, current, upper, max_generation);
+    view.branch_charges = pins.charges(&sweep.named);
     sweep.named.extend(pins.keys());
     for (g, keys) in by_generation {
         deleted += sweep.generation(bucket, view, g, keys).await?;

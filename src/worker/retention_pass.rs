@@ -40,6 +40,9 @@ pub struct PassReport {
     pub lineages: u64,
     /// Objects deleted (manifests, data objects, key wrappers, claims).
     pub deleted: u64,
+    /// What each live branch cut from the prefix is charged: the bytes it keeps alive only
+    /// through its pin (`crate::pins::Charge`).
+    pub branch_charges: Vec<crate::pins::Charge>,
 }
 
 /// Every manifest under `manifests/`, read: `None` for one that does not decode (retention
@@ -108,12 +111,15 @@ pub async fn pass(bucket: &DynBucket, policy: &RetentionPolicy) -> Result<PassRe
             keys: HashMap::new(),
             wrappers: HashMap::new(),
             pins: std::mem::take(&mut pins),
+            branch_charges: Vec::new(),
         };
         let outcome = super::retention::run(bucket, &activity, &mut view, policy).await?;
         if let StepOutcome::Retention { deleted } = outcome {
             report.deleted += deleted;
         }
         report.lineages += 1;
+        // Every run reads every lineage's manifests: the last one's charges are the pass's.
+        report.branch_charges = std::mem::take(&mut view.branch_charges);
         manifests = view.manifests;
         claims = view.claims;
         pins = view.pins;

@@ -138,6 +138,9 @@ pub(super) struct View {
     pub wrappers: HashMap<u64, Vec<String>>,
     /// The branches' pins retention has read in this prefix (`crate::pins`).
     pub pins: crate::pins::Cache,
+    /// What each live branch cut from this prefix is charged, as the last retention pass found
+    /// (`crate::pins::Charge`; empty before one).
+    pub branch_charges: Vec<crate::pins::Charge>,
 }
 
 /// A GET that answers `None` for an object that does not exist.

@@ -55,6 +55,11 @@ pub struct Pin {
     pub created_at: String,
     /// The keys under this prefix the branch names.
     pub keys: Vec<String>,
+    /// The stored length of each key, in the order of `keys`: what the branch is charged for
+    /// the objects it alone keeps (`crate`'s users: retention's charges). Empty in a pin
+    /// written without them (their bytes are then unknown, counted 0).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lens: Vec<u64>,
 }
 
 /// Bytes under `pins/` that are not a pin.
@@ -92,6 +97,13 @@ impl Pin {
         }
         if let Some(why) = prefix_url_problem(&p.branch) {
             return Err(bad(format!("branch prefix {:?}: {why}", p.branch)));
+        }
+        if !p.lens.is_empty() && p.lens.len() != p.keys.len() {
+            return Err(bad(format!(
+                "{} lengths for {} keys",
+                p.lens.len(),
+                p.keys.len()
+            )));
         }
         Ok(p)
     }
@@ -194,8 +206,23 @@ mod tests {
             commit_seq: 7,
             created_at: "2026-12-07T00:00:00Z".into(),
             keys: vec!["gen/0000000001/snapshot.bin".into()],
+            lens: vec![],
         };
         assert_eq!(Pin::decode(&pin_key(id), &pin.encode()).unwrap(), pin);
         assert!(Pin::decode(&pin_key(Uuid::from_u128(8)), &pin.encode()).is_err());
+        let sized = Pin {
+            lens: vec![4096],
+            ..pin.clone()
+        };
+        assert_eq!(Pin::decode(&pin_key(id), &sized.encode()).unwrap(), sized);
+        let e = Pin::decode(
+            &pin_key(id),
+            &Pin {
+                lens: vec![1, 2],
+                ..pin
+            }
+            .encode(),
+        );
+        assert!(e.unwrap_err().to_string().contains("2 lengths for 1 keys"));
     }
 }

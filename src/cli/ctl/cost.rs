@@ -52,6 +52,8 @@ fn cost_json(h: &proto::StoreHealth) -> Value {
             "window_ms": u.window_ms,
             "monthly_request_budget": u.monthly_request_budget,
             "over_budget": u.over_budget,
+            "held_for_branches_bytes": u.held_for_branches_bytes,
+            "pinned_in_parent_bytes": u.pinned_in_parent_bytes,
         },
     })
 }
@@ -98,6 +100,20 @@ fn table(stores: &[proto::StoreHealth]) -> String {
                 String::new()
             }
         ));
+        if u.held_for_branches_bytes > 0 {
+            out.push_str(&format!(
+                "{:<38} of which {} kept only for branches (charged to them)\n",
+                "",
+                bytes(u.held_for_branches_bytes)
+            ));
+        }
+        if u.pinned_in_parent_bytes > 0 {
+            out.push_str(&format!(
+                "{:<38} plus {} of its parent's kept only for this branch (charged here)\n",
+                "",
+                bytes(u.pinned_in_parent_bytes)
+            ));
+        }
     }
     out
 }

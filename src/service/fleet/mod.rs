@@ -21,7 +21,7 @@
 //! (`StoreOptions::standby`) has a follower instead (`standby.rs`, which says what each call
 //! does with a standby), until `Promote` (`promote.rs`) puts a primary in its place.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -135,6 +135,10 @@ pub struct Fleet {
     buckets: bucket::Opener,
     /// Restore rates per endpoint and the drills under way (`rto.rs`).
     rto: rto::Rto,
+    /// Bytes each branch prefix keeps alive only through its pin in a parent's prefix, by the
+    /// branch's URL, as this instance's workers of those parents last found them (refreshed
+    /// at the health report's tick: [`Fleet::refresh_branch_charges`]).
+    branch_charges: std::sync::Mutex<HashMap<String, u64>>,
 }
 
 // The admission's modules keep their paths (`fleet::limits`, …): the other rooms check
@@ -228,6 +232,7 @@ impl Fleet {
             hosting: tokio::sync::Mutex::new(()),
             buckets,
             rto,
+            branch_charges: Default::default(),
         });
         fleet.tasks.spawn(claim_renewal::keep_claim(fleet.clone()));
         let mine = fleet
@@ -258,6 +263,36 @@ impl Fleet {
     /// Restore rates per endpoint and the drills under way (`rto.rs`).
     pub fn rto(&self) -> &rto::Rto {
         &self.rto
+    }
+
+    /// Gathers what the workers of `entries` found each branch cut from their prefixes is
+    /// charged (`crate::pins::Charge`), by branch URL.
+    pub fn refresh_branch_charges(&self, entries: &[Arc<StoreEntry>]) {
+        let mut by_branch: HashMap<String, u64> = HashMap::new();
+        for e in entries {
+            for c in e.handle.counters().branch_charges() {
+                *by_branch.entry(c.branch).or_default() += c.bytes;
+            }
+        }
+        *self
+            .branch_charges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = by_branch;
+    }
+
+    /// The bytes a store whose destination is `url` keeps alive in a parent's prefix only
+    /// through its pin, as last gathered (0 when it is no branch, or its parent runs
+    /// elsewhere).
+    pub fn pinned_in_parent(&self, url: &str) -> u64 {
+        let Ok(url) = crate::branch::prefix_url(url) else {
+            return 0;
+        };
+        self.branch_charges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&url)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Cancelled at shutdown: the fleet's long-lived tasks end on it.

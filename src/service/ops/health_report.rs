@@ -220,6 +220,7 @@ pub(in crate::service) async fn report_health(fleet: Arc<Fleet>) {
         crate::telemetry::record_fleet(entries.len(), look.unhealthy);
         // Requests change on every lease write and step, so usage is looked at every tick.
         usage.tick(&entries, &fleet.config().prices, fleet.events());
+        fleet.refresh_branch_charges(&entries);
         // Predicted restore times: arithmetic on what the workers hold (`rto_view.rs`).
         for e in &entries {
             let p = super::rto_view::predicted(&fleet, e);

@@ -223,7 +223,12 @@ pub(in crate::service) async fn store_infos(
         .iter()
         .map(|e| {
             let mut info = proto::StoreInfo {
-                usage: Some(super::usage::priced(e, prices).proto()),
+                usage: Some(super::usage::with_branch_charges(
+                    super::usage::priced(e, prices).proto(),
+                    fleet,
+                    e,
+                    prices,
+                )),
                 ..store_info(&e.record)
             };
             // The row as read now: the owner may have changed since the worker started.
@@ -250,7 +255,10 @@ pub(in crate::service) async fn store_infos(
 /// predicted restore times and the drill running now (`super::rto_view`).
 fn local_health(fleet: &Fleet, e: &StoreEntry) -> proto::StoreHealth {
     let config = fleet.config();
-    let h = encryption(store_health(e, &config.instance_id, &config.prices), fleet);
+    let mut h = encryption(store_health(e, &config.instance_id, &config.prices), fleet);
+    h.usage = h
+        .usage
+        .map(|u| super::usage::with_branch_charges(u, fleet, e, &config.prices));
     super::rto_view::with_rto(h, fleet, e)
 }
 

@@ -101,8 +101,41 @@ impl Priced {
             window_ms: s.window_ms,
             monthly_request_budget: self.budget,
             over_budget: self.note.is_some(),
+            // Branches' share: `with_branch_charges`, which has the fleet.
+            held_for_branches_bytes: 0,
+            pinned_in_parent_bytes: 0,
         }
     }
+}
+
+/// `u` with what branches change of the store's bill (`proto::Usage.held_for_branches_bytes`,
+/// `pinned_in_parent_bytes`): the bytes kept only for branches cut from its prefix go to
+/// them, the bytes it keeps in a parent's prefix only through its pin come here, and the
+/// storage cost and estimate are priced on what remains.
+pub fn with_branch_charges(
+    mut u: proto::Usage,
+    fleet: &crate::service::fleet::Fleet,
+    e: &StoreEntry,
+    prices: &Prices,
+) -> proto::Usage {
+    u.held_for_branches_bytes = e
+        .handle
+        .counters()
+        .branch_charges()
+        .iter()
+        .map(|c| c.bytes)
+        .sum();
+    u.pinned_in_parent_bytes = fleet.pinned_in_parent(&e.record.destination);
+    if u.held_for_branches_bytes > 0 || u.pinned_in_parent_bytes > 0 {
+        let billed = u
+            .bytes_stored
+            .saturating_sub(u.held_for_branches_bytes)
+            .saturating_add(u.pinned_in_parent_bytes);
+        let storage = billed as f64 / (1u64 << 30) as f64 * prices.storage_gb_month;
+        u.estimated_monthly_cost_usd += storage - u.storage_monthly_cost_usd;
+        u.storage_monthly_cost_usd = storage;
+    }
+    u
 }
 
 /// One store's figure at a tick: priced once ([`priced`]), handed to both the metrics and the

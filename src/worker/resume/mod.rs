@@ -82,6 +82,7 @@ pub(super) async fn from_bucket(
         keys,
         wrappers: HashMap::new(),
         pins: HashMap::new(),
+        branch_charges: Vec::new(),
     })
 }
 
