@@ -96,7 +96,9 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("listing", &["units", "bucket", "manifest", "latest"]),
     (
         "branch",
-        &["units", "bucket", "manifest", "restore", "latest", "pins"],
+        &[
+            "units", "bucket", "manifest", "crypto", "restore", "latest", "pins",
+        ],
     ),
     ("registry", &["units", "lease", "instance_lock", "health"]),
 ];

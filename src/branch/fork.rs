@@ -151,26 +151,9 @@ async fn newest_at(
     let end = m.segments_end();
     let prefix = segments_prefix(m.generation);
     let listed = list_after(parent, &prefix, &format!("{prefix}{end:020}")).await?;
-    let mut event: Option<(i64, u64, &str)> = None;
-    for o in &listed {
-        let Some((start, seg_end)) = parse_segment_key(m.generation, &o.key) else {
-            continue;
-        };
-        let Some(t) = o.modified_ms else {
-            return Ok(None);
-        };
-        // Shipped before the manifest yet not in it: its event's time is the earliest of the
-        // generation's manifests reaching it, which only the full search knows.
-        if start >= end && t < t_m {
-            return Ok(None);
-        }
-        if start >= end
-            && (t_m..=t_ms).contains(&t)
-            && event.is_none_or(|(et, ee, _)| (t, seg_end) > (et, ee))
-        {
-            event = Some((t, seg_end, &o.key));
-        }
-    }
+    let Some(event) = segment_event(&listed, m.generation, end, t_m..=t_ms) else {
+        return Ok(None);
+    };
     let Some((t_event, seg_end, seg_key)) = event else {
         return Ok(Some(restore_point(m, key)));
     };
@@ -223,6 +206,36 @@ async fn newest_at(
         warnings: ext.warnings,
         ..restore_point(m, key)
     }))
+}
+
+/// Of the segments of generation `generation` `listed` past offset `end`, the one whose
+/// event is the latest within `times` (the newest restore point's time to the instant): its
+/// time, end offset and key; `Some(None)` when none is; `None` when the listing cannot decide
+/// (an object without a time, or one shipped before the restore point yet not in it: its
+/// event's time is the earliest manifest's reaching it, which only the full search knows).
+fn segment_event(
+    listed: &[ObjectMeta],
+    generation: u64,
+    end: u64,
+    times: std::ops::RangeInclusive<i64>,
+) -> Option<Option<(i64, u64, &str)>> {
+    let mut event: Option<(i64, u64, &str)> = None;
+    for o in listed {
+        let Some((start, seg_end)) = parse_segment_key(generation, &o.key) else {
+            continue;
+        };
+        let t = o.modified_ms?;
+        if start < end {
+            continue;
+        }
+        if t < *times.start() {
+            return None;
+        }
+        if times.contains(&t) && event.is_none_or(|(et, ee, _)| (t, seg_end) > (et, ee)) {
+            event = Some((t, seg_end, &o.key));
+        }
+    }
+    Some(event)
 }
 
 /// Every object under `prefix` whose key sorts after `after`.

@@ -50,8 +50,9 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("hosting", &["hosted", "options", "store_metrics"]),
     ("deregister", &["admission", "hosted"]),
     ("error", &["admission", "promote"]),
-    // A branch of a registered store, restored and registered as Adopt does.
-    ("branch", &["admission"]),
+    // A branch of a registered store (locked as its options lock it), restored and registered
+    // as Adopt does; what branches are charged.
+    ("branch", &["admission", "options"]),
 ];
 
 /// A folder's modules (file stems and sub-folder names, `mod` aside) and, for each, the

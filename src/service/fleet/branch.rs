@@ -1,13 +1,17 @@
 //! `Branch`: a branch of a registered store's prefix (`crate::branch`), and with a store
-//! directory, its restore there and registration, as `Adopt` does.
+//! directory, its restore there and registration, as `Adopt` does; and what each branch of a
+//! store running here is charged (`crate::pins::Charge`), for its store's bill.
 //!
 //! # What a crash leaves
 //! What `crate::branch::create` leaves (no branch, or a complete one), then what `Adopt`
 //! leaves (no store, or a registered one).
 
 use super::admission::{destination, limits::FieldError};
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::options::StoreOptions;
-use super::{Fleet, FleetError, NewStore};
+use super::{Fleet, FleetError, NewStore, StoreEntry};
 use crate::branch::{self, BranchReport, ForkAt};
 use crate::registry::StoreRecord;
 use crate::restore::{self, RestoreOptions};
@@ -61,5 +65,35 @@ impl Fleet {
             }
         };
         Ok(Branched { report, store })
+    }
+
+    /// Gathers what the workers of `entries` found each branch cut from their prefixes is
+    /// charged (`crate::pins::Charge`), by branch URL.
+    pub fn refresh_branch_charges(&self, entries: &[Arc<StoreEntry>]) {
+        let mut by_branch: HashMap<String, u64> = HashMap::new();
+        for e in entries {
+            for c in e.handle.counters().branch_charges() {
+                *by_branch.entry(c.branch).or_default() += c.bytes;
+            }
+        }
+        *self
+            .branch_charges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = by_branch;
+    }
+
+    /// The bytes a store whose destination is `url` keeps alive in a parent's prefix only
+    /// through its pin, as last gathered (0 when it is no branch, or its parent runs
+    /// elsewhere).
+    pub fn pinned_in_parent(&self, url: &str) -> u64 {
+        let Ok(url) = crate::branch::prefix_url(url) else {
+            return 0;
+        };
+        self.branch_charges
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&url)
+            .copied()
+            .unwrap_or(0)
     }
 }

@@ -265,36 +265,6 @@ impl Fleet {
         &self.rto
     }
 
-    /// Gathers what the workers of `entries` found each branch cut from their prefixes is
-    /// charged (`crate::pins::Charge`), by branch URL.
-    pub fn refresh_branch_charges(&self, entries: &[Arc<StoreEntry>]) {
-        let mut by_branch: HashMap<String, u64> = HashMap::new();
-        for e in entries {
-            for c in e.handle.counters().branch_charges() {
-                *by_branch.entry(c.branch).or_default() += c.bytes;
-            }
-        }
-        *self
-            .branch_charges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = by_branch;
-    }
-
-    /// The bytes a store whose destination is `url` keeps alive in a parent's prefix only
-    /// through its pin, as last gathered (0 when it is no branch, or its parent runs
-    /// elsewhere).
-    pub fn pinned_in_parent(&self, url: &str) -> u64 {
-        let Ok(url) = crate::branch::prefix_url(url) else {
-            return 0;
-        };
-        self.branch_charges
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&url)
-            .copied()
-            .unwrap_or(0)
-    }
-
     /// Cancelled at shutdown: the fleet's long-lived tasks end on it.
     pub(super) fn shutdown_token(&self) -> &CancellationToken {
         &self.shutdown
