@@ -75,6 +75,7 @@ pub mod read_only;
 pub mod retry;
 pub mod s3;
 pub mod stored;
+pub mod throttle;
 pub mod url;
 pub mod usage;
 pub mod write_once;
