@@ -33,6 +33,11 @@ pub const MONTH: Duration = Duration::from_secs(730 * 3600);
 pub const MIN_WINDOW: Duration = Duration::from_secs(60);
 const GB: f64 = (1u64 << 30) as f64;
 
+/// `bytes` stored for a month, priced.
+pub fn storage_usd(bytes: u64, prices: &Prices) -> f64 {
+    bytes as f64 / GB * prices.storage_gb_month
+}
+
 /// Prices in US dollars; see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -154,7 +159,7 @@ pub fn estimate(usage: &UsageSnapshot, prices: &Prices) -> Estimate {
         monthly_requests += monthly;
         requests_usd += monthly / 1000.0 * prices.per_1000(class);
     }
-    let storage_usd = usage.bytes_stored as f64 / GB * prices.storage_gb_month;
+    let storage_usd = storage_usd(usage.bytes_stored, prices);
     let egress_usd = usage.bytes_downloaded as f64 * scale / GB * prices.egress_per_gb;
     Estimate {
         monthly_requests: whole(monthly_requests),

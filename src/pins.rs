@@ -113,7 +113,9 @@ impl Pins {
         for (len, pins) in holders.into_values() {
             let n = pins.len() as u64;
             for (k, i) in pins.into_iter().enumerate() {
-                out[i].bytes += len / n + u64::from((k as u64) < len % n);
+                // A hostile pin's lengths may be anything: saturate, never wrap.
+                let share = len / n + u64::from((k as u64) < len % n);
+                out[i].bytes = out[i].bytes.saturating_add(share);
                 out[i].objects += 1;
             }
         }

@@ -167,19 +167,14 @@ async fn newest_at(
         && let Ok(n) = plan::load_manifest(parent, next_key).await?
         && n.generation == m.generation
         && n.branch.is_none()
+        && let Some(seq) = n.commit_at_segment_end(seg_key)
     {
-        let mut seq = n.commit_seq - n.segments.iter().map(|s| s.frames).sum::<u64>();
-        for s in &n.segments {
-            seq += s.frames;
-            if s.object.key == seg_key {
-                return Ok(Some(Plan {
-                    commit_seq: seq,
-                    cut: Some(seq),
-                    commit_time_ms: Some(t_event),
-                    ..restore_point(n, next_key.clone())
-                }));
-            }
-        }
+        return Ok(Some(Plan {
+            commit_seq: seq,
+            cut: Some(seq),
+            commit_time_ms: Some(t_event),
+            ..restore_point(n, next_key.clone())
+        }));
     }
     let from = ChainStart {
         lineage: m.lineage,

@@ -376,13 +376,8 @@ async fn segment_plan(
     };
     // A manifest naming it: the commit at its end, counted from the manifest's entries.
     for l in of_generation() {
-        let m = &l.manifest;
-        let mut seq = m.commit_seq - m.segments.iter().map(|s| s.frames).sum::<u64>();
-        for s in &m.segments {
-            seq += s.frames;
-            if s.object.key == key {
-                return Ok(Ok(plan(l, super::plan::Extension::default(), seq)));
-            }
+        if let Some(seq) = l.manifest.commit_at_segment_end(key) {
+            return Ok(Ok(plan(l, super::plan::Extension::default(), seq)));
         }
     }
     let Some(base) = of_generation()

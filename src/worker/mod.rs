@@ -384,21 +384,8 @@ impl BackupWorker {
             if let Some(view) = &self.view {
                 let counters = self.ledger.counters();
                 shapes::publish(&counters.shapes, view);
-                let mut origin = counters
-                    .branched_from
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if *origin != view.origin {
-                    origin.clone_from(&view.origin);
-                }
-                drop(origin);
-                let mut charges = counters
-                    .branch_charges
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                if *charges != view.branch_charges {
-                    charges.clone_from(&view.branch_charges);
-                }
+                outcome::publish(&counters.branched_from, &view.origin);
+                outcome::publish(&counters.branch_charges, &view.branch_charges);
             }
         }
         self.activity.clear();

@@ -130,6 +130,14 @@ pub struct BackupCounters {
     pub branch_charges: std::sync::Mutex<Vec<crate::pins::Charge>>,
 }
 
+/// Sets `cell` to `value` when it differs (a comparison, no clone, when nothing changed).
+pub(super) fn publish<T: Clone + PartialEq>(cell: &std::sync::Mutex<T>, value: &T) {
+    let mut held = cell.lock().unwrap_or_else(|p| p.into_inner());
+    if *held != *value {
+        held.clone_from(value);
+    }
+}
+
 impl BackupCounters {
     /// [`BackupCounters::branch_charges`], copied.
     pub fn branch_charges(&self) -> Vec<crate::pins::Charge> {

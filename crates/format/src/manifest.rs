@@ -567,6 +567,23 @@ impl Manifest {
         self.objects().next().and_then(|o| o.prefix.as_deref())
     }
 
+    /// The commit count at the end of segment `key`, when this manifest names it (counted back
+    /// from `commit_seq` over its segments' frames; `None` too for counts that do not add up).
+    pub fn commit_at_segment_end(&self, key: &str) -> Option<u64> {
+        let frames = self
+            .segments
+            .iter()
+            .try_fold(0u64, |sum, s| sum.checked_add(s.frames))?;
+        let mut seq = self.commit_seq.checked_sub(frames)?;
+        for s in &self.segments {
+            seq += s.frames;
+            if s.object.key == key {
+                return Some(seq);
+            }
+        }
+        None
+    }
+
     /// Where the prefix holding this manifest was branched from, if it is a branch: the
     /// branch manifest's own record, or the one later manifests carry.
     pub fn origin(&self) -> Option<&BranchOrigin> {

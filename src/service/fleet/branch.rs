@@ -6,10 +6,10 @@
 //! What `crate::branch::create` leaves (no branch, or a complete one), then what `Adopt`
 //! leaves (no store, or a registered one).
 
-use super::admission::{destination, limits::FieldError};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::admission::{destination, limits::FieldError};
 use super::options::StoreOptions;
 use super::{Fleet, FleetError, NewStore, StoreEntry};
 use crate::branch::{self, BranchReport, ForkAt};
@@ -41,12 +41,14 @@ impl Fleet {
             }
         };
         let checked = destination::check(destination, self.placement())?;
-        let parent_url = self.destination_of(store_id).await?;
-        // A branch of a write-once store is write-once, locked as the store's objects are.
+        // One lookup: the store's destination, and its options (a branch of a write-once store
+        // is write-once, locked as the store's objects are).
         let record = match self.get(store_id) {
             Ok(e) => e.record.clone(),
-            Err(_) => self.registered(store_id).await?,
+            Err(FleetError::NotHere(_)) => self.registered(store_id).await?,
+            Err(e) => return Err(e),
         };
+        let parent_url = record.destination.clone();
         let options = StoreOptions::as_registered(&record).unwrap_or_default();
         let lock = options.apply(&self.config().worker).lock();
         let parent = self.buckets.read_write(&parent_url).open().await?;
@@ -73,7 +75,8 @@ impl Fleet {
         let mut by_branch: HashMap<String, u64> = HashMap::new();
         for e in entries {
             for c in e.handle.counters().branch_charges() {
-                *by_branch.entry(c.branch).or_default() += c.bytes;
+                let sum = by_branch.entry(c.branch).or_default();
+                *sum = sum.saturating_add(c.bytes);
             }
         }
         *self

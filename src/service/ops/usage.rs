@@ -131,7 +131,7 @@ pub fn with_branch_charges(
             .bytes_stored
             .saturating_sub(u.held_for_branches_bytes)
             .saturating_add(u.pinned_in_parent_bytes);
-        let storage = billed as f64 / (1u64 << 30) as f64 * prices.storage_gb_month;
+        let storage = cost::storage_usd(billed, prices);
         u.estimated_monthly_cost_usd += storage - u.storage_monthly_cost_usd;
         u.storage_monthly_cost_usd = storage;
     }
