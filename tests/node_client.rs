@@ -97,6 +97,18 @@ impl BackupControl for Fake {
     ) -> Result<Response<proto::BranchResponse>, Status> {
         no()
     }
+    async fn get_limits(
+        &self,
+        _: Request<proto::GetLimitsRequest>,
+    ) -> Result<Response<proto::LimitsResponse>, Status> {
+        no()
+    }
+    async fn set_limits(
+        &self,
+        _: Request<proto::SetLimitsRequest>,
+    ) -> Result<Response<proto::LimitsResponse>, Status> {
+        no()
+    }
     async fn register(
         &self,
         _: Request<proto::RegisterRequest>,

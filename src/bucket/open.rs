@@ -8,6 +8,9 @@
 //! - [`Retrying`](super::retry::Retrying), the one retry layer, with the caller's policy and
 //!   cancellation token: cancelling it fails the request in flight and every retry sleep with
 //!   [`BucketError::Cancelled`];
+//! - [`Throttled`](super::throttle::Throttled), when a lane is given ([`Open::lane`]; an
+//!   [`Opener`] gives every bucket one, on the instance's [`Throttle`]), under the retry layer:
+//!   every attempt is paced as it is sent;
 //! - [`UsageBucket`](super::usage::UsageBucket), when usage is asked for, *under* the retry
 //!   layer, so every attempt is one request counted;
 //! - the backend: [`FsBucket`](super::fs::FsBucket) for `file:///abs/path`,
@@ -33,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::retry::{RetryPolicy, Retrying};
 use super::s3::Clients;
+use super::throttle::{Lane, StoreScope, Throttle, Throttled, TrafficClass};
 use super::usage::{Usage, UsageBucket};
 use super::{BucketError, DynBucket, ListQuery, fs, read_only, s3};
 
@@ -43,25 +47,49 @@ use super::{BucketError, DynBucket, ListQuery, fs, read_only, s3};
 pub struct Opener {
     clients: Clients,
     cancel: CancellationToken,
+    throttle: Arc<Throttle>,
 }
 
 impl Opener {
-    /// Buckets whose requests `cancel` ends, sharing one set of S3 clients.
+    /// Buckets whose requests `cancel` ends, sharing one set of S3 clients, unthrottled
+    /// (every request only counted).
     pub fn new(cancel: CancellationToken) -> Opener {
+        Opener::throttled(cancel, Throttle::unlimited())
+    }
+
+    /// [`Opener::new`], every bucket paced by `throttle`.
+    pub fn throttled(cancel: CancellationToken, throttle: Arc<Throttle>) -> Opener {
         Opener {
             clients: Clients::default(),
             cancel,
+            throttle,
         }
     }
 
-    /// `url` for backups, on the shared clients and token.
+    /// `url` for backups, on the shared clients and token, paced at the instance's scope.
     pub fn read_write<'a>(&self, url: &'a str) -> Open<'a> {
-        Open::read_write(url, &self.cancel).clients(&self.clients)
+        Open::read_write(url, &self.cancel)
+            .clients(&self.clients)
+            .lane(self.lane(url, None))
     }
 
-    /// `url` to read it, creating nothing, on the shared clients and token.
+    /// `url` to read it, creating nothing, on the shared clients and token, paced at the
+    /// instance's scope.
     pub fn read_only<'a>(&self, url: &'a str) -> Open<'a> {
-        Open::read_only(url, &self.cancel).clients(&self.clients)
+        Open::read_only(url, &self.cancel)
+            .clients(&self.clients)
+            .lane(self.lane(url, None))
+    }
+
+    /// The lane of a bucket at `url` (its endpoint's scope) for `store`, if any: what
+    /// [`Open::lane`] is given to pace a store's requests, classed as the caller says.
+    pub fn lane(&self, url: &str, store: Option<Arc<StoreScope>>) -> Lane {
+        Lane::new(&self.throttle, store, Some(&super::url::endpoint_of(url)))
+    }
+
+    /// The instance's throttle.
+    pub fn throttle(&self) -> &Arc<Throttle> {
+        &self.throttle
     }
 
     /// The token every bucket opened so is cancelled by.
@@ -91,6 +119,7 @@ pub struct Open<'a> {
     usage: Option<Arc<Usage>>,
     policy: RetryPolicy,
     clients: Option<Clients>,
+    lane: Option<Lane>,
     as_of_ms: Option<i64>,
     /// A `file://` root whose path ends in a link is refused ([`fs::RootLink::Refuse`]).
     refuse_root_link: bool,
@@ -106,6 +135,7 @@ impl<'a> Open<'a> {
             usage: None,
             policy: RetryPolicy::default(),
             clients: None,
+            lane: None,
             as_of_ms: None,
             refuse_root_link: false,
         }
@@ -140,6 +170,23 @@ impl<'a> Open<'a> {
         self
     }
 
+    /// Paces every request through `lane` ([`Throttled`]).
+    pub fn lane(mut self, lane: Lane) -> Open<'a> {
+        self.lane = Some(lane);
+        self
+    }
+
+    /// Counts every request as `class` (a restore's, a drill's), in the lane given or, without
+    /// one, in an unlimited one of its own.
+    pub fn class(mut self, class: TrafficClass) -> Open<'a> {
+        let lane = self
+            .lane
+            .take()
+            .unwrap_or_else(|| Lane::new(&Throttle::unlimited(), None, None));
+        self.lane = Some(lane.classed(class));
+        self
+    }
+
     /// Reads the destination as it was at `at_ms` (unix ms), from S3 object versions
     /// ([`s3::S3Bucket::as_of`]); only read-only, only S3. `None`: as it is now.
     pub fn as_of(mut self, at_ms: Option<i64>) -> Open<'a> {
@@ -159,6 +206,9 @@ impl<'a> Open<'a> {
         let mut bucket = self.backend().await?;
         if let Some(usage) = self.usage {
             bucket = Arc::new(UsageBucket::new(bucket, usage));
+        }
+        if let Some(lane) = self.lane {
+            bucket = Arc::new(Throttled::new(bucket, lane));
         }
         let retrying: DynBucket = Arc::new(Retrying::new(bucket, self.policy, self.cancel));
         match self.mode {

@@ -73,6 +73,18 @@ pub fn without_query(url: &str) -> &str {
     url.split_once('?').map_or(url, |(u, _)| u)
 }
 
+/// The endpoint a destination's requests go to, as the throttle's endpoint scope names it
+/// ([`super::throttle`]): the query's `endpoint` (`http://127.0.0.1:9000`), `s3` for an `s3://`
+/// destination on its configuration's default endpoint, `file` for a local directory, and
+/// `unknown` for what does not parse (it is refused when opened).
+pub fn endpoint_of(url: &str) -> String {
+    match parse(url) {
+        Ok(DestinationUrl::File(_)) => "file".into(),
+        Ok(DestinationUrl::S3 { settings, .. }) => settings.endpoint.unwrap_or_else(|| "s3".into()),
+        Err(_) => "unknown".into(),
+    }
+}
+
 /// Parses `url`; see the module docs for what is refused.
 pub fn parse(url: &str) -> Result<DestinationUrl, OpenError> {
     let (base, query) = match url.split_once('?') {

@@ -68,6 +68,10 @@ pub struct RestoreArgs {
     /// and why). Without it such a restore is refused before downloading, with exit status 3.
     #[arg(long)]
     allow_partial: bool,
+    /// Hold the restore's downloads to this many bytes a second, 1 to 100000000000 (paced as
+    /// each response is read, every request with its retries) [default: no limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000_000))]
+    limit_bytes_per_second: Option<u64>,
     #[command(flatten)]
     encryption: super::encryption::EncryptionArgs,
     #[command(flatten)]
@@ -154,6 +158,7 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         .transpose()?;
     let bucket = bucket::Open::read_only(&a.from, &super::bucket_token())
         .as_of(as_of(a.bucket_as_of.as_deref())?)
+        .lane(restore_lane(a.limit_bytes_per_second))
         .open()
         .await?;
     let opts = RestoreOptions {
@@ -190,6 +195,18 @@ pub async fn restore(a: RestoreArgs) -> anyhow::Result<ExitCode> {
         super::out::line(&report)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The lane of a standalone restore: the `restore` class, held to `limit` bytes a second when
+/// given (`bucket::throttle`).
+fn restore_lane(limit: Option<u64>) -> bucket::throttle::Lane {
+    use bucket::throttle::{ClassLimit, LimitSet, Throttle, TrafficClass};
+    let limits = LimitSet::none().with(&[ClassLimit {
+        class: TrafficClass::Restore,
+        bytes_per_second: limit.unwrap_or(0),
+        requests_per_second: None,
+    }]);
+    bucket::throttle::Lane::new(&Throttle::new(limits), None, None).classed(TrafficClass::Restore)
 }
 
 /// One line of `--progress json` on stderr.

@@ -305,6 +305,7 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
             &mushroom_backup::lease::host_name(),
         )?,
     };
+    let limits_file = file.limits.clone().unwrap_or_default();
     let config = ServiceConfig {
         listen: a
             .listen
@@ -324,7 +325,11 @@ fn resolve(a: ServeArgs) -> anyhow::Result<(ServiceConfig, Telemetry)> {
         lease_ttl,
         health_report_interval,
         owner_silent_after,
-        limits: a.limits.limits_with(&file.limits.unwrap_or_default()),
+        limits: a.limits.limits_with(&limits_file),
+        throttle: a
+            .limits
+            .throttle_with(&limits_file)
+            .map_err(|e| anyhow::anyhow!("limits: {e}"))?,
         pause,
         peers,
         drill: service::DrillLimits {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Args;
 use serde::Deserialize;
 
+use mushroom_backup::bucket::throttle::{LimitSet, Schedule, ThrottleSettings, Window};
 use mushroom_backup::service::Limits;
 
 #[derive(Args, Debug, Clone, Default)]
@@ -40,6 +41,53 @@ pub struct LimitSettings {
     /// [default: 16].
     #[arg(long, env = "MUSHROOMDB_BACKUP_MAX_STREAMS_PER_STORE")]
     max_streams_per_store: Option<usize>,
+    /// A traffic class's limit at the instance scope, CLASS=BYTES_PER_SECOND[,requests=N]
+    /// (classes bulk, restore, check, housekeeping; `unlimited` lifts one; the wal is never
+    /// limited); repeatable; over the file's [limits] [default: check=50000000].
+    #[arg(long = "limit", value_name = "CLASS=BYTES_PER_SECOND[,requests=N]")]
+    limit: Vec<String>,
+}
+
+/// The classes' limits of one scope as the TOML writes them: a key per class, each
+/// `BYTES_PER_SECOND[,requests=N]` (`bulk = "20000000,requests=100"`). (Fields of each table
+/// rather than a flattened struct: serde refuses unknown keys only without `flatten`.)
+macro_rules! class_items {
+    ($t:expr) => {
+        [
+            ("bulk", &$t.bulk),
+            ("restore", &$t.restore),
+            ("check", &$t.check),
+            ("housekeeping", &$t.housekeeping),
+        ]
+        .into_iter()
+        .filter_map(|(c, v): (&str, &Option<String>)| v.as_ref().map(|v| format!("{c}={v}")))
+        .collect::<Vec<String>>()
+    };
+}
+
+/// One `[[limits.schedule]]` window: its days (`mon-fri`; all when left out), `from` and `to`
+/// (`HH:MM`, UTC) and the limits it sets.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WindowToml {
+    days: Option<String>,
+    from: String,
+    to: String,
+    bulk: Option<String>,
+    restore: Option<String>,
+    check: Option<String>,
+    housekeeping: Option<String>,
+}
+
+/// One `[[limits.endpoint]]`: the limits of every store's requests to one endpoint together.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointToml {
+    endpoint: String,
+    bulk: Option<String>,
+    restore: Option<String>,
+    check: Option<String>,
+    housekeeping: Option<String>,
 }
 
 /// The `[limits]` table of the TOML file.
@@ -55,9 +103,51 @@ pub struct LimitsToml {
     keepalive_timeout_ms: Option<u64>,
     max_health_watchers: Option<usize>,
     max_streams_per_store: Option<usize>,
+    bulk: Option<String>,
+    restore: Option<String>,
+    check: Option<String>,
+    housekeeping: Option<String>,
+    schedule: Option<Vec<WindowToml>>,
+    endpoint: Option<Vec<EndpointToml>>,
 }
 
 impl LimitSettings {
+    /// The throttle's settings: the file's classes with each `--limit` over them, its schedule
+    /// and its endpoints, every value checked (an error names it).
+    pub fn throttle_with(&self, file: &LimitsToml) -> Result<ThrottleSettings, String> {
+        let from_file = LimitSet::parse_all(&class_items!(file))?;
+        let flags = LimitSet::parse_all(&self.limit).map_err(|e| format!("--limit: {e}"))?;
+        let mut windows = Vec::new();
+        for w in file.schedule.iter().flatten() {
+            let days = w.days.as_deref().unwrap_or("all");
+            windows.push(
+                Window::parse(days, &w.from, &w.to, &class_items!(w))
+                    .map_err(|e| format!("[[limits.schedule]]: {e}"))?,
+            );
+        }
+        let mut endpoints = std::collections::BTreeMap::new();
+        for e in file.endpoint.iter().flatten() {
+            let name = match e.endpoint.as_str() {
+                "s3" | "file" => e.endpoint.clone(),
+                other => mushroom_backup::bucket::url::normal_endpoint(other)
+                    .map_err(|why| format!("[[limits.endpoint]] {other:?}: {why}"))?,
+            };
+            let limits = LimitSet::parse_all(&class_items!(e))
+                .map_err(|why| format!("[[limits.endpoint]] {name}: {why}"))?;
+            if endpoints
+                .insert(name.clone(), LimitSet::none().with(&limits))
+                .is_some()
+            {
+                return Err(format!("[[limits.endpoint]] {name} is given twice"));
+            }
+        }
+        Ok(ThrottleSettings {
+            instance: LimitSet::instance_default().with(&from_file).with(&flags),
+            schedule: Schedule { windows },
+            endpoints,
+        })
+    }
+
     /// The limits, from the flags, then the file, then the defaults (checked by the service).
     pub fn limits_with(&self, file: &LimitsToml) -> Limits {
         let d = Limits::default();

@@ -124,6 +124,9 @@ pub struct ServiceConfig {
     pub event_retention: EventRetention,
     /// The price table of every store's cost estimate (`crate::cost`; the TOML's `[prices]`).
     pub prices: crate::cost::Prices,
+    /// The throttle's limits: the instance's base, the schedule, the endpoints'
+    /// (`serve --limit`, the TOML's `[limits]`; `crate::bucket::throttle`).
+    pub throttle: crate::bucket::throttle::ThrottleSettings,
 }
 
 impl std::fmt::Debug for ServiceConfig {
@@ -151,6 +154,7 @@ impl std::fmt::Debug for ServiceConfig {
             webhooks,
             event_retention,
             prices,
+            throttle,
         } = self;
         f.debug_struct("ServiceConfig")
             .field("listen", listen)
@@ -178,6 +182,7 @@ impl std::fmt::Debug for ServiceConfig {
             )
             .field("event_retention", event_retention)
             .field("prices", prices)
+            .field("throttle", throttle)
             .finish()
     }
 }
@@ -305,6 +310,7 @@ mod tests {
             webhooks: vec![],
             event_retention: Default::default(),
             prices: Default::default(),
+            throttle: Default::default(),
         }
     }
 

@@ -25,6 +25,8 @@
 //! | `mushroom_backup_store_last_drill_bytes` | gauge | bytes | bytes the last drill restored (as stored) |
 //! | `mushroom_backup_predicted_rto_seconds` | gauge, label `point` (`latest`, `worst`) | seconds | the predicted restore time of the newest / the worst retained restore point (`StoreHealth.predicted_rto_*`; absent until the worker knows a restore point) |
 //! | `mushroom_backup_rto_target_seconds` | gauge | seconds | the store's `rto_target_seconds` (absent when it has none) |
+//! | `mushroom_backup_store_traffic_limit_bytes_per_second` | gauge, label `class` | bytes/s | the store's own limit of the class (0: none; `crate::bucket::throttle`) |
+//! | `mushroom_backup_store_traffic_rate_bytes_per_second` | gauge, label `class` | bytes/s | what the store's requests of the class moved over the last 10 s |
 //! | `mushroom_backup_store_shipped_bytes_total` | counter | bytes | the worker's `bytes_shipped`: store data as stored (compressed) |
 //! | `mushroom_backup_store_logical_bytes_total` | counter | bytes | the worker's `bytes_logical`: the plain bytes of the same objects |
 //! | `mushroom_backup_store_shipped_objects_total` | counter | objects | the worker's `objects_shipped` |
@@ -41,7 +43,9 @@
 //! port; `outcome`: `ok`, `failed`, `rejected`, `dropped`).
 //!
 //! Fleet, no labels, set by [`record_fleet`]: `mushroom_backup_stores` (stores hosted) and
-//! `mushroom_backup_stores_unhealthy`.
+//! `mushroom_backup_stores_unhealthy`. The instance's traffic, label `class` (`wal`, `bulk`,
+//! `restore`, `check`, `housekeeping`): `mushroom_backup_traffic_limit_bytes_per_second` (the
+//! limit in force, 0: none) and `mushroom_backup_traffic_rate_bytes_per_second` (the last 10 s).
 //!
 //! Bucket requests, labels `op` (`get`, `get_range`, `head`, `put`, `delete`, `list`) and
 //! `outcome` (`ok`, `not_found`, `precondition_failed`, `conflict`, `transient`,
@@ -80,6 +84,12 @@ pub const STORE_LAST_DRILL_DURATION: &str = "mushroom_backup_store_last_drill_du
 pub const STORE_LAST_DRILL_BYTES: &str = "mushroom_backup_store_last_drill_bytes";
 pub const PREDICTED_RTO: &str = "mushroom_backup_predicted_rto_seconds";
 pub const RTO_TARGET: &str = "mushroom_backup_rto_target_seconds";
+pub const STORE_TRAFFIC_LIMIT: &str = "mushroom_backup_store_traffic_limit_bytes_per_second";
+pub const STORE_TRAFFIC_RATE: &str = "mushroom_backup_store_traffic_rate_bytes_per_second";
+pub const TRAFFIC_LIMIT: &str = "mushroom_backup_traffic_limit_bytes_per_second";
+pub const TRAFFIC_RATE: &str = "mushroom_backup_traffic_rate_bytes_per_second";
+/// The label of the traffic series: a traffic class's name.
+pub const CLASS_LABEL: &str = "class";
 /// The label of [`PREDICTED_RTO`]: `latest` or `worst`.
 pub const POINT_LABEL: &str = "point";
 pub const STORE_SHIPPED_BYTES: &str = "mushroom_backup_store_shipped_bytes_total";
@@ -199,6 +209,26 @@ fn describe_store_drills() {
         Some(Unit::Bytes),
         "Bytes the store's last restore drill restored, as stored.",
     );
+    for (name, what) in [
+        (
+            STORE_TRAFFIC_LIMIT,
+            "The store's own limit of a traffic class (0: none).",
+        ),
+        (
+            STORE_TRAFFIC_RATE,
+            "Bytes a second the store's requests of a traffic class moved over the last 10 s.",
+        ),
+        (
+            TRAFFIC_LIMIT,
+            "The instance's limit of a traffic class in force (0: none).",
+        ),
+        (
+            TRAFFIC_RATE,
+            "Bytes a second the instance's requests of a traffic class moved over the last 10 s.",
+        ),
+    ] {
+        g(name, None, what);
+    }
     g(
         PREDICTED_RTO,
         Some(Unit::Seconds),

@@ -130,7 +130,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
-use crate::bucket::DynBucket;
+use crate::bucket::{DynBucket, throttle};
 use crate::health::StepActivity;
 use crate::store::dir::StoreDir;
 use crate::store::disk::DiskState;
@@ -415,7 +415,9 @@ impl BackupWorker {
             let policy = self.config.retention.clone();
             let (cx, view) = self.parts();
             let view = view.as_mut().expect("resumed");
-            return retention::run(cx.bucket, cx.activity, view, &policy).await;
+            // Every request of the pass is housekeeping (`crate::bucket::throttle`).
+            let pass = retention::run(cx.bucket, cx.activity, view, &policy);
+            return throttle::in_class(throttle::TrafficClass::Housekeeping, pass).await;
         }
         Ok(StepOutcome::Idle)
     }

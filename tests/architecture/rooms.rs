@@ -39,6 +39,8 @@ pub const FLEET_FLOORS: &[(&str, &[&str])] = &[
     ("claim_renewal", &[]),
     ("record", &[]),
     ("rto", &[]),
+    // The instance's throttle, its base limits and schedule.
+    ("traffic", &[]),
     // The roles a hosted store has beside its primary worker, and the promotion between them.
     ("replica", &["start", "options"]),
     ("standby", &["admission", "hosted", "options"]),

@@ -22,6 +22,7 @@ pub mod service;
 pub mod soak;
 pub mod sources;
 pub mod store;
+pub mod tcp_meter;
 pub mod webhooks;
 
 use std::path::Path;

@@ -51,6 +51,7 @@ use bytes::Bytes;
 use error::map_error;
 
 use super::body::with_key;
+use super::throttle::Pacer;
 use super::url::S3Settings;
 use super::write_once::{LockMode, Retention};
 use super::{
@@ -62,6 +63,7 @@ mod as_of;
 mod clock;
 mod error;
 mod multipart;
+mod paced;
 pub mod shared;
 mod stream;
 
@@ -265,6 +267,7 @@ impl S3Bucket {
             PutCondition::IfNoneMatch => req.if_none_match("*"),
             PutCondition::IfMatch(etag) => req.if_match(etag),
         };
+        let pacer = Pacer::current();
         let streamed = match body {
             // A checked file range goes up from its descriptor, the CRC of its check as the
             // request's checksum (see `stream`). Not where checksums are sent only when
@@ -279,9 +282,13 @@ impl S3Bucket {
                 let outcome = stream::Outcome::default();
                 let (file, offset, len, crc) = (file.clone(), *offset, *len, *crc);
                 let out = outcome.clone();
+                let pacer = pacer.filter(Pacer::limited);
                 let body = SdkBody::retryable(move || {
                     let range = stream::FileBody::new(file.clone(), offset, len, crc, out.clone());
-                    SdkBody::from_body_1_x(range)
+                    match &pacer {
+                        Some(p) => SdkBody::from_body_1_x(paced::Paced::new(range, p.clone())),
+                        None => SdkBody::from_body_1_x(range),
+                    }
                 });
                 req = req
                     .content_length(crate::units::i64_of(len))
@@ -291,7 +298,7 @@ impl S3Bucket {
             }
             _ => {
                 let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
-                req = req.body(ByteStream::from(data));
+                req = paced::body(req, data, pacer, !self.options.checksums_when_required);
                 None
             }
         };
@@ -610,6 +617,8 @@ async fn read_body(
                 if read > at_most {
                     return Err(BucketError::too_large(OP, key, read, at_most));
                 }
+                // Paced as it comes: the socket's window holds the store back meanwhile.
+                crate::bucket::throttle::pace(buffer.len() as u64).await;
                 buffers.push(buffer);
             }
             Ok(None) => return Ok(buffers),

@@ -16,7 +16,6 @@
 //! completed only if the parts' CRCs, combined in order, are that CRC: a file that changed after
 //! its check is aborted, never visible.
 
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use futures::{StreamExt, TryStreamExt};
 
@@ -135,6 +134,8 @@ impl Upload {
         checksums: bool,
     ) -> Result<String, BucketError> {
         let part_size = b.options.part_size;
+        let pacer = crate::bucket::throttle::Pacer::current();
+        let pacer = &pacer;
         let sent: Vec<(CompletedPart, crc32fast::Hasher)> = futures::stream::iter(0..parts)
             .map(|i| async move {
                 let at = i * part_size;
@@ -162,7 +163,7 @@ impl Upload {
                         .checksum_crc32(value);
                 }
                 let out = req
-                    .body(ByteStream::from(data))
+                    .body(super::paced::byte_stream(data, pacer.clone(), checksums))
                     .send()
                     .await
                     .map_err(|e| map_error(b, "S3 UploadPart", key, false, e))?;

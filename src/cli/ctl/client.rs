@@ -68,6 +68,10 @@ pub(in crate::cli) struct StoreFlags {
     /// s3://bucket/prefix[?endpoint=URL&region=R&profile=P] or file:///path.
     #[arg(long, value_name = "URL")]
     replica: Option<String>,
+    /// The store's own traffic limit, CLASS=BYTES_PER_SECOND[,requests=N] (repeatable; see
+    /// `ctl limits set --store`, which changes them live).
+    #[arg(long = "limit", value_name = "CLASS=BYTES_PER_SECOND[,requests=N]")]
+    limits: Vec<String>,
 }
 
 impl StoreFlags {
@@ -99,6 +103,7 @@ impl StoreFlags {
             rto_target_seconds: self.rto_target_seconds,
             replica: self.replica.clone(),
             standby: None,
+            limits: self.limits.clone(),
         };
         Some(store_options_proto::to_proto(&options))
     }

@@ -25,6 +25,7 @@ mod client;
 mod cost;
 mod drill;
 mod events;
+mod limits;
 mod moves;
 mod standby;
 mod view;
@@ -114,6 +115,9 @@ enum Call {
     ListStores,
     /// Requests, bytes and the estimated monthly cost of one store, or of every store.
     Cost(cost::CostArgs),
+    /// Traffic limits by class (bulk, restore, check, housekeeping; the wal is never
+    /// limited): `limits show [STORE_ID]`, `limits set [--store ID] CLASS=BYTES_PER_SECOND`.
+    Limits(limits::LimitsArgs),
     /// A store's restore points, newest first.
     ListRestorePoints {
         store_id: String,
@@ -303,6 +307,7 @@ pub async fn run(a: CtlArgs) -> anyhow::Result<ExitCode> {
         Call::Standbys(c) => standby::run(&mut ctl, j, c).await?,
         Call::ListStores => list_stores(&mut ctl, j).await?,
         Call::Cost(c) => cost::cost(&mut ctl, j, c).await?,
+        Call::Limits(l) => limits::run(&mut ctl, j, l).await?,
         Call::ListRestorePoints {
             store_id,
             page_size,

@@ -28,6 +28,7 @@ fn store_health_json(s: &proto::StoreHealth) -> Value {
         ),
         ("rto_calibrated", json!(s.rto_calibrated)),
         ("rto_target_seconds", json!(s.rto_target_seconds)),
+        ("traffic", super::limits::classes_json(&s.traffic)),
         (
             "branch_of",
             json!(s.branch_of.as_ref().map(|b| json!({

@@ -443,6 +443,42 @@ impl BackupControl for Api {
         }))
     }
 
+    async fn get_limits(
+        &self,
+        req: Request<proto::GetLimitsRequest>,
+    ) -> Result<Response<proto::LimitsResponse>, Status> {
+        let caller = self.caller(&req)?;
+        let req = here_or_return!(
+            self.local_or_forward(
+                req,
+                &caller,
+                |mut c, r| async move { c.get_limits(r).await }
+            )
+            .await
+        );
+        let r = req.into_inner();
+        let got = crate::service::ops::limits::get(&self.fleet, &r.store_id).await;
+        Ok(Response::new(got.map_err(err)?))
+    }
+
+    async fn set_limits(
+        &self,
+        req: Request<proto::SetLimitsRequest>,
+    ) -> Result<Response<proto::LimitsResponse>, Status> {
+        let caller = self.caller(&req)?;
+        let req = here_or_return!(
+            self.local_or_forward(
+                req,
+                &caller,
+                |mut c, r| async move { c.set_limits(r).await }
+            )
+            .await
+        );
+        let (peer, r) = operator(req, &caller);
+        let set = crate::service::ops::limits::set(&self.fleet, &r.store_id, &r.limits, peer);
+        Ok(Response::new(set.await.map_err(err)?))
+    }
+
     async fn r#move(
         &self,
         req: Request<proto::MoveRequest>,

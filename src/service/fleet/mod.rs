@@ -30,6 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use super::config::ServiceConfig;
 use crate::bucket;
+use crate::bucket::throttle::TrafficClass;
 use crate::events::{Bus, EventKind, Facts, NewEvent};
 use crate::lease::{InstanceLeaseConfig, InstanceLeases, instance};
 use crate::registry::{self, InstanceClaim, Predecessor, Registry, StoreRecord};
@@ -139,6 +140,8 @@ pub struct Fleet {
     /// branch's URL, as this instance's workers of those parents last found them (refreshed
     /// at the health report's tick: [`Fleet::refresh_branch_charges`]).
     branch_charges: std::sync::Mutex<HashMap<String, u64>>,
+    /// The instance's throttle, its base limits and schedule (`traffic.rs`).
+    traffic: Arc<traffic::Traffic>,
 }
 
 // The admission's modules keep their paths (`fleet::limits`, …): the other rooms check
@@ -162,6 +165,7 @@ mod hosting;
 mod promote;
 mod shared_id;
 mod start;
+pub mod traffic;
 pub use promote::PromoteError;
 pub mod options;
 mod record;
@@ -205,7 +209,9 @@ impl Fleet {
             .map(|p| instance::holder_id(&config.instance_id, p.nonce()))
             .into_iter()
             .collect();
-        let buckets = bucket::Opener::new(CancellationToken::new());
+        let traffic = traffic::Traffic::new(&config.throttle);
+        let buckets =
+            bucket::Opener::throttled(CancellationToken::new(), traffic.throttle().clone());
         let leases = InstanceLeases::new(
             InstanceLeaseConfig {
                 ttl: config.lease_ttl,
@@ -233,7 +239,11 @@ impl Fleet {
             buckets,
             rto,
             branch_charges: Default::default(),
+            traffic,
         });
+        fleet
+            .tasks
+            .spawn(fleet.traffic.clone().keep(fleet.shutdown.clone()));
         fleet.tasks.spawn(claim_renewal::keep_claim(fleet.clone()));
         let mine = fleet
             .registry
@@ -326,6 +336,7 @@ impl Fleet {
         let start::Running { handle, usage } = self
             .start_worker(start::WorkerSpec {
                 destination: &record.destination,
+                store_id: &record.store_id,
                 lease_name: record.store_id.clone(),
                 options: &options,
                 store: &store,
@@ -505,7 +516,7 @@ impl Fleet {
 
     /// A store in the registry that this instance does not run ([`Fleet::get`] said
     /// [`FleetError::NotHere`]); [`FleetError::UnknownStore`] if no instance has it.
-    async fn registered(&self, store_id: &str) -> Result<StoreRecord, FleetError> {
+    pub(crate) async fn registered(&self, store_id: &str) -> Result<StoreRecord, FleetError> {
         self.registry
             .get_store(store_id)
             .await?
@@ -550,7 +561,11 @@ impl Fleet {
         with_span: bool,
     ) -> Result<(crate::listing::Page, Option<(i64, i64)>), FleetError> {
         let destination = self.destination_of(store_id).await?;
-        let bucket = self.buckets.read_only(&destination).open().await?;
+        let bucket = (self.buckets.read_only(&destination))
+            .lane(self.store_lane(&destination, store_id))
+            .class(TrafficClass::Housekeeping)
+            .open()
+            .await?;
         let page = crate::listing::page(bucket.as_ref(), cursor, page_size).await?;
         let span = match with_span {
             true => restore::at_time::restorable_span(bucket.as_ref())
@@ -577,7 +592,10 @@ impl Fleet {
             Ok(checked) => checked,
             Err(e) => return Err(self.refused("adopt", Some(&new.store_dir), e, peer).await),
         };
-        let bucket = self.buckets.read_only(&checked.url).open().await?;
+        let bucket = (self.buckets.read_only(&checked.url))
+            .class(TrafficClass::Restore)
+            .open()
+            .await?;
         let opts = RestoreOptions {
             at: at.commit_seq,
             at_time_ms: at.time_ms,

@@ -86,6 +86,7 @@ impl Fleet {
     ) -> Result<RunningReplica, String> {
         self.start_worker(WorkerSpec {
             destination: url,
+            store_id: &record.store_id,
             lease_name: format!("{} (replica)", record.store_id),
             options,
             store,

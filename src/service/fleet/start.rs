@@ -28,6 +28,8 @@ use crate::worker::{BackupHandle, BackupWorker};
 pub(super) struct WorkerSpec<'a> {
     /// The URL it backs up to: the store's destination, or its replica.
     pub destination: &'a str,
+    /// The store's id: its throttle scope's name (the primary's and the replica's one scope).
+    pub store_id: &'a str,
     /// Its bucket lease's holder name (the store id; the replica's says so).
     pub lease_name: String,
     pub options: &'a StoreOptions,
@@ -59,9 +61,11 @@ impl Fleet {
     /// Starts one worker of a store as the module docs say.
     pub(super) async fn start_worker(&self, spec: WorkerSpec<'_>) -> Result<Running, StartError> {
         let usage = Usage::new();
+        let scope = (self.buckets.throttle()).store(spec.store_id, &spec.options.limit_set());
         let bucket = self
             .buckets
             .read_write(spec.destination)
+            .lane(self.buckets.lane(spec.destination, Some(scope)))
             .usage(usage.clone())
             .open()
             .await?;

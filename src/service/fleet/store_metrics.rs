@@ -179,6 +179,35 @@ pub fn record_rto(store_id: &str, latest: f64, worst: f64, target: Option<u64>) 
     }
 }
 
+/// Records each traffic class's limit and measured rate: the instance's (`throttle`) and every
+/// store's scope held now.
+pub fn record_traffic(throttle: &crate::bucket::throttle::Throttle) {
+    use crate::bucket::throttle::TrafficClass;
+    use crate::telemetry::metrics::{
+        CLASS_LABEL, STORE_TRAFFIC_LIMIT, STORE_TRAFFIC_RATE, TRAFFIC_LIMIT, TRAFFIC_RATE,
+    };
+    if !crate::telemetry::recording() {
+        return;
+    }
+    let (limits, measured) = (throttle.limits(), throttle.measured());
+    for c in TrafficClass::ALL {
+        let labels = [(CLASS_LABEL, c.name().to_string())];
+        gauge!(TRAFFIC_LIMIT, &labels).set(limits.get(c).bytes_per_second as f64);
+        gauge!(TRAFFIC_RATE, &labels).set(measured[c as usize].bytes_per_second);
+    }
+    for store in throttle.stores() {
+        let (limits, measured) = (store.limits(), store.measured());
+        for c in TrafficClass::ALL {
+            let labels = [
+                (STORE_ID_LABEL, store.name().to_string()),
+                (CLASS_LABEL, c.name().to_string()),
+            ];
+            gauge!(STORE_TRAFFIC_LIMIT, &labels).set(limits.get(c).bytes_per_second as f64);
+            gauge!(STORE_TRAFFIC_RATE, &labels).set(measured[c as usize].bytes_per_second);
+        }
+    }
+}
+
 /// Forgets a deregistered store: its series disappear from `/metrics` (see the module docs).
 ///
 /// What [`record_store`] remembers of the store is kept, so a late record of the same worker

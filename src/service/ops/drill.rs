@@ -48,6 +48,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bucket::throttle::TrafficClass;
 use crate::drill::{self, DrillError};
 use crate::health::DrillResult;
 use crate::registry::StoreRecord;
@@ -125,6 +126,8 @@ async fn run_one(
     let bucket = fleet
         .buckets()
         .read_only(&entry.record.destination)
+        .lane(fleet.store_lane(&entry.record.destination, store_id))
+        .class(TrafficClass::Check)
         .usage(entry.usage.clone())
         .open()
         .await?;
@@ -297,6 +300,8 @@ async fn scheduled(fleet: &Fleet, entry: &StoreEntry, interval: i64) -> Option<i
         let opened = fleet
             .buckets()
             .read_only(&entry.record.destination)
+            .lane(fleet.store_lane(&entry.record.destination, store_id))
+            .class(TrafficClass::Check)
             .usage(entry.usage.clone())
             .open()
             .await;

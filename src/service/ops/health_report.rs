@@ -221,6 +221,7 @@ pub(in crate::service) async fn report_health(fleet: Arc<Fleet>) {
         // Requests change on every lease write and step, so usage is looked at every tick.
         usage.tick(&entries, &fleet.config().prices, fleet.events());
         fleet.refresh_branch_charges(&entries);
+        crate::service::fleet::store_metrics::record_traffic(fleet.traffic().throttle());
         // Predicted restore times: arithmetic on what the workers hold (`rto_view.rs`).
         for e in &entries {
             let p = super::rto_view::predicted(&fleet, e);

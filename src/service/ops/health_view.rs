@@ -259,6 +259,13 @@ fn local_health(fleet: &Fleet, e: &StoreEntry) -> proto::StoreHealth {
     h.usage = h
         .usage
         .map(|u| super::usage::with_branch_charges(u, fleet, e, &config.prices));
+    h.traffic = super::limits::store_traffic(fleet, &e.record.store_id, &e.options);
+    let interval = e.options.apply(&config.worker).restore_point_interval;
+    h.notes.extend(super::limits::held_back_note(
+        fleet,
+        &e.record.store_id,
+        interval,
+    ));
     super::rto_view::with_rto(h, fleet, e)
 }
 

@@ -3,6 +3,7 @@
 pub mod drill;
 pub(in crate::service) mod health_report;
 pub(in crate::service) mod health_view;
+pub mod limits;
 pub mod pause;
 pub(in crate::service) mod rto_view;
 pub mod usage;

@@ -106,6 +106,22 @@ impl Addressed for proto::DrainRequest {
     }
 }
 
+macro_rules! about_limits {
+    ($($t:ty),* $(,)?) => {
+        $(impl Addressed for $t {
+            /// A store's limits: its owner's; the instance's: the instance named (or this one).
+            fn target(&self) -> Target<'_> {
+                match self.store_id.is_empty() {
+                    true => Target::Instance { id: &self.instance_id, store_dir: "" },
+                    false => Target::Store(&self.store_id),
+                }
+            }
+        })*
+    };
+}
+
+about_limits!(proto::GetLimitsRequest, proto::SetLimitsRequest);
+
 impl Addressed for proto::HealthRequest {
     /// A fresh health read asks the owner; any other is the registry's, read here.
     fn target(&self) -> Target<'_> {

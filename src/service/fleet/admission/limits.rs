@@ -195,8 +195,15 @@ mod tests {
             rto_target_seconds: Some(MAX_RTO_TARGET_SECONDS),
             replica: Some("s3://b/replica?region=r".into()),
             standby: Some(true),
+            limits: vec!["bulk=4000000".into(), "check=unlimited,requests=5".into()],
         };
         assert!(ok.check().is_ok());
+        let e = StoreOptions {
+            limits: vec!["bulk=4000000".into(), "wal=1".into()],
+            ..ok.clone()
+        };
+        let e = e.check().unwrap_err().0;
+        assert!(e.contains("options.limits") && e.contains("wal=1"), "{e}");
         for bad in [0, MAX_RTO_TARGET_SECONDS + 1] {
             let o = StoreOptions {
                 rto_target_seconds: Some(bad),

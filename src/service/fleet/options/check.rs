@@ -46,6 +46,8 @@ impl StoreOptions {
                  or 0 for no target ({v} given)"
             )));
         }
+        crate::bucket::throttle::LimitSet::parse_all(&self.limits)
+            .map_err(|e| FieldError(format!("options.limits: {e}")))?;
         Ok(())
     }
 

@@ -12,6 +12,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bucket::throttle::{ClassLimit, LimitSet};
 use crate::bucket::write_once::LockMode;
 use crate::worker::WorkerConfig;
 use crate::worker::overrides::WorkerOverrides;
@@ -43,6 +44,10 @@ pub struct StoreOptions {
     /// promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub standby: Option<bool>,
+    /// The store's own traffic limits, `CLASS=BYTES_PER_SECOND[,requests=N]` each
+    /// (`crate::bucket::throttle`; changed live by SetLimits, `super::limits`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<String>,
 }
 
 impl StoreOptions {
@@ -59,6 +64,13 @@ impl StoreOptions {
     /// The replica's URL, if the store names one.
     pub fn replica(&self) -> Option<&str> {
         self.replica.as_deref().filter(|r| !r.is_empty())
+    }
+
+    /// The store's own traffic limits (those that parse: a row's are checked when registered,
+    /// and [`Self::clamped`] drops any that do not).
+    pub fn limit_set(&self) -> LimitSet {
+        let parsed = self.limits.iter().filter_map(|l| ClassLimit::parse(l).ok());
+        LimitSet::none().with(&parsed.collect::<Vec<_>>())
     }
 
     /// The store's own Object Lock mode, if it sets one.

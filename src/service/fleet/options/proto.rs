@@ -42,6 +42,7 @@ pub fn from_proto(o: Option<proto::StoreOptions>) -> Result<StoreOptions, FieldE
         rto_target_seconds: nz(o.rto_target_seconds),
         replica: (!o.replica.is_empty()).then_some(o.replica),
         standby: o.standby.then_some(true),
+        limits: o.limits,
     })
 }
 
@@ -84,6 +85,7 @@ pub fn to_proto(o: &StoreOptions) -> proto::StoreOptions {
         rto_target_seconds: o.rto_target_seconds.unwrap_or(0),
         replica: o.replica.clone().unwrap_or_default(),
         standby: o.is_standby(),
+        limits: o.limits.clone(),
     }
 }
 
@@ -149,6 +151,7 @@ mod tests {
             replica: "s3://b/r".into(),
             standby: true,
             rto_target_seconds: 15,
+            limits: vec!["bulk=16".into()],
         };
         let typed = from_proto(Some(full.clone())).unwrap();
         assert_eq!(to_proto(&typed), full);

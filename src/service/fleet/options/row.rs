@@ -56,6 +56,16 @@ impl StoreOptions {
             rto_target_seconds: self
                 .rto_target_seconds
                 .map(|v| v.clamp(1, MAX_RTO_TARGET_SECONDS)),
+            // A limit that does not parse is dropped (none is the service's default).
+            limits: match crate::bucket::throttle::LimitSet::parse_all(&self.limits) {
+                Ok(_) => self.limits.clone(),
+                Err(_) => self
+                    .limit_set()
+                    .limits()
+                    .iter()
+                    .map(|l| l.to_string())
+                    .collect(),
+            },
             ..self.clone()
         }
     }
