@@ -275,3 +275,81 @@ async fn a_restore_with_a_limit_holds_it_at_the_server() {
     );
     assert!(widest <= 1.2 * limit, "{widest} B/s over 2 s");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_housekeeping_request_limit_holds_through_a_retention_of_many_restore_points() {
+    use mushroom_backup::bucket::DynBucket;
+    use mushroom_backup::bucket::counting::{CountingBucket, RequestCounts};
+    use mushroom_backup::bucket::throttle::{Lane, LimitSet, Throttle, Throttled};
+    use std::sync::Arc;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, root) = (tmp.path().join("store"), tmp.path().join("bucket"));
+    // 12 generations, a restore point each: the pass below deletes all but the newest.
+    support::store::generations(&dir, &root, 12).await;
+    let before = support::store::keys_under(&support::store::fs_bucket(&root), "").await;
+    // Counted where the requests reach the bucket (under the throttle): the server's side.
+    let counts = RequestCounts::new();
+    let counted: DynBucket = Arc::new(CountingBucket::with_counts(
+        support::store::fs_bucket(&root),
+        counts.clone(),
+    ));
+    const RATE: u64 = 20;
+    let limits = LimitSet::parse_all(&[format!("housekeeping=unlimited,requests={RATE}")]);
+    let throttle = Throttle::new(LimitSet::none().with(&limits.unwrap()));
+    let scope = throttle.store("store", &LimitSet::none());
+    let bucket: DynBucket = Arc::new(Throttled::new(
+        counted,
+        Lane::new(&throttle, Some(scope), None),
+    ));
+    let mut config = support::store::config();
+    config.retention = support::store::newest_generation_only();
+    let mut worker = support::store::worker(&dir, bucket, config);
+    // Sampled every 50 ms: (seconds, requests, deletes).
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sampler = {
+        let (samples, counts) = (samples.clone(), counts.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            loop {
+                let s = counts.snapshot();
+                let total = s.get + s.get_range + s.head + s.put + s.delete + s.list;
+                let at = (started.elapsed().as_secs_f64(), total, s.delete);
+                samples.lock().unwrap().push(at);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let report = worker.run_once().await.expect("a run with its retention");
+    let seconds = started.elapsed().as_secs_f64();
+    sampler.abort();
+    let samples = samples.lock().unwrap().clone();
+    let after = support::store::keys_under(&support::store::fs_bucket(&root), "").await;
+    let deletes = counts.snapshot().delete;
+    assert!(
+        deletes >= 30 && after.len() + 30 <= before.len(),
+        "the pass deleted {deletes}: {report:?}"
+    );
+    // From the pass's first delete on, every request is the pass's: no 1 s window holds more
+    // than the limit and its burst (a tenth of a second of it).
+    let first = samples.iter().position(|s| s.2 > 0).expect("a delete");
+    let mut most = 0;
+    for (i, a) in samples.iter().enumerate().skip(first) {
+        if let Some(b) = samples[i..].iter().find(|b| b.0 >= a.0 + 1.0) {
+            most = most.max(b.1 - a.1);
+        }
+    }
+    let pass = samples.last().unwrap().0 - samples[first].0;
+    let pass_requests = samples.last().unwrap().1 - samples[first].1;
+    eprintln!(
+        "throttle: retention of 11 generations under housekeeping requests={RATE}: {deletes} \
+         deletes, {pass_requests} requests in {pass:.2} s from the first delete (run {seconds:.2} \
+         s); the busiest 1 s window {most} requests"
+    );
+    assert!(most <= RATE + RATE / 10 + 2, "{most} requests in 1 s");
+    assert!(
+        pass >= 0.9 * pass_requests as f64 / RATE as f64 - 0.2,
+        "{pass} s"
+    );
+}

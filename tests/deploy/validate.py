@@ -152,6 +152,9 @@ def toml_schema() -> dict:
         "TlsToml": rust_struct_fields(serve, "TlsToml"),
         "WorkerToml": rust_struct_fields(settings, "WorkerToml"),
         "LimitsToml": rust_struct_fields(ROOT / "src/cli/serve_limits.rs", "LimitsToml"),
+        # Arrays of tables (`[[limits.schedule]]`, `[[limits.endpoint]]`).
+        "WindowToml": rust_struct_fields(ROOT / "src/cli/serve_limits.rs", "WindowToml"),
+        "EndpointToml": rust_struct_fields(ROOT / "src/cli/serve_limits.rs", "EndpointToml"),
         # `#[serde(default)]`: every key may be left out.
         "mushroom_backup::cost::Prices": {
             k: f"Option<{t}>" for k, t in rust_struct_fields(ROOT / "src/cost.rs", "Prices").items()
@@ -163,7 +166,14 @@ def toml_schema() -> dict:
         for key, ty in fields.items():
             optional = ty.startswith("Option<")
             inner = ty[len("Option<") : -1] if optional else ty
-            out[key] = {"optional": optional, "type": resolve(tables[inner]) if inner in tables else inner}
+            array = inner.startswith("Vec<") and inner[len("Vec<") : -1] in tables
+            if array:
+                inner = inner[len("Vec<") : -1]
+            out[key] = {
+                "optional": optional,
+                "type": resolve(tables[inner]) if inner in tables else inner,
+                "array": array,
+            }
         return out
 
     return resolve(tables["ServeToml"])
@@ -193,6 +203,13 @@ def shutdown_bound_seconds() -> int:
 
 def check_toml_value(where: str, key: str, spec: dict, value) -> None:
     ty = spec["type"]
+    if spec.get("array"):
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            fail(where, f"[[{key}]] must be an array of tables")
+            return
+        for v in value:
+            check_toml_table(f"{where} [[{key}]]", ty, v)
+        return
     if isinstance(ty, dict):
         if not isinstance(value, dict):
             fail(where, f"[{key}] must be a table")
@@ -265,10 +282,24 @@ def check_serve_toml(where: str, text: str) -> dict:
         if re.match(r"^\[(\w+)\]\s*$", line):
             table = line.strip()[1:-1]
             continue
+        # An array of tables, set or commented out: `[[limits.schedule]]`.
+        a = re.match(r"^#?\[\[(\w+)\.(\w+)\]\]\s*$", line)
+        if a:
+            outer, inner = a.group(1), a.group(2)
+            spec = schema.get(outer, {}).get("type")
+            if not isinstance(spec, dict) or not spec.get(inner, {}).get("array"):
+                fail(f"{where}:{n}", f"[[{outer}.{inner}]] is not an array of tables serve accepts")
+                table = None
+            else:
+                table = (outer, inner)
+            continue
         m = re.match(r"^#(\w+) = (.+)$", line)
         if not m:
             continue
-        scope = schema[table]["type"] if table in schema and isinstance(schema[table]["type"], dict) else schema
+        if isinstance(table, tuple):
+            scope = schema[table[0]]["type"][table[1]]["type"]
+        else:
+            scope = schema[table]["type"] if table in schema and isinstance(schema[table]["type"], dict) else schema
         key = m.group(1)
         try:
             value = tomllib.loads(f"{key} = {m.group(2)}")[key]
@@ -290,8 +321,16 @@ def check_example_toml() -> None:
     schema = toml_schema()
     lines = text.splitlines()
     # Every key serve accepts is shown, set or commented out, right after a comment saying what it is.
-    for table, spec in [(None, schema)] + [(k, v["type"]) for k, v in schema.items() if isinstance(v["type"], dict)]:
-        if table is not None and not any(re.match(rf"^#?\[{table}\]\s*$", line) for line in lines):
+    tables = [(k, v["type"]) for k, v in schema.items() if isinstance(v["type"], dict)]
+    arrays = [
+        (f"{k}.{a}", s["type"])
+        for k, v in tables
+        for a, s in v.items()
+        if s.get("array")
+    ]
+    for table, spec in [(None, schema)] + tables + arrays:
+        shown = rf"^#?\[\[{re.escape(table)}\]\]\s*$" if table and "." in table else rf"^#?\[{table}\]\s*$"
+        if table is not None and not any(re.match(shown, line) for line in lines):
             fail(where, f"the [{table}] table is not shown")
         for key, kspec in spec.items():
             if isinstance(kspec["type"], dict):
