@@ -212,9 +212,14 @@ async fn run(s3: &S3, limited: bool, stores: usize, mb: u64) -> anyhow::Result<S
         .connect()
         .await?;
     let mut client = BackupControlClient::new(channel);
+    // A bucket of its own for each store: stores in one bucket reached through several
+    // endpoints (a relay each) would be one lease root seen as several.
+    for i in 0..=stores {
+        s3.create_bucket(&format!("{BUCKET}-{run}-{i}")).await?;
+    }
     let url = |i: usize| {
         format!(
-            "s3://{BUCKET}/{run}-{i}?endpoint={}&region=us-east-1",
+            "s3://{BUCKET}-{run}-{i}/store?endpoint={}&region=us-east-1",
             meters[i].url()
         )
     };
@@ -349,6 +354,10 @@ async fn run(s3: &S3, limited: bool, stores: usize, mb: u64) -> anyhow::Result<S
     let _ = writer.kill();
     let _ = writer.wait();
     drop(server);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let retried = text.lines().filter(|l| l.contains("retrying")).count();
+    let timed_out = text.lines().filter(|l| l.contains("timed out")).count();
+    println!("  serve's log: {retried} retries, {timed_out} lines saying a request timed out");
     Ok(out)
 }
 
@@ -468,7 +477,6 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async {
         let tmp = tempfile::tempdir()?;
         let s3 = S3::start(tmp.path())?;
-        s3.create_bucket(BUCKET).await?;
         let mut lags = Vec::new();
         for r in runs.split(',') {
             let limited = match r {

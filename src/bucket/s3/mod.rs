@@ -282,7 +282,7 @@ impl S3Bucket {
                 let outcome = stream::Outcome::default();
                 let (file, offset, len, crc) = (file.clone(), *offset, *len, *crc);
                 let out = outcome.clone();
-                let pacer = pacer.filter(Pacer::limited);
+                let pacer = pacer.clone().filter(Pacer::limited);
                 let body = SdkBody::retryable(move || {
                     let range = stream::FileBody::new(file.clone(), offset, len, crc, out.clone());
                     match &pacer {
@@ -298,11 +298,20 @@ impl S3Bucket {
             }
             _ => {
                 let data = body.to_bytes().await.map_err(|e| with_key(e, key))?;
-                req = paced::body(req, data, pacer, !self.options.checksums_when_required);
+                req = paced::body(
+                    req,
+                    data,
+                    pacer.clone(),
+                    !self.options.checksums_when_required,
+                );
                 None
             }
         };
-        let out = req.send().await.map_err(|e| {
+        let sent = match paced::timeouts(&self.options, pacer.as_ref(), body.len()) {
+            Some(longer) => req.customize().config_override(longer).send().await,
+            None => req.send().await,
+        };
+        let out = sent.map_err(|e| {
             // The body stopped before its last byte: the store cannot have taken it.
             match streamed.as_ref().and_then(stream::Outcome::failure) {
                 Some(why) => BucketError::Permanent {
@@ -354,14 +363,18 @@ impl super::Bucket for S3Bucket {
     async fn get_at_most(&self, key: &str, at_most: u64) -> Result<Object, BucketError> {
         super::fs::check_key("get", key)?;
         let date = clock::ResponseDate::default();
-        let out = self
+        let mut get = self
             .client
             .get_object()
             .bucket(&self.bucket)
             .key(self.full_key(key))
             .set_version_id(self.version(key).await?)
             .customize()
-            .interceptor(date.clone())
+            .interceptor(date.clone());
+        if let Some(longer) = paced::timeouts(&self.options, Pacer::current().as_ref(), at_most) {
+            get = get.config_override(longer);
+        }
+        let out = get
             .send()
             .await
             .map_err(|e| map_error(self, "S3 GetObject", key, false, e))?;
@@ -431,14 +444,11 @@ impl super::Bucket for S3Bucket {
             }
             Part::Whole { at_most } => *at_most,
         };
-        let sent = req
-            .customize()
-            .config_override(
-                aws_sdk_s3::config::Builder::default()
-                    .response_checksum_validation(ResponseChecksumValidation::WhenRequired),
-            )
-            .send()
-            .await;
+        let pacer = Pacer::current();
+        let over = paced::timeouts(&self.options, pacer.as_ref(), at_most)
+            .unwrap_or_default()
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        let sent = req.customize().config_override(over).send().await;
         let out = match sent {
             Ok(out) => out,
             Err(SdkError::ServiceError(e))

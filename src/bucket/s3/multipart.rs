@@ -162,11 +162,13 @@ impl Upload {
                         .checksum_algorithm(ChecksumAlgorithm::Crc32)
                         .checksum_crc32(value);
                 }
-                let out = req
-                    .body(super::paced::byte_stream(data, pacer.clone(), checksums))
-                    .send()
-                    .await
-                    .map_err(|e| map_error(b, "S3 UploadPart", key, false, e))?;
+                let longer = super::paced::timeouts(&b.options, pacer.as_ref(), data.len() as u64);
+                let req = req.body(super::paced::byte_stream(data, pacer.clone(), checksums));
+                let sent = match longer {
+                    Some(longer) => req.customize().config_override(longer).send().await,
+                    None => req.send().await,
+                };
+                let out = sent.map_err(|e| map_error(b, "S3 UploadPart", key, false, e))?;
                 let part = CompletedPart::builder()
                     .part_number(number)
                     .e_tag(etag_of(out.e_tag(), "put", key)?)

@@ -50,6 +50,23 @@ pub(super) fn body(
         .body(byte_stream(data, pacer, checksums))
 }
 
+/// The timeouts of a request moving `len` bytes when `pacer` limits it: the client's own
+/// (`options`) with the pacer's patience added to the read and the attempt timeouts, so that a
+/// request slowed by its limit is not cut as a stalled one. `None`: the client's, unchanged.
+pub(super) fn timeouts(
+    options: &super::S3Options,
+    pacer: Option<&Pacer>,
+    len: u64,
+) -> Option<aws_sdk_s3::config::Builder> {
+    let more = pacer?.patience(len)?;
+    let t = aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(options.connect_timeout)
+        .read_timeout(options.read_timeout + more)
+        .operation_attempt_timeout(options.attempt_timeout + more)
+        .build();
+    Some(aws_sdk_s3::config::Builder::default().timeout_config(t))
+}
+
 type Wait = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
 /// `inner`, each data frame sent once the pacer let it go.

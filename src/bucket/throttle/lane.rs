@@ -442,6 +442,25 @@ impl Pacer {
                 .any(|s| s.slot(self.class).bytes.rate() > 0)
     }
 
+    /// How much longer than usual a request moving `len` bytes may take, when its class is
+    /// limited: four times what `len` takes at the slowest scope's rate shared by the stores
+    /// taking the class now (at most 6 h). A backend adds it to its timeouts, so a paced
+    /// request is never cut by a timeout its pacing outlasts. `None`: not limited.
+    pub fn patience(&self, len: u64) -> Option<Duration> {
+        if !self.limited() {
+            return None;
+        }
+        let slowest = self
+            .lane
+            .scopes()
+            .map(|s| s.slot(self.class).bytes.rate())
+            .filter(|r| *r > 0)
+            .min()?;
+        let sharing = self.lane.throttle.waiting[self.class as usize].load(Ordering::Relaxed) + 1;
+        let seconds = 4.0 * len as f64 * sharing as f64 / slowest as f64;
+        Some(Duration::from_secs_f64(seconds.min(6.0 * 3600.0)))
+    }
+
     /// Bytes paced so far.
     pub(super) fn paced(&self) -> u64 {
         self.paced.load(Ordering::Relaxed)

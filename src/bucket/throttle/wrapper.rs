@@ -165,7 +165,7 @@ mod tests {
 
     use super::*;
     use crate::bucket::mem::MemBucket;
-    use crate::bucket::throttle::{LimitSet, Throttle, in_class};
+    use crate::bucket::throttle::{LimitSet, StoreScope, Throttle, in_class};
     use crate::bucket::{PutCondition, put_immutable};
 
     fn limits(items: &[&str]) -> LimitSet {
@@ -245,6 +245,12 @@ mod tests {
         );
         let measured = store.measured()[TrafficClass::Bulk as usize];
         assert!(measured.bytes_per_second > 0.0);
+        // Held back without a break since the first archive: what health's note reads.
+        let held = store.held_back(TrafficClass::Bulk).expect("held back");
+        assert!(held >= Duration::from_secs(13), "{held:?}");
+        tokio::time::sleep(StoreScope::BREAK * 3).await;
+        assert_eq!(store.held_back(TrafficClass::Bulk), None);
+        assert_eq!(store.held_back(TrafficClass::Wal), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -267,6 +273,26 @@ mod tests {
             let _ = b.head("LATEST").await.unwrap();
         }
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_limited_request_is_given_the_patience_its_pacing_needs() {
+        let throttle = Throttle::new(limits(&["bulk=1000000"]));
+        let lane = Arc::new(Lane::new(&throttle, None, None));
+        // Unlimited classes keep the client's timeouts.
+        assert_eq!(
+            Pacer::new(lane.clone(), TrafficClass::Wal).patience(1 << 30),
+            None
+        );
+        assert_eq!(
+            Pacer::new(lane.clone(), TrafficClass::Check).patience(1 << 30),
+            None
+        );
+        // 8 MB at 1 MB/s: four times its 8 s.
+        let bulk = Pacer::new(lane.clone(), TrafficClass::Bulk);
+        assert_eq!(bulk.patience(8_000_000), Some(Duration::from_secs(32)));
+        // Never past 6 h, however large.
+        assert_eq!(bulk.patience(u64::MAX), Some(Duration::from_secs(6 * 3600)));
     }
 
     #[tokio::test(start_paused = true)]
