@@ -335,7 +335,7 @@ impl Lane {
     /// Paces `n` bytes of `class` through every scope; see the module docs. `wal` never waits:
     /// its bytes are taken from every scope's `bulk` budget (which bulk then waits for).
     pub async fn bytes(&self, class: TrafficClass, n: u64) {
-        if class == TrafficClass::Wal || !self.scopes().any(|s| s.slot(class).bytes.rate() > 0) {
+        if self.slowest(class).is_none() {
             for s in self.scopes() {
                 s.slot(class).meter.add(n, 0);
                 if class == TrafficClass::Wal {
@@ -370,14 +370,7 @@ impl Lane {
     /// [`DOWNLOAD_RATE`] of the slowest limit (at least one, at most [`DOWNLOAD_SHARES`]), and
     /// what the server sends ahead stays a few buffers' worth. `None`: not limited.
     pub async fn download(&self, class: TrafficClass) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        let slowest = self
-            .scopes()
-            .map(|s| s.slot(class).bytes.rate())
-            .filter(|r| *r > 0)
-            .min()?;
-        if class == TrafficClass::Wal {
-            return None;
-        }
+        let slowest = self.slowest(class)?;
         let open = slowest
             .div_ceil(DOWNLOAD_RATE)
             .clamp(1, u64::from(DOWNLOAD_SHARES));
@@ -385,15 +378,22 @@ impl Lane {
         self.downloads.acquire_many(shares).await.ok()
     }
 
-    /// The piece a store takes of `class` at a time while `stores` take it: a second of the
-    /// slowest scope's rate shared by them, from 16 KiB to 1 MiB.
-    pub fn piece(&self, class: TrafficClass, stores: usize) -> u64 {
-        let slowest = self
-            .scopes()
+    /// The slowest byte limit of `class` at any scope of the lane; `None` when no scope limits
+    /// it, and always for `wal` (never limited).
+    fn slowest(&self, class: TrafficClass) -> Option<u64> {
+        if class == TrafficClass::Wal {
+            return None;
+        }
+        self.scopes()
             .map(|s| s.slot(class).bytes.rate())
             .filter(|r| *r > 0)
             .min()
-            .unwrap_or(u64::MAX);
+    }
+
+    /// The piece a store takes of `class` at a time while `stores` take it: a second of the
+    /// slowest scope's rate shared by them, from 16 KiB to 1 MiB.
+    pub fn piece(&self, class: TrafficClass, stores: usize) -> u64 {
+        let slowest = self.slowest(class).unwrap_or(u64::MAX);
         (slowest / stores.max(1) as u64).clamp(16 << 10, 1 << 20)
     }
 }
@@ -435,11 +435,7 @@ impl Pacer {
     /// Whether its bytes are limited at any scope now (a backend streams a body paced only
     /// then: unlimited, the request's bytes are only counted when it ends).
     pub fn limited(&self) -> bool {
-        self.class != TrafficClass::Wal
-            && self
-                .lane
-                .scopes()
-                .any(|s| s.slot(self.class).bytes.rate() > 0)
+        self.lane.slowest(self.class).is_some()
     }
 
     /// How much longer than usual a request moving `len` bytes may take, when its class is
@@ -450,12 +446,7 @@ impl Pacer {
         if !self.limited() {
             return None;
         }
-        let slowest = self
-            .lane
-            .scopes()
-            .map(|s| s.slot(self.class).bytes.rate())
-            .filter(|r| *r > 0)
-            .min()?;
+        let slowest = self.lane.slowest(self.class)?;
         let sharing = self.lane.throttle.waiting[self.class as usize].load(Ordering::Relaxed) + 1;
         let seconds = 4.0 * len as f64 * sharing as f64 / slowest as f64;
         Some(Duration::from_secs_f64(seconds.min(6.0 * 3600.0)))

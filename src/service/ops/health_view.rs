@@ -260,7 +260,11 @@ fn local_health(fleet: &Fleet, e: &StoreEntry) -> proto::StoreHealth {
         .usage
         .map(|u| super::usage::with_branch_charges(u, fleet, e, &config.prices));
     h.traffic = super::limits::store_traffic(fleet, &e.record.store_id, &e.options);
-    let interval = e.options.apply(&config.worker).restore_point_interval;
+    // The store's own interval, else the service's: no whole configuration built per read.
+    let interval = (e.options.worker.restore_point_interval_ms).map_or(
+        config.worker.restore_point_interval,
+        std::time::Duration::from_millis,
+    );
     h.notes.extend(super::limits::held_back_note(
         fleet,
         &e.record.store_id,
