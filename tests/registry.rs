@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use mushroom_backup::health::DrillResult;
 use mushroom_backup::registry::{
-    AuditEntry, HealthRow, PauseRecord, Registry, RegistryError, StoreRecord, hash_token,
-    new_node_token, token_matches,
+    AuditEntry, HealthRow, KeptRates, PauseRecord, Registry, RegistryError, StoreRecord,
+    hash_token, new_node_token, token_matches,
 };
 use sqlx::Connection;
 use support::registry::{PgDatabase, postgres_server, sqlite_registry};
@@ -561,7 +561,8 @@ async fn sqlite_reopen_keeps_data_and_migrations_are_applied_once() {
             (7, true),
             (8, true),
             (9, true),
-            (10, true)
+            (10, true),
+            (11, true)
         ]
     );
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
@@ -828,4 +829,45 @@ async fn a_registry_held_by_another_writer_is_unavailable_not_an_error() {
     reg.insert_store(&record("st-1", "/r/a", "i", 1))
         .await
         .expect("once the other writer is gone");
+}
+
+/// An endpoint's rates keep the recent samples they were fitted to (migration 11), on both
+/// backends.
+async fn rates_keep_their_recent_samples(reg: &Registry) {
+    let kept = KeptRates {
+        download_bytes_per_second: 7e8,
+        first_byte_seconds: 0.01,
+        decode_bytes_per_second: 9e8,
+        check_bytes_per_second: 3e9,
+        fixed_seconds: 0.05,
+        samples: 3,
+        updated_at_ms: 1,
+        recent: r#"[{"shape":{"objects":4,"stored_bytes":1,"plain_bytes":1,"plain_encoded_bytes":0,"plain_cut_bytes":0},"parallelism":16,"seconds":0.2}]"#.into(),
+    };
+    reg.set_rates("s3://b@e", &kept).await.unwrap();
+    let again = KeptRates {
+        samples: 4,
+        ..kept.clone()
+    };
+    reg.set_rates("s3://b@e", &again).await.unwrap();
+    let all = reg.all_rates().await.unwrap();
+    assert_eq!(all["s3://b@e"], KeptRates { samples: 4, ..kept });
+}
+
+#[tokio::test]
+async fn rates_keep_their_recent_samples_on_sqlite() {
+    let (_dir, _url, reg) = sqlite_registry().await;
+    rates_keep_their_recent_samples(&reg).await;
+}
+
+#[tokio::test]
+async fn rates_keep_their_recent_samples_on_postgres() {
+    let Some(server) = postgres_server() else {
+        return;
+    };
+    let db = PgDatabase::create(&server).await;
+    let reg = Registry::open(&db.url).await.expect("open");
+    rates_keep_their_recent_samples(&reg).await;
+    reg.close().await;
+    db.drop_database().await;
 }

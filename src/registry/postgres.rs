@@ -75,6 +75,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "restore rates",
         include_str!("../../migrations/postgres/0010_restore_rates.sql"),
     ),
+    (
+        11,
+        "restore samples",
+        include_str!("../../migrations/postgres/0011_restore_samples.sql"),
+    ),
 ];
 
 /// Connects to the PostgreSQL registry named by `url` and applies the migrations. Returns the

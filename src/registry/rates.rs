@@ -17,7 +17,7 @@ use crate::units::{i64_of, u64_of};
 
 /// An endpoint's kept rates (measured: never the defaults) and how many measurements made
 /// them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KeptRates {
     pub download_bytes_per_second: f64,
     pub first_byte_seconds: f64,
@@ -26,6 +26,9 @@ pub struct KeptRates {
     pub fixed_seconds: f64,
     pub samples: u64,
     pub updated_at_ms: i64,
+    /// The recent measurements the rates were fitted to (`restore::calibrate::Sample`s, a
+    /// JSON array; `[]` in rows written before they were kept).
+    pub recent: String,
 }
 
 impl Registry {
@@ -33,15 +36,16 @@ impl Registry {
     pub async fn set_rates(&self, endpoint: &str, kept: &KeptRates) -> Result<(), RegistryError> {
         const SQL: &str = "INSERT INTO restore_rates (endpoint, download_bytes_per_second, \
                            first_byte_seconds, decode_bytes_per_second, check_bytes_per_second, \
-                           fixed_seconds, samples, updated_at_ms) \
-                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                           fixed_seconds, samples, updated_at_ms, recent) \
+                           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
                            ON CONFLICT (endpoint) DO UPDATE SET \
                            download_bytes_per_second = excluded.download_bytes_per_second, \
                            first_byte_seconds = excluded.first_byte_seconds, \
                            decode_bytes_per_second = excluded.decode_bytes_per_second, \
                            check_bytes_per_second = excluded.check_bytes_per_second, \
                            fixed_seconds = excluded.fixed_seconds, \
-                           samples = excluded.samples, updated_at_ms = excluded.updated_at_ms";
+                           samples = excluded.samples, updated_at_ms = excluded.updated_at_ms, \
+                           recent = excluded.recent";
         let r = kept;
         with_pool!(self, |pool| {
             sqlx::query(SQL)
@@ -53,6 +57,7 @@ impl Registry {
                 .bind(r.fixed_seconds)
                 .bind(i64_of(kept.samples))
                 .bind(kept.updated_at_ms)
+                .bind(&kept.recent)
                 .execute(pool)
                 .await
                 .map(|_| ())
@@ -64,7 +69,7 @@ impl Registry {
     pub async fn all_rates(&self) -> Result<BTreeMap<String, KeptRates>, RegistryError> {
         const SQL: &str = "SELECT endpoint, download_bytes_per_second, first_byte_seconds, \
                            decode_bytes_per_second, check_bytes_per_second, fixed_seconds, \
-                           samples, updated_at_ms FROM restore_rates";
+                           samples, updated_at_ms, recent FROM restore_rates";
         with_pool!(self, |pool| {
             let rows = sqlx::query(SQL).fetch_all(pool).await;
             rows.map_err(|e| self.err(e))?
@@ -78,6 +83,7 @@ impl Registry {
                         fixed_seconds: r.try_get("fixed_seconds")?,
                         samples: u64_of(r.try_get("samples")?),
                         updated_at_ms: r.try_get("updated_at_ms")?,
+                        recent: r.try_get("recent")?,
                     };
                     Ok((r.try_get::<String, _>("endpoint")?, kept))
                 })

@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "restore rates",
         include_str!("../../migrations/sqlite/0010_restore_rates.sql"),
     ),
+    (
+        11,
+        "restore samples",
+        include_str!("../../migrations/sqlite/0011_restore_samples.sql"),
+    ),
 ];
 
 /// Opens (creating if missing) the SQLite registry named by `url` and applies the migrations.

@@ -108,6 +108,7 @@ use crate::store::disk::DiskError;
 use crate::store::format::ParentRecord;
 
 pub mod at_time;
+pub mod calibrate;
 mod cut;
 mod decode;
 mod fetch;
@@ -218,7 +219,7 @@ pub struct RestoreReport {
     pub predicted_seconds: f64,
     pub predicted_calibrated: bool,
     /// What the restore moved, as its prediction saw it ([`predict::Shape`]): what a
-    /// calibration ([`predict::Rates::sample`]) measures it against.
+    /// calibration ([`calibrate::Sample::of`]) measures it against.
     pub shape: predict::Shape,
     /// Segments past the manifest that extended it.
     pub extended_segments: usize,

@@ -5,9 +5,9 @@
 //!
 //! # Invariants
 //! - Rates are learnt only from a finished, whole restore (a drill that succeeded, an
-//!   adopting restore): [`crate::restore::predict::Rates::sample`], smoothed into the kept
-//!   rates by [`crate::restore::predict::Rates::blend`]. A failed or resumed restore teaches
-//!   nothing. No request is sent for any of it: the shape comes from a manifest the drill's
+//!   adopting restore): its [`Sample`] joins the endpoint's recent ones
+//!   ([`Calibration`], kept in the registry's row as `recent`), and the rates are fitted to
+//!   them again. A failed or resumed restore teaches nothing. No request is sent for any of it: the shape comes from a manifest the drill's
 //!   check read, or the restored directory.
 //! - An endpoint never measured predicts at the stated defaults, and says so
 //!   (`calibrated: false`).
@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::registry::{KeptRates, Registry};
+use crate::restore::calibrate::{Calibration, Sample};
 use crate::restore::predict::{self, Measured, Rates, Shape};
 use crate::restore::progress::{Progress, ProgressLine};
 use crate::worker::{KnownPoints, PointSize};
@@ -122,15 +123,14 @@ impl Rto {
         measured: &Measured,
     ) -> Option<Rates> {
         let endpoint = endpoint_of(destination);
+        let sample = Sample::of(measured)?;
         let kept = {
             let mut all = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-            let now = all.get(&endpoint).copied().unwrap_or_default();
-            let sample = now.rates.sample(measured)?;
-            let kept = Kept {
-                rates: now.rates.blend(&sample),
-                samples: now.samples.saturating_add(1),
-            };
-            all.insert(endpoint.clone(), kept);
+            let mut kept = all.get(&endpoint).cloned().unwrap_or_default();
+            kept.recent.push(sample);
+            kept.rates = kept.recent.rates();
+            kept.samples = kept.samples.saturating_add(1);
+            all.insert(endpoint.clone(), kept.clone());
             kept
         };
         tracing::info!(endpoint, rates = ?kept.rates, samples = kept.samples, "restore rates calibrated");
@@ -195,24 +195,37 @@ pub fn shape_of(p: &PointSize) -> Shape {
     }
 }
 
-/// One endpoint's rates and how many measurements made them.
-#[derive(Debug, Clone, Copy, Default)]
+/// One endpoint's rates, the recent samples they were fitted to, and how many measurements
+/// it has had.
+#[derive(Debug, Clone, Default)]
 struct Kept {
     rates: Rates,
+    recent: Calibration,
     samples: u64,
 }
 
 impl Kept {
+    /// From a registry row: the rates refitted from its recent samples, or, for a row written
+    /// before samples were kept (or whose samples do not parse), its rates as they are.
     fn of_row(k: &KeptRates) -> Kept {
-        Kept {
-            rates: Rates {
+        let recent = serde_json::from_str::<Vec<Sample>>(&k.recent)
+            .map(Calibration::of)
+            .unwrap_or_default();
+        let rates = match recent.samples().is_empty() {
+            false => recent.rates(),
+            true => Rates {
                 download_bytes_per_second: k.download_bytes_per_second,
                 first_byte_seconds: k.first_byte_seconds,
                 decode_bytes_per_second: k.decode_bytes_per_second,
                 check_bytes_per_second: k.check_bytes_per_second,
                 fixed_seconds: k.fixed_seconds,
                 calibrated: true,
+                ..Rates::default()
             },
+        };
+        Kept {
+            rates,
+            recent,
             samples: k.samples,
         }
     }
@@ -227,6 +240,7 @@ impl Kept {
             fixed_seconds: r.fixed_seconds,
             samples: self.samples,
             updated_at_ms: crate::units::unix_now_ms(),
+            recent: serde_json::to_string(self.recent.samples()).unwrap_or_else(|_| "[]".into()),
         }
     }
 }
@@ -269,5 +283,38 @@ mod tests {
         assert_eq!(p.note(Some(60)), None);
         assert!(p.note(Some(20)).unwrap().contains("worst retained"));
         assert!(p.note(Some(5)).unwrap().contains("newest restore point"));
+    }
+
+    #[test]
+    fn a_row_is_refitted_from_its_samples_and_an_old_or_broken_one_keeps_its_rates() {
+        let sample = Sample {
+            shape: Shape {
+                objects: 16,
+                stored_bytes: 1_000_000_000,
+                plain_bytes: 1_000_000_000,
+                ..Shape::default()
+            },
+            parallelism: PARALLELISM,
+            seconds: 2.0,
+        };
+        let with = Kept {
+            rates: Rates::default(),
+            recent: Calibration::of(vec![sample]),
+            samples: 1,
+        }
+        .row();
+        let back = Kept::of_row(&with);
+        assert_eq!(back.rates, Calibration::of(vec![sample]).rates());
+        assert_eq!(back.recent.samples(), &[sample]);
+        for recent in ["[]", "not json", r#"[{"seconds": -1}]"#] {
+            let old = KeptRates {
+                download_bytes_per_second: 5e8,
+                recent: recent.into(),
+                ..with.clone()
+            };
+            let kept = Kept::of_row(&old);
+            assert_eq!(kept.rates.download_bytes_per_second, 5e8, "{recent}");
+            assert!(kept.rates.calibrated);
+        }
     }
 }
