@@ -32,7 +32,7 @@
 //! default 16 MiB rotation) is one whole-object GET; a larger one is [`RANGE_CHUNK`] (16 MiB)
 //! ranged GETs with a tail under half a chunk folded into the range before it (never a GET of
 //! a few KiB). Up to `parallelism` GETs (default 16) run at once, and the responses held in
-//! memory are bounded by [`BYTES_IN_FLIGHT`] (256 MiB) whatever the parallelism. Why: a
+//! memory are bounded by [`BYTES_IN_FLIGHT`] (128 MiB) whatever the parallelism. Why: a
 //! store's object is usually 16 MiB plus a header; as three ranged GETs (8, 8 MiB and a few
 //! KiB) it cost three requests, and S3-like servers that read an object whole for every ranged
 //! GET (moto does) three whole reads: `benches/s5cmd.rs` measured 42 GETs, 8 at a time, and
@@ -53,6 +53,7 @@
 //! An object stored raw (codec `none`) keeps the ranged path.
 
 mod downloading;
+mod sequenced;
 pub(crate) use downloading::*;
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
