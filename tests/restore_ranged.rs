@@ -1,8 +1,7 @@
 //! A restore of files larger than one GET (`restore::stage::WHOLE_OBJECT_MAX`, 64 MiB): each is
-//! fetched as ranges that complete in any order, and checked by the format's reader behind the
-//! download, in order (`restore::stage::sequenced`), not read back from disk. The restored
-//! store must be the store, byte for byte, from a directory bucket and from both S3 servers,
-//! whole and cut by `--at` inside the large archive.
+//! fetched as ranges that complete in any order, written in place and read back by the
+//! format's reader once complete. The restored store must be the store, byte for byte, from a
+//! directory bucket and from both S3 servers, whole and cut by `--at` inside the large archive.
 
 mod support;
 

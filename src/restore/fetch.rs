@@ -18,11 +18,14 @@
 //! disk: the read-back DESIGN.md §6 asks for is the format's reader over exactly the bytes
 //! written to the file, computed once, rather than a second reading of them from the page
 //! cache (which would see the same bytes). A write error fails the chunk. An encoded object
-//! fetched by one GET gets the same pass over its decoded bytes (`super::decode`). A file that
-//! is one object fetched by ranges keeps each range's buffers once written, for the format's
-//! reader running behind the download in order (`super::stage::sequenced`). Every other file
-//! (a `wal.bin` of several segments, an encoded object fetched by ranges) is read back from
-//! disk (`super::stage`).
+//! fetched by one GET gets the same pass over its decoded bytes (`super::decode`). Every other
+//! file (a snapshot, a `wal.bin` of several segments, an object fetched by ranges) is read
+//! back from disk as before (`super::stage`). Reading a ranged file in order behind its
+//! download instead was tried (ranges complete out of order, so each kept its buffers and
+//! budget until the reader passed it): no faster at 4 GiB, where the disk binds, and one of
+//! its 1 GiB restores took 3.1 s against 1.5 s for every run of this build (ranges waiting
+//! for a reader the 2-core machine has descheduled hold budget the download needs; the cause
+//! was not proven). The read-back from the page cache stays.
 //!
 //! Nothing here fsyncs: the caller fsyncs each file once all its pieces are written.
 
@@ -90,17 +93,14 @@ pub(super) struct Chunk {
 }
 
 /// What one fetched chunk leaves: the CRC state of its bytes, and, when it was the whole of
-/// its file and the format's reader ran over it, the file's read-back; with `keep`, its
-/// buffers once written (for the format's reader behind the download: `stage::sequenced`).
+/// its file and the format's reader ran over it, the file's read-back.
 pub(super) struct Fetched {
     pub hasher: crc32fast::Hasher,
     pub check: Option<FileCheck>,
-    pub bufs: Option<Vec<Bytes>>,
 }
 
 /// Fetches one chunk, checks its length, writes it at its offset (see the module docs);
-/// `whole_file`: the chunk is all of the file at that path (relative to the store); `keep`:
-/// give its buffers back once written.
+/// `whole_file`: the chunk is all of the file at that path (relative to the store).
 pub(super) async fn fetch_chunk(
     bucket: &dyn Bucket,
     piece: &Piece,
@@ -108,7 +108,6 @@ pub(super) async fn fetch_chunk(
     cached: Option<Bytes>,
     file: Arc<File>,
     whole_file: Option<PathBuf>,
-    keep: bool,
 ) -> Result<Fetched, RestoreError> {
     let bufs = match cached {
         Some(b) => vec![b],
@@ -158,7 +157,6 @@ pub(super) async fn fetch_chunk(
             Ok(Fetched {
                 hasher,
                 check: None,
-                bufs: if keep { Some(bufs) } else { None },
             })
         }
     })
@@ -189,7 +187,6 @@ fn check_while_writing(
         Some((crc, check)) => Ok(Fetched {
             hasher: crc32fast::Hasher::new_with_initial_len(crc, len),
             check,
-            bufs: None,
         }),
         None => {
             let mut hasher = crc32fast::Hasher::new();
@@ -197,7 +194,6 @@ fn check_while_writing(
             Ok(Fetched {
                 hasher,
                 check: None,
-                bufs: None,
             })
         }
     }

@@ -79,29 +79,14 @@ pub(crate) enum FileCheck {
 /// whose frames stop early is not an error here: [`chain`] sees its last commit.
 pub(crate) fn check_file(dir: &Path, rel: &Path) -> Result<FileCheck, String> {
     let kind = FileKind::of(rel)?;
-    if kind == FileKind::Other {
-        return Ok(FileCheck::Other);
-    }
     let path = dir.join(rel);
-    let file = fs::File::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    check_read(rel, &file, &path.display().to_string())
-}
-
-/// [`check_file`] of the bytes `read` yields as the file at `rel` (`source` names where they
-/// come from in an error of reading): the same answer, the same complaint, wherever they come
-/// from (the disk, or a download in order: `super::stage::sequenced`).
-pub(crate) fn check_read(
-    rel: &Path,
-    read: impl std::io::Read,
-    source: &str,
-) -> Result<FileCheck, String> {
-    let kind = FileKind::of(rel)?;
     let what = rel.display();
-    let io = |e: std::io::Error| format!("{source}: {e}");
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
     match kind {
         FileKind::Other => Ok(FileCheck::Other),
         FileKind::Snapshot => {
-            let header = check_snapshot(read, CHECK_CHUNK).map_err(|e| match e {
+            let file = fs::File::open(&path).map_err(io)?;
+            let header = check_snapshot(&file, CHECK_CHUNK).map_err(|e| match e {
                 CheckError::Io(e) => io(e),
                 CheckError::Format(e) => format!("{what}: {e}"),
             })?;
@@ -110,7 +95,8 @@ pub(crate) fn check_read(
             })
         }
         FileKind::Archive(_) | FileKind::Wal => {
-            let check = check_wal(read, CHECK_CHUNK, &mut Vec::new()).map_err(|e| match e {
+            let file = fs::File::open(&path).map_err(io)?;
+            let check = check_wal(&file, CHECK_CHUNK, &mut Vec::new()).map_err(|e| match e {
                 CheckError::Io(e) => io(e),
                 CheckError::Format(e) => format!("{what}: {e}"),
             })?;

@@ -53,7 +53,6 @@
 //! An object stored raw (codec `none`) keeps the ranged path.
 
 mod downloading;
-mod sequenced;
 pub(crate) use downloading::*;
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};

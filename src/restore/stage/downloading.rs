@@ -1,9 +1,7 @@
 //! The download of a restore's layout into its temporary directory: every object fetched
 //! (length and CRC checked), each file read back with the format's reader and fsynced as soon
-//! as its last piece is written. A file fetched by ranges is read by the format's reader
-//! behind its download instead (`super::sequenced`), not from disk.
+//! as its last piece is written.
 
-use super::sequenced::{Held, Sequenced};
 #[allow(unused_imports)]
 use super::*;
 
@@ -46,8 +44,6 @@ pub(crate) async fn download(
     let chunks = chunks_of(layout, cached, into.kept);
     let mut tally = Tally::new(layout, &chunks, into.kept);
     let whole_file = tally.whole_file(layout);
-    let ranged = tally.checked_behind(layout, &chunks);
-    let mut behind: HashMap<usize, Sequenced> = HashMap::new();
     let mut reading = FuturesUnordered::new();
     let mut recording = FuturesUnordered::new();
     let fsyncs = Arc::new(Semaphore::new(FSYNCS_IN_FLIGHT));
@@ -62,7 +58,6 @@ pub(crate) async fn download(
                 f,
                 files[f].clone(),
                 None,
-                None,
                 fsyncs.clone(),
             ));
         }
@@ -76,7 +71,6 @@ pub(crate) async fn download(
                 file: files[piece.file].clone(),
                 cached: cached.get(&piece.key).cloned(),
                 rel: whole_file[c.piece].then(|| layout.files[piece.file].clone()),
-                sequenced: ranged[c.piece].is_some(),
             };
             fetch_one(bucket, layout, c, target, budget.clone())
         })
@@ -85,20 +79,15 @@ pub(crate) async fn download(
         tokio::select! {
             done = fetches.next() => {
                 let Some(done) = done else { break };
-                let (c, (hasher, check, held)) = done?;
+                let (c, (hasher, check)) = done?;
                 progress.fetched(c.range.end - c.range.start);
-                if let (Some(held), Some(n)) = (held, ranged[c.piece]) {
-                    let rel = &layout.files[layout.pieces[c.piece].file];
-                    let reader = behind.entry(c.piece).or_insert_with(|| Sequenced::start(rel.clone(), n));
-                    reader.written(c.index, held);
-                }
                 let Some(piece) = tally.chunk_done(layout, &c, hasher, check)? else { continue };
                 progress.object_done();
                 let f = layout.pieces[piece].file;
                 if tally.file_left[f] == 0 {
-                    let (known, reader) = (tally.checks[f].take(), behind.remove(&piece));
+                    let known = tally.checks[f].take();
                     let rel = &layout.files[f];
-                    reading.push(read_back_and_sync(dir, rel, f, files[f].clone(), known, reader, fsyncs.clone()));
+                    reading.push(read_back_and_sync(dir, rel, f, files[f].clone(), known, fsyncs.clone()));
                 } else if let Some(record) = &into.record {
                     pending.add(piece, layout.pieces[piece].len);
                     if pending.bytes >= RECORD_BATCH || pending.since.elapsed().as_secs() >= 1 {
@@ -259,9 +248,8 @@ fn chunks_of(layout: &Layout, cached: &HashMap<String, Bytes>, kept: &Kept) -> V
 }
 
 /// What one chunk's fetch leaves: the CRC state of its bytes (`None` for a decoded piece),
-/// the file's read-back when the format's reader ran over it as it was written, and, for a
-/// range of a file checked behind its download, its buffers and budget.
-type ChunkFetched = (Option<crc32fast::Hasher>, Option<FileCheck>, Option<Held>);
+/// and the file's read-back when the format's reader ran over it as it was written.
+type ChunkFetched = (Option<crc32fast::Hasher>, Option<FileCheck>);
 
 /// Where one chunk's bytes go: the open file, the object's bytes if held already, and the
 /// file's path when the chunk is the whole file (read by the format's reader as written).
@@ -269,8 +257,6 @@ struct Target {
     file: Arc<File>,
     cached: Option<Bytes>,
     rel: Option<PathBuf>,
-    /// The range goes to the format's reader behind the download (`sequenced`).
-    sequenced: bool,
 }
 
 /// Fetches chunk `c` into its file, holding its share of the memory budget: an encoded
@@ -284,30 +270,23 @@ async fn fetch_one(
     budget: Arc<Semaphore>,
 ) -> Result<(Chunk, ChunkFetched), RestoreError> {
     let piece = &layout.pieces[c.piece];
-    let Target {
-        file,
-        cached,
-        rel,
-        sequenced,
-    } = target;
+    let Target { file, cached, rel } = target;
     // Bounds the memory of responses in flight; never closed, so this only waits.
     // An encoded piece holds its one GET, or its DECODE_AHEAD largest ranges.
     let held = match &piece.encoded {
         Some(_) => held_bytes(piece.len),
         None => c.range.end - c.range.start,
     };
-    let permit = budget.acquire_many_owned(budget_permits(held)).await.ok();
+    let _permit = budget.acquire_many_owned(budget_permits(held)).await.ok();
     let fetched = match &piece.encoded {
         Some(entry) => {
             let key = layout.keys.get(entry.generation);
             let check = decode_piece(bucket, piece, entry, key, cached, file, rel).await?;
-            (None, check, None)
+            (None, check)
         }
         None => {
-            let f = fetch_chunk(bucket, piece, &c, cached, file, rel, sequenced).await?;
-            // A range for the reader behind the download keeps its budget until read.
-            let held = f.bufs.map(|bufs| (bufs, permit));
-            (Some(f.hasher), f.check, held)
+            let f = fetch_chunk(bucket, piece, &c, cached, file, rel).await?;
+            (Some(f.hasher), f.check)
         }
     };
     Ok((c, fetched))
@@ -352,24 +331,6 @@ impl Tally {
     /// Which pieces are the one chunk of a file that is one whole object: read by the
     /// format's reader as they are written (`super::fetch` for a raw object, `super::decode`
     /// for an encoded one fetched by one GET), not read back from disk.
-    /// For each piece checked by the format's reader behind its download (`sequenced`), its
-    /// ranges: a raw piece fetched by ranges that is the whole of its file.
-    fn checked_behind(&self, layout: &Layout, chunks: &[Chunk]) -> Vec<Option<usize>> {
-        let mut ranges = vec![0usize; layout.pieces.len()];
-        for c in chunks.iter().filter(|c| !c.whole) {
-            ranges[c.piece] += 1;
-        }
-        layout
-            .pieces
-            .iter()
-            .zip(ranges)
-            .map(|(piece, n)| {
-                let whole_file = self.file_pieces[piece.file] == 1 && piece.offset == 0;
-                (n > 1 && whole_file && piece.encoded.is_none()).then_some(n)
-            })
-            .collect()
-    }
-
     fn whole_file(&self, layout: &Layout) -> Vec<bool> {
         layout
             .pieces
@@ -418,7 +379,7 @@ impl Tally {
 
 /// Reads the complete file `rel` (index `i` of the layout's files, open as `file`) back with
 /// the format's reader, unless that reader already ran over its bytes as they were written
-/// (`known`, see [`super::fetch`]) or runs behind its download (`behind`), and, beside it, fsyncs it once a permit of `fsyncs` is
+/// (`known`, see [`super::fetch`]), and, beside it, fsyncs it once a permit of `fsyncs` is
 /// free; both on the blocking pool. Done when both are.
 pub(super) async fn read_back_and_sync(
     dir: &Path,
@@ -426,20 +387,14 @@ pub(super) async fn read_back_and_sync(
     i: usize,
     file: Arc<File>,
     known: Option<FileCheck>,
-    behind: Option<Sequenced>,
     fsyncs: Arc<Semaphore>,
 ) -> Result<(usize, FileCheck), RestoreError> {
     let (dir, rel) = (dir.to_path_buf(), rel.to_path_buf());
     let path = dir.join(&rel);
     let read = async move {
-        match (known, behind) {
-            (Some(check), _) => Ok((i, check)),
-            (None, Some(reader)) => reader
-                .finish()
-                .await
-                .map(|check| (i, check))
-                .map_err(|detail| RestoreError::ReadBack { dir, detail }),
-            (None, None) => {
+        match known {
+            Some(check) => Ok((i, check)),
+            None => {
                 blocking(move || {
                     check_file(&dir, &rel)
                         .map(|c| (i, c))
