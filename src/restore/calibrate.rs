@@ -35,6 +35,9 @@ pub const WINDOW: usize = 32;
 pub const DECAY: f64 = 0.95;
 /// How strongly the stages' factors are pulled toward one another (see the module docs).
 pub const SPREAD: f64 = 0.1;
+/// The seconds a sample may state: a millisecond (a timer's grain; less would weigh a sample
+/// 10^6 times another) to a year.
+pub const SECONDS: std::ops::RangeInclusive<f64> = 1e-3..=3.2e7;
 /// Rounds of the solver (coordinate descent; six unknowns settle in far fewer).
 const ROUNDS: usize = 400;
 
@@ -79,20 +82,24 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// The window of `samples` (the newest [`WINDOW`] of them, unusable ones dropped).
-    pub fn of(mut samples: Vec<Sample>) -> Calibration {
-        samples.retain(|s| s.seconds.is_finite() && s.seconds > 0.0);
-        let extra = samples.len().saturating_sub(WINDOW);
-        samples.drain(..extra);
-        Calibration { samples }
+    /// The window of `samples` (the newest [`WINDOW`] of them, unusable ones dropped: a
+    /// registry row is read back, and may hold anything).
+    pub fn of(samples: Vec<Sample>) -> Calibration {
+        let mut c = Calibration::default();
+        samples.into_iter().for_each(|s| c.push(s));
+        c
     }
 
     pub fn samples(&self) -> &[Sample] {
         &self.samples
     }
 
-    /// Adds `sample`, forgetting the oldest past [`WINDOW`].
+    /// Adds `sample` (unless its seconds are out of [`SECONDS`]), forgetting the oldest past
+    /// [`WINDOW`].
     pub fn push(&mut self, sample: Sample) {
+        if !SECONDS.contains(&sample.seconds) {
+            return;
+        }
         self.samples.push(sample);
         let extra = self.samples.len().saturating_sub(WINDOW);
         self.samples.drain(..extra);
@@ -278,7 +285,9 @@ mod tests {
             assert_eq!(Sample::of(&bad), None, "{bad:?}");
         }
         // A hostile window (read back from a registry row) loses what is not a sample.
-        let c = Calibration::of(vec![sample(shape(100, false), f64::INFINITY)]);
-        assert_eq!(c.rates(), Rates::default());
+        for seconds in [f64::INFINITY, f64::NAN, 0.0, -1.0, 1e-300, 1e30] {
+            let c = Calibration::of(vec![sample(shape(100, false), seconds)]);
+            assert_eq!(c.rates(), Rates::default(), "{seconds}");
+        }
     }
 }
