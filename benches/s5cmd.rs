@@ -22,6 +22,11 @@
 //!   `find DIR -type f -exec sync {} +` (coreutils `sync FILE…` fsyncs each file) and the same
 //!   for the directories (a sync of a directory only syncs the directory): a copy is not a
 //!   restore until it is durable.
+//! - **the disk**: `dd if=/dev/zero of=DIR/dd-N bs=1M count=<the store's MiB> conv=fdatasync`
+//!   in the restores' directory, after both restores: what the disk alone takes to make that
+//!   many bytes durable. A last line gives each side's restore against it (dd's median time
+//!   over the side's): where both sit near 1.0, the disk sets the pace of both and neither can
+//!   lead the other by much, whatever the network and the CPU.
 //!
 //! Within a repetition, the order alternates (even repetitions: ours first on both legs; odd:
 //! s5cmd first), so that moto's drift over a run (its memory, the previous prefixes it frees)
@@ -53,6 +58,7 @@
 //! | `MUSHROOM_BENCH_VALUE_KIND`     | (unset: random)  | `store write --value-kind`, if set      |
 //! | `MUSHROOM_BENCH_ROTATE_BYTES`   | 16777216         | WAL rotation size (archive size)        |
 //! | `MUSHROOM_BENCH_REPEATS`        | 6                | repetitions (even: fair order)          |
+//! | `MUSHROOM_BENCH_QUIET_SECONDS`  | 0                | a wait after each untimed `sync` (0-600) |
 //! | `MUSHROOM_BENCH_BACKUP_ARGS`    | (none)           | extra `backup` arguments, e.g. keys     |
 //! | `MUSHROOM_BENCH_RESTORE_ARGS`   | (none)           | extra `restore` arguments, e.g. keys    |
 //! | `MUSHROOM_BENCH_DIR`            | the temp dir     | where the store and restores are made   |
@@ -73,14 +79,22 @@
 //! # The issue's sizes on SeaweedFS
 //!
 //! 64 KiB values and 256 MiB archives: `MUSHROOM_BENCH_VALUE_SIZE=65536
-//! MUSHROOM_BENCH_ROTATE_BYTES=268435456 MUSHROOM_BENCH_REPEATS=2` and
-//! `MUSHROOM_BENCH_COMMITS` 2980 (1 GiB), 52128 (4 GiB) or 117600 (8 GiB); `--at 59096` is three
-//! quarters into the 4 GiB store's WAL. The server: `SW_VOLUME_MB=1024 sw_start` (weed's
-//! 128 MiB volumes did not grow fast enough for s5cmd's upload of 8 GiB), and, at 8 GiB,
-//! `MUSHROOM_BENCH_BETWEEN="curl -sf -m 600
-//! 'http://127.0.0.1:${SW_PORTS[2]}/vol/vacuum?garbageThreshold=0.0001'"` (the master's vacuum;
-//! `weed shell` with commands on its standard input waits for ever), so that the deleted
-//! prefixes of one repetition free their disk before the next (each stores 16 GiB there).
+//! MUSHROOM_BENCH_ROTATE_BYTES=268435456 MUSHROOM_BENCH_REPEATS=2
+//! MUSHROOM_BENCH_QUIET_SECONDS=10` and `MUSHROOM_BENCH_COMMITS` 2980 (1 GiB), 52128 (4 GiB)
+//! or 117600 (8 GiB); `--at` 22235, 59096 or 108200 is three quarters into each store's WAL.
+//! The server: `scripts/seaweedfs-bench.sh start` (`weed mini` with 1 GiB volumes: with its
+//! 128 MiB ones s5cmd's upload of 8 GiB failed, the volumes not growing fast enough; fixed
+//! ports, endpoint `http://127.0.0.1:19000`), restarted empty after each repetition with
+//! `MUSHROOM_BENCH_BETWEEN="scripts/seaweedfs-bench.sh restart"`: a repetition stores the
+//! store twice there, and the master's vacuum of 16 GiB once left weed dead.
+//!
+//! # This machine's disk
+//! The virtual disk of the machine these figures come from goes on absorbing writes after
+//! `sync` has returned, out of the guest's sight (no I/O, no CPU in `vmstat`): a 1 GiB restore
+//! right after a 1 GiB upload took 3.7-3.9 s (ours) and 3.1-3.2 s (s5cmd's), ours 2.6 s five
+//! seconds after the upload and 1.5 s ten seconds after, and `dd` of 4 GiB with fdatasync took
+//! from 1.8 s to 10.9 s from one minute to the next. Hence `MUSHROOM_BENCH_QUIET_SECONDS` (a wait after each
+//! untimed `sync`), the turning order and the dd row: a ratio is only read beside them.
 
 #[path = "support/moto.rs"]
 mod moto;
@@ -111,6 +125,7 @@ struct Settings {
     value_kind: Option<String>,
     rotate_bytes: u64,
     repeats: usize,
+    quiet: Duration,
     backup_args: Vec<String>,
     restore_args: Vec<String>,
     dir: PathBuf,
@@ -133,6 +148,7 @@ impl Settings {
             value_kind: std::env::var("MUSHROOM_BENCH_VALUE_KIND").ok(),
             rotate_bytes: env_or("MUSHROOM_BENCH_ROTATE_BYTES", 16 << 20)?,
             repeats: env_or("MUSHROOM_BENCH_REPEATS", 6)?,
+            quiet: Duration::from_secs(env_or("MUSHROOM_BENCH_QUIET_SECONDS", 0)?),
             backup_args: words("MUSHROOM_BENCH_BACKUP_ARGS"),
             restore_args: words("MUSHROOM_BENCH_RESTORE_ARGS"),
             dir: std::env::var_os("MUSHROOM_BENCH_DIR")
@@ -147,6 +163,10 @@ impl Settings {
             },
         };
         ensure!(s.repeats >= 1, "MUSHROOM_BENCH_REPEATS must be at least 1");
+        ensure!(
+            s.quiet <= Duration::from_secs(600),
+            "MUSHROOM_BENCH_QUIET_SECONDS is at most 600"
+        );
         Ok(s)
     }
 }
@@ -260,10 +280,12 @@ fn run_measured(cmd: &mut Command) -> Result<(String, u64)> {
 }
 
 /// Writes back every dirty page of the machine (untimed), so that no measurement waits behind
-/// the writeback of the one before.
-fn settle() {
+/// the writeback of the one before; then waits `quiet` (see the module docs: a virtual disk
+/// can go on absorbing those writes after `sync` has returned).
+fn settle(quiet: Duration) {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
+    std::thread::sleep(quiet);
 }
 
 /// Everything the repetitions need.
@@ -274,6 +296,8 @@ struct Bench {
     /// The moto started for the run (none with `MUSHROOM_BENCH_ENDPOINT`).
     moto: Option<Moto>,
     store: PathBuf,
+    /// The store's size on disk.
+    store_bytes: u64,
     work: PathBuf,
     digest: String,
 }
@@ -310,12 +334,14 @@ struct Results {
     upload: Measurement,
     restore: Measurement,
     download: Measurement,
+    /// `dd` writing the store's size to one file and fdatasyncing it: the disk's own pace.
+    disk: Measurement,
 }
 
 impl Bench {
     /// Runs `cmd` timed: its wall time, its CPU and moto's, the requests moto logged meanwhile.
     fn timed(&self, cmds: &mut [&mut Command]) -> Result<(Sample, Vec<String>)> {
-        settle();
+        settle(self.settings.quiet);
         let lines = || {
             self.moto
                 .as_ref()
@@ -440,6 +466,25 @@ impl Bench {
         self.check_and_remove(rep, &target, "s5cmd's download")
     }
 
+    /// What the disk alone takes to make the store's bytes durable: `dd` from `/dev/zero` to
+    /// one file in the restores' directory, 1 MiB writes, `conv=fdatasync`. Neither restore
+    /// can be much faster than this (both write every byte and fsync it); a restore a little
+    /// faster than it writes several files at once.
+    fn disk(&self, rep: usize, m: &mut Measurement) -> Result<()> {
+        let file = self.work.join(format!("dd-{rep}"));
+        let mut dd = Command::new("dd");
+        dd.arg("if=/dev/zero")
+            .arg(format!("of={}", file.display()))
+            .arg("bs=1M")
+            .arg(format!("count={}", self.store_bytes.div_ceil(1 << 20)))
+            .args(["conv=fdatasync", "status=none"]);
+        let (sample, _) = self.timed(&mut [&mut dd])?;
+        m.bytes = std::fs::metadata(&file)?.len();
+        m.samples.push(sample);
+        std::fs::remove_file(&file)?;
+        Ok(())
+    }
+
     /// The commit `--at N` in the restore's arguments asks for.
     fn restore_at(&self) -> Option<u64> {
         let args = &self.settings.restore_args;
@@ -474,6 +519,7 @@ impl Bench {
             self.s5cmd_download(rep, &mut r.download)?;
             self.our_restore(rep, &mut r.restore)?;
         }
+        self.disk(rep, &mut r.disk)?;
         for prefix in ["ours", "s5cmd"] {
             run(self
                 .s5cmd()
@@ -485,7 +531,7 @@ impl Bench {
         };
         eprintln!(
             "repetition {} of {}: backup {:.2} s vs s5cmd upload {:.2} s ({:.2}x); restore {:.2} s \
-             vs s5cmd download+fsync {:.2} s ({:.2}x)",
+             vs s5cmd download+fsync {:.2} s ({:.2}x); dd of the store's size {:.2} s",
             rep + 1,
             self.settings.repeats,
             r.backup.samples[rep].wall.as_secs_f64(),
@@ -494,6 +540,7 @@ impl Bench {
             r.restore.samples[rep].wall.as_secs_f64(),
             r.download.samples[rep].wall.as_secs_f64(),
             ratio(&r.restore, &r.download),
+            r.disk.samples[rep].wall.as_secs_f64(),
         );
         Ok(())
     }
@@ -588,6 +635,7 @@ fn main() -> Result<()> {
         url,
         moto,
         store,
+        store_bytes,
         work: work.path().to_path_buf(),
         digest,
     };
@@ -649,6 +697,7 @@ fn print_results(store_bytes: u64, r: &Results) {
         ("s5cmd upload", &r.upload),
         ("our restore", &r.restore),
         ("s5cmd download + fsync", &r.download),
+        ("dd of the store's size + fdatasync", &r.disk),
     ];
     for (name, m) in rows {
         let walls: Vec<f64> = m.samples.iter().map(|s| s.wall.as_secs_f64()).collect();
@@ -691,7 +740,7 @@ fn print_results(store_bytes: u64, r: &Results) {
     }
     println!();
     println!("requests at moto in the first repetition:");
-    for (name, m) in rows {
+    for (name, m) in &rows[..4] {
         let list: Vec<String> = m.samples[0]
             .requests
             .iter()
@@ -742,4 +791,14 @@ fn print_results(store_bytes: u64, r: &Results) {
             );
         }
     }
+    // The disk's pace: how near each side's restore came to dd writing as many bytes to one
+    // file (above 1.0: faster than dd; a restore bound by the disk cannot be much above it,
+    // and then neither side can lead the other by much).
+    let dd = r.disk.median_wall();
+    println!(
+        "{:<30} ours {:.2}x, s5cmd download + fsync {:.2}x (dd's median time over each side's)",
+        "restore against dd",
+        dd / r.restore.median_wall(),
+        dd / r.download.median_wall()
+    );
 }

@@ -23,17 +23,24 @@ SW_WEED=${SW_WEED:-.venv/bin/weed}
 # larger (e.g. SW_VOLUME_MB=1024): with 128 MiB volumes s5cmd's upload of an 8 GiB store to
 # `weed mini` failed, the volumes it needed not growing fast enough.
 SW_VOLUME_MB=${SW_VOLUME_MB:-}
+# Fixed ports SW_PORT_BASE..SW_PORT_BASE+9 instead of free ones, so that a restarted server
+# keeps its endpoint (scripts/seaweedfs-bench.sh); unset for the tests.
+SW_PORT_BASE=${SW_PORT_BASE:-}
 
 # Starts the server and waits (at most 60 s) until its S3 port answers.
 sw_start() {
     local ports
-    # Ten distinct free ports, held open together while chosen.
-    read -r -a ports < <(python3 -c '
+    if [ -n "$SW_PORT_BASE" ]; then
+        mapfile -t ports < <(seq "$SW_PORT_BASE" $((SW_PORT_BASE + 9)))
+    else
+        # Ten distinct free ports, held open together while chosen.
+        read -r -a ports < <(python3 -c '
 import socket
 socks = [socket.socket() for _ in range(10)]
 for s in socks:
     s.bind(("127.0.0.1", 0))
 print(" ".join(str(s.getsockname()[1]) for s in socks))')
+    fi
     SW_PORTS=("${ports[@]}")
     SW_DIR=$(mktemp -d -t mushroom-seaweedfs.XXXXXX)
     mkdir -p "$SW_DIR/data" "$SW_DIR/log"

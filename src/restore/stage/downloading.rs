@@ -41,6 +41,8 @@ pub(crate) async fn download(
 ) -> Result<Downloaded, RestoreError> {
     let dir = into.dir;
     let files = create_files(dir, layout).await?;
+    // One turn at a time per file for the ranges written into it (`fetch_chunk`'s docs).
+    let turns: Vec<Arc<std::sync::Mutex<()>>> = files.iter().map(|_| Arc::default()).collect();
     let chunks = chunks_of(layout, cached, into.kept);
     let mut tally = Tally::new(layout, &chunks, into.kept);
     let whole_file = tally.whole_file(layout);
@@ -69,6 +71,7 @@ pub(crate) async fn download(
             let piece = &layout.pieces[c.piece];
             let target = Target {
                 file: files[piece.file].clone(),
+                turn: turns[piece.file].clone(),
                 cached: cached.get(&piece.key).cloned(),
                 rel: whole_file[c.piece].then(|| layout.files[piece.file].clone()),
             };
@@ -251,10 +254,12 @@ fn chunks_of(layout: &Layout, cached: &HashMap<String, Bytes>, kept: &Kept) -> V
 /// and the file's read-back when the format's reader ran over it as it was written.
 type ChunkFetched = (Option<crc32fast::Hasher>, Option<FileCheck>);
 
-/// Where one chunk's bytes go: the open file, the object's bytes if held already, and the
-/// file's path when the chunk is the whole file (read by the format's reader as written).
+/// Where one chunk's bytes go: the open file and its writers' turn, the object's bytes if
+/// held already, and the file's path when the chunk is the whole file (read by the format's
+/// reader as written).
 struct Target {
     file: Arc<File>,
+    turn: Arc<std::sync::Mutex<()>>,
     cached: Option<Bytes>,
     rel: Option<PathBuf>,
 }
@@ -270,7 +275,12 @@ async fn fetch_one(
     budget: Arc<Semaphore>,
 ) -> Result<(Chunk, ChunkFetched), RestoreError> {
     let piece = &layout.pieces[c.piece];
-    let Target { file, cached, rel } = target;
+    let Target {
+        file,
+        turn,
+        cached,
+        rel,
+    } = target;
     // Bounds the memory of responses in flight; never closed, so this only waits.
     // An encoded piece holds its one GET, or its DECODE_AHEAD largest ranges.
     let held = match &piece.encoded {
@@ -285,7 +295,7 @@ async fn fetch_one(
             (None, check)
         }
         None => {
-            let f = fetch_chunk(bucket, piece, &c, cached, file, rel).await?;
+            let f = fetch_chunk(bucket, piece, &c, cached, (file, turn), rel).await?;
             (Some(f.hasher), f.check)
         }
     };

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The SeaweedFS of the benchmarks at database size (benches/s5cmd.rs's docs): `weed mini` from
+# scripts/seaweedfs.sh with 1 GiB volumes on fixed loopback ports, holding one bucket, `bench`,
+# so that a benchmark can restart it empty between repetitions and keep its endpoint:
+#   scripts/seaweedfs-bench.sh start     # prints the endpoint (credentials test/test)
+#   MUSHROOM_BENCH_ENDPOINT=http://127.0.0.1:19000 \
+#   MUSHROOM_BENCH_BETWEEN="scripts/seaweedfs-bench.sh restart" cargo bench --bench s5cmd
+#   scripts/seaweedfs-bench.sh stop
+# Restarting, not vacuuming, frees what a repetition stored (an 8 GiB store's two prefixes are
+# 16 GiB there): the master's vacuum of that much once left weed dead before the next one.
+# SW_PORT_BASE (default 19000) picks the ports; its state (pid, data directory) is kept in
+# ${TMPDIR:-/tmp}/mushroom-seaweedfs-bench-PORT.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export SW_PORT_BASE=${SW_PORT_BASE:-19000}
+export SW_VOLUME_MB=${SW_VOLUME_MB:-1024}
+state=${TMPDIR:-/tmp}/mushroom-seaweedfs-bench-$SW_PORT_BASE
+# shellcheck source=scripts/seaweedfs.sh
+source scripts/seaweedfs.sh
+
+start() {
+    sw_start
+    mkdir -p "$state"
+    echo "$SW_PID" >"$state/pid"
+    echo "$SW_DIR" >"$state/dir"
+    local s5cmd
+    s5cmd=$(ls .venv/lib/python3*/site-packages/s5cmd/bin/s5cmd)
+    AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \
+        "$s5cmd" --endpoint-url "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT" mb s3://bench >/dev/null
+    echo "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT"
+}
+
+stop() {
+    [ -d "$state" ] || return 0
+    SW_PID=$(cat "$state/pid")
+    SW_DIR=$(cat "$state/dir")
+    mapfile -t SW_PORTS < <(seq "$SW_PORT_BASE" $((SW_PORT_BASE + 9)))
+    sw_stop
+    rm -rf "$state"
+}
+
+case "${1:-}" in
+start) start ;;
+restart) stop && start >/dev/null ;;
+stop) stop ;;
+*)
+    echo "usage: $0 start|restart|stop" >&2
+    exit 2
+    ;;
+esac
