@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The SeaweedFS of the benchmarks at database size (benches/s5cmd.rs's docs): `weed mini` from
-# scripts/seaweedfs.sh with 1 GiB volumes on fixed loopback ports, holding one bucket, `bench`,
-# so that a benchmark can restart it empty between repetitions and keep its endpoint:
-#   scripts/seaweedfs-bench.sh start     # prints the endpoint (credentials test/test)
+# scripts/seaweedfs.sh with 1 GiB volumes on fixed loopback ports, so that a benchmark can
+# restart it empty between repetitions and keep its endpoint:
+#   scripts/seaweedfs-bench.sh start     # no bucket (the bench makes `bench`); prints the
+#                                        # endpoint (credentials test/test)
 #   MUSHROOM_BENCH_ENDPOINT=http://127.0.0.1:19000 \
 #   MUSHROOM_BENCH_BETWEEN="scripts/seaweedfs-bench.sh restart" cargo bench --bench s5cmd
 #   scripts/seaweedfs-bench.sh stop
@@ -23,11 +24,17 @@ start() {
     mkdir -p "$state"
     echo "$SW_PID" >"$state/pid"
     echo "$SW_DIR" >"$state/dir"
+    echo "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT"
+}
+
+# Empty again, with the bucket `bench` the running benchmark made at its start.
+restart() {
+    stop
+    start >/dev/null
     local s5cmd
     s5cmd=$(ls .venv/lib/python3*/site-packages/s5cmd/bin/s5cmd)
     AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_REGION=us-east-1 \
         "$s5cmd" --endpoint-url "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT" mb s3://bench >/dev/null
-    echo "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT"
 }
 
 stop() {
@@ -41,7 +48,7 @@ stop() {
 
 case "${1:-}" in
 start) start ;;
-restart) stop && start >/dev/null ;;
+restart) restart ;;
 stop) stop ;;
 *)
     echo "usage: $0 start|restart|stop" >&2
