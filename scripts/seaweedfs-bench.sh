@@ -8,9 +8,11 @@
 #   MUSHROOM_BENCH_BETWEEN="scripts/seaweedfs-bench.sh restart" cargo bench --bench s5cmd
 #   scripts/seaweedfs-bench.sh stop
 # Restarting, not vacuuming, frees what a repetition stored (an 8 GiB store's two prefixes are
-# 16 GiB there): the master's vacuum of that much once left weed dead before the next one.
+# 16 GiB there): weed died in the one run that vacuumed that much instead (cause not found).
 # SW_PORT_BASE (default 19000) picks the ports; its state (pid, data directory) is kept in
-# ${TMPDIR:-/tmp}/mushroom-seaweedfs-bench-PORT.
+# ${TMPDIR:-/tmp}/mushroom-seaweedfs-bench-PORT, which `stop` trusts only when it is our own
+# directory naming a `weed` process and a data directory sw_start made (/tmp is shared: a
+# planted state must not make `stop` kill another process or remove another directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SW_PORT_BASE=${SW_PORT_BASE:-19000}
@@ -20,8 +22,12 @@ state=${TMPDIR:-/tmp}/mushroom-seaweedfs-bench-$SW_PORT_BASE
 source scripts/seaweedfs.sh
 
 start() {
+    if [ -e "$state" ] || [ -L "$state" ]; then
+        echo "$state exists: a server on ports from $SW_PORT_BASE is running (stop it first)" >&2
+        return 1
+    fi
     sw_start
-    mkdir -p "$state"
+    mkdir -m 700 "$state"
     echo "$SW_PID" >"$state/pid"
     echo "$SW_DIR" >"$state/dir"
     echo "$MUSHROOM_TEST_SEAWEEDFS_ENDPOINT"
@@ -38,9 +44,23 @@ restart() {
 }
 
 stop() {
-    [ -d "$state" ] || return 0
+    [ -e "$state" ] || [ -L "$state" ] || return 0
+    if [ -L "$state" ] || [ ! -d "$state" ] || [ ! -O "$state" ]; then
+        echo "$state is not a directory of ours: not trusted, left alone" >&2
+        return 1
+    fi
     SW_PID=$(cat "$state/pid")
     SW_DIR=$(cat "$state/dir")
+    if ! [[ "$SW_PID" =~ ^[0-9]+$ ]] || [ "$(cat "/proc/$SW_PID/comm" 2>/dev/null)" != weed ]; then
+        SW_PID= # gone already (or not ours to kill)
+    fi
+    # sw_start's mktemp: directly in the temp directory, named mushroom-seaweedfs.*, ours.
+    local tmp=${TMPDIR:-/tmp}
+    case "$SW_DIR" in
+    *..*) SW_DIR= ;;
+    "${tmp%/}"/mushroom-seaweedfs.*) [ "${SW_DIR%/*}" = "${tmp%/}" ] && [ -O "$SW_DIR" ] || SW_DIR= ;;
+    *) SW_DIR= ;;
+    esac
     mapfile -t SW_PORTS < <(seq "$SW_PORT_BASE" $((SW_PORT_BASE + 9)))
     sw_stop
     rm -rf "$state"

@@ -31,6 +31,10 @@ SW_PORT_BASE=${SW_PORT_BASE:-}
 sw_start() {
     local ports
     if [ -n "$SW_PORT_BASE" ]; then
+        if ! [[ "$SW_PORT_BASE" =~ ^[0-9]{4,5}$ ]] || ((SW_PORT_BASE < 1024 || SW_PORT_BASE > 65526)); then
+            echo "SW_PORT_BASE=$SW_PORT_BASE: a port from 1024 to 65526 (ten ports from it)" >&2
+            return 1
+        fi
         mapfile -t ports < <(seq "$SW_PORT_BASE" $((SW_PORT_BASE + 9)))
     else
         # Ten distinct free ports, held open together while chosen.

@@ -37,8 +37,9 @@
 //! nothing spins and the restore's CPU fell from 6.0 to 4.1 s; over three restores of each
 //! build, wall and CPU differed by less than this machine's run-to-run spread (4.5-5.8 s wall,
 //! 4.0-4.8 s CPU, both). Kept because it removes the spinning, not for a measured speed-up.
-//! (Starting each range's writeback as it lands, `sync_file_range`, was tried too: no faster,
-//! 7.1 s against 7.5 s and 6.9 s, and taken out.)
+//! (Starting each range's writeback as it lands, `sync_file_range`, was tried too and taken
+//! out: two sets of three alternating 4 GiB restores averaged 7.1 and 7.7 s with it, 7.5 and
+//! 6.8 s without.)
 //!
 //! Nothing here fsyncs: the caller fsyncs each file once all its pieces are written.
 
